@@ -1,0 +1,1 @@
+//! AI coding agents: one `Agent` interface over the Claude Code and Codex CLIs.

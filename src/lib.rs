@@ -1,0 +1,9 @@
+//! rover: a daemon that watches a GitHub repository and reacts to its events with coding agents.
+//!
+//! The binary in `main.rs` is a thin shell over this library; integration tests and benches use
+//! the library directly.
+
+pub mod agents;
+pub mod git;
+pub mod github;
+pub mod sandbox;

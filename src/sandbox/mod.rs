@@ -1,0 +1,1 @@
+//! Docker sandboxes in which workflow agents run, behind a narrow trait.
