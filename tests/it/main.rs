@@ -1,0 +1,7 @@
+//! The integration tests: one binary, one module per subsystem, shared helpers in `support`.
+
+mod support;
+
+mod agents;
+mod github;
+mod sandbox;
