@@ -4,6 +4,10 @@
 //! the library directly.
 
 pub mod agents;
+pub mod cli;
 pub mod git;
 pub mod github;
+pub mod project;
 pub mod sandbox;
+pub mod store;
+pub mod trace;

@@ -1,7 +1,12 @@
 //! The integration tests: one binary, one module per subsystem, shared helpers in `support`.
 
+// Test code favours short names and owned fixtures over pedantic style.
+#![allow(clippy::many_single_char_names, clippy::needless_pass_by_value)]
+
 mod support;
 
 mod agents;
 mod github;
+mod inspect;
 mod sandbox;
+mod store;

@@ -1,1 +1,5 @@
 //! Helpers shared by the integration tests: temp dirs, fakes, the binary under test.
+
+pub mod child;
+pub mod env;
+pub mod storegen;

@@ -1,0 +1,135 @@
+//! The read-only commands: `trace`, `traces`, `status`. They work on any store, also while a
+//! daemon writes to it (files are replaced atomically, so a read never sees a torn file).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+
+use super::{CliError, Context, Output};
+use crate::store::{SpanStatus, StepKind};
+use crate::trace::{self, render_list, render_tree, short};
+
+pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<ExitCode, CliError> {
+    let store = ctx.existing_store()?;
+    let trace_id = store.resolve_trace_id(id)?;
+    let view = store.load_trace(trace_id)?;
+    if json {
+        out.json(&trace::trace_json(&view))?;
+    } else {
+        out.print(&render_tree(&view, out.style(), Utc::now()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn traces(
+    ctx: &Context,
+    out: &mut Output,
+    limit: usize,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let store = ctx.existing_store()?;
+    let rows: Vec<_> = store
+        .recent_traces(limit)?
+        .into_iter()
+        .map(|entry| {
+            let view = store.load_trace(entry.trace_id).ok();
+            (entry, view)
+        })
+        .collect();
+    if json {
+        out.json(&trace::traces_json(&rows))?;
+    } else {
+        out.print(&render_list(&rows, out.style(), Utc::now()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, CliError> {
+    let store = ctx.existing_store()?;
+    let pid = store.daemon_pid();
+    let state = store.read_state()?;
+    let mut per_step: BTreeMap<String, usize> = BTreeMap::new();
+    let mut dead_letters = Vec::new();
+    let mut running = Vec::new();
+    for p in &state.pending {
+        *per_step.entry(p.action.to_string()).or_default() += 1;
+        if matches!(p.action, StepKind::Other(_) | StepKind::Event) {
+            dead_letters.push(p);
+        }
+        if let Some(span_id) = p.running_span_id {
+            if let Ok(span) = store.read_span(span_id) {
+                if span.status == SpanStatus::Running {
+                    running.push(span);
+                }
+            }
+        }
+    }
+    if json {
+        out.json(&json!({
+            "daemon": { "running": pid.is_some(), "pid": pid },
+            "store": store.root(),
+            "pending": per_step,
+            "pendingTotal": state.pending.len(),
+            "running": running.iter().map(|s| json!({"spanId": s.id, "step": s.step, "traceId": s.trace_id, "since": s.timestamp})).collect::<Vec<Value>>(),
+            "deadLetters": dead_letters,
+            "taskMappings": state.task_mappings,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = String::new();
+    match &pid {
+        Some(pid) => {
+            let _ = writeln!(text, "daemon   running (pid {pid})");
+        }
+        None => text.push_str("daemon   not running\n"),
+    }
+    let _ = writeln!(text, "store    {}", store.root().display());
+    if per_step.is_empty() {
+        text.push_str("pending  none\n");
+    } else {
+        let parts: Vec<String> = per_step.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            text,
+            "pending  {} ({})",
+            state.pending.len(),
+            parts.join(", ")
+        );
+    }
+    for span in &running {
+        let _ = writeln!(
+            text,
+            "running  {} {} of trace {} since {}",
+            span.step,
+            short(span.id),
+            span.trace_id.map(short).unwrap_or_default(),
+            trace::human_age(span.timestamp, Utc::now())
+        );
+    }
+    for p in &dead_letters {
+        let _ = writeln!(
+            text,
+            "dead letter  action {} of type {:?} in trace {}: no step handles it",
+            short(p.action_id),
+            p.action.as_str(),
+            short(p.trace_id)
+        );
+    }
+    if state.task_mappings.is_empty() {
+        text.push_str("tasks    none\n");
+    }
+    for (action_id, m) in &state.task_mappings {
+        let _ = writeln!(
+            text,
+            "task     {} branch {} (action {}, trace {})",
+            m.task_id,
+            m.branch_name,
+            &action_id[..8.min(action_id.len())],
+            short(m.trace_id)
+        );
+    }
+    out.print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,174 @@
+//! The command line: `rover autopilot <command>`. Parsing, resolving which project and store a
+//! command is about, and mapping errors to exit codes (0 ok, 1 failure, 2 usage).
+
+mod inspect;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use output::Output;
+
+use crate::project::{self, Project, ProjectError, RepoSlug};
+use crate::store::{AutopilotStore, StoreError};
+
+/// rover watches a GitHub repository and reacts to its events with coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "rover", version, about, propagate_version = true)]
+pub struct Args {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command understands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GlobalArgs {
+    /// Use the store of this project id instead of deriving it from the repository
+    #[arg(long, global = true, value_name = "ID")]
+    pub project_id: Option<String>,
+    /// The GitHub repository, OWNER/NAME (default: the `origin` remote)
+    #[arg(long, global = true, value_name = "OWNER/NAME")]
+    pub repo: Option<String>,
+    /// The repository's directory (default: the current directory)
+    #[arg(long, global = true, value_name = "DIR")]
+    pub project_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// React to repository events autonomously, and inspect what was done
+    #[command(subcommand)]
+    Autopilot(AutopilotCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AutopilotCommand {
+    /// Show one trace as a tree: steps, statuses, decisions, pending work and errors
+    Trace {
+        /// A trace, span or action id, or an unambiguous prefix of one (8+ characters)
+        id: String,
+        /// Print the trace as JSON (format in docs/cli.md)
+        #[arg(long)]
+        json: bool,
+    },
+    /// List recent traces, newest first
+    Traces {
+        /// How many traces to list
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print the list as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show whether a daemon runs, the queue, running steps and task mappings
+    Status {
+        /// Print the status as JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A failure of a command, with what the user can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Project(#[from] ProjectError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write the output")]
+    Output(#[source] std::io::Error),
+}
+
+/// Parse the arguments, run the command, and turn the result into an exit code.
+pub fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    let mut out = Output::stdout();
+    match run(args, &mut out) {
+        Ok(code) => code,
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line: `a: b: c`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
+    let ctx = Context {
+        global: args.global,
+    };
+    match args.command {
+        Command::Autopilot(cmd) => match cmd {
+            AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
+            AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),
+            AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),
+        },
+    }
+}
+
+/// What a command knows about where it runs.
+pub struct Context {
+    pub global: GlobalArgs,
+}
+
+impl Context {
+    fn project_dir(&self) -> PathBuf {
+        self.global
+            .project_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    /// The repository in the project directory (needed by commands that act on it).
+    pub fn project(&self) -> Result<Project, CliError> {
+        let mut project = Project::discover(&self.project_dir())?;
+        if let Some(repo) = &self.global.repo {
+            project.repo = Some(RepoSlug::parse(repo)?);
+        }
+        if let Some(id) = &self.global.project_id {
+            project.id.clone_from(id);
+        }
+        Ok(project)
+    }
+
+    /// The project id: `--project-id`, else derived from the repository.
+    pub fn project_id(&self) -> Result<String, CliError> {
+        match &self.global.project_id {
+            Some(id) => Ok(id.clone()),
+            None => Ok(Project::discover(&self.project_dir())?.id),
+        }
+    }
+
+    /// An existing store, for inspection (never created by looking at it).
+    pub fn existing_store(&self) -> Result<AutopilotStore, CliError> {
+        Ok(AutopilotStore::open_existing(
+            &project::data_dir()?,
+            &self.project_id()?,
+        )?)
+    }
+}

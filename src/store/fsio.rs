@@ -1,0 +1,104 @@
+//! Durable file primitives: atomic JSON writes (temp file in the same directory, fsync, rename,
+//! fsync of the directory) and reads whose errors name the file.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::error::{Result, StoreError};
+
+/// Write `value` as pretty JSON to `path` so that readers see the old or the new content, never a
+/// torn file, and the new content survives a power cut once this returns.
+pub fn write_json_atomic<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).expect("store records always serialize");
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// Write `bytes` to `path` atomically and durably.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().expect("store paths have a parent directory");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(StoreError::io("create a temporary file in", dir))?;
+    tmp.write_all(bytes)
+        .map_err(StoreError::io("write", tmp.path().to_owned()))?;
+    tmp.as_file()
+        .sync_data()
+        .map_err(StoreError::io("fsync", tmp.path().to_owned()))?;
+    set_readable(tmp.as_file(), tmp.path())?;
+    tmp.persist(path).map_err(|e| StoreError::Io {
+        op: "rename over",
+        path: path.to_owned(),
+        source: e.error,
+    })?;
+    sync_dir(dir)
+}
+
+/// Make the file readable by the group and others like any other file (tempfiles are 0600).
+fn set_readable(file: &File, path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(fs::Permissions::from_mode(0o644))
+        .map_err(StoreError::io("set permissions of", path))
+}
+
+/// Make a rename or a new file in `dir` durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StoreError::io("fsync directory", dir))
+}
+
+/// Read a JSON file. `Ok(None)` when it does not exist; a parse failure names the file.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io("read", path)(e)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::Unreadable {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// Keep a copy of a corrupt file as `<name>.corrupt-<time>` beside it and return the error that
+/// says so. The original stays where it is, so every later access fails loudly too until a person
+/// repairs or removes it: a corrupt queue is never silently replaced by an empty one.
+pub fn quarantine(path: &Path, reason: String) -> StoreError {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let kept: PathBuf = path.with_file_name(format!("{name}.corrupt-{stamp}"));
+    match fs::copy(path, &kept) {
+        Ok(_) => StoreError::Corrupt {
+            path: path.to_owned(),
+            reason,
+            kept,
+        },
+        Err(_) => StoreError::Unreadable {
+            path: path.to_owned(),
+            reason,
+        },
+    }
+}
+
+/// Create a directory and its parents, durably.
+pub fn ensure_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}

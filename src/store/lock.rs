@@ -1,0 +1,99 @@
+//! Locks: the store lock that serializes read-modify-write of the shared files across threads and
+//! processes, and the daemon lock that allows one `rover autopilot start` per project.
+//!
+//! Both are `flock(2)` locks (fs2) on dedicated files that are never renamed over. std's `File`
+//! has inherent lock methods since Rust 1.89 that shadow fs2's, so fs2 is called by full path.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::error::{Result, StoreError};
+
+/// An exclusive hold on `autopilot/lock`, released on drop (or when the process dies).
+#[derive(Debug)]
+pub struct StoreLock {
+    file: File,
+}
+
+impl StoreLock {
+    /// Block until the lock is held. Each call opens its own file description, so two threads of
+    /// one process exclude each other as two processes do.
+    pub fn acquire(path: &Path) -> Result<StoreLock> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(StoreError::io("open the lock file", path))?;
+        fs2::FileExt::lock_exclusive(&file).map_err(StoreError::io("lock", path))?;
+        Ok(StoreLock { file })
+    }
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        let _ = fs2::FileExt::unlock(&self.file);
+    }
+}
+
+/// The daemon's hold on `autopilot/daemon.lock`, whose content is the holder's pid.
+#[derive(Debug)]
+pub struct DaemonLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl DaemonLock {
+    /// Take the lock without waiting; if another process holds it, name its pid.
+    pub fn try_acquire(path: &Path) -> Result<DaemonLock> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(StoreError::io("open the daemon lock", path))?;
+        if fs2::FileExt::try_lock_exclusive(&file).is_err() {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(StoreError::DaemonRunning {
+                pid: if pid.is_empty() {
+                    "unknown".into()
+                } else {
+                    pid.to_owned()
+                },
+            });
+        }
+        file.set_len(0).map_err(StoreError::io("truncate", path))?;
+        file.seek(SeekFrom::Start(0))
+            .map_err(StoreError::io("seek", path))?;
+        writeln!(file, "{}", std::process::id()).map_err(StoreError::io("write", path))?;
+        file.sync_data().map_err(StoreError::io("fsync", path))?;
+        Ok(DaemonLock {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The pid of a running daemon, if one holds the lock at `path`.
+    pub fn holder(path: &Path) -> Option<String> {
+        let mut file = OpenOptions::new().read(true).write(true).open(path).ok()?;
+        if fs2::FileExt::try_lock_shared(&file).is_ok() {
+            let _ = fs2::FileExt::unlock(&file);
+            return None;
+        }
+        let mut pid = String::new();
+        file.read_to_string(&mut pid).ok()?;
+        Some(pid.trim().to_owned()).filter(|p| !p.is_empty())
+    }
+}
+
+impl Drop for DaemonLock {
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+        let _ = fs2::FileExt::unlock(&self.file);
+        let _ = &self.path;
+    }
+}

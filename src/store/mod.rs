@@ -1,0 +1,494 @@
+//! The `AutopilotStore`: spans, actions and the autopilot's shared files under
+//! `$ROVER_DATA_DIR/projects/<projectId>/`.
+//!
+//! Guarantees (see `docs/store.md`): every write is atomic and durable; every read-modify-write of
+//! the shared files runs under the store lock, across threads and processes; a file that does not
+//! parse is an error that names it and is never replaced by defaults; multi-file updates are
+//! ordered so that a crash leaves at worst a duplicate recognised by its id, never a lost pending
+//! action.
+
+mod error;
+pub mod fsio;
+mod lock;
+pub mod log;
+pub mod records;
+mod traces;
+mod txn;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+pub use error::{Result, StoreError};
+pub use lock::{DaemonLock, StoreLock};
+pub use records::{
+    Action, Cursor, LogEntry, Meta, PendingAction, Span, SpanStatus, State, StepKind, TaskMapping,
+    TraceEntry, TraceIndex, TracesCache,
+};
+pub use traces::{TraceOutcome, TraceView};
+pub use txn::Txn;
+
+use fsio::{ensure_dir, read_json, write_json_atomic};
+
+/// The key rover adds to a span for the actions it produced, so a crash between finishing a span
+/// and enqueueing its actions can be completed on restart.
+pub const PRODUCED_KEY: &str = "actionIds";
+
+/// One project's store.
+#[derive(Debug, Clone)]
+pub struct AutopilotStore {
+    root: PathBuf,
+}
+
+/// What a step run is about to process, as handed out by [`AutopilotStore::begin_step`].
+#[derive(Debug, Clone)]
+pub struct StepRun {
+    pub pending: PendingAction,
+    pub action: Action,
+    pub span: Span,
+}
+
+impl AutopilotStore {
+    /// Open the store of `project_id` under `data_dir`, creating its layout if needed.
+    pub fn open(data_dir: &Path, project_id: &str) -> Result<AutopilotStore> {
+        let store = AutopilotStore {
+            root: data_dir.join("projects").join(project_id),
+        };
+        for dir in [
+            store.spans_dir(),
+            store.actions_dir(),
+            store.trace_index_dir(),
+        ] {
+            ensure_dir(&dir)?;
+        }
+        Ok(store)
+    }
+
+    /// Open an existing store for inspection; a missing one is an error, never created.
+    pub fn open_existing(data_dir: &Path, project_id: &str) -> Result<AutopilotStore> {
+        let root = data_dir.join("projects").join(project_id);
+        if !root.join("autopilot").is_dir() && !root.join("spans").is_dir() {
+            return Err(StoreError::MissingStore { path: root });
+        }
+        Ok(AutopilotStore { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn spans_dir(&self) -> PathBuf {
+        self.root.join("spans")
+    }
+    pub fn actions_dir(&self) -> PathBuf {
+        self.root.join("actions")
+    }
+    pub fn autopilot_dir(&self) -> PathBuf {
+        self.root.join("autopilot")
+    }
+    pub fn trace_index_dir(&self) -> PathBuf {
+        self.autopilot_dir().join("traces")
+    }
+    pub fn state_path(&self) -> PathBuf {
+        self.autopilot_dir().join("state.json")
+    }
+    pub fn cursor_path(&self) -> PathBuf {
+        self.autopilot_dir().join("cursor.json")
+    }
+    pub fn traces_path(&self) -> PathBuf {
+        self.autopilot_dir().join("traces.json")
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.autopilot_dir().join("lock")
+    }
+    pub fn daemon_lock_path(&self) -> PathBuf {
+        self.autopilot_dir().join("daemon.lock")
+    }
+    pub fn log_path(&self) -> PathBuf {
+        self.autopilot_dir().join("log.jsonl")
+    }
+    /// Where a span's bulky artifacts (agent transcripts, container logs) live.
+    pub fn artifacts_dir(&self, span_id: Uuid) -> PathBuf {
+        self.root.join("artifacts").join(span_id.to_string())
+    }
+    pub fn span_path(&self, id: Uuid) -> PathBuf {
+        self.spans_dir().join(format!("{id}.json"))
+    }
+    pub fn action_path(&self, id: Uuid) -> PathBuf {
+        self.actions_dir().join(format!("{id}.json"))
+    }
+    pub fn trace_index_path(&self, trace_id: Uuid) -> PathBuf {
+        self.trace_index_dir().join(format!("{trace_id}.json"))
+    }
+
+    // ---- spans and actions -------------------------------------------------------------------
+
+    /// Write a span file. A span already finished on disk is never overwritten.
+    pub fn write_span(&self, span: &Span) -> Result<()> {
+        let path = self.span_path(span.id);
+        if let Some(existing) = read_json::<Span>(&path)? {
+            if existing.status.is_final() && !same_json(&existing, span) {
+                return Err(records::SpanLifecycleError::AlreadyFinal {
+                    id: span.id,
+                    status: existing.status,
+                }
+                .into());
+            }
+        }
+        write_json_atomic(&path, span)
+    }
+
+    pub fn read_span(&self, id: Uuid) -> Result<Span> {
+        read_json(&self.span_path(id))?.ok_or(StoreError::SpanNotFound(id))
+    }
+
+    /// Write an action file. Actions are immutable: rewriting identical content is a no-op,
+    /// different content is refused.
+    pub fn write_action(&self, action: &Action) -> Result<()> {
+        let path = self.action_path(action.id);
+        if let Some(existing) = read_json::<Action>(&path)? {
+            if same_json(&existing, action) {
+                return Ok(());
+            }
+            return Err(StoreError::Unreadable {
+                path,
+                reason: "an action with this id exists with other content; actions are immutable"
+                    .into(),
+            });
+        }
+        write_json_atomic(&path, action)
+    }
+
+    pub fn read_action(&self, id: Uuid) -> Result<Action> {
+        read_json(&self.action_path(id))?.ok_or(StoreError::ActionNotFound(id))
+    }
+
+    // ---- shared files -------------------------------------------------------------------------
+
+    /// Run `f` on the shared files under the store lock; what it changed is written back when it
+    /// returns `Ok` (trace indexes and caches first, `state.json` and `cursor.json` last).
+    pub fn transact<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {
+        ensure_dir(&self.autopilot_dir())?;
+        let _lock = StoreLock::acquire(&self.lock_path())?;
+        let mut txn = Txn::new(self);
+        let out = f(&mut txn)?;
+        txn.commit()?;
+        Ok(out)
+    }
+
+    /// The state as it is on disk now (atomic files need no lock to read). A missing file is an
+    /// empty state; a corrupt one is an error naming it.
+    pub fn read_state(&self) -> Result<State> {
+        Ok(read_json(&self.state_path())?.unwrap_or_else(|| State::new(Utc::now())))
+    }
+
+    pub fn read_cursor(&self) -> Result<Cursor> {
+        Ok(read_json(&self.cursor_path())?.unwrap_or_else(|| Cursor::new(Utc::now())))
+    }
+
+    // ---- the queue ----------------------------------------------------------------------------
+
+    /// Durably record `action` and put it on the pending queue (idempotent by action id).
+    pub fn enqueue(&self, action: &Action, trace_id: Uuid) -> Result<()> {
+        self.write_action(action)?;
+        self.transact(|txn| {
+            let now = Utc::now();
+            let pending = action.pending(trace_id, now);
+            txn.push_pending(pending)?;
+            txn.add_to_trace(trace_id, &[], &[action.id], now)?;
+            Ok(())
+        })
+    }
+
+    /// Remove an action from the pending queue; returns the entry, or `None` if it was not there.
+    pub fn dequeue(&self, action_id: Uuid) -> Result<Option<PendingAction>> {
+        self.transact(|txn| txn.remove_pending(action_id))
+    }
+
+    // ---- traces -------------------------------------------------------------------------------
+
+    /// Start a trace: its root `event` span (already finished), its first action, and the event
+    /// ids it consumed (recorded in the cursor).
+    ///
+    /// Idempotent, so that an event ingested again after a crash (same deterministic ids) finishes
+    /// what the crash cut off instead of starting a second trace; a trace whose first action was
+    /// already taken by a step is left alone. Returns whether the trace is new.
+    pub fn create_trace(
+        &self,
+        root: &Span,
+        first: Option<&Action>,
+        event_ids: &[String],
+    ) -> Result<bool> {
+        self.transact(|txn| {
+            let now = Utc::now();
+            for id in event_ids {
+                txn.cursor_mut()?.insert(id);
+            }
+            let existed = match txn.trace_index(root.id)? {
+                Some(index) if index.spans.len() > 1 => return Ok(false),
+                Some(_) => true,
+                None => false,
+            };
+            // What is already on disk wins: a re-ingested event keeps its first records.
+            let root = if let Some(on_disk) = read_json::<Span>(&self.span_path(root.id))? {
+                on_disk
+            } else {
+                self.write_span(root)?;
+                root.clone()
+            };
+            let first = match first {
+                Some(a) => Some(
+                    if let Some(on_disk) = read_json::<Action>(&self.action_path(a.id))? {
+                        on_disk
+                    } else {
+                        self.write_action(a)?;
+                        a.clone()
+                    },
+                ),
+                None => None,
+            };
+            txn.create_trace_index(&root, event_label(&root))?;
+            if let Some(first) = &first {
+                txn.add_to_trace(root.id, &[], &[first.id], now)?;
+                txn.push_pending(first.pending(root.id, now))?;
+            }
+            Ok(!existed)
+        })
+    }
+
+    // ---- step runs ----------------------------------------------------------------------------
+
+    /// Claim a pending action for a step run: count the attempt and record the running span in
+    /// the queue, then write the `running` span. (The trace index lists the span once it is
+    /// finished or released; until then the queue entry points at it.)
+    pub fn begin_step(&self, action_id: Uuid, step: &StepKind) -> Result<StepRun> {
+        let action = self.read_action(action_id)?;
+        let now = Utc::now();
+        let (pending, span) = self.transact(|txn| {
+            let pending = txn
+                .pending_mut(action_id)?
+                .ok_or(StoreError::NotPending(action_id))?;
+            let span = Span::start(step.clone(), &action, pending.trace_id, now);
+            pending.attempts += 1;
+            pending.running_span_id = Some(span.id);
+            Ok((pending.clone(), span))
+        })?;
+        self.write_span(&span)?;
+        Ok(StepRun {
+            pending,
+            action,
+            span,
+        })
+    }
+
+    /// Finish a step run: write the produced actions, then the finished span (naming them), then
+    /// in one locked update dequeue the consumed action and enqueue the produced ones.
+    ///
+    /// A crash before the last update leaves the consumed action pending with a finished span;
+    /// [`AutopilotStore::recover`] completes the hand-over from the span's recorded actions.
+    pub fn complete_step(&self, span: &Span, produced: &[Action]) -> Result<()> {
+        debug_assert!(span.status.is_final());
+        for action in produced {
+            self.write_action(action)?;
+        }
+        let mut span = span.clone();
+        span.meta.insert(
+            PRODUCED_KEY.into(),
+            serde_json::to_value(produced.iter().map(|a| a.id).collect::<Vec<_>>())
+                .expect("uuids serialize"),
+        );
+        self.write_span(&span)?;
+        self.hand_over(&span, produced)
+    }
+
+    /// Release a pending action without consuming it (the step is not ready yet, or the run was
+    /// interrupted): it stays queued for a later run. A finished span of the run is kept.
+    pub fn release_step(&self, action_id: Uuid, span: Option<&Span>) -> Result<()> {
+        if let Some(span) = span {
+            self.write_span(span)?;
+        }
+        self.transact(|txn| {
+            let trace_id = match txn.pending_mut(action_id)? {
+                Some(p) => {
+                    p.running_span_id = None;
+                    p.trace_id
+                }
+                None => return Ok(()),
+            };
+            if let Some(span) = span {
+                txn.add_to_trace(trace_id, &[span.id], &[], Utc::now())?;
+            }
+            Ok(())
+        })
+    }
+
+    fn hand_over(&self, span: &Span, produced: &[Action]) -> Result<()> {
+        let trace_id = span.trace().expect("step spans carry their trace id");
+        self.transact(|txn| {
+            let now = Utc::now();
+            if let Some(action_id) = span.action_id {
+                txn.remove_pending(action_id)?;
+            }
+            for action in produced {
+                txn.push_pending(action.pending(trace_id, now))?;
+            }
+            let ids: Vec<Uuid> = produced.iter().map(|a| a.id).collect();
+            txn.add_to_trace(trace_id, &[span.id], &ids, now)?;
+            Ok(())
+        })
+    }
+
+    /// Restart recovery: finish the hand-over of step runs whose span finished before a crash,
+    /// and close spans left `running` as `error` ("interrupted") so their action runs again.
+    /// Returns what was done, for the log.
+    pub fn recover(&self, daemon_alive: bool) -> Result<Vec<Recovery>> {
+        if daemon_alive {
+            return Ok(Vec::new());
+        }
+        let state = self.read_state()?;
+        let mut done = Vec::new();
+        for pending in state.pending.iter().filter(|p| p.running_span_id.is_some()) {
+            let span_id = pending.running_span_id.expect("filtered");
+            let now = Utc::now();
+            let found = read_json::<Span>(&self.span_path(span_id))?;
+            // Only a span finished by `complete_step` names its produced actions; any other
+            // finished span (interrupted, released) leaves its action queued.
+            let produced_ids = found
+                .as_ref()
+                .filter(|s| s.status.is_final())
+                .and_then(|s| {
+                    s.meta
+                        .get(PRODUCED_KEY)
+                        .and_then(|v| serde_json::from_value::<Vec<Uuid>>(v.clone()).ok())
+                });
+            match (found, produced_ids) {
+                (Some(span), Some(ids)) => {
+                    let produced = ids
+                        .iter()
+                        .map(|id| self.read_action(*id))
+                        .collect::<Result<Vec<_>>>()?;
+                    self.hand_over(&span, &produced)?;
+                    done.push(Recovery::HandedOver {
+                        span: span_id,
+                        actions: ids.len(),
+                    });
+                }
+                (Some(span), None) if span.status.is_final() => {
+                    self.release_step(pending.action_id, Some(&span))?;
+                    done.push(Recovery::Interrupted {
+                        span: span_id,
+                        action: pending.action_id,
+                    });
+                }
+                (found, _) => {
+                    let action = self.read_action(pending.action_id)?;
+                    let mut span = found.unwrap_or_else(|| {
+                        let mut s =
+                            Span::start(action.action.clone(), &action, pending.trace_id, now);
+                        s.id = span_id;
+                        s
+                    });
+                    let mut meta = Meta::new();
+                    meta.insert("interrupted".into(), true.into());
+                    meta.insert("attempt".into(), pending.attempts.into());
+                    span.finish(
+                        SpanStatus::Error,
+                        "interrupted: rover stopped before this step finished; it will run again",
+                        meta,
+                        now,
+                    )?;
+                    self.release_step(pending.action_id, Some(&span))?;
+                    done.push(Recovery::Interrupted {
+                        span: span_id,
+                        action: pending.action_id,
+                    });
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// The time-ordered list of the most recent traces (from the cache, rebuilt if unreadable).
+    pub fn recent_traces(&self, limit: usize) -> Result<Vec<TraceEntry>> {
+        traces::recent(self, limit)
+    }
+
+    /// Every span and action of a trace, with its pending actions.
+    pub fn load_trace(&self, trace_id: Uuid) -> Result<TraceView> {
+        traces::load(self, trace_id)
+    }
+
+    /// Find the trace of a trace, span or action id, or of an unambiguous prefix (8+ chars).
+    pub fn resolve_trace_id(&self, id: &str) -> Result<Uuid> {
+        traces::resolve(self, id)
+    }
+
+    /// Rebuild the trace indexes and the traces cache from the span and action files.
+    pub fn rebuild_indexes(&self) -> Result<usize> {
+        traces::rebuild(self)
+    }
+
+    /// Whether a daemon holds this project's daemon lock, and its pid.
+    pub fn daemon_pid(&self) -> Option<String> {
+        DaemonLock::holder(&self.daemon_lock_path())
+    }
+
+    /// Remove leftover temp files of interrupted writes (never anything else).
+    pub fn sweep_temp_files(&self) -> Result<usize> {
+        let mut n = 0;
+        for dir in [
+            self.spans_dir(),
+            self.actions_dir(),
+            self.autopilot_dir(),
+            self.trace_index_dir(),
+        ] {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(".tmp-")
+                    && fs::remove_file(entry.path()).is_ok()
+                {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Whether two records are the same once written (times are stored to the millisecond).
+fn same_json<T: serde::Serialize>(a: &T, b: &T) -> bool {
+    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+}
+
+/// What restart recovery did for one pending action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// The span had finished; its actions were enqueued and the consumed action dequeued.
+    HandedOver { span: Uuid, actions: usize },
+    /// The span was cut off; it is now `error` and the action will run again.
+    Interrupted { span: Uuid, action: Uuid },
+}
+
+/// A one-line label of a root event span, from the fields the event step records.
+pub fn event_label(root: &Span) -> String {
+    if let Some(label) = root.meta.get("label").and_then(|v| v.as_str()) {
+        return label.to_owned();
+    }
+    let kind = root
+        .meta
+        .get("type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("event");
+    match root.meta.get("action").and_then(|v| v.as_str()) {
+        Some(action) => format!("{kind}.{action}"),
+        None => kind.to_owned(),
+    }
+}
+
+/// The current time, in one place so records agree on their clock.
+pub fn now() -> DateTime<Utc> {
+    Utc::now()
+}

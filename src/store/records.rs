@@ -1,0 +1,609 @@
+//! The records kept in the store, with the spec's field names: spans, actions, the state file
+//! (pending queue and task mappings), the event cursor and the trace indexes.
+//!
+//! Fields the spec defines are typed and required; fields rover adds are optional on read so a
+//! store written by another implementation still loads. Unknown fields of the shared files are
+//! kept (`extra`) and written back unchanged.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// The format version written on every record.
+pub const VERSION: &str = "1.0";
+
+/// How many processed event ids the cursor keeps (oldest evicted first).
+pub const CURSOR_CAPACITY: usize = 200;
+
+/// Step-specific data of a span or an action.
+pub type Meta = Map<String, Value>;
+
+/// A pipeline step, also the type of the action that step consumes.
+///
+/// `Other` keeps an action type no step handles (a dead letter) instead of failing the parse.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StepKind {
+    Event,
+    Coordinate,
+    Plan,
+    Workflow,
+    Commit,
+    Resolve,
+    Push,
+    Notify,
+    Noop,
+    Cleanup,
+    Other(String),
+}
+
+impl StepKind {
+    /// The ten steps of the pipeline, in chain order.
+    pub const ALL: [StepKind; 10] = [
+        StepKind::Event,
+        StepKind::Coordinate,
+        StepKind::Plan,
+        StepKind::Workflow,
+        StepKind::Commit,
+        StepKind::Resolve,
+        StepKind::Push,
+        StepKind::Notify,
+        StepKind::Noop,
+        StepKind::Cleanup,
+    ];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            StepKind::Event => "event",
+            StepKind::Coordinate => "coordinate",
+            StepKind::Plan => "plan",
+            StepKind::Workflow => "workflow",
+            StepKind::Commit => "commit",
+            StepKind::Resolve => "resolve",
+            StepKind::Push => "push",
+            StepKind::Notify => "notify",
+            StepKind::Noop => "noop",
+            StepKind::Cleanup => "cleanup",
+            StepKind::Other(name) => name,
+        }
+    }
+
+    /// Terminal steps end a trace: they produce no action.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, StepKind::Notify | StepKind::Noop | StepKind::Cleanup)
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StepKind {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(StepKind::ALL
+            .iter()
+            .find(|k| k.as_str() == s)
+            .cloned()
+            .unwrap_or_else(|| StepKind::Other(s.to_owned())))
+    }
+}
+
+impl Serialize for StepKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StepKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() {
+            return Err(serde::de::Error::custom("step name is empty"));
+        }
+        Ok(s.parse().expect("infallible"))
+    }
+}
+
+/// The outcome of a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpanStatus {
+    /// In progress; the only status a span is created with.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Ran to completion with a negative outcome the pipeline knows how to handle.
+    Failed,
+    /// Could not finish: environment, crash, interruption.
+    Error,
+}
+
+impl SpanStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpanStatus::Running => "running",
+            SpanStatus::Completed => "completed",
+            SpanStatus::Failed => "failed",
+            SpanStatus::Error => "error",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        self != SpanStatus::Running
+    }
+}
+
+impl fmt::Display for SpanStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// ISO-8601 timestamps with millisecond precision, UTC.
+pub mod iso {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let s = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| serde::de::Error::custom(format!("bad ISO-8601 time {s:?}: {e}")))
+    }
+
+    /// The same for an optional time (`null` while unset).
+    pub mod option {
+        use chrono::{DateTime, SecondsFormat, Utc};
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        #[allow(clippy::ref_option)] // serde's `with` passes `&Option<T>`
+        pub fn serialize<S: Serializer>(
+            t: &Option<DateTime<Utc>>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match t {
+                Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true)),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<DateTime<Utc>>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|s| {
+                    DateTime::parse_from_rfc3339(&s)
+                        .map(|t| t.with_timezone(&Utc))
+                        .map_err(|e| {
+                            serde::de::Error::custom(format!("bad ISO-8601 time {s:?}: {e}"))
+                        })
+                })
+                .transpose()
+        }
+    }
+}
+
+/// Deserialize an `Option` that must be present (as `null` or a value), as the spec's nullable
+/// fields are: serde would otherwise accept a missing field as `None`.
+fn required<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(d)
+}
+
+fn version() -> String {
+    VERSION.to_owned()
+}
+
+fn check_version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let v = String::deserialize(d)?;
+    if v.split('.').next() == Some("1") {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "unsupported record version {v:?} (this rover reads 1.x)"
+        )))
+    }
+}
+
+/// The record of one step's execution.
+///
+/// Created `running`, finalized once with a status, summary and completion time, immutable after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Span {
+    pub id: Uuid,
+    #[serde(deserialize_with = "check_version")]
+    pub version: String,
+    #[serde(with = "iso")]
+    pub timestamp: DateTime<Utc>,
+    pub step: StepKind,
+    #[serde(deserialize_with = "required")]
+    pub parent_id: Option<Uuid>,
+    pub status: SpanStatus,
+    #[serde(with = "iso::option")]
+    pub completed: Option<DateTime<Utc>>,
+    #[serde(deserialize_with = "required")]
+    pub summary: Option<String>,
+    pub meta: Meta,
+    /// The root event span's id (rover's addition: finds the trace without walking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<Uuid>,
+    /// The action this span processes (rover's addition: the idempotency key of a step run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_id: Option<Uuid>,
+}
+
+/// Why a span could not be finalized.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpanLifecycleError {
+    #[error("span {id} is already {status}; a finished span is immutable")]
+    AlreadyFinal { id: Uuid, status: SpanStatus },
+    #[error("span {id} cannot be finalized as running")]
+    FinalizeAsRunning { id: Uuid },
+}
+
+impl Span {
+    /// A root `event` span: the start of a trace, whose id is the trace id.
+    pub fn root(id: Uuid, now: DateTime<Utc>, meta: Meta) -> Span {
+        Span {
+            id,
+            version: version(),
+            timestamp: now,
+            step: StepKind::Event,
+            parent_id: None,
+            status: SpanStatus::Running,
+            completed: None,
+            summary: None,
+            meta,
+            trace_id: Some(id),
+            action_id: None,
+        }
+    }
+
+    /// A `running` span of `step` processing `action` (whose producer is the parent).
+    pub fn start(step: StepKind, action: &Action, trace_id: Uuid, now: DateTime<Utc>) -> Span {
+        Span {
+            id: Uuid::new_v4(),
+            version: version(),
+            timestamp: now,
+            step,
+            parent_id: Some(action.span_id),
+            status: SpanStatus::Running,
+            completed: None,
+            summary: None,
+            meta: Meta::new(),
+            trace_id: Some(trace_id),
+            action_id: Some(action.id),
+        }
+    }
+
+    /// Finalize: status, summary, completion time, and `meta` merged over the initial meta.
+    pub fn finish(
+        &mut self,
+        status: SpanStatus,
+        summary: impl Into<String>,
+        meta: Meta,
+        now: DateTime<Utc>,
+    ) -> Result<(), SpanLifecycleError> {
+        if self.status.is_final() {
+            return Err(SpanLifecycleError::AlreadyFinal {
+                id: self.id,
+                status: self.status,
+            });
+        }
+        if !status.is_final() {
+            return Err(SpanLifecycleError::FinalizeAsRunning { id: self.id });
+        }
+        self.status = status;
+        self.summary = Some(summary.into());
+        self.completed = Some(now.max(self.timestamp));
+        self.meta.extend(meta);
+        Ok(())
+    }
+
+    /// The trace this span belongs to: the recorded trace id, or itself for a root.
+    pub fn trace(&self) -> Option<Uuid> {
+        self.trace_id.or(if self.parent_id.is_none() {
+            Some(self.id)
+        } else {
+            None
+        })
+    }
+}
+
+/// An intent for a next step. Immutable once written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Action {
+    pub id: Uuid,
+    #[serde(deserialize_with = "check_version")]
+    pub version: String,
+    #[serde(with = "iso")]
+    pub timestamp: DateTime<Utc>,
+    pub action: StepKind,
+    pub span_id: Uuid,
+    pub reason: String,
+    pub meta: Meta,
+    /// The trace the action belongs to (rover's addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<Uuid>,
+}
+
+impl Action {
+    pub fn new(
+        action: StepKind,
+        span: &Span,
+        reason: impl Into<String>,
+        meta: Meta,
+        now: DateTime<Utc>,
+    ) -> Action {
+        Action {
+            id: Uuid::new_v4(),
+            version: version(),
+            timestamp: now,
+            action,
+            span_id: span.id,
+            reason: reason.into(),
+            meta,
+            trace_id: span.trace(),
+        }
+    }
+
+    /// The queue entry that hands this action to its step.
+    pub fn pending(&self, trace_id: Uuid, now: DateTime<Utc>) -> PendingAction {
+        PendingAction {
+            trace_id,
+            action_id: self.id,
+            span_id: self.span_id,
+            action: self.action.clone(),
+            summary: self.reason.clone(),
+            created_at: now,
+            attempts: 0,
+            running_span_id: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// An entry of the pending queue: which step should process which action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingAction {
+    pub trace_id: Uuid,
+    pub action_id: Uuid,
+    /// The span that produced the action.
+    pub span_id: Uuid,
+    pub action: StepKind,
+    pub summary: String,
+    #[serde(with = "iso")]
+    pub created_at: DateTime<Utc>,
+    /// How many times a step run started on this action (rover's addition, bounds retries).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// The span of the run in progress, if any (rover's addition, for restart recovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_span_id: Option<Uuid>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// What rover knows about the workspace of a workflow action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskMapping {
+    pub task_id: String,
+    pub branch_name: String,
+    pub trace_id: Uuid,
+    pub workflow_span_id: Uuid,
+    /// Everything else the workflow step records (container id, worktree path, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `autopilot/state.json`: the pending queue and the task mappings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    #[serde(deserialize_with = "check_version")]
+    pub version: String,
+    #[serde(with = "iso")]
+    pub updated_at: DateTime<Utc>,
+    pub pending: Vec<PendingAction>,
+    /// Keyed by the workflow action id.
+    pub task_mappings: BTreeMap<String, TaskMapping>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl State {
+    pub fn new(now: DateTime<Utc>) -> State {
+        State {
+            version: version(),
+            updated_at: now,
+            pending: Vec::new(),
+            task_mappings: BTreeMap::new(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn pending_for(&self, action_id: Uuid) -> Option<&PendingAction> {
+        self.pending.iter().find(|p| p.action_id == action_id)
+    }
+
+    pub fn pending_for_mut(&mut self, action_id: Uuid) -> Option<&mut PendingAction> {
+        self.pending.iter_mut().find(|p| p.action_id == action_id)
+    }
+}
+
+/// `autopilot/cursor.json`: event ids already turned into traces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cursor {
+    #[serde(deserialize_with = "check_version")]
+    pub version: String,
+    #[serde(with = "iso")]
+    pub updated_at: DateTime<Utc>,
+    pub processed_event_ids: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Cursor {
+    pub fn new(now: DateTime<Utc>) -> Cursor {
+        Cursor {
+            version: version(),
+            updated_at: now,
+            processed_event_ids: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn contains(&self, event_id: &str) -> bool {
+        self.processed_event_ids.iter().any(|id| id == event_id)
+    }
+
+    /// Record an id; the oldest ids are evicted past [`CURSOR_CAPACITY`]. Returns false if known.
+    pub fn insert(&mut self, event_id: &str) -> bool {
+        if self.contains(event_id) {
+            return false;
+        }
+        self.processed_event_ids.push(event_id.to_owned());
+        let excess = self
+            .processed_event_ids
+            .len()
+            .saturating_sub(CURSOR_CAPACITY);
+        self.processed_event_ids.drain(..excess);
+        true
+    }
+}
+
+/// `autopilot/traces/<traceId>.json`: which spans and actions make up one trace (a cache,
+/// rebuildable from the span and action files).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceIndex {
+    #[serde(deserialize_with = "check_version")]
+    pub version: String,
+    pub trace_id: Uuid,
+    #[serde(with = "iso")]
+    pub created_at: DateTime<Utc>,
+    #[serde(with = "iso")]
+    pub updated_at: DateTime<Utc>,
+    /// A one-line label of the root event.
+    pub event: String,
+    pub spans: Vec<Uuid>,
+    pub actions: Vec<Uuid>,
+}
+
+impl TraceIndex {
+    pub fn new(root: &Span, event: String) -> TraceIndex {
+        TraceIndex {
+            version: version(),
+            trace_id: root.id,
+            created_at: root.timestamp,
+            updated_at: root.timestamp,
+            event,
+            spans: vec![root.id],
+            actions: Vec::new(),
+        }
+    }
+
+    /// Add ids not yet listed; returns whether anything changed.
+    pub fn add(&mut self, spans: &[Uuid], actions: &[Uuid], now: DateTime<Utc>) -> bool {
+        let mut changed = false;
+        for id in spans {
+            if !self.spans.contains(id) {
+                self.spans.push(*id);
+                changed = true;
+            }
+        }
+        for id in actions {
+            if !self.actions.contains(id) {
+                self.actions.push(*id);
+                changed = true;
+            }
+        }
+        if changed {
+            self.updated_at = now.max(self.updated_at);
+        }
+        changed
+    }
+}
+
+/// One entry of `autopilot/traces.json`, the cache of recent traces, newest last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceEntry {
+    pub trace_id: Uuid,
+    #[serde(with = "iso")]
+    pub created_at: DateTime<Utc>,
+    pub event: String,
+}
+
+/// `autopilot/traces.json`: the most recent traces in creation order (a cache).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TracesCache {
+    #[serde(deserialize_with = "check_version")]
+    pub version: String,
+    #[serde(with = "iso")]
+    pub updated_at: DateTime<Utc>,
+    pub traces: Vec<TraceEntry>,
+}
+
+/// How many traces `traces.json` keeps; older ones are found through `autopilot/traces/`.
+pub const TRACES_CACHE_CAPACITY: usize = 1000;
+
+impl TracesCache {
+    pub fn new(now: DateTime<Utc>) -> TracesCache {
+        TracesCache {
+            version: version(),
+            updated_at: now,
+            traces: Vec::new(),
+        }
+    }
+
+    /// Add a trace (kept sorted by creation time); returns whether anything changed.
+    pub fn add(&mut self, entry: TraceEntry, now: DateTime<Utc>) -> bool {
+        if self.traces.iter().any(|t| t.trace_id == entry.trace_id) {
+            return false;
+        }
+        let at = self
+            .traces
+            .partition_point(|t| t.created_at <= entry.created_at);
+        self.traces.insert(at, entry);
+        let excess = self.traces.len().saturating_sub(TRACES_CACHE_CAPACITY);
+        self.traces.drain(..excess);
+        self.updated_at = now;
+        true
+    }
+}
+
+/// One line of `autopilot/log.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogEntry {
+    #[serde(with = "iso")]
+    pub timestamp: DateTime<Utc>,
+    pub level: String,
+    pub target: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub fields: Map<String, Value>,
+}

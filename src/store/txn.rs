@@ -1,0 +1,209 @@
+//! A read-modify-write of the shared files under the store lock. Files are loaded on first use
+//! and written back on commit only if they changed: caches first, `state.json` and `cursor.json`
+//! last, so a crash in between leaves caches ahead of the queue, never the queue ahead of them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::error::{Result, StoreError};
+use super::fsio::{quarantine, read_json, write_json_atomic};
+use super::records::{Cursor, PendingAction, Span, State, TraceEntry, TraceIndex, TracesCache};
+use super::{traces, AutopilotStore};
+
+struct Loaded<T> {
+    value: T,
+    dirty: bool,
+}
+
+/// Open transaction; see [`AutopilotStore::transact`].
+pub struct Txn<'a> {
+    store: &'a AutopilotStore,
+    state: Option<Loaded<State>>,
+    cursor: Option<Loaded<Cursor>>,
+    cache: Option<Loaded<TracesCache>>,
+    indexes: BTreeMap<Uuid, Loaded<Option<TraceIndex>>>,
+}
+
+/// Load a shared file for modification: missing → `fresh`, corrupt → a copy is kept aside and
+/// the error names both.
+fn load_shared<T: DeserializeOwned>(path: &Path, fresh: impl FnOnce() -> T) -> Result<T> {
+    match read_json(path) {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Ok(fresh()),
+        Err(StoreError::Unreadable { path, reason }) => Err(quarantine(&path, reason)),
+        Err(e) => Err(e),
+    }
+}
+
+fn save<T: Serialize>(path: &Path, loaded: Option<&Loaded<T>>) -> Result<()> {
+    match loaded {
+        Some(l) if l.dirty => write_json_atomic(path, &l.value),
+        _ => Ok(()),
+    }
+}
+
+impl<'a> Txn<'a> {
+    pub(super) fn new(store: &'a AutopilotStore) -> Txn<'a> {
+        Txn {
+            store,
+            state: None,
+            cursor: None,
+            cache: None,
+            indexes: BTreeMap::new(),
+        }
+    }
+
+    /// The state, for reading.
+    pub fn state(&mut self) -> Result<&State> {
+        Ok(&self.state_loaded()?.value)
+    }
+
+    /// The state, for changing (written back on commit).
+    pub fn state_mut(&mut self) -> Result<&mut State> {
+        let l = self.state_loaded()?;
+        l.dirty = true;
+        Ok(&mut l.value)
+    }
+
+    fn state_loaded(&mut self) -> Result<&mut Loaded<State>> {
+        if self.state.is_none() {
+            let value = load_shared(&self.store.state_path(), || State::new(Utc::now()))?;
+            self.state = Some(Loaded {
+                value,
+                dirty: false,
+            });
+        }
+        Ok(self.state.as_mut().expect("just loaded"))
+    }
+
+    pub fn cursor_mut(&mut self) -> Result<&mut Cursor> {
+        if self.cursor.is_none() {
+            let value = load_shared(&self.store.cursor_path(), || Cursor::new(Utc::now()))?;
+            self.cursor = Some(Loaded {
+                value,
+                dirty: false,
+            });
+        }
+        let l = self.cursor.as_mut().expect("just loaded");
+        l.dirty = true;
+        Ok(&mut l.value)
+    }
+
+    /// Append to the queue unless the action is already queued. Returns whether it was added.
+    pub fn push_pending(&mut self, pending: PendingAction) -> Result<bool> {
+        if self.state()?.pending_for(pending.action_id).is_some() {
+            return Ok(false);
+        }
+        self.state_mut()?.pending.push(pending);
+        Ok(true)
+    }
+
+    pub fn remove_pending(&mut self, action_id: Uuid) -> Result<Option<PendingAction>> {
+        let Some(at) = self
+            .state()?
+            .pending
+            .iter()
+            .position(|p| p.action_id == action_id)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.state_mut()?.pending.remove(at)))
+    }
+
+    pub fn pending_mut(&mut self, action_id: Uuid) -> Result<Option<&mut PendingAction>> {
+        Ok(self.state_mut()?.pending_for_mut(action_id))
+    }
+
+    /// A trace's index, loading it (or rebuilding it if it is unreadable: it is a cache).
+    pub fn trace_index(&mut self, trace_id: Uuid) -> Result<Option<&TraceIndex>> {
+        if !self.indexes.contains_key(&trace_id) {
+            let path = self.store.trace_index_path(trace_id);
+            let value = match read_json::<TraceIndex>(&path) {
+                Ok(v) => v,
+                Err(StoreError::Unreadable { .. }) => traces::rebuild_one(self.store, trace_id)?,
+                Err(e) => return Err(e),
+            };
+            let dirty = false;
+            self.indexes.insert(trace_id, Loaded { value, dirty });
+        }
+        Ok(self.indexes.get(&trace_id).and_then(|l| l.value.as_ref()))
+    }
+
+    /// Create the index of a new trace (kept if it exists) and list it in the traces cache.
+    pub fn create_trace_index(&mut self, root: &Span, event: String) -> Result<()> {
+        if self.trace_index(root.id)?.is_none() {
+            let index = TraceIndex::new(root, event.clone());
+            self.indexes.insert(
+                root.id,
+                Loaded {
+                    value: Some(index),
+                    dirty: true,
+                },
+            );
+        }
+        let entry = TraceEntry {
+            trace_id: root.id,
+            created_at: root.timestamp,
+            event,
+        };
+        if self.cache.is_none() {
+            let path = self.store.traces_path();
+            let value = match read_json::<TracesCache>(&path) {
+                Ok(Some(v)) => v,
+                Ok(None) => TracesCache::new(Utc::now()),
+                Err(StoreError::Unreadable { .. }) => traces::rebuild_cache(self.store)?,
+                Err(e) => return Err(e),
+            };
+            self.cache = Some(Loaded {
+                value,
+                dirty: false,
+            });
+        }
+        let cache = self.cache.as_mut().expect("just loaded");
+        cache.dirty |= cache.value.add(entry, Utc::now());
+        Ok(())
+    }
+
+    /// Add spans and actions to a trace's index (a trace without an index is left alone: it was
+    /// created by another implementation and is found by a scan).
+    pub fn add_to_trace(
+        &mut self,
+        trace_id: Uuid,
+        spans: &[Uuid],
+        actions: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        self.trace_index(trace_id)?;
+        if let Some(l) = self.indexes.get_mut(&trace_id) {
+            if let Some(index) = l.value.as_mut() {
+                l.dirty |= index.add(spans, actions, now);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn commit(self) -> Result<()> {
+        let now = Utc::now();
+        for (id, l) in &self.indexes {
+            if let (true, Some(index)) = (l.dirty, &l.value) {
+                write_json_atomic(&self.store.trace_index_path(*id), index)?;
+            }
+        }
+        save(&self.store.traces_path(), self.cache.as_ref())?;
+        let mut state = self.state;
+        if let Some(l) = state.as_mut().filter(|l| l.dirty) {
+            l.value.updated_at = now;
+        }
+        save(&self.store.state_path(), state.as_ref())?;
+        let mut cursor = self.cursor;
+        if let Some(l) = cursor.as_mut().filter(|l| l.dirty) {
+            l.value.updated_at = now;
+        }
+        save(&self.store.cursor_path(), cursor.as_ref())
+    }
+}

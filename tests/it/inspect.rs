@@ -1,0 +1,356 @@
+//! `rover autopilot trace|traces|status` on generated stores, run as a user runs them.
+
+use std::fs;
+
+use serde_json::Value;
+
+use crate::support::env::{stderr, stdout, TestEnv};
+use crate::support::storegen::{example_store, Gen, TraceWriter};
+use rover::store::{SpanStatus, StepKind};
+
+/// Times that depend on the clock of the run are replaced before snapshotting.
+fn snapshot_filters() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (r"\d+[smhd] ago", "[age]"),
+        (
+            r"running  (\d+(\.\d+)?(ms|s|m|h))( \d+[sm])?",
+            "running  [elapsed]",
+        ),
+        (
+            r"\(\d+(\.\d+)?(ms|s|m|h)( \d+[sm])? so far",
+            "([elapsed] so far",
+        ),
+    ]
+}
+
+#[test]
+fn trace_shows_the_tree_with_decisions_errors_and_pending_work() {
+    let env = TestEnv::new();
+    let trace_id = example_store(&env.store());
+    let out = env.rover(&["autopilot", "trace", &trace_id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "no colour without a terminal");
+    insta::with_settings!({filters => snapshot_filters()}, {
+        insta::assert_snapshot!("trace_example", text);
+    });
+}
+
+#[test]
+fn trace_accepts_a_span_or_action_id_or_a_prefix_and_prints_the_same_trace() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let trace_id = example_store(&store);
+    let view = store.load_trace(trace_id).unwrap();
+    let by_trace = stdout(&env.rover(&["autopilot", "trace", &trace_id.to_string(), "--json"]));
+    let span = view.spans.last().unwrap().id.to_string();
+    let action = view.actions[3].id.to_string();
+    for id in [
+        span.as_str(),
+        action.as_str(),
+        &trace_id.to_string()[..8],
+        &span[..10],
+        &action.to_uppercase(),
+    ] {
+        let out = env.rover(&["autopilot", "trace", id, "--json"]);
+        assert!(out.status.success(), "{id}: {}", stderr(&out));
+        let a: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let b: Value = serde_json::from_str(&by_trace).unwrap();
+        assert_eq!(a["traceId"], b["traceId"], "{id}");
+        assert_eq!(
+            a["spans"].as_array().unwrap().len(),
+            b["spans"].as_array().unwrap().len(),
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn trace_json_is_the_stored_records_plus_derived_fields() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let trace_id = example_store(&store);
+    let out = env.rover(&["autopilot", "trace", &trace_id.to_string(), "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["traceId"], trace_id.to_string());
+    assert_eq!(
+        v["event"],
+        "IssuesEvent opened #12 by alice: Add a --json flag to export"
+    );
+    assert_eq!(v["outcome"], serde_json::json!({"state": "running"}));
+    assert_eq!(v["createdAt"], "2026-11-20T09:15:00.000Z");
+    let spans = v["spans"].as_array().unwrap();
+    let steps: Vec<&str> = spans.iter().map(|s| s["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        steps,
+        [
+            "event",
+            "coordinate",
+            "plan",
+            "workflow",
+            "commit",
+            "resolve",
+            "commit",
+            "workflow"
+        ]
+    );
+    for span in spans {
+        // Every span as stored: the spec's fields, and rover's trace id.
+        for field in [
+            "id",
+            "version",
+            "timestamp",
+            "step",
+            "parentId",
+            "status",
+            "completed",
+            "summary",
+            "meta",
+            "traceId",
+        ] {
+            assert!(span.get(field).is_some(), "span misses {field}: {span}");
+        }
+        assert_eq!(span["version"], "1.0");
+        assert_eq!(span["traceId"], trace_id.to_string());
+    }
+    let commit_error = &spans[4];
+    assert_eq!(commit_error["status"], "error");
+    assert_eq!(commit_error["meta"]["error"]["exitCode"], 1);
+    assert_eq!(spans[7]["status"], "running");
+    assert_eq!(spans[7]["completed"], Value::Null);
+    let actions = v["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 8);
+    let pending: Vec<&Value> = actions.iter().filter(|a| a["pending"] == true).collect();
+    assert_eq!(
+        pending.len(),
+        2,
+        "the second task's workflow (running) and the last resolve"
+    );
+    assert!(actions
+        .iter()
+        .all(|a| a["reason"].is_string() && a["spanId"].is_string()));
+    let queue = v["pending"].as_array().unwrap();
+    assert_eq!(queue.len(), 2);
+    assert!(queue
+        .iter()
+        .any(|p| p["action"] == "resolve" && p["runningSpanId"].is_null()));
+    assert!(queue
+        .iter()
+        .any(|p| p["action"] == "workflow" && p["runningSpanId"] == spans[7]["id"]));
+    assert_eq!(v["missing"], serde_json::json!([]));
+}
+
+#[test]
+fn traces_lists_newest_first_with_outcomes() {
+    let env = TestEnv::new();
+    let store = env.store();
+    example_store(&store);
+    let mut gen = Gen::new(2);
+    let mut t = TraceWriter::start(
+        &store,
+        &mut gen,
+        60_000,
+        "PushEvent to main by bob (4f2a9c1)",
+    );
+    let root = t.trace_id;
+    let a = t.act(
+        root,
+        StepKind::Coordinate,
+        "push to the default branch",
+        serde_json::json!({}),
+    );
+    let c = t.run(
+        &a,
+        2_000,
+        SpanStatus::Completed,
+        "CI is green",
+        serde_json::json!({"decision": "noop"}),
+    );
+    let n = t.act(
+        c.id,
+        StepKind::Noop,
+        "CI passed, no issues found",
+        serde_json::json!({}),
+    );
+    t.run(
+        &n,
+        400,
+        SpanStatus::Completed,
+        "Push to main; CI passed; nothing to do",
+        serde_json::json!({}),
+    );
+    let mut t = TraceWriter::start(
+        &store,
+        &mut gen,
+        120_000,
+        "IssueCommentEvent created #7 by carol",
+    );
+    let root = t.trace_id;
+    let a = t.act(
+        root,
+        StepKind::Coordinate,
+        "comment on an issue",
+        serde_json::json!({}),
+    );
+    t.run(
+        &a,
+        1_000,
+        SpanStatus::Completed,
+        "decided plan",
+        serde_json::json!({}),
+    );
+
+    let out = env.rover(&["autopilot", "traces"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    insta::with_settings!({filters => snapshot_filters()}, {
+        insta::assert_snapshot!("traces_list", stdout(&out));
+    });
+
+    let v: Value = serde_json::from_str(&stdout(&env.rover(&[
+        "autopilot",
+        "traces",
+        "--json",
+        "--limit",
+        "2",
+    ])))
+    .unwrap();
+    let traces = v["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 2, "--limit is honoured");
+    assert_eq!(traces[0]["event"], "IssueCommentEvent created #7 by carol");
+    assert_eq!(
+        traces[0]["outcome"],
+        serde_json::json!({"state": "stalled"})
+    );
+    assert_eq!(
+        traces[1]["outcome"],
+        serde_json::json!({"state": "finished", "step": "noop", "status": "completed"})
+    );
+    assert_eq!(traces[1]["spans"], 3);
+    assert_eq!(traces[1]["lastStep"], "noop");
+}
+
+#[test]
+fn unknown_ambiguous_and_short_ids_are_one_clear_error() {
+    let env = TestEnv::new();
+    let store = env.store();
+    example_store(&store);
+    // Two records whose ids share a 9-character prefix make that prefix ambiguous.
+    let view = store
+        .load_trace(store.recent_traces(1).unwrap()[0].trace_id)
+        .unwrap();
+    let a = view.spans[1].id.to_string();
+    let twin = format!("{}{}", &a[..9], &view.spans[2].id.to_string()[9..]);
+    let mut copy = view.spans[2].clone();
+    copy.id = twin.parse().unwrap();
+    store.write_span(&copy).unwrap();
+
+    for (args, expect) in [
+        (
+            vec!["autopilot", "trace", "00000000-0000-4000-8000-000000000000"],
+            "no span, action or trace matches",
+        ),
+        (
+            vec!["autopilot", "trace", "deadbeefdead"],
+            "no span, action or trace matches",
+        ),
+        (vec!["autopilot", "trace", "abc"], "too short"),
+        (vec!["autopilot", "trace", &a[..9]], "ambiguous"),
+    ] {
+        let out = env.rover(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("error: ") && err.contains(expect),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(stdout(&out).is_empty());
+    }
+    let out = env.rover(&["autopilot", "trace"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+}
+
+#[test]
+fn a_missing_store_is_an_error_and_is_not_created_by_looking() {
+    let env = TestEnv::new();
+    for cmd in ["traces", "status"] {
+        let out = env.rover(&["autopilot", cmd]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stderr(&out).contains("no rover store at"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert!(!env.data_dir.exists(), "inspection never creates a store");
+}
+
+#[test]
+fn the_project_is_found_from_the_repository_in_the_current_directory() {
+    let env = TestEnv::new();
+    let repo = env.path().join("widgets");
+    fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    git(&["init", "-q"]);
+    git(&["remote", "add", "origin", "git@github.com:Acme/widgets.git"]);
+    let project = rover::project::Project::discover(&repo).unwrap();
+    assert_eq!(project.repo.unwrap().to_string(), "Acme/widgets");
+    let store = rover::store::AutopilotStore::open(&env.data_dir, &project.id).unwrap();
+    example_store(&store);
+    let out = std::process::Command::new(crate::support::env::rover_bin())
+        .args(["autopilot", "traces"])
+        .current_dir(repo.join("."))
+        .env("ROVER_DATA_DIR", &env.data_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("IssuesEvent opened #12"));
+}
+
+#[test]
+fn status_reports_the_queue_running_steps_and_dead_letters() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let trace_id = example_store(&store);
+    let view = store.load_trace(trace_id).unwrap();
+    let mut gen = Gen::new(3);
+    let mut t = TraceWriter {
+        store: &store,
+        gen: &mut gen,
+        trace_id,
+        clock: 900_000,
+    };
+    t.act(
+        view.spans[1].id,
+        StepKind::Other("deploy".into()),
+        "an action type nobody handles",
+        serde_json::json!({}),
+    );
+    let out = env.rover(&["autopilot", "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("daemon   not running"), "{text}");
+    assert!(
+        text.contains("pending  3 (deploy 1, resolve 1, workflow 1)"),
+        "{text}"
+    );
+    assert!(text.contains("running  workflow"), "{text}");
+    assert!(
+        text.contains("dead letter") && text.contains("\"deploy\""),
+        "{text}"
+    );
+    let v: Value =
+        serde_json::from_str(&stdout(&env.rover(&["autopilot", "status", "--json"]))).unwrap();
+    assert_eq!(v["daemon"]["running"], false);
+    assert_eq!(v["pendingTotal"], 3);
+    assert_eq!(v["deadLetters"].as_array().unwrap().len(), 1);
+    assert_eq!(v["running"][0]["step"], "workflow");
+}

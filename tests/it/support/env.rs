@@ -1,0 +1,65 @@
+//! `TestEnv`: a temp data dir and project id, and the real `rover` binary run as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rover::store::AutopilotStore;
+use tempfile::TempDir;
+
+pub const PROJECT_ID: &str = "acme-widgets-test0001";
+
+pub struct TestEnv {
+    pub dir: TempDir,
+    pub data_dir: PathBuf,
+    pub project_id: String,
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().join("data");
+        TestEnv {
+            dir,
+            data_dir,
+            project_id: PROJECT_ID.to_owned(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn store(&self) -> AutopilotStore {
+        AutopilotStore::open(&self.data_dir, &self.project_id).expect("open store")
+    }
+
+    /// `rover <args> --project-id <id>` with a hermetic environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(rover_bin());
+        cmd.args(args)
+            .arg("--project-id")
+            .arg(&self.project_id)
+            .env("ROVER_DATA_DIR", &self.data_dir)
+            .env("NO_COLOR", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .current_dir(self.path());
+        cmd
+    }
+
+    pub fn rover(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run rover")
+    }
+}
+
+pub fn rover_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rover")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
