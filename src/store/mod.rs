@@ -9,6 +9,7 @@
 
 mod error;
 pub mod fsio;
+mod ids;
 mod lock;
 pub mod log;
 pub mod records;
@@ -22,6 +23,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use error::{Result, StoreError};
+pub use ids::IdKind;
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     Action, Cursor, LogEntry, Meta, PendingAction, Span, SpanStatus, State, StepKind, TaskMapping,
@@ -118,6 +120,9 @@ impl AutopilotStore {
     pub fn action_path(&self, id: Uuid) -> PathBuf {
         self.actions_dir().join(format!("{id}.json"))
     }
+    pub fn ids_dir(&self) -> PathBuf {
+        self.autopilot_dir().join("ids")
+    }
     pub fn trace_index_path(&self, trace_id: Uuid) -> PathBuf {
         self.trace_index_dir().join(format!("{trace_id}.json"))
     }
@@ -135,8 +140,11 @@ impl AutopilotStore {
                 }
                 .into());
             }
+            return write_json_atomic(&path, span);
         }
-        write_json_atomic(&path, span)
+        write_json_atomic(&path, span)?;
+        self.index_id(ids::IdKind::Span, span.id);
+        Ok(())
     }
 
     pub fn read_span(&self, id: Uuid) -> Result<Span> {
@@ -157,7 +165,16 @@ impl AutopilotStore {
                     .into(),
             });
         }
-        write_json_atomic(&path, action)
+        write_json_atomic(&path, action)?;
+        self.index_id(ids::IdKind::Action, action.id);
+        Ok(())
+    }
+
+    /// Add a new record's id to the prefix index (a cache: a failure only slows lookups down).
+    pub fn index_id(&self, kind: ids::IdKind, id: Uuid) {
+        if let Err(e) = ids::append(&self.ids_dir(), kind, id) {
+            tracing::warn!(error = %e, %id, "cannot update the id-prefix index");
+        }
     }
 
     pub fn read_action(&self, id: Uuid) -> Result<Action> {

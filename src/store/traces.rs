@@ -186,14 +186,22 @@ pub(super) fn resolve(store: &AutopilotStore, id: &str) -> Result<Uuid> {
         return Err(StoreError::UnknownId { id });
     }
     let mut matches = BTreeMap::new();
-    for (dir, kind) in [
-        (store.trace_index_dir(), "trace"),
-        (store.spans_dir(), "span"),
-        (store.actions_dir(), "action"),
-    ] {
-        for name in file_stems(&dir)? {
-            if name.starts_with(&id) {
-                matches.entry(name).or_insert(kind);
+    if let Some(found) = super::ids::lookup(&store.ids_dir(), &id).map_err(StoreError::io("read", store.ids_dir()))? {
+        for (kind, uuid) in found {
+            matches.entry(uuid.to_string()).or_insert(kind.name());
+        }
+    }
+    // Nothing in the index (an old store, or an id whose append a crash cut off): scan.
+    if matches.is_empty() {
+        for (dir, kind) in [
+            (store.trace_index_dir(), "trace"),
+            (store.spans_dir(), "span"),
+            (store.actions_dir(), "action"),
+        ] {
+            for name in file_stems(&dir)? {
+                if name.starts_with(&id) {
+                    matches.entry(name).or_insert(kind);
+                }
             }
         }
     }
@@ -356,6 +364,18 @@ pub(super) fn rebuild_one(store: &AutopilotStore, trace_id: Uuid) -> Result<Opti
 pub(super) fn rebuild(store: &AutopilotStore) -> Result<usize> {
     let _lock = StoreLock::acquire(&store.lock_path())?;
     let by_trace = scan(store)?;
+    let ids_dir = store.ids_dir();
+    if ids_dir.is_dir() {
+        fs::remove_dir_all(&ids_dir).map_err(StoreError::io("remove", &ids_dir))?;
+    }
+    for index in by_trace.values() {
+        for id in &index.spans {
+            store.index_id(super::IdKind::Span, *id);
+        }
+        for id in &index.actions {
+            store.index_id(super::IdKind::Action, *id);
+        }
+    }
     for (id, index) in &by_trace {
         write_json_atomic(&store.trace_index_path(*id), index)?;
     }

@@ -1,0 +1,22 @@
+//! rover's benchmarks: `cargo bench --bench rover` prints every figure the README quotes.
+//!
+//! Figures, not pass/fail: each line says what was measured, on this machine's disk, and the bar
+//! it is compared against. `cargo bench --bench rover -- store` runs only the store section.
+
+mod store;
+
+fn main() {
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wants = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    println!("rover benchmarks ({} cores, {})", std::thread::available_parallelism().map_or(1, std::num::NonZero::get), chrono::Utc::now().format("%Y-%m-%d"));
+    if wants("store") {
+        store::run();
+    }
+}
+
+/// Median and 99th percentile of a sample, in microseconds.
+pub fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
