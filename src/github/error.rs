@@ -51,6 +51,9 @@ pub enum GitHubError {
         #[source]
         source: octocrab::Error,
     },
+    /// No complete answer within the request timeout.
+    #[error("github did not answer {what} within {secs}s: retry later")]
+    Timeout { what: String, secs: u64 },
     /// The answer did not have the expected shape.
     #[error("github answered {what} with something unexpected: {detail}")]
     Malformed { what: String, detail: String },
@@ -69,7 +72,10 @@ impl GitHubError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::RateLimited { .. } | Self::Server { .. } | Self::Transport { .. }
+            Self::RateLimited { .. }
+                | Self::Server { .. }
+                | Self::Transport { .. }
+                | Self::Timeout { .. }
         )
     }
 

@@ -1,0 +1,873 @@
+//! `OctoGitHub`: the `GitHub` trait over octocrab's raw requests and rover's own lenient types.
+//!
+//! octocrab's typed models fail on trimmed or unexpected payloads and its `Etagged` drops
+//! `X-Poll-Interval`, so every call goes through `_get_with_headers`/`_post` and reads status,
+//! headers and body itself. Retries are off: a 500 is one request and one typed error.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use http::{HeaderMap, HeaderValue, Method};
+use octocrab::service::middleware::retry::RetryConfig;
+use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::api::{
+    CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, NewPullRequest, Permission,
+    Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+};
+use super::error::GitHubError;
+use super::events::{parse_events_page, NormalizeOptions};
+use super::poll::ResponseMeta;
+use super::settings::{
+    GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
+};
+
+/// Most pages fetched for one list call (100 items each).
+const MAX_PAGES: u32 = 5;
+
+/// The token from `GITHUB_TOKEN`, else `GH_TOKEN`; empty values do not count.
+pub fn token_from_env() -> Result<String, GitHubError> {
+    [TOKEN_ENV, TOKEN_ENV_FALLBACK]
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .map(|v| v.trim().to_owned())
+        .find(|v| !v.is_empty())
+        .ok_or(GitHubError::MissingToken)
+}
+
+/// The API base URL from `ROVER_GITHUB_API_URL`, else `https://api.github.com`.
+pub fn api_url_from_env() -> String {
+    std::env::var(API_URL_ENV)
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_API_URL.to_owned())
+}
+
+/// Guess the human-facing base URL from the API URL (`api.github.com` → `github.com`,
+/// `https://ghe.example/api/v3` → `https://ghe.example`).
+pub fn web_url_for(api_url: &str) -> String {
+    let api = api_url.trim_end_matches('/');
+    if api == DEFAULT_API_URL {
+        return "https://github.com".to_owned();
+    }
+    api.strip_suffix("/api/v3").unwrap_or(api).to_owned()
+}
+
+/// The octocrab-backed GitHub client for one repository.
+#[derive(Debug, Clone)]
+pub struct OctoGitHub {
+    client: Octocrab,
+    repo: RepoRef,
+    normalize: NormalizeOptions,
+    timeout: Duration,
+}
+
+impl OctoGitHub {
+    /// Build from the environment (`ROVER_GITHUB_API_URL`, `GITHUB_TOKEN`/`GH_TOKEN`).
+    pub fn from_env(settings: &GitHubSettings, repo: RepoRef) -> Result<Self, GitHubError> {
+        Self::new(&api_url_from_env(), &token_from_env()?, repo, settings)
+    }
+
+    /// Build against `api_url` with `token`.
+    pub fn new(
+        api_url: &str,
+        token: &str,
+        repo: RepoRef,
+        settings: &GitHubSettings,
+    ) -> Result<Self, GitHubError> {
+        let config_err = |detail: String| GitHubError::Config {
+            what: format!("api url {api_url}"),
+            detail,
+        };
+        let timeout = Duration::from_secs(settings.request_timeout_secs.max(1));
+        let client = Octocrab::builder()
+            .base_uri(api_url.trim_end_matches('/'))
+            .map_err(|e| config_err(format!("not a url: {e}")))?
+            .personal_token(token.to_owned())
+            .add_retry_config(RetryConfig::None)
+            .set_connect_timeout(Some(timeout))
+            .set_read_timeout(Some(timeout))
+            .add_header(
+                http::header::ACCEPT,
+                "application/vnd.github+json".to_owned(),
+            )
+            .build()
+            .map_err(|e| config_err(format!("could not build the http client: {e}")))?;
+        let normalize = NormalizeOptions {
+            bot_login: settings.bot_login.clone(),
+            visibility: settings.visibility,
+            web_url: settings
+                .web_url
+                .clone()
+                .unwrap_or_else(|| web_url_for(api_url)),
+        };
+        Ok(Self {
+            client,
+            repo,
+            normalize,
+            timeout,
+        })
+    }
+
+    fn path(&self, rest: &str) -> String {
+        format!("/repos/{}/{}{rest}", self.repo.owner, self.repo.name)
+    }
+
+    /// Send one request; returns status meta and body whatever the status.
+    async fn send(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: Option<HeaderMap>,
+    ) -> Result<(ResponseMeta, String), GitHubError> {
+        let request = async {
+            let response = if method == Method::POST {
+                self.client._post(path, body).await
+            } else {
+                self.client._get_with_headers(path, headers).await
+            }?;
+            let meta = ResponseMeta::from_headers(response.status().as_u16(), response.headers());
+            let text = self.client.body_to_string(response).await?;
+            Ok::<_, octocrab::Error>((meta, text))
+        };
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(source)) => Err(GitHubError::Transport {
+                what: what.to_owned(),
+                source,
+            }),
+            Err(_) => Err(GitHubError::Timeout {
+                what: what.to_owned(),
+                secs: self.timeout.as_secs(),
+            }),
+        }
+    }
+
+    /// Send, fail on a non-success status, parse the body into `T`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(T, ResponseMeta), GitHubError> {
+        let (meta, text) = self.send(what, method, path, body, None).await?;
+        check_status(what, &meta, &text, Utc::now())?;
+        let value = parse_body(what, &text)?;
+        Ok((value, meta))
+    }
+
+    /// GET a list, following pages up to `MAX_PAGES`.
+    async fn list_all<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+    ) -> Result<Vec<T>, GitHubError> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut all = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let url = format!("{path}{sep}per_page=100&page={page}");
+            let (meta, text) = self.send(what, Method::GET, &url, None, None).await?;
+            check_status(what, &meta, &text, Utc::now())?;
+            let items: Vec<T> = parse_body(what, &text)?;
+            let full = items.len() >= 100;
+            all.extend(items);
+            if !full {
+                break;
+            }
+        }
+        Ok(all)
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorBody {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    errors: Vec<Value>,
+}
+
+/// Map a non-success answer to a typed error.
+pub(crate) fn check_status(
+    what: &str,
+    meta: &ResponseMeta,
+    body: &str,
+    now: DateTime<Utc>,
+) -> Result<(), GitHubError> {
+    if (200..300).contains(&meta.status) {
+        return Ok(());
+    }
+    let parsed: ErrorBody = serde_json::from_str(body).unwrap_or_default();
+    let message = if parsed.message.is_empty() {
+        body.chars().take(200).collect()
+    } else {
+        parsed.message
+    };
+    let what = what.to_owned();
+    Err(match meta.status {
+        401 => GitHubError::BadCredentials { what },
+        403 | 429 => {
+            let limited = meta.rate_limited_until(now).or_else(|| {
+                (meta.status == 429 || message.to_ascii_lowercase().contains("rate limit"))
+                    .then(|| now + TimeDelta::seconds(60))
+            });
+            match limited {
+                Some(until) => GitHubError::RateLimited { what, until },
+                None => GitHubError::Forbidden { what, message },
+            }
+        }
+        404 => GitHubError::NotFound { what },
+        422 => GitHubError::Validation {
+            what,
+            message,
+            errors: parsed
+                .errors
+                .iter()
+                .map(describe_validation_error)
+                .collect(),
+        },
+        500..=599 => GitHubError::Server {
+            what,
+            status: meta.status,
+        },
+        status => GitHubError::Status {
+            what,
+            status,
+            message,
+        },
+    })
+}
+
+fn describe_validation_error(e: &Value) -> String {
+    if let Some(m) = e.get("message").and_then(Value::as_str) {
+        return m.to_owned();
+    }
+    if let Some(s) = e.as_str() {
+        return s.to_owned();
+    }
+    let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
+    format!("{} {} {}", field("resource"), field("field"), field("code"))
+}
+
+fn parse_body<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, GitHubError> {
+    serde_json::from_str(text).map_err(|e| GitHubError::Malformed {
+        what: what.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// Percent-encode a value for a URL query or path segment (unreserved characters kept).
+pub(crate) fn encode(s: &str, keep_slash: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'_' | b'.' | b'~')
+            || (keep_slash && b == b'/')
+        {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+// Lenient wire shapes: only what rover reads, everything defaulted.
+
+#[derive(Deserialize, Default)]
+struct RawUser {
+    #[serde(default)]
+    login: String,
+}
+
+#[derive(Deserialize)]
+struct RawLabel {
+    #[serde(default)]
+    name: String,
+}
+
+fn login(u: Option<RawUser>) -> String {
+    u.unwrap_or_default().login
+}
+
+fn state(s: &str) -> IssueState {
+    if s.eq_ignore_ascii_case("closed") {
+        IssueState::Closed
+    } else {
+        IssueState::Open
+    }
+}
+
+#[derive(Deserialize)]
+struct RawIssue {
+    number: u64,
+    #[serde(default)]
+    title: String,
+    body: Option<String>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    labels: Vec<RawLabel>,
+    user: Option<RawUser>,
+    pull_request: Option<Value>,
+    #[serde(default)]
+    html_url: String,
+    #[serde(default)]
+    comments: u64,
+}
+
+impl From<RawIssue> for Issue {
+    fn from(r: RawIssue) -> Self {
+        Self {
+            number: r.number,
+            title: r.title,
+            body: r.body.unwrap_or_default(),
+            state: state(&r.state),
+            labels: r.labels.into_iter().map(|l| l.name).collect(),
+            author: login(r.user),
+            is_pull_request: r.pull_request.is_some(),
+            html_url: r.html_url,
+            comments: r.comments,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct RawBranch {
+    #[serde(default, rename = "ref")]
+    git_ref: String,
+    #[serde(default)]
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct RawPull {
+    number: u64,
+    #[serde(default)]
+    title: String,
+    body: Option<String>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    draft: bool,
+    merged: Option<bool>,
+    merged_at: Option<String>,
+    #[serde(default)]
+    labels: Vec<RawLabel>,
+    user: Option<RawUser>,
+    #[serde(default)]
+    head: RawBranch,
+    #[serde(default)]
+    base: RawBranch,
+    #[serde(default)]
+    html_url: String,
+}
+
+impl From<RawPull> for PullRequest {
+    fn from(r: RawPull) -> Self {
+        Self {
+            number: r.number,
+            title: r.title,
+            body: r.body.unwrap_or_default(),
+            state: state(&r.state),
+            draft: r.draft,
+            merged: r.merged.unwrap_or(r.merged_at.is_some()),
+            labels: r.labels.into_iter().map(|l| l.name).collect(),
+            author: login(r.user),
+            head_branch: r.head.git_ref,
+            head_sha: r.head.sha,
+            base_branch: r.base.git_ref,
+            html_url: r.html_url,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawComment {
+    id: u64,
+    user: Option<RawUser>,
+    body: Option<String>,
+    #[serde(default)]
+    html_url: String,
+    created_at: Option<DateTime<Utc>>,
+}
+
+impl From<RawComment> for Comment {
+    fn from(r: RawComment) -> Self {
+        Self {
+            id: r.id,
+            author: login(r.user),
+            body: r.body.unwrap_or_default(),
+            html_url: r.html_url,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawReview {
+    id: u64,
+    user: Option<RawUser>,
+    body: Option<String>,
+    #[serde(default)]
+    state: String,
+    commit_id: Option<String>,
+    #[serde(default)]
+    html_url: String,
+    submitted_at: Option<DateTime<Utc>>,
+}
+
+impl From<RawReview> for Review {
+    fn from(r: RawReview) -> Self {
+        Self {
+            id: r.id,
+            author: login(r.user),
+            body: r.body.unwrap_or_default(),
+            state: r.state.to_ascii_uppercase(),
+            commit_id: r.commit_id,
+            html_url: r.html_url,
+            submitted_at: r.submitted_at,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawReviewComment {
+    id: u64,
+    pull_request_review_id: Option<u64>,
+    in_reply_to_id: Option<u64>,
+    user: Option<RawUser>,
+    body: Option<String>,
+    #[serde(default)]
+    path: String,
+    line: Option<u64>,
+    #[serde(default)]
+    html_url: String,
+    created_at: Option<DateTime<Utc>>,
+}
+
+impl From<RawReviewComment> for ReviewComment {
+    fn from(r: RawReviewComment) -> Self {
+        Self {
+            id: r.id,
+            review_id: r.pull_request_review_id,
+            in_reply_to_id: r.in_reply_to_id,
+            author: login(r.user),
+            body: r.body.unwrap_or_default(),
+            path: r.path,
+            line: r.line,
+            html_url: r.html_url,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawPosted {
+    id: u64,
+    #[serde(default)]
+    html_url: String,
+}
+
+impl From<RawPosted> for Posted {
+    fn from(r: RawPosted) -> Self {
+        Self {
+            id: r.id,
+            html_url: r.html_url,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawPermission {
+    #[serde(default)]
+    permission: String,
+    role_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawStatus {
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    context: String,
+}
+
+#[derive(Deserialize)]
+struct RawCombined {
+    #[serde(default)]
+    sha: String,
+    #[serde(default)]
+    statuses: Vec<RawStatus>,
+}
+
+#[derive(Deserialize)]
+struct RawCheckRun {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    status: String,
+    conclusion: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawCheckRuns {
+    #[serde(default)]
+    check_runs: Vec<RawCheckRun>,
+}
+
+/// Pure: fold combined statuses and check runs into one summary.
+fn summarize_ci(sha: String, combined: RawCombined, checks: &RawCheckRuns) -> CiStatus {
+    let mut failing = Vec::new();
+    let mut pending = Vec::new();
+    for s in &combined.statuses {
+        match s.state.as_str() {
+            "success" => {}
+            "pending" => pending.push(s.context.clone()),
+            _ => failing.push(s.context.clone()),
+        }
+    }
+    for c in &checks.check_runs {
+        if c.status != "completed" {
+            pending.push(c.name.clone());
+            continue;
+        }
+        match c.conclusion.as_deref() {
+            Some("success" | "neutral" | "skipped") => {}
+            _ => failing.push(c.name.clone()),
+        }
+    }
+    let total = combined.statuses.len() + checks.check_runs.len();
+    let state = if !failing.is_empty() {
+        CiState::Failure
+    } else if !pending.is_empty() || total == 0 {
+        CiState::Pending
+    } else {
+        CiState::Success
+    };
+    CiStatus {
+        sha: if combined.sha.is_empty() {
+            sha
+        } else {
+            combined.sha
+        },
+        state,
+        failing,
+        pending,
+        total,
+    }
+}
+
+#[async_trait]
+impl GitHub for OctoGitHub {
+    fn repo(&self) -> &RepoRef {
+        &self.repo
+    }
+
+    async fn list_events(&self, etag: Option<&str>) -> Result<EventsFetch, GitHubError> {
+        let what = "the events feed";
+        let mut headers = HeaderMap::new();
+        if let Some(tag) = etag {
+            let value = HeaderValue::from_str(tag).map_err(|_| GitHubError::Malformed {
+                what: what.into(),
+                detail: "stored etag is not a valid header value".into(),
+            })?;
+            headers.insert(http::header::IF_NONE_MATCH, value);
+        }
+        let path = self.path("/events?per_page=100");
+        let (meta, text) = self
+            .send(what, Method::GET, &path, None, Some(headers))
+            .await?;
+        if meta.status == 304 {
+            return Ok(EventsFetch::NotModified { meta });
+        }
+        check_status(what, &meta, &text, Utc::now())?;
+        let page = parse_events_page(&text, &self.normalize)?;
+        Ok(EventsFetch::Page { page, meta })
+    }
+
+    async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {
+        let what = format!("issue #{number}");
+        let (raw, _) = self
+            .call::<RawIssue>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/issues/{number}")),
+                None,
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn get_pull_request(&self, number: u64) -> Result<PullRequest, GitHubError> {
+        let what = format!("pull request #{number}");
+        let (raw, _) = self
+            .call::<RawPull>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/pulls/{number}")),
+                None,
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn list_comments(&self, number: u64, last: usize) -> Result<Vec<Comment>, GitHubError> {
+        let what = format!("comments of #{number}");
+        let raw: Vec<RawComment> = self
+            .list_all(&what, &self.path(&format!("/issues/{number}/comments")))
+            .await?;
+        let skip = raw.len().saturating_sub(last);
+        Ok(raw.into_iter().skip(skip).map(Comment::from).collect())
+    }
+
+    async fn list_reviews(&self, number: u64) -> Result<Vec<Review>, GitHubError> {
+        let what = format!("reviews of #{number}");
+        let raw: Vec<RawReview> = self
+            .list_all(&what, &self.path(&format!("/pulls/{number}/reviews")))
+            .await?;
+        Ok(raw.into_iter().map(Review::from).collect())
+    }
+
+    async fn list_review_comments(&self, number: u64) -> Result<Vec<ReviewComment>, GitHubError> {
+        let what = format!("review comments of #{number}");
+        let raw: Vec<RawReviewComment> = self
+            .list_all(&what, &self.path(&format!("/pulls/{number}/comments")))
+            .await?;
+        Ok(raw.into_iter().map(ReviewComment::from).collect())
+    }
+
+    async fn list_commit_comments(&self, sha: &str) -> Result<Vec<Comment>, GitHubError> {
+        let what = format!("comments of commit {sha}");
+        let raw: Vec<RawComment> = self
+            .list_all(
+                &what,
+                &self.path(&format!("/commits/{}/comments", encode(sha, false))),
+            )
+            .await?;
+        Ok(raw.into_iter().map(Comment::from).collect())
+    }
+
+    async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
+        let what = format!("permission of {login}");
+        let path = self.path(&format!(
+            "/collaborators/{}/permission",
+            encode(login, false)
+        ));
+        let (raw, _) = self
+            .call::<RawPermission>(&what, Method::GET, &path, None)
+            .await?;
+        // `role_name` distinguishes maintain/triage, which `permission` folds into write/read.
+        Ok(match raw.role_name.as_deref().map(Permission::parse) {
+            Some(p) if p != Permission::None => p,
+            _ => Permission::parse(&raw.permission),
+        })
+    }
+
+    async fn ci_status(&self, git_ref: &str) -> Result<CiStatus, GitHubError> {
+        let r = encode(git_ref, true);
+        let what = format!("ci status of {git_ref}");
+        let (combined, _) = self
+            .call::<RawCombined>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/commits/{r}/status")),
+                None,
+            )
+            .await?;
+        let (checks, _) = self
+            .call::<RawCheckRuns>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/commits/{r}/check-runs?per_page=100")),
+                None,
+            )
+            .await?;
+        Ok(summarize_ci(git_ref.to_owned(), combined, &checks))
+    }
+
+    async fn post_comment(&self, number: u64, body: &str) -> Result<Posted, GitHubError> {
+        let what = format!("comment on #{number}");
+        let (raw, _) = self
+            .call::<RawPosted>(
+                &what,
+                Method::POST,
+                &self.path(&format!("/issues/{number}/comments")),
+                Some(&json!({"body": body})),
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn post_review(
+        &self,
+        number: u64,
+        event: ReviewEvent,
+        body: &str,
+    ) -> Result<Posted, GitHubError> {
+        let what = format!("review on #{number}");
+        let payload = json!({"body": body, "event": event});
+        let (raw, _) = self
+            .call::<RawPosted>(
+                &what,
+                Method::POST,
+                &self.path(&format!("/pulls/{number}/reviews")),
+                Some(&payload),
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn reply_to_review_comment(
+        &self,
+        number: u64,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Posted, GitHubError> {
+        let what = format!("reply to review comment {comment_id} on #{number}");
+        let path = self.path(&format!("/pulls/{number}/comments/{comment_id}/replies"));
+        let (raw, _) = self
+            .call::<RawPosted>(&what, Method::POST, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn post_commit_comment(&self, sha: &str, body: &str) -> Result<Posted, GitHubError> {
+        let what = format!("comment on commit {sha}");
+        let path = self.path(&format!("/commits/{}/comments", encode(sha, false)));
+        let (raw, _) = self
+            .call::<RawPosted>(&what, Method::POST, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn find_pull_request_for_branch(
+        &self,
+        branch: &str,
+    ) -> Result<Option<PullRequest>, GitHubError> {
+        let what = format!("pull request for branch {branch}");
+        let head = encode(&format!("{}:{branch}", self.repo.owner), false);
+        let path = self.path(&format!("/pulls?state=open&head={head}&per_page=10"));
+        let (raw, _) = self
+            .call::<Vec<RawPull>>(&what, Method::GET, &path, None)
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(PullRequest::from)
+            .find(|p| p.head_branch == branch))
+    }
+
+    async fn open_pull_request(&self, new: &NewPullRequest) -> Result<PullRequest, GitHubError> {
+        let what = format!("create pull request from {}", new.head);
+        let payload = json!({"title": new.title, "head": new.head, "base": new.base, "body": new.body,
+                             "draft": new.draft, "maintainer_can_modify": true});
+        let (raw, _) = self
+            .call::<RawPull>(&what, Method::POST, &self.path("/pulls"), Some(&payload))
+            .await?;
+        Ok(raw.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(status: u16) -> ResponseMeta {
+        ResponseMeta {
+            status,
+            ..ResponseMeta::default()
+        }
+    }
+
+    #[test]
+    fn statuses_map_to_typed_errors() {
+        let now = Utc::now();
+        assert!(check_status("x", &meta(201), "", now).is_ok());
+        assert!(matches!(
+            check_status("x", &meta(401), "{\"message\":\"Bad credentials\"}", now),
+            Err(GitHubError::BadCredentials { .. })
+        ));
+        assert!(matches!(
+            check_status("x", &meta(404), "{}", now),
+            Err(GitHubError::NotFound { .. })
+        ));
+        assert!(matches!(
+            check_status(
+                "x",
+                &meta(403),
+                "{\"message\":\"Resource not accessible\"}",
+                now
+            ),
+            Err(GitHubError::Forbidden { .. })
+        ));
+        assert!(matches!(
+            check_status("x", &meta(429), "{}", now),
+            Err(GitHubError::RateLimited { .. })
+        ));
+        let mut m = meta(403);
+        m.retry_after = Some(Duration::from_secs(30));
+        match check_status("x", &m, "{}", now) {
+            Err(GitHubError::RateLimited { until, .. }) => {
+                assert_eq!(until, now + TimeDelta::seconds(30));
+            }
+            other => panic!("expected rate limited, got {other:?}"),
+        }
+        let body = r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for o:b."}]}"#;
+        match check_status("x", &meta(422), body, now) {
+            Err(GitHubError::Validation { errors, .. }) => assert_eq!(
+                errors,
+                vec!["A pull request already exists for o:b.".to_owned()]
+            ),
+            other => panic!("expected validation, got {other:?}"),
+        }
+        assert!(matches!(
+            check_status("x", &meta(502), "", now),
+            Err(GitHubError::Server { status: 502, .. })
+        ));
+    }
+
+    #[test]
+    fn ci_summary_folds_statuses_and_checks() {
+        let combined: RawCombined = serde_json::from_value(json!({"sha": "abc", "statuses": [
+            {"state": "success", "context": "lint"}, {"state": "error", "context": "deploy"}]}))
+        .expect("json");
+        let checks: RawCheckRuns = serde_json::from_value(json!({"check_runs": [
+            {"name": "test", "status": "completed", "conclusion": "failure"},
+            {"name": "build", "status": "in_progress", "conclusion": null},
+            {"name": "docs", "status": "completed", "conclusion": "skipped"}]}))
+        .expect("json");
+        let s = summarize_ci("abc".into(), combined, &checks);
+        assert_eq!(s.state, CiState::Failure);
+        assert_eq!(s.failing, vec!["deploy".to_owned(), "test".to_owned()]);
+        assert_eq!(s.pending, vec!["build".to_owned()]);
+        let empty = summarize_ci(
+            "abc".into(),
+            RawCombined {
+                sha: String::new(),
+                statuses: vec![],
+            },
+            &RawCheckRuns { check_runs: vec![] },
+        );
+        assert_eq!((empty.state, empty.total), (CiState::Pending, 0));
+    }
+
+    #[test]
+    fn urls_and_encoding() {
+        assert_eq!(web_url_for("https://api.github.com/"), "https://github.com");
+        assert_eq!(
+            web_url_for("https://ghe.example/api/v3"),
+            "https://ghe.example"
+        );
+        assert_eq!(encode("o:feat/x y&z", false), "o%3Afeat%2Fx%20y%26z");
+        assert_eq!(encode("feat/x", true), "feat/x");
+    }
+}
