@@ -60,6 +60,9 @@ pub enum EventKind {
     PullRequestReviewComment,
     #[serde(rename = "PushEvent")]
     Push,
+    /// A local request (not from GitHub).
+    #[serde(rename = "LocalEvent")]
+    Local,
 }
 
 impl EventKind {
@@ -72,6 +75,7 @@ impl EventKind {
             Self::PullRequestReview => "PullRequestReviewEvent",
             Self::PullRequestReviewComment => "PullRequestReviewCommentEvent",
             Self::Push => "PushEvent",
+            Self::Local => "LocalEvent",
         }
     }
 
@@ -147,6 +151,36 @@ pub struct NormalizedEvent {
     /// Where the answer goes.
     pub channel: Channel,
     pub visibility: Visibility,
+}
+
+impl NormalizedEvent {
+    /// A local request (not from GitHub): private, answered in the trace only.
+    pub fn local(id: &str, actor: &str, request: &str, created_at: DateTime<Utc>) -> Self {
+        Self {
+            id: id.to_owned(),
+            kind: EventKind::Local,
+            action: None,
+            actor: actor.to_owned(),
+            repo: String::new(),
+            number: None,
+            is_pull_request: false,
+            comment_id: None,
+            review_id: None,
+            review_comment_id: None,
+            commit_sha: None,
+            git_ref: None,
+            before_sha: None,
+            head_branch: None,
+            base_branch: None,
+            merged: None,
+            label: None,
+            body: Some(request.to_owned()),
+            html_url: None,
+            created_at: Some(created_at),
+            channel: Channel::Local,
+            visibility: Visibility::Private,
+        }
+    }
 }
 
 /// Why an event of the feed was not kept.
@@ -409,6 +443,7 @@ pub fn normalize_event(
                 sha: head.to_owned(),
             };
         }
+        EventKind::Local => return Err(SkipReason::UnknownType(type_name.to_owned())),
     }
 
     if is_bot_login(&ev.actor, options.bot_login.as_deref())
@@ -422,7 +457,7 @@ pub fn normalize_event(
 fn match_action(kind: EventKind, raw: &str) -> Result<Option<EventAction>, SkipReason> {
     use EventAction as A;
     let action = match (kind, raw) {
-        (EventKind::Push, _) => return Ok(None),
+        (EventKind::Push | EventKind::Local, _) => return Ok(None),
         (EventKind::Issues | EventKind::PullRequest, "opened") => A::Opened,
         (EventKind::Issues | EventKind::PullRequest, "closed")
         | (EventKind::PullRequest, "merged") => A::Closed,

@@ -59,12 +59,22 @@ pub fn web_url_for(api_url: &str) -> String {
 }
 
 /// The octocrab-backed GitHub client for one repository.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OctoGitHub {
     client: Octocrab,
     repo: RepoRef,
     normalize: NormalizeOptions,
     timeout: Duration,
+}
+
+impl std::fmt::Debug for OctoGitHub {
+    // Hand-written so the client (which holds the token) is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OctoGitHub")
+            .field("repo", &self.repo)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OctoGitHub {
@@ -623,11 +633,34 @@ impl GitHub for OctoGitHub {
 
     async fn list_comments(&self, number: u64, last: usize) -> Result<Vec<Comment>, GitHubError> {
         let what = format!("comments of #{number}");
-        let raw: Vec<RawComment> = self
-            .list_all(&what, &self.path(&format!("/issues/{number}/comments")))
-            .await?;
-        let skip = raw.len().saturating_sub(last);
-        Ok(raw.into_iter().skip(skip).map(Comment::from).collect())
+        let base = self.path(&format!("/issues/{number}/comments?per_page=100"));
+        let get_page = |page: u32| {
+            let url = format!("{base}&page={page}");
+            let what = what.clone();
+            async move {
+                let (meta, text) = self.send(&what, Method::GET, &url, None, None).await?;
+                check_status(&what, &meta, &text, Utc::now())?;
+                let items: Vec<RawComment> = parse_body(&what, &text)?;
+                Ok::<_, GitHubError>((items, meta.last_page))
+            }
+        };
+        // Comments are oldest first: jump to the last page and walk back until `last` are in.
+        let (first, last_page) = get_page(1).await?;
+        let mut newest: Vec<RawComment> = Vec::new();
+        let mut page = last_page.unwrap_or(1);
+        while page > 1 && newest.len() < last && last_page.unwrap_or(1) - page < MAX_PAGES {
+            let (mut items, _) = get_page(page).await?;
+            items.append(&mut newest);
+            newest = items;
+            page -= 1;
+        }
+        if page == 1 && newest.len() < last {
+            let mut all = first;
+            all.append(&mut newest);
+            newest = all;
+        }
+        let skip = newest.len().saturating_sub(last);
+        Ok(newest.into_iter().skip(skip).map(Comment::from).collect())
     }
 
     async fn list_reviews(&self, number: u64) -> Result<Vec<Review>, GitHubError> {

@@ -57,6 +57,8 @@ pub struct ResponseMeta {
     pub etag: Option<String>,
     pub poll_interval: Option<Duration>,
     pub retry_after: Option<Duration>,
+    /// The `page` of the `Link` header's `rel="last"`, when there are more pages.
+    pub last_page: Option<u32>,
     pub rate: RateLimit,
 }
 
@@ -76,6 +78,7 @@ impl ResponseMeta {
             etag: header_str(headers, "etag").map(str::to_owned),
             poll_interval: header_u64(headers, "x-poll-interval").map(Duration::from_secs),
             retry_after: header_u64(headers, "retry-after").map(Duration::from_secs),
+            last_page: header_str(headers, "link").and_then(last_page),
             rate: RateLimit {
                 limit: header_u64(headers, "x-ratelimit-limit"),
                 remaining: header_u64(headers, "x-ratelimit-remaining"),
@@ -98,6 +101,20 @@ impl ResponseMeta {
         }
         None
     }
+}
+
+/// The page number of `rel="last"` in a `Link` header.
+fn last_page(link: &str) -> Option<u32> {
+    link.split(',')
+        .find(|part| part.contains("rel=\"last\""))
+        .and_then(|part| {
+            let url = part.split(['<', '>']).nth(1)?;
+            let query = url.split_once('?')?.1;
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("page="))
+                .and_then(|n| n.parse().ok())
+        })
 }
 
 fn delta(d: Duration) -> TimeDelta {
@@ -427,6 +444,12 @@ mod tests {
         h.insert("x-poll-interval", "90".parse().expect("hv"));
         h.insert("x-ratelimit-remaining", "0".parse().expect("hv"));
         h.insert("x-ratelimit-reset", "1800000100".parse().expect("hv"));
+        h.insert(
+            "link",
+            "<https://api.github.com/repositories/1/events?per_page=100&page=2>; rel=\"next\", <https://api.github.com/repositories/1/events?page=3&per_page=100>; rel=\"last\""
+                .parse()
+                .expect("hv"),
+        );
         let m = ResponseMeta::from_headers(200, &h);
         assert_eq!(m.etag.as_deref(), Some("\"abc\""));
         assert_eq!(m.poll_interval, Some(Duration::from_secs(90)));

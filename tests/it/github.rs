@@ -705,3 +705,40 @@ async fn missing_token_is_refused_by_the_fake_with_bad_credentials() {
         "the token never appears in errors"
     );
 }
+
+#[tokio::test]
+async fn long_threads_yield_the_newest_comments_via_the_last_page() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(7, "Long", "b", "alice", &[]);
+    for i in 0..250 {
+        fake.add_comment(7, "alice", &format!("c{i}"));
+    }
+    let gh = client(&fake);
+    let last = gh.list_comments(7, 120).await.expect("comments");
+    assert_eq!(last.len(), 120);
+    assert_eq!(last[0].body, "c130");
+    assert_eq!(last[119].body, "c249");
+    // page 1, then the last page (3) and page 2: three requests.
+    assert_eq!(fake.count(&Method::GET, "/issues/7/comments"), 3);
+}
+
+#[tokio::test]
+async fn the_feed_is_capped_at_300_events_and_pages_beyond_are_refused() {
+    let fake = FakeGitHub::start().await;
+    for i in 0..320 {
+        fake.seed_event(
+            "IssuesEvent",
+            "alice",
+            json!({"action": "opened", "issue": {"number": i + 1}}),
+        );
+    }
+    let gh = client(&fake);
+    let EventsFetch::Page { page, meta } = gh.list_events(None).await.expect("events") else {
+        panic!("page")
+    };
+    assert_eq!(page.events.len(), 100);
+    assert_eq!(page.events[0].number, Some(320), "newest first");
+    assert_eq!(meta.last_page, Some(3), "300 events in pages of 100");
+    assert_eq!(meta.poll_interval, Some(Duration::from_secs(60)));
+    assert_eq!(meta.rate.remaining, Some(4999));
+}

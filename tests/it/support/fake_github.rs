@@ -1036,8 +1036,26 @@ fn unknown() -> Reply {
     r
 }
 
+/// GitHub serves at most this many events.
+const EVENT_CAP: usize = 300;
+
 fn events(st: &FakeState, query: &str, headers: &HashMap<String, String>, path: &str) -> Reply {
-    let newest_first: Vec<Value> = st.events.iter().rev().cloned().collect();
+    let per_page = query_param(query, "per_page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(30usize)
+        .clamp(1, 100);
+    let page = query_param(query, "page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1usize)
+        .max(1);
+    if (page - 1) * per_page >= EVENT_CAP {
+        return reply(
+            422,
+            &json!({"message": "In order to keep the API fast for everyone, pagination is limited for this resource.",
+            "documentation_url": "https://docs.github.com/v3/#pagination", "status": "422"}),
+        );
+    }
+    let newest_first: Vec<Value> = st.events.iter().rev().take(EVENT_CAP).cloned().collect();
     let mut r = paginate(newest_first, query, path);
     let mut h = DefaultHasher::new();
     query.hash(&mut h);
