@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{GitHub, Posted, ReviewEvent};
 use super::error::GitHubError;
-use super::events::{Channel, MARKER_PREFIX};
+use super::events::{Channel, Visibility, MARKER_PREFIX};
+use super::redact::Redactor;
 
 /// GitHub's limit on a comment body (characters).
 pub const MAX_BODY_CHARS: usize = 65_536;
@@ -121,19 +122,34 @@ async fn find_existing(
     Ok(found)
 }
 
-/// Post `message` (already redacted for the channel's visibility) to `channel`, once.
+/// One answer to deliver.
+#[derive(Debug, Clone)]
+pub struct Outgoing<'a> {
+    /// Where it goes (from the root event span).
+    pub channel: &'a Channel,
+    /// Who can read it there (from the root event span); decides the redaction.
+    pub visibility: Visibility,
+    /// The answer, before redaction.
+    pub message: &'a str,
+    pub trace_id: &'a str,
+    pub action_id: &'a str,
+    /// For a PR review channel: the kind of review (`COMMENT` when unset).
+    pub review: Option<ReviewEvent>,
+}
+
+/// Redact `out.message` for its visibility, add the footer, and post it to its channel once.
 ///
-/// A PR review channel gets a `COMMENT` review unless `review` says otherwise.
+/// Looks first for an earlier post carrying the same trace/action marker, so a notify retried
+/// after a crash finds its own post instead of posting twice.
 pub async fn deliver(
     github: &dyn GitHub,
-    channel: &Channel,
-    message: &str,
-    trace_id: &str,
-    action_id: &str,
-    review: Option<ReviewEvent>,
+    redactor: &Redactor,
+    out: &Outgoing<'_>,
 ) -> Result<Delivery, GitHubError> {
-    let body = compose(message, trace_id, action_id);
-    let mark = marker(trace_id, action_id);
+    let channel = out.channel;
+    let message = redactor.redact(out.message, out.visibility);
+    let body = compose(&message, out.trace_id, out.action_id);
+    let mark = marker(out.trace_id, out.action_id);
     if let Some(existing) = find_existing(github, channel, &mark).await? {
         return Ok(Delivery {
             url: Some(existing.html_url),
@@ -148,7 +164,7 @@ pub async fn deliver(
         }
         Channel::PrReview { number } => {
             github
-                .post_review(*number, review.unwrap_or(ReviewEvent::Comment), &body)
+                .post_review(*number, out.review.unwrap_or(ReviewEvent::Comment), &body)
                 .await?
         }
         Channel::ReviewThreadReply { number, comment_id } => {

@@ -22,7 +22,7 @@ pub use api::{
     Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
 pub use context::{build_context, ContextSettings, EventContext};
-pub use deliver::{compose, deliver, marker, Delivery};
+pub use deliver::{compose, deliver, marker, Delivery, Outgoing};
 pub use error::GitHubError;
 pub use events::{
     parse_events_page, Channel, EventAction, EventKind, EventPage, NormalizeOptions,

@@ -88,6 +88,27 @@ impl Redactor {
         Self { secrets }
     }
 
+    /// Also treat as secrets the values of environment variables whose names say they are
+    /// secrets (`GITHUB_TOKEN`, `GH_TOKEN`, `*_API_KEY`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`).
+    #[must_use]
+    pub fn with_env_secrets(self) -> Self {
+        let extra = std::env::vars().filter_map(|(name, value)| {
+            let upper = name.to_ascii_uppercase();
+            [
+                "TOKEN",
+                "SECRET",
+                "PASSWORD",
+                "API_KEY",
+                "PRIVATE_KEY",
+                "CREDENTIAL",
+            ]
+            .iter()
+            .any(|w| upper.contains(w))
+            .then_some(value)
+        });
+        Self::new(self.secrets.into_iter().chain(extra))
+    }
+
     /// Redact `text` for a channel of `visibility`.
     pub fn redact(&self, text: &str, visibility: Visibility) -> String {
         let mut out = text.to_owned();

@@ -7,8 +7,8 @@ use chrono::{TimeDelta, Utc};
 use rover::github::context::build_context;
 use rover::github::{
     deliver, poll_once, Channel, CiState, EventKind, EventsFetch, GitHub, GitHubError,
-    GitHubSettings, NewPullRequest, OctoGitHub, PollCursor, PollSettings, Poller, RepoRef,
-    ReviewEvent, SkipReason, TrustPolicy, TrustSettings, Visibility,
+    GitHubSettings, NewPullRequest, OctoGitHub, Outgoing, PollCursor, PollSettings, Poller,
+    Redactor, RepoRef, ReviewEvent, SkipReason, TrustPolicy, TrustSettings, Visibility,
 };
 use serde_json::json;
 
@@ -510,6 +510,7 @@ async fn delivery_is_idempotent_after_a_crash_on_every_channel() {
     fake.add_pull(8, "Fix", "alice", "fix-parser", SHA, "main");
     let thread = fake.add_review_comment(8, "alice", "why?", None);
     let gh = client(&fake);
+    let redactor = Redactor::new([TOKEN]);
     let channels = [
         Channel::IssueComment { number: 7 },
         Channel::PrComment { number: 8 },
@@ -522,16 +523,15 @@ async fn delivery_is_idempotent_after_a_crash_on_every_channel() {
     ];
     for (i, channel) in channels.iter().enumerate() {
         let action = format!("act-{i}");
-        let first = deliver(
-            &gh,
+        let out = Outgoing {
             channel,
-            "Here is the answer.",
-            "trace-1",
-            &action,
-            None,
-        )
-        .await
-        .expect("delivered");
+            visibility: Visibility::Public,
+            message: "Here is the answer.",
+            trace_id: "trace-1",
+            action_id: &action,
+            review: None,
+        };
+        let first = deliver(&gh, &redactor, &out).await.expect("delivered");
         assert!(!first.already_posted);
         assert!(
             first
@@ -541,16 +541,7 @@ async fn delivery_is_idempotent_after_a_crash_on_every_channel() {
             "{first:?}"
         );
         // The notify step crashed before recording the delivery and runs again.
-        let again = deliver(
-            &gh,
-            channel,
-            "Here is the answer.",
-            "trace-1",
-            &action,
-            None,
-        )
-        .await
-        .expect("delivered");
+        let again = deliver(&gh, &redactor, &out).await.expect("delivered");
         assert!(again.already_posted, "{channel:?} posted twice");
         assert_eq!(again.url, first.url);
     }
@@ -741,4 +732,44 @@ async fn the_feed_is_capped_at_300_events_and_pages_beyond_are_refused() {
     assert_eq!(meta.last_page, Some(3), "300 events in pages of 100");
     assert_eq!(meta.poll_interval, Some(Duration::from_secs(60)));
     assert_eq!(meta.rate.remaining, Some(4999));
+}
+
+#[tokio::test]
+async fn delivery_redacts_for_the_channel_visibility_before_posting() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(7, "Crash", "boom", "alice", &[]);
+    fake.add_issue(9, "Other", "b", "alice", &[]);
+    let gh = client(&fake);
+    let redactor = Redactor::new([TOKEN]);
+    let message =
+        format!("push failed: token {TOKEN} rejected reading /work/wt-3/.git/config\nHOME=/root");
+    let public = Outgoing {
+        channel: &Channel::IssueComment { number: 7 },
+        visibility: Visibility::Public,
+        message: &message,
+        trace_id: "t",
+        action_id: "a",
+        review: None,
+    };
+    let delivered = deliver(&gh, &redactor, &public).await.expect("delivered");
+    let posted = &fake.comment_bodies(7)[0];
+    assert_eq!(posted, &delivered.body);
+    assert!(
+        !posted.contains(TOKEN) && !posted.contains("/work/wt-3") && !posted.contains("/root"),
+        "{posted}"
+    );
+    assert!(posted.contains("push failed"));
+
+    let private = Outgoing {
+        channel: &Channel::IssueComment { number: 9 },
+        visibility: Visibility::Private,
+        ..public
+    };
+    deliver(&gh, &redactor, &private).await.expect("delivered");
+    let posted = &fake.comment_bodies(9)[0];
+    assert!(!posted.contains(TOKEN), "{posted}");
+    assert!(
+        posted.contains("/work/wt-3/.git/config"),
+        "private keeps diagnostics: {posted}"
+    );
 }

@@ -422,6 +422,15 @@ impl FakeGitHub {
     reason = "call sites build the payload inline"
 )]
 fn push_event(st: &mut FakeState, kind: &str, actor: &str, payload: Value) -> String {
+    // Since 2025-10 the feed carries no author_association anywhere.
+    let mut payload = payload;
+    if let Some(o) = payload.as_object_mut() {
+        for v in o.values_mut() {
+            if let Some(inner) = v.as_object_mut() {
+                inner.remove("author_association");
+            }
+        }
+    }
     st.next_event_id += 1;
     let id = st.next_event_id.to_string();
     let u = user(actor);
