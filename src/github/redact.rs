@@ -34,11 +34,13 @@ static TOKENS: LazyLock<Regex> = LazyLock::new(|| {
 });
 static BEARER: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)\b(bearer|token|basic)(\s+)[A-Za-z0-9._~+/=-]{16,}"));
-/// `NAME=value` / `NAME: value` where the name says it is a secret.
+/// `NAME=value` / `NAME: value` where the name says it is a secret (`password`, `api_key`,
+/// `GITHUB_TOKEN`, `SSH_KEY`; not `author` or `monkey`).
 static SECRET_ASSIGN: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r#"(?i)\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|CREDENTIALS?|AUTH|PRIVATE)[A-Z0-9_]*)(["']?\s*[=:]\s*["']?)[^\s"']+"#,
-    )
+    re(concat!(
+        r"(?i)\b((?:[a-z0-9]+_)*(?:api_?key|access_?key|secret_?key|private_?key|secret|token|password|passwd|credentials?|auth)s?",
+        r#"|(?:[a-z0-9]+_)+key)\b(["']?\s*[=:]\s*["']?)[^\s"']+"#,
+    ))
 });
 /// A line of an environment dump (`NAME=value`, optionally `export`ed).
 static ENV_LINE: LazyLock<Regex> =
@@ -46,7 +48,7 @@ static ENV_LINE: LazyLock<Regex> =
 /// Absolute unix paths with two or more segments, home paths and Windows paths.
 static PATHS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r#"(?:(?:^|[\s(\[{"'`=,;])(?:~|/(?:[\w.@+-]+/)+[\w.@+-]*|/(?:home|root|tmp|var|etc|usr|opt|work|Users|srv|mnt|proc|dev)\b[\w./@+-]*|~/[\w./@+-]*)|\b[A-Za-z]:\\[^\s"'`]*)"#,
+        r#"(?:(?:^|[\s(\[{"'`=,;])(?:/(?:[\w.@+-]+/)+[\w.@+-]*|/(?:home|root|tmp|var|etc|usr|opt|work|Users|srv|mnt|proc|dev)\b[\w./@+-]*|~/[\w./@+-]*)|\b[A-Za-z]:\\[^\s"'`]*)"#,
     )
 });
 static FINGERPRINT_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
@@ -239,10 +241,24 @@ mod tests {
         ),
         (
             "curl -H 'Authorization: Bearer abcdefghijklmnop1234' failed; password: hunter22",
-            &["Authorization: [redacted secret]", "password: [redacted secret]"],
+            &["Bearer [redacted secret]", "password: [redacted secret]"],
             &["abcdefghijklmnop1234", "hunter22"],
             &["failed; password: [redacted secret]"],
             &["abcdefghijklmnop1234", "hunter22"],
+        ),
+        (
+            "author: @alice; it takes ~5 minutes; monkey: banana; see owner/repo#3",
+            &["author: @alice", "~5 minutes", "monkey: banana", "owner/repo#3"],
+            &[SECRET, PATH],
+            &["author: @alice", "~5 minutes", "monkey: banana"],
+            &[SECRET, PATH],
+        ),
+        (
+            "config: GITHUB_TOKEN=abcdef123456 api_key: 'zzzzzzzz' SSH_KEY=/k",
+            &[SECRET],
+            &["abcdef123456", "zzzzzzzz"],
+            &["GITHUB_TOKEN=[redacted secret]", "api_key: '[redacted secret]"],
+            &["abcdef123456", "zzzzzzzz", "SSH_KEY=/k"],
         ),
     ];
 
