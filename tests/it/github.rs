@@ -365,6 +365,15 @@ async fn trust_allows_writers_denies_readers_and_denies_on_lookup_failure() {
         1
     );
 
+    // Expired after the TTL: looked up again, and a downgrade takes effect.
+    fake.set_permission("alice", "read");
+    let later = std::time::Instant::now() + Duration::from_secs(601);
+    assert!(!policy.decide_at(&gh, "alice", later).await.trusted);
+    assert_eq!(
+        fake.count(&Method::GET, "/collaborators/alice/permission"),
+        2
+    );
+
     fake.fault(Fault {
         method: None,
         path_contains: "/collaborators/".into(),
