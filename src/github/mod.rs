@@ -16,6 +16,7 @@ pub mod poll;
 pub mod redact;
 pub mod settings;
 pub mod trust;
+mod wire;
 
 pub use api::{
     CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, NewPullRequest, Permission,
