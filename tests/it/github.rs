@@ -578,7 +578,7 @@ async fn delivery_is_idempotent_after_a_crash_on_every_channel() {
 }
 
 #[tokio::test]
-async fn review_on_own_pr_fails_clearly_and_request_changes_is_sent() {
+async fn request_changes_review_is_posted_and_listed_back() {
     let fake = FakeGitHub::start().await;
     fake.add_pull(8, "Fix", "alice", "fix-parser", SHA, "main");
     let gh = client(&fake);
