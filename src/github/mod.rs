@@ -1,1 +1,38 @@
 //! GitHub: a narrow interface shaped around what the steps need, implemented with octocrab.
+//!
+//! - `events`: lenient parsing of the events feed into `NormalizedEvent` with its `Channel`.
+//! - `poll`: ETag, `X-Poll-Interval`, rate limits and backoff; `poll_once` for the event step.
+//! - `api`: the `GitHub` trait and its records; `octo`: its octocrab implementation.
+//! - `trust`: who may make rover work. `context`: what the coordinator reads.
+//! - `deliver`: posting answers once, with the footer marker. `redact`: what may leave.
+
+pub mod api;
+pub mod context;
+pub mod deliver;
+pub mod error;
+pub mod events;
+pub mod octo;
+pub mod poll;
+pub mod redact;
+pub mod settings;
+pub mod trust;
+mod wire;
+
+pub use api::{
+    CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, NewPullRequest, Permission,
+    Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+};
+pub use context::{build_context, ContextSettings, EventContext};
+pub use deliver::{compose, deliver, marker, Delivery, Outgoing};
+pub use error::GitHubError;
+pub use events::{
+    parse_events_page, Channel, EventAction, EventKind, EventPage, NormalizeOptions,
+    NormalizedEvent, SkipReason, SkippedEvent, Visibility,
+};
+pub use octo::{token_from_env, OctoGitHub};
+pub use poll::{
+    next_poll_at, poll_once, PollCursor, PollResult, PollSettings, Poller, ResponseMeta,
+};
+pub use redact::Redactor;
+pub use settings::{GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK};
+pub use trust::{TrustDecision, TrustPolicy, TrustSettings};

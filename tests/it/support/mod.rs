@@ -2,4 +2,5 @@
 
 pub mod child;
 pub mod env;
+pub mod fake_github;
 pub mod storegen;

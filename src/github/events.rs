@@ -1,0 +1,646 @@
+//! Lenient parsing of the repository events feed into rover's own normalized events.
+//!
+//! GitHub trims event payloads (since 2025-10) and adds actions without notice, so every field
+//! is optional here and one odd event is skipped, never the whole page.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::error::GitHubError;
+
+/// The hidden marker every rover post carries; events whose text contains it are rover's own.
+pub const MARKER_PREFIX: &str = "<!-- rover:";
+
+/// Who may read what rover posts on a channel; decides how much detail may be disclosed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Visibility {
+    /// Anyone may read it: disclose as little as possible (the default when in doubt).
+    #[default]
+    Public,
+    /// Only trusted people read it: diagnostics allowed, secrets never.
+    Private,
+}
+
+/// Where an answer to an event goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Channel {
+    /// A comment on an issue.
+    IssueComment { number: u64 },
+    /// A comment on a pull request's conversation.
+    PrComment { number: u64 },
+    /// A pull request review.
+    PrReview { number: u64 },
+    /// A reply in a review thread; `comment_id` is the thread's first comment.
+    ReviewThreadReply { number: u64, comment_id: u64 },
+    /// A comment on a commit (for pushes).
+    CommitComment { sha: String },
+    /// A local request: the answer goes into the trace only.
+    Local,
+}
+
+/// The six event types rover reacts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    #[serde(rename = "IssuesEvent")]
+    Issues,
+    #[serde(rename = "PullRequestEvent")]
+    PullRequest,
+    #[serde(rename = "IssueCommentEvent")]
+    IssueComment,
+    #[serde(rename = "PullRequestReviewEvent")]
+    PullRequestReview,
+    #[serde(rename = "PullRequestReviewCommentEvent")]
+    PullRequestReviewComment,
+    #[serde(rename = "PushEvent")]
+    Push,
+    /// A local request (not from GitHub).
+    #[serde(rename = "LocalEvent")]
+    Local,
+}
+
+impl EventKind {
+    /// The GitHub `type` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Issues => "IssuesEvent",
+            Self::PullRequest => "PullRequestEvent",
+            Self::IssueComment => "IssueCommentEvent",
+            Self::PullRequestReview => "PullRequestReviewEvent",
+            Self::PullRequestReviewComment => "PullRequestReviewCommentEvent",
+            Self::Push => "PushEvent",
+            Self::Local => "LocalEvent",
+        }
+    }
+
+    fn parse(kind: &str) -> Option<Self> {
+        Some(match kind {
+            "IssuesEvent" => Self::Issues,
+            "PullRequestEvent" => Self::PullRequest,
+            "IssueCommentEvent" => Self::IssueComment,
+            "PullRequestReviewEvent" => Self::PullRequestReview,
+            "PullRequestReviewCommentEvent" => Self::PullRequestReviewComment,
+            "PushEvent" => Self::Push,
+            _ => return None,
+        })
+    }
+}
+
+/// The actions rover reacts to (others are skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventAction {
+    Opened,
+    Closed,
+    Reopened,
+    Labeled,
+    ReadyForReview,
+    ReviewRequested,
+    Created,
+    Submitted,
+}
+
+/// One relevant event, with everything the later steps need to decide and to answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NormalizedEvent {
+    /// GitHub's event id (a string in the feed).
+    pub id: String,
+    pub kind: EventKind,
+    /// `None` for pushes, which have no action.
+    pub action: Option<EventAction>,
+    /// Login of whoever caused the event.
+    pub actor: String,
+    /// `owner/name`.
+    pub repo: String,
+    /// Issue or pull request number.
+    pub number: Option<u64>,
+    /// Whether `number` is a pull request.
+    pub is_pull_request: bool,
+    /// Issue comment id (issue comment events).
+    pub comment_id: Option<u64>,
+    /// Review id (review events, and review comments that belong to a review).
+    pub review_id: Option<u64>,
+    /// Review comment id (review comment events).
+    pub review_comment_id: Option<u64>,
+    /// Commit sha: the pushed head, or the commit a review (comment) refers to.
+    pub commit_sha: Option<String>,
+    /// The pushed ref (`refs/heads/main`).
+    pub git_ref: Option<String>,
+    /// The sha before a push (all zeros for a new branch).
+    pub before_sha: Option<String>,
+    /// Head branch of a pull request.
+    pub head_branch: Option<String>,
+    /// Base branch of a pull request.
+    pub base_branch: Option<String>,
+    /// For a closed pull request: whether it was merged, when the payload says so.
+    pub merged: Option<bool>,
+    /// The label added (labeled actions).
+    pub label: Option<String>,
+    /// The text of the comment or review, when the payload carries one.
+    pub body: Option<String>,
+    /// Where a human sees the thing the event is about.
+    pub html_url: Option<String>,
+    pub created_at: Option<DateTime<Utc>>,
+    /// Where the answer goes.
+    pub channel: Channel,
+    pub visibility: Visibility,
+}
+
+impl NormalizedEvent {
+    /// A local request (not from GitHub): private, answered in the trace only.
+    pub fn local(id: &str, actor: &str, request: &str, created_at: DateTime<Utc>) -> Self {
+        Self {
+            id: id.to_owned(),
+            kind: EventKind::Local,
+            action: None,
+            actor: actor.to_owned(),
+            repo: String::new(),
+            number: None,
+            is_pull_request: false,
+            comment_id: None,
+            review_id: None,
+            review_comment_id: None,
+            commit_sha: None,
+            git_ref: None,
+            before_sha: None,
+            head_branch: None,
+            base_branch: None,
+            merged: None,
+            label: None,
+            body: Some(request.to_owned()),
+            html_url: None,
+            created_at: Some(created_at),
+            channel: Channel::Local,
+            visibility: Visibility::Private,
+        }
+    }
+}
+
+/// Why an event of the feed was not kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SkipReason {
+    /// An event type rover does not react to.
+    UnknownType(String),
+    /// A known type with an action rover does not react to.
+    IgnoredAction(String),
+    /// Rover's own doing: the bot login or a post carrying the rover marker.
+    Own,
+    /// The payload lacks something rover needs.
+    Malformed(String),
+}
+
+/// An event of the feed that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedEvent {
+    /// The event id when there was one.
+    pub id: Option<String>,
+    pub reason: SkipReason,
+}
+
+/// One page of the events feed after normalization, newest first as served.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventPage {
+    pub events: Vec<NormalizedEvent>,
+    pub skipped: Vec<SkippedEvent>,
+}
+
+/// How to normalize: who the bot is, what visibility to record, where the web UI lives.
+#[derive(Debug, Clone)]
+pub struct NormalizeOptions {
+    /// The bot's login; its events are rover's own.
+    pub bot_login: Option<String>,
+    pub visibility: Visibility,
+    /// Base of human-facing URLs (`https://github.com`), used when the payload has none.
+    pub web_url: String,
+}
+
+impl Default for NormalizeOptions {
+    fn default() -> Self {
+        Self {
+            bot_login: None,
+            visibility: Visibility::Public,
+            web_url: "https://github.com".to_owned(),
+        }
+    }
+}
+
+/// Parse a page of `GET /repos/{o}/{r}/events`; only a body that is not a JSON array fails.
+pub fn parse_events_page(body: &str, options: &NormalizeOptions) -> Result<EventPage, GitHubError> {
+    let items: Vec<Value> = serde_json::from_str(body).map_err(|e| GitHubError::Malformed {
+        what: "the events feed".into(),
+        detail: format!("not a json array of events: {e}"),
+    })?;
+    let mut page = EventPage::default();
+    for item in &items {
+        match normalize_event(item, options) {
+            Ok(event) => page.events.push(event),
+            Err(reason) => page.skipped.push(SkippedEvent {
+                id: event_id(item),
+                reason,
+            }),
+        }
+    }
+    Ok(page)
+}
+
+fn event_id(item: &Value) -> Option<String> {
+    match item.get("id")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+fn u64_at(v: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_u64()
+}
+
+fn bool_at(v: &Value, path: &[&str]) -> Option<bool> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_bool()
+}
+
+fn owned(s: Option<&str>) -> Option<String> {
+    s.map(str::to_owned)
+}
+
+/// Whether `login` is the bot (GitHub apps show up as `name[bot]`).
+pub fn is_bot_login(login: &str, bot_login: Option<&str>) -> bool {
+    let Some(bot) = bot_login else { return false };
+    let strip = |s: &str| s.trim_end_matches("[bot]").to_ascii_lowercase();
+    !bot.is_empty() && strip(login) == strip(bot)
+}
+
+/// Whether a text carries rover's footer marker.
+pub fn has_marker(text: &str) -> bool {
+    text.contains(MARKER_PREFIX)
+}
+
+/// Normalize one event of the feed, or say why it is skipped.
+pub fn normalize_event(
+    item: &Value,
+    options: &NormalizeOptions,
+) -> Result<NormalizedEvent, SkipReason> {
+    let id = event_id(item).ok_or_else(|| SkipReason::Malformed("no id".into()))?;
+    let type_name = str_at(item, &["type"]).unwrap_or("");
+    let kind =
+        EventKind::parse(type_name).ok_or_else(|| SkipReason::UnknownType(type_name.to_owned()))?;
+    let payload = item
+        .get("payload")
+        .filter(|p| p.is_object())
+        .ok_or_else(|| SkipReason::Malformed("no payload".into()))?;
+    let actor = str_at(item, &["actor", "login"])
+        .ok_or_else(|| SkipReason::Malformed("no actor login".into()))?
+        .to_owned();
+    let repo = str_at(item, &["repo", "name"])
+        .ok_or_else(|| SkipReason::Malformed("no repo name".into()))?
+        .to_owned();
+    let raw_action = str_at(payload, &["action"]).unwrap_or("");
+    let action = match_action(kind, raw_action)?;
+    let created_at = str_at(item, &["created_at"])
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|d| d.with_timezone(&Utc));
+    let web = options.web_url.trim_end_matches('/');
+
+    let mut ev = NormalizedEvent {
+        id,
+        kind,
+        action,
+        actor,
+        repo,
+        number: None,
+        is_pull_request: false,
+        comment_id: None,
+        review_id: None,
+        review_comment_id: None,
+        commit_sha: None,
+        git_ref: None,
+        before_sha: None,
+        head_branch: None,
+        base_branch: None,
+        merged: None,
+        label: None,
+        body: None,
+        html_url: None,
+        created_at,
+        channel: Channel::Local,
+        visibility: options.visibility,
+    };
+    let need_number = |n: Option<u64>| {
+        n.ok_or_else(|| SkipReason::Malformed("no issue or pull request number".into()))
+    };
+
+    match kind {
+        EventKind::Issues => {
+            let number = need_number(u64_at(payload, &["issue", "number"]))?;
+            ev.number = Some(number);
+            ev.is_pull_request = payload
+                .get("issue")
+                .and_then(|i| i.get("pull_request"))
+                .is_some();
+            ev.label = owned(str_at(payload, &["label", "name"]));
+            ev.body = owned(str_at(payload, &["issue", "body"]));
+            ev.html_url = owned(str_at(payload, &["issue", "html_url"]))
+                .or_else(|| Some(format!("{web}/{}/issues/{number}", ev.repo)));
+            ev.channel = if ev.is_pull_request {
+                Channel::PrComment { number }
+            } else {
+                Channel::IssueComment { number }
+            };
+        }
+        EventKind::PullRequest => {
+            let number = need_number(
+                u64_at(payload, &["number"])
+                    .or_else(|| u64_at(payload, &["pull_request", "number"])),
+            )?;
+            ev.number = Some(number);
+            ev.is_pull_request = true;
+            ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
+            ev.base_branch = owned(str_at(payload, &["pull_request", "base", "ref"]));
+            ev.commit_sha = owned(str_at(payload, &["pull_request", "head", "sha"]));
+            ev.label = owned(str_at(payload, &["label", "name"]));
+            ev.merged = bool_at(payload, &["pull_request", "merged"])
+                .or((raw_action == "merged").then_some(true));
+            ev.html_url = owned(str_at(payload, &["pull_request", "html_url"]))
+                .or_else(|| Some(format!("{web}/{}/pull/{number}", ev.repo)));
+            ev.channel = Channel::PrComment { number };
+        }
+        EventKind::IssueComment => {
+            let number = need_number(u64_at(payload, &["issue", "number"]))?;
+            let comment_id = u64_at(payload, &["comment", "id"])
+                .ok_or_else(|| SkipReason::Malformed("no comment id".into()))?;
+            ev.number = Some(number);
+            ev.is_pull_request = payload
+                .get("issue")
+                .and_then(|i| i.get("pull_request"))
+                .is_some();
+            ev.comment_id = Some(comment_id);
+            ev.body = owned(str_at(payload, &["comment", "body"]));
+            ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
+            ev.channel = if ev.is_pull_request {
+                Channel::PrComment { number }
+            } else {
+                Channel::IssueComment { number }
+            };
+        }
+        EventKind::PullRequestReview => {
+            let number = need_number(
+                u64_at(payload, &["pull_request", "number"])
+                    .or_else(|| u64_at(payload, &["number"])),
+            )?;
+            ev.number = Some(number);
+            ev.is_pull_request = true;
+            ev.review_id = u64_at(payload, &["review", "id"]);
+            ev.body = owned(str_at(payload, &["review", "body"]));
+            ev.commit_sha = owned(str_at(payload, &["review", "commit_id"]));
+            ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
+            ev.html_url = owned(str_at(payload, &["review", "html_url"]))
+                .or_else(|| Some(format!("{web}/{}/pull/{number}", ev.repo)));
+            ev.channel = Channel::PrReview { number };
+        }
+        EventKind::PullRequestReviewComment => {
+            let number = need_number(
+                u64_at(payload, &["pull_request", "number"])
+                    .or_else(|| u64_at(payload, &["number"])),
+            )?;
+            let comment_id = u64_at(payload, &["comment", "id"])
+                .ok_or_else(|| SkipReason::Malformed("no review comment id".into()))?;
+            // Replies to replies are not allowed: answer in the thread of its first comment.
+            let thread = u64_at(payload, &["comment", "in_reply_to_id"]).unwrap_or(comment_id);
+            ev.number = Some(number);
+            ev.is_pull_request = true;
+            ev.review_comment_id = Some(comment_id);
+            ev.review_id = u64_at(payload, &["comment", "pull_request_review_id"]);
+            ev.body = owned(str_at(payload, &["comment", "body"]));
+            ev.commit_sha = owned(str_at(payload, &["comment", "commit_id"]));
+            ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
+            ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
+            ev.channel = Channel::ReviewThreadReply {
+                number,
+                comment_id: thread,
+            };
+        }
+        EventKind::Push => {
+            let head = str_at(payload, &["head"])
+                .ok_or_else(|| SkipReason::Malformed("push without head sha".into()))?;
+            ev.commit_sha = Some(head.to_owned());
+            ev.git_ref = owned(str_at(payload, &["ref"]));
+            ev.before_sha = owned(str_at(payload, &["before"]));
+            ev.html_url = Some(format!("{web}/{}/commit/{head}", ev.repo));
+            ev.channel = Channel::CommitComment {
+                sha: head.to_owned(),
+            };
+        }
+        EventKind::Local => return Err(SkipReason::UnknownType(type_name.to_owned())),
+    }
+
+    if is_bot_login(&ev.actor, options.bot_login.as_deref())
+        || ev.body.as_deref().is_some_and(has_marker)
+    {
+        return Err(SkipReason::Own);
+    }
+    Ok(ev)
+}
+
+fn match_action(kind: EventKind, raw: &str) -> Result<Option<EventAction>, SkipReason> {
+    use EventAction as A;
+    let action = match (kind, raw) {
+        (EventKind::Push | EventKind::Local, _) => return Ok(None),
+        (EventKind::Issues | EventKind::PullRequest, "opened") => A::Opened,
+        (EventKind::Issues | EventKind::PullRequest, "closed")
+        | (EventKind::PullRequest, "merged") => A::Closed,
+        (EventKind::Issues | EventKind::PullRequest, "reopened") => A::Reopened,
+        (EventKind::Issues, "labeled") => A::Labeled,
+        (EventKind::PullRequest, "ready_for_review") => A::ReadyForReview,
+        (EventKind::PullRequest, "review_requested") => A::ReviewRequested,
+        (EventKind::IssueComment | EventKind::PullRequestReviewComment, "created") => A::Created,
+        // The events feed says `created`, webhooks say `submitted`.
+        (EventKind::PullRequestReview, "created" | "submitted") => A::Submitted,
+        _ => return Err(SkipReason::IgnoredAction(raw.to_owned())),
+    };
+    Ok(Some(action))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[allow(
+        clippy::needless_pass_by_value,
+        reason = "call sites build the payload inline"
+    )]
+    fn envelope(kind: &str, payload: Value) -> Value {
+        json!({"id": "1001", "type": kind, "actor": {"id": 1, "login": "alice"},
+               "repo": {"id": 2, "name": "o/r"}, "payload": payload, "public": true,
+               "created_at": "2026-01-02T03:04:05Z"})
+    }
+
+    #[test]
+    fn unknown_type_and_action_are_skipped_not_the_page() {
+        let page = json!([
+            envelope("WatchEvent", json!({"action": "started"})),
+            envelope(
+                "PullRequestEvent",
+                json!({"action": "synchronize", "number": 3, "pull_request": {"number": 3}})
+            ),
+            envelope(
+                "IssuesEvent",
+                json!({"action": "opened", "issue": {"number": 7, "body": "hi"}})
+            ),
+            json!(42),
+        ]);
+        let page =
+            parse_events_page(&page.to_string(), &NormalizeOptions::default()).expect("page");
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(page.events[0].channel, Channel::IssueComment { number: 7 });
+        assert_eq!(page.skipped.len(), 3);
+        assert_eq!(
+            page.skipped[0].reason,
+            SkipReason::UnknownType("WatchEvent".into())
+        );
+        assert_eq!(
+            page.skipped[1].reason,
+            SkipReason::IgnoredAction("synchronize".into())
+        );
+    }
+
+    #[test]
+    fn merged_action_is_closed_and_merged() {
+        let item = envelope(
+            "PullRequestEvent",
+            json!({"action": "merged", "number": 3, "pull_request": {"number": 3, "head": {"ref": "feat"}}}),
+        );
+        let ev = normalize_event(&item, &NormalizeOptions::default()).expect("kept");
+        assert_eq!(ev.action, Some(EventAction::Closed));
+        assert_eq!(ev.merged, Some(true));
+        assert_eq!(ev.head_branch.as_deref(), Some("feat"));
+        assert_eq!(
+            ev.html_url.as_deref(),
+            Some("https://github.com/o/r/pull/3")
+        );
+    }
+
+    #[test]
+    fn own_events_are_skipped_by_login_and_marker() {
+        let opts = NormalizeOptions {
+            bot_login: Some("rover-bot".into()),
+            ..NormalizeOptions::default()
+        };
+        let mut item = envelope(
+            "IssueCommentEvent",
+            json!({"action": "created", "issue": {"number": 1}, "comment": {"id": 9, "body": "x"}}),
+        );
+        item["actor"]["login"] = json!("rover-bot[bot]");
+        assert_eq!(normalize_event(&item, &opts), Err(SkipReason::Own));
+        item["actor"]["login"] = json!("alice");
+        item["payload"]["comment"]["body"] = json!("done\n<!-- rover:trace=t action=a -->");
+        assert_eq!(normalize_event(&item, &opts), Err(SkipReason::Own));
+    }
+
+    #[test]
+    fn channel_serializes_camel_case() {
+        let c = Channel::ReviewThreadReply {
+            number: 2,
+            comment_id: 5,
+        };
+        assert_eq!(
+            serde_json::to_value(&c).expect("json"),
+            json!({"kind": "reviewThreadReply", "number": 2, "commentId": 5})
+        );
+    }
+
+    #[test]
+    fn fixture_page_keeps_the_six_types_and_skips_the_rest() {
+        let body = include_str!("../../tests/fixtures/github/events_page.json");
+        let opts = NormalizeOptions {
+            bot_login: Some("rover-bot".into()),
+            ..NormalizeOptions::default()
+        };
+        let page = parse_events_page(body, &opts).expect("fixture parses");
+        let kinds: Vec<_> = page
+            .events
+            .iter()
+            .map(|e| (e.id.as_str(), e.kind, e.channel.clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (
+                    "50000000010",
+                    EventKind::Push,
+                    Channel::CommitComment {
+                        sha: "eb1a60c03544dcea290f2d57bb66ae188ce25778".into()
+                    }
+                ),
+                (
+                    "50000000008",
+                    EventKind::PullRequestReviewComment,
+                    Channel::ReviewThreadReply {
+                        number: 8,
+                        comment_id: 1000
+                    }
+                ),
+                (
+                    "50000000007",
+                    EventKind::PullRequestReview,
+                    Channel::PrReview { number: 8 }
+                ),
+                (
+                    "50000000005",
+                    EventKind::PullRequest,
+                    Channel::PrComment { number: 8 }
+                ),
+                (
+                    "50000000004",
+                    EventKind::IssueComment,
+                    Channel::PrComment { number: 8 }
+                ),
+                (
+                    "50000000002",
+                    EventKind::Issues,
+                    Channel::IssueComment { number: 7 }
+                ),
+                (
+                    "50000000001",
+                    EventKind::Issues,
+                    Channel::IssueComment { number: 7 }
+                ),
+            ]
+        );
+        let reasons: Vec<_> = page.skipped.iter().map(|s| s.reason.clone()).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                SkipReason::UnknownType("DiscussionEvent".into()),
+                SkipReason::IgnoredAction("synchronize".into()),
+                SkipReason::Own,
+            ]
+        );
+        assert!(page
+            .events
+            .iter()
+            .all(|e| e.visibility == Visibility::Public));
+        assert_eq!(page.events[1].review_comment_id, Some(1001));
+        assert_eq!(page.events[5].label.as_deref(), Some("bug"));
+    }
+
+    #[test]
+    fn not_an_array_is_malformed() {
+        let err = parse_events_page("{\"message\":\"x\"}", &NormalizeOptions::default())
+            .expect_err("must fail");
+        assert!(matches!(err, GitHubError::Malformed { .. }));
+    }
+}

@@ -1,0 +1,595 @@
+//! `OctoGitHub`: the `GitHub` trait over octocrab's raw requests and rover's own lenient types.
+//!
+//! octocrab's typed models fail on trimmed or unexpected payloads and its `Etagged` drops
+//! `X-Poll-Interval`, so every call goes through `_get_with_headers`/`_post` and reads status,
+//! headers and body itself. Retries are off: a 500 is one request and one typed error.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use http::{HeaderMap, HeaderValue, Method};
+use octocrab::service::middleware::retry::RetryConfig;
+use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::api::{
+    CiStatus, Comment, EventsFetch, GitHub, Issue, NewPullRequest, Permission, Posted, PullRequest,
+    RepoRef, Review, ReviewComment, ReviewEvent,
+};
+use super::error::GitHubError;
+use super::events::{parse_events_page, NormalizeOptions};
+use super::poll::ResponseMeta;
+use super::settings::{
+    GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
+};
+use super::wire::{
+    summarize_ci, RawCheckRuns, RawCombined, RawComment, RawIssue, RawPermission, RawPosted,
+    RawPull, RawReview, RawReviewComment,
+};
+
+/// Most pages fetched for one list call (100 items each).
+const MAX_PAGES: u32 = 5;
+
+/// The token from `GITHUB_TOKEN`, else `GH_TOKEN`; empty values do not count.
+pub fn token_from_env() -> Result<String, GitHubError> {
+    [TOKEN_ENV, TOKEN_ENV_FALLBACK]
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .map(|v| v.trim().to_owned())
+        .find(|v| !v.is_empty())
+        .ok_or(GitHubError::MissingToken)
+}
+
+/// The API base URL from `ROVER_GITHUB_API_URL`, else `https://api.github.com`.
+pub fn api_url_from_env() -> String {
+    std::env::var(API_URL_ENV)
+        .ok()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_API_URL.to_owned())
+}
+
+/// Guess the human-facing base URL from the API URL (`api.github.com` → `github.com`,
+/// `https://ghe.example/api/v3` → `https://ghe.example`).
+pub fn web_url_for(api_url: &str) -> String {
+    let api = api_url.trim_end_matches('/');
+    if api == DEFAULT_API_URL {
+        return "https://github.com".to_owned();
+    }
+    api.strip_suffix("/api/v3").unwrap_or(api).to_owned()
+}
+
+/// The octocrab-backed GitHub client for one repository.
+#[derive(Clone)]
+pub struct OctoGitHub {
+    client: Octocrab,
+    repo: RepoRef,
+    normalize: NormalizeOptions,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for OctoGitHub {
+    // Hand-written so the client (which holds the token) is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OctoGitHub")
+            .field("repo", &self.repo)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OctoGitHub {
+    /// Build from the environment (`ROVER_GITHUB_API_URL`, `GITHUB_TOKEN`/`GH_TOKEN`).
+    pub fn from_env(settings: &GitHubSettings, repo: RepoRef) -> Result<Self, GitHubError> {
+        Self::new(&api_url_from_env(), &token_from_env()?, repo, settings)
+    }
+
+    /// Build against `api_url` with `token`.
+    pub fn new(
+        api_url: &str,
+        token: &str,
+        repo: RepoRef,
+        settings: &GitHubSettings,
+    ) -> Result<Self, GitHubError> {
+        let config_err = |detail: String| GitHubError::Config {
+            what: format!("api url {api_url}"),
+            detail,
+        };
+        let timeout = Duration::from_secs(settings.request_timeout_secs.max(1));
+        let client = Octocrab::builder()
+            .base_uri(api_url.trim_end_matches('/'))
+            .map_err(|e| config_err(format!("not a url: {e}")))?
+            .personal_token(token.to_owned())
+            .add_retry_config(RetryConfig::None)
+            .set_connect_timeout(Some(timeout))
+            .set_read_timeout(Some(timeout))
+            .add_header(
+                http::header::ACCEPT,
+                "application/vnd.github+json".to_owned(),
+            )
+            .build()
+            .map_err(|e| config_err(format!("could not build the http client: {e}")))?;
+        let normalize = NormalizeOptions {
+            bot_login: settings.bot_login.clone(),
+            visibility: settings.visibility,
+            web_url: settings
+                .web_url
+                .clone()
+                .unwrap_or_else(|| web_url_for(api_url)),
+        };
+        Ok(Self {
+            client,
+            repo,
+            normalize,
+            timeout,
+        })
+    }
+
+    fn path(&self, rest: &str) -> String {
+        format!("/repos/{}/{}{rest}", self.repo.owner, self.repo.name)
+    }
+
+    /// Send one request; returns status meta and body whatever the status.
+    async fn send(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: Option<HeaderMap>,
+    ) -> Result<(ResponseMeta, String), GitHubError> {
+        let request = async {
+            let response = if method == Method::POST {
+                self.client._post(path, body).await
+            } else {
+                self.client._get_with_headers(path, headers).await
+            }?;
+            let meta = ResponseMeta::from_headers(response.status().as_u16(), response.headers());
+            let text = self.client.body_to_string(response).await?;
+            Ok::<_, octocrab::Error>((meta, text))
+        };
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(source)) => Err(GitHubError::Transport {
+                what: what.to_owned(),
+                source,
+            }),
+            Err(_) => Err(GitHubError::Timeout {
+                what: what.to_owned(),
+                secs: self.timeout.as_secs(),
+            }),
+        }
+    }
+
+    /// Send, fail on a non-success status, parse the body into `T`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(T, ResponseMeta), GitHubError> {
+        let (meta, text) = self.send(what, method, path, body, None).await?;
+        check_status(what, &meta, &text, Utc::now())?;
+        let value = parse_body(what, &text)?;
+        Ok((value, meta))
+    }
+
+    /// GET a list, following pages up to `MAX_PAGES`.
+    async fn list_all<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+    ) -> Result<Vec<T>, GitHubError> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut all = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let url = format!("{path}{sep}per_page=100&page={page}");
+            let (meta, text) = self.send(what, Method::GET, &url, None, None).await?;
+            check_status(what, &meta, &text, Utc::now())?;
+            let items: Vec<T> = parse_body(what, &text)?;
+            let full = items.len() >= 100;
+            all.extend(items);
+            if !full {
+                break;
+            }
+        }
+        Ok(all)
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct ErrorBody {
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    errors: Vec<Value>,
+}
+
+/// Map a non-success answer to a typed error.
+pub(crate) fn check_status(
+    what: &str,
+    meta: &ResponseMeta,
+    body: &str,
+    now: DateTime<Utc>,
+) -> Result<(), GitHubError> {
+    if (200..300).contains(&meta.status) {
+        return Ok(());
+    }
+    let parsed: ErrorBody = serde_json::from_str(body).unwrap_or_default();
+    let message = if parsed.message.is_empty() {
+        body.chars().take(200).collect()
+    } else {
+        parsed.message
+    };
+    let what = what.to_owned();
+    Err(match meta.status {
+        401 => GitHubError::BadCredentials { what },
+        403 | 429 => {
+            let limited = meta.rate_limited_until(now).or_else(|| {
+                (meta.status == 429 || message.to_ascii_lowercase().contains("rate limit"))
+                    .then(|| now + TimeDelta::seconds(60))
+            });
+            match limited {
+                Some(until) => GitHubError::RateLimited { what, until },
+                None => GitHubError::Forbidden { what, message },
+            }
+        }
+        404 => GitHubError::NotFound { what },
+        422 => GitHubError::Validation {
+            what,
+            message,
+            errors: parsed
+                .errors
+                .iter()
+                .map(describe_validation_error)
+                .collect(),
+        },
+        500..=599 => GitHubError::Server {
+            what,
+            status: meta.status,
+        },
+        status => GitHubError::Status {
+            what,
+            status,
+            message,
+        },
+    })
+}
+
+fn describe_validation_error(e: &Value) -> String {
+    if let Some(m) = e.get("message").and_then(Value::as_str) {
+        return m.to_owned();
+    }
+    if let Some(s) = e.as_str() {
+        return s.to_owned();
+    }
+    let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("?").to_owned();
+    format!("{} {} {}", field("resource"), field("field"), field("code"))
+}
+
+fn parse_body<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, GitHubError> {
+    serde_json::from_str(text).map_err(|e| GitHubError::Malformed {
+        what: what.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// Percent-encode a value for a URL query or path segment (unreserved characters kept).
+pub(crate) fn encode(s: &str, keep_slash: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'_' | b'.' | b'~')
+            || (keep_slash && b == b'/')
+        {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl GitHub for OctoGitHub {
+    fn repo(&self) -> &RepoRef {
+        &self.repo
+    }
+
+    async fn list_events(&self, etag: Option<&str>) -> Result<EventsFetch, GitHubError> {
+        let what = "the events feed";
+        let mut headers = HeaderMap::new();
+        if let Some(tag) = etag {
+            let value = HeaderValue::from_str(tag).map_err(|_| GitHubError::Malformed {
+                what: what.into(),
+                detail: "stored etag is not a valid header value".into(),
+            })?;
+            headers.insert(http::header::IF_NONE_MATCH, value);
+        }
+        let path = self.path("/events?per_page=100");
+        let (meta, text) = self
+            .send(what, Method::GET, &path, None, Some(headers))
+            .await?;
+        if meta.status == 304 {
+            return Ok(EventsFetch::NotModified { meta });
+        }
+        check_status(what, &meta, &text, Utc::now())?;
+        let page = parse_events_page(&text, &self.normalize)?;
+        Ok(EventsFetch::Page { page, meta })
+    }
+
+    async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {
+        let what = format!("issue #{number}");
+        let (raw, _) = self
+            .call::<RawIssue>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/issues/{number}")),
+                None,
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn get_pull_request(&self, number: u64) -> Result<PullRequest, GitHubError> {
+        let what = format!("pull request #{number}");
+        let (raw, _) = self
+            .call::<RawPull>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/pulls/{number}")),
+                None,
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn list_comments(&self, number: u64, last: usize) -> Result<Vec<Comment>, GitHubError> {
+        let what = format!("comments of #{number}");
+        let base = self.path(&format!("/issues/{number}/comments?per_page=100"));
+        let get_page = |page: u32| {
+            let url = format!("{base}&page={page}");
+            let what = what.clone();
+            async move {
+                let (meta, text) = self.send(&what, Method::GET, &url, None, None).await?;
+                check_status(&what, &meta, &text, Utc::now())?;
+                let items: Vec<RawComment> = parse_body(&what, &text)?;
+                Ok::<_, GitHubError>((items, meta.last_page))
+            }
+        };
+        // Comments are oldest first: jump to the last page and walk back until `last` are in.
+        let (first, last_page) = get_page(1).await?;
+        let mut newest: Vec<RawComment> = Vec::new();
+        let mut page = last_page.unwrap_or(1);
+        while page > 1 && newest.len() < last && last_page.unwrap_or(1) - page < MAX_PAGES {
+            let (mut items, _) = get_page(page).await?;
+            items.append(&mut newest);
+            newest = items;
+            page -= 1;
+        }
+        if page == 1 && newest.len() < last {
+            let mut all = first;
+            all.append(&mut newest);
+            newest = all;
+        }
+        let skip = newest.len().saturating_sub(last);
+        Ok(newest.into_iter().skip(skip).map(Comment::from).collect())
+    }
+
+    async fn list_reviews(&self, number: u64) -> Result<Vec<Review>, GitHubError> {
+        let what = format!("reviews of #{number}");
+        let raw: Vec<RawReview> = self
+            .list_all(&what, &self.path(&format!("/pulls/{number}/reviews")))
+            .await?;
+        Ok(raw.into_iter().map(Review::from).collect())
+    }
+
+    async fn list_review_comments(&self, number: u64) -> Result<Vec<ReviewComment>, GitHubError> {
+        let what = format!("review comments of #{number}");
+        let raw: Vec<RawReviewComment> = self
+            .list_all(&what, &self.path(&format!("/pulls/{number}/comments")))
+            .await?;
+        Ok(raw.into_iter().map(ReviewComment::from).collect())
+    }
+
+    async fn list_commit_comments(&self, sha: &str) -> Result<Vec<Comment>, GitHubError> {
+        let what = format!("comments of commit {sha}");
+        let raw: Vec<RawComment> = self
+            .list_all(
+                &what,
+                &self.path(&format!("/commits/{}/comments", encode(sha, false))),
+            )
+            .await?;
+        Ok(raw.into_iter().map(Comment::from).collect())
+    }
+
+    async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
+        let what = format!("permission of {login}");
+        let path = self.path(&format!(
+            "/collaborators/{}/permission",
+            encode(login, false)
+        ));
+        let (raw, _) = self
+            .call::<RawPermission>(&what, Method::GET, &path, None)
+            .await?;
+        Ok(Permission::from(raw))
+    }
+
+    async fn ci_status(&self, git_ref: &str) -> Result<CiStatus, GitHubError> {
+        let r = encode(git_ref, true);
+        let what = format!("ci status of {git_ref}");
+        let (combined, _) = self
+            .call::<RawCombined>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/commits/{r}/status")),
+                None,
+            )
+            .await?;
+        let (checks, _) = self
+            .call::<RawCheckRuns>(
+                &what,
+                Method::GET,
+                &self.path(&format!("/commits/{r}/check-runs?per_page=100")),
+                None,
+            )
+            .await?;
+        Ok(summarize_ci(git_ref.to_owned(), combined, &checks))
+    }
+
+    async fn post_comment(&self, number: u64, body: &str) -> Result<Posted, GitHubError> {
+        let what = format!("comment on #{number}");
+        let (raw, _) = self
+            .call::<RawPosted>(
+                &what,
+                Method::POST,
+                &self.path(&format!("/issues/{number}/comments")),
+                Some(&json!({"body": body})),
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn post_review(
+        &self,
+        number: u64,
+        event: ReviewEvent,
+        body: &str,
+    ) -> Result<Posted, GitHubError> {
+        let what = format!("review on #{number}");
+        let payload = json!({"body": body, "event": event});
+        let (raw, _) = self
+            .call::<RawPosted>(
+                &what,
+                Method::POST,
+                &self.path(&format!("/pulls/{number}/reviews")),
+                Some(&payload),
+            )
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn reply_to_review_comment(
+        &self,
+        number: u64,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Posted, GitHubError> {
+        let what = format!("reply to review comment {comment_id} on #{number}");
+        let path = self.path(&format!("/pulls/{number}/comments/{comment_id}/replies"));
+        let (raw, _) = self
+            .call::<RawPosted>(&what, Method::POST, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn post_commit_comment(&self, sha: &str, body: &str) -> Result<Posted, GitHubError> {
+        let what = format!("comment on commit {sha}");
+        let path = self.path(&format!("/commits/{}/comments", encode(sha, false)));
+        let (raw, _) = self
+            .call::<RawPosted>(&what, Method::POST, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(raw.into())
+    }
+
+    async fn find_pull_request_for_branch(
+        &self,
+        branch: &str,
+    ) -> Result<Option<PullRequest>, GitHubError> {
+        let what = format!("pull request for branch {branch}");
+        let head = encode(&format!("{}:{branch}", self.repo.owner), false);
+        let path = self.path(&format!("/pulls?state=open&head={head}&per_page=10"));
+        let (raw, _) = self
+            .call::<Vec<RawPull>>(&what, Method::GET, &path, None)
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(PullRequest::from)
+            .find(|p| p.head_branch == branch))
+    }
+
+    async fn open_pull_request(&self, new: &NewPullRequest) -> Result<PullRequest, GitHubError> {
+        let what = format!("create pull request from {}", new.head);
+        let payload = json!({"title": new.title, "head": new.head, "base": new.base, "body": new.body,
+                             "draft": new.draft, "maintainer_can_modify": true});
+        let (raw, _) = self
+            .call::<RawPull>(&what, Method::POST, &self.path("/pulls"), Some(&payload))
+            .await?;
+        Ok(raw.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(status: u16) -> ResponseMeta {
+        ResponseMeta {
+            status,
+            ..ResponseMeta::default()
+        }
+    }
+
+    #[test]
+    fn statuses_map_to_typed_errors() {
+        let now = Utc::now();
+        assert!(check_status("x", &meta(201), "", now).is_ok());
+        assert!(matches!(
+            check_status("x", &meta(401), "{\"message\":\"Bad credentials\"}", now),
+            Err(GitHubError::BadCredentials { .. })
+        ));
+        assert!(matches!(
+            check_status("x", &meta(404), "{}", now),
+            Err(GitHubError::NotFound { .. })
+        ));
+        assert!(matches!(
+            check_status(
+                "x",
+                &meta(403),
+                "{\"message\":\"Resource not accessible\"}",
+                now
+            ),
+            Err(GitHubError::Forbidden { .. })
+        ));
+        assert!(matches!(
+            check_status("x", &meta(429), "{}", now),
+            Err(GitHubError::RateLimited { .. })
+        ));
+        let mut m = meta(403);
+        m.retry_after = Some(Duration::from_secs(30));
+        match check_status("x", &m, "{}", now) {
+            Err(GitHubError::RateLimited { until, .. }) => {
+                assert_eq!(until, now + TimeDelta::seconds(30));
+            }
+            other => panic!("expected rate limited, got {other:?}"),
+        }
+        let body = r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for o:b."}]}"#;
+        match check_status("x", &meta(422), body, now) {
+            Err(GitHubError::Validation { errors, .. }) => assert_eq!(
+                errors,
+                vec!["A pull request already exists for o:b.".to_owned()]
+            ),
+            other => panic!("expected validation, got {other:?}"),
+        }
+        assert!(matches!(
+            check_status("x", &meta(502), "", now),
+            Err(GitHubError::Server { status: 502, .. })
+        ));
+    }
+
+    #[test]
+    fn urls_and_encoding() {
+        assert_eq!(web_url_for("https://api.github.com/"), "https://github.com");
+        assert_eq!(
+            web_url_for("https://ghe.example/api/v3"),
+            "https://ghe.example"
+        );
+        assert_eq!(encode("o:feat/x y&z", false), "o%3Afeat%2Fx%20y%26z");
+        assert_eq!(encode("feat/x", true), "feat/x");
+    }
+}

@@ -1,0 +1,289 @@
+//! Redaction before anything leaves rover: public channels lose paths, environment details,
+//! secrets and full key fingerprints; private channels keep diagnostics but never secrets.
+
+use std::sync::LazyLock;
+
+use regex::{Captures, Regex};
+
+use super::events::Visibility;
+
+/// What replaces a secret.
+pub const SECRET: &str = "[redacted secret]";
+/// What replaces a file-system path in public.
+pub const PATH: &str = "[path]";
+/// What replaces an environment line in public.
+pub const ENV: &str = "[environment details omitted]";
+
+fn re(pattern: &str) -> Regex {
+    Regex::new(pattern).expect("redaction patterns are valid, checked by the tests")
+}
+
+static PEM: LazyLock<Regex> =
+    LazyLock::new(|| re(r"-----BEGIN [A-Z0-9 ]+-----[\s\S]*?(?:-----END [A-Z0-9 ]+-----|\z)"));
+static TOKENS: LazyLock<Regex> = LazyLock::new(|| {
+    re(concat!(
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}",
+        r"|github_pat_[A-Za-z0-9_]{20,}",
+        r"|sk-ant-[A-Za-z0-9_-]{10,}",
+        r"|sk-(?:proj-)?[A-Za-z0-9_-]{16,}",
+        r"|(?:AKIA|ASIA)[0-9A-Z]{16}",
+        r"|xox[abprs]-[A-Za-z0-9-]{10,}",
+        r"|AIza[0-9A-Za-z_-]{35}",
+        r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})",
+    ))
+});
+static BEARER: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i)\b(bearer|token|basic)(\s+)[A-Za-z0-9._~+/=-]{16,}"));
+/// `NAME=value` / `NAME: value` where the name says it is a secret (`password`, `api_key`,
+/// `GITHUB_TOKEN`, `SSH_KEY`; not `author` or `monkey`).
+static SECRET_ASSIGN: LazyLock<Regex> = LazyLock::new(|| {
+    re(concat!(
+        r"(?i)\b((?:[a-z0-9]+_)*(?:api_?key|access_?key|secret_?key|private_?key|secret|token|password|passwd|credentials?|auth)s?",
+        r#"|(?:[a-z0-9]+_)+key)\b(["']?\s*[=:]\s*["']?)[^\s"']+"#,
+    ))
+});
+/// A line of an environment dump (`NAME=value`, optionally `export`ed).
+static ENV_LINE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?m)^[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*=[^\n]*$"));
+/// Absolute unix paths with two or more segments, home paths and Windows paths.
+static PATHS: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r#"(?:(?:^|[\s(\[{"'`=,;])(?:/(?:[\w.@+-]+/)+[\w.@+-]*|/(?:home|root|tmp|var|etc|usr|opt|work|Users|srv|mnt|proc|dev)\b[\w./@+-]*|~/[\w./@+-]*)|\b[A-Za-z]:\\[^\s"'`]*)"#,
+    )
+});
+static FINGERPRINT_CONTEXT: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"(?i)\b((?:fingerprint|key(?:\s*id)?)\s*(?:ending in|is|:|=)?\s*`?)(0x)?([0-9A-F]{8,})\b")
+});
+static FINGERPRINT_SHA: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\b(SHA256|SHA1|MD5):([A-Za-z0-9+/]{16,}=*)"));
+static FINGERPRINT_HEX: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\b(?:[0-9a-fA-F]{2}:){7,}[0-9a-fA-F]{2}\b"));
+
+fn last4(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let tail: String = chars[chars.len().saturating_sub(4)..].iter().collect();
+    format!("…{tail}")
+}
+
+/// Redacts text for a channel, knowing the configured secret values.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    /// `secrets`: exact values never to disclose (the GitHub token, API keys). Values shorter
+    /// than 6 characters are ignored (too likely to appear innocently).
+    pub fn new<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut secrets: Vec<String> = secrets
+            .into_iter()
+            .map(Into::into)
+            .map(|s| s.trim().to_owned())
+            .filter(|s| s.chars().count() >= 6)
+            .collect();
+        // Longest first so a secret containing another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Self { secrets }
+    }
+
+    /// Also treat as secrets the values of environment variables whose names say they are
+    /// secrets (`GITHUB_TOKEN`, `GH_TOKEN`, `*_API_KEY`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`).
+    #[must_use]
+    pub fn with_env_secrets(self) -> Self {
+        let extra = std::env::vars().filter_map(|(name, value)| {
+            let upper = name.to_ascii_uppercase();
+            [
+                "TOKEN",
+                "SECRET",
+                "PASSWORD",
+                "API_KEY",
+                "PRIVATE_KEY",
+                "CREDENTIAL",
+            ]
+            .iter()
+            .any(|w| upper.contains(w))
+            .then_some(value)
+        });
+        Self::new(self.secrets.into_iter().chain(extra))
+    }
+
+    /// Redact `text` for a channel of `visibility`.
+    pub fn redact(&self, text: &str, visibility: Visibility) -> String {
+        let mut out = text.to_owned();
+        for s in &self.secrets {
+            out = out.replace(s.as_str(), SECRET);
+        }
+        out = PEM.replace_all(&out, SECRET).into_owned();
+        out = TOKENS.replace_all(&out, SECRET).into_owned();
+        out = BEARER
+            .replace_all(&out, |c: &Captures| format!("{}{}{SECRET}", &c[1], &c[2]))
+            .into_owned();
+        if visibility == Visibility::Public {
+            out = ENV_LINE.replace_all(&out, ENV).into_owned();
+        }
+        out = SECRET_ASSIGN
+            .replace_all(&out, |c: &Captures| format!("{}{}{SECRET}", &c[1], &c[2]))
+            .into_owned();
+        if visibility == Visibility::Public {
+            out = PATHS
+                .replace_all(&out, |c: &Captures| {
+                    let m = &c[0];
+                    let lead: String = m
+                        .chars()
+                        .take_while(|ch| !matches!(ch, '/' | '~') && !ch.is_ascii_alphabetic())
+                        .collect();
+                    if lead.is_empty() && m.chars().nth(1) == Some(':') {
+                        PATH.to_owned()
+                    } else {
+                        format!("{lead}{PATH}")
+                    }
+                })
+                .into_owned();
+            out = FINGERPRINT_SHA
+                .replace_all(&out, |c: &Captures| format!("{}:{}", &c[1], last4(&c[2])))
+                .into_owned();
+            out = FINGERPRINT_HEX
+                .replace_all(&out, |c: &Captures| last4(&c[0]))
+                .into_owned();
+            out = FINGERPRINT_CONTEXT
+                .replace_all(&out, |c: &Captures| format!("{}{}", &c[1], last4(&c[3])))
+                .into_owned();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_compile() {
+        for r in [
+            &PEM,
+            &TOKENS,
+            &BEARER,
+            &SECRET_ASSIGN,
+            &ENV_LINE,
+            &PATHS,
+            &FINGERPRINT_CONTEXT,
+            &FINGERPRINT_SHA,
+            &FINGERPRINT_HEX,
+        ] {
+            assert!(!r.as_str().is_empty());
+        }
+    }
+
+    const TOKEN: &str = "s3cr3t-configured-value";
+
+    /// (input, must appear in public, must not appear in public, must appear in private, must not appear in private)
+    #[allow(clippy::type_complexity, reason = "a plain table reads best")]
+    const TABLE: &[(&str, &[&str], &[&str], &[&str], &[&str])] = &[
+        (
+            "push failed with s3cr3t-configured-value in the url",
+            &["push failed with", SECRET],
+            &[TOKEN],
+            &[SECRET],
+            &[TOKEN],
+        ),
+        (
+            "token ghp_abcdefghijklmnopqrstuvwxyz0123456789 and github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+            &[SECRET],
+            &["ghp_abc", "github_pat_11"],
+            &[SECRET],
+            &["ghp_abc", "github_pat_11"],
+        ),
+        (
+            "keys sk-ant-api03-AbCdEfGhIjKlMnOp and sk-proj-AbCdEfGhIjKlMnOpQrSt and AKIAIOSFODNN7EXAMPLE",
+            &[SECRET],
+            &["sk-ant-api03", "sk-proj-", "AKIAIOSFODNN7EXAMPLE"],
+            &[SECRET],
+            &["sk-ant-api03", "sk-proj-", "AKIAIOSFODNN7EXAMPLE"],
+        ),
+        (
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\nafter",
+            &[SECRET, "after"],
+            &["b3BlbnNzaC1rZXktdjEAAAAA", "BEGIN OPENSSH"],
+            &[SECRET, "after"],
+            &["b3BlbnNzaC1rZXktdjEAAAAA"],
+        ),
+        (
+            "HOME=/root\nPATH=/usr/bin:/bin\nANTHROPIC_API_KEY=abc123def456\nexit 1",
+            &[ENV, "exit 1"],
+            &["/root", "/usr/bin", "abc123def456", "ANTHROPIC_API_KEY"],
+            &["HOME=/root", "PATH=/usr/bin:/bin", "ANTHROPIC_API_KEY=[redacted secret]", "exit 1"],
+            &["abc123def456"],
+        ),
+        (
+            "error: cannot open /work/wt-1/src/main.rs (see ~/.config/rover) or C:\\Users\\me\\x.txt",
+            &["error: cannot open", PATH],
+            &["/work/wt-1", "~/.config", "C:\\Users"],
+            &["/work/wt-1/src/main.rs", "~/.config/rover"],
+            &[SECRET],
+        ),
+        (
+            "Commit signing failed. GPG key ABC123DEF456 not found; ssh SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8",
+            &["GPG key …F456", "SHA256:…5SY8"],
+            &["ABC123DEF456", "nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8"],
+            &["ABC123DEF456", "SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8"],
+            &[SECRET],
+        ),
+        (
+            "Opened https://github.com/o/r/pull/12 from rover/abc-fix; tests in src/parse.rs pass",
+            &["https://github.com/o/r/pull/12", "rover/abc-fix", "src/parse.rs"],
+            &[PATH, SECRET],
+            &["https://github.com/o/r/pull/12", "src/parse.rs"],
+            &[PATH, SECRET],
+        ),
+        (
+            "curl -H 'Authorization: Bearer abcdefghijklmnop1234' failed; password: hunter22",
+            &["Bearer [redacted secret]", "password: [redacted secret]"],
+            &["abcdefghijklmnop1234", "hunter22"],
+            &["failed; password: [redacted secret]"],
+            &["abcdefghijklmnop1234", "hunter22"],
+        ),
+        (
+            "author: @alice; it takes ~5 minutes; monkey: banana; see owner/repo#3",
+            &["author: @alice", "~5 minutes", "monkey: banana", "owner/repo#3"],
+            &[SECRET, PATH],
+            &["author: @alice", "~5 minutes", "monkey: banana"],
+            &[SECRET, PATH],
+        ),
+        (
+            "config: GITHUB_TOKEN=abcdef123456 api_key: 'zzzzzzzz' SSH_KEY=/k",
+            &[SECRET],
+            &["abcdef123456", "zzzzzzzz"],
+            &["GITHUB_TOKEN=[redacted secret]", "api_key: '[redacted secret]"],
+            &["abcdef123456", "zzzzzzzz", "SSH_KEY=/k"],
+        ),
+    ];
+
+    #[test]
+    fn redaction_table_for_both_visibilities() {
+        let r = Redactor::new([TOKEN, "abc"]);
+        for (input, pub_has, pub_not, priv_has, priv_not) in TABLE {
+            for (vis, has, not) in [
+                (Visibility::Public, pub_has, pub_not),
+                (Visibility::Private, priv_has, priv_not),
+            ] {
+                let out = r.redact(input, vis);
+                for h in *has {
+                    assert!(
+                        out.contains(h),
+                        "{vis:?}: expected {h:?} in {out:?} (from {input:?})"
+                    );
+                }
+                for n in *not {
+                    assert!(
+                        !out.contains(n),
+                        "{vis:?}: did not expect {n:?} in {out:?} (from {input:?})"
+                    );
+                }
+            }
+        }
+    }
+}
