@@ -43,7 +43,10 @@ pub fn shard_path(dir: &Path, prefix: &str) -> PathBuf {
 pub fn append(dir: &Path, kind: IdKind, id: Uuid) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     let text = id.to_string();
-    let mut file = OpenOptions::new().create(true).append(true).open(shard_path(dir, &text))?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(shard_path(dir, &text))?;
     file.write_all(format!("{} {text}\n", kind.letter()).as_bytes())
 }
 
@@ -56,7 +59,9 @@ pub fn lookup(dir: &Path, prefix: &str) -> io::Result<Option<Vec<(IdKind, Uuid)>
     };
     let mut out = Vec::new();
     for line in text.lines() {
-        let Some((kind, id)) = line.split_once(' ') else { continue };
+        let Some((kind, id)) = line.split_once(' ') else {
+            continue;
+        };
         let kind = match kind {
             "s" => IdKind::Span,
             "a" => IdKind::Action,

@@ -95,8 +95,10 @@ mod tests {
         let path = dir.path().join("log.jsonl");
         let mut log = RotatingLog::with_limits(&path, 100, 3).unwrap();
         for i in 0..20 {
-            log.write_all(format!("{{\"n\":\"{i:03}\",\"pad\":\"{}\"}}\n", "x".repeat(30)).as_bytes())
-                .unwrap();
+            log.write_all(
+                format!("{{\"n\":\"{i:03}\",\"pad\":\"{}\"}}\n", "x".repeat(30)).as_bytes(),
+            )
+            .unwrap();
         }
         log.flush().unwrap();
         let mut names: Vec<_> = fs::read_dir(dir.path())

@@ -186,7 +186,9 @@ pub(super) fn resolve(store: &AutopilotStore, id: &str) -> Result<Uuid> {
         return Err(StoreError::UnknownId { id });
     }
     let mut matches = BTreeMap::new();
-    if let Some(found) = super::ids::lookup(&store.ids_dir(), &id).map_err(StoreError::io("read", store.ids_dir()))? {
+    if let Some(found) = super::ids::lookup(&store.ids_dir(), &id)
+        .map_err(StoreError::io("read", store.ids_dir()))?
+    {
         for (kind, uuid) in found {
             matches.entry(uuid.to_string()).or_insert(kind.name());
         }

@@ -3,12 +3,27 @@
 //! Figures, not pass/fail: each line says what was measured, on this machine's disk, and the bar
 //! it is compared against. `cargo bench --bench rover -- store` runs only the store section.
 
+// Figures are arithmetic on counts and durations: float casts are the point.
+#![allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_possible_wrap
+)]
+
 mod store;
 
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let wants = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
-    println!("rover benchmarks ({} cores, {})", std::thread::available_parallelism().map_or(1, std::num::NonZero::get), chrono::Utc::now().format("%Y-%m-%d"));
+    println!(
+        "rover benchmarks ({} cores, {})",
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        chrono::Utc::now().format("%Y-%m-%d")
+    );
     if wants("store") {
         store::run();
     }

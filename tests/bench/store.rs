@@ -17,7 +17,11 @@ use crate::percentiles;
 const WRITES: usize = 300;
 
 pub fn run() {
-    let dir = tempfile::tempdir_in(std::env::var_os("ROVER_BENCH_DIR").unwrap_or_else(|| std::env::temp_dir().into_os_string())).expect("temp dir");
+    let dir = tempfile::tempdir_in(
+        std::env::var_os("ROVER_BENCH_DIR")
+            .unwrap_or_else(|| std::env::temp_dir().into_os_string()),
+    )
+    .expect("temp dir");
     println!("\n== store (data in {})", dir.path().display());
     let floor = atomic_write_floor(dir.path());
     queue_ops(dir.path(), floor);
@@ -35,7 +39,10 @@ fn atomic_write_floor(dir: &Path) -> f64 {
         samples.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let (p50, p99) = percentiles(samples);
-    println!("atomic write (the floor)         p50 {p50:>8.0} us   p99 {p99:>8.0} us   {:>7.0} writes/s", 1e6 / p50);
+    println!(
+        "atomic write (the floor)         p50 {p50:>8.0} us   p99 {p99:>8.0} us   {:>7.0} writes/s",
+        1e6 / p50
+    );
     p50
 }
 
@@ -44,19 +51,39 @@ fn queue_ops(dir: &Path, floor: f64) {
     let store = AutopilotStore::open(dir, "bench-queue").unwrap();
     let root = Span::root(Uuid::new_v4(), Utc::now(), Meta::new());
     // A queue with some depth, as a busy daemon has.
-    store.transact(|txn| {
-        for _ in 0..8 {
-            let a = Action::new(StepKind::Notify, &root, "background", Meta::new(), Utc::now());
-            txn.push_pending(a.pending(root.id, Utc::now()))?;
-        }
-        Ok(())
-    }).unwrap();
-    let actions: Vec<Action> = (0..WRITES / 2).map(|_| Action::new(StepKind::Coordinate, &root, "bench", Meta::new(), Utc::now())).collect();
+    store
+        .transact(|txn| {
+            for _ in 0..8 {
+                let a = Action::new(
+                    StepKind::Notify,
+                    &root,
+                    "background",
+                    Meta::new(),
+                    Utc::now(),
+                );
+                txn.push_pending(a.pending(root.id, Utc::now()))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let actions: Vec<Action> = (0..WRITES / 2)
+        .map(|_| {
+            Action::new(
+                StepKind::Coordinate,
+                &root,
+                "bench",
+                Meta::new(),
+                Utc::now(),
+            )
+        })
+        .collect();
     let mut samples = Vec::with_capacity(WRITES);
     let start = Instant::now();
     for a in &actions {
         let t = Instant::now();
-        store.transact(|txn| txn.push_pending(a.pending(root.id, Utc::now()))).unwrap();
+        store
+            .transact(|txn| txn.push_pending(a.pending(root.id, Utc::now())))
+            .unwrap();
         samples.push(t.elapsed().as_secs_f64() * 1e6);
         let t = Instant::now();
         store.dequeue(a.id).unwrap().expect("was queued");
@@ -69,13 +96,21 @@ fn queue_ops(dir: &Path, floor: f64) {
     // With its action file and trace index, as `AutopilotStore::enqueue` does.
     let mut samples = Vec::with_capacity(WRITES / 2);
     for _ in 0..WRITES / 2 {
-        let a = Action::new(StepKind::Coordinate, &root, "bench", Meta::new(), Utc::now());
+        let a = Action::new(
+            StepKind::Coordinate,
+            &root,
+            "bench",
+            Meta::new(),
+            Utc::now(),
+        );
         let t = Instant::now();
         store.enqueue(&a, root.id).unwrap();
         samples.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let (p50, _) = percentiles(samples);
-    println!("enqueue with its action file     p50 {p50:>8.0} us   (2 durable writes: action + state)");
+    println!(
+        "enqueue with its action file     p50 {p50:>8.0} us   (2 durable writes: action + state)"
+    );
 }
 
 /// A store of 100,000 spans across 20,000 traces (5 spans and 4 actions each), written with
@@ -92,25 +127,44 @@ fn trace_lookup(dir: &Path) {
         let mut meta = Meta::new();
         meta.insert("label".into(), json!(format!("IssuesEvent opened #{n}")));
         let mut root = Span::root(Uuid::new_v4(), at, meta);
-        root.finish(SpanStatus::Completed, "event", Meta::new(), at).unwrap();
+        root.finish(SpanStatus::Completed, "event", Meta::new(), at)
+            .unwrap();
         let mut index = TraceIndex::new(&root, format!("IssuesEvent opened #{n}"));
         let mut parent = root.clone();
         write(&store.span_path(root.id), &root);
-        for step in [StepKind::Coordinate, StepKind::Plan, StepKind::Workflow, StepKind::Noop] {
+        for step in [
+            StepKind::Coordinate,
+            StepKind::Plan,
+            StepKind::Workflow,
+            StepKind::Noop,
+        ] {
             let action = Action::new(step.clone(), &parent, "next", Meta::new(), at);
             let mut span = Span::start(step, &action, root.id, at);
-            span.finish(SpanStatus::Completed, "done", Meta::new(), at).unwrap();
+            span.finish(SpanStatus::Completed, "done", Meta::new(), at)
+                .unwrap();
             write(&store.action_path(action.id), &action);
             write(&store.span_path(span.id), &span);
             index.add(&[span.id], &[action.id], at);
             parent = span;
         }
         write(&store.trace_index_path(root.id), &index);
-        cache.add(rover::store::TraceEntry { trace_id: root.id, created_at: at, event: index.event.clone() }, at);
+        cache.add(
+            rover::store::TraceEntry {
+                trace_id: root.id,
+                created_at: at,
+                event: index.event.clone(),
+            },
+            at,
+        );
         ids.push((root.id, parent.id));
     }
     write(&store.traces_path(), &cache);
-    println!("generated {TRACES} traces, {} spans, {} actions in {:.1}s", TRACES * 5, TRACES * 4, start.elapsed().as_secs_f64());
+    println!(
+        "generated {TRACES} traces, {} spans, {} actions in {:.1}s",
+        TRACES * 5,
+        TRACES * 4,
+        start.elapsed().as_secs_f64()
+    );
 
     // The library call, warm.
     let mut samples = Vec::new();
@@ -123,11 +177,21 @@ fn trace_lookup(dir: &Path) {
         assert_eq!(view.spans.len(), 5, "trace {i}");
     }
     let (p50, p99) = percentiles(samples);
-    println!("trace <span id>, in-process      p50 {:>8.2} ms  p99 {:>8.2} ms", p50 / 1000.0, p99 / 1000.0);
+    println!(
+        "trace <span id>, in-process      p50 {:>8.2} ms  p99 {:>8.2} ms",
+        p50 / 1000.0,
+        p99 / 1000.0
+    );
 
     // The binary, as a user runs it (process start included).
     let bin = env!("CARGO_BIN_EXE_rover");
-    for (label, arg) in [("full span id", ids[TRACES / 2].1.to_string()), ("8-char prefix", ids[TRACES / 3].1.to_string()[..8].to_owned())] {
+    for (label, arg) in [
+        ("full span id", ids[TRACES / 2].1.to_string()),
+        (
+            "8-char prefix",
+            ids[TRACES / 3].1.to_string()[..8].to_owned(),
+        ),
+    ] {
         let mut samples = Vec::new();
         for _ in 0..15 {
             let t = Instant::now();
@@ -137,15 +201,27 @@ fn trace_lookup(dir: &Path) {
                 .output()
                 .unwrap();
             samples.push(t.elapsed().as_secs_f64() * 1e6);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let (p50, p99) = percentiles(samples);
-        println!("`rover autopilot trace` {label:<14} p50 {:>6.1} ms  p99 {:>6.1} ms (bar: under 50 ms)", p50 / 1000.0, p99 / 1000.0);
+        println!(
+            "`rover autopilot trace` {label:<14} p50 {:>6.1} ms  p99 {:>6.1} ms (bar: under 50 ms)",
+            p50 / 1000.0,
+            p99 / 1000.0
+        );
     }
 }
 
 fn write<T: serde::Serialize>(path: &Path, value: &T) {
-    if let Some(id) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| Uuid::parse_str(s).ok()) {
+    if let Some(id) = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| Uuid::parse_str(s).ok())
+    {
         let dir = path.parent().unwrap();
         let store_root = dir.parent().unwrap();
         let ids = store_root.join("autopilot").join("ids");
@@ -163,5 +239,7 @@ fn rover_index(ids: &Path, kind: rover::store::IdKind, id: Uuid) {
     let store_root = ids.parent().unwrap().parent().unwrap();
     let data = store_root.parent().unwrap().parent().unwrap();
     let project = store_root.file_name().unwrap().to_str().unwrap();
-    AutopilotStore::open(data, project).unwrap().index_id(kind, id);
+    AutopilotStore::open(data, project)
+        .unwrap()
+        .index_id(kind, id);
 }
