@@ -11,3 +11,5 @@ pub mod project;
 pub mod sandbox;
 pub mod store;
 pub mod trace;
+pub mod orchestrator;
+pub mod steps;

@@ -319,9 +319,15 @@ impl AutopilotStore {
         self.hand_over(&span, produced)
     }
 
-    /// Release a pending action without consuming it (the step is not ready yet, or the run was
-    /// interrupted): it stays queued for a later run. A finished span of the run is kept.
-    pub fn release_step(&self, action_id: Uuid, span: Option<&Span>) -> Result<()> {
+    /// Release a pending action without consuming it (the run was interrupted, or failed in a
+    /// way worth retrying): it stays queued for a later run, not before `not_before`. The run's
+    /// finished span is kept in the trace.
+    pub fn release_step(
+        &self,
+        action_id: Uuid,
+        span: Option<&Span>,
+        not_before: Option<DateTime<Utc>>,
+    ) -> Result<()> {
         if let Some(span) = span {
             self.write_span(span)?;
         }
@@ -329,6 +335,7 @@ impl AutopilotStore {
             let trace_id = match txn.pending_mut(action_id)? {
                 Some(p) => {
                     p.running_span_id = None;
+                    p.not_before = not_before;
                     p.trace_id
                 }
                 None => return Ok(()),
@@ -358,11 +365,9 @@ impl AutopilotStore {
 
     /// Restart recovery: finish the hand-over of step runs whose span finished before a crash,
     /// and close spans left `running` as `error` ("interrupted") so their action runs again.
-    /// Returns what was done, for the log.
-    pub fn recover(&self, daemon_alive: bool) -> Result<Vec<Recovery>> {
-        if daemon_alive {
-            return Ok(Vec::new());
-        }
+    /// `still_running` says which running spans have live work outside this process (a
+    /// container): those are left alone. Returns what was done, for the log.
+    pub fn recover(&self, still_running: impl Fn(&PendingAction, &Span) -> bool) -> Result<Vec<Recovery>> {
         let state = self.read_state()?;
         let mut done = Vec::new();
         for pending in state.pending.iter().filter(|p| p.running_span_id.is_some()) {
@@ -392,11 +397,14 @@ impl AutopilotStore {
                     });
                 }
                 (Some(span), None) if span.status.is_final() => {
-                    self.release_step(pending.action_id, Some(&span))?;
+                    self.release_step(pending.action_id, Some(&span), None)?;
                     done.push(Recovery::Interrupted {
                         span: span_id,
                         action: pending.action_id,
                     });
+                }
+                (Some(span), None) if still_running(pending, &span) => {
+                    done.push(Recovery::StillRunning { span: span_id });
                 }
                 (found, _) => {
                     let action = self.read_action(pending.action_id)?;
@@ -415,7 +423,7 @@ impl AutopilotStore {
                         meta,
                         now,
                     )?;
-                    self.release_step(pending.action_id, Some(&span))?;
+                    self.release_step(pending.action_id, Some(&span), None)?;
                     done.push(Recovery::Interrupted {
                         span: span_id,
                         action: pending.action_id,
@@ -487,6 +495,8 @@ pub enum Recovery {
     HandedOver { span: Uuid, actions: usize },
     /// The span was cut off; it is now `error` and the action will run again.
     Interrupted { span: Uuid, action: Uuid },
+    /// The span's work goes on outside the process (a container); its step re-attaches.
+    StillRunning { span: Uuid },
 }
 
 /// A one-line label of a root event span, from the fields the event step records.

@@ -371,6 +371,7 @@ impl Action {
             created_at: now,
             attempts: 0,
             running_span_id: None,
+            not_before: None,
             extra: Map::new(),
         }
     }
@@ -394,6 +395,9 @@ pub struct PendingAction {
     /// The span of the run in progress, if any (rover's addition, for restart recovery).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_span_id: Option<Uuid>,
+    /// Not to be run before this time (rover's addition: backoff after a retryable error).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "iso::option")]
+    pub not_before: Option<DateTime<Utc>>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

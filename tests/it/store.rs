@@ -340,7 +340,7 @@ fn recovery_closes_interrupted_spans_and_finishes_cut_off_hand_overs() {
         .insert(rover::store::PRODUCED_KEY.into(), json!([b_next.id]));
     store.write_span(&with_ids).unwrap();
 
-    let done = store.recover(false).unwrap();
+    let done = store.recover(|_, _| false).unwrap();
     assert!(
         done.contains(&Recovery::Interrupted {
             span: a_run.span.id,
@@ -382,7 +382,7 @@ fn recovery_closes_interrupted_spans_and_finishes_cut_off_hand_overs() {
         "the error span is part of the trace"
     );
     assert!(
-        store.recover(false).unwrap().is_empty(),
+        store.recover(|_, _| false).unwrap().is_empty(),
         "recovery is idempotent"
     );
     let again = store.begin_step(a_first.id, &StepKind::Coordinate).unwrap();
@@ -482,7 +482,7 @@ fn event_ids(i: usize) -> (Uuid, Uuid, String) {
 /// One run of a tiny pipeline over the real store: ingest events not yet in the cursor, then
 /// process pending actions coordinate → plan → workflow → noop until nothing is left.
 fn drive(store: &AutopilotStore) {
-    store.recover(false).unwrap();
+    store.recover(|_, _| false).unwrap();
     for i in 0..CRASH_TRACES {
         let (root_id, first_id, event) = event_ids(i);
         if store.read_cursor().unwrap().contains(&event) {

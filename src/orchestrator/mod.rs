@@ -1,0 +1,544 @@
+//! The `StepOrchestrator`: the only scheduler. It drains the pending queue of the store and
+//! dispatches each action to the step that handles its type, within each step's `maxParallel`
+//! and per-trace exclusivity, runs `monitor()`s before reading the queue, drains again as soon as
+//! any step finishes, and turns every error or panic into an `error` span and the fail-forward
+//! action the spec asks for. Steps never call each other; they talk through the store.
+
+mod progress;
+mod step;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{broadcast, Notify, Semaphore};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+pub use progress::Progress;
+pub use step::{Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError};
+
+use crate::store::{
+    Action, AutopilotStore, Meta, PendingAction, Recovery, Span, SpanStatus, StepKind, StepRun,
+    StoreError,
+};
+
+/// Tunables of the orchestrator.
+#[derive(Debug, Clone)]
+pub struct OrchestratorSettings {
+    /// The safety-net drain when nothing else wakes the loop.
+    pub fallback_interval: Duration,
+    /// Runs started on one action before it is given up (interruptions and retryable errors).
+    pub max_attempts: u32,
+    /// First backoff after a retryable error; doubled each attempt, capped at five minutes.
+    pub retry_backoff: Duration,
+    /// How long running steps get to finish at shutdown before they are cut off.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for OrchestratorSettings {
+    fn default() -> OrchestratorSettings {
+        OrchestratorSettings {
+            fallback_interval: Duration::from_secs(30),
+            max_attempts: 3,
+            retry_backoff: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(20),
+        }
+    }
+}
+
+/// A run in progress.
+struct Running {
+    step: StepKind,
+    trace_id: Uuid,
+    span: Span,
+    abort: Option<AbortHandle>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    runs: HashMap<Uuid, Running>,
+    /// (step, trace) pairs holding a per-trace exclusive step.
+    exclusive: HashSet<(StepKind, Uuid)>,
+}
+
+struct Inner {
+    ctx: StepContext,
+    steps: BTreeMap<StepKind, Arc<dyn Step>>,
+    permits: BTreeMap<StepKind, Arc<Semaphore>>,
+    settings: OrchestratorSettings,
+    in_flight: Mutex<InFlight>,
+    wake: Notify,
+    tracker: TaskTracker,
+    progress: broadcast::Sender<Progress>,
+    reported_dead: Mutex<HashSet<Uuid>>,
+    waiting: Mutex<HashMap<Uuid, String>>,
+    internal_errors: AtomicUsize,
+}
+
+/// See the module documentation.
+#[derive(Clone)]
+pub struct StepOrchestrator {
+    inner: Arc<Inner>,
+}
+
+/// What one drain did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DrainReport {
+    pub started: usize,
+    pub completed_detached: usize,
+    /// Runnable actions left queued because their step was full.
+    pub deferred: usize,
+    /// The earliest time a backed-off action becomes runnable.
+    pub next_due: Option<DateTime<Utc>>,
+}
+
+impl StepOrchestrator {
+    pub fn new(store: AutopilotStore, steps: Vec<Arc<dyn Step>>, settings: OrchestratorSettings) -> StepOrchestrator {
+        let mut by_kind = BTreeMap::new();
+        let mut permits = BTreeMap::new();
+        for step in steps {
+            permits.insert(step.kind(), Arc::new(Semaphore::new(step.max_parallel().max(1))));
+            by_kind.insert(step.kind(), step);
+        }
+        let (progress, _) = broadcast::channel(1024);
+        StepOrchestrator {
+            inner: Arc::new(Inner {
+                ctx: StepContext { store, cancel: CancellationToken::new() },
+                steps: by_kind,
+                permits,
+                settings,
+                in_flight: Mutex::new(InFlight::default()),
+                wake: Notify::new(),
+                tracker: TaskTracker::new(),
+                progress,
+                reported_dead: Mutex::new(HashSet::new()),
+                waiting: Mutex::new(HashMap::new()),
+                internal_errors: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &AutopilotStore {
+        &self.inner.ctx.store
+    }
+
+    /// Live progress events (step started/finished, notices) for the console and tests.
+    pub fn subscribe(&self) -> broadcast::Receiver<Progress> {
+        self.inner.progress.subscribe()
+    }
+
+    /// Ask the loop to drain now (new work was enqueued).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// How many step runs hit an internal error (an error or panic inside a step).
+    pub fn internal_errors(&self) -> usize {
+        self.inner.internal_errors.load(Ordering::Relaxed)
+    }
+
+    /// Runs in progress in this process.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.lock().expect("in-flight lock").runs.len()
+    }
+
+    /// Why queued actions are waiting (resolver `wait`, unmet dependencies).
+    pub fn waiting(&self) -> HashMap<Uuid, String> {
+        self.inner.waiting.lock().expect("waiting lock").clone()
+    }
+
+    /// Restart recovery, before the first drain: finish cut-off hand-overs, close interrupted
+    /// spans as `error` (their actions run again), leave detached work that still runs alone.
+    pub async fn recover(&self) -> Result<Vec<Recovery>, StoreError> {
+        let store = self.store().clone();
+        let state = blocking(store.clone(), AutopilotStore::read_state).await?;
+        let mut alive = HashSet::new();
+        for pending in &state.pending {
+            let Some(span_id) = pending.running_span_id else { continue };
+            let Ok(span) = blocking(store.clone(), move |s| s.read_span(span_id)).await else { continue };
+            if span.status != SpanStatus::Running {
+                continue;
+            }
+            if let Some(step) = self.inner.steps.get(&pending.action) {
+                if step.still_running(&self.inner.ctx, pending, &span).await {
+                    alive.insert(span_id);
+                }
+            }
+        }
+        let done = blocking(store, move |s| s.recover(|_, span| alive.contains(&span.id))).await?;
+        for r in &done {
+            self.inner.notice(format!("recovered: {r:?}"));
+        }
+        Ok(done)
+    }
+
+    /// Run `monitor()`s, then start every runnable queued action that has a free slot.
+    pub async fn drain(&self) -> Result<DrainReport, StoreError> {
+        let mut report = DrainReport::default();
+        for step in self.inner.steps.values() {
+            match step.monitor(&self.inner.ctx).await {
+                Ok(done) => {
+                    for completion in done {
+                        report.completed_detached += 1;
+                        self.inner.clone().finish_detached(step.kind(), completion).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(step = %step.kind(), error = %e, "monitor failed");
+                    self.inner.notice(format!("{} monitor failed: {e}", step.kind()));
+                }
+            }
+        }
+        let state = blocking(self.store().clone(), AutopilotStore::read_state).await?;
+        let now = Utc::now();
+        // Fair across traces: entries of traces with fewer runs in flight go first, FIFO within.
+        let mut candidates: Vec<&PendingAction> = state.pending.iter().filter(|p| p.running_span_id.is_none()).collect();
+        {
+            let flight = self.inner.in_flight.lock().expect("in-flight lock");
+            let mut per_trace: HashMap<Uuid, usize> = HashMap::new();
+            for run in flight.runs.values() {
+                *per_trace.entry(run.trace_id).or_default() += 1;
+            }
+            candidates.sort_by_key(|p| per_trace.get(&p.trace_id).copied().unwrap_or(0));
+        }
+        for pending in candidates {
+            if let Some(at) = pending.not_before.filter(|t| *t > now) {
+                report.next_due = Some(report.next_due.map_or(at, |d| d.min(at)));
+                continue;
+            }
+            let Some(step) = self.inner.steps.get(&pending.action).cloned() else {
+                self.inner.report_dead_letter(pending);
+                continue;
+            };
+            let Ok(permit) = self.inner.permits[&pending.action].clone().try_acquire_owned() else {
+                report.deferred += 1;
+                continue;
+            };
+            {
+                let mut flight = self.inner.in_flight.lock().expect("in-flight lock");
+                if flight.runs.contains_key(&pending.action_id) {
+                    continue;
+                }
+                let key = (pending.action.clone(), pending.trace_id);
+                if step.exclusive_per_trace() && flight.exclusive.contains(&key) {
+                    report.deferred += 1;
+                    continue;
+                }
+                if step.exclusive_per_trace() {
+                    flight.exclusive.insert(key);
+                }
+                flight.runs.insert(
+                    pending.action_id,
+                    Running { step: pending.action.clone(), trace_id: pending.trace_id, span: placeholder_span(pending), abort: None },
+                );
+            }
+            report.started += 1;
+            let inner = self.inner.clone();
+            let action_id = pending.action_id;
+            let pending = pending.clone();
+            let handle = self.inner.tracker.spawn(async move {
+                inner.clone().run_action(step, pending).await;
+                drop(permit);
+                inner.release_in_flight(action_id);
+                inner.wake.notify_one();
+            });
+            // The task may already be done; then there is nothing left to abort.
+            if let Some(run) = self.inner.in_flight.lock().expect("in-flight lock").runs.get_mut(&action_id) {
+                run.abort = Some(handle.abort_handle());
+            }
+        }
+        Ok(report)
+    }
+
+    /// The daemon's loop: drain, then sleep until a step finishes, work is enqueued, a backoff
+    /// expires or the fallback timer fires; until `shutdown` is cancelled. Then stop taking
+    /// work, give running steps the grace period, and mark what is cut off as interrupted.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), StoreError> {
+        loop {
+            let report = match self.drain().await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The store is unreadable (corrupt state.json): say so, keep the daemon up, retry.
+                    tracing::error!(error = %e, "drain failed");
+                    self.inner.notice(format!("drain failed: {e}"));
+                    DrainReport::default()
+                }
+            };
+            let mut sleep = self.inner.settings.fallback_interval;
+            if let Some(due) = report.next_due {
+                let until = (due - Utc::now()).to_std().unwrap_or_default();
+                sleep = sleep.min(until + Duration::from_millis(5));
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.inner.wake.notified() => {}
+                () = tokio::time::sleep(sleep) => {}
+            }
+        }
+        self.shutdown().await
+    }
+
+    /// For `--once`: drain until nothing is runnable now and no run is in progress.
+    pub async fn run_until_idle(&self, shutdown: CancellationToken) -> Result<(), StoreError> {
+        loop {
+            let report = self.drain().await?;
+            if report.started == 0 && self.in_flight() == 0 && report.completed_detached == 0 {
+                break;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = self.inner.wake.notified() => {}
+                () = tokio::time::sleep(self.inner.settings.fallback_interval) => {}
+            }
+        }
+        self.shutdown().await
+    }
+
+    /// Stop taking work; let runs finish within the grace period; cut off the rest, recording
+    /// an `error` span ("interrupted") and leaving the action queued for the next start.
+    pub async fn shutdown(&self) -> Result<(), StoreError> {
+        self.inner.tracker.close();
+        if tokio::time::timeout(self.inner.settings.shutdown_grace, self.inner.tracker.wait()).await.is_ok() {
+            return Ok(());
+        }
+        self.inner.ctx.cancel.cancel();
+        let cut: Vec<(Uuid, Running)> = self.inner.in_flight.lock().expect("in-flight lock").runs.drain().collect();
+        for (action_id, run) in cut {
+            if let Some(abort) = &run.abort {
+                abort.abort();
+            }
+            self.inner.interrupt(action_id, run.span).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Stands in for the span until `begin_step` has written it (a nil id: nothing to interrupt).
+fn placeholder_span(pending: &PendingAction) -> Span {
+    let mut span = Span::root(Uuid::nil(), Utc::now(), Meta::new());
+    span.step = pending.action.clone();
+    span.trace_id = Some(pending.trace_id);
+    span.action_id = Some(pending.action_id);
+    span
+}
+
+impl Inner {
+    fn notice(&self, text: String) {
+        let _ = self.progress.send(Progress::Notice(text));
+    }
+
+    fn release_in_flight(&self, action_id: Uuid) {
+        let mut flight = self.in_flight.lock().expect("in-flight lock");
+        if let Some(run) = flight.runs.remove(&action_id) {
+            flight.exclusive.remove(&(run.step, run.trace_id));
+        }
+    }
+
+    fn report_dead_letter(&self, pending: &PendingAction) {
+        if self.reported_dead.lock().expect("dead-letter lock").insert(pending.action_id) {
+            tracing::warn!(action = %pending.action_id, kind = %pending.action, trace = %pending.trace_id, "dead letter: no step handles this action type");
+            self.notice(format!(
+                "dead letter: action {} of type {:?} in trace {} has no step; it stays queued (see `rover autopilot status`)",
+                crate::trace::short(pending.action_id),
+                pending.action.as_str(),
+                crate::trace::short(pending.trace_id)
+            ));
+        }
+    }
+
+    async fn run_action(self: Arc<Self>, step: Arc<dyn Step>, pending: PendingAction) {
+        let kind = step.kind();
+        match step.ready(&self.ctx, &pending).await {
+            Ok(Readiness::Ready) => {
+                self.waiting.lock().expect("waiting lock").remove(&pending.action_id);
+            }
+            Ok(Readiness::Wait(reason)) => {
+                self.waiting.lock().expect("waiting lock").insert(pending.action_id, reason);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(step = %kind, error = %e, "readiness check failed; running the step anyway");
+            }
+        }
+        let store = self.ctx.store.clone();
+        let action_id = pending.action_id;
+        let begin_kind = kind.clone();
+        let run = match blocking(store, move |s| s.begin_step(action_id, &begin_kind)).await {
+            Ok(run) => run,
+            Err(StoreError::NotPending(_)) => return, // taken by another process meanwhile
+            Err(e) => {
+                self.internal_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(step = %kind, error = %e, "cannot start a step run");
+                self.notice(format!("cannot start {kind}: {e}"));
+                return;
+            }
+        };
+        if let Some(r) = self.in_flight.lock().expect("in-flight lock").runs.get_mut(&action_id) {
+            r.span = run.span.clone();
+        }
+        let _ = self.progress.send(Progress::Started { trace_id: run.pending.trace_id, step: kind.clone(), span_id: run.span.id });
+
+        if run.pending.attempts > self.settings.max_attempts {
+            let error = StepError::fatal(format!(
+                "gave up after {} attempts; the earlier runs of this action are in the trace",
+                self.settings.max_attempts
+            ));
+            self.finish_with_error(&run, &error).await;
+            return;
+        }
+
+        // The step runs in its own task so that a panic is caught as a `JoinError`.
+        let task_step = step.clone();
+        let ctx = self.ctx.clone();
+        let task_run = run.clone();
+        let joined = tokio::spawn(async move { task_step.process(&ctx, &task_run).await }).await;
+        let result = match joined {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => {
+                let payload = join.into_panic();
+                let text = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                Err(StepError::fatal(format!("the {kind} step panicked: {text}")).detail("panic", true))
+            }
+            Err(_) => Err(StepError::retryable(format!("the {kind} step was cancelled"))),
+        };
+        match result {
+            Ok(Outcome::Finished(finished)) => self.finish(&run, finished).await,
+            Ok(Outcome::Detached { meta }) => {
+                let mut span = run.span.clone();
+                span.meta.extend(meta);
+                let store = self.ctx.store.clone();
+                if let Err(e) = blocking(store, move |s| s.write_span(&span)).await {
+                    tracing::error!(error = %e, "cannot record detached run");
+                }
+            }
+            Err(error) => self.handle_error(&run, error).await,
+        }
+    }
+
+    async fn handle_error(&self, run: &StepRun, error: StepError) {
+        if error.retryable && run.pending.attempts < self.settings.max_attempts {
+            let exp = 2u32.saturating_pow(run.pending.attempts.saturating_sub(1));
+            let delay = (self.settings.retry_backoff * exp).min(Duration::from_secs(300));
+            let not_before = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            let mut span = run.span.clone();
+            let mut meta = Meta::new();
+            meta.insert("error".into(), error.to_meta());
+            meta.insert("retryAt".into(), serde_json::json!(not_before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)));
+            let summary = format!("{}; will retry (attempt {} of {})", error.message, run.pending.attempts, self.settings.max_attempts);
+            if span.finish(SpanStatus::Error, summary.clone(), meta, Utc::now()).is_err() {
+                return;
+            }
+            let _ = self.progress.send(Progress::Finished { trace_id: run.pending.trace_id, step: span.step.clone(), span_id: span.id, status: SpanStatus::Error, summary });
+            let store = self.ctx.store.clone();
+            let action_id = run.action.id;
+            if let Err(e) = blocking(store, move |s| s.release_step(action_id, Some(&span), Some(not_before))).await {
+                tracing::error!(error = %e, "cannot release a step run for retry");
+            }
+            return;
+        }
+        self.internal_errors.fetch_add(1, Ordering::Relaxed);
+        self.finish_with_error(run, &error).await;
+    }
+
+    /// The error span and the fail-forward action(s).
+    async fn finish_with_error(&self, run: &StepRun, error: &StepError) {
+        tracing::warn!(step = %run.span.step, trace = %run.pending.trace_id, error = %error.message, "step failed with an error");
+        let mut finished = Finished {
+            status: SpanStatus::Error,
+            summary: error.message.clone(),
+            meta: Meta::new(),
+            actions: fail_forward(&run.span.step, error),
+        };
+        finished.meta.insert("error".into(), error.to_meta());
+        self.finish(run, finished).await;
+    }
+
+    async fn finish(&self, run: &StepRun, finished: Finished) {
+        let mut span = run.span.clone();
+        let now = Utc::now();
+        let summary = finished.summary.clone();
+        if let Err(e) = span.finish(finished.status, finished.summary, finished.meta, now) {
+            tracing::error!(error = %e, "cannot finish a span");
+            return;
+        }
+        let trace_id = run.pending.trace_id;
+        let actions: Vec<Action> = finished
+            .actions
+            .into_iter()
+            .map(|a| Action::new(a.kind, &span, a.reason, a.meta, now))
+            .collect();
+        let store = self.ctx.store.clone();
+        let written = span.clone();
+        if let Err(e) = blocking(store, move |s| s.complete_step(&written, &actions)).await {
+            self.internal_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, "cannot record a finished step; it will be recovered at the next start");
+            self.notice(format!("cannot record a finished {}: {e}", span.step));
+            return;
+        }
+        let _ = self.progress.send(Progress::Finished { trace_id, step: span.step.clone(), span_id: span.id, status: span.status, summary });
+    }
+
+    async fn finish_detached(self: Arc<Self>, kind: StepKind, completion: Completion) {
+        let store = self.ctx.store.clone();
+        let action_id = completion.action_id;
+        let found = blocking(store.clone(), move |s| {
+            let state = s.read_state()?;
+            let pending = state.pending_for(action_id).cloned().ok_or(StoreError::NotPending(action_id))?;
+            let span_id = pending.running_span_id.ok_or(StoreError::NotPending(action_id))?;
+            let span = s.read_span(span_id)?;
+            let action = s.read_action(action_id)?;
+            Ok::<_, StoreError>(StepRun { pending, action, span })
+        })
+        .await;
+        match found {
+            Ok(run) => self.finish(&run, completion.finished).await,
+            Err(e) => tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed"),
+        }
+    }
+
+    async fn interrupt(&self, action_id: Uuid, span: Span) -> Result<(), StoreError> {
+        if span.id.is_nil() {
+            return Ok(()); // cut off before its span existed: the action simply stays queued
+        }
+        let mut span = span;
+        let mut meta = Meta::new();
+        meta.insert("interrupted".into(), true.into());
+        if span.finish(SpanStatus::Error, "interrupted by shutdown; it will run again at the next start", meta, Utc::now()).is_err() {
+            return Ok(());
+        }
+        blocking(self.ctx.store.clone(), move |s| s.release_step(action_id, Some(&span), None)).await
+    }
+}
+
+/// Where a step that could not finish hands over, so no trace ends silently: a workflow still
+/// goes to commit → resolve, a commit to resolve, a deciding step to a notify that says why.
+/// Terminal steps end the trace with their error span.
+pub fn fail_forward(step: &StepKind, error: &StepError) -> Vec<NextAction> {
+    let failure = crate::steps::meta::NotifyMeta::failure(step, &error.message);
+    match step {
+        StepKind::Workflow => vec![NextAction::new(StepKind::Commit, "the workflow could not finish; the committer records that and hands over to the resolver")
+            .with_meta(&crate::steps::meta::CommitMeta::after_error())],
+        StepKind::Commit => vec![NextAction::new(StepKind::Resolve, "the commit step could not finish; the resolver decides what to do")],
+        StepKind::Coordinate | StepKind::Plan | StepKind::Resolve | StepKind::Push | StepKind::Event => {
+            vec![NextAction::new(StepKind::Notify, format!("the {step} step failed: {}", error.message)).with_meta(&failure)]
+        }
+        StepKind::Notify | StepKind::Noop | StepKind::Cleanup | StepKind::Other(_) => Vec::new(),
+    }
+}
+
+/// Run blocking store work off the async runtime.
+pub async fn blocking<T: Send + 'static>(
+    store: AutopilotStore,
+    f: impl FnOnce(&AutopilotStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(move || f(&store)).await.expect("store work does not panic")
+}

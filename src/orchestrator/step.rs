@@ -1,0 +1,169 @@
+//! The contract between the orchestrator and the ten steps: what a step declares (its action
+//! type, how many may run at once, per-trace exclusivity), what it is given (the action and its
+//! running span) and what it returns (a finished span and the next actions, or work that goes on
+//! outside the process).
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{AutopilotStore, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun};
+
+/// What every step run may use.
+#[derive(Clone)]
+pub struct StepContext {
+    pub store: AutopilotStore,
+    /// Cancelled when the daemon shuts down (after the grace period) or a budget stops work.
+    pub cancel: CancellationToken,
+}
+
+/// Whether a queued action can run now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// Not yet: keep the action queued, no span; the reason is shown by `status` and `trace`.
+    Wait(String),
+}
+
+/// An action a step produces.
+#[derive(Debug, Clone)]
+pub struct NextAction {
+    pub kind: StepKind,
+    pub reason: String,
+    pub meta: Meta,
+}
+
+impl NextAction {
+    pub fn new(kind: StepKind, reason: impl Into<String>) -> NextAction {
+        NextAction { kind, reason: reason.into(), meta: Meta::new() }
+    }
+
+    /// The typed meta of the action, serialized (shared by producer and consumer).
+    #[must_use]
+    pub fn with_meta<T: serde::Serialize>(mut self, meta: &T) -> NextAction {
+        if let Ok(Value::Object(map)) = serde_json::to_value(meta) {
+            self.meta = map;
+        }
+        self
+    }
+}
+
+/// How a finished run ends.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub status: SpanStatus,
+    pub summary: String,
+    pub meta: Meta,
+    pub actions: Vec<NextAction>,
+}
+
+impl Finished {
+    pub fn completed(summary: impl Into<String>) -> Finished {
+        Finished { status: SpanStatus::Completed, summary: summary.into(), meta: Meta::new(), actions: Vec::new() }
+    }
+
+    pub fn failed(summary: impl Into<String>) -> Finished {
+        Finished { status: SpanStatus::Failed, summary: summary.into(), meta: Meta::new(), actions: Vec::new() }
+    }
+
+    #[must_use]
+    pub fn then(mut self, action: NextAction) -> Finished {
+        self.actions.push(action);
+        self
+    }
+
+    #[must_use]
+    pub fn meta(mut self, key: &str, value: impl serde::Serialize) -> Finished {
+        self.meta.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
+        self
+    }
+}
+
+/// What `process` returns.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Finished(Finished),
+    /// The work goes on outside this process (a sandboxed agent). The span stays `running` and
+    /// the action stays claimed; the step's `monitor` finishes it later, also after a restart.
+    Detached { meta: Meta },
+}
+
+/// A detached run that `monitor` found finished.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub action_id: uuid::Uuid,
+    pub finished: Finished,
+}
+
+/// Why a step could not finish its job: the message, whether trying again may help, and the
+/// details a person or the resolver needs (for commands: `command`, `exitCode`, `stdout`,
+/// `stderr`), recorded in the span's `meta.error`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct StepError {
+    pub message: String,
+    pub retryable: bool,
+    pub details: Meta,
+}
+
+impl StepError {
+    pub fn fatal(message: impl Into<String>) -> StepError {
+        StepError { message: message.into(), retryable: false, details: Meta::new() }
+    }
+
+    pub fn retryable(message: impl Into<String>) -> StepError {
+        StepError { message: message.into(), retryable: true, details: Meta::new() }
+    }
+
+    /// From any error, keeping its whole chain of causes in the message.
+    pub fn from_error(e: &(dyn std::error::Error + 'static), retryable: bool) -> StepError {
+        StepError { message: crate::cli::error_chain(e), retryable, details: Meta::new() }
+    }
+
+    #[must_use]
+    pub fn detail(mut self, key: &str, value: impl serde::Serialize) -> StepError {
+        self.details.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
+        self
+    }
+
+    /// The value stored as `meta.error`.
+    pub fn to_meta(&self) -> Value {
+        let mut map = self.details.clone();
+        map.insert("message".into(), Value::String(self.message.clone()));
+        map.insert("retryable".into(), Value::Bool(self.retryable));
+        Value::Object(map)
+    }
+}
+
+/// One of the ten steps (or a test step).
+#[async_trait]
+pub trait Step: Send + Sync + 'static {
+    /// The action type this step consumes (and the `step` of its spans).
+    fn kind(&self) -> StepKind;
+
+    /// How many of its runs may be in progress at once.
+    fn max_parallel(&self) -> usize;
+
+    /// At most one run per trace at a time (resolve, push).
+    fn exclusive_per_trace(&self) -> bool {
+        false
+    }
+
+    /// A cheap check before a run; `Wait` keeps the action queued without a span.
+    async fn ready(&self, _ctx: &StepContext, _pending: &PendingAction) -> Result<Readiness, StepError> {
+        Ok(Readiness::Ready)
+    }
+
+    /// Do the work for one action.
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError>;
+
+    /// Look at detached work (run before every drain); return the runs that finished.
+    async fn monitor(&self, _ctx: &StepContext) -> Result<Vec<Completion>, StepError> {
+        Ok(Vec::new())
+    }
+
+    /// After a restart: does this `running` span's work still go on outside the process?
+    async fn still_running(&self, _ctx: &StepContext, _pending: &PendingAction, _span: &Span) -> bool {
+        false
+    }
+}

@@ -1,0 +1,171 @@
+//! Typed meta of every action type, shared by the step that produces an action and the step that
+//! consumes it, so the two can never disagree on key names. Serialized camelCase into the
+//! action's `meta`; unknown keys are ignored on read so older actions still load.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::store::{Action, StepKind};
+
+/// Read an action's meta as the typed record of its type.
+pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::Object(action.meta.clone()))
+}
+
+/// `coordinate`: decide what to do about the trace's root event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CoordinateMeta {}
+
+/// `plan`: decompose a directive into workflow tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanMeta {
+    pub directive: String,
+    /// When iterating on a rover PR: the workflow action whose task and branch to reuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_task: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// The kinds of workflow agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkflowType {
+    #[default]
+    Swe,
+    CodeReview,
+    BugFinder,
+    SecurityAnalyst,
+}
+
+/// `workflow`: one task for a coding agent in a sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowMeta {
+    pub title: String,
+    pub description: String,
+    #[serde(default)]
+    pub acceptance_criteria: Vec<String>,
+    #[serde(default)]
+    pub workflow_type: WorkflowType,
+    /// Workflow action ids of the same plan this task builds on.
+    #[serde(default)]
+    pub depends_on: Vec<Uuid>,
+    /// Iterate on an earlier workflow's task and branch (resolver `iterate`, PR feedback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterate_on: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// New instructions for an iteration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// How a workflow ended, as the committer is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    Completed,
+    Failed,
+    Error,
+}
+
+/// `commit`: record the work of a workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitMeta {
+    /// The workflow action whose task mapping names the worktree and branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_action_id: Option<Uuid>,
+    pub task_status: TaskStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+impl CommitMeta {
+    /// After a workflow step that could not finish (its error is in its span).
+    pub fn after_error() -> CommitMeta {
+        CommitMeta { workflow_action_id: None, task_status: TaskStatus::Error, summary: None }
+    }
+}
+
+/// `resolve`: decide how the trace goes on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveMeta {}
+
+/// `push`: push the trace's branches and open or update the PR.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushMeta {
+    #[serde(default)]
+    pub branches: Vec<String>,
+}
+
+/// Why a notify is sent; decides the message's shape and the channel's form (comment, review).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotifyPurpose {
+    /// A direct answer or acknowledgement.
+    #[default]
+    Answer,
+    /// A question the pipeline needs answered before it can go on.
+    Clarify,
+    /// Ask a human to look.
+    Flag,
+    /// Work was pushed: the PR and a summary.
+    Pushed,
+    /// Findings of a code review, posted as a PR review.
+    Review,
+    /// The trace could not do its job: why.
+    Failure,
+    /// A budget stopped the trace.
+    Budget,
+}
+
+/// `notify`: answer on the channel the root event came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyMeta {
+    pub purpose: NotifyPurpose,
+    /// A message drafted by the producing step (the notifier may rephrase it for the channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_url: Option<String>,
+}
+
+impl NotifyMeta {
+    pub fn failure(step: &StepKind, error: &str) -> NotifyMeta {
+        NotifyMeta {
+            purpose: NotifyPurpose::Failure,
+            message: None,
+            failed_step: Some(step.to_string()),
+            error: Some(error.to_owned()),
+            pr_url: None,
+        }
+    }
+}
+
+/// `noop`: end the trace, recording why nothing is done (the reason is the action's `reason`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NoopMeta {}
+
+/// `cleanup`: tear down the workspace of a rover task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupMeta {
+    /// Workflow action ids whose task mappings to tear down.
+    #[serde(default)]
+    pub tasks: Vec<Uuid>,
+    /// A branch to remove when no mapping names it any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
