@@ -3,5 +3,6 @@
 mod support;
 
 mod agents;
+mod git;
 mod github;
 mod sandbox;

@@ -1,1 +1,2 @@
 //! Helpers shared by the integration tests: temp dirs, fakes, the binary under test.
+pub mod gitrepo;
