@@ -78,7 +78,8 @@ pub(crate) struct CommandOutput {
 }
 
 /// Keeps the head and tail of `bytes` within `limit`, marking the cut; lossy UTF-8.
-pub(crate) fn bounded_text(bytes: &[u8], limit: usize) -> (String, bool) {
+/// Returns the text and whether it was cut.
+pub fn bounded_text(bytes: &[u8], limit: usize) -> (String, bool) {
     if bytes.len() <= limit {
         return (String::from_utf8_lossy(bytes).into_owned(), false);
     }
