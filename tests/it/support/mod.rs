@@ -1,2 +1,3 @@
 //! Helpers shared by the integration tests: temp dirs, fakes, the binary under test.
+pub mod docker;
 pub mod gitrepo;
