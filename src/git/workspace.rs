@@ -248,7 +248,16 @@ fn prepare(
         let created = repo
             .branch(branch, &start, false)
             .map_err(GitError::git2("create branch", repo_path))?;
-        (created, start.id().to_string())
+        let fork = if *base == BranchBase::Existing {
+            // A PR branch made elsewhere: measure from where it left the default branch.
+            let default = default_branch_of(&repo, remote, repo_path)?;
+            resolve_branch(&repo, remote, &default, true)
+                .and_then(|d| repo.merge_base(start.id(), d.id()).ok())
+                .unwrap_or_else(|| start.id())
+        } else {
+            start.id()
+        };
+        (created, fork.to_string())
     };
 
     if let Some(reused) = find_worktree_at(&repo, path, branch)? {

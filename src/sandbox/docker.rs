@@ -26,6 +26,13 @@ pub const DOCKER_HOST_ENV: &str = "DOCKER_HOST";
 
 const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
 
+/// The engine address: the value of `DOCKER_HOST` when set and not empty, else the local socket.
+pub fn docker_host(from_env: Option<String>) -> String {
+    from_env
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_HOST.to_string())
+}
+
 /// A Docker engine, with the env allow-list that guards what enters its containers.
 #[derive(Debug, Clone)]
 pub struct DockerSandbox {
@@ -38,10 +45,7 @@ impl DockerSandbox {
     /// Connects to the engine named by `DOCKER_HOST` (or the local socket) and negotiates the
     /// API version; [`SandboxError::DaemonUnreachable`] when it does not answer.
     pub async fn connect(env_allow: Vec<String>) -> Result<Self, SandboxError> {
-        let host = std::env::var(DOCKER_HOST_ENV)
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| DEFAULT_HOST.to_string());
+        let host = docker_host(std::env::var(DOCKER_HOST_ENV).ok());
         Self::connect_to(&host, env_allow).await
     }
 
@@ -349,5 +353,35 @@ impl Sandbox for DockerSandbox {
                 state: c.state.map(|s| s.to_string()).unwrap_or_default(),
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_host_honours_the_env_value() {
+        assert_eq!(docker_host(None), "unix:///var/run/docker.sock");
+        assert_eq!(
+            docker_host(Some(String::new())),
+            "unix:///var/run/docker.sock"
+        );
+        assert_eq!(
+            docker_host(Some("tcp://127.0.0.1:2375".into())),
+            "tcp://127.0.0.1:2375"
+        );
+    }
+
+    #[tokio::test]
+    async fn unsupported_scheme_is_unreachable_with_advice() {
+        let err = DockerSandbox::connect_to("ftp://nowhere", Vec::new())
+            .await
+            .expect_err("no such transport");
+        assert!(
+            matches!(err, SandboxError::DaemonUnreachable { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("setup-docker.sh"));
     }
 }

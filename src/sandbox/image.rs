@@ -99,15 +99,17 @@ impl RootfsImage {
                 mode: 0o644,
             },
         );
+        let mut libs = BTreeSet::new();
         if let Some(busybox) = &self.busybox {
             entries.insert("bin/busybox".to_string(), read_file(busybox, 0o755)?);
+            // busybox-static needs nothing; a dynamic busybox brings its libraries along.
+            libs.extend(shared_libraries(busybox, &self.repo)?);
             for applet in busybox_applets(busybox, &self.repo)? {
                 if applet != "bin/busybox" {
                     entries.insert(applet, Entry::Symlink("/bin/busybox".to_string()));
                 }
             }
         }
-        let mut libs = BTreeSet::new();
         for (host, dest) in &self.binaries {
             entries.insert(rel(dest), read_file(host, 0o755)?);
             libs.extend(shared_libraries(host, &self.repo)?);

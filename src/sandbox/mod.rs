@@ -19,7 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Serialize;
 
-pub use docker::{DockerSandbox, DOCKER_HOST_ENV};
+pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
 pub use env::{check_env, ALWAYS_REFUSED_ENV};
 pub use error::SandboxError;
 pub use settings::{GateSettings, SandboxSettings};

@@ -142,6 +142,24 @@ async fn dependent_branch_forks_from_the_dependency_branch() {
         matches!(existing, GitError::BranchMissing { .. }),
         "{existing}"
     );
+
+    // Iterating on a PR branch that exists only on the remote: checked out from origin.
+    let other = repo.other_clone("pr-author");
+    git(&other, &["checkout", "--quiet", "-b", "rover/pr-branch"]);
+    write(&other.join("pr.txt"), "pr\n");
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "--quiet", "-m", "PR work"]);
+    git(&other, &["push", "--quiet", "origin", "rover/pr-branch"]);
+    let pr_tip = git(&other, &["rev-parse", "HEAD"]);
+    git(&repo.checkout, &["fetch", "--quiet", "origin"]);
+    let pr_path = repo.worktree_path("pr");
+    let pr = ws
+        .prepare_worktree("rover/pr-branch", BranchBase::Existing, &pr_path)
+        .await
+        .expect("existing remote branch");
+    assert!(pr.created_branch, "a local branch was made from origin's");
+    assert_eq!(git(&pr_path, &["rev-parse", "HEAD"]), pr_tip);
+    assert_eq!(pr.fork_point, git(&repo.checkout, &["rev-parse", "main"]));
 }
 
 #[tokio::test]

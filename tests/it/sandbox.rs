@@ -28,10 +28,16 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
         )
         .await
         .expect("worktree");
-    let script = "echo agent-was-here > /workspace/agent.txt && mkdir -p src && printf 'a\\nb\\n' > src/new.rs \
+    let input = repo.data.join("input");
+    std::fs::create_dir_all(&input).expect("mkdir input");
+    std::fs::write(input.join("prompt.md"), "Write agent.txt\n").expect("write prompt");
+    let script = "cat /rover/prompt.md > /workspace/agent.txt && echo agent-was-here >> agent.txt \
+                  && mkdir -p src && printf 'a\\nb\\n' > src/new.rs \
+                  && (touch /rover/nope 2>/dev/null && echo input-writable || echo input-read-only) \
                   && echo out-line && echo err-line >&2 && id -u";
     let mut spec = tc.spec(&image, &wt.path, "write", script);
     spec.env = vec![("ANTHROPIC_API_KEY".into(), "sk-test".into())];
+    spec.input_dir = Some(input.clone());
 
     docker.ensure_image(&image).await.expect("image present");
     let id = docker.run(&spec).await.expect("run");
@@ -47,7 +53,8 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
     );
     let stdout = std::fs::read_to_string(&log).expect("stdout log");
     let owner = std::fs::metadata(&wt.path).expect("worktree meta").uid();
-    assert_eq!(stdout, format!("out-line\n{owner}\n"));
+    assert_eq!(stdout, format!("input-read-only\nout-line\n{owner}\n"));
+    assert!(!input.join("nope").exists());
     assert_eq!(
         std::fs::read_to_string(stderr_path(&log)).expect("stderr log"),
         "err-line\n"
@@ -57,7 +64,7 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
     let written = wt.path.join("agent.txt");
     assert_eq!(
         std::fs::read_to_string(&written).expect("agent file"),
-        "agent-was-here\n"
+        "Write agent.txt\nagent-was-here\n"
     );
     assert_eq!(std::fs::metadata(&written).expect("meta").uid(), owner);
     let summary = ws
@@ -65,7 +72,7 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
         .await
         .expect("diff");
     assert_eq!(summary.files, ["agent.txt", "src/new.rs"]);
-    assert_eq!(summary.insertions, 3);
+    assert_eq!(summary.insertions, 4);
     let outcome = ws.commit_all(&wt.path, "Agent work").await.expect("commit");
     assert!(
         matches!(outcome, CommitOutcome::Committed { .. }),
@@ -224,7 +231,7 @@ async fn reattach_by_labels_finds_exactly_one_container_per_action() {
     let (spec, id) = {
         let docker = sandbox().await;
         let image = test_image(&docker).await;
-        let spec = tc.spec(&image, dir.path(), "long", "sleep 300");
+        let spec = tc.spec(&image, dir.path(), "long", "echo started; sleep 300");
         let id = docker.run(&spec).await.expect("run");
         (spec, id)
         // The handle is dropped here, as on a daemon restart.
@@ -255,11 +262,20 @@ async fn reattach_by_labels_finds_exactly_one_container_per_action() {
         1
     );
 
-    docker.kill(&id).await.expect("kill");
-    assert!(matches!(
-        docker.wait(&id).await.expect("wait"),
-        ContainerStatus::Exited { code: 137, .. }
-    ));
+    // Following the logs of the re-attached container gets its output from the start.
+    let log = dir.path().join("long.log");
+    let follow = docker.logs_to_file(&id, &log);
+    let kill = async {
+        docker.kill(&id).await.expect("kill");
+        docker.wait(&id).await.expect("wait")
+    };
+    let (stats, status) = tokio::join!(follow, kill);
+    assert!(
+        matches!(status, ContainerStatus::Exited { code: 137, .. }),
+        "{status:?}"
+    );
+    assert_eq!(stats.expect("logs").stdout_bytes, 8);
+    assert_eq!(std::fs::read_to_string(&log).expect("log"), "started\n");
     assert!(docker.remove(&id).await.expect("remove"));
     assert!(docker
         .list_by_labels(&[action])
