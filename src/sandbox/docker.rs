@@ -6,7 +6,9 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -103,13 +105,28 @@ impl DockerSandbox {
             .user
             .clone()
             .unwrap_or_else(|| format!("{}:{}", meta.uid(), meta.gid()));
-        let mut binds = vec![format!("{}:{WORKSPACE_MOUNT}:rw", spec.worktree.display())];
+        // Structured mounts, not `host:target:mode` strings: paths may contain `:`.
+        let bind = |host: &Path, target: &str, read_only: bool| Mount {
+            source: Some(host.to_string_lossy().into_owned()),
+            target: Some(target.to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(read_only),
+            ..Default::default()
+        };
+        let mut mounts = vec![bind(&spec.worktree, WORKSPACE_MOUNT, false)];
         if let Some(input) = &spec.input_dir {
             std::fs::metadata(input).map_err(|source| SandboxError::Mount {
                 path: input.clone(),
                 source,
             })?;
-            binds.push(format!("{}:{INPUT_MOUNT}:ro", input.display()));
+            mounts.push(bind(input, INPUT_MOUNT, true));
+        }
+        for mount in &spec.extra_mounts {
+            std::fs::metadata(&mount.host).map_err(|source| SandboxError::Mount {
+                path: mount.host.clone(),
+                source,
+            })?;
+            mounts.push(bind(&mount.host, &mount.target, mount.read_only));
         }
         let mut env: Vec<String> = Vec::new();
         if !spec.env.iter().any(|(k, _)| k == "HOME") {
@@ -122,7 +139,7 @@ impl DockerSandbox {
         )]
         let nano_cpus = (spec.limits.cpus * 1e9) as i64;
         let host_config = HostConfig {
-            binds: Some(binds),
+            mounts: Some(mounts),
             network_mode: Some(spec.network.clone()),
             memory: Some(spec.limits.memory_bytes),
             memory_swap: Some(spec.limits.memory_bytes),

@@ -24,8 +24,8 @@ pub use env::{check_env, ALWAYS_REFUSED_ENV};
 pub use error::SandboxError;
 pub use settings::{GateSettings, SandboxSettings};
 pub use spec::{
-    ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION, LABEL_PROJECT,
-    LABEL_TRACE, WORKSPACE_MOUNT,
+    BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
+    LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
 };
 
 /// Where a container is in its life, as far as the workflow step cares.

@@ -16,6 +16,15 @@ pub const WORKSPACE_MOUNT: &str = "/workspace";
 /// Where the optional input dir (prompt, dependency outputs) appears (read-only).
 pub const INPUT_MOUNT: &str = "/rover";
 
+/// One more bind mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    pub host: PathBuf,
+    /// Absolute path inside the container.
+    pub target: String,
+    pub read_only: bool,
+}
+
 /// The three labels every rover container carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxLabels {
@@ -59,6 +68,8 @@ pub struct SandboxSpec {
     pub labels: SandboxLabels,
     /// More labels (tests add `rover.test`, gates add `rover.gate`).
     pub extra_labels: BTreeMap<String, String>,
+    /// More bind mounts (e.g. the git metadata from [`SandboxSpec::mount_git`]).
+    pub extra_mounts: Vec<BindMount>,
     /// Container name; `None` derives `rover-<action>` so a second container for the same action
     /// is refused by the engine itself.
     pub name: Option<String>,
@@ -84,8 +95,30 @@ impl SandboxSpec {
             readonly_rootfs: settings.readonly_rootfs,
             labels,
             extra_labels: BTreeMap::new(),
+            extra_mounts: Vec::new(),
             name: None,
         }
+    }
+
+    /// Mounts the worktree's git metadata (see [`crate::git::SandboxGitDirs`]) so `git status`
+    /// and `git diff` work inside; objects and refs stay read-only, the config is sanitized.
+    pub fn mount_git(&mut self, dirs: &crate::git::SandboxGitDirs) {
+        let same = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        self.extra_mounts.push(BindMount {
+            host: dirs.common_dir.clone(),
+            target: same(&dirs.common_dir),
+            read_only: true,
+        });
+        self.extra_mounts.push(BindMount {
+            host: dirs.worktree_git_dir.clone(),
+            target: same(&dirs.worktree_git_dir),
+            read_only: false,
+        });
+        self.extra_mounts.push(BindMount {
+            host: dirs.safe_config.clone(),
+            target: same(&dirs.common_dir.join("config")),
+            read_only: true,
+        });
     }
 
     /// All labels as a map.

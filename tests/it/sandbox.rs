@@ -431,3 +431,71 @@ async fn gates_run_in_containers_and_report_each_outcome() {
     assert_eq!(none, GatesReport::NoneConfigured);
     assert!(!none.failed_required());
 }
+
+#[tokio::test]
+async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    crate::support::gitrepo::git(
+        &repo.checkout,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            "https://x-access-token:ghp_in_url@example.invalid/o/r.git",
+        ],
+    );
+    let wt = ws
+        .prepare_worktree(
+            "rover/git-inside",
+            BranchBase::DefaultBranch,
+            &repo.worktree_path("gi"),
+        )
+        .await
+        .expect("worktree");
+    std::fs::write(wt.path.join("new.txt"), "new\n").expect("write");
+    let dirs = ws
+        .sandbox_git_dirs(&wt.path, &repo.data.join("scratch"))
+        .await
+        .expect("git dirs");
+    let script = "git status --porcelain; git log -1 --format=%s; \
+                  (git config --get remote.origin.url || echo no-remote-url); \
+                  cat \"$(git rev-parse --git-common-dir)/config\" | grep -c ghp_ || true; \
+                  (git add -A 2>/dev/null && git commit -qm inside 2>/dev/null && echo committed-inside) || echo commit-refused";
+    let mut spec = tc.spec(&image, &wt.path, "gitinside", script);
+    spec.mount_git(&dirs);
+    let id = docker.run(&spec).await.expect("run");
+    let log = repo.data.join("gitinside.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        },
+        "{stderr}"
+    );
+    let stdout = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(
+        stdout, "?? new.txt\nInitial commit\nno-remote-url\n0\ncommit-refused\n",
+        "{stderr}"
+    );
+
+    // The host still commits normally, and the user's config kept its remote.
+    let before = crate::support::gitrepo::git(&wt.path, &["rev-parse", "HEAD"]);
+    assert_eq!(before, wt.fork_point);
+    let outcome = ws
+        .commit_all(&wt.path, "Host commit")
+        .await
+        .expect("host commit");
+    assert!(matches!(outcome, CommitOutcome::Committed { .. }));
+    assert!(
+        crate::support::gitrepo::git(&repo.checkout, &["remote", "get-url", "origin"])
+            .contains("example.invalid")
+    );
+}
