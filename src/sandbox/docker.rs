@@ -153,7 +153,8 @@ impl DockerSandbox {
                 .then(|| HashMap::from([("/tmp".to_string(), "rw,exec,size=512m".to_string())])),
             // Pitfall: with auto_remove the exit code and logs vanish before we read them.
             auto_remove: Some(false),
-            init: Some(false),
+            // A tiny init as pid 1 reaps the zombies agent CLIs leave and forwards signals.
+            init: Some(true),
             ..Default::default()
         };
         Ok(ContainerCreateBody {
