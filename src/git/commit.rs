@@ -35,11 +35,27 @@ pub fn commit_message(raw: &str, attribution: bool) -> String {
         message = "Update files".to_string();
     }
     if attribution {
-        message.push_str("\n\n");
+        // Git reads trailers from the last paragraph only: join an existing trailer block.
+        let last = message.rsplit("\n\n").next().unwrap_or_default();
+        let has_body = message.contains("\n\n");
+        if has_body && last.lines().all(is_trailer) {
+            message.push('\n');
+        } else {
+            message.push_str("\n\n");
+        }
         message.push_str(ROVER_TRAILER);
     }
     message.push('\n');
     message
+}
+
+/// `Token: value` with a token of letters, digits and dashes (git's trailer shape).
+fn is_trailer(line: &str) -> bool {
+    line.split_once(": ").is_some_and(|(token, value)| {
+        !token.is_empty()
+            && !value.trim().is_empty()
+            && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
 }
 
 fn is_ai_attribution(line: &str) -> bool {
@@ -109,6 +125,20 @@ mod tests {
         assert!(!commit_message(&raw, false).contains("Rover"));
         assert!(
             !commit_message("x\nCo-Authored-By: Codex <codex@openai.com>", false).contains("Codex")
+        );
+    }
+
+    #[test]
+    fn trailer_joins_an_existing_trailer_block() {
+        let msg = commit_message("Fix\n\nBody.\n\nSigned-off-by: Ada <ada@example.com>", true);
+        assert_eq!(
+            msg,
+            format!("Fix\n\nBody.\n\nSigned-off-by: Ada <ada@example.com>\n{ROVER_TRAILER}\n")
+        );
+        // A one-line subject is not a trailer block, even when it has a colon.
+        assert_eq!(
+            commit_message("fix: the login", true),
+            format!("fix: the login\n\n{ROVER_TRAILER}\n")
         );
     }
 

@@ -63,6 +63,15 @@ async fn task_branch_forks_from_default_and_commits_through_the_cli() {
         "{body}"
     );
     assert!(!body.contains("Claude"), "{body}");
+    let trailers = git(
+        &path,
+        &[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Co-Authored-By,valueonly)",
+        ],
+    );
+    assert_eq!(trailers, "Rover <noreply@endor.dev>");
     // The diff against the fork point still counts the committed work.
     let after = ws
         .diff_summary(&path, &wt.fork_point)
