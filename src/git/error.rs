@@ -41,6 +41,9 @@ pub enum GitError {
     /// The worktree path is already used by something that is not this branch's worktree.
     #[error("worktree path {} is already in use; remove it or pick another path", path.display())]
     WorktreePathInUse { path: PathBuf },
+    /// Worktrees live under rover's data dir, never inside the user's checkout.
+    #[error("worktree path {} is inside the checkout {}; put worktrees under rover's data dir", path.display(), checkout.display())]
+    WorktreeInsideCheckout { path: PathBuf, checkout: PathBuf },
     /// A merge stopped on conflicts; the merge was aborted and the worktree is clean again.
     #[error("merging `{source_branch}` conflicts in {} file(s): {}; resolve them by hand or re-run the task on top of the other branch", files.len(), files.join(", "))]
     MergeConflict {

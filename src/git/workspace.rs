@@ -197,6 +197,14 @@ fn prepare(
     path: &Path,
 ) -> Result<PreparedWorktree, GitError> {
     let repo = Repository::open(repo_path).map_err(GitError::git2("open", repo_path))?;
+    if let Some(checkout) = repo.workdir().and_then(|w| w.canonicalize().ok()) {
+        if canonical_target(path).starts_with(&checkout) {
+            return Err(GitError::WorktreeInsideCheckout {
+                path: path.to_path_buf(),
+                checkout,
+            });
+        }
+    }
     let existing = repo.find_branch(branch, BranchType::Local).ok();
     let created_branch = existing.is_none();
     let (local_branch, fork_point) = if let Some(existing) = existing {
@@ -309,6 +317,27 @@ fn prepare(
         created_branch,
         created_worktree: true,
     })
+}
+
+/// `path` made absolute through its nearest existing ancestor (it may not exist yet).
+fn canonical_target(path: &Path) -> PathBuf {
+    let mut missing = Vec::new();
+    let mut current = path.to_path_buf();
+    loop {
+        if let Ok(found) = current.canonicalize() {
+            return missing.iter().rev().fold(found, |acc, part| acc.join(part));
+        }
+        match (
+            current.file_name().map(std::ffi::OsStr::to_os_string),
+            current.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                missing.push(name);
+                current = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// The registered worktree name for a branch: one path component.

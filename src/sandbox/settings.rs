@@ -5,7 +5,7 @@ use serde::Deserialize;
 use super::spec::ResourceLimits;
 
 /// The sandbox configuration (`autopilot.sandbox` in `rover.json`); every field has a default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SandboxSettings {
     /// The image agents run in; built locally (see docs/sandbox.md), never pulled.
@@ -75,7 +75,7 @@ impl SandboxSettings {
 }
 
 /// One verification gate: a command run in the sandbox image with the worktree mounted.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GateSettings {
     /// The command as argv, e.g. `["cargo", "test"]`.

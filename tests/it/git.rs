@@ -143,6 +143,20 @@ async fn dependent_branch_forks_from_the_dependency_branch() {
         "{missing}"
     );
 
+    let inside = ws
+        .prepare_worktree(
+            "rover/inside",
+            BranchBase::DefaultBranch,
+            &repo.checkout.join("wt/x"),
+        )
+        .await
+        .expect_err("not inside the checkout");
+    assert!(
+        matches!(inside, GitError::WorktreeInsideCheckout { .. }),
+        "{inside}"
+    );
+    assert!(!repo.checkout.join("wt").exists());
+
     let existing = ws
         .prepare_worktree("rover/gone", BranchBase::Existing, &repo.worktree_path("d"))
         .await
