@@ -6,7 +6,7 @@ use git2::{BranchType, Repository, WorktreePruneOptions};
 use serde::Serialize;
 
 use super::error::GitError;
-use super::workspace::{blocking, Workspace};
+use super::workspace::{blocking, worktree_lock, Workspace};
 
 /// Whether a cleanup removed something or found it already gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -32,7 +32,11 @@ impl Workspace {
     pub async fn remove_worktree(&self, path: &Path) -> Result<Removal, GitError> {
         let repo_path = self.repo_path().to_path_buf();
         let path = path.to_path_buf();
-        blocking(move || remove_worktree(&repo_path, &path)).await?
+        blocking(move || {
+            let _guard = worktree_lock();
+            remove_worktree(&repo_path, &path)
+        })
+        .await?
     }
 
     /// Deletes local branch `name`; `Absent` when it does not exist. Fails while a worktree still

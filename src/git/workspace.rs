@@ -129,8 +129,22 @@ impl Workspace {
         let remote = self.remote.clone();
         let branch = branch.to_string();
         let path = path.to_path_buf();
-        blocking(move || prepare(&repo_path, &remote, &branch, &base, &path)).await?
+        blocking(move || {
+            let _guard = worktree_lock();
+            prepare(&repo_path, &remote, &branch, &base, &path)
+        })
+        .await?
     }
+}
+
+/// libgit2's worktree bookkeeping is not safe against itself: concurrent adds on one repository
+/// fail ("directory exists", "already checked out"). Adds and removals in this process take turns;
+/// one daemon per project (the store lock) covers other processes.
+pub(crate) fn worktree_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A panic while holding it leaves nothing half-done that the next caller cannot handle.
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs blocking git2 work off the async runtime.
@@ -306,6 +320,12 @@ fn prepare(
             });
         }
     }
+    // libgit2 races on creating `.git/worktrees` when tasks start together; make it first.
+    let registry = repo.commondir().join("worktrees");
+    std::fs::create_dir_all(&registry).map_err(|source| GitError::Io {
+        path: registry,
+        source,
+    })?;
     let mut opts = WorktreeAddOptions::new();
     opts.reference(Some(local_branch.get()));
     repo.worktree(&name, path, Some(&opts))

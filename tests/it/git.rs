@@ -457,3 +457,31 @@ async fn cleanup_tolerates_each_piece_already_gone() {
         .await
         .expect("prepare after cleanup");
 }
+
+#[tokio::test]
+async fn parallel_tasks_prepare_their_worktrees_at_once() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let prepare = |i: usize| {
+        let ws = ws.clone();
+        let path = repo.worktree_path(&format!("par-{i}"));
+        async move {
+            ws.prepare_worktree(&format!("rover/par-{i}"), BranchBase::DefaultBranch, &path)
+                .await
+        }
+    };
+    let (a, b, c) = tokio::join!(prepare(0), prepare(1), prepare(2));
+    for (i, wt) in [a, b, c].into_iter().enumerate() {
+        let wt = wt.expect("prepared in parallel");
+        assert_eq!(
+            git(&wt.path, &["rev-parse", "--abbrev-ref", "HEAD"]),
+            format!("rover/par-{i}")
+        );
+    }
+    let list = git(&repo.checkout, &["worktree", "list", "--porcelain"]);
+    assert_eq!(
+        list.matches("branch refs/heads/rover/par-").count(),
+        3,
+        "{list}"
+    );
+}
