@@ -99,6 +99,11 @@ pub async fn run_gates(
         spec.name = Some(format!("{}-gate-{index}", base.container_name()));
         spec.extra_labels
             .insert(LABEL_GATE.to_string(), index.to_string());
+        // A gate container left by an interrupted earlier run would block the name; gates are rerun whole.
+        let name = spec.container_name();
+        if sandbox.remove(&name).await? {
+            tracing::info!(container = %name, "removed a gate container left by an earlier run");
+        }
         let id = sandbox.run(&spec).await?;
         let log_path = log_dir.join(format!("gate-{index}.log"));
         let result = async {

@@ -419,6 +419,11 @@ async fn gates_run_in_containers_and_report_each_outcome() {
             required: false,
         },
     ];
+    // A leftover gate container from an interrupted run does not block the gates.
+    let mut stale = base.clone();
+    stale.name = Some(format!("{}-gate-0", base.container_name()));
+    stale.cmd = sh("sleep 300");
+    docker.run(&stale).await.expect("stale gate container");
     let logs = dir.path().join("gate-logs");
     let report = run_gates(&docker, &base, &gates, &logs)
         .await
