@@ -26,7 +26,56 @@ pub struct CleanupReport {
     pub branch: Removal,
 }
 
+/// A linked worktree of the repository (for finding orphans at startup).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeInfo {
+    /// The registered name (one path component).
+    pub name: String,
+    pub path: PathBuf,
+    /// The branch checked out there, if it could be read.
+    pub branch: Option<String>,
+    /// Whether its directory still exists.
+    pub present: bool,
+}
+
 impl Workspace {
+    /// Every linked worktree of the repository (not the main checkout), sorted by name.
+    pub async fn list_worktrees(&self) -> Result<Vec<WorktreeInfo>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let names = repo
+                .worktrees()
+                .map_err(GitError::git2("list worktrees", &repo_path))?;
+            let mut found = Vec::new();
+            for name in names.iter().flatten().flatten() {
+                let Ok(wt) = repo.find_worktree(name) else {
+                    continue;
+                };
+                let present = wt.validate().is_ok();
+                let branch = if present {
+                    Repository::open_from_worktree(&wt).ok().and_then(|r| {
+                        r.head()
+                            .ok()
+                            .and_then(|h| h.shorthand().ok().map(ToString::to_string))
+                    })
+                } else {
+                    None
+                };
+                found.push(WorktreeInfo {
+                    name: name.to_string(),
+                    path: wt.path().to_path_buf(),
+                    branch,
+                    present,
+                });
+            }
+            found.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(found)
+        })
+        .await?
+    }
+
     /// Removes the worktree at `path` (its directory and its registration), even with uncommitted
     /// changes in it; `Absent` when neither exists any more.
     pub async fn remove_worktree(&self, path: &Path) -> Result<Removal, GitError> {

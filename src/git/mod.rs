@@ -17,7 +17,7 @@ mod push;
 mod workspace;
 
 pub use branch::{branch_name, slugify, BRANCH_PREFIX};
-pub use cleanup::{CleanupReport, Removal};
+pub use cleanup::{CleanupReport, Removal, WorktreeInfo};
 pub use command::{bounded_text as bounded_output, CommandFailure, OUTPUT_LIMIT_BYTES};
 pub use commit::{commit_message, CommitOutcome, ROVER_TRAILER};
 pub use container::SandboxGitDirs;

@@ -484,4 +484,16 @@ async fn parallel_tasks_prepare_their_worktrees_at_once() {
         3,
         "{list}"
     );
+    let listed = ws.list_worktrees().await.expect("list worktrees");
+    let branches: Vec<_> = listed
+        .iter()
+        .map(|w| w.branch.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(branches, ["rover/par-0", "rover/par-1", "rover/par-2"]);
+    assert!(listed
+        .iter()
+        .all(|w| w.present && w.path.starts_with(&repo.data)));
+    std::fs::remove_dir_all(repo.worktree_path("par-1")).expect("rm by hand");
+    let listed = ws.list_worktrees().await.expect("list again");
+    assert!(!listed[1].present && listed[1].branch.is_none());
 }
