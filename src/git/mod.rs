@@ -1,1 +1,28 @@
-//! Git workspaces: branches and worktrees (git2), commit and push (the `git` CLI).
+//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI).
+//!
+//! git2 handles repository state (default branch, branches, worktrees, diffs) because it needs no
+//! process; the `git` CLI handles everything where the user's hooks, signing and credentials must
+//! apply exactly as they do for the user (`commit`, `push`, `pull --rebase`, `merge`). Arguments are
+//! always passed as argv, never through a shell.
+
+mod branch;
+mod cleanup;
+mod command;
+mod commit;
+mod container;
+mod diff;
+mod error;
+mod merge;
+mod push;
+mod workspace;
+
+pub use branch::{branch_name, slugify, BRANCH_PREFIX};
+pub use cleanup::{CleanupReport, Removal, WorktreeInfo};
+pub use command::{bounded_text as bounded_output, CommandFailure, OUTPUT_LIMIT_BYTES};
+pub use commit::{commit_message, CommitOutcome, ROVER_TRAILER};
+pub use container::SandboxGitDirs;
+pub use diff::DiffSummary;
+pub use error::GitError;
+pub use merge::MergeReport;
+pub use push::{PushReport, GIT_TOKEN_ENV};
+pub use workspace::{BranchBase, PreparedWorktree, Workspace};

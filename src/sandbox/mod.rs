@@ -1,1 +1,138 @@
 //! Docker sandboxes in which workflow agents run, behind a narrow trait.
+//!
+//! The workflow step talks to [`Sandbox`]; [`DockerSandbox`] implements it with bollard. Images
+//! are built locally without a registry ([`image`]), and verification gates run in the same image
+//! with the worktree mounted ([`gates`]), so project code never runs on the host.
+
+mod docker;
+mod env;
+mod error;
+pub mod gates;
+pub mod image;
+mod settings;
+mod spec;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
+pub use env::{check_env, ALWAYS_REFUSED_ENV};
+pub use error::SandboxError;
+pub use settings::{GateSettings, SandboxSettings};
+pub use spec::{
+    BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
+    LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
+};
+
+/// Where a container is in its life, as far as the workflow step cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum ContainerStatus {
+    /// Created but never started (a crash between create and start).
+    Created,
+    /// Running (also paused or restarting).
+    Running,
+    /// Finished; `137` after a kill (timeout or OOM).
+    Exited { code: i64, oom_killed: bool },
+    /// No such container any more.
+    Gone,
+}
+
+/// A container found by its labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerInfo {
+    pub id: String,
+    pub name: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// The engine's state word: `created`, `running`, `exited`, ...
+    pub state: String,
+}
+
+/// How much a log stream wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogStats {
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+}
+
+/// How a bounded wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finished {
+    pub status: ContainerStatus,
+    /// The wall-clock limit was hit and the container was killed.
+    pub timed_out: bool,
+}
+
+/// What the workflow step needs from a container engine. One container per workflow action.
+#[async_trait]
+pub trait Sandbox: Send + Sync {
+    /// Checks that `image` is present locally (it is never pulled); [`SandboxError::ImageMissing`] if not.
+    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError>;
+
+    /// Creates and starts a container for `spec`; returns its id. A container with the same
+    /// name (derived from the action label) is a [`SandboxError::Conflict`]: never two per action.
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError>;
+
+    /// The container's state now.
+    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError>;
+
+    /// Waits until the container exits (or is gone) and returns its final state.
+    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError>;
+
+    /// Follows the container's output until it exits: stdout to `path`, stderr to `path` with
+    /// `.stderr` appended to its file name. Files are created or truncated.
+    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError>;
+
+    /// Kills the container (SIGKILL); fine when it is not running or already gone.
+    async fn kill(&self, id: &str) -> Result<(), SandboxError>;
+
+    /// Removes the container (forced); `true` if it existed, `false` if it was already gone.
+    async fn remove(&self, id: &str) -> Result<bool, SandboxError>;
+
+    /// Every container (running or not) carrying all of `labels`.
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError>;
+}
+
+/// Waits for a container at most `limit`; past it, kills the container and waits for the kill.
+pub async fn wait_or_kill(
+    sandbox: &dyn Sandbox,
+    id: &str,
+    limit: Duration,
+) -> Result<Finished, SandboxError> {
+    if let Ok(status) = tokio::time::timeout(limit, sandbox.wait(id)).await {
+        return Ok(Finished {
+            status: status?,
+            timed_out: false,
+        });
+    }
+    tracing::warn!(
+        container = id,
+        ?limit,
+        "sandbox exceeded its wall-clock limit; killing it"
+    );
+    sandbox.kill(id).await?;
+    Ok(Finished {
+        status: sandbox.wait(id).await?,
+        timed_out: true,
+    })
+}
+
+/// The stderr log path that goes with a stdout log path.
+pub fn stderr_path(stdout_path: &Path) -> std::path::PathBuf {
+    let mut name = stdout_path
+        .file_name()
+        .map(std::ffi::OsStr::to_os_string)
+        .unwrap_or_default();
+    name.push(".stderr");
+    stdout_path.with_file_name(name)
+}

@@ -6,6 +6,7 @@
 mod support;
 
 mod agents;
+mod git;
 mod github;
 mod inspect;
 mod sandbox;

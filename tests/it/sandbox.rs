@@ -1,1 +1,520 @@
-//! Integration tests for `sandbox`.
+//! Integration tests for `sandbox`: a real Docker engine, a locally built image, real git.
+
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+
+use rover::git::{BranchBase, CommitOutcome};
+use rover::sandbox::gates::{run_gates, GateOutcome, GatesReport, LABEL_GATE};
+use rover::sandbox::{
+    stderr_path, wait_or_kill, ContainerStatus, DockerSandbox, GateSettings, Sandbox, SandboxError,
+    LABEL_ACTION,
+};
+
+use crate::support::docker::{sandbox, test_image, TestContainers};
+use crate::support::gitrepo::TestRepo;
+
+#[tokio::test]
+async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let wt = ws
+        .prepare_worktree(
+            "rover/sandboxed",
+            BranchBase::DefaultBranch,
+            &repo.worktree_path("sb"),
+        )
+        .await
+        .expect("worktree");
+    let input = repo.data.join("input");
+    std::fs::create_dir_all(&input).expect("mkdir input");
+    std::fs::write(input.join("prompt.md"), "Write agent.txt\n").expect("write prompt");
+    let script = "cat /rover/prompt.md > /workspace/agent.txt && echo agent-was-here >> agent.txt \
+                  && mkdir -p src && printf 'a\\nb\\n' > src/new.rs \
+                  && (touch /rover/nope 2>/dev/null && echo input-writable || echo input-read-only) \
+                  && echo out-line && echo err-line >&2 && id -u";
+    let mut spec = tc.spec(&image, &wt.path, "write", script);
+    spec.env = vec![("ANTHROPIC_API_KEY".into(), "sk-test".into())];
+    spec.input_dir = Some(input.clone());
+
+    docker.ensure_image(&image).await.expect("image present");
+    let id = docker.run(&spec).await.expect("run");
+    let log = repo.data.join("write.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let stats = logs.expect("logs");
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        }
+    );
+    let stdout = std::fs::read_to_string(&log).expect("stdout log");
+    let owner = std::fs::metadata(&wt.path).expect("worktree meta").uid();
+    assert_eq!(stdout, format!("input-read-only\nout-line\n{owner}\n"));
+    assert!(!input.join("nope").exists());
+    assert_eq!(
+        std::fs::read_to_string(stderr_path(&log)).expect("stderr log"),
+        "err-line\n"
+    );
+    assert_eq!(stats.stderr_bytes, 9);
+
+    let written = wt.path.join("agent.txt");
+    assert_eq!(
+        std::fs::read_to_string(&written).expect("agent file"),
+        "Write agent.txt\nagent-was-here\n"
+    );
+    assert_eq!(std::fs::metadata(&written).expect("meta").uid(), owner);
+    let summary = ws
+        .diff_summary(&wt.path, &wt.fork_point)
+        .await
+        .expect("diff");
+    assert_eq!(summary.files, ["agent.txt", "src/new.rs"]);
+    assert_eq!(summary.insertions, 4);
+    let outcome = ws.commit_all(&wt.path, "Agent work").await.expect("commit");
+    assert!(
+        matches!(outcome, CommitOutcome::Committed { .. }),
+        "{outcome:?}"
+    );
+
+    assert!(docker.remove(&id).await.expect("remove"));
+    assert!(!docker.remove(&id).await.expect("remove again"));
+    assert_eq!(
+        docker.status(&id).await.expect("status"),
+        ContainerStatus::Gone
+    );
+}
+
+#[tokio::test]
+async fn runs_as_the_worktree_owner_and_cannot_write_what_it_does_not_own() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owned = dir.path().join("owned");
+    std::fs::create_dir(&owned).expect("mkdir");
+    nix::unistd::chown(&owned, Some(1000.into()), Some(1000.into()))
+        .expect("chown (tests run as root)");
+
+    let spec = tc.spec(
+        &image,
+        &owned,
+        "owner",
+        "id -u && id -g && touch /workspace/made-inside",
+    );
+    let id = docker.run(&spec).await.expect("run");
+    let log = dir.path().join("owner.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        }
+    );
+    assert_eq!(std::fs::read_to_string(&log).expect("log"), "1000\n1000\n");
+    let made = std::fs::metadata(owned.join("made-inside")).expect("file made inside");
+    assert_eq!((made.uid(), made.gid()), (1000, 1000));
+
+    // A root-owned worktree mounted for uid 1000 is not writable: the agent fails, non-zero exit.
+    let root_owned = dir.path().join("root-owned");
+    std::fs::create_dir(&root_owned).expect("mkdir");
+    let mut spec = tc.spec(&image, &root_owned, "denied", "touch /workspace/x; exit 3");
+    spec.user = Some("1000:1000".into());
+    let id = docker.run(&spec).await.expect("run");
+    let log = dir.path().join("denied.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 3,
+            oom_killed: false
+        }
+    );
+    assert!(std::fs::read_to_string(stderr_path(&log))
+        .expect("stderr")
+        .contains("Permission denied"));
+    assert!(!root_owned.join("x").exists());
+}
+
+#[tokio::test]
+async fn timeout_kills_with_137_and_oom_is_reported() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    let id = docker
+        .run(&tc.spec(&image, dir.path(), "slow", "sleep 300"))
+        .await
+        .expect("run");
+    assert_eq!(
+        docker.status(&id).await.expect("status"),
+        ContainerStatus::Running
+    );
+    let finished = wait_or_kill(&docker, &id, Duration::from_secs(1))
+        .await
+        .expect("wait or kill");
+    assert!(finished.timed_out);
+    assert_eq!(
+        finished.status,
+        ContainerStatus::Exited {
+            code: 137,
+            oom_killed: false
+        }
+    );
+    docker
+        .kill(&id)
+        .await
+        .expect("killing an exited container is fine");
+
+    let mut spec = tc.spec(
+        &image,
+        dir.path(),
+        "hungry",
+        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    );
+    spec.limits.memory_bytes = 16 << 20;
+    let id = docker.run(&spec).await.expect("run");
+    let finished = wait_or_kill(&docker, &id, Duration::from_secs(120))
+        .await
+        .expect("wait");
+    assert!(!finished.timed_out);
+    // The engine may record the OOM event after the exit; look again for a while (not a timing assert).
+    let mut status = finished.status;
+    for _ in 0..50 {
+        if status
+            != (ContainerStatus::Exited {
+                code: 137,
+                oom_killed: false,
+            })
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        status = docker.status(&id).await.expect("status");
+    }
+    assert_eq!(
+        status,
+        ContainerStatus::Exited {
+            code: 137,
+            oom_killed: true
+        }
+    );
+}
+
+#[tokio::test]
+async fn missing_image_and_unreachable_daemon_are_typed() {
+    let docker = sandbox().await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = "rover-no-such-image:never-built";
+    let err = docker.ensure_image(missing).await.expect_err("missing");
+    assert!(
+        matches!(err, SandboxError::ImageMissing { ref image } if image == missing),
+        "{err}"
+    );
+    let err = docker
+        .run(&tc.spec(missing, dir.path(), "noimage", "true"))
+        .await
+        .expect_err("missing image");
+    assert!(matches!(err, SandboxError::ImageMissing { .. }), "{err}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("docs/sandbox.md"));
+
+    let dead = format!("unix://{}/dead.sock", dir.path().display());
+    let err = DockerSandbox::connect_to(&dead, Vec::new())
+        .await
+        .expect_err("nothing listens there");
+    assert!(
+        matches!(err, SandboxError::DaemonUnreachable { ref host, .. } if *host == dead),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("DOCKER_HOST"), "{err}");
+}
+
+#[tokio::test]
+async fn reattach_by_labels_finds_exactly_one_container_per_action() {
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (spec, id) = {
+        let docker = sandbox().await;
+        let image = test_image(&docker).await;
+        let spec = tc.spec(&image, dir.path(), "long", "echo started; sleep 300");
+        let id = docker.run(&spec).await.expect("run");
+        (spec, id)
+        // The handle is dropped here, as on a daemon restart.
+    };
+    let docker = sandbox().await;
+    let action = (LABEL_ACTION.to_string(), spec.labels.action.clone());
+    let found = docker
+        .list_by_labels(std::slice::from_ref(&action))
+        .await
+        .expect("list");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].id, id);
+    assert_eq!(found[0].state, "running");
+    assert_eq!(found[0].labels["rover.trace"], spec.labels.trace);
+
+    // Starting the same action again is refused by name: never a second container.
+    let err = docker
+        .run(&spec)
+        .await
+        .expect_err("second container for the action");
+    assert!(matches!(err, SandboxError::Conflict { .. }), "{err}");
+    assert_eq!(
+        docker
+            .list_by_labels(&[action.clone(), tc.label()])
+            .await
+            .expect("list")
+            .len(),
+        1
+    );
+
+    // Following the logs of the re-attached container gets its output from the start.
+    let log = dir.path().join("long.log");
+    let follow = docker.logs_to_file(&id, &log);
+    let kill = async {
+        docker.kill(&id).await.expect("kill");
+        docker.wait(&id).await.expect("wait")
+    };
+    let (stats, status) = tokio::join!(follow, kill);
+    assert!(
+        matches!(status, ContainerStatus::Exited { code: 137, .. }),
+        "{status:?}"
+    );
+    assert_eq!(stats.expect("logs").stdout_bytes, 8);
+    assert_eq!(std::fs::read_to_string(&log).expect("log"), "started\n");
+    assert!(docker.remove(&id).await.expect("remove"));
+    assert!(docker
+        .list_by_labels(&[action])
+        .await
+        .expect("list")
+        .is_empty());
+}
+
+#[tokio::test]
+async fn no_github_token_ever_enters_the_container() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Refused even though the test allow-list names it: defence in depth.
+    let mut spec = tc.spec(&image, dir.path(), "token", "env");
+    spec.env = vec![
+        ("ANTHROPIC_API_KEY".into(), "sk-test".into()),
+        ("GITHUB_TOKEN".into(), "ghp_secret".into()),
+    ];
+    let err = docker.run(&spec).await.expect_err("token refused");
+    assert!(matches!(err, SandboxError::EnvRefused { ref name, .. } if name == "GITHUB_TOKEN"));
+    assert!(!err.to_string().contains("ghp_secret"));
+    spec.env = vec![("PATH".into(), "/evil".into())];
+    assert!(matches!(
+        docker.run(&spec).await,
+        Err(SandboxError::EnvRefused { .. })
+    ));
+    assert!(docker
+        .list_by_labels(&[tc.label()])
+        .await
+        .expect("list")
+        .is_empty());
+
+    spec.env = vec![("ANTHROPIC_API_KEY".into(), "sk-test".into())];
+    let id = docker.run(&spec).await.expect("run");
+    let info = docker
+        .client()
+        .inspect_container(
+            &id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("inspect");
+    let env = info.config.and_then(|c| c.env).unwrap_or_default();
+    assert!(
+        env.iter()
+            .all(|e| !e.starts_with("GITHUB_TOKEN=") && !e.starts_with("GH_TOKEN=")),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"ANTHROPIC_API_KEY=sk-test".to_string()),
+        "{env:?}"
+    );
+    assert!(env.contains(&"HOME=/tmp".to_string()), "{env:?}");
+    let host = info.host_config.expect("host config");
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(host.memory, Some(256 << 20));
+    assert_eq!(host.pids_limit, Some(128));
+    let log = dir.path().join("env.log");
+    let (logs, _) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    let printed = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        !printed.contains("GITHUB_TOKEN") && !printed.contains("GH_TOKEN"),
+        "{printed}"
+    );
+}
+
+#[tokio::test]
+async fn image_from_a_rootfs_tar_runs_a_dynamic_host_binary() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    assert_eq!(
+        test_image(&docker).await,
+        image,
+        "same content, same tag: built once"
+    );
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let id = docker
+        .run(&tc.spec(&image, dir.path(), "git", "git --version"))
+        .await
+        .expect("run");
+    let log = dir.path().join("git.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        },
+        "{stderr}"
+    );
+    assert!(std::fs::read_to_string(&log)
+        .expect("log")
+        .starts_with("git version "));
+}
+
+#[tokio::test]
+async fn gates_run_in_containers_and_report_each_outcome() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("README.md"), "hi\n").expect("write");
+    let base = tc.spec(&image, dir.path(), "gates", "true");
+    let sh = |s: &str| vec!["/bin/sh".to_string(), "-c".to_string(), s.to_string()];
+    let gates = vec![
+        GateSettings {
+            command: sh("test -f README.md && echo readme ok"),
+            timeout_secs: 60,
+            required: true,
+        },
+        GateSettings {
+            command: sh("echo broken build >&2; exit 2"),
+            timeout_secs: 60,
+            required: true,
+        },
+        GateSettings {
+            command: sh("sleep 300"),
+            timeout_secs: 1,
+            required: false,
+        },
+    ];
+    // A leftover gate container from an interrupted run does not block the gates.
+    let mut stale = base.clone();
+    stale.name = Some(format!("{}-gate-0", base.container_name()));
+    stale.cmd = sh("sleep 300");
+    docker.run(&stale).await.expect("stale gate container");
+    let logs = dir.path().join("gate-logs");
+    let report = run_gates(&docker, &base, &gates, &logs)
+        .await
+        .expect("gates ran");
+    let results = report.results();
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0].outcome, GateOutcome::Passed);
+    assert_eq!(results[0].output, "readme ok\n");
+    assert_eq!(results[1].outcome, GateOutcome::Failed { exit_code: 2 });
+    assert!(results[1].output.contains("broken build"));
+    assert_eq!(results[2].outcome, GateOutcome::TimedOut);
+    assert!(report.failed_required());
+    assert_eq!(report.warnings().len(), 1);
+    let gate_label = (LABEL_GATE.to_string(), "1".to_string());
+    assert!(docker
+        .list_by_labels(&[tc.label(), gate_label])
+        .await
+        .expect("list")
+        .is_empty());
+
+    let none = run_gates(&docker, &base, &[], &logs)
+        .await
+        .expect("no gates");
+    assert_eq!(none, GatesReport::NoneConfigured);
+    assert!(!none.failed_required());
+}
+
+#[tokio::test]
+async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    crate::support::gitrepo::git(
+        &repo.checkout,
+        &[
+            "remote",
+            "set-url",
+            "origin",
+            "https://x-access-token:ghp_in_url@example.invalid/o/r.git",
+        ],
+    );
+    let wt = ws
+        .prepare_worktree(
+            "rover/git-inside",
+            BranchBase::DefaultBranch,
+            &repo.worktree_path("gi"),
+        )
+        .await
+        .expect("worktree");
+    std::fs::write(wt.path.join("new.txt"), "new\n").expect("write");
+    let dirs = ws
+        .sandbox_git_dirs(&wt.path, &repo.data.join("scratch"))
+        .await
+        .expect("git dirs");
+    let script = "git status --porcelain; git log -1 --format=%s; \
+                  (git config --get remote.origin.url || echo no-remote-url); \
+                  cat \"$(git rev-parse --git-common-dir)/config\" | grep -c ghp_ || true; \
+                  (git add -A 2>/dev/null && git commit -qm inside 2>/dev/null && echo committed-inside) || echo commit-refused";
+    let mut spec = tc.spec(&image, &wt.path, "gitinside", script);
+    spec.mount_git(&dirs);
+    let id = docker.run(&spec).await.expect("run");
+    let log = repo.data.join("gitinside.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        },
+        "{stderr}"
+    );
+    let stdout = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(
+        stdout, "?? new.txt\nInitial commit\nno-remote-url\n0\ncommit-refused\n",
+        "{stderr}"
+    );
+
+    // The host still commits normally, and the user's config kept its remote.
+    let before = crate::support::gitrepo::git(&wt.path, &["rev-parse", "HEAD"]);
+    assert_eq!(before, wt.fork_point);
+    let outcome = ws
+        .commit_all(&wt.path, "Host commit")
+        .await
+        .expect("host commit");
+    assert!(matches!(outcome, CommitOutcome::Committed { .. }));
+    assert!(
+        crate::support::gitrepo::git(&repo.checkout, &["remote", "get-url", "origin"])
+            .contains("example.invalid")
+    );
+}

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: temp dirs, fakes, the binary under test.
 
 pub mod child;
+pub mod docker;
 pub mod env;
 pub mod fake_github;
+pub mod gitrepo;
 pub mod storegen;

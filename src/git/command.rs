@@ -1,0 +1,179 @@
+//! Running the `git` CLI: argv only, own process group, stdin closed, output kept in full up to a bound.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::Path;
+use std::process::Stdio;
+
+use serde::Serialize;
+
+use super::error::GitError;
+
+/// How much of stdout and of stderr a [`CommandFailure`] keeps (each); the middle is cut.
+pub const OUTPUT_LIMIT_BYTES: usize = 64 * 1024;
+
+/// A command that ran and exited unsuccessfully, kept whole for the span that records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandFailure {
+    /// The argv, program first.
+    pub command: Vec<String>,
+    /// The exit code; `None` when a signal ended the process.
+    pub exit_code: Option<i32>,
+    /// Standard output, bounded to [`OUTPUT_LIMIT_BYTES`] with the cut marked in the text.
+    pub stdout: String,
+    /// Standard error, bounded the same way.
+    pub stderr: String,
+    /// Whether stdout or stderr was cut.
+    pub truncated: bool,
+}
+
+impl CommandFailure {
+    /// A network-ish failure that a later attempt may not hit.
+    pub(crate) fn looks_transient(&self) -> bool {
+        let err = self.stderr.to_ascii_lowercase();
+        [
+            "could not resolve host",
+            "connection timed out",
+            "connection reset",
+            "the remote end hung up unexpectedly",
+            "temporary failure",
+            "index.lock",
+        ]
+        .iter()
+        .any(|needle| err.contains(needle))
+    }
+}
+
+impl fmt::Display for CommandFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let code = self
+            .exit_code
+            .map_or_else(|| "a signal".to_string(), |c| format!("exit code {c}"));
+        let first_line = self
+            .stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .or_else(|| self.stdout.lines().find(|l| !l.trim().is_empty()))
+            .unwrap_or("no output");
+        write!(
+            f,
+            "`{}` failed with {code}: {first_line}",
+            self.command.join(" ")
+        )
+    }
+}
+
+impl std::error::Error for CommandFailure {}
+
+/// The output of a successful command.
+#[derive(Debug, Clone)]
+pub(crate) struct CommandOutput {
+    pub stdout: String,
+    #[allow(
+        dead_code,
+        reason = "kept for callers that want to show progress lines"
+    )]
+    pub stderr: String,
+}
+
+/// Keeps the head and tail of `bytes` within `limit`, marking the cut; lossy UTF-8.
+/// Returns the text and whether it was cut.
+pub fn bounded_text(bytes: &[u8], limit: usize) -> (String, bool) {
+    if bytes.len() <= limit {
+        return (String::from_utf8_lossy(bytes).into_owned(), false);
+    }
+    let half = limit / 2;
+    let cut = bytes.len() - 2 * half;
+    let text = format!(
+        "{}\n[... {cut} bytes truncated by rover ...]\n{}",
+        String::from_utf8_lossy(&bytes[..half]),
+        String::from_utf8_lossy(&bytes[bytes.len() - half..]),
+    );
+    (text, true)
+}
+
+/// Runs `git <args>` in `dir` with `envs` added to the inherited environment.
+pub(crate) async fn run_git(
+    dir: &Path,
+    args: &[&str],
+    envs: &[(OsString, OsString)],
+) -> Result<CommandOutput, GitError> {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.arg("-C")
+        .arg(dir)
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        // Never wait for a human: no editor, no terminal prompt for credentials.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_EDITOR", "true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    let output = cmd.output().await.map_err(|source| GitError::Spawn {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if output.status.success() {
+        return Ok(CommandOutput {
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    let (stdout, cut_out) = bounded_text(&output.stdout, OUTPUT_LIMIT_BYTES);
+    let (stderr, cut_err) = bounded_text(&output.stderr, OUTPUT_LIMIT_BYTES);
+    let mut command = vec![
+        "git".to_string(),
+        "-C".to_string(),
+        dir.display().to_string(),
+    ];
+    command.extend(args.iter().map(ToString::to_string));
+    Err(CommandFailure {
+        command,
+        exit_code: output.status.code(),
+        stdout,
+        stderr,
+        truncated: cut_out || cut_err,
+    }
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_output_is_kept_whole() {
+        assert_eq!(bounded_text(b"hello", 10), ("hello".to_string(), false));
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_and_marks_the_cut() {
+        let bytes: Vec<u8> = (0..100u8).map(|i| b'a' + i % 26).collect();
+        let (text, cut) = bounded_text(&bytes, 20);
+        assert!(cut);
+        assert!(text.starts_with("abcdefghij\n"));
+        assert!(text.contains("[... 80 bytes truncated by rover ...]"));
+        assert!(text.ends_with(&String::from_utf8_lossy(&bytes[90..]).into_owned()));
+    }
+
+    #[tokio::test]
+    async fn failing_command_keeps_argv_code_and_stderr() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = run_git(dir.path(), &["rev-parse", "HEAD"], &[])
+            .await
+            .expect_err("not a repository");
+        let failure = err.command_failure().expect("a command failure");
+        assert_eq!(failure.exit_code, Some(128));
+        assert!(
+            failure.stderr.contains("not a git repository"),
+            "{}",
+            failure.stderr
+        );
+        assert_eq!(failure.command[0], "git");
+        assert_eq!(failure.command[3..], ["rev-parse", "HEAD"]);
+        assert!(!err.is_retryable());
+    }
+}

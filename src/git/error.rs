@@ -1,0 +1,102 @@
+//! The git subsystem's error type.
+
+use std::path::PathBuf;
+
+use super::command::CommandFailure;
+
+/// Everything that can go wrong in a git workspace operation.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// libgit2 refused an operation on a repository.
+    #[error("git operation `{operation}` failed in {}", path.display())]
+    Git2 {
+        operation: &'static str,
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    /// The `git` executable could not be started at all.
+    #[error("could not run `git` (is git installed and on PATH?) in {}", path.display())]
+    Spawn {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file system operation around a worktree failed.
+    #[error("cannot prepare {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `git` command ran and failed; the failure keeps argv, exit code, stdout and stderr.
+    #[error("{0}")]
+    Command(Box<CommandFailure>),
+    /// No default branch could be found (no `origin/HEAD`, no `main`/`master`, detached HEAD).
+    #[error("cannot tell the default branch of {}; set `origin/HEAD` (git remote set-head origin -a)", path.display())]
+    NoDefaultBranch { path: PathBuf },
+    /// The branch to fork from or to reuse does not exist locally nor on `origin`.
+    #[error("branch `{branch}` does not exist in {}; fetch it or fork from the default branch", path.display())]
+    BranchMissing { branch: String, path: PathBuf },
+    /// The worktree path is already used by something that is not this branch's worktree.
+    #[error("worktree path {} is already in use; remove it or pick another path", path.display())]
+    WorktreePathInUse { path: PathBuf },
+    /// Worktrees live under rover's data dir, never inside the user's checkout.
+    #[error("worktree path {} is inside the checkout {}; put worktrees under rover's data dir", path.display(), checkout.display())]
+    WorktreeInsideCheckout { path: PathBuf, checkout: PathBuf },
+    /// A merge stopped on conflicts; the merge was aborted and the worktree is clean again.
+    #[error("merging `{source_branch}` conflicts in {} file(s): {}; resolve them by hand or re-run the task on top of the other branch", files.len(), files.join(", "))]
+    MergeConflict {
+        source_branch: String,
+        files: Vec<String>,
+    },
+    /// `git pull --rebase` after a rejected push stopped on conflicts (the rebase was aborted).
+    #[error("push of `{branch}` was rejected and rebasing onto the remote conflicts; the branch diverged, resolve by hand")]
+    RebaseConflict {
+        branch: String,
+        #[source]
+        failure: Box<CommandFailure>,
+    },
+    /// A blocking task was cancelled or panicked.
+    #[error("a blocking git task did not finish")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+impl GitError {
+    /// Whether trying the same operation again later may succeed without a human changing anything.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            // A push or fetch may fail on the network; hooks and signing fail the same way again.
+            Self::Command(failure) => failure.looks_transient(),
+            Self::Join(_) => true,
+            Self::Git2 { source, .. } => matches!(source.code(), git2::ErrorCode::Locked),
+            _ => false,
+        }
+    }
+
+    /// The failed command, if this error is one.
+    pub fn command_failure(&self) -> Option<&CommandFailure> {
+        match self {
+            Self::Command(failure) | Self::RebaseConflict { failure, .. } => Some(failure),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn git2(
+        operation: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(git2::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| Self::Git2 {
+            operation,
+            path,
+            source,
+        }
+    }
+}
+
+impl From<CommandFailure> for GitError {
+    fn from(failure: CommandFailure) -> Self {
+        Self::Command(Box::new(failure))
+    }
+}

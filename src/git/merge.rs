@@ -1,0 +1,77 @@
+//! Consolidating parallel task branches into one: `git merge`, aborted on conflict.
+
+use std::path::Path;
+
+use super::command::run_git;
+use super::error::GitError;
+use super::workspace::Workspace;
+
+/// What `merge_branches` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeReport {
+    /// The branches merged, in order.
+    pub merged: Vec<String>,
+    /// The commit the target worktree is at afterwards.
+    pub head: String,
+}
+
+impl Workspace {
+    /// Merges each of `sources` (local branches) into the branch checked out in `target_worktree`,
+    /// in order, with `git merge --no-ff` (hooks run). On a conflict the merge is aborted, the
+    /// worktree is left at the last successful merge, and the conflicting files are listed in
+    /// [`GitError::MergeConflict`].
+    pub async fn merge_branches(
+        &self,
+        target_worktree: &Path,
+        sources: &[String],
+    ) -> Result<MergeReport, GitError> {
+        let mut merged = Vec::new();
+        for source in sources {
+            let message = format!("Merge branch '{source}'");
+            let result = run_git(
+                target_worktree,
+                &[
+                    "merge",
+                    "--no-ff",
+                    "--no-edit",
+                    "-m",
+                    &message,
+                    "--",
+                    source,
+                ],
+                self.envs(),
+            )
+            .await;
+            if let Err(err) = result {
+                let conflicts = run_git(
+                    target_worktree,
+                    &["diff", "--name-only", "--diff-filter=U", "-z"],
+                    self.envs(),
+                )
+                .await
+                .map(|out| {
+                    out.stdout
+                        .split('\0')
+                        .filter(|f| !f.is_empty())
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+                if conflicts.is_empty() {
+                    return Err(err);
+                }
+                run_git(target_worktree, &["merge", "--abort"], self.envs()).await?;
+                return Err(GitError::MergeConflict {
+                    source_branch: source.clone(),
+                    files: conflicts,
+                });
+            }
+            merged.push(source.clone());
+        }
+        let head = run_git(target_worktree, &["rev-parse", "HEAD"], self.envs()).await?;
+        Ok(MergeReport {
+            merged,
+            head: head.stdout.trim().to_string(),
+        })
+    }
+}

@@ -1,0 +1,405 @@
+//! `DockerSandbox`: the [`Sandbox`] trait over a Docker engine through bollard.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    StartContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::env::check_env;
+use super::error::{status_of, SandboxError};
+use super::spec::{SandboxSpec, INPUT_MOUNT, WORKSPACE_MOUNT};
+use super::{stderr_path, ContainerInfo, ContainerStatus, LogStats, Sandbox};
+
+/// The variable naming the engine to use (`unix://`, `tcp://`, `http://`); default the local socket.
+pub const DOCKER_HOST_ENV: &str = "DOCKER_HOST";
+
+const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// The engine address: the value of `DOCKER_HOST` when set and not empty, else the local socket.
+pub fn docker_host(from_env: Option<String>) -> String {
+    from_env
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_HOST.to_string())
+}
+
+/// A Docker engine, with the env allow-list that guards what enters its containers.
+#[derive(Debug, Clone)]
+pub struct DockerSandbox {
+    docker: Docker,
+    host: String,
+    env_allow: Vec<String>,
+}
+
+impl DockerSandbox {
+    /// Connects to the engine named by `DOCKER_HOST` (or the local socket) and negotiates the
+    /// API version; [`SandboxError::DaemonUnreachable`] when it does not answer.
+    pub async fn connect(env_allow: Vec<String>) -> Result<Self, SandboxError> {
+        let host = docker_host(std::env::var(DOCKER_HOST_ENV).ok());
+        Self::connect_to(&host, env_allow).await
+    }
+
+    /// Connects to the engine at `host` (`unix:///path`, `tcp://host:port`, `http://...`).
+    pub async fn connect_to(host: &str, env_allow: Vec<String>) -> Result<Self, SandboxError> {
+        let unreachable = |source| SandboxError::DaemonUnreachable {
+            host: host.to_string(),
+            source,
+        };
+        let docker = Docker::connect_with_host(host).map_err(unreachable)?;
+        let docker = docker.negotiate_version().await.map_err(unreachable)?;
+        docker.ping().await.map_err(unreachable)?;
+        Ok(Self {
+            docker,
+            host: host.to_string(),
+            env_allow,
+        })
+    }
+
+    /// The bollard client, for image building and tests.
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The engine address in use.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub(crate) fn err(
+        &self,
+        operation: &'static str,
+        target: &str,
+        source: bollard::errors::Error,
+    ) -> SandboxError {
+        SandboxError::from_bollard(operation, target, &self.host, source)
+    }
+
+    /// Whether an image (`name:tag` or id) is present locally.
+    pub async fn image_exists(&self, image: &str) -> Result<bool, SandboxError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(self.err("inspect image", image, e)),
+        }
+    }
+
+    fn create_body(&self, spec: &SandboxSpec) -> Result<ContainerCreateBody, SandboxError> {
+        check_env(&spec.env, &self.env_allow)?;
+        let meta = std::fs::metadata(&spec.worktree).map_err(|source| SandboxError::Mount {
+            path: spec.worktree.clone(),
+            source,
+        })?;
+        let user = spec
+            .user
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", meta.uid(), meta.gid()));
+        // Structured mounts, not `host:target:mode` strings: paths may contain `:`.
+        let bind = |host: &Path, target: &str, read_only: bool| Mount {
+            source: Some(host.to_string_lossy().into_owned()),
+            target: Some(target.to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(read_only),
+            ..Default::default()
+        };
+        let mut mounts = vec![bind(&spec.worktree, WORKSPACE_MOUNT, false)];
+        if let Some(input) = &spec.input_dir {
+            std::fs::metadata(input).map_err(|source| SandboxError::Mount {
+                path: input.clone(),
+                source,
+            })?;
+            mounts.push(bind(input, INPUT_MOUNT, true));
+        }
+        for mount in &spec.extra_mounts {
+            std::fs::metadata(&mount.host).map_err(|source| SandboxError::Mount {
+                path: mount.host.clone(),
+                source,
+            })?;
+            mounts.push(bind(&mount.host, &mount.target, mount.read_only));
+        }
+        let mut env: Vec<String> = Vec::new();
+        if !spec.env.iter().any(|(k, _)| k == "HOME") {
+            env.push("HOME=/tmp".to_string());
+        }
+        env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "cpus is small and positive"
+        )]
+        let nano_cpus = (spec.limits.cpus * 1e9) as i64;
+        let host_config = HostConfig {
+            mounts: Some(mounts),
+            network_mode: Some(spec.network.clone()),
+            memory: Some(spec.limits.memory_bytes),
+            memory_swap: Some(spec.limits.memory_bytes),
+            nano_cpus: Some(nano_cpus),
+            pids_limit: Some(spec.limits.pids),
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            readonly_rootfs: Some(spec.readonly_rootfs),
+            tmpfs: spec
+                .readonly_rootfs
+                .then(|| HashMap::from([("/tmp".to_string(), "rw,exec,size=512m".to_string())])),
+            // Pitfall: with auto_remove the exit code and logs vanish before we read them.
+            auto_remove: Some(false),
+            // A tiny init as pid 1 reaps the zombies agent CLIs leave and forwards signals.
+            init: Some(true),
+            ..Default::default()
+        };
+        Ok(ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(spec.cmd.clone()),
+            env: Some(env),
+            user: Some(user),
+            working_dir: Some(WORKSPACE_MOUNT.to_string()),
+            labels: Some(spec.all_labels().into_iter().collect()),
+            tty: Some(false),
+            attach_stdin: Some(false),
+            open_stdin: Some(false),
+            host_config: Some(host_config),
+            ..Default::default()
+        })
+    }
+
+    async fn inspect_status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        let info = match self
+            .docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if status_of(&e) == Some(404) => return Ok(ContainerStatus::Gone),
+            Err(e) => return Err(self.err("inspect container", id, e)),
+        };
+        let state = info.state.unwrap_or_default();
+        Ok(match state.status {
+            Some(ContainerStateStatusEnum::CREATED) => ContainerStatus::Created,
+            Some(ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD) => {
+                ContainerStatus::Exited {
+                    code: state.exit_code.unwrap_or(-1),
+                    oom_killed: state.oom_killed.unwrap_or(false),
+                }
+            }
+            _ => ContainerStatus::Running,
+        })
+    }
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
+        if self.image_exists(image).await? {
+            Ok(())
+        } else {
+            Err(SandboxError::ImageMissing {
+                image: image.to_string(),
+            })
+        }
+    }
+
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
+        let body = self.create_body(spec)?;
+        let name = spec.container_name();
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = match self.docker.create_container(Some(options), body).await {
+            Ok(created) => created,
+            Err(e) if status_of(&e) == Some(404) => {
+                return Err(SandboxError::ImageMissing {
+                    image: spec.image.clone(),
+                })
+            }
+            Err(e) if status_of(&e) == Some(409) => {
+                return Err(SandboxError::Conflict { name, source: e })
+            }
+            Err(e) => return Err(self.err("create container", &name, e)),
+        };
+        for warning in &created.warnings {
+            tracing::warn!(container = %name, %warning, "docker warned while creating the sandbox");
+        }
+        if let Err(e) = self
+            .docker
+            .start_container(&created.id, None::<StartContainerOptions>)
+            .await
+        {
+            // Leave nothing half-made behind: a created-but-unstarted container would block the name.
+            let _ = self.remove(&created.id).await;
+            return Err(self.err("start container", &name, e));
+        }
+        Ok(created.id)
+    }
+
+    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.inspect_status(id).await
+    }
+
+    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        let mut stream = self.docker.wait_container(id, None::<WaitContainerOptions>);
+        // The stream yields one item when the container stops.
+        if let Some(item) = stream.next().await {
+            match item {
+                // Pitfall: a non-zero exit arrives as an error; it is a normal end here.
+                Ok(_) | Err(bollard::errors::Error::DockerContainerWaitError { .. }) => {}
+                Err(e) if status_of(&e) == Some(404) => return Ok(ContainerStatus::Gone),
+                Err(e) => return Err(self.err("wait for container", id, e)),
+            }
+        }
+        // Inspect gives the OOM flag as well as the code. The engine may record the OOM event a
+        // moment after the exit (seen on cgroup v1): a SIGKILL exit is looked at a few more times.
+        let mut status = self.inspect_status(id).await?;
+        for _ in 0..10 {
+            if !matches!(
+                status,
+                ContainerStatus::Exited {
+                    code: 137,
+                    oom_killed: false
+                }
+            ) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            status = self.inspect_status(id).await?;
+        }
+        Ok(status)
+    }
+
+    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
+        let err_path = stderr_path(path);
+        let file_err = |p: &Path| {
+            let p = p.to_path_buf();
+            move |source| SandboxError::File { path: p, source }
+        };
+        let mut out = tokio::fs::File::create(path)
+            .await
+            .map_err(file_err(path))?;
+        let mut err = tokio::fs::File::create(&err_path)
+            .await
+            .map_err(file_err(&err_path))?;
+        let options = LogsOptionsBuilder::default()
+            .follow(true)
+            .stdout(true)
+            .stderr(true)
+            .build();
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut stats = LogStats::default();
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) if status_of(&e) == Some(404) => break,
+                Err(e) => return Err(self.err("follow logs", id, e)),
+            };
+            match chunk {
+                LogOutput::StdErr { message } => {
+                    err.write_all(&message).await.map_err(file_err(&err_path))?;
+                    stats.stderr_bytes += message.len() as u64;
+                }
+                LogOutput::StdOut { message }
+                | LogOutput::Console { message }
+                | LogOutput::StdIn { message } => {
+                    out.write_all(&message).await.map_err(file_err(path))?;
+                    stats.stdout_bytes += message.len() as u64;
+                }
+            }
+        }
+        out.flush().await.map_err(file_err(path))?;
+        err.flush().await.map_err(file_err(&err_path))?;
+        Ok(stats)
+    }
+
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        let options = KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        match self.docker.kill_container(id, Some(options)).await {
+            // 404: gone; 409: not running. Both mean there is nothing left to kill.
+            Ok(()) => Ok(()),
+            Err(e) if matches!(status_of(&e), Some(404 | 409)) => Ok(()),
+            Err(e) => Err(self.err("kill container", id, e)),
+        }
+    }
+
+    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(self.err("remove container", id, e)),
+        }
+    }
+
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        let filter: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let filters = HashMap::from([("label".to_string(), filter)]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let found = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| self.err("list containers", "by labels", e))?;
+        Ok(found
+            .into_iter()
+            .map(|c| ContainerInfo {
+                id: c.id.unwrap_or_default(),
+                name: c
+                    .names
+                    .and_then(|n| n.into_iter().next())
+                    .map(|n| n.trim_start_matches('/').to_string()),
+                labels: c
+                    .labels
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect::<BTreeMap<_, _>>(),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_host_honours_the_env_value() {
+        assert_eq!(docker_host(None), "unix:///var/run/docker.sock");
+        assert_eq!(
+            docker_host(Some(String::new())),
+            "unix:///var/run/docker.sock"
+        );
+        assert_eq!(
+            docker_host(Some("tcp://127.0.0.1:2375".into())),
+            "tcp://127.0.0.1:2375"
+        );
+    }
+
+    #[tokio::test]
+    async fn unsupported_scheme_is_unreachable_with_advice() {
+        let err = DockerSandbox::connect_to("ftp://nowhere", Vec::new())
+            .await
+            .expect_err("no such transport");
+        assert!(
+            matches!(err, SandboxError::DaemonUnreachable { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("setup-docker.sh"));
+    }
+}

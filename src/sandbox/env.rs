@@ -1,0 +1,65 @@
+//! Which environment variables may enter a sandbox: an allow-list, and names refused always.
+
+use super::error::SandboxError;
+
+/// Never passed into a sandbox, even when allow-listed: GitHub and git credentials.
+pub const ALWAYS_REFUSED_ENV: [&str; 5] = [
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "GH_ENTERPRISE_TOKEN",
+    "GITHUB_ENTERPRISE_TOKEN",
+    crate::git::GIT_TOKEN_ENV,
+];
+
+/// Checks every name in `env` against `allow` (exact names); refused names are an error that
+/// names the variable (never its value).
+pub fn check_env(env: &[(String, String)], allow: &[String]) -> Result<(), SandboxError> {
+    for (name, _) in env {
+        if ALWAYS_REFUSED_ENV
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(name))
+        {
+            return Err(SandboxError::EnvRefused {
+                name: name.clone(),
+                reason:
+                    "GitHub and git credentials never enter a sandbox; the host commits and pushes",
+            });
+        }
+        if !allow.iter().any(|a| a == name) {
+            return Err(SandboxError::EnvRefused {
+                name: name.clone(),
+                reason: "not in `autopilot.sandbox.envAllow`; add it there if the agent needs it",
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(names: &[&str]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|n| ((*n).to_string(), "v".to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn github_tokens_are_refused_even_when_allow_listed() {
+        let allow = vec!["GITHUB_TOKEN".to_string(), "gh_token".to_string()];
+        let err = check_env(&pairs(&["GITHUB_TOKEN"]), &allow).expect_err("refused");
+        assert!(matches!(err, SandboxError::EnvRefused { ref name, .. } if name == "GITHUB_TOKEN"));
+        assert!(check_env(&pairs(&["gh_token"]), &allow).is_err());
+    }
+
+    #[test]
+    fn only_allow_listed_names_pass() {
+        let allow = vec!["ANTHROPIC_API_KEY".to_string()];
+        check_env(&pairs(&["ANTHROPIC_API_KEY"]), &allow).expect("allowed");
+        let err = check_env(&pairs(&["HOME"]), &allow).expect_err("not allowed");
+        assert!(err.to_string().contains("`HOME`"));
+        assert!(!err.to_string().contains("=v"));
+    }
+}

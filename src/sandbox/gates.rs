@@ -1,0 +1,151 @@
+//! Verification gates: commands from settings run in the sandbox image with the worktree mounted,
+//! after the agent and before the commit. Project code never runs on the host.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::error::SandboxError;
+use super::settings::GateSettings;
+use super::spec::SandboxSpec;
+use super::{stderr_path, wait_or_kill, ContainerStatus, Sandbox};
+use crate::git::OUTPUT_LIMIT_BYTES;
+
+/// Label carrying a gate's index on its container.
+pub const LABEL_GATE: &str = "rover.gate";
+
+/// How one gate ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
+pub enum GateOutcome {
+    Passed,
+    Failed { exit_code: i64 },
+    TimedOut,
+}
+
+/// One gate's result, with its output (stdout then stderr, bounded, truncation marked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateResult {
+    pub command: Vec<String>,
+    pub required: bool,
+    #[serde(flatten)]
+    pub outcome: GateOutcome,
+    pub output: String,
+}
+
+impl GateResult {
+    pub fn passed(&self) -> bool {
+        self.outcome == GateOutcome::Passed
+    }
+}
+
+/// All gates of one workflow run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "gates")]
+pub enum GatesReport {
+    /// No gates are configured (recorded as such in the span).
+    NoneConfigured,
+    /// Every configured gate ran, in order.
+    Ran { results: Vec<GateResult> },
+}
+
+impl GatesReport {
+    /// A required gate failed or timed out: the workflow is `failed`.
+    pub fn failed_required(&self) -> bool {
+        self.results().iter().any(|r| r.required && !r.passed())
+    }
+
+    /// Optional gates that failed: warnings for the span.
+    pub fn warnings(&self) -> Vec<&GateResult> {
+        self.results()
+            .iter()
+            .filter(|r| !r.required && !r.passed())
+            .collect()
+    }
+
+    pub fn results(&self) -> &[GateResult] {
+        match self {
+            Self::NoneConfigured => &[],
+            Self::Ran { results } => results,
+        }
+    }
+}
+
+/// Runs each gate in its own container made from `base` (image, worktree, labels, limits, user)
+/// with the gate's argv as command, one after the other; logs go to `log_dir/gate-<i>.log`.
+/// Gate containers are removed afterwards.
+pub async fn run_gates(
+    sandbox: &dyn Sandbox,
+    base: &SandboxSpec,
+    gates: &[GateSettings],
+    log_dir: &Path,
+) -> Result<GatesReport, SandboxError> {
+    if gates.is_empty() {
+        return Ok(GatesReport::NoneConfigured);
+    }
+    tokio::fs::create_dir_all(log_dir)
+        .await
+        .map_err(|source| SandboxError::File {
+            path: log_dir.to_path_buf(),
+            source,
+        })?;
+    let mut results = Vec::with_capacity(gates.len());
+    for (index, gate) in gates.iter().enumerate() {
+        let mut spec = base.clone();
+        spec.cmd.clone_from(&gate.command);
+        spec.env.clear();
+        spec.name = Some(format!("{}-gate-{index}", base.container_name()));
+        spec.extra_labels
+            .insert(LABEL_GATE.to_string(), index.to_string());
+        // A gate container left by an interrupted earlier run would block the name; gates are rerun whole.
+        let name = spec.container_name();
+        if sandbox.remove(&name).await? {
+            tracing::info!(container = %name, "removed a gate container left by an earlier run");
+        }
+        let id = sandbox.run(&spec).await?;
+        let log_path = log_dir.join(format!("gate-{index}.log"));
+        let result = async {
+            let (logs, finished) = tokio::join!(
+                sandbox.logs_to_file(&id, &log_path),
+                wait_or_kill(sandbox, &id, Duration::from_secs(gate.timeout_secs)),
+            );
+            logs?;
+            finished
+        }
+        .await;
+        let removed = sandbox.remove(&id).await;
+        let finished = result?;
+        removed?;
+        let outcome = match finished.status {
+            _ if finished.timed_out => GateOutcome::TimedOut,
+            ContainerStatus::Exited { code: 0, .. } => GateOutcome::Passed,
+            ContainerStatus::Exited { code, .. } => GateOutcome::Failed { exit_code: code },
+            ContainerStatus::Gone | ContainerStatus::Created | ContainerStatus::Running => {
+                GateOutcome::Failed { exit_code: -1 }
+            }
+        };
+        let output = read_output(&log_path).await;
+        if !matches!(outcome, GateOutcome::Passed) {
+            tracing::warn!(gate = ?gate.command, required = gate.required, ?outcome, "verification gate did not pass");
+        }
+        results.push(GateResult {
+            command: gate.command.clone(),
+            required: gate.required,
+            outcome,
+            output,
+        });
+    }
+    Ok(GatesReport::Ran { results })
+}
+
+async fn read_output(stdout: &Path) -> String {
+    let mut bytes = tokio::fs::read(stdout).await.unwrap_or_default();
+    bytes.extend(
+        tokio::fs::read(stderr_path(stdout))
+            .await
+            .unwrap_or_default(),
+    );
+    crate::git::bounded_output(&bytes, OUTPUT_LIMIT_BYTES).0
+}

@@ -1,0 +1,124 @@
+//! `SandboxSettings` and `GateSettings`: the `autopilot.sandbox` part of `rover.json`.
+
+use serde::Deserialize;
+
+use super::spec::ResourceLimits;
+
+/// The sandbox configuration (`autopilot.sandbox` in `rover.json`); every field has a default.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct SandboxSettings {
+    /// The image agents run in; built locally (see docs/sandbox.md), never pulled.
+    pub image: String,
+    /// Memory limit in MiB.
+    pub memory_mb: u64,
+    /// CPU limit (fractions allowed).
+    pub cpus: f64,
+    /// Process limit.
+    pub pids_limit: i64,
+    /// Wall-clock limit of one agent run, in seconds.
+    pub timeout_secs: u64,
+    /// Docker network mode. The agent CLIs need to reach their model API, hence `bridge`;
+    /// `none` for fully offline runs (fake agents, gates).
+    pub network: String,
+    /// Read-only root filesystem with a tmpfs `/tmp`.
+    pub readonly_rootfs: bool,
+    /// Environment variable names that may be passed into a sandbox. GitHub tokens are refused
+    /// even when listed.
+    pub env_allow: Vec<String>,
+    /// Verification gates run after the agent, before the commit.
+    pub gates: Vec<GateSettings>,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            image: "rover-sandbox:latest".to_string(),
+            memory_mb: 4096,
+            cpus: 2.0,
+            pids_limit: 1024,
+            timeout_secs: 3600,
+            network: "bridge".to_string(),
+            readonly_rootfs: true,
+            env_allow: [
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_BASE_URL",
+                "CLAUDE_CODE_OAUTH_TOKEN",
+                "OPENAI_API_KEY",
+                "OPENAI_BASE_URL",
+                "CODEX_API_KEY",
+                "HOME",
+                "IS_SANDBOX",
+            ]
+            .map(String::from)
+            .to_vec(),
+            gates: Vec::new(),
+        }
+    }
+}
+
+impl SandboxSettings {
+    /// The limits as the engine wants them.
+    pub fn limits(&self) -> ResourceLimits {
+        ResourceLimits {
+            memory_bytes: i64::try_from(self.memory_mb.saturating_mul(1024 * 1024))
+                .unwrap_or(i64::MAX),
+            cpus: self.cpus,
+            pids: self.pids_limit,
+        }
+    }
+
+    /// The wall-clock limit of one agent run.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_secs)
+    }
+}
+
+/// One verification gate: a command run in the sandbox image with the worktree mounted.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GateSettings {
+    /// The command as argv, e.g. `["cargo", "test"]`.
+    pub command: Vec<String>,
+    /// Wall-clock limit in seconds.
+    #[serde(default = "default_gate_timeout")]
+    pub timeout_secs: u64,
+    /// A required gate that fails or times out fails the workflow; an optional one warns.
+    #[serde(default = "default_required")]
+    pub required: bool,
+}
+
+fn default_gate_timeout() -> u64 {
+    600
+}
+
+fn default_required() -> bool {
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_camel_case_and_fills_defaults() {
+        let s: SandboxSettings = serde_json::from_str(
+            r#"{"image":"me/sb:1","memoryMb":512,"network":"none","gates":[{"command":["make","test"],"timeoutSecs":30},{"command":["lint"],"required":false}]}"#,
+        )
+        .expect("valid settings");
+        assert_eq!(s.image, "me/sb:1");
+        assert_eq!(s.limits().memory_bytes, 512 * 1024 * 1024);
+        assert_eq!(s.pids_limit, 1024);
+        assert_eq!(s.gates[0].timeout_secs, 30);
+        assert!(s.gates[0].required);
+        assert!(!s.gates[1].required);
+        assert_eq!(s.gates[1].timeout_secs, 600);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = serde_json::from_str::<SandboxSettings>(r#"{"imag":"x"}"#).expect_err("typo");
+        assert!(err.to_string().contains("imag"));
+        assert!(serde_json::from_str::<GateSettings>(r#"{"command":[],"timeout":3}"#).is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! What to run in a sandbox: image, argv, env, mounts, user, limits, network, labels.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::settings::SandboxSettings;
+
+/// Label naming the rover project a container belongs to.
+pub const LABEL_PROJECT: &str = "rover.project";
+/// Label naming the trace a container works for.
+pub const LABEL_TRACE: &str = "rover.trace";
+/// Label naming the workflow action a container runs; one container per value.
+pub const LABEL_ACTION: &str = "rover.action";
+/// Where the worktree appears inside the container (read-write).
+pub const WORKSPACE_MOUNT: &str = "/workspace";
+/// Where the optional input dir (prompt, dependency outputs) appears (read-only).
+pub const INPUT_MOUNT: &str = "/rover";
+
+/// One more bind mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    pub host: PathBuf,
+    /// Absolute path inside the container.
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// The three labels every rover container carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLabels {
+    pub project: String,
+    pub trace: String,
+    pub action: String,
+}
+
+/// Resource limits of one container.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ResourceLimits {
+    /// Memory limit in bytes (swap is not added on top).
+    pub memory_bytes: i64,
+    /// CPUs (fractions allowed).
+    pub cpus: f64,
+    /// Maximum number of processes.
+    pub pids: i64,
+}
+
+/// Everything needed to start one sandbox container.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    /// The image (must be present locally).
+    pub image: String,
+    /// The command as argv (no shell involved unless the argv itself names one).
+    pub cmd: Vec<String>,
+    /// Environment pairs from the caller; every name must be allow-listed (see `check_env`).
+    pub env: Vec<(String, String)>,
+    /// The worktree, bind-mounted read-write at [`WORKSPACE_MOUNT`] (also the working dir).
+    pub worktree: PathBuf,
+    /// An optional directory bind-mounted read-only at [`INPUT_MOUNT`].
+    pub input_dir: Option<PathBuf>,
+    /// `uid:gid` to run as; `None` means the owner of the worktree, so files the agent writes
+    /// belong to whoever owns the checkout.
+    pub user: Option<String>,
+    pub limits: ResourceLimits,
+    /// Docker network mode (`none`, `bridge`, ...).
+    pub network: String,
+    /// Read-only root filesystem with a tmpfs `/tmp` (HOME points there).
+    pub readonly_rootfs: bool,
+    pub labels: SandboxLabels,
+    /// More labels (tests add `rover.test`, gates add `rover.gate`).
+    pub extra_labels: BTreeMap<String, String>,
+    /// More bind mounts (e.g. the git metadata from [`SandboxSpec::mount_git`]).
+    pub extra_mounts: Vec<BindMount>,
+    /// Container name; `None` derives `rover-<action>` so a second container for the same action
+    /// is refused by the engine itself.
+    pub name: Option<String>,
+}
+
+impl SandboxSpec {
+    /// A spec with the image, limits, network and rootfs mode from `settings`.
+    pub fn from_settings(
+        settings: &SandboxSettings,
+        cmd: Vec<String>,
+        worktree: impl Into<PathBuf>,
+        labels: SandboxLabels,
+    ) -> Self {
+        Self {
+            image: settings.image.clone(),
+            cmd,
+            env: Vec::new(),
+            worktree: worktree.into(),
+            input_dir: None,
+            user: None,
+            limits: settings.limits(),
+            network: settings.network.clone(),
+            readonly_rootfs: settings.readonly_rootfs,
+            labels,
+            extra_labels: BTreeMap::new(),
+            extra_mounts: Vec::new(),
+            name: None,
+        }
+    }
+
+    /// Mounts the worktree's git metadata (see [`crate::git::SandboxGitDirs`]) so `git status`
+    /// and `git diff` work inside; objects and refs stay read-only, the config is sanitized.
+    pub fn mount_git(&mut self, dirs: &crate::git::SandboxGitDirs) {
+        let same = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        self.extra_mounts.push(BindMount {
+            host: dirs.common_dir.clone(),
+            target: same(&dirs.common_dir),
+            read_only: true,
+        });
+        self.extra_mounts.push(BindMount {
+            host: dirs.worktree_git_dir.clone(),
+            target: same(&dirs.worktree_git_dir),
+            read_only: false,
+        });
+        self.extra_mounts.push(BindMount {
+            host: dirs.safe_config.clone(),
+            target: same(&dirs.common_dir.join("config")),
+            read_only: true,
+        });
+    }
+
+    /// All labels as a map.
+    pub fn all_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.extra_labels.clone();
+        labels.insert(LABEL_PROJECT.to_string(), self.labels.project.clone());
+        labels.insert(LABEL_TRACE.to_string(), self.labels.trace.clone());
+        labels.insert(LABEL_ACTION.to_string(), self.labels.action.clone());
+        labels
+    }
+
+    /// The container name: given, or `rover-<action>` with only `[a-zA-Z0-9_.-]` kept.
+    pub fn container_name(&self) -> String {
+        let raw = self
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("rover-{}", self.labels.action));
+        let cleaned: String = raw
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(120)
+            .collect();
+        if cleaned
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        {
+            cleaned
+        } else {
+            format!("rover{cleaned}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_derive_from_the_action_and_are_safe() {
+        let mut spec = SandboxSpec::from_settings(
+            &SandboxSettings::default(),
+            vec!["true".into()],
+            "/tmp",
+            SandboxLabels {
+                project: "p".into(),
+                trace: "t".into(),
+                action: "a1/../x y".into(),
+            },
+        );
+        assert_eq!(spec.container_name(), "rover-a1-..-x-y");
+        spec.name = Some("_x".into());
+        assert_eq!(spec.container_name(), "rover_x");
+        let labels = spec.all_labels();
+        assert_eq!(labels[LABEL_ACTION], "a1/../x y");
+        assert_eq!(labels.len(), 3);
+    }
+}

@@ -1,0 +1,499 @@
+//! Integration tests for `git`: real repositories with a bare `origin`, real hooks, real signing.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use rover::git::{branch_name, commit_message, BranchBase, CommitOutcome, GitError, Removal};
+
+use crate::support::gitrepo::{git, TestRepo};
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write file");
+}
+
+fn executable(path: &Path, text: &str) {
+    write(path, text);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+#[tokio::test]
+async fn task_branch_forks_from_default_and_commits_through_the_cli() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    assert_eq!(ws.default_branch().await.expect("default branch"), "main");
+    let main_sha = git(&repo.checkout, &["rev-parse", "main"]);
+
+    let branch = branch_name("3f2a91bc-0000", "Add a greeting");
+    let path = repo.worktree_path("task-a");
+    let wt = ws
+        .prepare_worktree(&branch, BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare worktree");
+    assert!(wt.created_branch && wt.created_worktree);
+    assert_eq!(wt.fork_point, main_sha);
+    assert_eq!(git(&path, &["rev-parse", "--abbrev-ref", "HEAD"]), branch);
+    // The user's checkout is untouched.
+    assert_eq!(
+        git(&repo.checkout, &["rev-parse", "--abbrev-ref", "HEAD"]),
+        "main"
+    );
+
+    write(&path.join("README.md"), "hello\nworld\n");
+    std::fs::create_dir_all(path.join("src")).expect("mkdir");
+    write(&path.join("src/greet.txt"), "hi\nthere\n");
+    let summary = ws.diff_summary(&path, &wt.fork_point).await.expect("diff");
+    assert_eq!(summary.files, ["README.md", "src/greet.txt"]);
+    assert_eq!(
+        (summary.files_changed, summary.insertions, summary.deletions),
+        (2, 3, 0)
+    );
+
+    let message = commit_message(
+        "Add a greeting\n\nCo-Authored-By: Claude <noreply@anthropic.com>",
+        true,
+    );
+    let outcome = ws.commit_all(&path, &message).await.expect("commit");
+    let CommitOutcome::Committed { sha } = outcome else {
+        panic!("expected a commit, got {outcome:?}");
+    };
+    assert_eq!(git(&repo.checkout, &["rev-parse", &branch]), sha);
+    let body = git(&path, &["log", "-1", "--format=%B"]);
+    assert!(
+        body.contains("Co-Authored-By: Rover <noreply@endor.dev>"),
+        "{body}"
+    );
+    assert!(!body.contains("Claude"), "{body}");
+    let trailers = git(
+        &path,
+        &[
+            "log",
+            "-1",
+            "--format=%(trailers:key=Co-Authored-By,valueonly)",
+        ],
+    );
+    assert_eq!(trailers, "Rover <noreply@endor.dev>");
+    // The diff against the fork point still counts the committed work.
+    let after = ws
+        .diff_summary(&path, &wt.fork_point)
+        .await
+        .expect("diff after commit");
+    assert_eq!(after.files_changed, 2);
+
+    assert_eq!(
+        ws.commit_all(&path, "nothing")
+            .await
+            .expect("second commit"),
+        CommitOutcome::NoChanges
+    );
+
+    // Preparing again (a restart) reuses branch and worktree.
+    let again = ws
+        .prepare_worktree(&branch, BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare again");
+    assert!(!again.created_branch && !again.created_worktree);
+    assert_eq!(again.fork_point, main_sha);
+}
+
+#[tokio::test]
+async fn dependent_branch_forks_from_the_dependency_branch() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let a_path = repo.worktree_path("a");
+    ws.prepare_worktree("rover/a-first", BranchBase::DefaultBranch, &a_path)
+        .await
+        .expect("prepare a");
+    write(&a_path.join("a.txt"), "from a\n");
+    let CommitOutcome::Committed { sha: a_sha } =
+        ws.commit_all(&a_path, "A").await.expect("commit a")
+    else {
+        panic!("a had changes");
+    };
+
+    let b_path = repo.worktree_path("b");
+    let b = ws
+        .prepare_worktree(
+            "rover/b-second",
+            BranchBase::Branch("rover/a-first".into()),
+            &b_path,
+        )
+        .await
+        .expect("prepare b");
+    assert_eq!(b.fork_point, a_sha);
+    assert_eq!(
+        std::fs::read_to_string(b_path.join("a.txt")).expect("a.txt in b"),
+        "from a\n"
+    );
+    assert!(ws
+        .diff_summary(&b_path, &b.fork_point)
+        .await
+        .expect("diff")
+        .is_empty());
+
+    let missing = ws
+        .prepare_worktree(
+            "rover/c",
+            BranchBase::Branch("rover/nope".into()),
+            &repo.worktree_path("c"),
+        )
+        .await
+        .expect_err("missing dependency branch");
+    assert!(
+        matches!(missing, GitError::BranchMissing { ref branch, .. } if branch == "rover/nope"),
+        "{missing}"
+    );
+
+    let inside = ws
+        .prepare_worktree(
+            "rover/inside",
+            BranchBase::DefaultBranch,
+            &repo.checkout.join("wt/x"),
+        )
+        .await
+        .expect_err("not inside the checkout");
+    assert!(
+        matches!(inside, GitError::WorktreeInsideCheckout { .. }),
+        "{inside}"
+    );
+    assert!(!repo.checkout.join("wt").exists());
+
+    let existing = ws
+        .prepare_worktree("rover/gone", BranchBase::Existing, &repo.worktree_path("d"))
+        .await
+        .expect_err("existing branch required");
+    assert!(
+        matches!(existing, GitError::BranchMissing { .. }),
+        "{existing}"
+    );
+
+    // Iterating on a PR branch that exists only on the remote: checked out from origin.
+    let other = repo.other_clone("pr-author");
+    git(&other, &["checkout", "--quiet", "-b", "rover/pr-branch"]);
+    write(&other.join("pr.txt"), "pr\n");
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "--quiet", "-m", "PR work"]);
+    git(&other, &["push", "--quiet", "origin", "rover/pr-branch"]);
+    let pr_tip = git(&other, &["rev-parse", "HEAD"]);
+    git(&repo.checkout, &["fetch", "--quiet", "origin"]);
+    let pr_path = repo.worktree_path("pr");
+    let pr = ws
+        .prepare_worktree("rover/pr-branch", BranchBase::Existing, &pr_path)
+        .await
+        .expect("existing remote branch");
+    assert!(pr.created_branch, "a local branch was made from origin's");
+    assert_eq!(git(&pr_path, &["rev-parse", "HEAD"]), pr_tip);
+    assert_eq!(pr.fork_point, git(&repo.checkout, &["rev-parse", "main"]));
+}
+
+#[tokio::test]
+async fn pre_commit_hook_failure_is_captured_until_the_tool_exists() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let tool = repo.dir.path().join("lint-tool");
+    let hook = repo.checkout.join(".git/hooks/pre-commit");
+    executable(
+        &hook,
+        &format!(
+            "#!/bin/sh\nif [ ! -x '{0}' ]; then echo 'pre-commit: lint-tool not found, install it' >&2; exit 3; fi\nexec '{0}'\n",
+            tool.display()
+        ),
+    );
+    let path = repo.worktree_path("hooked");
+    ws.prepare_worktree("rover/hooked", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    write(&path.join("x.txt"), "x\n");
+
+    let err = ws
+        .commit_all(&path, "Add x")
+        .await
+        .expect_err("hook blocks the commit");
+    let failure = err.command_failure().expect("command failure");
+    assert_eq!(failure.exit_code, Some(1));
+    assert!(
+        failure.stderr.contains("lint-tool not found"),
+        "{}",
+        failure.stderr
+    );
+    assert!(failure.command.iter().any(|a| a == "commit"));
+    assert!(!failure
+        .command
+        .iter()
+        .any(|a| a == "--no-verify" || a == "-n"));
+    assert!(!err.is_retryable());
+
+    executable(&tool, "#!/bin/sh\necho lint ok\n");
+    let outcome = ws
+        .commit_all(&path, "Add x")
+        .await
+        .expect("commit once the tool exists");
+    assert!(matches!(outcome, CommitOutcome::Committed { .. }));
+}
+
+#[tokio::test]
+async fn signing_failure_is_captured() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    git(&repo.checkout, &["config", "commit.gpgsign", "true"]);
+    git(
+        &repo.checkout,
+        &["config", "user.signingkey", "0xDEADBEEFDEADBEEF"],
+    );
+    let gnupg = repo.dir.path().join("gnupg");
+    std::fs::create_dir_all(&gnupg).expect("mkdir gnupg");
+    std::fs::set_permissions(&gnupg, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let ws = ws.with_env("GNUPGHOME", &gnupg);
+    let path = repo.worktree_path("signed");
+    ws.prepare_worktree("rover/signed", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    write(&path.join("y.txt"), "y\n");
+    let err = ws
+        .commit_all(&path, "Add y")
+        .await
+        .expect_err("no key to sign with");
+    let failure = err.command_failure().expect("command failure");
+    assert_eq!(failure.exit_code, Some(128));
+    assert!(
+        failure.stderr.contains("failed to sign"),
+        "{}",
+        failure.stderr
+    );
+    assert_eq!(
+        git(&path, &["rev-parse", "HEAD"]),
+        git(&repo.checkout, &["rev-parse", "main"])
+    );
+}
+
+#[tokio::test]
+async fn push_rebases_and_retries_instead_of_forcing() {
+    let repo = TestRepo::new();
+    git(
+        &repo.origin,
+        &["config", "receive.denyNonFastForwards", "true"],
+    );
+    let ws = repo.workspace().await;
+    let path = repo.worktree_path("pushed");
+    let branch = "rover/pushed-task";
+    ws.prepare_worktree(branch, BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    write(&path.join("ours.txt"), "1\n");
+    ws.commit_all(&path, "Ours 1").await.expect("commit 1");
+    let first = ws
+        .push_branch(&path, branch, None)
+        .await
+        .expect("first push");
+    assert!(!first.rebased);
+    assert_eq!(
+        git(&path, &["rev-parse", "--abbrev-ref", "@{upstream}"]),
+        format!("origin/{branch}")
+    );
+
+    // Someone else pushes to the same branch; ours diverges.
+    let other = repo.other_clone("other");
+    git(&other, &["checkout", "--quiet", branch]);
+    write(&other.join("theirs.txt"), "theirs\n");
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "--quiet", "-m", "Theirs"]);
+    git(&other, &["push", "--quiet", "origin", branch]);
+    let theirs = git(&other, &["rev-parse", "HEAD"]);
+
+    write(&path.join("ours.txt"), "2\n");
+    ws.commit_all(&path, "Ours 2").await.expect("commit 2");
+    let second = ws
+        .push_branch(&path, branch, Some("ghp_not_a_real_token"))
+        .await
+        .expect("push after rebase");
+    assert!(second.rebased);
+    let remote_tip = git(&repo.origin, &["rev-parse", branch]);
+    assert_eq!(remote_tip, git(&path, &["rev-parse", "HEAD"]));
+    // Their commit survived: the remote history contains it (nothing was forced).
+    git(
+        &repo.origin,
+        &["merge-base", "--is-ancestor", &theirs, &remote_tip],
+    );
+    assert_eq!(
+        git(&repo.origin, &["show", &format!("{remote_tip}:ours.txt")]),
+        "2"
+    );
+}
+
+#[tokio::test]
+async fn push_failure_keeps_the_token_out_of_argv_and_output() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await.with_remote("nowhere");
+    git(
+        &repo.checkout,
+        &["remote", "add", "nowhere", "/nonexistent/repo.git"],
+    );
+    let path = repo.worktree_path("tok");
+    ws.prepare_worktree("rover/tok", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    let err = ws
+        .push_branch(&path, "rover/tok", Some("ghp_secret_value"))
+        .await
+        .expect_err("remote does not exist");
+    let failure = err.command_failure().expect("command failure");
+    assert!(!failure.command.join(" ").contains("ghp_secret_value"));
+    assert!(
+        !failure.stderr.contains("ghp_secret_value")
+            && !failure.stdout.contains("ghp_secret_value")
+    );
+    assert!(failure
+        .command
+        .iter()
+        .all(|a| a != "--force" && a != "-f" && !a.starts_with('+')));
+}
+
+#[tokio::test]
+async fn merge_conflict_is_aborted_and_listed() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let mut paths = Vec::new();
+    for (name, text, extra) in [
+        ("one", "one\n", "one.txt"),
+        ("two", "two\n", "two.txt"),
+        ("three", "three\n", "three.txt"),
+    ] {
+        let path = repo.worktree_path(name);
+        ws.prepare_worktree(&format!("rover/{name}"), BranchBase::DefaultBranch, &path)
+            .await
+            .expect("prepare");
+        write(&path.join(extra), text);
+        if name != "two" {
+            write(&path.join("README.md"), text);
+        }
+        ws.commit_all(&path, name).await.expect("commit");
+        paths.push(path);
+    }
+    let target = repo.worktree_path("target");
+    ws.prepare_worktree("rover/target", BranchBase::DefaultBranch, &target)
+        .await
+        .expect("prepare target");
+    let ok = ws
+        .merge_branches(&target, &["rover/one".to_string(), "rover/two".to_string()])
+        .await
+        .expect("clean merges");
+    assert_eq!(ok.merged, ["rover/one", "rover/two"]);
+    assert!(target.join("one.txt").exists() && target.join("two.txt").exists());
+
+    let err = ws
+        .merge_branches(&target, &["rover/three".to_string()])
+        .await
+        .expect_err("conflict on README.md");
+    let GitError::MergeConflict {
+        source_branch,
+        files,
+    } = &err
+    else {
+        panic!("expected a merge conflict, got {err}");
+    };
+    assert_eq!(source_branch, "rover/three");
+    assert_eq!(files, &["README.md"]);
+    assert_eq!(git(&target, &["status", "--porcelain"]), "");
+    assert_eq!(git(&target, &["rev-parse", "HEAD"]), ok.head);
+}
+
+#[tokio::test]
+async fn cleanup_tolerates_each_piece_already_gone() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let path = repo.worktree_path("clean");
+    ws.prepare_worktree("rover/clean", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    write(&path.join("dirty.txt"), "uncommitted\n");
+
+    let report = ws.cleanup(&path, "rover/clean").await.expect("cleanup");
+    assert_eq!(
+        (report.worktree, report.branch),
+        (Removal::Removed, Removal::Removed)
+    );
+    assert!(!path.exists());
+    assert!(!ws
+        .branch_exists("rover/clean")
+        .await
+        .expect("branch lookup"));
+    assert_eq!(
+        git(&repo.checkout, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+
+    let again = ws
+        .cleanup(&path, "rover/clean")
+        .await
+        .expect("cleanup again");
+    assert_eq!(
+        (again.worktree, again.branch),
+        (Removal::Absent, Removal::Absent)
+    );
+
+    // Directory deleted by hand: the stale registration is still pruned, then the branch goes.
+    let path2 = repo.worktree_path("clean2");
+    ws.prepare_worktree("rover/clean2", BranchBase::DefaultBranch, &path2)
+        .await
+        .expect("prepare 2");
+    std::fs::remove_dir_all(&path2).expect("rm worktree by hand");
+    assert_eq!(
+        ws.remove_worktree(&path2).await.expect("remove"),
+        Removal::Removed
+    );
+    assert_eq!(
+        ws.delete_branch("rover/clean2").await.expect("delete"),
+        Removal::Removed
+    );
+    assert_eq!(
+        ws.delete_branch("rover/clean2")
+            .await
+            .expect("delete again"),
+        Removal::Absent
+    );
+    // The same branch and path can be prepared again afterwards.
+    ws.prepare_worktree("rover/clean2", BranchBase::DefaultBranch, &path2)
+        .await
+        .expect("prepare after cleanup");
+}
+
+#[tokio::test]
+async fn parallel_tasks_prepare_their_worktrees_at_once() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let prepare = |i: usize| {
+        let ws = ws.clone();
+        let path = repo.worktree_path(&format!("par-{i}"));
+        async move {
+            ws.prepare_worktree(&format!("rover/par-{i}"), BranchBase::DefaultBranch, &path)
+                .await
+        }
+    };
+    let (a, b, c) = tokio::join!(prepare(0), prepare(1), prepare(2));
+    for (i, wt) in [a, b, c].into_iter().enumerate() {
+        let wt = wt.expect("prepared in parallel");
+        assert_eq!(
+            git(&wt.path, &["rev-parse", "--abbrev-ref", "HEAD"]),
+            format!("rover/par-{i}")
+        );
+    }
+    let list = git(&repo.checkout, &["worktree", "list", "--porcelain"]);
+    assert_eq!(
+        list.matches("branch refs/heads/rover/par-").count(),
+        3,
+        "{list}"
+    );
+    let listed = ws.list_worktrees().await.expect("list worktrees");
+    let branches: Vec<_> = listed
+        .iter()
+        .map(|w| w.branch.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(branches, ["rover/par-0", "rover/par-1", "rover/par-2"]);
+    assert!(listed
+        .iter()
+        .all(|w| w.present && w.path.starts_with(&repo.data)));
+    std::fs::remove_dir_all(repo.worktree_path("par-1")).expect("rm by hand");
+    let listed = ws.list_worktrees().await.expect("list again");
+    assert!(!listed[1].present && listed[1].branch.is_none());
+}

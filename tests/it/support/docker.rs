@@ -1,0 +1,100 @@
+//! A real Docker engine for tests: connection, the locally built test image, labels and cleanup.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use rover::sandbox::image::RootfsImage;
+use rover::sandbox::{DockerSandbox, SandboxLabels, SandboxSettings, SandboxSpec};
+
+/// Label put on every container a test creates, with a per-test id.
+pub const LABEL_TEST: &str = "rover.test";
+
+/// Names tests may pass into a sandbox.
+pub fn env_allow() -> Vec<String> {
+    ["ANTHROPIC_API_KEY", "IS_SANDBOX", "GITHUB_TOKEN"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Connects to the engine; never skips: CI runs `tests/setup-docker.sh` first.
+pub async fn sandbox() -> DockerSandbox {
+    DockerSandbox::connect(env_allow())
+        .await
+        .expect("a Docker engine must answer for these tests: run `bash tests/setup-docker.sh` as root first")
+}
+
+/// The test image: busybox plus `git` (a dynamically linked binary with its libraries).
+pub async fn test_image(sandbox: &DockerSandbox) -> String {
+    // Tests run in parallel; one import at a time leaves no dangling duplicate image behind.
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _guard = BUILD.lock().await;
+    RootfsImage::new("rover-sandbox-test")
+        .binary("/usr/bin/git", "/usr/bin/git")
+        .ensure(sandbox)
+        .await
+        .expect("build the test image from a rootfs tar")
+}
+
+/// One test's labels and cleanup: every container carrying `rover.test=<id>` is removed on drop.
+pub struct TestContainers {
+    pub id: String,
+}
+
+impl TestContainers {
+    pub fn new() -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
+        }
+    }
+
+    /// A spec for `script` run by `/bin/sh -c` in `image` over `worktree`, offline, small limits.
+    pub fn spec(&self, image: &str, worktree: &Path, action: &str, script: &str) -> SandboxSpec {
+        let settings = SandboxSettings {
+            image: image.to_string(),
+            memory_mb: 256,
+            cpus: 1.0,
+            pids_limit: 128,
+            network: "none".to_string(),
+            ..SandboxSettings::default()
+        };
+        let mut spec = SandboxSpec::from_settings(
+            &settings,
+            vec!["/bin/sh".into(), "-c".into(), script.into()],
+            worktree,
+            SandboxLabels {
+                project: "rover-tests".into(),
+                trace: format!("trace-{}", self.id),
+                action: format!("{action}-{}", self.id),
+            },
+        );
+        spec.extra_labels = BTreeMap::from([(LABEL_TEST.to_string(), self.id.clone())]);
+        spec
+    }
+
+    pub fn label(&self) -> (String, String) {
+        (LABEL_TEST.to_string(), self.id.clone())
+    }
+}
+
+impl Drop for TestContainers {
+    fn drop(&mut self) {
+        let filter = format!("label={LABEL_TEST}={}", self.id);
+        let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        else {
+            return;
+        };
+        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(ToString::to_string)
+            .collect();
+        if !ids.is_empty() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
