@@ -13,3 +13,5 @@ pub mod store;
 pub mod trace;
 pub mod orchestrator;
 pub mod steps;
+pub mod config;
+pub mod logging;

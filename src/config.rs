@@ -1,0 +1,120 @@
+//! `rover.json`: the project's configuration, at the repository root, optional. Without it every
+//! default applies. Unknown keys are an error that names the key, so a typo never silently
+//! falls back to a default.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::github::GitHubSettings;
+use crate::orchestrator::OrchestratorSettings;
+use crate::sandbox::SandboxSettings;
+
+/// The file name, at the repository root.
+pub const FILE_NAME: &str = "rover.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid: {reason} (see docs/configuration.md)")]
+    Invalid { path: PathBuf, reason: String },
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct RoverConfig {
+    /// Add `Co-Authored-By: Rover <noreply@endor.dev>` to rover's commits.
+    pub attribution: bool,
+    pub autopilot: AutopilotConfig,
+    /// Reserved for other rover features; accepted and ignored here.
+    #[serde(rename = "$schema")]
+    pub schema: Option<String>,
+}
+
+/// The `autopilot` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct AutopilotConfig {
+    pub github: GitHubSettings,
+    pub sandbox: SandboxSettings,
+    pub pipeline: PipelineConfig,
+}
+
+/// Limits of the pipeline itself.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct PipelineConfig {
+    /// Runs started on one action (interruptions, retryable errors) before it is given up.
+    pub max_attempts: u32,
+    /// How many times the resolver may iterate or retry within one trace.
+    pub max_retries: u32,
+    /// The safety-net drain interval, seconds.
+    pub fallback_interval_secs: u64,
+    /// How long running steps get at shutdown, seconds.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> PipelineConfig {
+        PipelineConfig { max_attempts: 3, max_retries: 3, fallback_interval_secs: 30, shutdown_grace_secs: 20 }
+    }
+}
+
+impl PipelineConfig {
+    pub fn orchestrator(&self) -> OrchestratorSettings {
+        OrchestratorSettings {
+            fallback_interval: Duration::from_secs(self.fallback_interval_secs.max(1)),
+            max_attempts: self.max_attempts.max(1),
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+            ..OrchestratorSettings::default()
+        }
+    }
+}
+
+impl RoverConfig {
+    /// Load `rover.json` from the repository root; a missing file is the defaults.
+    pub fn load(repo_root: &Path) -> Result<RoverConfig, ConfigError> {
+        let path = repo_root.join(FILE_NAME);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RoverConfig::default()),
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        RoverConfig::parse(&text).map_err(|reason| ConfigError::Invalid { path, reason })
+    }
+
+    pub fn parse(text: &str) -> Result<RoverConfig, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_is_every_default() {
+        let c = RoverConfig::parse("{}").unwrap();
+        assert!(!c.attribution);
+        assert_eq!(c.autopilot.pipeline.max_attempts, 3);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_that_name_the_key() {
+        for (text, key) in [
+            (r#"{"atribution": true}"#, "atribution"),
+            (r#"{"autopilot": {"pipline": {}}}"#, "pipline"),
+            (r#"{"autopilot": {"pipeline": {"maxAttempt": 2}}}"#, "maxAttempt"),
+        ] {
+            let err = RoverConfig::parse(text).unwrap_err();
+            assert!(err.contains(key), "{err}");
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Structured logs: every tracing event becomes one [`LogEntry`] line in the project's
+//! `autopilot/log.jsonl` (rotated at 5 MB, 3 backups), written off the hot path by
+//! tracing-appender's worker. The level comes from `ROVER_LOG` (default `info`).
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing_appender::non_blocking::{NonBlocking, WorkerGuard};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::store::log::RotatingLog;
+use crate::store::LogEntry;
+
+/// The environment variable holding the tracing filter.
+pub const LOG_ENV: &str = "ROVER_LOG";
+
+/// Keeps the log writer alive; dropping it flushes what is buffered.
+pub struct LogGuard {
+    _worker: WorkerGuard,
+}
+
+/// Send this process's logs to `log_path`. Returns an error if the file cannot be opened.
+pub fn init(log_path: &Path) -> std::io::Result<LogGuard> {
+    let log = RotatingLog::open(log_path)?;
+    let (writer, worker) = tracing_appender::non_blocking(log);
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("warning: {LOG_ENV}={spec:?} is not a valid filter ({e}); logging at info");
+            EnvFilter::new("info")
+        }),
+        _ => EnvFilter::new("info"),
+    };
+    // A second init in one process (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::registry().with(filter).with(JsonLines { writer }).try_init();
+    Ok(LogGuard { _worker: worker })
+}
+
+struct JsonLines {
+    writer: NonBlocking,
+}
+
+impl<S: tracing::Subscriber> Layer<S> for JsonLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = FieldMap(Map::new());
+        event.record(&mut fields);
+        let mut fields = fields.0;
+        let message = match fields.remove("message") {
+            Some(Value::String(s)) => s,
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let entry = LogEntry {
+            timestamp: chrono::Utc::now(),
+            level: event.metadata().level().to_string(),
+            target: event.metadata().target().to_owned(),
+            message,
+            fields,
+        };
+        if let Ok(mut line) = serde_json::to_vec(&entry) {
+            line.push(b'\n');
+            // One write per entry, so rotation never splits a line.
+            let _ = self.writer.clone().write_all(&line);
+        }
+    }
+}
+
+struct FieldMap(Map<String, Value>);
+
+impl Visit for FieldMap {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), Value::String(format!("{value:?}")));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), Value::String(value.to_owned()));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().to_owned(), Value::from(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_owned(), Value::from(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_owned(), Value::Bool(value));
+    }
+}
