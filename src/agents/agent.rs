@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::claude::{self, ClaudeStream};
 use super::codex::{self, CodexStream};
-use super::env::{agent_env, redact_secrets};
+use super::env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV};
 use super::error::AgentError;
 use super::runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 use super::settings::AgentSettings;
@@ -36,6 +36,7 @@ struct Launcher {
     kind: AgentKind,
     binary: PathBuf,
     extra_env: Vec<String>,
+    fixed_env: Vec<(String, String)>,
     kill_grace: Duration,
 }
 
@@ -48,8 +49,22 @@ impl Launcher {
             kind,
             binary,
             extra_env: settings.extra_env.clone(),
+            fixed_env: Vec::new(),
             kill_grace: settings.kill_grace(),
         }
+    }
+
+    /// The allow-listed environment plus the fixed pairs (GitHub tokens never pass).
+    fn env(&self) -> Vec<(String, String)> {
+        let mut env = agent_env(&self.extra_env);
+        for (name, value) in &self.fixed_env {
+            if ALWAYS_DENIED_ENV.contains(&name.as_str()) {
+                continue;
+            }
+            env.retain(|(existing, _)| existing != name);
+            env.push((name.clone(), value.clone()));
+        }
+        env
     }
 
     fn spawn_error(&self, err: AgentError) -> AgentError {
@@ -70,7 +85,7 @@ impl Launcher {
             program: self.binary.clone(),
             args,
             cwd: req.workdir.clone(),
-            env: agent_env(&self.extra_env),
+            env: self.env(),
             stdin,
             timeout: req.timeout,
             inactivity_timeout: req.inactivity_timeout,
@@ -86,7 +101,7 @@ impl Launcher {
             program: self.binary.clone(),
             args: vec!["--version".to_owned()],
             cwd: std::env::temp_dir(),
-            env: agent_env(&self.extra_env),
+            env: self.env(),
             stdin: None,
             timeout: Duration::from_secs(60),
             inactivity_timeout: Duration::from_secs(60),
@@ -205,6 +220,19 @@ impl ClaudeAgent {
             launcher: Launcher::new(AgentKind::Claude, binary, settings),
         }
     }
+
+    /// Sets an environment variable for the agent (e.g. `CLAUDE_CODE_MAX_RETRIES=0`); the
+    /// GitHub token variables are ignored here too.
+    #[must_use]
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.launcher.fixed_env.push((name.into(), value.into()));
+        self
+    }
+
+    /// The executable this adapter runs.
+    pub fn binary(&self) -> &Path {
+        &self.launcher.binary
+    }
 }
 
 #[async_trait]
@@ -243,6 +271,19 @@ impl CodexAgent {
         Self {
             launcher: Launcher::new(AgentKind::Codex, binary, settings),
         }
+    }
+
+    /// Sets an environment variable for the agent (e.g. `CLAUDE_CODE_MAX_RETRIES=0`); the
+    /// GitHub token variables are ignored here too.
+    #[must_use]
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.launcher.fixed_env.push((name.into(), value.into()));
+        self
+    }
+
+    /// The executable this adapter runs.
+    pub fn binary(&self) -> &Path {
+        &self.launcher.binary
     }
 }
 

@@ -400,7 +400,6 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
             out.finish(res);
             std::process::exit(1);
         }
-        "crash" => fail(&rule.answer("claude"), rule.exit.unwrap_or(1)),
         "ok" | "slow" | "huge_line" | "denied" | "invalid_structured" | "exit_after_success"
         | "hang_after_result" => {}
         other => fail(&format!("fake agent: unknown mode `{other}`"), 98),

@@ -257,7 +257,6 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
             emit_partial(&line[..line.len() / 2]);
             std::process::exit(rule.exit.unwrap_or(1));
         }
-        "crash" => fail(&rule.answer("codex"), rule.exit.unwrap_or(1)),
         "api_error" | "max_turns" => {
             let reason = match rule.status {
                 401 => "401 Unauthorized",

@@ -412,6 +412,10 @@ fn main() {
     let invocation = record(&personality, args, &call);
     let rule = pick_rule(&call, invocation);
     stderr_noise();
+    if rule.mode == "crash" {
+        // A refusal before any output, like a usage or environment error of the real CLIs.
+        fail(&rule.answer(&personality), rule.exit.unwrap_or(1));
+    }
     if rule.delay_ms > 0 && rule.mode == "ok" {
         sleep_ms(rule.delay_ms);
     }
