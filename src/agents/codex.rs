@@ -48,6 +48,12 @@ pub fn host_args(req: &AgentRequest, schema_file: Option<&Path>, in_git_repo: bo
     if !in_git_repo {
         args.push("--skip-git-repo-check".to_owned());
     }
+    if req.tools == ToolPolicy::ReadBash {
+        // The git steps push and install tools: codex's workspace sandbox blocks the network
+        // unless told otherwise.
+        args.push("-c".to_owned());
+        args.push("sandbox_workspace_write.network_access=true".to_owned());
+    }
     if let Some(model) = &req.model {
         args.push("-m".to_owned());
         args.push(model.clone());

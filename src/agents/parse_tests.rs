@@ -327,3 +327,23 @@ fn sandbox_argv_puts_the_prompt_last_and_bounds_it() {
     let argv = super::sandbox_argv(super::AgentKind::Codex, &req);
     assert!(argv.last().expect("prompt").contains("JSON schema"));
 }
+
+#[test]
+fn every_fixture_file_is_used_by_these_tests() {
+    let source = include_str!("parse_tests.rs");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for dir in ["claude", "codex"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("fixture dir") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            let reference = format!("{dir}/{name}");
+            assert!(
+                source.contains(&reference),
+                "fixture {reference} is not tested"
+            );
+        }
+    }
+}

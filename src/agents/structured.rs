@@ -44,6 +44,11 @@ pub fn strict_schema(mut schema: Value) -> Value {
                 if map.get("format").is_some_and(Value::is_string) {
                     map.remove("format");
                 }
+                // Strict mode wants a bare `$ref`, without sibling keywords.
+                if map.contains_key("$ref") {
+                    map.retain(|key, _| key == "$ref");
+                    return;
+                }
                 if let Some(one_of) = map.remove("oneOf") {
                     map.insert("anyOf".to_owned(), one_of);
                 }
@@ -184,6 +189,10 @@ mod tests {
         assert!(!text.contains("\"format\""), "{text}");
         assert!(!text.contains("oneOf"), "{text}");
         assert!(!text.contains("$schema"), "{text}");
+        assert_eq!(
+            schema["properties"]["decision"],
+            serde_json::json!({"$ref": "#/$defs/CoordinateDecision"})
+        );
         let task = &schema["$defs"]["TaskSpec"];
         assert_eq!(task["additionalProperties"], Value::Bool(false));
     }
