@@ -92,18 +92,47 @@ impl Drop for GroupGuard {
             return;
         };
         let pgid = self.pgid;
-        let _ = killpg(pgid, Signal::SIGTERM);
         let grace = self.grace;
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                if timeout(grace, child.wait()).await.is_err() {
-                    let _ = killpg(pgid, Signal::SIGKILL);
-                    let _ = child.wait().await;
+        let _ = killpg(pgid, Signal::SIGTERM);
+        // A plain thread, so the cleanup outlives the runtime and needs no SIGCHLD delivery:
+        // it polls `try_wait` (a non-blocking waitpid) until the child is reaped.
+        let spawned = std::thread::Builder::new()
+            .name("rover-agent-reaper".to_owned())
+            .spawn(move || {
+                let poll = Duration::from_millis(20);
+                let started = Instant::now();
+                while started.elapsed() < grace {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        return;
+                    }
+                    std::thread::sleep(poll);
                 }
                 let _ = killpg(pgid, Signal::SIGKILL);
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(60) {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        return;
+                    }
+                    std::thread::sleep(poll);
+                }
             });
-        } else {
+        if spawned.is_err() {
             let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Waits for the child to exit. Normally woken by SIGCHLD; also polls `try_wait` so a missed
+/// notification cannot hang the run.
+async fn reap(child: &mut Child) -> std::io::Result<ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        tokio::select! {
+            status = child.wait() => return status,
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
 }
@@ -167,11 +196,11 @@ fn io_error(path: &std::path::Path, source: std::io::Error) -> AgentError {
 /// Sends SIGTERM to the group, waits `grace`, then SIGKILLs it; returns the leader's status.
 async fn stop_group(child: &mut Child, pgid: Pid, grace: Duration) -> std::io::Result<ExitStatus> {
     let _ = killpg(pgid, Signal::SIGTERM);
-    if let Ok(status) = timeout(grace, child.wait()).await {
+    if let Ok(status) = timeout(grace, reap(child)).await {
         return status;
     }
     let _ = killpg(pgid, Signal::SIGKILL);
-    child.wait().await
+    reap(child).await
 }
 
 /// Runs `spec`, giving each stdout line to `on_line`, which returns true at the final line.
@@ -309,7 +338,7 @@ pub async fn run_process(
         } else {
             deadline
         };
-        if let Ok(status) = tokio::time::timeout_at(limit, child.wait()).await {
+        if let Ok(status) = tokio::time::timeout_at(limit, reap(child)).await {
             status
         } else {
             if !result_seen {

@@ -10,7 +10,7 @@ use rover::agents::{
 };
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::{process_state, read, wait_dead, FakeAgentEnv};
+use crate::support::fake_agent::{process_state, read, wait_dead, wait_gone, FakeAgentEnv};
 
 /// Generates `<name>_claude` and `<name>_codex` tests from one `async fn name(kind)`.
 macro_rules! both {
@@ -403,10 +403,13 @@ async fn cancellation_stops_the_group(kind: AgentKind) {
         .is_err());
     let call = env.calls().pop().expect("the fake started");
     let pid = i32::try_from(call["pid"].as_i64().expect("pid")).expect("pid");
+    let state = wait_gone(pid, Duration::from_secs(10));
     assert_eq!(
-        wait_dead(pid, Duration::from_secs(10)),
+        state,
         None,
-        "reaped after cancel"
+        "pid {pid} not reaped after cancel: {:?}, test pid {}",
+        std::fs::read_to_string(format!("/proc/{pid}/stat")),
+        std::process::id()
     );
     let grandchild = env.grandchild(1).expect("grandchild recorded");
     assert!(matches!(

@@ -121,6 +121,18 @@ pub fn wait_dead(pid: i32, limit: Duration) -> Option<char> {
     }
 }
 
+/// Waits (bounded) until the process no longer exists at all: our own child must be reaped.
+pub fn wait_gone(pid: i32, limit: Duration) -> Option<char> {
+    let start = Instant::now();
+    loop {
+        let state = process_state(pid);
+        if state.is_none() || start.elapsed() > limit {
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Reads a file next to a transcript.
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|err| panic!("read {}: {err}", path.display()))
