@@ -164,7 +164,7 @@ fn conclude(
             Err(match response.error_class {
                 Some(ErrorClass::Auth) => AgentError::Auth { message },
                 Some(ErrorClass::RateLimited) => AgentError::RateLimited {
-                    reset: None,
+                    reset: response.rate_limit_reset,
                     message,
                 },
                 Some(ErrorClass::Overloaded) => AgentError::Overloaded { message },

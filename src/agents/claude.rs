@@ -72,6 +72,7 @@ pub struct ClaudeStream {
     session_id: Option<String>,
     last_text: Option<String>,
     assistant_error: Option<String>,
+    rate_limit_reset: Option<chrono::DateTime<chrono::Utc>>,
     result: Option<Value>,
     results: usize,
     lines: usize,
@@ -119,6 +120,23 @@ impl ClaudeStream {
                         Some("tool_use") => self.tool_calls += 1,
                         _ => {}
                     }
+                }
+                false
+            }
+            Some("rate_limit_event") => {
+                // SDK `SDKRateLimitInfo.resetsAt`: epoch seconds (milliseconds tolerated).
+                let reset = value
+                    .pointer("/rate_limit_info/resetsAt")
+                    .and_then(Value::as_i64)
+                    .and_then(|at| {
+                        if at > 100_000_000_000 {
+                            chrono::DateTime::from_timestamp_millis(at)
+                        } else {
+                            chrono::DateTime::from_timestamp(at, 0)
+                        }
+                    });
+                if reset.is_some() {
+                    self.rate_limit_reset = reset;
                 }
                 false
             }
@@ -232,6 +250,7 @@ impl ClaudeStream {
             error_message,
             warnings: Vec::new(),
             tool_calls: self.tool_calls,
+            rate_limit_reset: self.rate_limit_reset,
             transcript: None,
         })
     }

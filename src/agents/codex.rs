@@ -212,6 +212,7 @@ impl CodexStream {
             error_message: self.failed,
             warnings: self.warnings,
             tool_calls: self.tool_calls,
+            rate_limit_reset: None,
             transcript: None,
         })
     }

@@ -226,6 +226,15 @@ pub async fn run_process(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // Opened before the spawn: an unwritable transcript must not cost a started agent.
+    let mut transcript = match &spec.transcript {
+        Some(path) => Some(BufWriter::new(
+            tokio::fs::File::create(path)
+                .await
+                .map_err(|err| io_error(path, err))?,
+        )),
+        None => None,
+    };
     let started = Instant::now();
     let mut child = command.spawn().map_err(|source| AgentError::Spawn {
         binary: spec.program.display().to_string(),
@@ -264,14 +273,6 @@ pub async fn run_process(
         grace: spec.kill_grace,
     };
 
-    let mut transcript = match &spec.transcript {
-        Some(path) => Some(BufWriter::new(
-            tokio::fs::File::create(path)
-                .await
-                .map_err(|err| io_error(path, err))?,
-        )),
-        None => None,
-    };
     let mut reader = BufReader::with_capacity(256 * 1024, stdout);
     let mut stdout_tail = Tail::default();
     let mut buf = Vec::new();

@@ -180,6 +180,8 @@ pub struct AgentResponse {
     pub warnings: Vec<String>,
     /// Tool invocations seen (commands run, files changed).
     pub tool_calls: u32,
+    /// When a reported rate limit resets (claude `rate_limit_event`), if known.
+    pub rate_limit_reset: Option<chrono::DateTime<chrono::Utc>>,
     /// Where the raw transcript was written, if anywhere.
     pub transcript: Option<PathBuf>,
 }

@@ -193,6 +193,13 @@ async fn api_errors_are_classified(kind: AgentKind) {
         let err = agent.run(request(&env, "hi")).await.expect_err("api error");
         assert_eq!(err.class(), class, "{status}: {err}");
         assert_eq!(err.is_retryable(), retryable, "{status}");
+        if let AgentError::RateLimited { reset, .. } = &err {
+            // Only claude reports when the limit resets (2100-01-01 in the fake).
+            assert_eq!(
+                reset.map(|t| t.timestamp()),
+                (kind == AgentKind::Claude).then_some(4_102_444_800)
+            );
+        }
         assert_reaped(&env);
     }
 }

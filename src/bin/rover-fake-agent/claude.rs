@@ -362,6 +362,13 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
                     format!("API Error: {} fake invalid_request_error", rule.status),
                 ),
             };
+            if rule.status == 429 {
+                out.push(
+                    json!({"type": "rate_limit_event", "rate_limit_info": {"status": "rejected",
+                    "resetsAt": 4_102_444_800_i64, "rateLimitType": "five_hour"},
+                    "session_id": session, "uuid": new_id()}),
+                );
+            }
             out.push(assistant(
                 &session,
                 "<synthetic>",
