@@ -290,29 +290,24 @@ pub async fn run_process(
         };
         tokio::select! {
             read = read_line_capped(&mut reader, &mut buf, &mut seen, spec.max_line_bytes) => {
-                if let Ok(true) = read {
-                        let line = String::from_utf8_lossy(&buf).into_owned();
-                        stdout_tail.push(&buf, TAIL_BYTES);
-                        stdout_tail.push(b"\n", TAIL_BYTES);
-                        if let (Some(writer), Some(path)) = (transcript.as_mut(), spec.transcript.as_ref()) {
-                            writer.write_all(&buf).await.map_err(|err| io_error(path, err))?;
-                            writer.write_all(b"\n").await.map_err(|err| io_error(path, err))?;
-                        }
-                        buf.clear();
-                        seen = 0;
-                        let is_final = on_line(&line);
-                        if result_seen {
-                            idle_deadline = tokio::time::Instant::now() + spec.after_result_grace;
-                        } else if is_final {
-                            result_seen = true;
-                            idle_deadline = tokio::time::Instant::now() + spec.after_result_grace;
-                        } else {
-                            idle_deadline = tokio::time::Instant::now() + spec.inactivity_timeout;
-                        }
-                } else {
+                let Ok(true) = read else {
                     eof = true;
                     break;
+                };
+                stdout_tail.push(&buf, TAIL_BYTES);
+                stdout_tail.push(b"\n", TAIL_BYTES);
+                if let (Some(writer), Some(path)) = (transcript.as_mut(), spec.transcript.as_ref()) {
+                    writer.write_all(&buf).await.map_err(|err| io_error(path, err))?;
+                    writer.write_all(b"\n").await.map_err(|err| io_error(path, err))?;
                 }
+                let line = String::from_utf8_lossy(&buf).into_owned();
+                buf.clear();
+                seen = 0;
+                let is_final = on_line(&line);
+                result_seen |= is_final;
+                // After the result only a short grace applies; before it, the inactivity limit.
+                idle_deadline = tokio::time::Instant::now()
+                    + if result_seen { spec.after_result_grace } else { spec.inactivity_timeout };
             }
             () = sleep_until(read_until) => {
                 if !result_seen {
