@@ -9,9 +9,9 @@ use super::types::{
 /// The tools allowed for each policy (`--allowedTools=...`).
 pub fn allowed_tools(policy: ToolPolicy) -> &'static str {
     match policy {
-        ToolPolicy::ReadOnly => "Read,Glob,Grep,LS",
-        ToolPolicy::ReadBash => "Read,Glob,Grep,LS,Bash",
-        ToolPolicy::FullEdit => "Read,Glob,Grep,LS,Bash,Edit,MultiEdit,Write,NotebookEdit",
+        ToolPolicy::ReadOnly => "Read,Glob,Grep",
+        ToolPolicy::ReadBash => "Read,Glob,Grep,Bash",
+        ToolPolicy::FullEdit => "Read,Glob,Grep,Bash,Edit,Write,NotebookEdit",
     }
 }
 

@@ -246,3 +246,43 @@ pub fn parse_output(bytes: &[u8], expect_json: bool) -> Result<AgentResponse, Pa
     }
     stream.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_messages_are_classified_by_status() {
+        let cases = [
+            ("unexpected status 401 Unauthorized: x", ErrorClass::Auth),
+            (
+                "unexpected status 429 Too Many Requests: x",
+                ErrorClass::RateLimited,
+            ),
+            (
+                "unexpected status 529 Site Overloaded: x",
+                ErrorClass::Overloaded,
+            ),
+            (
+                "unexpected status 400 Bad Request: x",
+                ErrorClass::BadRequest,
+            ),
+            ("stream disconnected", ErrorClass::Other),
+        ];
+        for (message, class) in cases {
+            assert_eq!(classify(message), class, "{message}");
+        }
+    }
+
+    #[test]
+    fn git_steps_get_network_and_read_only_steps_do_not() {
+        let mut req = AgentRequest::new("/tmp", "p");
+        assert!(!host_args(&req, None, true)
+            .iter()
+            .any(|a| a.contains("network_access")));
+        req.tools = ToolPolicy::ReadBash;
+        assert!(host_args(&req, None, true)
+            .iter()
+            .any(|a| a == "sandbox_workspace_write.network_access=true"));
+    }
+}

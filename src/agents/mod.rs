@@ -108,3 +108,18 @@ pub fn parse_output(
         AgentKind::Codex => codex::parse_output(stdout, expect_json),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_is_marked_bounded_and_on_a_char_boundary() {
+        assert_eq!(truncate_marked("short", 100), "short");
+        let text = "é".repeat(1000);
+        let cut = truncate_marked(&text, 500);
+        assert!(cut.len() <= 500, "{}", cut.len());
+        assert!(cut.contains("truncated by rover"));
+        assert!(cut.starts_with("éé"));
+    }
+}
