@@ -426,11 +426,10 @@ async fn cancellation_stops_the_group(kind: AgentKind) {
 }
 both!(cancellation_stops_the_group);
 
-async fn no_github_token_reaches_the_agent(kind: AgentKind) {
-    const TOKEN: &str = "ghp_rovertesttoken0123456789";
-    // Same value from every test that sets it; children get a cleared env anyway.
-    std::env::set_var("GITHUB_TOKEN", TOKEN);
-    std::env::set_var("GH_TOKEN", TOKEN);
+async fn token_check(kind: AgentKind) {
+    // Set by `no_github_token_reaches_the_agent` on the child test process only.
+    assert_eq!(std::env::var("GITHUB_TOKEN").as_deref(), Ok(TOKEN));
+    assert_eq!(std::env::var("GH_TOKEN").as_deref(), Ok(TOKEN));
     let env = FakeAgentEnv::new();
     let settings = AgentSettings {
         extra_env: vec!["GITHUB_TOKEN".into(), "GH_TOKEN".into(), "PATH".into()],
@@ -478,7 +477,47 @@ async fn no_github_token_reaches_the_agent(kind: AgentKind) {
         .expect("prompt")
         .contains("[redacted by rover]"));
 }
-both!(no_github_token_reaches_the_agent);
+
+const TOKEN: &str = "ghp_rovertesttoken0123456789";
+
+/// Runs one ignored probe test of this binary in a child process with extra env, so no test
+/// changes the environment of the shared test process.
+fn run_probe(name: &str, envs: &[(&str, std::ffi::OsString)]) {
+    let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--ignored", "--test-threads", "1"])
+        .env("ROVER_TEST_PROBE", "1")
+        .envs(envs.iter().map(|(k, v)| (*k, v)))
+        .output()
+        .expect("probe runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "probe {name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn in_probe() -> bool {
+    std::env::var_os("ROVER_TEST_PROBE").is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "probe: run by no_github_token_reaches_the_agent with the token in its env"]
+async fn token_probe() {
+    if !in_probe() {
+        return;
+    }
+    token_check(AgentKind::Claude).await;
+    token_check(AgentKind::Codex).await;
+}
+
+#[test]
+fn no_github_token_reaches_the_agent() {
+    run_probe(
+        "agents::token_probe",
+        &[("GITHUB_TOKEN", TOKEN.into()), ("GH_TOKEN", TOKEN.into())],
+    );
+}
 
 async fn sandbox_argv_runs_without_stdin(kind: AgentKind) {
     // What the workflow step does in a container: run the argv as is, no stdin, parse stdout.
@@ -656,4 +695,47 @@ async fn overhead_of_one_call() {
         );
     }
     assert_reaped(&env);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "probe: run by configured_agent_is_found_through_its_env_var"]
+async fn bin_env_probe() {
+    if !in_probe() {
+        return;
+    }
+    let settings = AgentSettings {
+        agent: AgentKind::Codex,
+        ..settings()
+    };
+    let agent = rover::agents::agent_from_settings(&settings);
+    assert_eq!(agent.kind(), AgentKind::Codex);
+    assert_eq!(agent.check().await.expect("found"), "codex-cli 0.169.0");
+}
+
+#[test]
+fn configured_agent_is_found_through_its_env_var() {
+    let env = FakeAgentEnv::new();
+    run_probe(
+        "agents::bin_env_probe",
+        &[(
+            rover::agents::ROVER_CODEX_BIN,
+            env.binary(AgentKind::Codex).into(),
+        )],
+    );
+}
+
+#[test]
+fn fake_takes_its_personality_from_the_env_when_its_name_says_nothing() {
+    for (kind, version) in [
+        ("claude", "2.1.197 (Claude Code)"),
+        ("codex", "codex-cli 0.169.0"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_rover-fake-agent"))
+            .arg("--version")
+            .env("ROVER_FAKE_AGENT_AS", kind)
+            .output()
+            .expect("runs");
+        assert!(output.status.success());
+        assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), version);
+    }
 }
