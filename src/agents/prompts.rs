@@ -12,8 +12,9 @@ use super::results::{
     CommitMessageResult, CoordinateResult, NotifyResult, PlanResult, PushResult, ResolveResult,
     SummarizeResult, WorkflowResult,
 };
+use super::settings::AgentSettings;
 use super::structured::schema_for;
-use super::types::AgentStep;
+use super::types::{AgentRequest, AgentStep};
 
 /// Values for a template's placeholders, by name.
 pub type PromptVars = BTreeMap<String, String>;
@@ -177,6 +178,21 @@ pub fn render_prompt(
     Ok(RenderedPrompt { system, user })
 }
 
+/// A ready request for `step`: the prompt rendered from `vars` with the custom instructions of
+/// the repository at `workdir`, and the step's tools, model and limits from `settings`.
+/// The caller adds the transcript path (and, for `run_structured`, nothing else: the schema is
+/// set from the result type). Reads small files: call it from blocking context.
+pub fn step_request(
+    settings: &AgentSettings,
+    step: AgentStep,
+    workdir: &Path,
+    vars: &PromptVars,
+    attribution: bool,
+) -> Result<AgentRequest, AgentError> {
+    let rendered = render_prompt(step, vars, Some(workdir), attribution)?;
+    Ok(settings.request(step, workdir, rendered.system, rendered.user))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +289,24 @@ mod tests {
         let specific = rendered.system.find("At most 2 tasks.").expect("specific");
         assert!(general < specific);
         assert!(!rendered.system.contains("Gitmoji."));
+    }
+
+    #[test]
+    fn step_request_carries_the_step_policy_and_prompt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let request = step_request(
+            &AgentSettings::default(),
+            AgentStep::Push,
+            dir.path(),
+            &vars_for(AgentStep::Push),
+            false,
+        )
+        .expect("renders");
+        assert_eq!(request.tools, crate::agents::ToolPolicy::ReadBash);
+        assert_eq!(request.model.as_deref(), Some("sonnet"));
+        assert!(request.system_prompt.contains("Role: rover pusher"));
+        assert!(request.prompt.contains("<value of branches>"));
+        assert_eq!(request.workdir, dir.path());
     }
 
     #[test]
