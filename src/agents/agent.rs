@@ -133,6 +133,36 @@ impl Launcher {
     }
 }
 
+/// Logs the end of a call: never the prompt or the environment (they may hold secrets).
+fn log_outcome(
+    kind: AgentKind,
+    outcome: &ProcessOutcome,
+    result: &Result<AgentResponse, AgentError>,
+) {
+    match result {
+        Ok(response) => tracing::info!(
+            agent = %kind,
+            elapsed_ms = u64::try_from(outcome.elapsed.as_millis()).unwrap_or(u64::MAX),
+            exit = ?outcome.exit_code,
+            session = ?response.session_id,
+            turns = ?response.turns,
+            input_tokens = response.usage.input,
+            output_tokens = response.usage.output,
+            cost_usd = ?response.cost_usd,
+            "agent call finished"
+        ),
+        Err(err) => tracing::warn!(
+            agent = %kind,
+            elapsed_ms = u64::try_from(outcome.elapsed.as_millis()).unwrap_or(u64::MAX),
+            exit = ?outcome.exit_code,
+            signal = ?outcome.signal,
+            class = err.class(),
+            retryable = err.is_retryable(),
+            "agent call failed: {err}"
+        ),
+    }
+}
+
 /// The response, or the classified error, for a finished process and its parsed stream.
 fn conclude(
     req: &AgentRequest,
@@ -251,7 +281,9 @@ impl Agent for ClaudeAgent {
         let outcome = run_process(spec, &mut |line: &str| stream.push_line(line))
             .await
             .map_err(|err| self.launcher.spawn_error(err))?;
-        conclude(&req, &outcome, stream.finish())
+        let result = conclude(&req, &outcome, stream.finish());
+        log_outcome(AgentKind::Claude, &outcome, &result);
+        result
     }
 
     async fn check(&self) -> Result<String, AgentError> {
@@ -340,7 +372,9 @@ impl Agent for CodexAgent {
             .await
             .map_err(|err| self.launcher.spawn_error(err))?;
         drop(schema_file);
-        conclude(&req, &outcome, stream.finish())
+        let result = conclude(&req, &outcome, stream.finish());
+        log_outcome(AgentKind::Codex, &outcome, &result);
+        result
     }
 
     async fn check(&self) -> Result<String, AgentError> {

@@ -75,7 +75,7 @@ impl Default for AgentSettings {
             models: StepModels::default(),
             timeout_secs: 15 * 60,
             workflow_timeout_secs: 60 * 60,
-            inactivity_timeout_secs: 5 * 60,
+            inactivity_timeout_secs: 10 * 60,
             kill_grace_secs: 5,
             max_turns: 30,
             workflow_max_turns: 200,
