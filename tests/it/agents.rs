@@ -72,7 +72,10 @@ async fn plain_answer(kind: AgentKind) {
     // The fake prints a JSON error result on stderr: it is kept, never parsed.
     assert!(stderr.contains("stderr must not be parsed"), "{stderr}");
     match kind {
-        AgentKind::Claude => assert_eq!(response.cost_usd, Some(0.000_235)),
+        AgentKind::Claude => {
+            assert_eq!(response.cost_usd, Some(0.000_235));
+            assert_eq!(response.usage.cached, 3, "modelUsage cache reads");
+        }
         AgentKind::Codex => {
             assert_eq!(response.cost_usd, None);
             assert!(
@@ -557,6 +560,19 @@ async fn sandbox_argv_runs_without_stdin(kind: AgentKind) {
 }
 both!(sandbox_argv_runs_without_stdin);
 
+async fn unknown_resume_session_is_refused(kind: AgentKind) {
+    let env = FakeAgentEnv::new();
+    let agent = env.agent(kind, &json!([]), &settings());
+    let mut req = request(&env, "continue");
+    req.resume_session = Some("0000-no-such-session".into());
+    let err = agent.run(req).await.expect_err("unknown session");
+    let AgentError::Refused { stderr, .. } = &err else {
+        panic!("expected Refused, got {err:?}");
+    };
+    assert!(stderr.contains("0000-no-such-session"), "{stderr}");
+}
+both!(unknown_resume_session_is_refused);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_max_turns_is_its_own_class() {
     let env = FakeAgentEnv::new();
@@ -722,6 +738,35 @@ fn configured_agent_is_found_through_its_env_var() {
             env.binary(AgentKind::Codex).into(),
         )],
     );
+}
+
+#[test]
+fn fake_claude_json_formats_parse_like_the_captures() {
+    let env = FakeAgentEnv::new();
+    for extra in [
+        &["--output-format", "json"][..],
+        &["--output-format", "json", "--verbose"],
+    ] {
+        let output = std::process::Command::new(env.binary(AgentKind::Claude))
+            .arg("-p")
+            .args(extra)
+            .arg("hello")
+            .env(
+                "ROVER_FAKE_AGENT_SCRIPT",
+                json!([{"text": "hi there"}]).to_string(),
+            )
+            .output()
+            .expect("runs");
+        assert!(output.status.success());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            stdout.trim_start().starts_with('['),
+            extra.len() == 3,
+            "{stdout}"
+        );
+        let response = rover::agents::claude::parse_output(&output.stdout).expect("parses");
+        assert_eq!(response.text, "hi there");
+    }
 }
 
 #[test]
