@@ -1,1 +1,125 @@
 //! AI coding agents: one `Agent` interface over the Claude Code and Codex CLIs.
+//!
+//! Parsers (`claude`, `codex`) are pure; `runner` owns the child process; `agent` glues them
+//! into the `Agent` trait; `structured` + `results` turn answers into typed step results;
+//! `prompts` renders the embedded step prompts; `settings` is the `rover.json` part.
+
+mod agent;
+pub mod claude;
+pub mod codex;
+mod env;
+mod error;
+mod prompts;
+mod results;
+mod runner;
+mod settings;
+mod structured;
+mod types;
+
+#[cfg(test)]
+mod parse_tests;
+
+pub use agent::{agent_from_settings, Agent, ClaudeAgent, CodexAgent};
+pub use env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV};
+pub use error::AgentError;
+pub use prompts::{
+    placeholders, render_prompt, step_request, step_schema, template, untrusted_block, PromptVars,
+    RenderedPrompt, ROVER_TRAILER,
+};
+pub use results::{
+    contains_ai_attribution, CommitMessageResult, CoordinateDecision, CoordinateResult,
+    CorrectiveCommand, NotifyResult, PlanResult, PullRequestRef, PushResult, PushStatus,
+    ResolveDecision, ResolveResult, RetryStep, StepResult, SummarizeResult, TaskSpec,
+    WorkflowResult, WorkflowStatus, WorkflowType,
+};
+pub use runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
+pub use settings::{AgentSettings, StepModels};
+pub use structured::{extract, run_structured, schema_for, strict_schema, Structured};
+pub use types::{
+    AgentKind, AgentRequest, AgentResponse, AgentStep, ErrorClass, ParseError, PermissionDenial,
+    ToolPolicy, Usage,
+};
+
+/// Path of the `claude` executable (default: `claude` on `PATH`).
+pub const ROVER_CLAUDE_BIN: &str = "ROVER_CLAUDE_BIN";
+/// Path of the `codex` executable (default: `codex` on `PATH`).
+pub const ROVER_CODEX_BIN: &str = "ROVER_CODEX_BIN";
+
+/// Longest prompt passed as one argv item inside a container (Linux caps one argument at 128 KiB).
+pub const MAX_SANDBOX_PROMPT_BYTES: usize = 120 * 1024;
+
+/// Cuts `text` to at most `max` bytes on a char boundary, marking the cut.
+pub fn truncate_marked(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let marker_room = 80;
+    let mut cut = max.saturating_sub(marker_room);
+    while cut > 0 && !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let dropped = text.len() - cut;
+    format!(
+        "{}\n\n[... truncated by rover: {dropped} bytes omitted ...]\n",
+        &text[..cut]
+    )
+}
+
+/// The argv (program first) to run the agent as a container's command.
+///
+/// There is no stdin in the container: claude gets the prompt after `--`, codex as its prompt
+/// argument (with the instructions and, when a schema is asked, the schema stated in it). The
+/// prompt is bounded by [`MAX_SANDBOX_PROMPT_BYTES`] with a marked truncation.
+pub fn sandbox_argv(kind: AgentKind, request: &AgentRequest) -> Vec<String> {
+    let mut argv = vec![kind.default_binary().to_owned()];
+    match kind {
+        AgentKind::Claude => {
+            let prompt = truncate_marked(&request.prompt, MAX_SANDBOX_PROMPT_BYTES);
+            let mut bounded = request.clone();
+            bounded.system_prompt =
+                truncate_marked(&request.system_prompt, MAX_SANDBOX_PROMPT_BYTES);
+            argv.extend(claude::sandbox_args(&bounded, prompt));
+        }
+        AgentKind::Codex => {
+            let mut text = codex::combined_prompt(request);
+            if let Some(schema) = &request.schema {
+                text.push_str(
+                    "\n\nEnd with a final message that is only a JSON object matching this JSON schema:\n",
+                );
+                text.push_str(&schema.to_string());
+            }
+            argv.extend(codex::sandbox_args(
+                request,
+                truncate_marked(&text, MAX_SANDBOX_PROMPT_BYTES),
+            ));
+        }
+    }
+    argv
+}
+
+/// Parses a container's captured stdout for the given agent.
+pub fn parse_output(
+    kind: AgentKind,
+    stdout: &[u8],
+    expect_json: bool,
+) -> Result<AgentResponse, ParseError> {
+    match kind {
+        AgentKind::Claude => claude::parse_output(stdout),
+        AgentKind::Codex => codex::parse_output(stdout, expect_json),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_is_marked_bounded_and_on_a_char_boundary() {
+        assert_eq!(truncate_marked("short", 100), "short");
+        let text = "é".repeat(1000);
+        let cut = truncate_marked(&text, 500);
+        assert!(cut.len() <= 500, "{}", cut.len());
+        assert!(cut.contains("truncated by rover"));
+        assert!(cut.starts_with("éé"));
+    }
+}

@@ -1,0 +1,328 @@
+//! Claude Code CLI: the argv for `claude -p --output-format stream-json` and the stream parser.
+
+use serde_json::Value;
+
+use super::types::{
+    AgentRequest, AgentResponse, ErrorClass, ParseError, PermissionDenial, ToolPolicy, Usage,
+};
+
+/// The tools allowed for each policy (`--allowedTools=...`).
+pub fn allowed_tools(policy: ToolPolicy) -> &'static str {
+    match policy {
+        ToolPolicy::ReadOnly => "Read,Glob,Grep",
+        ToolPolicy::ReadBash => "Read,Glob,Grep,Bash",
+        ToolPolicy::FullEdit => "Read,Glob,Grep,Bash,Edit,Write,NotebookEdit",
+    }
+}
+
+/// Arguments shared by the host and the sandbox invocation (everything but the prompt).
+fn common_args(req: &AgentRequest) -> Vec<String> {
+    let mut args = vec![
+        "-p".to_owned(),
+        "--output-format".to_owned(),
+        "stream-json".to_owned(),
+        "--verbose".to_owned(),
+    ];
+    if let Some(model) = &req.model {
+        args.push("--model".to_owned());
+        args.push(model.clone());
+    }
+    if let Some(turns) = req.max_turns {
+        args.push("--max-turns".to_owned());
+        args.push(turns.to_string());
+    }
+    // `=` form: the option is variadic and would swallow a following positional prompt.
+    args.push(format!("--allowedTools={}", allowed_tools(req.tools)));
+    if req.tools == ToolPolicy::FullEdit {
+        args.push("--permission-mode".to_owned());
+        args.push("acceptEdits".to_owned());
+    }
+    if !req.system_prompt.is_empty() {
+        // `=` form so a prompt starting with a dash can never be read as an option.
+        args.push(format!("--append-system-prompt={}", req.system_prompt));
+    }
+    if let Some(schema) = &req.schema {
+        args.push("--json-schema".to_owned());
+        args.push(schema.to_string());
+    }
+    if let Some(session) = &req.resume_session {
+        args.push("--resume".to_owned());
+        args.push(session.clone());
+    }
+    args
+}
+
+/// The argv (without the program) to run on the host; the prompt goes on stdin.
+pub fn host_args(req: &AgentRequest) -> Vec<String> {
+    common_args(req)
+}
+
+/// The argv (without the program) to run inside a container, where there is no stdin:
+/// the prompt is the last positional argument after `--`.
+pub fn sandbox_args(req: &AgentRequest, prompt: String) -> Vec<String> {
+    let mut args = common_args(req);
+    args.push("--".to_owned());
+    args.push(prompt);
+    args
+}
+
+/// Incremental parser of a `stream-json` stream, fed one stdout line at a time.
+#[derive(Debug, Default)]
+pub struct ClaudeStream {
+    session_id: Option<String>,
+    last_text: Option<String>,
+    assistant_error: Option<String>,
+    rate_limit_reset: Option<chrono::DateTime<chrono::Utc>>,
+    result: Option<Value>,
+    results: usize,
+    lines: usize,
+    tool_calls: u32,
+}
+
+impl ClaudeStream {
+    /// Feeds one stdout line; returns true once the final `result` line has arrived.
+    pub fn push_line(&mut self, line: &str) -> bool {
+        self.lines += 1;
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            return false;
+        }
+        // Non-JSON lines (warnings, a truncated tail) carry nothing we use.
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(value) => self.push_value(value),
+            Err(_) => false,
+        }
+    }
+
+    fn push_value(&mut self, value: Value) -> bool {
+        if self.session_id.is_none() {
+            if let Some(id) = value.get("session_id").and_then(Value::as_str) {
+                self.session_id = Some(id.to_owned());
+            }
+        }
+        match value.get("type").and_then(Value::as_str) {
+            Some("assistant") => {
+                if let Some(code) = value.get("error").and_then(Value::as_str) {
+                    self.assistant_error = Some(code.to_owned());
+                }
+                let blocks = value
+                    .pointer("/message/content")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                for block in blocks {
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            if let Some(text) = block.get("text").and_then(Value::as_str) {
+                                self.last_text = Some(text.to_owned());
+                            }
+                        }
+                        Some("tool_use") => self.tool_calls += 1,
+                        _ => {}
+                    }
+                }
+                false
+            }
+            Some("rate_limit_event") => {
+                // SDK `SDKRateLimitInfo.resetsAt`: epoch seconds (milliseconds tolerated).
+                let reset = value
+                    .pointer("/rate_limit_info/resetsAt")
+                    .and_then(Value::as_i64)
+                    .and_then(|at| {
+                        if at > 100_000_000_000 {
+                            chrono::DateTime::from_timestamp_millis(at)
+                        } else {
+                            chrono::DateTime::from_timestamp(at, 0)
+                        }
+                    });
+                if reset.is_some() {
+                    self.rate_limit_reset = reset;
+                }
+                false
+            }
+            Some("result") => {
+                self.results += 1;
+                if self.result.is_none() {
+                    self.result = Some(value);
+                }
+                true
+            }
+            // Unknown kinds (system/*, user, stream_event, rate_limit_event, ...) are skipped.
+            _ => false,
+        }
+    }
+
+    /// Whether the final `result` line has been seen.
+    pub fn has_result(&self) -> bool {
+        self.result.is_some()
+    }
+
+    /// The session id seen so far.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// Turns what was seen into a response; fails when no (or more than one) result arrived.
+    pub fn finish(self) -> Result<AgentResponse, ParseError> {
+        if self.results > 1 {
+            return Err(ParseError::ManyResults {
+                count: self.results,
+            });
+        }
+        let Some(result) = self.result else {
+            return Err(ParseError::NoResult { lines: self.lines });
+        };
+        let subtype = result.get("subtype").and_then(Value::as_str).unwrap_or("");
+        // `is_error` decides: an API error arrives with `subtype: "success"`.
+        let is_error = result
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(subtype != "success");
+        let text = result
+            .get("result")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| self.last_text.clone())
+            .unwrap_or_default();
+        let errors: Vec<String> = result
+            .get("errors")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let error_class = is_error.then(|| {
+            classify(
+                subtype,
+                result.get("api_error_status").and_then(Value::as_u64),
+                self.assistant_error.as_deref(),
+            )
+        });
+        let error_message = is_error.then(|| {
+            if errors.is_empty() {
+                text.clone()
+            } else {
+                errors.join("; ")
+            }
+        });
+        let structured = result
+            .get("structured_output")
+            .filter(|value| !value.is_null())
+            .cloned();
+        let session_id = result
+            .get("session_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or(self.session_id);
+        let permission_denials = result
+            .get("permission_denials")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .map(|denial| PermissionDenial {
+                        tool_name: denial
+                            .get("tool_name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("unknown")
+                            .to_owned(),
+                        tool_input: denial.get("tool_input").cloned().unwrap_or(Value::Null),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(AgentResponse {
+            text,
+            structured,
+            session_id,
+            usage: usage(&result),
+            cost_usd: result.get("total_cost_usd").and_then(Value::as_f64),
+            turns: result
+                .get("num_turns")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+            duration_ms: result.get("duration_ms").and_then(Value::as_u64),
+            permission_denials,
+            is_error,
+            error_class,
+            error_message,
+            warnings: Vec::new(),
+            tool_calls: self.tool_calls,
+            rate_limit_reset: self.rate_limit_reset,
+            transcript: None,
+        })
+    }
+}
+
+/// Token usage: `modelUsage` (all models, the accounting field) when present, else `usage`.
+fn usage(result: &Value) -> Usage {
+    let field = |value: &Value, key: &str| value.get(key).and_then(Value::as_u64).unwrap_or(0);
+    if let Some(models) = result.get("modelUsage").and_then(Value::as_object) {
+        if !models.is_empty() {
+            return models.values().fold(Usage::default(), |acc, model| Usage {
+                input: acc.input + field(model, "inputTokens"),
+                output: acc.output + field(model, "outputTokens"),
+                cached: acc.cached + field(model, "cacheReadInputTokens"),
+            });
+        }
+    }
+    let Some(usage) = result.get("usage") else {
+        return Usage::default();
+    };
+    Usage {
+        input: field(usage, "input_tokens"),
+        output: field(usage, "output_tokens"),
+        cached: field(usage, "cache_read_input_tokens"),
+    }
+}
+
+fn classify(subtype: &str, status: Option<u64>, assistant_error: Option<&str>) -> ErrorClass {
+    match subtype {
+        "error_max_turns" => return ErrorClass::MaxTurns,
+        "error_max_budget_usd" => return ErrorClass::Budget,
+        _ => {}
+    }
+    match status {
+        Some(401 | 403) => return ErrorClass::Auth,
+        Some(429) => return ErrorClass::RateLimited,
+        Some(500 | 502 | 503 | 504 | 529) => return ErrorClass::Overloaded,
+        Some(400 | 404 | 413 | 422) => return ErrorClass::BadRequest,
+        _ => {}
+    }
+    match assistant_error {
+        Some(
+            "authentication_failed"
+            | "oauth_org_not_allowed"
+            | "billing_error"
+            | "account_on_hold"
+            | "cloud_credential_error",
+        ) => ErrorClass::Auth,
+        Some("rate_limit") => ErrorClass::RateLimited,
+        Some("overloaded" | "server_error") => ErrorClass::Overloaded,
+        Some("invalid_request" | "model_not_found") => ErrorClass::BadRequest,
+        _ => ErrorClass::Other,
+    }
+}
+
+/// Parses a whole captured stdout: `stream-json` lines, a `json` object, or the `json --verbose` array.
+pub fn parse_output(bytes: &[u8]) -> Result<AgentResponse, ParseError> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut stream = ClaudeStream::default();
+    if text.trim_start().starts_with('[') {
+        let values: Vec<Value> =
+            serde_json::from_str(text.trim()).map_err(|err| ParseError::Invalid {
+                reason: err.to_string(),
+            })?;
+        for value in values {
+            stream.lines += 1;
+            stream.push_value(value);
+        }
+    } else {
+        for line in text.lines() {
+            stream.push_line(line);
+        }
+    }
+    stream.finish()
+}

@@ -1,0 +1,288 @@
+//! Codex CLI: the argv for `codex exec --json` and the JSONL event parser.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::types::{AgentRequest, AgentResponse, ErrorClass, ParseError, ToolPolicy, Usage};
+
+/// The `-s/--sandbox` value for a tool policy on the host.
+pub fn sandbox_mode(policy: ToolPolicy) -> &'static str {
+    match policy {
+        ToolPolicy::ReadOnly => "read-only",
+        ToolPolicy::ReadBash | ToolPolicy::FullEdit => "workspace-write",
+    }
+}
+
+/// Codex has no system-prompt flag: the instructions lead the prompt text.
+pub fn combined_prompt(req: &AgentRequest) -> String {
+    if req.system_prompt.is_empty() {
+        req.prompt.clone()
+    } else {
+        format!("{}\n\n---\n\n{}", req.system_prompt, req.prompt)
+    }
+}
+
+fn push_tail(args: &mut Vec<String>, req: &AgentRequest, prompt: String) {
+    if let Some(session) = &req.resume_session {
+        args.push("resume".to_owned());
+        args.push("--".to_owned());
+        args.push(session.clone());
+    } else {
+        args.push("--".to_owned());
+    }
+    args.push(prompt);
+}
+
+/// The argv (without the program) to run on the host, stdin closed.
+///
+/// `schema_file` is where the caller wrote the schema; `in_git_repo` says whether the workdir
+/// is inside a git repository (codex refuses to run elsewhere without `--skip-git-repo-check`).
+pub fn host_args(req: &AgentRequest, schema_file: Option<&Path>, in_git_repo: bool) -> Vec<String> {
+    let mut args = vec![
+        "exec".to_owned(),
+        "--json".to_owned(),
+        "-s".to_owned(),
+        sandbox_mode(req.tools).to_owned(),
+    ];
+    if !in_git_repo {
+        args.push("--skip-git-repo-check".to_owned());
+    }
+    if req.tools == ToolPolicy::ReadBash {
+        // The git steps push and install tools: codex's workspace sandbox blocks the network
+        // unless told otherwise.
+        args.push("-c".to_owned());
+        args.push("sandbox_workspace_write.network_access=true".to_owned());
+    }
+    if let Some(model) = &req.model {
+        args.push("-m".to_owned());
+        args.push(model.clone());
+    }
+    if let Some(path) = schema_file {
+        args.push("--output-schema".to_owned());
+        args.push(path.display().to_string());
+    }
+    push_tail(&mut args, req, combined_prompt(req));
+    args
+}
+
+/// The argv (without the program) to run inside a container.
+///
+/// The container is the sandbox, so codex's own sandbox is bypassed for edits; the worktree's
+/// `.git` points outside the container, hence `--skip-git-repo-check`. No schema file exists in
+/// the container: the schema is stated in the prompt and the answer validated by rover.
+pub fn sandbox_args(req: &AgentRequest, prompt: String) -> Vec<String> {
+    let mut args = vec!["exec".to_owned(), "--json".to_owned()];
+    if req.tools == ToolPolicy::ReadOnly {
+        args.push("-s".to_owned());
+        args.push("read-only".to_owned());
+    } else {
+        args.push("--dangerously-bypass-approvals-and-sandbox".to_owned());
+    }
+    args.push("--skip-git-repo-check".to_owned());
+    if let Some(model) = &req.model {
+        args.push("-m".to_owned());
+        args.push(model.clone());
+    }
+    push_tail(&mut args, req, prompt);
+    args
+}
+
+/// Incremental parser of `codex exec --json` events, fed one stdout line at a time.
+#[derive(Debug, Default)]
+pub struct CodexStream {
+    expect_json: bool,
+    thread_id: Option<String>,
+    last_message: Option<String>,
+    usage: Usage,
+    completed: bool,
+    failed: Option<String>,
+    warnings: Vec<String>,
+    tool_calls: u32,
+    turns: u32,
+    lines: usize,
+}
+
+impl CodexStream {
+    /// A parser; `expect_json` says the final message should be read as the structured answer.
+    pub fn new(expect_json: bool) -> Self {
+        Self {
+            expect_json,
+            ..Self::default()
+        }
+    }
+
+    /// Feeds one stdout line; returns true once `turn.completed` or `turn.failed` arrived.
+    pub fn push_line(&mut self, line: &str) -> bool {
+        self.lines += 1;
+        let Ok(value) = serde_json::from_str::<Value>(line.trim()) else {
+            return false;
+        };
+        let text = |value: &Value, pointer: &str| {
+            value
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        match value.get("type").and_then(Value::as_str) {
+            Some("thread.started") => self.thread_id = text(&value, "/thread_id"),
+            Some("turn.completed") => {
+                let field = |key: &str| {
+                    value
+                        .pointer(&format!("/usage/{key}"))
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0)
+                };
+                let cached = field("cached_input_tokens");
+                self.usage = Usage {
+                    // codex counts cached tokens inside input_tokens.
+                    input: field("input_tokens").saturating_sub(cached),
+                    output: field("output_tokens"),
+                    cached,
+                };
+                self.turns += 1;
+                self.completed = true;
+                return true;
+            }
+            Some("turn.failed") => {
+                self.failed = Some(
+                    text(&value, "/error/message").unwrap_or_else(|| "turn failed".to_owned()),
+                );
+                self.turns += 1;
+                return true;
+            }
+            // A top-level `error` before `turn.completed` is not fatal (reconnects, fallbacks).
+            Some("error") => {
+                if let Some(message) = text(&value, "/message") {
+                    self.warnings.push(message);
+                }
+            }
+            Some("item.completed") => match value.pointer("/item/type").and_then(Value::as_str) {
+                Some("agent_message") => self.last_message = text(&value, "/item/text"),
+                Some("error") => {
+                    if let Some(message) = text(&value, "/item/message") {
+                        self.warnings.push(message);
+                    }
+                }
+                Some("command_execution" | "file_change" | "mcp_tool_call" | "web_search") => {
+                    self.tool_calls += 1;
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+        false
+    }
+
+    /// Whether the turn has ended.
+    pub fn has_result(&self) -> bool {
+        self.completed || self.failed.is_some()
+    }
+
+    /// The thread id seen so far.
+    pub fn session_id(&self) -> Option<&str> {
+        self.thread_id.as_deref()
+    }
+
+    /// Turns what was seen into a response; fails when the turn never ended.
+    pub fn finish(self) -> Result<AgentResponse, ParseError> {
+        if !self.has_result() {
+            return Err(ParseError::NoResult { lines: self.lines });
+        }
+        let text = self.last_message.unwrap_or_default();
+        // codex does not validate against the schema; we only read the text as JSON here and
+        // leave validation to the caller. Text that is not JSON stays unstructured.
+        let structured = if self.expect_json {
+            serde_json::from_str::<Value>(text.trim()).ok()
+        } else {
+            None
+        };
+        let is_error = self.failed.is_some();
+        Ok(AgentResponse {
+            text,
+            structured,
+            session_id: self.thread_id,
+            usage: self.usage,
+            cost_usd: None,
+            turns: Some(self.turns),
+            duration_ms: None,
+            permission_denials: Vec::new(),
+            is_error,
+            error_class: self.failed.as_deref().map(classify),
+            error_message: self.failed,
+            warnings: self.warnings,
+            tool_calls: self.tool_calls,
+            rate_limit_reset: None,
+            transcript: None,
+        })
+    }
+}
+
+/// Classifies a `turn.failed` message such as `unexpected status 401 Unauthorized: ...`.
+fn classify(message: &str) -> ErrorClass {
+    let lower = message.to_ascii_lowercase();
+    let status = lower
+        .split("status ")
+        .nth(1)
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse::<u16>().ok());
+    match status {
+        Some(401 | 403) => ErrorClass::Auth,
+        Some(429) => ErrorClass::RateLimited,
+        Some(500 | 502 | 503 | 504 | 529) => ErrorClass::Overloaded,
+        Some(400 | 404 | 413 | 422) => ErrorClass::BadRequest,
+        _ if lower.contains("unauthorized") => ErrorClass::Auth,
+        _ if lower.contains("rate limit") => ErrorClass::RateLimited,
+        _ if lower.contains("overloaded") => ErrorClass::Overloaded,
+        _ => ErrorClass::Other,
+    }
+}
+
+/// Parses a whole captured stdout of `codex exec --json`.
+pub fn parse_output(bytes: &[u8], expect_json: bool) -> Result<AgentResponse, ParseError> {
+    let mut stream = CodexStream::new(expect_json);
+    for line in String::from_utf8_lossy(bytes).lines() {
+        stream.push_line(line);
+    }
+    stream.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_messages_are_classified_by_status() {
+        let cases = [
+            ("unexpected status 401 Unauthorized: x", ErrorClass::Auth),
+            (
+                "unexpected status 429 Too Many Requests: x",
+                ErrorClass::RateLimited,
+            ),
+            (
+                "unexpected status 529 Site Overloaded: x",
+                ErrorClass::Overloaded,
+            ),
+            (
+                "unexpected status 400 Bad Request: x",
+                ErrorClass::BadRequest,
+            ),
+            ("stream disconnected", ErrorClass::Other),
+        ];
+        for (message, class) in cases {
+            assert_eq!(classify(message), class, "{message}");
+        }
+    }
+
+    #[test]
+    fn git_steps_get_network_and_read_only_steps_do_not() {
+        let mut req = AgentRequest::new("/tmp", "p");
+        assert!(!host_args(&req, None, true)
+            .iter()
+            .any(|a| a.contains("network_access")));
+        req.tools = ToolPolicy::ReadBash;
+        assert!(host_args(&req, None, true)
+            .iter()
+            .any(|a| a == "sandbox_workspace_write.network_access=true"));
+    }
+}
