@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::agents::AgentSettings;
 use crate::github::GitHubSettings;
 use crate::orchestrator::OrchestratorSettings;
 use crate::sandbox::SandboxSettings;
@@ -42,6 +43,8 @@ pub struct RoverConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct AutopilotConfig {
+    /// Which agent CLI (claude | codex), models per step, timeouts.
+    pub agent: AgentSettings,
     pub github: GitHubSettings,
     pub sandbox: SandboxSettings,
     pub pipeline: PipelineConfig,
@@ -63,7 +66,12 @@ pub struct PipelineConfig {
 
 impl Default for PipelineConfig {
     fn default() -> PipelineConfig {
-        PipelineConfig { max_attempts: 3, max_retries: 3, fallback_interval_secs: 30, shutdown_grace_secs: 20 }
+        PipelineConfig {
+            max_attempts: 3,
+            max_retries: 3,
+            fallback_interval_secs: 30,
+            shutdown_grace_secs: 20,
+        }
     }
 }
 
@@ -111,7 +119,10 @@ mod tests {
         for (text, key) in [
             (r#"{"atribution": true}"#, "atribution"),
             (r#"{"autopilot": {"pipline": {}}}"#, "pipline"),
-            (r#"{"autopilot": {"pipeline": {"maxAttempt": 2}}}"#, "maxAttempt"),
+            (
+                r#"{"autopilot": {"pipeline": {"maxAttempt": 2}}}"#,
+                "maxAttempt",
+            ),
         ] {
             let err = RoverConfig::parse(text).unwrap_err();
             assert!(err.contains(key), "{err}");

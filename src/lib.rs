@@ -5,13 +5,13 @@
 
 pub mod agents;
 pub mod cli;
+pub mod config;
 pub mod git;
 pub mod github;
+pub mod logging;
+pub mod orchestrator;
 pub mod project;
 pub mod sandbox;
+pub mod steps;
 pub mod store;
 pub mod trace;
-pub mod orchestrator;
-pub mod steps;
-pub mod config;
-pub mod logging;

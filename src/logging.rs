@@ -35,7 +35,10 @@ pub fn init(log_path: &Path) -> std::io::Result<LogGuard> {
         _ => EnvFilter::new("info"),
     };
     // A second init in one process (tests) keeps the first subscriber.
-    let _ = tracing_subscriber::registry().with(filter).with(JsonLines { writer }).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(JsonLines { writer })
+        .try_init();
     Ok(LogGuard { _worker: worker })
 }
 
@@ -72,10 +75,12 @@ struct FieldMap(Map<String, Value>);
 
 impl Visit for FieldMap {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), Value::String(format!("{value:?}")));
+        self.0
+            .insert(field.name().to_owned(), Value::String(format!("{value:?}")));
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), Value::String(value.to_owned()));
+        self.0
+            .insert(field.name().to_owned(), Value::String(value.to_owned()));
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.0.insert(field.name().to_owned(), Value::from(value));

@@ -20,7 +20,9 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 pub use progress::Progress;
-pub use step::{Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError};
+pub use step::{
+    Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+};
 
 use crate::store::{
     Action, AutopilotStore, Meta, PendingAction, Recovery, Span, SpanStatus, StepKind, StepRun,
@@ -98,17 +100,27 @@ pub struct DrainReport {
 }
 
 impl StepOrchestrator {
-    pub fn new(store: AutopilotStore, steps: Vec<Arc<dyn Step>>, settings: OrchestratorSettings) -> StepOrchestrator {
+    pub fn new(
+        store: AutopilotStore,
+        steps: Vec<Arc<dyn Step>>,
+        settings: OrchestratorSettings,
+    ) -> StepOrchestrator {
         let mut by_kind = BTreeMap::new();
         let mut permits = BTreeMap::new();
         for step in steps {
-            permits.insert(step.kind(), Arc::new(Semaphore::new(step.max_parallel().max(1))));
+            permits.insert(
+                step.kind(),
+                Arc::new(Semaphore::new(step.max_parallel().max(1))),
+            );
             by_kind.insert(step.kind(), step);
         }
         let (progress, _) = broadcast::channel(1024);
         StepOrchestrator {
             inner: Arc::new(Inner {
-                ctx: StepContext { store, cancel: CancellationToken::new() },
+                ctx: StepContext {
+                    store,
+                    cancel: CancellationToken::new(),
+                },
                 steps: by_kind,
                 permits,
                 settings,
@@ -144,7 +156,12 @@ impl StepOrchestrator {
 
     /// Runs in progress in this process.
     pub fn in_flight(&self) -> usize {
-        self.inner.in_flight.lock().expect("in-flight lock").runs.len()
+        self.inner
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .runs
+            .len()
     }
 
     /// Why queued actions are waiting (resolver `wait`, unmet dependencies).
@@ -159,8 +176,12 @@ impl StepOrchestrator {
         let state = blocking(store.clone(), AutopilotStore::read_state).await?;
         let mut alive = HashSet::new();
         for pending in &state.pending {
-            let Some(span_id) = pending.running_span_id else { continue };
-            let Ok(span) = blocking(store.clone(), move |s| s.read_span(span_id)).await else { continue };
+            let Some(span_id) = pending.running_span_id else {
+                continue;
+            };
+            let Ok(span) = blocking(store.clone(), move |s| s.read_span(span_id)).await else {
+                continue;
+            };
             if span.status != SpanStatus::Running {
                 continue;
             }
@@ -170,7 +191,10 @@ impl StepOrchestrator {
                 }
             }
         }
-        let done = blocking(store, move |s| s.recover(|_, span| alive.contains(&span.id))).await?;
+        let done = blocking(store, move |s| {
+            s.recover(|_, span| alive.contains(&span.id))
+        })
+        .await?;
         for r in &done {
             self.inner.notice(format!("recovered: {r:?}"));
         }
@@ -185,19 +209,27 @@ impl StepOrchestrator {
                 Ok(done) => {
                     for completion in done {
                         report.completed_detached += 1;
-                        self.inner.clone().finish_detached(step.kind(), completion).await;
+                        self.inner
+                            .clone()
+                            .finish_detached(step.kind(), completion)
+                            .await;
                     }
                 }
                 Err(e) => {
                     tracing::warn!(step = %step.kind(), error = %e, "monitor failed");
-                    self.inner.notice(format!("{} monitor failed: {e}", step.kind()));
+                    self.inner
+                        .notice(format!("{} monitor failed: {e}", step.kind()));
                 }
             }
         }
         let state = blocking(self.store().clone(), AutopilotStore::read_state).await?;
         let now = Utc::now();
         // Fair across traces: entries of traces with fewer runs in flight go first, FIFO within.
-        let mut candidates: Vec<&PendingAction> = state.pending.iter().filter(|p| p.running_span_id.is_none()).collect();
+        let mut candidates: Vec<&PendingAction> = state
+            .pending
+            .iter()
+            .filter(|p| p.running_span_id.is_none())
+            .collect();
         {
             let flight = self.inner.in_flight.lock().expect("in-flight lock");
             let mut per_trace: HashMap<Uuid, usize> = HashMap::new();
@@ -215,7 +247,10 @@ impl StepOrchestrator {
                 self.inner.report_dead_letter(pending);
                 continue;
             };
-            let Ok(permit) = self.inner.permits[&pending.action].clone().try_acquire_owned() else {
+            let Ok(permit) = self.inner.permits[&pending.action]
+                .clone()
+                .try_acquire_owned()
+            else {
                 report.deferred += 1;
                 continue;
             };
@@ -234,7 +269,12 @@ impl StepOrchestrator {
                 }
                 flight.runs.insert(
                     pending.action_id,
-                    Running { step: pending.action.clone(), trace_id: pending.trace_id, span: placeholder_span(pending), abort: None },
+                    Running {
+                        step: pending.action.clone(),
+                        trace_id: pending.trace_id,
+                        span: placeholder_span(pending),
+                        abort: None,
+                    },
                 );
             }
             report.started += 1;
@@ -248,7 +288,14 @@ impl StepOrchestrator {
                 inner.wake.notify_one();
             });
             // The task may already be done; then there is nothing left to abort.
-            if let Some(run) = self.inner.in_flight.lock().expect("in-flight lock").runs.get_mut(&action_id) {
+            if let Some(run) = self
+                .inner
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .runs
+                .get_mut(&action_id)
+            {
                 run.abort = Some(handle.abort_handle());
             }
         }
@@ -303,11 +350,24 @@ impl StepOrchestrator {
     /// an `error` span ("interrupted") and leaving the action queued for the next start.
     pub async fn shutdown(&self) -> Result<(), StoreError> {
         self.inner.tracker.close();
-        if tokio::time::timeout(self.inner.settings.shutdown_grace, self.inner.tracker.wait()).await.is_ok() {
+        if tokio::time::timeout(
+            self.inner.settings.shutdown_grace,
+            self.inner.tracker.wait(),
+        )
+        .await
+        .is_ok()
+        {
             return Ok(());
         }
         self.inner.ctx.cancel.cancel();
-        let cut: Vec<(Uuid, Running)> = self.inner.in_flight.lock().expect("in-flight lock").runs.drain().collect();
+        let cut: Vec<(Uuid, Running)> = self
+            .inner
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .runs
+            .drain()
+            .collect();
         for (action_id, run) in cut {
             if let Some(abort) = &run.abort {
                 abort.abort();
@@ -340,7 +400,12 @@ impl Inner {
     }
 
     fn report_dead_letter(&self, pending: &PendingAction) {
-        if self.reported_dead.lock().expect("dead-letter lock").insert(pending.action_id) {
+        if self
+            .reported_dead
+            .lock()
+            .expect("dead-letter lock")
+            .insert(pending.action_id)
+        {
             tracing::warn!(action = %pending.action_id, kind = %pending.action, trace = %pending.trace_id, "dead letter: no step handles this action type");
             self.notice(format!(
                 "dead letter: action {} of type {:?} in trace {} has no step; it stays queued (see `rover autopilot status`)",
@@ -355,10 +420,16 @@ impl Inner {
         let kind = step.kind();
         match step.ready(&self.ctx, &pending).await {
             Ok(Readiness::Ready) => {
-                self.waiting.lock().expect("waiting lock").remove(&pending.action_id);
+                self.waiting
+                    .lock()
+                    .expect("waiting lock")
+                    .remove(&pending.action_id);
             }
             Ok(Readiness::Wait(reason)) => {
-                self.waiting.lock().expect("waiting lock").insert(pending.action_id, reason);
+                self.waiting
+                    .lock()
+                    .expect("waiting lock")
+                    .insert(pending.action_id, reason);
                 return;
             }
             Err(e) => {
@@ -378,10 +449,20 @@ impl Inner {
                 return;
             }
         };
-        if let Some(r) = self.in_flight.lock().expect("in-flight lock").runs.get_mut(&action_id) {
+        if let Some(r) = self
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .runs
+            .get_mut(&action_id)
+        {
             r.span = run.span.clone();
         }
-        let _ = self.progress.send(Progress::Started { trace_id: run.pending.trace_id, step: kind.clone(), span_id: run.span.id });
+        let _ = self.progress.send(Progress::Started {
+            trace_id: run.pending.trace_id,
+            step: kind.clone(),
+            span_id: run.span.id,
+        });
 
         if run.pending.attempts > self.settings.max_attempts {
             let error = StepError::fatal(format!(
@@ -406,9 +487,14 @@ impl Inner {
                     .map(|s| (*s).to_owned())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a panic without a message".into());
-                Err(StepError::fatal(format!("the {kind} step panicked: {text}")).detail("panic", true))
+                Err(
+                    StepError::fatal(format!("the {kind} step panicked: {text}"))
+                        .detail("panic", true),
+                )
             }
-            Err(_) => Err(StepError::retryable(format!("the {kind} step was cancelled"))),
+            Err(_) => Err(StepError::retryable(format!(
+                "the {kind} step was cancelled"
+            ))),
         };
         match result {
             Ok(Outcome::Finished(finished)) => self.finish(&run, finished).await,
@@ -432,15 +518,34 @@ impl Inner {
             let mut span = run.span.clone();
             let mut meta = Meta::new();
             meta.insert("error".into(), error.to_meta());
-            meta.insert("retryAt".into(), serde_json::json!(not_before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)));
-            let summary = format!("{}; will retry (attempt {} of {})", error.message, run.pending.attempts, self.settings.max_attempts);
-            if span.finish(SpanStatus::Error, summary.clone(), meta, Utc::now()).is_err() {
+            meta.insert(
+                "retryAt".into(),
+                serde_json::json!(not_before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+            );
+            let summary = format!(
+                "{}; will retry (attempt {} of {})",
+                error.message, run.pending.attempts, self.settings.max_attempts
+            );
+            if span
+                .finish(SpanStatus::Error, summary.clone(), meta, Utc::now())
+                .is_err()
+            {
                 return;
             }
-            let _ = self.progress.send(Progress::Finished { trace_id: run.pending.trace_id, step: span.step.clone(), span_id: span.id, status: SpanStatus::Error, summary });
+            let _ = self.progress.send(Progress::Finished {
+                trace_id: run.pending.trace_id,
+                step: span.step.clone(),
+                span_id: span.id,
+                status: SpanStatus::Error,
+                summary,
+            });
             let store = self.ctx.store.clone();
             let action_id = run.action.id;
-            if let Err(e) = blocking(store, move |s| s.release_step(action_id, Some(&span), Some(not_before))).await {
+            if let Err(e) = blocking(store, move |s| {
+                s.release_step(action_id, Some(&span), Some(not_before))
+            })
+            .await
+            {
                 tracing::error!(error = %e, "cannot release a step run for retry");
             }
             return;
@@ -484,7 +589,13 @@ impl Inner {
             self.notice(format!("cannot record a finished {}: {e}", span.step));
             return;
         }
-        let _ = self.progress.send(Progress::Finished { trace_id, step: span.step.clone(), span_id: span.id, status: span.status, summary });
+        let _ = self.progress.send(Progress::Finished {
+            trace_id,
+            step: span.step.clone(),
+            span_id: span.id,
+            status: span.status,
+            summary,
+        });
     }
 
     async fn finish_detached(self: Arc<Self>, kind: StepKind, completion: Completion) {
@@ -492,16 +603,27 @@ impl Inner {
         let action_id = completion.action_id;
         let found = blocking(store.clone(), move |s| {
             let state = s.read_state()?;
-            let pending = state.pending_for(action_id).cloned().ok_or(StoreError::NotPending(action_id))?;
-            let span_id = pending.running_span_id.ok_or(StoreError::NotPending(action_id))?;
+            let pending = state
+                .pending_for(action_id)
+                .cloned()
+                .ok_or(StoreError::NotPending(action_id))?;
+            let span_id = pending
+                .running_span_id
+                .ok_or(StoreError::NotPending(action_id))?;
             let span = s.read_span(span_id)?;
             let action = s.read_action(action_id)?;
-            Ok::<_, StoreError>(StepRun { pending, action, span })
+            Ok::<_, StoreError>(StepRun {
+                pending,
+                action,
+                span,
+            })
         })
         .await;
         match found {
             Ok(run) => self.finish(&run, completion.finished).await,
-            Err(e) => tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed"),
+            Err(e) => {
+                tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed")
+            }
         }
     }
 
@@ -512,10 +634,21 @@ impl Inner {
         let mut span = span;
         let mut meta = Meta::new();
         meta.insert("interrupted".into(), true.into());
-        if span.finish(SpanStatus::Error, "interrupted by shutdown; it will run again at the next start", meta, Utc::now()).is_err() {
+        if span
+            .finish(
+                SpanStatus::Error,
+                "interrupted by shutdown; it will run again at the next start",
+                meta,
+                Utc::now(),
+            )
+            .is_err()
+        {
             return Ok(());
         }
-        blocking(self.ctx.store.clone(), move |s| s.release_step(action_id, Some(&span), None)).await
+        blocking(self.ctx.store.clone(), move |s| {
+            s.release_step(action_id, Some(&span), None)
+        })
+        .await
     }
 }
 
@@ -540,5 +673,7 @@ pub async fn blocking<T: Send + 'static>(
     store: AutopilotStore,
     f: impl FnOnce(&AutopilotStore) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(move || f(&store)).await.expect("store work does not panic")
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .expect("store work does not panic")
 }

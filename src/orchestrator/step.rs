@@ -35,7 +35,11 @@ pub struct NextAction {
 
 impl NextAction {
     pub fn new(kind: StepKind, reason: impl Into<String>) -> NextAction {
-        NextAction { kind, reason: reason.into(), meta: Meta::new() }
+        NextAction {
+            kind,
+            reason: reason.into(),
+            meta: Meta::new(),
+        }
     }
 
     /// The typed meta of the action, serialized (shared by producer and consumer).
@@ -59,11 +63,21 @@ pub struct Finished {
 
 impl Finished {
     pub fn completed(summary: impl Into<String>) -> Finished {
-        Finished { status: SpanStatus::Completed, summary: summary.into(), meta: Meta::new(), actions: Vec::new() }
+        Finished {
+            status: SpanStatus::Completed,
+            summary: summary.into(),
+            meta: Meta::new(),
+            actions: Vec::new(),
+        }
     }
 
     pub fn failed(summary: impl Into<String>) -> Finished {
-        Finished { status: SpanStatus::Failed, summary: summary.into(), meta: Meta::new(), actions: Vec::new() }
+        Finished {
+            status: SpanStatus::Failed,
+            summary: summary.into(),
+            meta: Meta::new(),
+            actions: Vec::new(),
+        }
     }
 
     #[must_use]
@@ -74,7 +88,10 @@ impl Finished {
 
     #[must_use]
     pub fn meta(mut self, key: &str, value: impl serde::Serialize) -> Finished {
-        self.meta.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
+        self.meta.insert(
+            key.to_owned(),
+            serde_json::to_value(value).unwrap_or(Value::Null),
+        );
         self
     }
 }
@@ -85,7 +102,9 @@ pub enum Outcome {
     Finished(Finished),
     /// The work goes on outside this process (a sandboxed agent). The span stays `running` and
     /// the action stays claimed; the step's `monitor` finishes it later, also after a restart.
-    Detached { meta: Meta },
+    Detached {
+        meta: Meta,
+    },
 }
 
 /// A detached run that `monitor` found finished.
@@ -108,21 +127,36 @@ pub struct StepError {
 
 impl StepError {
     pub fn fatal(message: impl Into<String>) -> StepError {
-        StepError { message: message.into(), retryable: false, details: Meta::new() }
+        StepError {
+            message: message.into(),
+            retryable: false,
+            details: Meta::new(),
+        }
     }
 
     pub fn retryable(message: impl Into<String>) -> StepError {
-        StepError { message: message.into(), retryable: true, details: Meta::new() }
+        StepError {
+            message: message.into(),
+            retryable: true,
+            details: Meta::new(),
+        }
     }
 
     /// From any error, keeping its whole chain of causes in the message.
     pub fn from_error(e: &(dyn std::error::Error + 'static), retryable: bool) -> StepError {
-        StepError { message: crate::cli::error_chain(e), retryable, details: Meta::new() }
+        StepError {
+            message: crate::cli::error_chain(e),
+            retryable,
+            details: Meta::new(),
+        }
     }
 
     #[must_use]
     pub fn detail(mut self, key: &str, value: impl serde::Serialize) -> StepError {
-        self.details.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
+        self.details.insert(
+            key.to_owned(),
+            serde_json::to_value(value).unwrap_or(Value::Null),
+        );
         self
     }
 
@@ -150,7 +184,11 @@ pub trait Step: Send + Sync + 'static {
     }
 
     /// A cheap check before a run; `Wait` keeps the action queued without a span.
-    async fn ready(&self, _ctx: &StepContext, _pending: &PendingAction) -> Result<Readiness, StepError> {
+    async fn ready(
+        &self,
+        _ctx: &StepContext,
+        _pending: &PendingAction,
+    ) -> Result<Readiness, StepError> {
         Ok(Readiness::Ready)
     }
 
@@ -163,7 +201,12 @@ pub trait Step: Send + Sync + 'static {
     }
 
     /// After a restart: does this `running` span's work still go on outside the process?
-    async fn still_running(&self, _ctx: &StepContext, _pending: &PendingAction, _span: &Span) -> bool {
+    async fn still_running(
+        &self,
+        _ctx: &StepContext,
+        _pending: &PendingAction,
+        _span: &Span,
+    ) -> bool {
         false
     }
 }

@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::store::{Action, StepKind};
+use crate::github::{Channel, NormalizedEvent, Visibility};
+use crate::store::{Action, Meta, Span, StepKind};
 
 /// Read an action's meta as the typed record of its type.
 pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_json::Error> {
@@ -87,7 +88,11 @@ pub struct CommitMeta {
 impl CommitMeta {
     /// After a workflow step that could not finish (its error is in its span).
     pub fn after_error() -> CommitMeta {
-        CommitMeta { workflow_action_id: None, task_status: TaskStatus::Error, summary: None }
+        CommitMeta {
+            workflow_action_id: None,
+            task_status: TaskStatus::Error,
+            summary: None,
+        }
     }
 }
 
@@ -168,4 +173,49 @@ pub struct CleanupMeta {
     /// A branch to remove when no mapping names it any more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+}
+
+/// Where a trace's event came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventSource {
+    Github,
+    Local,
+}
+
+/// The root `event` span's meta: the normalized event and everything notify needs to answer on
+/// the right channel with the right visibility.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventMeta {
+    pub source: EventSource,
+    /// One line for lists: `IssuesEvent opened #12 by alice: title`.
+    pub label: String,
+    /// `IssuesEvent`, ..., or `LocalRequest`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    pub channel: Channel,
+    pub visibility: Visibility,
+    /// The GitHub event, normalized (GitHub events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<NormalizedEvent>,
+    /// The request text (local events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+}
+
+impl EventMeta {
+    pub fn to_meta(&self) -> Meta {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => Meta::new(),
+        }
+    }
+
+    /// Read the root span's meta back.
+    pub fn of(root: &Span) -> Result<EventMeta, serde_json::Error> {
+        serde_json::from_value(serde_json::Value::Object(root.meta.clone()))
+    }
 }

@@ -1,6 +1,59 @@
-//! The pipeline's steps, one file each, and the typed metas of their actions.
+//! The pipeline's steps, one file each, the typed metas of their actions, and the services they
+//! share (agent, GitHub, sandbox, the repository). Steps never call each other: each reads its
+//! action and writes a span and new actions through the store (see `orchestrator`).
 
+pub mod event;
 pub mod meta;
 pub mod noop;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 pub use noop::NoopStep;
+
+use crate::agents::{Agent, AgentSettings};
+use crate::config::RoverConfig;
+use crate::github::{GitHub, Redactor};
+use crate::orchestrator::Step;
+use crate::project::RepoSlug;
+use crate::sandbox::Sandbox;
+use crate::store::AutopilotStore;
+
+/// Everything a step may use besides the store. Built once by the daemon; test harnesses build
+/// it with fakes (the fake agent binary, the fake GitHub server, a real Docker engine).
+pub struct Services {
+    /// The user's checkout (rover never writes to it; worktrees live under the data dir).
+    pub repo_root: PathBuf,
+    /// `owner/name` on GitHub, when known.
+    pub repo: Option<RepoSlug>,
+    pub project_id: String,
+    pub config: RoverConfig,
+    /// The configured agent (claude or codex) for the AI steps on the host.
+    pub agent: Arc<dyn Agent>,
+    /// `None` when rover runs on local events only.
+    pub github: Option<Arc<dyn GitHub>>,
+    /// `None` when no Docker engine is configured (workflows then fail with that reason).
+    pub sandbox: Option<Arc<dyn Sandbox>>,
+    /// Applied before anything leaves rover (public/private channels).
+    pub redactor: Redactor,
+    /// For `git push` only; never given to an agent, a sandbox or a prompt.
+    pub github_token: Option<String>,
+    /// Extra environment for the `git` children (tests: hermetic config).
+    pub git_env: Vec<(String, String)>,
+}
+
+impl Services {
+    pub fn agent_settings(&self) -> &AgentSettings {
+        &self.config.autopilot.agent
+    }
+
+    /// Where task worktrees live: under the project's data dir, outside the checkout.
+    pub fn worktrees_dir(store: &AutopilotStore) -> PathBuf {
+        store.root().join("worktrees")
+    }
+}
+
+/// Every step rover has, wired to `services`.
+pub fn build_steps(_services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
+    vec![Arc::new(NoopStep)]
+}

@@ -14,7 +14,11 @@ pub fn chain_summary(view: &TraceView) -> String {
     let parts: Vec<String> = view
         .spans
         .iter()
-        .filter_map(|s| s.summary.as_deref().map(|text| format!("{}: {}", s.step, text.lines().next().unwrap_or_default())))
+        .filter_map(|s| {
+            s.summary
+                .as_deref()
+                .map(|text| format!("{}: {}", s.step, text.lines().next().unwrap_or_default()))
+        })
         .collect();
     if parts.is_empty() {
         "nothing was recorded".into()

@@ -367,7 +367,10 @@ impl AutopilotStore {
     /// and close spans left `running` as `error` ("interrupted") so their action runs again.
     /// `still_running` says which running spans have live work outside this process (a
     /// container): those are left alone. Returns what was done, for the log.
-    pub fn recover(&self, still_running: impl Fn(&PendingAction, &Span) -> bool) -> Result<Vec<Recovery>> {
+    pub fn recover(
+        &self,
+        still_running: impl Fn(&PendingAction, &Span) -> bool,
+    ) -> Result<Vec<Recovery>> {
         let state = self.read_state()?;
         let mut done = Vec::new();
         for pending in state.pending.iter().filter(|p| p.running_span_id.is_some()) {

@@ -6,4 +6,5 @@ pub mod env;
 pub mod fake_agent;
 pub mod fake_github;
 pub mod gitrepo;
+pub mod pipeline;
 pub mod storegen;
