@@ -622,7 +622,7 @@ impl Inner {
         match found {
             Ok(run) => self.finish(&run, completion.finished).await,
             Err(e) => {
-                tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed")
+                tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed");
             }
         }
     }

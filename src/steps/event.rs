@@ -19,31 +19,22 @@ pub const POLL_CURSOR_KEY: &str = "poll";
 
 /// A one-line label: `IssuesEvent opened #12 by alice`.
 pub fn label(event: &NormalizedEvent) -> String {
-    let mut text = event.kind.as_str().to_owned();
-    if let Some(action) = event.action {
-        let action = serde_json::to_value(action)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        text.push(' ');
-        text.push_str(&action);
+    let mut parts = vec![event.kind.as_str().to_owned()];
+    if let Some(action) = event.action.and_then(|a| serde_json::to_value(a).ok()) {
+        parts.push(action.as_str().unwrap_or_default().to_owned());
     }
-    if let Some(n) = event.number {
-        text.push_str(&format!(" #{n}"));
-    }
-    if let (Some(git_ref), None) = (&event.git_ref, event.number) {
-        text.push_str(&format!(
-            " to {}",
-            git_ref.trim_start_matches("refs/heads/")
-        ));
-    }
-    text.push_str(&format!(" by {}", event.actor));
-    if let Some(sha) = &event.commit_sha {
-        if event.number.is_none() {
-            text.push_str(&format!(" ({})", &sha[..sha.len().min(7)]));
+    match (event.number, &event.git_ref) {
+        (Some(n), _) => parts.push(format!("#{n}")),
+        (None, Some(git_ref)) => {
+            parts.push(format!("to {}", git_ref.trim_start_matches("refs/heads/")));
         }
+        (None, None) => {}
     }
-    text
+    parts.push(format!("by {}", event.actor));
+    if let (None, Some(sha)) = (event.number, &event.commit_sha) {
+        parts.push(format!("({})", &sha[..sha.len().min(7)]));
+    }
+    parts.join(" ")
 }
 
 /// The root span and first action of the trace for a GitHub event (deterministic ids).
