@@ -579,7 +579,13 @@ impl Inner {
         let actions: Vec<Action> = finished
             .actions
             .into_iter()
-            .map(|a| Action::new(a.kind, &span, a.reason, a.meta, now))
+            .map(|a| {
+                let mut action = Action::new(a.kind, &span, a.reason, a.meta, now);
+                if let Some(id) = a.id {
+                    action.id = id;
+                }
+                action
+            })
             .collect();
         let store = self.ctx.store.clone();
         let written = span.clone();
