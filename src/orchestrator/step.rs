@@ -31,6 +31,9 @@ pub struct NextAction {
     pub kind: StepKind,
     pub reason: String,
     pub meta: Meta,
+    /// A preset id, when other actions of the same step refer to this one (a plan's
+    /// `dependsOn`); otherwise the orchestrator picks one.
+    pub id: Option<uuid::Uuid>,
 }
 
 impl NextAction {
@@ -39,7 +42,14 @@ impl NextAction {
             kind,
             reason: reason.into(),
             meta: Meta::new(),
+            id: None,
         }
+    }
+
+    #[must_use]
+    pub fn with_id(mut self, id: uuid::Uuid) -> NextAction {
+        self.id = Some(id);
+        self
     }
 
     /// The typed meta of the action, serialized (shared by producer and consumer).
