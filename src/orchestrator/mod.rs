@@ -247,6 +247,37 @@ impl StepOrchestrator {
                 self.inner.report_dead_letter(pending);
                 continue;
             };
+            let claimed = self
+                .inner
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .runs
+                .contains_key(&pending.action_id);
+            if claimed {
+                continue;
+            }
+            // Not ready (the resolver's `wait`, unmet dependencies): stays queued, no span.
+            match step.ready(&self.inner.ctx, pending).await {
+                Ok(Readiness::Ready) => {
+                    self.inner
+                        .waiting
+                        .lock()
+                        .expect("waiting lock")
+                        .remove(&pending.action_id);
+                }
+                Ok(Readiness::Wait(reason)) => {
+                    self.inner
+                        .waiting
+                        .lock()
+                        .expect("waiting lock")
+                        .insert(pending.action_id, reason);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(step = %step.kind(), error = %e, "readiness check failed; running the step anyway");
+                }
+            }
             let Ok(permit) = self.inner.permits[&pending.action]
                 .clone()
                 .try_acquire_owned()
@@ -418,24 +449,6 @@ impl Inner {
 
     async fn run_action(self: Arc<Self>, step: Arc<dyn Step>, pending: PendingAction) {
         let kind = step.kind();
-        match step.ready(&self.ctx, &pending).await {
-            Ok(Readiness::Ready) => {
-                self.waiting
-                    .lock()
-                    .expect("waiting lock")
-                    .remove(&pending.action_id);
-            }
-            Ok(Readiness::Wait(reason)) => {
-                self.waiting
-                    .lock()
-                    .expect("waiting lock")
-                    .insert(pending.action_id, reason);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(step = %kind, error = %e, "readiness check failed; running the step anyway");
-            }
-        }
         let store = self.ctx.store.clone();
         let action_id = pending.action_id;
         let begin_kind = kind.clone();

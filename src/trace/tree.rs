@@ -192,7 +192,12 @@ impl<'a> Renderer<'a> {
             .iter()
             .filter(|s| s.action_id == Some(action.id))
             .collect();
-        let state = if let Some(p) = self.view.pending.iter().find(|p| p.action_id == action.id) {
+        let state = if let (Some(_), crate::store::StepKind::Other(kind)) = (
+            self.view.pending.iter().find(|p| p.action_id == action.id),
+            &action.action,
+        ) {
+            format!("  [dead letter: no step handles {kind:?}]")
+        } else if let Some(p) = self.view.pending.iter().find(|p| p.action_id == action.id) {
             if p.running_span_id.is_some() {
                 "  [in progress]".to_owned()
             } else {

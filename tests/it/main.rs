@@ -9,5 +9,6 @@ mod agents;
 mod git;
 mod github;
 mod inspect;
+mod orchestrator;
 mod sandbox;
 mod store;

@@ -1,0 +1,696 @@
+//! The orchestrator with in-process test steps: eager cascading, `maxParallel`, per-trace
+//! exclusivity, fail forward from errors and panics, dead letters, retries with backoff,
+//! readiness waits, detached work finished by `monitor`, and restart recovery.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rover::orchestrator::{
+    Completion, Finished, NextAction, OrchestratorSettings, Outcome, Readiness, Step, StepContext,
+    StepError, StepOrchestrator,
+};
+use rover::store::{
+    AutopilotStore, PendingAction, Span, SpanStatus, StepKind, StepRun, TraceOutcome,
+};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::support::env::TestEnv;
+
+type Behaviour = Arc<dyn Fn(&StepRun, usize) -> Result<Outcome, StepError> + Send + Sync>;
+
+/// A configurable test step that records how many of its runs overlap.
+struct TestStep {
+    kind: StepKind,
+    max: usize,
+    exclusive: bool,
+    delay: Duration,
+    behaviour: Behaviour,
+    runs: AtomicUsize,
+    now: AtomicUsize,
+    peak: AtomicUsize,
+    per_trace: Mutex<HashMap<Uuid, usize>>,
+    trace_peak: AtomicUsize,
+}
+
+impl TestStep {
+    fn new(kind: StepKind, max: usize, behaviour: Behaviour) -> TestStep {
+        TestStep {
+            kind,
+            max,
+            exclusive: false,
+            delay: Duration::ZERO,
+            behaviour,
+            runs: AtomicUsize::new(0),
+            now: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            per_trace: Mutex::new(HashMap::new()),
+            trace_peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// Finishes completed, producing the given next steps.
+    fn passing(kind: StepKind, max: usize, next: Vec<StepKind>) -> TestStep {
+        TestStep::new(
+            kind,
+            max,
+            Arc::new(move |_run, _n| {
+                let mut f = Finished::completed("done");
+                for k in &next {
+                    f = f.then(NextAction::new(k.clone(), format!("then {k}")));
+                }
+                Ok(Outcome::Finished(f))
+            }),
+        )
+    }
+}
+
+#[async_trait]
+impl Step for TestStep {
+    fn kind(&self) -> StepKind {
+        self.kind.clone()
+    }
+    fn max_parallel(&self) -> usize {
+        self.max
+    }
+    fn exclusive_per_trace(&self) -> bool {
+        self.exclusive
+    }
+    async fn process(&self, _ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst);
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        {
+            let mut per = self.per_trace.lock().unwrap();
+            let c = per.entry(run.pending.trace_id).or_default();
+            *c += 1;
+            self.trace_peak.fetch_max(*c, Ordering::SeqCst);
+        }
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        *self
+            .per_trace
+            .lock()
+            .unwrap()
+            .get_mut(&run.pending.trace_id)
+            .unwrap() -= 1;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        (self.behaviour)(run, n)
+    }
+}
+
+fn orchestrator(
+    store: &AutopilotStore,
+    steps: Vec<Arc<dyn Step>>,
+    fallback: Duration,
+) -> StepOrchestrator {
+    StepOrchestrator::new(
+        store.clone(),
+        steps,
+        OrchestratorSettings {
+            fallback_interval: fallback,
+            retry_backoff: Duration::from_millis(20),
+            shutdown_grace: Duration::from_secs(2),
+            ..OrchestratorSettings::default()
+        },
+    )
+}
+
+fn submit(store: &AutopilotStore, text: &str) -> Uuid {
+    let (root, first) = rover::steps::event::local_trace(text, "tester");
+    store.create_trace(&root, Some(&first), &[]).unwrap();
+    root.id
+}
+
+async fn settle(orch: &StepOrchestrator) {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        orch.run_until_idle(CancellationToken::new()),
+    )
+    .await
+    .expect("settles without waiting for the fallback timer")
+    .unwrap();
+}
+
+fn chain(store: &AutopilotStore, trace: Uuid) -> Vec<String> {
+    store
+        .load_trace(trace)
+        .unwrap()
+        .spans
+        .iter()
+        .map(|s| format!("{}:{}", s.step, s.status))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cascade_runs_through_without_waiting_for_the_timer() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let steps: Vec<Arc<dyn Step>> = vec![
+        Arc::new(TestStep::passing(
+            StepKind::Coordinate,
+            3,
+            vec![StepKind::Plan],
+        )),
+        Arc::new(TestStep::passing(
+            StepKind::Plan,
+            2,
+            vec![StepKind::Workflow],
+        )),
+        Arc::new(TestStep::passing(
+            StepKind::Workflow,
+            3,
+            vec![StepKind::Noop],
+        )),
+        Arc::new(rover::steps::NoopStep),
+    ];
+    // A fallback timer of an hour: only eager drains can finish this within the timeout.
+    let orch = orchestrator(&store, steps, Duration::from_secs(3600));
+    let trace = submit(&store, "cascade");
+    settle(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "noop:completed"
+        ]
+    );
+    let view = store.load_trace(trace).unwrap();
+    assert_eq!(
+        view.outcome(),
+        TraceOutcome::Finished {
+            step: StepKind::Noop,
+            status: SpanStatus::Completed
+        }
+    );
+    let noop = view.spans.last().unwrap();
+    assert!(
+        noop.meta["summary"]
+            .as_str()
+            .unwrap()
+            .contains("coordinate: done → plan: done"),
+        "{:?}",
+        noop.meta
+    );
+}
+
+#[tokio::test]
+async fn max_parallel_is_never_exceeded_and_is_used() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let mut coordinate = TestStep::passing(StepKind::Coordinate, 2, vec![StepKind::Noop]);
+    coordinate.delay = Duration::from_millis(60);
+    let coordinate = Arc::new(coordinate);
+    let orch = orchestrator(
+        &store,
+        vec![coordinate.clone(), Arc::new(rover::steps::NoopStep)],
+        Duration::from_secs(3600),
+    );
+    let traces: Vec<Uuid> = (0..8)
+        .map(|i| submit(&store, &format!("request {i}")))
+        .collect();
+    settle(&orch).await;
+    assert_eq!(coordinate.runs.load(Ordering::SeqCst), 8);
+    assert_eq!(
+        coordinate.peak.load(Ordering::SeqCst),
+        2,
+        "two at a time, never more"
+    );
+    for t in traces {
+        assert_eq!(chain(&store, t).last().unwrap(), "noop:completed");
+    }
+}
+
+#[tokio::test]
+async fn an_exclusive_step_runs_once_per_trace_at_a_time() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let fan_out = TestStep::passing(
+        StepKind::Coordinate,
+        3,
+        vec![StepKind::Resolve, StepKind::Resolve, StepKind::Resolve],
+    );
+    let mut resolve = TestStep::passing(StepKind::Resolve, 3, vec![]);
+    resolve.exclusive = true;
+    resolve.delay = Duration::from_millis(40);
+    let resolve = Arc::new(resolve);
+    let orch = orchestrator(
+        &store,
+        vec![Arc::new(fan_out), resolve.clone()],
+        Duration::from_secs(3600),
+    );
+    submit(&store, "a");
+    submit(&store, "b");
+    settle(&orch).await;
+    assert_eq!(resolve.runs.load(Ordering::SeqCst), 6);
+    assert_eq!(
+        resolve.trace_peak.load(Ordering::SeqCst),
+        1,
+        "never two resolves of one trace at once"
+    );
+    assert_eq!(
+        resolve.peak.load(Ordering::SeqCst),
+        2,
+        "but two traces' resolves together"
+    );
+}
+
+#[tokio::test]
+async fn errors_and_panics_become_error_spans_and_fail_forward() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let panicking = submit(&store, "please panic");
+    let erroring = submit(&store, "fine");
+    let coordinate = TestStep::new(
+        StepKind::Coordinate,
+        3,
+        Arc::new(move |run, _| {
+            // A real panic inside a step, as a bug would raise.
+            assert!(run.pending.trace_id != panicking, "the coordinator tripped over its own feet");
+            Ok(Outcome::Finished(
+                Finished::completed("ok").then(NextAction::new(StepKind::Workflow, "work")),
+            ))
+        }),
+    );
+    let workflow = TestStep::new(
+        StepKind::Workflow,
+        3,
+        Arc::new(|_, _| {
+            Err(StepError::fatal("docker is not reachable")
+                .detail("command", ["docker", "run"])
+                .detail("exitCode", 125)
+                .detail("stderr", "Cannot connect to the Docker daemon"))
+        }),
+    );
+    let commit = TestStep::passing(StepKind::Commit, 3, vec![StepKind::Notify]);
+    let notify = TestStep::passing(StepKind::Notify, 3, vec![]);
+    let orch = orchestrator(
+        &store,
+        vec![
+            Arc::new(coordinate),
+            Arc::new(workflow),
+            Arc::new(commit),
+            Arc::new(notify),
+        ],
+        Duration::from_secs(3600),
+    );
+    settle(&orch).await;
+
+    assert_eq!(
+        chain(&store, panicking),
+        ["event:completed", "coordinate:error", "notify:completed"]
+    );
+    let view = store.load_trace(panicking).unwrap();
+    let span = &view.spans[1];
+    assert!(span
+        .summary
+        .as_deref()
+        .unwrap()
+        .contains("panicked: the coordinator tripped over its own feet"));
+    assert_eq!(span.meta["error"]["panic"], true);
+    assert_eq!(
+        view.actions.last().unwrap().meta["purpose"],
+        "failure",
+        "fail forward to a notify saying why"
+    );
+    assert_eq!(
+        view.outcome(),
+        TraceOutcome::Finished {
+            step: StepKind::Notify,
+            status: SpanStatus::Completed
+        }
+    );
+
+    assert_eq!(
+        chain(&store, erroring),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "workflow:error",
+            "commit:completed",
+            "notify:completed"
+        ]
+    );
+    let view = store.load_trace(erroring).unwrap();
+    let error = &view.spans[2].meta["error"];
+    assert_eq!(error["message"], "docker is not reachable");
+    assert_eq!(error["exitCode"], 125);
+    assert_eq!(error["stderr"], "Cannot connect to the Docker daemon");
+    assert_eq!(error["command"], serde_json::json!(["docker", "run"]));
+    assert!(orch.internal_errors() >= 2);
+}
+
+#[tokio::test]
+async fn unknown_action_types_are_dead_letters_that_stay_queued() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let coordinate = TestStep::passing(
+        StepKind::Coordinate,
+        3,
+        vec![StepKind::Other("deploy".into())],
+    );
+    let orch = orchestrator(
+        &store,
+        vec![Arc::new(coordinate)],
+        Duration::from_secs(3600),
+    );
+    let mut progress = orch.subscribe();
+    let trace = submit(&store, "deploy it");
+    settle(&orch).await;
+    let view = store.load_trace(trace).unwrap();
+    assert_eq!(view.pending.len(), 1);
+    assert_eq!(view.pending[0].action, StepKind::Other("deploy".into()));
+    let mut notices = Vec::new();
+    while let Ok(p) = progress.try_recv() {
+        if let rover::orchestrator::Progress::Notice(text) = p {
+            notices.push(text);
+        }
+    }
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("dead letter") && n.contains("deploy")),
+        "{notices:?}"
+    );
+    let out = env.rover(&["autopilot", "trace", &trace.to_string()]);
+    assert!(
+        crate::support::env::stdout(&out).contains("dead letter"),
+        "{}",
+        crate::support::env::stdout(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_retryable_error_is_retried_with_backoff_then_given_up_with_a_reason() {
+    let env = TestEnv::new();
+    let store = env.store();
+    // Fails twice with a retryable error, then succeeds.
+    let flaky = TestStep::new(
+        StepKind::Coordinate,
+        3,
+        Arc::new(|_, n| {
+            if n < 2 {
+                Err(StepError::retryable("GitHub answered 502"))
+            } else {
+                Ok(Outcome::Finished(Finished::completed("third time lucky")))
+            }
+        }),
+    );
+    let orch = orchestrator(&store, vec![Arc::new(flaky)], Duration::from_millis(50));
+    let trace = submit(&store, "flaky");
+    settle_with_backoff(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:error",
+            "coordinate:error",
+            "coordinate:completed"
+        ]
+    );
+    let view = store.load_trace(trace).unwrap();
+    assert!(view.spans[1].meta["retryAt"].is_string());
+
+    // Always failing: three attempts, then the action is given up and the trace fails forward.
+    let env = TestEnv::new();
+    let store = env.store();
+    let broken = TestStep::new(
+        StepKind::Coordinate,
+        3,
+        Arc::new(|_, _| Err(StepError::retryable("GitHub answered 502"))),
+    );
+    let notify = TestStep::passing(StepKind::Notify, 3, vec![]);
+    let orch = orchestrator(
+        &store,
+        vec![Arc::new(broken), Arc::new(notify)],
+        Duration::from_millis(50),
+    );
+    let trace = submit(&store, "always broken");
+    settle_with_backoff(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:error",
+            "coordinate:error",
+            "coordinate:error",
+            "notify:completed"
+        ]
+    );
+}
+
+/// Backed-off actions are "not runnable now" for `--once`; the daemon loop waits for them.
+async fn settle_with_backoff(orch: &StepOrchestrator) {
+    let token = CancellationToken::new();
+    let runner = orch.clone();
+    let t = token.clone();
+    let task = tokio::spawn(async move { runner.run(t).await });
+    let store = orch.store().clone();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let state = store.read_state().unwrap();
+            if state.pending.is_empty() && orch.in_flight() == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("retries finish");
+    token.cancel();
+    task.await.unwrap().unwrap();
+}
+
+struct WaitingStep {
+    open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait]
+impl Step for WaitingStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Resolve
+    }
+    fn max_parallel(&self) -> usize {
+        3
+    }
+    async fn ready(&self, _ctx: &StepContext, _p: &PendingAction) -> Result<Readiness, StepError> {
+        Ok(if self.open.load(Ordering::SeqCst) {
+            Readiness::Ready
+        } else {
+            Readiness::Wait("the other task is still running".into())
+        })
+    }
+    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
+        Ok(Outcome::Finished(Finished::completed("resolved")))
+    }
+}
+
+#[tokio::test]
+async fn a_step_that_is_not_ready_keeps_its_action_without_a_span() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let orch = orchestrator(
+        &store,
+        vec![
+            Arc::new(TestStep::passing(
+                StepKind::Coordinate,
+                3,
+                vec![StepKind::Resolve],
+            )),
+            Arc::new(WaitingStep { open: open.clone() }),
+        ],
+        Duration::from_secs(3600),
+    );
+    let trace = submit(&store, "wait for it");
+    settle(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        ["event:completed", "coordinate:completed"],
+        "no span while waiting"
+    );
+    assert_eq!(store.load_trace(trace).unwrap().pending.len(), 1);
+    assert!(orch.waiting().values().any(|r| r.contains("still running")));
+    open.store(true, Ordering::SeqCst);
+    settle(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "resolve:completed"
+        ]
+    );
+}
+
+/// Detached work: `process` starts it, `monitor` finishes it once "the container" exits.
+struct DetachedStep {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    alive: bool,
+}
+
+#[async_trait]
+impl Step for DetachedStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Workflow
+    }
+    fn max_parallel(&self) -> usize {
+        3
+    }
+    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
+        let mut meta = rover::store::Meta::new();
+        meta.insert("containerId".into(), "rover-test".into());
+        Ok(Outcome::Detached { meta })
+    }
+    async fn monitor(&self, ctx: &StepContext) -> Result<Vec<Completion>, StepError> {
+        if !self.done.load(Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
+        let state = ctx
+            .store
+            .read_state()
+            .map_err(|e| StepError::from_error(&e, true))?;
+        Ok(state
+            .pending
+            .iter()
+            .filter(|p| p.action == StepKind::Workflow && p.running_span_id.is_some())
+            .map(|p| Completion {
+                action_id: p.action_id,
+                finished: Finished::completed("the agent finished")
+                    .then(NextAction::new(StepKind::Noop, "done")),
+            })
+            .collect())
+    }
+    async fn still_running(&self, _ctx: &StepContext, _p: &PendingAction, _s: &Span) -> bool {
+        self.alive
+    }
+}
+
+#[tokio::test]
+async fn detached_work_is_finished_by_monitor_and_survives_a_restart() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let steps = |alive: bool| -> Vec<Arc<dyn Step>> {
+        vec![
+            Arc::new(TestStep::passing(
+                StepKind::Coordinate,
+                3,
+                vec![StepKind::Workflow],
+            )),
+            Arc::new(DetachedStep {
+                done: done.clone(),
+                alive,
+            }),
+            Arc::new(rover::steps::NoopStep),
+        ]
+    };
+    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let trace = submit(&store, "long task");
+    settle(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "workflow:running"
+        ],
+        "--once leaves detached work running"
+    );
+
+    // A restart while the container runs: recovery leaves the span alone (re-attached).
+    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let recovered = orch.recover().await.unwrap();
+    assert!(
+        matches!(
+            recovered.as_slice(),
+            [rover::store::Recovery::StillRunning { .. }]
+        ),
+        "{recovered:?}"
+    );
+    done.store(true, Ordering::SeqCst);
+    settle(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "workflow:completed",
+            "noop:completed"
+        ]
+    );
+    let workflow = &store.load_trace(trace).unwrap().spans[2];
+    assert_eq!(
+        workflow.meta["containerId"], "rover-test",
+        "meta recorded at detach is kept"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_cuts_off_slow_steps_and_their_actions_run_again_next_time() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let mut slow = TestStep::passing(StepKind::Coordinate, 3, vec![]);
+    slow.delay = Duration::from_secs(30);
+    let orch = StepOrchestrator::new(
+        store.clone(),
+        vec![Arc::new(slow)],
+        OrchestratorSettings {
+            shutdown_grace: Duration::from_millis(200),
+            ..OrchestratorSettings::default()
+        },
+    );
+    let trace = submit(&store, "slow");
+    let token = CancellationToken::new();
+    let runner = orch.clone();
+    let t = token.clone();
+    let task = tokio::spawn(async move { runner.run(t).await });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while orch.in_flight() == 0 || chain(&store, trace).len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        chain(&store, trace),
+        ["event:completed", "coordinate:error"]
+    );
+    let view = store.load_trace(trace).unwrap();
+    assert_eq!(view.spans[1].meta["interrupted"], true);
+    assert_eq!(
+        view.pending.len(),
+        1,
+        "the action is still queued for the next start"
+    );
+    assert_eq!(view.pending[0].running_span_id, None);
+
+    // The next run picks it up.
+    let orch = orchestrator(
+        &store,
+        vec![Arc::new(TestStep::passing(StepKind::Coordinate, 3, vec![]))],
+        Duration::from_secs(3600),
+    );
+    settle(&orch).await;
+    assert_eq!(
+        chain(&store, trace),
+        [
+            "event:completed",
+            "coordinate:error",
+            "coordinate:completed"
+        ]
+    );
+}
