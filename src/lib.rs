@@ -6,6 +6,7 @@
 pub mod agents;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod git;
 pub mod github;
 pub mod logging;

@@ -3,6 +3,7 @@
 
 mod inspect;
 mod output;
+mod submit;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,20 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum AutopilotCommand {
+    /// Watch the repository and react to its events until stopped (SIGINT/SIGTERM)
+    Start {
+        /// Poll once, drain until nothing is runnable now, then exit (for cron)
+        #[arg(long)]
+        once: bool,
+        /// Serve local requests (`rover autopilot submit`) only; no GitHub token needed
+        #[arg(long)]
+        local: bool,
+    },
+    /// Submit a local request; it runs through the same pipeline as a GitHub event
+    Submit {
+        /// The request (read from standard input when absent or `-`)
+        text: Option<String>,
+    },
     /// Show one trace as a tree: steps, statuses, decisions, pending work and errors
     Trace {
         /// A trace, span or action id, or an unambiguous prefix of one (8+ characters)
@@ -81,6 +96,9 @@ pub enum CliError {
     Store(#[from] StoreError),
     #[error("cannot write the output")]
     Output(#[source] std::io::Error),
+    /// A command that cannot go on, with what to do about it.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Parse the arguments, run the command, and turn the result into an exit code.
@@ -124,6 +142,10 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
     };
     match args.command {
         Command::Autopilot(cmd) => match cmd {
+            AutopilotCommand::Start { once, local } => {
+                crate::daemon::start(&ctx, crate::daemon::StartOptions { once, local })
+            }
+            AutopilotCommand::Submit { text } => submit::submit(&ctx, out, text),
             AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
             AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),
             AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),

@@ -273,7 +273,10 @@ async fn errors_and_panics_become_error_spans_and_fail_forward() {
         3,
         Arc::new(move |run, _| {
             // A real panic inside a step, as a bug would raise.
-            assert!(run.pending.trace_id != panicking, "the coordinator tripped over its own feet");
+            assert!(
+                run.pending.trace_id != panicking,
+                "the coordinator tripped over its own feet"
+            );
             Ok(Outcome::Finished(
                 Finished::completed("ok").then(NextAction::new(StepKind::Workflow, "work")),
             ))

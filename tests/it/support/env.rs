@@ -29,6 +29,43 @@ impl TestEnv {
         self.dir.path()
     }
 
+    /// The repository `rover autopilot start` runs in (created on first use), with the fake
+    /// agent as `claude`.
+    pub fn repo(&self) -> PathBuf {
+        let repo = self.dir.path().join("repo");
+        if !repo.exists() {
+            std::fs::create_dir_all(&repo).expect("mkdir repo");
+            for args in [
+                &["init", "-q", "-b", "main"][..],
+                &[
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@e",
+                    "commit",
+                    "-q",
+                    "--allow-empty",
+                    "-m",
+                    "init",
+                ],
+            ] {
+                let ok = Command::new("git")
+                    .args(args)
+                    .current_dir(&repo)
+                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .status()
+                    .expect("git");
+                assert!(ok.success());
+            }
+            let bin = self.dir.path().join("bin");
+            std::fs::create_dir_all(&bin).expect("mkdir bin");
+            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rover-fake-agent"), bin.join("claude"))
+                .expect("symlink claude");
+        }
+        repo
+    }
+
     pub fn store(&self) -> AutopilotStore {
         AutopilotStore::open(&self.data_dir, &self.project_id).expect("open store")
     }
@@ -43,7 +80,17 @@ impl TestEnv {
             .env("NO_COLOR", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .current_dir(self.path());
+            .env(
+                "ROVER_CLAUDE_BIN",
+                self.dir.path().join("bin").join("claude"),
+            )
+            .env_remove("GITHUB_TOKEN")
+            .env_remove("GH_TOKEN")
+            .current_dir(if self.path().join("repo").exists() {
+                self.path().join("repo")
+            } else {
+                self.path().to_owned()
+            });
         cmd
     }
 

@@ -1,0 +1,43 @@
+//! `rover autopilot submit "<request>"`: a local event. It enters the same pipeline as a GitHub
+//! event (visibility private; the answer goes into the trace and `start`'s output), and wakes a
+//! running daemon so it is picked up at once.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use super::{CliError, Context, Output};
+use crate::store::AutopilotStore;
+
+pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<ExitCode, CliError> {
+    let request = if let Some(t) = text.filter(|t| t != "-") {
+        t
+    } else {
+        let mut buf = String::new();
+        std::io::stdin().read_to_string(&mut buf).map_err(|e| {
+            CliError::Refused(format!("cannot read the request from standard input: {e}"))
+        })?;
+        buf
+    };
+    if request.trim().is_empty() {
+        return Err(CliError::Refused("the request is empty: say what rover should do, e.g. rover autopilot submit \"add a --json flag to export\"".into()));
+    }
+    let project_id = ctx.project_id()?;
+    let store = AutopilotStore::open(&crate::project::data_dir()?, &project_id)?;
+    let actor = std::env::var("USER").unwrap_or_else(|_| "local".into());
+    let (root, first) = crate::steps::event::local_trace(&request, &actor);
+    store.create_trace(&root, Some(&first), &[])?;
+    out.print(&format!("submitted trace {}\n", root.id))?;
+    match store.daemon_pid().and_then(|p| p.parse::<i32>().ok()) {
+        Some(pid) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGUSR1,
+            );
+            out.print(&format!("the daemon (pid {pid}) picks it up now; follow it with `rover autopilot trace {}`\n", crate::trace::short(root.id)))?;
+        }
+        None => out.print(
+            "no daemon is running: `rover autopilot start --once` (or `start`) processes it\n",
+        )?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

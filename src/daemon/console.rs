@@ -1,0 +1,173 @@
+//! What `rover autopilot start` prints. Not a terminal (a service, cron, a pipe): one plain line
+//! per step transition. A terminal: the same lines scroll above a live view of the traces in
+//! progress and their current step, redrawn in place. Local answers (notify on a local request)
+//! are printed in full.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::Receiver;
+use uuid::Uuid;
+
+use crate::orchestrator::Progress;
+use crate::store::{AutopilotStore, SpanStatus, StepKind};
+use crate::trace::short;
+
+struct Active {
+    label: String,
+    step: StepKind,
+    since: Instant,
+}
+
+/// Print progress until the channel closes.
+pub async fn run(mut progress: Receiver<Progress>, store: AutopilotStore) {
+    let live = std::io::stdout().is_terminal();
+    let mut active: BTreeMap<Uuid, Active> = BTreeMap::new();
+    let mut drawn = 0usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        let event = tokio::select! {
+            e = progress.recv() => e,
+            _ = tick.tick(), if live => { redraw(&active, &mut drawn); continue; }
+        };
+        let event = match event {
+            Ok(e) => e,
+            Err(RecvError::Lagged(n)) => {
+                line(live, &mut drawn, &format!("({n} progress events skipped)"));
+                continue;
+            }
+            Err(RecvError::Closed) => break,
+        };
+        match event {
+            Progress::Started { trace_id, step, .. } => {
+                let label = active
+                    .get(&trace_id)
+                    .map_or_else(|| trace_label(&store, trace_id), |a| a.label.clone());
+                line(
+                    live,
+                    &mut drawn,
+                    &format!("{} {} {step} started  {label}", stamp(), short(trace_id)),
+                );
+                active.insert(
+                    trace_id,
+                    Active {
+                        label,
+                        step,
+                        since: Instant::now(),
+                    },
+                );
+            }
+            Progress::Finished {
+                trace_id,
+                step,
+                span_id,
+                status,
+                summary,
+            } => {
+                line(
+                    live,
+                    &mut drawn,
+                    &format!(
+                        "{} {} {step} {status}: {}",
+                        stamp(),
+                        short(trace_id),
+                        first_line(&summary)
+                    ),
+                );
+                if step == StepKind::Notify && status == SpanStatus::Completed {
+                    if let Some(message) = local_answer(&store, span_id) {
+                        line(
+                            live,
+                            &mut drawn,
+                            &format!("answer for {}:\n{message}", short(trace_id)),
+                        );
+                    }
+                }
+                if step.is_terminal() || status != SpanStatus::Completed {
+                    active.remove(&trace_id);
+                }
+            }
+            Progress::Notice(text) => line(live, &mut drawn, &format!("{} {text}", stamp())),
+        }
+        if live {
+            redraw(&active, &mut drawn);
+        }
+    }
+    if live {
+        clear(&mut drawn);
+    }
+}
+
+fn stamp() -> String {
+    chrono::Utc::now().format("%H:%M:%S").to_string()
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+fn trace_label(store: &AutopilotStore, trace_id: Uuid) -> String {
+    store
+        .load_trace(trace_id)
+        .map(|v| v.index.event)
+        .unwrap_or_default()
+}
+
+/// The message of a notify span that answered on the local channel.
+fn local_answer(store: &AutopilotStore, span_id: Uuid) -> Option<String> {
+    let span = store.read_span(span_id).ok()?;
+    let local = span
+        .meta
+        .get("channel")
+        .is_some_and(|c| c == "local" || c.get("type").is_some_and(|t| t == "local"));
+    if !local {
+        return None;
+    }
+    span.meta
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(str::to_owned)
+}
+
+/// Print a log line: above the live view on a terminal, plainly otherwise.
+fn line(live: bool, drawn: &mut usize, text: &str) {
+    let mut out = std::io::stdout().lock();
+    if live {
+        clear_locked(&mut out, drawn);
+    }
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+}
+
+fn clear(drawn: &mut usize) {
+    let mut out = std::io::stdout().lock();
+    clear_locked(&mut out, drawn);
+}
+
+fn clear_locked(out: &mut impl Write, drawn: &mut usize) {
+    for _ in 0..*drawn {
+        let _ = write!(out, "\x1b[1A\x1b[2K");
+    }
+    *drawn = 0;
+}
+
+fn redraw(active: &BTreeMap<Uuid, Active>, drawn: &mut usize) {
+    let mut out = std::io::stdout().lock();
+    clear_locked(&mut out, drawn);
+    let _ = writeln!(out, "── {} trace(s) in progress ──", active.len());
+    *drawn += 1;
+    for (id, a) in active {
+        let _ = writeln!(
+            out,
+            "  {} {:<10} {:>5}s  {}",
+            short(*id),
+            a.step.as_str(),
+            a.since.elapsed().as_secs(),
+            a.label
+        );
+        *drawn += 1;
+    }
+    let _ = out.flush();
+}

@@ -1,0 +1,264 @@
+//! `rover autopilot start`: the daemon. One per project (the daemon lock), it checks what it
+//! needs before taking work (a GitHub token unless `--local`, the agent CLI), recovers what a
+//! crash left, then polls the event sources and runs the orchestrator until SIGINT/SIGTERM
+//! (graceful; a second signal exits at once). `--once` is one poll and one drain, for cron.
+//! SIGUSR1 (sent by `rover autopilot submit`) wakes it to pick up new local requests at once.
+
+mod console;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agents::agent_from_settings;
+use crate::cli::{CliError, Context};
+use crate::config::RoverConfig;
+use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
+use crate::orchestrator::StepOrchestrator;
+use crate::sandbox::{DockerSandbox, Sandbox};
+use crate::steps::event::{poll_github, resume_poller};
+use crate::steps::{build_steps, Services};
+use crate::store::{AutopilotStore, DaemonLock};
+
+/// How `start` runs.
+#[derive(Debug, Clone, Copy)]
+pub struct StartOptions {
+    pub once: bool,
+    /// Only local requests (`rover autopilot submit`); no GitHub token needed.
+    pub local: bool,
+}
+
+pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
+    let project = ctx.project()?;
+    let config = RoverConfig::load(&project.root)
+        .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+    let data_dir = crate::project::data_dir()?;
+    let store = AutopilotStore::open(&data_dir, &project.id)?;
+    let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
+    let log = crate::logging::init(&store.log_path()).map_err(|e| {
+        CliError::Refused(format!(
+            "cannot open the log {}: {e}",
+            store.log_path().display()
+        ))
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Refused(format!("cannot start the async runtime: {e}")))?;
+    let code = runtime.block_on(run(project, config, store, options));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    drop(log);
+    drop(lock);
+    code
+}
+
+async fn run(
+    project: crate::project::Project,
+    config: RoverConfig,
+    store: AutopilotStore,
+    options: StartOptions,
+) -> Result<ExitCode, CliError> {
+    // GitHub: required unless the daemon serves local requests only.
+    let token = crate::github::token_from_env().ok();
+    let github: Option<Arc<dyn GitHub>> = if options.local {
+        None
+    } else {
+        let token = token.clone().ok_or_else(|| CliError::Refused(
+            "no GitHub token: set GITHUB_TOKEN (or GH_TOKEN) to a token that can read the repository and write issues and pull requests, or run `rover autopilot start --local` for local requests only".into(),
+        ))?;
+        let repo = project.repo.clone().ok_or_else(|| CliError::Refused(
+            "cannot tell which GitHub repository to watch: the `origin` remote is not a GitHub URL; pass --repo OWNER/NAME".into(),
+        ))?;
+        let repo =
+            RepoRef::parse(&repo.to_string()).map_err(|e| CliError::Refused(e.to_string()))?;
+        let client = OctoGitHub::new(
+            &crate::github::octo::api_url_from_env(),
+            &token,
+            repo,
+            &config.autopilot.github,
+        )
+        .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+        Some(Arc::new(client))
+    };
+
+    // The agent CLI must answer before rover takes any work.
+    let agent = agent_from_settings(&config.autopilot.agent);
+    let version = agent
+        .check()
+        .await
+        .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+    tracing::info!(agent = %version, "agent ready");
+
+    // Docker is needed by workflows only: without it rover still answers, and workflows fail
+    // with a clear reason.
+    let sandbox: Option<Arc<dyn Sandbox>> =
+        match DockerSandbox::connect(config.autopilot.sandbox.env_allow.clone()).await {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                println!(
+                    "warning: {}; workflows will fail until Docker answers",
+                    crate::cli::error_chain(&e)
+                );
+                tracing::warn!(error = %e, "no Docker engine");
+                None
+            }
+        };
+
+    let secrets: Vec<String> = token.iter().cloned().collect();
+    let services = Arc::new(Services {
+        repo_root: project.root.clone(),
+        repo: project.repo.clone(),
+        project_id: project.id.clone(),
+        agent,
+        github: github.clone(),
+        sandbox,
+        redactor: Redactor::new(secrets).with_env_secrets(),
+        github_token: token,
+        git_env: Vec::new(),
+        config: config.clone(),
+    });
+    let orchestrator = StepOrchestrator::new(
+        store.clone(),
+        build_steps(&services),
+        config.autopilot.pipeline.orchestrator(),
+    );
+    let console = tokio::spawn(console::run(orchestrator.subscribe(), store.clone()));
+    println!(
+        "rover autopilot {} for {} (project {}, store {})",
+        if options.once {
+            "running once"
+        } else {
+            "started"
+        },
+        project
+            .repo
+            .as_ref()
+            .map_or_else(|| project.root.display().to_string(), ToString::to_string),
+        project.id,
+        store.root().display()
+    );
+    let recovered = orchestrator.recover().await?;
+    if !recovered.is_empty() {
+        println!(
+            "recovered {} step run(s) left by the last stop",
+            recovered.len()
+        );
+    }
+
+    let shutdown = CancellationToken::new();
+    spawn_signals(shutdown.clone(), orchestrator.clone());
+
+    let poller_task = github.map(|gh| {
+        let store = store.clone();
+        let orch = orchestrator.clone();
+        let token = shutdown.clone();
+        let project_id = project.id.clone();
+        let settings = config.autopilot.github.poll.clone();
+        let once = options.once;
+        tokio::spawn(
+            async move { poll_loop(store, project_id, gh, settings, orch, token, once).await },
+        )
+    });
+
+    let result = if options.once {
+        if let Some(task) = poller_task {
+            let _ = task.await;
+        }
+        orchestrator.run_until_idle(shutdown.clone()).await
+    } else {
+        let r = orchestrator.run(shutdown.clone()).await;
+        shutdown.cancel();
+        if let Some(task) = poller_task {
+            let _ = task.await;
+        }
+        r
+    };
+    drop(orchestrator);
+    let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
+    result?;
+    println!("rover autopilot stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits).
+async fn poll_loop(
+    store: AutopilotStore,
+    project_id: String,
+    github: Arc<dyn GitHub>,
+    settings: crate::github::PollSettings,
+    orchestrator: StepOrchestrator,
+    shutdown: CancellationToken,
+    once: bool,
+) {
+    let mut poller = match resume_poller(&store, settings) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the event cursor; not polling");
+            println!("error: cannot read the event cursor: {e}; not polling GitHub");
+            return;
+        }
+    };
+    loop {
+        match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
+            Ok(report) if !report.new_traces.is_empty() => {
+                println!("{} new event(s) from GitHub", report.new_traces.len());
+                orchestrator.wake();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "polling GitHub failed");
+                println!(
+                    "warning: polling GitHub failed: {}",
+                    crate::cli::error_chain(&e)
+                );
+            }
+        }
+        if once {
+            return;
+        }
+        let wait = poller
+            .next_poll_at()
+            .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
+            .unwrap_or(Duration::from_secs(60))
+            .max(Duration::from_millis(100));
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// SIGINT/SIGTERM: the first stops gracefully, a second exits at once. SIGUSR1: drain now.
+fn spawn_signals(shutdown: CancellationToken, orchestrator: StepOrchestrator) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::user_defined1()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::spawn(async move {
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+                _ = usr1.recv() => { orchestrator.wake(); continue; }
+            }
+            if stopping {
+                eprintln!(
+                    "second signal: exiting now; cut-off steps are recovered at the next start"
+                );
+                std::process::exit(130);
+            }
+            stopping = true;
+            println!("stopping: no new work; running steps get their grace period (signal again to exit at once)");
+            shutdown.cancel();
+        }
+    });
+}
