@@ -1,6 +1,7 @@
 //! `rover autopilot start` as a user runs it: in the background until SIGTERM, `--once` for cron,
 //! one daemon per project, and SIGKILL at random moments with every trace still finishing once.
 
+use std::io::Read;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,10 @@ fn spawn_start(env: &TestEnv, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start rover")
+}
+
+fn pid(child: &Child) -> Pid {
+    Pid::from_raw(i32::try_from(child.id()).expect("pids fit in i32"))
 }
 
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
@@ -84,7 +89,7 @@ fn start_runs_until_sigterm_and_stops_cleanly() {
         store.daemon_pid().is_some(),
         "the daemon lock names the running daemon"
     );
-    kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+    kill(pid(&daemon), Signal::SIGTERM).unwrap();
     let out = wait_output(&mut daemon);
     assert_eq!(out.0, Some(0), "graceful stop exits 0: {}", out.2);
     assert!(out.1.contains("rover autopilot stopped"), "{}", out.1);
@@ -105,7 +110,6 @@ fn wait_output(child: &mut Child) -> (Option<i32>, String, String) {
         if let Some(status) = child.try_wait().unwrap() {
             let mut out = String::new();
             let mut err = String::new();
-            use std::io::Read;
             child
                 .stdout
                 .take()
@@ -147,7 +151,7 @@ fn a_second_start_is_refused_naming_the_pid() {
         "{}",
         stdout(&status)
     );
-    kill(Pid::from_raw(first.id() as i32), Signal::SIGTERM).unwrap();
+    kill(pid(&first), Signal::SIGTERM).unwrap();
     assert_eq!(wait_output(&mut first).0, Some(0));
 }
 
