@@ -11,6 +11,7 @@
     clippy::cast_possible_wrap
 )]
 
+mod orchestrator;
 mod store;
 
 fn main() {
@@ -24,8 +25,13 @@ fn main() {
         std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         chrono::Utc::now().format("%Y-%m-%d")
     );
+    let mut floor = None;
     if wants("store") {
-        store::run();
+        floor = Some(store::run());
+    }
+    if wants("orchestrator") {
+        let floor = floor.unwrap_or_else(store::floor_only);
+        orchestrator::run(floor);
     }
 }
 

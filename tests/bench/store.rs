@@ -16,7 +16,13 @@ use crate::percentiles;
 
 const WRITES: usize = 300;
 
-pub fn run() {
+/// The atomic-write floor alone (for sections run without the store section).
+pub fn floor_only() -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    atomic_write_floor(dir.path())
+}
+
+pub fn run() -> f64 {
     let dir = tempfile::tempdir_in(
         std::env::var_os("ROVER_BENCH_DIR")
             .unwrap_or_else(|| std::env::temp_dir().into_os_string()),
@@ -26,6 +32,7 @@ pub fn run() {
     let floor = atomic_write_floor(dir.path());
     queue_ops(dir.path(), floor);
     trace_lookup(dir.path());
+    floor
 }
 
 /// One atomic write (temp file, fsync, rename, fsync dir) of a state-sized document.
