@@ -398,3 +398,91 @@ async fn find_or_open(
         .map_err(|e| github_step_error("open the pull request", &e).detail("head", branch))?;
     Ok((pr, true))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::{Channel, EventAction, NormalizedEvent, Visibility};
+
+    fn event(kind: EventKind, is_pr: bool) -> EventMeta {
+        let mut e = NormalizedEvent::local("1", "alice", "", chrono::Utc::now());
+        e.kind = kind;
+        e.action = Some(EventAction::Opened);
+        e.number = Some(12);
+        e.is_pull_request = is_pr;
+        e.channel = Channel::IssueComment { number: 12 };
+        e.visibility = Visibility::Public;
+        EventMeta {
+            source: EventSource::Github,
+            label: "IssuesEvent opened #12 by alice".into(),
+            kind: kind.as_str().into(),
+            action: Some("opened".into()),
+            channel: e.channel.clone(),
+            visibility: e.visibility,
+            event: Some(e),
+            request: None,
+        }
+    }
+
+    fn task(title: &str, branch: &str) -> Task {
+        Task {
+            mapping: TaskMapping {
+                task_id: branch.into(),
+                branch_name: branch.into(),
+                trace_id: Uuid::new_v4(),
+                workflow_span_id: Uuid::new_v4(),
+                extra: serde_json::Map::new(),
+            },
+            meta: Some(WorkflowMeta {
+                title: title.into(),
+                description: format!("\n{title} in detail\nmore"),
+                ..WorkflowMeta::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn only_issue_events_are_closed_by_the_pr() {
+        assert_eq!(closes(&event(EventKind::Issues, false)), Some(12));
+        assert_eq!(closes(&event(EventKind::IssueComment, false)), Some(12));
+        assert_eq!(closes(&event(EventKind::IssueComment, true)), None);
+        assert_eq!(closes(&event(EventKind::PullRequestReview, true)), None);
+    }
+
+    #[test]
+    fn title_and_body_come_from_the_tasks() {
+        let a = task("Fix the parser", "rover/a");
+        let b = task("Add tests", "rover/b");
+        let ev = event(EventKind::Issues, false);
+        assert_eq!(pr_title(&[&a], &ev), "Fix the parser");
+        assert_eq!(pr_title(&[&a, &b], &ev), "Fix the parser (+1 more)");
+        assert_eq!(pr_title(&[], &ev), ev.label);
+        let body = pr_body(&[&a, &b], &ev);
+        assert!(
+            body.contains("- **Fix the parser**: Fix the parser in detail"),
+            "{body}"
+        );
+        assert!(
+            body.contains("- **Add tests**: Add tests in detail"),
+            "{body}"
+        );
+        assert!(body.trim_end().ends_with("Closes #12"), "{body}");
+    }
+
+    #[test]
+    fn branches_of_the_action_win_and_repeat_once() {
+        let tasks = vec![
+            task("a", "rover/a"),
+            task("b", "rover/b"),
+            task("a2", "rover/a"),
+        ];
+        assert_eq!(
+            branches_to_push(&PushMeta::default(), &tasks),
+            vec!["rover/a", "rover/b"]
+        );
+        let meta = PushMeta {
+            branches: vec!["rover/b".into(), "rover/b".into()],
+        };
+        assert_eq!(branches_to_push(&meta, &tasks), vec!["rover/b"]);
+    }
+}

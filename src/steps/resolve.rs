@@ -299,9 +299,11 @@ fn has_review_workflow(view: &TraceView) -> bool {
         .any(|m| m.workflow_type != WorkflowType::Swe)
 }
 
-/// The finished span and actions for an agent's (or a quick exit's) decision.
+/// The finished span and actions for an agent's decision, and the decision taken (`fail` when
+/// the agent's decision could not be carried out).
 struct Decided {
     finished: Finished,
+    decision: ResolveDecision,
 }
 
 fn fail_finished(view: &TraceView, summary: String, why: &str) -> Finished {
@@ -360,6 +362,7 @@ fn decide(
                         format!("fail: the agent asked to iterate but the trace has no workflow ({reasoning})"),
                         &reasoning,
                     ),
+                    decision: ResolveDecision::Fail,
                 });
             };
             let branch = mappings
@@ -386,13 +389,19 @@ fn decide(
         ResolveDecision::Retry => {
             let step = result.retry_step.unwrap_or(RetryStep::Commit);
             match retry_action(view, mappings, step, &reasoning) {
-                Some(action) => Finished::completed(format!("retry {}: {reasoning}", action.kind))
-                    .then(action),
-                None => fail_finished(
-                    view,
-                    format!("fail: the agent asked to retry a {step:?} but the trace has none to retry ({reasoning})"),
-                    &reasoning,
-                ),
+                Some(action) => {
+                    Finished::completed(format!("retry {}: {reasoning}", action.kind)).then(action)
+                }
+                None => {
+                    return Ok(Decided {
+                        finished: fail_finished(
+                            view,
+                            format!("fail: the agent asked to retry a {step:?} but the trace has none to retry ({reasoning})"),
+                            &reasoning,
+                        ),
+                        decision: ResolveDecision::Fail,
+                    });
+                }
             }
         }
         ResolveDecision::Fail => {
@@ -400,7 +409,10 @@ fn decide(
             fail_finished(view, format!("fail: {reasoning}"), &why)
         }
     };
-    Ok(Decided { finished })
+    Ok(Decided {
+        finished,
+        decision: result.decision,
+    })
 }
 
 /// The re-enqueued action for a `retry`: the latest unsuccessful action of that step, same meta.
@@ -536,9 +548,10 @@ impl Step for ResolveStep {
                     .detail("workdir", &dir)
             })?;
         let result = answer.value;
-        let Decided { finished } = decide(view, &state.mappings, &result)?;
+        let Decided { finished, decision } = decide(view, &state.mappings, &result)?;
         let finished = finished
-            .meta("decision", result.decision)
+            .meta("decision", decision)
+            .meta("agentDecision", result.decision)
             .meta("reasoning", &result.reasoning)
             .meta("correctiveCommands", &result.corrective_commands)
             .meta("instructions", &result.instructions)
@@ -550,5 +563,241 @@ impl Step for ResolveStep {
             .meta("agentAttempts", answer.attempts)
             .meta("costUsd", answer.response.cost_usd);
         Ok(Outcome::Finished(finished))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, TimeDelta, Utc};
+
+    use super::*;
+    use crate::store::{Meta, TraceIndex};
+
+    /// A trace built span by span, each a minute after the previous one.
+    struct Builder {
+        view: TraceView,
+        clock: DateTime<Utc>,
+    }
+
+    impl Builder {
+        fn new() -> Builder {
+            let clock = Utc::now();
+            let mut root = Span::root(Uuid::new_v4(), clock, Meta::new());
+            root.finish(SpanStatus::Completed, "event", Meta::new(), clock)
+                .expect("finish");
+            let index = TraceIndex::new(&root, "test".into());
+            Builder {
+                view: TraceView {
+                    index,
+                    spans: vec![root],
+                    actions: Vec::new(),
+                    pending: Vec::new(),
+                    missing: Vec::new(),
+                },
+                clock,
+            }
+        }
+
+        /// Adds a finished span of `step` for a new action with `meta`; returns the action id.
+        fn span(&mut self, step: StepKind, status: SpanStatus, meta: Meta, out: Meta) -> Uuid {
+            let parent = self.view.spans.last().expect("root").clone();
+            let action = Action::new(step.clone(), &parent, "test", meta, self.clock);
+            let mut span = Span::start(step, &action, self.view.trace_id(), self.clock);
+            self.clock += TimeDelta::minutes(1);
+            span.finish(status, "done", out, self.clock)
+                .expect("finish");
+            self.clock += TimeDelta::minutes(1);
+            let id = action.id;
+            self.view.actions.push(action);
+            self.view.spans.push(span);
+            id
+        }
+
+        fn commit(&mut self, workflow: Uuid, status: SpanStatus) -> Uuid {
+            let meta = CommitMeta {
+                workflow_action_id: Some(workflow),
+                task_status: meta::TaskStatus::Completed,
+                summary: None,
+            };
+            let meta = match serde_json::to_value(meta) {
+                Ok(Value::Object(m)) => m,
+                _ => Meta::new(),
+            };
+            self.span(StepKind::Commit, status, meta, Meta::new())
+        }
+
+        fn resolve(&mut self, decision: &str) -> Uuid {
+            let mut out = Meta::new();
+            out.insert("decision".into(), decision.into());
+            self.span(StepKind::Resolve, SpanStatus::Completed, Meta::new(), out)
+        }
+
+        fn span_of(&self, action: Uuid) -> Uuid {
+            self.view
+                .spans
+                .iter()
+                .find(|s| s.action_id == Some(action))
+                .expect("span")
+                .id
+        }
+    }
+
+    fn mapping(trace: Uuid, branch: &str) -> TaskMapping {
+        TaskMapping {
+            task_id: branch.into(),
+            branch_name: branch.into(),
+            trace_id: trace,
+            workflow_span_id: Uuid::new_v4(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn a_resolve_after_the_last_commit_supersedes_later_ones() {
+        let mut b = Builder::new();
+        let wf_a = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(wf_a, SpanStatus::Completed);
+        let wf_b = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(wf_b, SpanStatus::Completed);
+        let first = b.resolve("push");
+        // The second resolve of the trace (its span is still running).
+        let current = Uuid::new_v4();
+        assert_eq!(superseding(&b.view, current), Some(b.span_of(first)));
+        // A commit after that resolve (an iteration) makes the next resolve decide again.
+        b.commit(wf_b, SpanStatus::Completed);
+        assert_eq!(superseding(&b.view, current), None);
+    }
+
+    #[test]
+    fn only_iterate_and_retry_count_as_retries() {
+        let mut b = Builder::new();
+        assert_eq!(retries_so_far(&b.view), 0);
+        b.resolve("iterate");
+        b.resolve("push");
+        b.resolve("retry");
+        b.resolve("fail");
+        assert_eq!(retries_so_far(&b.view), 2);
+    }
+
+    #[test]
+    fn branches_come_from_completed_commits_once_each() {
+        let mut b = Builder::new();
+        let trace = b.view.trace_id();
+        let wf_a = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        let wf_b = b.span(
+            StepKind::Workflow,
+            SpanStatus::Failed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(wf_a, SpanStatus::Completed);
+        b.commit(wf_b, SpanStatus::Error);
+        b.commit(wf_a, SpanStatus::Completed);
+        let mappings: BTreeMap<String, TaskMapping> = [
+            (wf_a.to_string(), mapping(trace, "rover/a")),
+            (wf_b.to_string(), mapping(trace, "rover/b")),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(committed_branches(&b.view, &mappings), vec!["rover/a"]);
+    }
+
+    #[test]
+    fn iterate_reuses_the_failed_task_and_its_branch() {
+        let mut b = Builder::new();
+        let trace = b.view.trace_id();
+        let task = WorkflowMeta {
+            title: "parser".into(),
+            description: "d".into(),
+            depends_on: vec![Uuid::new_v4()],
+            ..WorkflowMeta::default()
+        };
+        let meta = match serde_json::to_value(&task) {
+            Ok(Value::Object(m)) => m,
+            _ => Meta::new(),
+        };
+        let wf = b.span(StepKind::Workflow, SpanStatus::Failed, meta, Meta::new());
+        b.commit(wf, SpanStatus::Completed);
+        let mappings: BTreeMap<String, TaskMapping> =
+            [(wf.to_string(), mapping(trace, "rover/parser"))]
+                .into_iter()
+                .collect();
+        let result = ResolveResult {
+            decision: ResolveDecision::Iterate,
+            reasoning: "wrong approach".into(),
+            instructions: Some("try a table".into()),
+            retry_step: None,
+            message: None,
+            corrective_commands: Vec::new(),
+        };
+        let decided = decide(&b.view, &mappings, &result).expect("decided");
+        assert_eq!(decided.decision, ResolveDecision::Iterate);
+        let next = &decided.finished.actions[0];
+        assert_eq!(next.kind, StepKind::Workflow);
+        let again: WorkflowMeta =
+            serde_json::from_value(Value::Object(next.meta.clone())).expect("meta");
+        assert_eq!(again.iterate_on, Some(wf));
+        assert_eq!(again.branch.as_deref(), Some("rover/parser"));
+        assert_eq!(again.instructions.as_deref(), Some("try a table"));
+        assert!(again.depends_on.is_empty());
+        assert_eq!(again.title, "parser");
+    }
+
+    #[test]
+    fn a_retry_with_nothing_to_retry_becomes_a_failure_notify() {
+        let b = Builder::new();
+        let result = ResolveResult {
+            decision: ResolveDecision::Retry,
+            reasoning: "fixed".into(),
+            instructions: None,
+            retry_step: Some(RetryStep::Push),
+            message: None,
+            corrective_commands: Vec::new(),
+        };
+        let decided = decide(&b.view, &BTreeMap::new(), &result).expect("decided");
+        assert_eq!(decided.decision, ResolveDecision::Fail);
+        let next = &decided.finished.actions[0];
+        assert_eq!(next.kind, StepKind::Notify);
+        assert_eq!(next.meta["purpose"], Value::from("failure"));
+    }
+
+    #[test]
+    fn the_prompt_lists_the_trace_and_the_error_details() {
+        let mut b = Builder::new();
+        let wf = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        let mut error = Meta::new();
+        error.insert(
+            "error".into(),
+            serde_json::json!({"command": ["git", "commit"], "exitCode": 1,
+                "stderr": "pre-commit: eslint: not found"}),
+        );
+        b.commit(wf, SpanStatus::Completed);
+        b.span(StepKind::Commit, SpanStatus::Error, Meta::new(), error);
+        let trace = render_trace(&b.view);
+        assert!(trace.contains("- commit [error] done"), "{trace}");
+        let errors = render_errors(&b.view);
+        assert!(errors.contains("eslint: not found"), "{errors}");
+        assert!(errors.contains("\"exitCode\": 1"), "{errors}");
+        assert_eq!(render_errors(&Builder::new().view), "No step failed.");
     }
 }

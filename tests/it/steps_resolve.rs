@@ -339,8 +339,23 @@ impl World {
         tasks: Vec<WorkflowMeta>,
         scripts: &[(&str, TaskScript)],
     ) -> World {
+        World::new_with(script, config, github, tasks, scripts, |_, _| {})
+    }
+
+    /// Like `new`, with the services adjusted before the steps get them.
+    fn new_with(
+        script: &Value,
+        config: RoverConfig,
+        github: Option<Arc<dyn GitHub>>,
+        tasks: Vec<WorkflowMeta>,
+        scripts: &[(&str, TaskScript)],
+        adjust: impl FnOnce(&mut Services, &Pipeline),
+    ) -> World {
         let p = Pipeline::new();
-        let services = p.services(script, config, github, None);
+        let mut owned = Arc::into_inner(p.services(script, config, github, None))
+            .expect("a fresh Arc has one owner");
+        adjust(&mut owned, &p);
+        let services = Arc::new(owned);
         let workflow = FakeWorkflowStep::new(services.clone(), scripts);
         World {
             p,
@@ -461,6 +476,9 @@ fn submit_issue(p: &Pipeline, number: u64) -> Uuid {
         .expect("create trace");
     root.id
 }
+
+/// The GitHub token handed to `Services` in the push test.
+const SECRET_TOKEN: &str = "ghp_pushtoken0123456789abcdefghijkl";
 
 fn push_script() -> Value {
     json!([{"structured": answer("push", &json!({}))}])
@@ -733,7 +751,7 @@ async fn resolver_fails_without_the_agent_when_retries_are_exhausted() {
 }
 
 #[tokio::test]
-async fn resolver_notify_for_a_review_and_fail_with_the_agents_message() {
+async fn resolver_notifies_the_findings_of_a_review() {
     let script = resolve_script(&[answer(
         "notify",
         &json!({"message": "Two findings: the parser panics on empty input."}),
@@ -753,6 +771,49 @@ async fn resolver_notify_for_a_review_and_fail_with_the_agents_message() {
         Some("Two findings: the parser panics on empty input.")
     );
     assert!(!w.origin_has("rover/review-the-parser"));
+}
+
+#[tokio::test]
+async fn resolver_fails_with_the_agents_message() {
+    let script = resolve_script(&[answer(
+        "fail",
+        &json!({"message": "The task asks for a database this repository does not have."}),
+    )]);
+    let w = World::new(
+        &script,
+        RoverConfig::default(),
+        None,
+        vec![task("parser")],
+        &[(
+            "parser",
+            TaskScript {
+                fail_runs: 1,
+                ..TaskScript::default()
+            },
+        )],
+    );
+    let trace = w.run_local("add a parser").await;
+    assert_eq!(
+        w.p.chain(trace),
+        vec![
+            "event:completed",
+            "coordinate:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    let resolve = span_meta(&w.p, trace, "resolve");
+    assert_eq!(resolve["decision"], json!("fail"));
+    assert_eq!(resolve["reasoning"], json!("decided fail"));
+    let notify = notify_of(&w.p, trace);
+    assert_eq!(notify.purpose, NotifyPurpose::Failure);
+    assert_eq!(notify.failed_step.as_deref(), Some("workflow"));
+    assert_eq!(
+        notify.error.as_deref(),
+        Some("The task asks for a database this repository does not have.")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -839,12 +900,50 @@ async fn pusher_finds_the_existing_pr_instead_of_opening_another() {
 
 #[tokio::test]
 async fn pusher_rebases_onto_a_diverged_remote_and_never_forces() {
-    let w = World::new(
+    // Every `git` the workspace runs goes through a wrapper that records its argv and whether
+    // the token variable reached it.
+    let commands = Arc::new(Mutex::new(PathBuf::new()));
+    let recorded = commands.clone();
+    let w = World::new_with(
         &push_script(),
         RoverConfig::default(),
         None,
         vec![task("parser")],
         &[("parser", write("parser.txt", "parser"))],
+        move |services, p| {
+            let dir = p.repo.dir.path().join("wrapper");
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            let log = p.repo.dir.path().join("git-commands.log");
+            let real = String::from_utf8(
+                std::process::Command::new("sh")
+                    .args(["-c", "command -v git"])
+                    .output()
+                    .expect("sh")
+                    .stdout,
+            )
+            .expect("utf-8");
+            let wrapper = dir.join("git");
+            std::fs::write(
+                &wrapper,
+                format!(
+                    "#!/bin/sh\nprintf '%s\\n' \"token=${{ROVER_GIT_TOKEN:+set}} $*\" >> '{}'\nexec '{}' \"$@\"\n",
+                    log.display(),
+                    real.trim()
+                ),
+            )
+            .expect("wrapper");
+            let mut perms = std::fs::metadata(&wrapper).expect("meta").permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+            std::fs::set_permissions(&wrapper, perms).expect("chmod");
+            let path = format!(
+                "{}:{}",
+                dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+            services.git_env.push(("PATH".into(), path));
+            services.github_token = Some(SECRET_TOKEN.into());
+            *recorded.lock().expect("lock") = log;
+        },
     );
     let origin = w.p.repo.origin.clone();
     git(&origin, &["config", "receive.denyNonFastForwards", "true"]);
@@ -915,7 +1014,28 @@ async fn pusher_rebases_onto_a_diverged_remote_and_never_forces() {
         }
         git(&origin, &["merge-base", "--is-ancestor", old, new]);
     }
-    assert!(!updates.contains("--force"));
+    // The commands: push rejected, pull --rebase, push again; never forced, token only in env.
+    let log = commands.lock().expect("lock").clone();
+    let commands = std::fs::read_to_string(&log).expect("git command log");
+    let pushes: Vec<&str> = commands
+        .lines()
+        .filter(|l| l.split(' ').nth(3) == Some("push"))
+        .collect();
+    assert_eq!(pushes.len(), 2, "{commands}");
+    for push in &pushes {
+        assert!(push.starts_with("token=set -C "), "{push}");
+        assert!(
+            push.ends_with("origin refs/heads/rover/parser:refs/heads/rover/parser"),
+            "{push}"
+        );
+    }
+    assert!(commands.contains("pull --rebase"), "{commands}");
+    for forced in ["--force", " -f ", "+refs/", "--mirror", "--delete"] {
+        assert!(!commands.contains(forced), "{forced} in {commands}");
+    }
+    assert!(!commands.contains(SECRET_TOKEN), "{commands}");
+    let spans = serde_json::to_string(&w.p.trace(trace).spans).expect("json");
+    assert!(!spans.contains(SECRET_TOKEN));
 }
 
 #[tokio::test]
