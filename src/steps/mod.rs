@@ -5,11 +5,15 @@
 pub mod event;
 pub mod meta;
 pub mod noop;
+pub mod push;
+pub mod resolve;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use noop::NoopStep;
+pub use push::PushStep;
+pub use resolve::ResolveStep;
 
 use crate::agents::{Agent, AgentSettings};
 use crate::config::RoverConfig;
@@ -54,6 +58,10 @@ impl Services {
 }
 
 /// Every step rover has, wired to `services`.
-pub fn build_steps(_services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
-    vec![Arc::new(NoopStep)]
+pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
+    vec![
+        Arc::new(NoopStep),
+        Arc::new(ResolveStep::new(services.clone())),
+        Arc::new(PushStep::new(services.clone())),
+    ]
 }

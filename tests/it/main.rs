@@ -12,4 +12,5 @@ mod github;
 mod inspect;
 mod orchestrator;
 mod sandbox;
+mod steps_resolve;
 mod store;

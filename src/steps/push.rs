@@ -1,0 +1,488 @@
+//! The `push` step: consolidates the trace's task branches into one, pushes it with the `git`
+//! CLI (upstream set, rebase-and-retry on a non-fast-forward rejection, never forced) and, for
+//! GitHub events, finds the branch's open pull request or opens one whose body links the issue
+//! ("Closes #N") and carries rover's footer. Deterministic: no agent.
+//!
+//! A merge conflict or a failed push is an error of this step, with the conflicting files or the
+//! git command (argv, exit code, stdout, stderr) in `meta.error`; the orchestrator's fail-forward
+//! turns it into a `notify` with purpose `failure`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::meta::{
+    self, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
+};
+use super::resolve::mapping_worktree;
+use super::Services;
+use crate::git::{BranchBase, GitError, Workspace};
+use crate::github::{compose, EventKind, GitHubError, NewPullRequest, PullRequest};
+use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
+
+/// The pusher step.
+pub struct PushStep {
+    services: Arc<Services>,
+}
+
+impl PushStep {
+    pub fn new(services: Arc<Services>) -> PushStep {
+        PushStep { services }
+    }
+}
+
+/// A task of the trace: its workflow action, mapping and meta.
+struct Task {
+    mapping: TaskMapping,
+    meta: Option<WorkflowMeta>,
+}
+
+fn git_step_error(context: &str, err: &GitError) -> StepError {
+    let mut step_err = StepError::from_error(err, err.is_retryable()).detail("operation", context);
+    if let Some(failure) = err.command_failure() {
+        step_err = step_err
+            .detail("command", &failure.command)
+            .detail("exitCode", failure.exit_code)
+            .detail("stdout", &failure.stdout)
+            .detail("stderr", &failure.stderr)
+            .detail("truncated", failure.truncated);
+    }
+    if let GitError::MergeConflict {
+        source_branch,
+        files,
+    } = err
+    {
+        step_err = step_err
+            .detail("sourceBranch", source_branch)
+            .detail("conflicts", files);
+    }
+    step_err
+}
+
+fn github_step_error(context: &str, err: &GitHubError) -> StepError {
+    StepError::from_error(err, err.is_retryable()).detail("operation", context)
+}
+
+/// The tasks of the trace in the order their workflows ran.
+fn tasks(view: &TraceView, mappings: BTreeMap<String, TaskMapping>) -> Vec<Task> {
+    let mut tasks: Vec<Task> = mappings
+        .into_iter()
+        .filter_map(|(key, mapping)| {
+            let action_id = Uuid::parse_str(&key).ok()?;
+            let meta = view
+                .actions
+                .iter()
+                .find(|a| a.id == action_id)
+                .and_then(|a| meta::read::<WorkflowMeta>(a).ok());
+            Some(Task { mapping, meta })
+        })
+        .collect();
+    let order = |t: &Task| {
+        view.spans
+            .iter()
+            .position(|s| s.id == t.mapping.workflow_span_id)
+            .unwrap_or(usize::MAX)
+    };
+    tasks.sort_by_key(order);
+    tasks
+}
+
+/// The branches to push: the action's, else those of the trace's tasks; each once, in order.
+fn branches_to_push(push: &PushMeta, tasks: &[Task]) -> Vec<String> {
+    let source: Vec<String> = if push.branches.is_empty() {
+        tasks
+            .iter()
+            .map(|t| t.mapping.branch_name.clone())
+            .collect()
+    } else {
+        push.branches.clone()
+    };
+    let mut out = Vec::new();
+    for branch in source {
+        if !out.contains(&branch) {
+            out.push(branch);
+        }
+    }
+    out
+}
+
+/// The PR title: the first task's title (and how many more), else the event's label.
+fn pr_title(tasks: &[&Task], event: &EventMeta) -> String {
+    let titles: Vec<&str> = tasks
+        .iter()
+        .filter_map(|t| t.meta.as_ref().map(|m| m.title.as_str()))
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    match titles.as_slice() {
+        [] => event.label.clone(),
+        [one] => (*one).to_owned(),
+        [first, rest @ ..] => format!("{first} (+{} more)", rest.len()),
+    }
+}
+
+/// The issue a PR closes: the number of an issue event (not of a pull request).
+fn closes(event: &EventMeta) -> Option<u64> {
+    let e = event.event.as_ref()?;
+    let issue_kind = matches!(e.kind, EventKind::Issues | EventKind::IssueComment);
+    (issue_kind && !e.is_pull_request)
+        .then_some(e.number)
+        .flatten()
+}
+
+/// The PR body (before the footer): what was done, per task, and the issue it closes.
+fn pr_body(tasks: &[&Task], event: &EventMeta) -> String {
+    let mut body = String::from("## Summary\n\n");
+    for task in tasks {
+        match &task.meta {
+            Some(m) => {
+                let _ = writeln!(
+                    body,
+                    "- **{}**: {}",
+                    m.title.trim(),
+                    first_line(&m.description)
+                );
+            }
+            None => {
+                let _ = writeln!(body, "- task `{}`", task.mapping.task_id);
+            }
+        }
+    }
+    if tasks.is_empty() {
+        let _ = writeln!(body, "- {}", event.label);
+    }
+    if let Some(n) = closes(event) {
+        let _ = write!(body, "\nCloses #{n}\n");
+    }
+    body
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+}
+
+/// What the push did, for the span.
+struct Pushed {
+    target: String,
+    merged: Vec<String>,
+    rebased: bool,
+    worktree: PathBuf,
+}
+
+impl PushStep {
+    async fn workspace(&self) -> Result<Workspace, GitError> {
+        let mut ws = Workspace::open(self.services.repo_root.clone()).await?;
+        for (k, v) in &self.services.git_env {
+            ws = ws.with_env(k, v);
+        }
+        Ok(ws)
+    }
+
+    /// Merge the other branches into the first in its worktree, then push it.
+    async fn consolidate_and_push(
+        &self,
+        ctx: &StepContext,
+        branches: &[String],
+        tasks: &[Task],
+    ) -> Result<Pushed, StepError> {
+        let ws = self
+            .workspace()
+            .await
+            .map_err(|e| git_step_error("open the repository", &e))?;
+        let target = branches[0].clone();
+        let existing = tasks
+            .iter()
+            .filter(|t| t.mapping.branch_name == target)
+            .find_map(|t| mapping_worktree(&t.mapping));
+        let worktree = if let Some(path) = existing {
+            path
+        } else {
+            let path = Services::worktrees_dir(&ctx.store)
+                .join(format!("push-{}", target.replace('/', "-")));
+            ws.prepare_worktree(&target, BranchBase::Existing, &path)
+                .await
+                .map_err(|e| git_step_error("prepare a worktree for the branch", &e))?
+                .path
+        };
+        let rest = &branches[1..];
+        let merged = if rest.is_empty() {
+            Vec::new()
+        } else {
+            ws.merge_branches(&worktree, rest)
+                .await
+                .map_err(|e| {
+                    git_step_error("consolidate the branches", &e)
+                        .detail("target", &target)
+                        .detail("branches", branches)
+                })?
+                .merged
+        };
+        let report = ws
+            .push_branch(&worktree, &target, self.services.github_token.as_deref())
+            .await
+            .map_err(|e| {
+                git_step_error("push the branch", &e)
+                    .detail("branch", &target)
+                    .detail("merged", &merged)
+            })?;
+        Ok(Pushed {
+            target,
+            merged,
+            rebased: report.rebased,
+            worktree,
+        })
+    }
+}
+
+#[async_trait]
+impl Step for PushStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Push
+    }
+
+    fn max_parallel(&self) -> usize {
+        2
+    }
+
+    fn exclusive_per_trace(&self) -> bool {
+        true
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let trace_id = run.pending.trace_id;
+        let (view, mappings) = blocking(ctx.store.clone(), move |s| {
+            let view = s.load_trace(trace_id)?;
+            let mappings: BTreeMap<String, TaskMapping> = s
+                .read_state()?
+                .task_mappings
+                .into_iter()
+                .filter(|(_, m)| m.trace_id == trace_id)
+                .collect();
+            Ok((view, mappings))
+        })
+        .await
+        .map_err(|e| StepError::from_error(&e, true))?;
+        let event = view
+            .root()
+            .and_then(|root| EventMeta::of(root).ok())
+            .ok_or_else(|| StepError::fatal("the trace has no readable root event span"))?;
+        let push: PushMeta = meta::read(&run.action).unwrap_or_default();
+        let tasks = tasks(&view, mappings);
+        let branches = branches_to_push(&push, &tasks);
+        if branches.is_empty() {
+            return Err(StepError::fatal(
+                "nothing to push: the push action names no branch and the trace has no task branches",
+            ));
+        }
+        let pushed = self.consolidate_and_push(ctx, &branches, &tasks).await?;
+        let included: Vec<&Task> = tasks
+            .iter()
+            .filter(|t| branches.contains(&t.mapping.branch_name))
+            .collect();
+
+        let mut finished = Finished::completed(format!(
+            "pushed {}{}",
+            pushed.target,
+            if pushed.merged.is_empty() {
+                String::new()
+            } else {
+                format!(" (merged {})", pushed.merged.join(", "))
+            }
+        ))
+        .meta("status", "pushed")
+        .meta("branch", &pushed.target)
+        .meta("branches", &branches)
+        .meta("merged", &pushed.merged)
+        .meta("rebased", pushed.rebased)
+        .meta("worktree", &pushed.worktree);
+
+        let github = match (&self.services.github, event.source) {
+            (Some(gh), EventSource::Github) => Some(gh.clone()),
+            _ => None,
+        };
+        let mut notify = NotifyMeta {
+            purpose: NotifyPurpose::Pushed,
+            message: Some(format!("Pushed branch `{}`.", pushed.target)),
+            ..NotifyMeta::default()
+        };
+        if let Some(gh) = github {
+            let pr = find_or_open(
+                gh.as_ref(),
+                &self.services,
+                &pushed.target,
+                &included,
+                &event,
+                &trace_id.to_string(),
+                &run.action.id.to_string(),
+            )
+            .await?;
+            notify.pr_url = Some(pr.0.html_url.clone());
+            notify.message = Some(format!(
+                "Pushed branch `{}` to pull request #{}: {}",
+                pushed.target, pr.0.number, pr.0.html_url
+            ));
+            finished.summary = format!(
+                "{} → PR #{} ({})",
+                finished.summary,
+                pr.0.number,
+                if pr.1 { "opened" } else { "existing" }
+            );
+            finished = finished
+                .meta("prUrl", &pr.0.html_url)
+                .meta("prNumber", pr.0.number)
+                .meta("prCreated", pr.1);
+        } else {
+            finished = finished.meta("prUrl", Option::<String>::None).meta(
+                "pullRequest",
+                if event.source == EventSource::Local {
+                    "none: local event"
+                } else {
+                    "none: no GitHub client configured"
+                },
+            );
+        }
+        let reason = format!("tell the channel about the push of {}", pushed.target);
+        Ok(Outcome::Finished(finished.then(
+            NextAction::new(StepKind::Notify, reason).with_meta(&notify),
+        )))
+    }
+}
+
+/// The open PR of `branch`, or a new one; the bool says whether it was opened now.
+async fn find_or_open(
+    gh: &dyn crate::github::GitHub,
+    services: &Services,
+    branch: &str,
+    tasks: &[&Task],
+    event: &EventMeta,
+    trace_id: &str,
+    action_id: &str,
+) -> Result<(PullRequest, bool), StepError> {
+    if let Some(existing) = gh
+        .find_pull_request_for_branch(branch)
+        .await
+        .map_err(|e| github_step_error("find the pull request of the branch", &e))?
+    {
+        return Ok((existing, false));
+    }
+    let base = {
+        let ws = Workspace::open(services.repo_root.clone())
+            .await
+            .map_err(|e| git_step_error("open the repository", &e))?;
+        ws.default_branch()
+            .await
+            .map_err(|e| git_step_error("find the default branch", &e))?
+    };
+    let body = services
+        .redactor
+        .redact(&pr_body(tasks, event), event.visibility);
+    let new = NewPullRequest {
+        title: services
+            .redactor
+            .redact(&pr_title(tasks, event), event.visibility),
+        head: branch.to_owned(),
+        base,
+        body: compose(&body, trace_id, action_id),
+        draft: false,
+    };
+    let pr = gh
+        .open_pull_request(&new)
+        .await
+        .map_err(|e| github_step_error("open the pull request", &e).detail("head", branch))?;
+    Ok((pr, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::{Channel, EventAction, NormalizedEvent, Visibility};
+
+    fn event(kind: EventKind, is_pr: bool) -> EventMeta {
+        let mut e = NormalizedEvent::local("1", "alice", "", chrono::Utc::now());
+        e.kind = kind;
+        e.action = Some(EventAction::Opened);
+        e.number = Some(12);
+        e.is_pull_request = is_pr;
+        e.channel = Channel::IssueComment { number: 12 };
+        e.visibility = Visibility::Public;
+        EventMeta {
+            source: EventSource::Github,
+            label: "IssuesEvent opened #12 by alice".into(),
+            kind: kind.as_str().into(),
+            action: Some("opened".into()),
+            channel: e.channel.clone(),
+            visibility: e.visibility,
+            event: Some(e),
+            request: None,
+        }
+    }
+
+    fn task(title: &str, branch: &str) -> Task {
+        Task {
+            mapping: TaskMapping {
+                task_id: branch.into(),
+                branch_name: branch.into(),
+                trace_id: Uuid::new_v4(),
+                workflow_span_id: Uuid::new_v4(),
+                extra: serde_json::Map::new(),
+            },
+            meta: Some(WorkflowMeta {
+                title: title.into(),
+                description: format!("\n{title} in detail\nmore"),
+                ..WorkflowMeta::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn only_issue_events_are_closed_by_the_pr() {
+        assert_eq!(closes(&event(EventKind::Issues, false)), Some(12));
+        assert_eq!(closes(&event(EventKind::IssueComment, false)), Some(12));
+        assert_eq!(closes(&event(EventKind::IssueComment, true)), None);
+        assert_eq!(closes(&event(EventKind::PullRequestReview, true)), None);
+    }
+
+    #[test]
+    fn title_and_body_come_from_the_tasks() {
+        let a = task("Fix the parser", "rover/a");
+        let b = task("Add tests", "rover/b");
+        let ev = event(EventKind::Issues, false);
+        assert_eq!(pr_title(&[&a], &ev), "Fix the parser");
+        assert_eq!(pr_title(&[&a, &b], &ev), "Fix the parser (+1 more)");
+        assert_eq!(pr_title(&[], &ev), ev.label);
+        let body = pr_body(&[&a, &b], &ev);
+        assert!(
+            body.contains("- **Fix the parser**: Fix the parser in detail"),
+            "{body}"
+        );
+        assert!(
+            body.contains("- **Add tests**: Add tests in detail"),
+            "{body}"
+        );
+        assert!(body.trim_end().ends_with("Closes #12"), "{body}");
+    }
+
+    #[test]
+    fn branches_of_the_action_win_and_repeat_once() {
+        let tasks = vec![
+            task("a", "rover/a"),
+            task("b", "rover/b"),
+            task("a2", "rover/a"),
+        ];
+        assert_eq!(
+            branches_to_push(&PushMeta::default(), &tasks),
+            vec!["rover/a", "rover/b"]
+        );
+        let meta = PushMeta {
+            branches: vec!["rover/b".into(), "rover/b".into()],
+        };
+        assert_eq!(branches_to_push(&meta, &tasks), vec!["rover/b"]);
+    }
+}

@@ -1,0 +1,803 @@
+//! The `resolve` step: looks at a whole trace after its commits and decides how it goes on.
+//!
+//! Quick exits come first and need no AI: a workflow or commit of the trace still queued or
+//! running keeps the action queued (`ready` → `Wait`); a resolve that finds another resolve of
+//! the trace already decided after the last commit finishes as superseded (several commits of
+//! one trace each produce a resolve, only one decides); retries exhausted → `fail`. Otherwise
+//! the agent (Read + Bash in the failed task's worktree) reads the trace with its error output,
+//! may fix the environment, and answers `push | notify | iterate | retry | fail`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::meta::{
+    self, CommitMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta, WorkflowType,
+};
+use super::Services;
+use crate::agents::{
+    run_structured, step_request, truncate_marked, AgentStep, PromptVars, ResolveDecision,
+    ResolveResult, RetryStep,
+};
+use crate::orchestrator::{
+    blocking, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+};
+use crate::store::{
+    Action, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
+};
+
+/// The task-mapping key under which the workflow step records the task's worktree directory.
+pub const MAPPING_WORKTREE_KEY: &str = "worktreePath";
+
+/// Longest error detail of one span quoted in the prompt.
+const MAX_ERROR_CHARS: usize = 16 * 1024;
+/// Longest trace listing in the prompt.
+const MAX_TRACE_CHARS: usize = 48 * 1024;
+
+/// The resolver step.
+pub struct ResolveStep {
+    services: Arc<Services>,
+}
+
+impl ResolveStep {
+    pub fn new(services: Arc<Services>) -> ResolveStep {
+        ResolveStep { services }
+    }
+}
+
+/// What the resolver sees of a trace: the view plus the task mappings of its workflows.
+struct TraceState {
+    view: TraceView,
+    mappings: BTreeMap<String, TaskMapping>,
+}
+
+async fn load_state(ctx: &StepContext, trace_id: Uuid) -> Result<TraceState, StepError> {
+    blocking(ctx.store.clone(), move |s| {
+        let view = s.load_trace(trace_id)?;
+        let mappings = s
+            .read_state()?
+            .task_mappings
+            .into_iter()
+            .filter(|(_, m)| m.trace_id == trace_id)
+            .collect();
+        Ok(TraceState { view, mappings })
+    })
+    .await
+    .map_err(|e| StepError::from_error(&e, true))
+}
+
+/// The worktree directory a task mapping records, when it still exists.
+pub fn mapping_worktree(mapping: &TaskMapping) -> Option<PathBuf> {
+    mapping
+        .extra
+        .get(MAPPING_WORKTREE_KEY)
+        .or_else(|| mapping.extra.get("worktree"))
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+}
+
+/// Whether a queued or running action of `kind` belongs to the trace (other than `except`).
+fn busy(view: &TraceView, kinds: &[StepKind], except: Uuid) -> Option<String> {
+    let queued = view
+        .pending
+        .iter()
+        .find(|p| p.action_id != except && kinds.contains(&p.action));
+    if let Some(p) = queued {
+        let state = if p.running_span_id.is_some() {
+            "running"
+        } else {
+            "queued"
+        };
+        return Some(format!(
+            "waiting for the {} action {} ({state})",
+            p.action, p.action_id
+        ));
+    }
+    view.spans
+        .iter()
+        .find(|s| s.status == SpanStatus::Running && kinds.contains(&s.step))
+        .map(|s| format!("waiting for the running {} span {}", s.step, s.id))
+}
+
+fn action_of<'v>(view: &'v TraceView, span: &Span) -> Option<&'v Action> {
+    let id = span.action_id?;
+    view.actions.iter().find(|a| a.id == id)
+}
+
+fn decision_of(span: &Span) -> Option<&str> {
+    span.meta.get("decision").and_then(Value::as_str)
+}
+
+/// A resolve of the trace (not `current`) that decided after the last commit finished.
+fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
+    let last_commit = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Commit && s.status.is_final())
+        .filter_map(|s| s.completed)
+        .max()?;
+    view.spans
+        .iter()
+        .filter(|s| s.step == StepKind::Resolve && s.id != current && s.status.is_final())
+        .filter(|s| decision_of(s).is_some() && s.meta.get("supersededBy").is_none())
+        .find(|s| s.timestamp >= last_commit)
+        .map(|s| s.id)
+}
+
+/// How many `iterate` and `retry` decisions the trace's resolves made so far.
+pub fn retries_so_far(view: &TraceView) -> u32 {
+    let n = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Resolve)
+        .filter(|s| matches!(decision_of(s), Some("iterate" | "retry")))
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The latest span of `kind` that did not complete.
+fn last_unsuccessful(view: &TraceView, kind: &StepKind) -> Option<Span> {
+    view.spans
+        .iter()
+        .rev()
+        .find(|s| &s.step == kind && matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
+        .cloned()
+}
+
+/// The latest span that did not complete among workflow, commit and push.
+fn last_failure(view: &TraceView) -> Option<Span> {
+    view.spans
+        .iter()
+        .rev()
+        .find(|s| {
+            matches!(
+                s.step,
+                StepKind::Workflow | StepKind::Commit | StepKind::Push
+            ) && matches!(s.status, SpanStatus::Failed | SpanStatus::Error)
+        })
+        .cloned()
+}
+
+/// The workflow action a commit span worked for.
+fn workflow_of_commit(view: &TraceView, commit: &Span) -> Option<Uuid> {
+    action_of(view, commit)
+        .and_then(|a| meta::read::<CommitMeta>(a).ok())
+        .and_then(|m| m.workflow_action_id)
+}
+
+/// The branches of the trace's completed commits, in order, each once.
+pub fn committed_branches(
+    view: &TraceView,
+    mappings: &BTreeMap<String, TaskMapping>,
+) -> Vec<String> {
+    let mut branches: Vec<String> = Vec::new();
+    for span in view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Commit && s.status == SpanStatus::Completed)
+    {
+        let Some(workflow) = workflow_of_commit(view, span) else {
+            continue;
+        };
+        let branch = mappings
+            .get(&workflow.to_string())
+            .map(|m| m.branch_name.clone())
+            .or_else(|| {
+                view.actions
+                    .iter()
+                    .find(|a| a.id == workflow)
+                    .and_then(|a| meta::read::<WorkflowMeta>(a).ok())
+                    .and_then(|m| m.branch)
+            });
+        if let Some(branch) = branch {
+            if !branches.contains(&branch) {
+                branches.push(branch);
+            }
+        }
+    }
+    branches
+}
+
+/// The workflow action to iterate on or retry: the one behind the latest unsuccessful workflow
+/// or commit, else the latest workflow.
+fn failed_workflow(view: &TraceView) -> Option<(Uuid, WorkflowMeta)> {
+    let from_span = |span: &Span| -> Option<Uuid> {
+        match span.step {
+            StepKind::Workflow => span.action_id,
+            StepKind::Commit => workflow_of_commit(view, span),
+            _ => None,
+        }
+    };
+    let candidate = view
+        .spans
+        .iter()
+        .rev()
+        .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
+        .find_map(from_span)
+        .or_else(|| {
+            view.spans
+                .iter()
+                .rev()
+                .find(|s| s.step == StepKind::Workflow)
+                .and_then(|s| s.action_id)
+        })?;
+    let action = view.actions.iter().find(|a| a.id == candidate)?;
+    let meta = meta::read::<WorkflowMeta>(action).ok()?;
+    Some((candidate, meta))
+}
+
+/// The directory the agent works in: the failed task's worktree, else the checkout.
+fn workdir(view: &TraceView, mappings: &BTreeMap<String, TaskMapping>, checkout: &Path) -> PathBuf {
+    failed_workflow(view)
+        .and_then(|(id, _)| mappings.get(&id.to_string()))
+        .and_then(mapping_worktree)
+        .or_else(|| mappings.values().rev().find_map(mapping_worktree))
+        .unwrap_or_else(|| checkout.to_path_buf())
+}
+
+/// The trace as the prompt lists it: one line per span with its summary and key meta.
+fn render_trace(view: &TraceView) -> String {
+    let mut out = String::new();
+    for span in &view.spans {
+        let summary = span.summary.as_deref().unwrap_or("(no summary)");
+        let _ = write!(out, "- {} [{}] {}", span.step, span.status, summary.trim());
+        if let Some(decision) = decision_of(span) {
+            let _ = write!(out, " (decision: {decision})");
+        }
+        if let Some(action) = action_of(view, span) {
+            let _ = write!(out, "\n  reason: {}", action.reason.trim());
+            if span.step == StepKind::Workflow {
+                if let Ok(m) = meta::read::<WorkflowMeta>(action) {
+                    let _ = write!(out, "\n  task: {}", m.title);
+                }
+            }
+        }
+        out.push('\n');
+    }
+    for pending in &view.pending {
+        let _ = writeln!(out, "- {} [queued] {}", pending.action, pending.summary);
+    }
+    truncate_marked(&out, MAX_TRACE_CHARS)
+}
+
+/// The error details of every span that did not complete (command, exit code, stderr...).
+fn render_errors(view: &TraceView) -> String {
+    let mut out = String::new();
+    for span in view
+        .spans
+        .iter()
+        .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
+    {
+        let _ = writeln!(out, "### {} [{}] span {}", span.step, span.status, span.id);
+        let detail = span
+            .meta
+            .get("error")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(span.meta.clone()));
+        let text = serde_json::to_string_pretty(&detail).unwrap_or_default();
+        out.push_str(&truncate_marked(&text, MAX_ERROR_CHARS));
+        out.push_str("\n\n");
+    }
+    if out.is_empty() {
+        "No step failed.".to_owned()
+    } else {
+        out
+    }
+}
+
+fn has_review_workflow(view: &TraceView) -> bool {
+    view.actions
+        .iter()
+        .filter(|a| a.action == StepKind::Workflow)
+        .filter_map(|a| meta::read::<WorkflowMeta>(a).ok())
+        .any(|m| m.workflow_type != WorkflowType::Swe)
+}
+
+/// The finished span and actions for an agent's decision, and the decision taken (`fail` when
+/// the agent's decision could not be carried out).
+struct Decided {
+    finished: Finished,
+    decision: ResolveDecision,
+}
+
+fn fail_finished(view: &TraceView, summary: String, why: &str) -> Finished {
+    let failed_step = last_failure(view).map_or(StepKind::Resolve, |s| s.step);
+    let mut notify = NotifyMeta::failure(&failed_step, why);
+    notify.message = Some(why.to_owned());
+    Finished::completed(summary).then(
+        NextAction::new(StepKind::Notify, format!("the trace failed: {why}")).with_meta(&notify),
+    )
+}
+
+fn decide(
+    view: &TraceView,
+    mappings: &BTreeMap<String, TaskMapping>,
+    result: &ResolveResult,
+) -> Result<Decided, StepError> {
+    let reasoning = result.reasoning.trim().to_owned();
+    let finished = match result.decision {
+        ResolveDecision::Wait => {
+            return Err(StepError::retryable(
+                "the resolver agent answered `wait` although no workflow or commit of the trace is queued or running; asking again later",
+            )
+            .detail("reasoning", &reasoning));
+        }
+        ResolveDecision::Push => {
+            let branches = committed_branches(view, mappings);
+            Finished::completed(format!("push: {reasoning}")).then(
+                NextAction::new(
+                    StepKind::Push,
+                    format!("push the trace's work: {reasoning}"),
+                )
+                .with_meta(&PushMeta { branches }),
+            )
+        }
+        ResolveDecision::Notify => {
+            let purpose = if has_review_workflow(view) {
+                NotifyPurpose::Review
+            } else {
+                NotifyPurpose::Answer
+            };
+            let notify = NotifyMeta {
+                purpose,
+                message: result.message.clone().or_else(|| Some(reasoning.clone())),
+                ..NotifyMeta::default()
+            };
+            Finished::completed(format!("notify: {reasoning}")).then(
+                NextAction::new(StepKind::Notify, format!("report the outcome: {reasoning}"))
+                    .with_meta(&notify),
+            )
+        }
+        ResolveDecision::Iterate => {
+            let Some((failed_id, original)) = failed_workflow(view) else {
+                return Ok(Decided {
+                    finished: fail_finished(
+                        view,
+                        format!("fail: the agent asked to iterate but the trace has no workflow ({reasoning})"),
+                        &reasoning,
+                    ),
+                    decision: ResolveDecision::Fail,
+                });
+            };
+            let branch = mappings
+                .get(&failed_id.to_string())
+                .map(|m| m.branch_name.clone())
+                .or(original.branch.clone());
+            let workflow = WorkflowMeta {
+                depends_on: Vec::new(),
+                iterate_on: Some(failed_id),
+                branch,
+                instructions: result.instructions.clone(),
+                ..original
+            };
+            Finished::completed(format!("iterate: {reasoning}"))
+                .meta("iterateOn", failed_id)
+                .then(
+                    NextAction::new(
+                        StepKind::Workflow,
+                        format!("iterate on {}: {reasoning}", workflow.title),
+                    )
+                    .with_meta(&workflow),
+                )
+        }
+        ResolveDecision::Retry => {
+            let step = result.retry_step.unwrap_or(RetryStep::Commit);
+            match retry_action(view, mappings, step, &reasoning) {
+                Some(action) => {
+                    Finished::completed(format!("retry {}: {reasoning}", action.kind)).then(action)
+                }
+                None => {
+                    return Ok(Decided {
+                        finished: fail_finished(
+                            view,
+                            format!("fail: the agent asked to retry a {step:?} but the trace has none to retry ({reasoning})"),
+                            &reasoning,
+                        ),
+                        decision: ResolveDecision::Fail,
+                    });
+                }
+            }
+        }
+        ResolveDecision::Fail => {
+            let why = result.message.clone().unwrap_or_else(|| reasoning.clone());
+            fail_finished(view, format!("fail: {reasoning}"), &why)
+        }
+    };
+    Ok(Decided {
+        finished,
+        decision: result.decision,
+    })
+}
+
+/// The re-enqueued action for a `retry`: the latest unsuccessful action of that step, same meta.
+fn retry_action(
+    view: &TraceView,
+    mappings: &BTreeMap<String, TaskMapping>,
+    step: RetryStep,
+    reasoning: &str,
+) -> Option<NextAction> {
+    let kind = match step {
+        RetryStep::Commit => StepKind::Commit,
+        RetryStep::Workflow => StepKind::Workflow,
+        RetryStep::Push => StepKind::Push,
+    };
+    let span = last_unsuccessful(view, &kind)
+        .or_else(|| view.spans.iter().rev().find(|s| s.step == kind).cloned())?;
+    let action = action_of(view, &span)?;
+    let mut next = NextAction::new(
+        kind.clone(),
+        format!("retry after fixing the environment: {reasoning}"),
+    );
+    next.meta.clone_from(&action.meta);
+    if kind == StepKind::Workflow {
+        // The same task again: reuse its branch and worktree.
+        if let Ok(mut workflow) = meta::read::<WorkflowMeta>(action) {
+            workflow.iterate_on = Some(action.id);
+            workflow.depends_on.clear();
+            if let Some(m) = mappings.get(&action.id.to_string()) {
+                workflow.branch = Some(m.branch_name.clone());
+            }
+            next = next.with_meta(&workflow);
+        }
+    }
+    Some(next)
+}
+
+#[async_trait]
+impl Step for ResolveStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Resolve
+    }
+
+    fn max_parallel(&self) -> usize {
+        3
+    }
+
+    fn exclusive_per_trace(&self) -> bool {
+        true
+    }
+
+    async fn ready(
+        &self,
+        ctx: &StepContext,
+        pending: &PendingAction,
+    ) -> Result<Readiness, StepError> {
+        let state = load_state(ctx, pending.trace_id).await?;
+        Ok(
+            match busy(
+                &state.view,
+                &[StepKind::Workflow, StepKind::Commit],
+                pending.action_id,
+            ) {
+                Some(why) => Readiness::Wait(why),
+                None => Readiness::Ready,
+            },
+        )
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let state = load_state(ctx, run.pending.trace_id).await?;
+        let view = &state.view;
+        if let Some(other) = superseding(view, run.span.id) {
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("superseded by {other}")).meta("supersededBy", other),
+            ));
+        }
+        let max = self.services.config.autopilot.pipeline.max_retries;
+        let retries = retries_so_far(view);
+        if retries >= max {
+            let why = format!(
+                "gave up after {retries} iterate/retry attempts (the limit is {max}); the last failure is in the trace"
+            );
+            let finished = fail_finished(view, format!("fail: {why}"), &why)
+                .meta("decision", "fail")
+                .meta("reasoning", &why)
+                .meta("retries", retries)
+                .meta("maxRetries", max)
+                .meta("quickExit", "maxRetries")
+                .meta("correctiveCommands", Vec::<Value>::new());
+            return Ok(Outcome::Finished(finished));
+        }
+
+        let dir = workdir(view, &state.mappings, &self.services.repo_root);
+        let mut vars = PromptVars::new();
+        vars.insert("trace".into(), render_trace(view));
+        vars.insert("errors".into(), render_errors(view));
+        vars.insert(
+            "retries".into(),
+            format!("{retries} of at most {max} iterate/retry decisions used."),
+        );
+        let settings = self.services.agent_settings().clone();
+        let attribution = self.services.config.attribution;
+        let transcript = ctx
+            .store
+            .artifacts_dir(run.span.id)
+            .join("resolve-agent.jsonl");
+        let request_dir = dir.clone();
+        let request = tokio::task::spawn_blocking(move || {
+            if let Some(parent) = transcript.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            step_request(
+                &settings,
+                AgentStep::Resolve,
+                &request_dir,
+                &vars,
+                attribution,
+            )
+            .map(|mut r| {
+                r.transcript = Some(transcript);
+                r
+            })
+        })
+        .await
+        .map_err(|e| StepError::retryable(format!("preparing the resolver prompt panicked: {e}")))?
+        .map_err(|e| StepError::from_error(&e, e.is_retryable()).detail("workdir", &dir))?;
+
+        let answer = run_structured::<ResolveResult>(self.services.agent.as_ref(), request)
+            .await
+            .map_err(|e| {
+                StepError::from_error(&e, e.is_retryable())
+                    .detail("agentError", e.class())
+                    .detail("workdir", &dir)
+            })?;
+        let result = answer.value;
+        let Decided { finished, decision } = decide(view, &state.mappings, &result)?;
+        let finished = finished
+            .meta("decision", decision)
+            .meta("agentDecision", result.decision)
+            .meta("reasoning", &result.reasoning)
+            .meta("correctiveCommands", &result.corrective_commands)
+            .meta("instructions", &result.instructions)
+            .meta("retryStep", result.retry_step)
+            .meta("message", &result.message)
+            .meta("retries", retries)
+            .meta("maxRetries", max)
+            .meta("workdir", &dir)
+            .meta("agentAttempts", answer.attempts)
+            .meta("costUsd", answer.response.cost_usd);
+        Ok(Outcome::Finished(finished))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, TimeDelta, Utc};
+
+    use super::*;
+    use crate::store::{Meta, TraceIndex};
+
+    /// A trace built span by span, each a minute after the previous one.
+    struct Builder {
+        view: TraceView,
+        clock: DateTime<Utc>,
+    }
+
+    impl Builder {
+        fn new() -> Builder {
+            let clock = Utc::now();
+            let mut root = Span::root(Uuid::new_v4(), clock, Meta::new());
+            root.finish(SpanStatus::Completed, "event", Meta::new(), clock)
+                .expect("finish");
+            let index = TraceIndex::new(&root, "test".into());
+            Builder {
+                view: TraceView {
+                    index,
+                    spans: vec![root],
+                    actions: Vec::new(),
+                    pending: Vec::new(),
+                    missing: Vec::new(),
+                },
+                clock,
+            }
+        }
+
+        /// Adds a finished span of `step` for a new action with `meta`; returns the action id.
+        fn span(&mut self, step: StepKind, status: SpanStatus, meta: Meta, out: Meta) -> Uuid {
+            let parent = self.view.spans.last().expect("root").clone();
+            let action = Action::new(step.clone(), &parent, "test", meta, self.clock);
+            let mut span = Span::start(step, &action, self.view.trace_id(), self.clock);
+            self.clock += TimeDelta::minutes(1);
+            span.finish(status, "done", out, self.clock)
+                .expect("finish");
+            self.clock += TimeDelta::minutes(1);
+            let id = action.id;
+            self.view.actions.push(action);
+            self.view.spans.push(span);
+            id
+        }
+
+        fn commit(&mut self, workflow: Uuid, status: SpanStatus) -> Uuid {
+            let meta = CommitMeta {
+                workflow_action_id: Some(workflow),
+                task_status: meta::TaskStatus::Completed,
+                summary: None,
+            };
+            let meta = match serde_json::to_value(meta) {
+                Ok(Value::Object(m)) => m,
+                _ => Meta::new(),
+            };
+            self.span(StepKind::Commit, status, meta, Meta::new())
+        }
+
+        fn resolve(&mut self, decision: &str) -> Uuid {
+            let mut out = Meta::new();
+            out.insert("decision".into(), decision.into());
+            self.span(StepKind::Resolve, SpanStatus::Completed, Meta::new(), out)
+        }
+
+        fn span_of(&self, action: Uuid) -> Uuid {
+            self.view
+                .spans
+                .iter()
+                .find(|s| s.action_id == Some(action))
+                .expect("span")
+                .id
+        }
+    }
+
+    fn mapping(trace: Uuid, branch: &str) -> TaskMapping {
+        TaskMapping {
+            task_id: branch.into(),
+            branch_name: branch.into(),
+            trace_id: trace,
+            workflow_span_id: Uuid::new_v4(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn a_resolve_after_the_last_commit_supersedes_later_ones() {
+        let mut b = Builder::new();
+        let wf_a = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(wf_a, SpanStatus::Completed);
+        let wf_b = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(wf_b, SpanStatus::Completed);
+        let first = b.resolve("push");
+        // The second resolve of the trace (its span is still running).
+        let current = Uuid::new_v4();
+        assert_eq!(superseding(&b.view, current), Some(b.span_of(first)));
+        // A commit after that resolve (an iteration) makes the next resolve decide again.
+        b.commit(wf_b, SpanStatus::Completed);
+        assert_eq!(superseding(&b.view, current), None);
+    }
+
+    #[test]
+    fn only_iterate_and_retry_count_as_retries() {
+        let mut b = Builder::new();
+        assert_eq!(retries_so_far(&b.view), 0);
+        b.resolve("iterate");
+        b.resolve("push");
+        b.resolve("retry");
+        b.resolve("fail");
+        assert_eq!(retries_so_far(&b.view), 2);
+    }
+
+    #[test]
+    fn branches_come_from_completed_commits_once_each() {
+        let mut b = Builder::new();
+        let trace = b.view.trace_id();
+        let wf_a = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        let wf_b = b.span(
+            StepKind::Workflow,
+            SpanStatus::Failed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(wf_a, SpanStatus::Completed);
+        b.commit(wf_b, SpanStatus::Error);
+        b.commit(wf_a, SpanStatus::Completed);
+        let mappings: BTreeMap<String, TaskMapping> = [
+            (wf_a.to_string(), mapping(trace, "rover/a")),
+            (wf_b.to_string(), mapping(trace, "rover/b")),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(committed_branches(&b.view, &mappings), vec!["rover/a"]);
+    }
+
+    #[test]
+    fn iterate_reuses_the_failed_task_and_its_branch() {
+        let mut b = Builder::new();
+        let trace = b.view.trace_id();
+        let task = WorkflowMeta {
+            title: "parser".into(),
+            description: "d".into(),
+            depends_on: vec![Uuid::new_v4()],
+            ..WorkflowMeta::default()
+        };
+        let meta = match serde_json::to_value(&task) {
+            Ok(Value::Object(m)) => m,
+            _ => Meta::new(),
+        };
+        let wf = b.span(StepKind::Workflow, SpanStatus::Failed, meta, Meta::new());
+        b.commit(wf, SpanStatus::Completed);
+        let mappings: BTreeMap<String, TaskMapping> =
+            [(wf.to_string(), mapping(trace, "rover/parser"))]
+                .into_iter()
+                .collect();
+        let result = ResolveResult {
+            decision: ResolveDecision::Iterate,
+            reasoning: "wrong approach".into(),
+            instructions: Some("try a table".into()),
+            retry_step: None,
+            message: None,
+            corrective_commands: Vec::new(),
+        };
+        let decided = decide(&b.view, &mappings, &result).expect("decided");
+        assert_eq!(decided.decision, ResolveDecision::Iterate);
+        let next = &decided.finished.actions[0];
+        assert_eq!(next.kind, StepKind::Workflow);
+        let again: WorkflowMeta =
+            serde_json::from_value(Value::Object(next.meta.clone())).expect("meta");
+        assert_eq!(again.iterate_on, Some(wf));
+        assert_eq!(again.branch.as_deref(), Some("rover/parser"));
+        assert_eq!(again.instructions.as_deref(), Some("try a table"));
+        assert!(again.depends_on.is_empty());
+        assert_eq!(again.title, "parser");
+    }
+
+    #[test]
+    fn a_retry_with_nothing_to_retry_becomes_a_failure_notify() {
+        let b = Builder::new();
+        let result = ResolveResult {
+            decision: ResolveDecision::Retry,
+            reasoning: "fixed".into(),
+            instructions: None,
+            retry_step: Some(RetryStep::Push),
+            message: None,
+            corrective_commands: Vec::new(),
+        };
+        let decided = decide(&b.view, &BTreeMap::new(), &result).expect("decided");
+        assert_eq!(decided.decision, ResolveDecision::Fail);
+        let next = &decided.finished.actions[0];
+        assert_eq!(next.kind, StepKind::Notify);
+        assert_eq!(next.meta["purpose"], Value::from("failure"));
+    }
+
+    #[test]
+    fn the_prompt_lists_the_trace_and_the_error_details() {
+        let mut b = Builder::new();
+        let wf = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        let mut error = Meta::new();
+        error.insert(
+            "error".into(),
+            serde_json::json!({"command": ["git", "commit"], "exitCode": 1,
+                "stderr": "pre-commit: eslint: not found"}),
+        );
+        b.commit(wf, SpanStatus::Completed);
+        b.span(StepKind::Commit, SpanStatus::Error, Meta::new(), error);
+        let trace = render_trace(&b.view);
+        assert!(trace.contains("- commit [error] done"), "{trace}");
+        let errors = render_errors(&b.view);
+        assert!(errors.contains("eslint: not found"), "{errors}");
+        assert!(errors.contains("\"exitCode\": 1"), "{errors}");
+        assert_eq!(render_errors(&Builder::new().view), "No step failed.");
+    }
+}
