@@ -21,6 +21,9 @@ use crate::percentiles;
 /// finished span, trace index, queue): the floor for transitions/s is the write rate / 6.
 const WRITES_PER_TRANSITION: f64 = 6.0;
 
+/// Traces pushed through the loop for the latency and throughput figures.
+const TRACES: usize = 200;
+
 struct Instant0 {
     kind: StepKind,
     next: Option<StepKind>,
@@ -83,7 +86,6 @@ async fn dispatch_and_throughput(floor_us: f64) {
     let task = tokio::spawn(async move { runner.run(t).await });
 
     // Dispatch latency under load: traces arrive every 2 ms while earlier ones still run.
-    const TRACES: usize = 200;
     let mut enqueued = HashMap::new();
     let begin = Instant::now();
     for i in 0..TRACES {
@@ -149,7 +151,7 @@ fn idle_daemon() {
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .status()
             .unwrap()
-            .success())
+            .success());
     };
     git(&["init", "-q"]);
     git(&[
