@@ -44,7 +44,7 @@ impl StepModels {
     }
 }
 
-/// Resolved agent settings (`rover.json` key `autopilot.agents`).
+/// Resolved agent settings (`rover.json` key `autopilot.agent`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct AgentSettings {
