@@ -158,10 +158,20 @@ impl NotifyMeta {
     }
 }
 
+/// How the reason of a `noop` that records a coordinator `wait` starts.
+pub const WAIT_PREFIX: &str = "waiting:";
+
 /// `noop`: end the trace, recording why nothing is done (the reason is the action's `reason`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NoopMeta {}
+pub struct NoopMeta {
+    /// For a coordinator `wait`: the condition waited for (the next event's coordinator sees it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// For a wait: the issue or pull request number it is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<u64>,
+}
 
 /// `cleanup`: tear down the workspace of a rover task.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -2,14 +2,21 @@
 //! share (agent, GitHub, sandbox, the repository). Steps never call each other: each reads its
 //! action and writes a span and new actions through the store (see `orchestrator`).
 
+mod agent_call;
+pub mod coordinate;
 pub mod event;
 pub mod meta;
 pub mod noop;
+pub mod notify;
+pub mod plan;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use noop::NoopStep;
+pub use coordinate::CoordinateStep;
+pub use noop::{NoopStep, SummarizingNoopStep};
+pub use notify::NotifyStep;
+pub use plan::PlanStep;
 
 use crate::agents::{Agent, AgentSettings};
 use crate::config::RoverConfig;
@@ -54,6 +61,11 @@ impl Services {
 }
 
 /// Every step rover has, wired to `services`.
-pub fn build_steps(_services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
-    vec![Arc::new(NoopStep)]
+pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
+    vec![
+        Arc::new(CoordinateStep::new(services.clone())),
+        Arc::new(PlanStep::new(services.clone())),
+        Arc::new(NotifyStep::new(services.clone())),
+        Arc::new(SummarizingNoopStep::new(services.clone())),
+    ]
 }
