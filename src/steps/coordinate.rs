@@ -22,7 +22,7 @@ use super::plan::workflow_meta;
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, CoordinateDecision, CoordinateResult, PromptVars};
 use crate::github::{
-    build_context, EventAction, EventKind, NormalizedEvent, TrustDecision, TrustPolicy,
+    build_context, EventAction, EventKind, NormalizedEvent, TrustDecision, TrustPolicy, Visibility,
 };
 use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
@@ -437,9 +437,17 @@ impl Step for CoordinateStep {
             render_trace(&view),
             render_waits(&gathered.open_waits)
         );
+        // Secrets never reach a prompt, even when someone pasted one into the thread.
+        let redactor = &self.services.redactor;
         let mut vars = PromptVars::new();
-        vars.insert("event".into(), gathered.event.clone());
-        vars.insert("context".into(), context);
+        vars.insert(
+            "event".into(),
+            redactor.redact(&gathered.event, Visibility::Private),
+        );
+        vars.insert(
+            "context".into(),
+            redactor.redact(&context, Visibility::Private),
+        );
         vars.insert(
             "task_mappings".into(),
             render_mappings(&mappings, gathered.rover_pr.as_ref()),
