@@ -128,9 +128,12 @@ impl CoordinateStep {
                 .meta("decision", "noop")
                 .meta("decidedBy", "trust")
                 .meta("trust", &trust)
-                .then(
-                    NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta::default()),
-                )));
+                .then(NextAction::new(StepKind::Noop, reason).with_meta(
+                    &NoopMeta {
+                        untrusted: true,
+                        ..NoopMeta::default()
+                    },
+                ))));
         }
         let settings = &self.services.config.autopilot.github;
         let context = build_context(
@@ -172,13 +175,26 @@ fn event_json(event: &NormalizedEvent) -> String {
     serde_json::to_string_pretty(&value).unwrap_or_default()
 }
 
-/// Open waits of other recent traces about `subject` (newest first, at most [`MAX_WAITS`]).
+/// Whether a trace's coordinator decided to act (not `noop` or `wait`).
+fn acted(view: &crate::store::TraceView) -> bool {
+    view.spans.iter().any(|s| {
+        s.step == StepKind::Coordinate
+            && s.status == crate::store::SpanStatus::Completed
+            && s.meta
+                .get("decision")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|d| !matches!(d, "noop" | "wait"))
+    })
+}
+
+/// Open waits of other recent traces about `subject`, up to the newest trace that acted on it (newest first, at most [`MAX_WAITS`]).
 pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: u64) -> Vec<OpenWait> {
     let Ok(recent) = store.recent_traces(WAIT_LOOKBACK) else {
         return Vec::new();
     };
     let mut waits = Vec::new();
-    for entry in recent.iter().rev().filter(|e| e.trace_id != this_trace) {
+    // `recent_traces` lists the newest first.
+    for entry in recent.iter().filter(|e| e.trace_id != this_trace) {
         let Ok(view) = store.load_trace(entry.trace_id) else {
             continue;
         };
@@ -190,6 +206,10 @@ pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: u64) -> Vec
             == Some(subject);
         if !same_subject {
             continue;
+        }
+        if acted(&view) {
+            // A newer trace already acted on this subject: older waits are settled.
+            break;
         }
         for action in view
             .actions
@@ -321,6 +341,7 @@ fn route(
                 &NoopMeta {
                     waiting_for: Some(condition),
                     subject: gathered.subject,
+                    untrusted: false,
                 },
             )
         }

@@ -171,6 +171,10 @@ pub struct NoopMeta {
     /// For a wait: the issue or pull request number it is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<u64>,
+    /// The event came from an untrusted author: no agent may look at this trace, not even to
+    /// summarize it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrusted: bool,
 }
 
 /// `cleanup`: tear down the workspace of a rover task.

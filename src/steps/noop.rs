@@ -96,6 +96,14 @@ impl Step for SummarizingNoopStep {
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let view = load_trace(ctx, run.pending.trace_id).await?;
+        let noop: NoopMeta = meta::read(&run.action).unwrap_or_default();
+        if noop.untrusted {
+            return Ok(Outcome::Finished(finished(
+                run,
+                &chain_summary(&view),
+                "span summaries (untrusted event: no agent)",
+            )));
+        }
         let redactor = &self.services.redactor;
         let mut vars = PromptVars::new();
         vars.insert(

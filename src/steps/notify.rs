@@ -268,3 +268,69 @@ impl Step for NotifyStep {
         Ok(Outcome::Finished(done))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::Redactor;
+
+    #[test]
+    fn review_findings_on_a_pull_request_become_a_review() {
+        let pr = Channel::PrComment { number: 4 };
+        assert_eq!(
+            channel_for(NotifyPurpose::Review, &pr),
+            Channel::PrReview { number: 4 }
+        );
+        assert_eq!(channel_for(NotifyPurpose::Answer, &pr), pr);
+        let issue = Channel::IssueComment { number: 4 };
+        assert_eq!(channel_for(NotifyPurpose::Review, &issue), issue);
+        assert_eq!(
+            channel_for(NotifyPurpose::Review, &Channel::Local),
+            Channel::Local
+        );
+    }
+
+    #[test]
+    fn fallback_failure_message_hides_the_error_in_public() {
+        let meta = NotifyMeta::failure(
+            &StepKind::Commit,
+            "gpg: skipped \"dev@example.com\": No secret key (/home/dev/.gnupg)",
+        );
+        let public = fallback_message(&meta, Visibility::Public, "t-1");
+        assert_eq!(
+            public,
+            "I could not finish this: the commit step failed. A maintainer can see the details in rover trace `t-1`."
+        );
+        let private = fallback_message(&meta, Visibility::Private, "t-1");
+        assert!(private.contains("No secret key"), "{private}");
+        // Whatever the message, delivery redacts it for the channel.
+        let redacted = Redactor::new(Vec::<String>::new()).redact(&private, Visibility::Public);
+        assert!(!redacted.contains("/home/dev"), "{redacted}");
+    }
+
+    #[test]
+    fn fallback_messages_follow_the_purpose() {
+        let pushed = NotifyMeta {
+            purpose: NotifyPurpose::Pushed,
+            pr_url: Some("https://github.com/o/r/pull/3".into()),
+            message: Some("Adds retries.".into()),
+            ..NotifyMeta::default()
+        };
+        assert_eq!(
+            fallback_message(&pushed, Visibility::Public, "t"),
+            "I pushed the changes: https://github.com/o/r/pull/3\n\nAdds retries."
+        );
+        let ask = NotifyMeta {
+            purpose: NotifyPurpose::Clarify,
+            message: Some("7 or 30 days?".into()),
+            ..NotifyMeta::default()
+        };
+        assert_eq!(
+            fallback_message(&ask, Visibility::Public, "t"),
+            "7 or 30 days?"
+        );
+        let intent = intent(&pushed);
+        assert!(intent.contains("- purpose: pushed"), "{intent}");
+        assert!(intent.contains("https://github.com/o/r/pull/3"), "{intent}");
+    }
+}

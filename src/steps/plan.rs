@@ -248,3 +248,74 @@ impl Step for PlanStep {
         Ok(Outcome::Finished(done))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str, deps: &[&str]) -> TaskSpec {
+        TaskSpec {
+            id: id.into(),
+            title: format!(" Task {id} "),
+            description: format!("do {id}"),
+            acceptance_criteria: vec![format!("{id} works")],
+            workflow_type: agents::WorkflowType::CodeReview,
+            depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn unknown_references_and_cycles_are_named() {
+        let err = check_dependencies(&[task("a", &["zz"])]).expect_err("unknown");
+        assert_eq!(err, "task `a` depends on unknown task `zz`");
+        let err = check_dependencies(&[task("a", &[]), task("b", &["c"]), task("c", &["b"])])
+            .expect_err("cycle");
+        assert_eq!(err, "task dependencies form a cycle among `b`, `c`");
+        let err = check_dependencies(&[task("a", &["a"])]).expect_err("self");
+        assert!(err.contains("cycle"), "{err}");
+        let err = check_dependencies(&[task("a", &[]), task("a", &[])]).expect_err("dup");
+        assert!(err.contains("unique"), "{err}");
+        check_dependencies(&[task("a", &[]), task("b", &["a"]), task("c", &["a", "b"])])
+            .expect("a diamond is fine");
+    }
+
+    #[test]
+    fn actions_get_preset_ids_and_mapped_dependencies() {
+        let plan = PlanMeta {
+            directive: "d".into(),
+            existing_task: None,
+            branch: None,
+        };
+        let actions =
+            workflow_actions(&[task("b", &["a"]), task("a", &[])], &plan).expect("valid plan");
+        let ids: Vec<Uuid> = actions.iter().map(|a| a.id.expect("preset id")).collect();
+        let first: WorkflowMeta =
+            serde_json::from_value(serde_json::Value::Object(actions[0].meta.clone()))
+                .expect("meta");
+        assert_eq!(first.depends_on, vec![ids[1]]);
+        assert_eq!(first.title, "Task b");
+        assert_eq!(first.workflow_type, WorkflowType::CodeReview);
+        assert_eq!(first.iterate_on, None);
+        assert!(workflow_actions(&[task("a", &["a"])], &plan).is_err());
+    }
+
+    #[test]
+    fn an_iteration_goes_to_the_first_task_without_dependencies() {
+        let existing = Uuid::new_v4();
+        let plan = PlanMeta {
+            directive: "d".into(),
+            existing_task: Some(existing),
+            branch: Some("rover/x".into()),
+        };
+        let actions = workflow_actions(&[task("b", &["a"]), task("a", &[])], &plan).expect("ok");
+        let metas: Vec<WorkflowMeta> = actions
+            .iter()
+            .map(|a| {
+                serde_json::from_value(serde_json::Value::Object(a.meta.clone())).expect("meta")
+            })
+            .collect();
+        assert_eq!(metas[0].iterate_on, None);
+        assert_eq!(metas[1].iterate_on, Some(existing));
+        assert_eq!(metas[1].branch.as_deref(), Some("rover/x"));
+    }
+}

@@ -184,10 +184,7 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
     let p = Pipeline::new();
     let script = json!([{"structured": coordinate_answer("plan", &json!({"directive": "x"}))}]);
     let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(vec![
-        Arc::new(CoordinateStep::new(services.clone())),
-        Arc::new(NoopStep),
-    ]);
+    let orch = p.orchestrator(steps(&services));
     let e = event(
         EventKind::Issues,
         Some(EventAction::Opened),
@@ -216,9 +213,13 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
     assert_eq!(coordinate.meta["decidedBy"], "trust");
     assert_eq!(coordinate.meta["trust"]["trusted"], false);
     assert_eq!(
+        last_span(&view, "noop").meta["summarySource"],
+        "span summaries (untrusted event: no agent)"
+    );
+    assert_eq!(
         p.agents.calls().len(),
         0,
-        "no agent may run for an untrusted author"
+        "no agent may run for an untrusted author, not even the summarizer"
     );
     assert!(fake.comment_bodies(5).is_empty(), "nothing is posted");
 }
@@ -394,9 +395,13 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
     fake.add_check_run(SHA, "ci / test", "in_progress", None);
     fake.set_permission("alice", "write");
     let p = Pipeline::new();
+    // Invocations: 1 coordinate (wait), 2 summarize, 3 coordinate (noop), 4 summarize,
+    // 5 coordinate (notify), 6 notify, 7 coordinate (noop), 8 summarize.
     let script = json!([
         {"invocation": 1, "structured": coordinate_answer("wait", &json!({"condition": "CI on the PR to finish"}))},
+        {"invocation": 5, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
         {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waiting for CI."}},
+        {"prompt_contains": NOTIFY, "structured": {"message": "CI passed."}},
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))},
     ]);
     let services = p.services(&script, config(), Some(github_client(&fake)), None);
@@ -458,6 +463,61 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
         prompt.contains("waiting for CI on the PR to finish"),
         "{prompt}"
     );
+
+    // A noop does not settle the wait; a trace that acts on the PR does.
+    let comment = || {
+        event(
+            EventKind::IssueComment,
+            Some(EventAction::Created),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        )
+    };
+    let third = submit_github(&p, &comment());
+    p.run(&orch).await;
+    let view = p.trace(third);
+    assert_eq!(
+        last_span(&view, "coordinate").meta["openWaits"][0]["traceId"],
+        first.to_string()
+    );
+    assert_eq!(last_span(&view, "notify").meta["message"], "CI passed.");
+    let fourth = submit_github(&p, &comment());
+    p.run(&orch).await;
+    assert_eq!(
+        last_span(&p.trace(fourth), "coordinate").meta["openWaits"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn coordinator_workflow_decision_carries_the_task() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer(
+            "workflow",
+            &json!({"task": {"id": "t1", "title": "Review the auth module",
+                "description": "Look for injection", "acceptance_criteria": ["findings listed"],
+                "workflow_type": "security-analyst", "depends_on": []}}),
+        ),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "workflow:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let workflow: WorkflowMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(workflow.title, "Review the auth module");
+    assert_eq!(workflow.description, "Look for injection");
+    assert_eq!(workflow.workflow_type, WorkflowType::SecurityAnalyst);
+    assert_eq!(workflow.acceptance_criteria, ["findings listed"]);
+    assert!(workflow.depends_on.is_empty());
+    assert_eq!(workflow.iterate_on, None);
 }
 
 #[tokio::test]
