@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    CleanupMeta, EventMeta, EventSource, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WAIT_PREFIX,
+    subject_key, CleanupMeta, EventMeta, EventSource, NoopMeta, NotifyMeta, NotifyPurpose,
+    PlanMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;
@@ -89,7 +90,7 @@ struct Gathered {
     event: String,
     /// The GitHub context (untrusted block), the trace so far and the open waits.
     context: String,
-    subject: Option<u64>,
+    subject: Option<String>,
     rover_pr: Option<RoverPr>,
     merged: bool,
     open_waits: Vec<OpenWait>,
@@ -157,7 +158,7 @@ impl CoordinateStep {
         Ok(Ok(Gathered {
             event: format!("{}\n\n```json\n{}\n```", meta.label, event_json(event)),
             context: untrusted_block(&format!("github {}", event.repo), &context.render()),
-            subject: event.number,
+            subject: subject_key(event),
             rover_pr: RoverPr::find(head.as_deref(), mappings),
             merged,
             open_waits: Vec::new(),
@@ -187,8 +188,9 @@ fn acted(view: &crate::store::TraceView) -> bool {
     })
 }
 
-/// Open waits of other recent traces about `subject`, up to the newest trace that acted on it (newest first, at most [`MAX_WAITS`]).
-pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: u64) -> Vec<OpenWait> {
+/// Open waits of other recent traces about `subject` (a [`subject_key`]), up to the newest
+/// trace that acted on it (newest first, at most [`MAX_WAITS`]).
+pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Vec<OpenWait> {
     let Ok(recent) = store.recent_traces(WAIT_LOOKBACK) else {
         return Vec::new();
     };
@@ -202,7 +204,8 @@ pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: u64) -> Vec
             .root()
             .and_then(|r| EventMeta::of(r).ok())
             .and_then(|m| m.event)
-            .and_then(|e| e.number)
+            .and_then(|e| subject_key(&e))
+            .as_deref()
             == Some(subject);
         if !same_subject {
             continue;
@@ -340,7 +343,7 @@ fn route(
             NextAction::new(StepKind::Noop, format!("{WAIT_PREFIX} {condition}")).with_meta(
                 &NoopMeta {
                     waiting_for: Some(condition),
-                    subject: gathered.subject,
+                    subject: gathered.subject.clone(),
                     untrusted: false,
                 },
             )
@@ -445,15 +448,15 @@ impl Step for CoordinateStep {
             ));
         }
 
-        if let Some(subject) = gathered.subject {
+        if let Some(subject) = gathered.subject.clone() {
             gathered.open_waits = blocking(ctx.store.clone(), move |s| {
-                Ok(open_waits(s, trace_id, subject))
+                Ok(open_waits(s, trace_id, &subject))
             })
             .await
             .unwrap_or_default();
         }
         let context = format!(
-            "{}\n\n## Trace so far\n{}\n## Open waits on the same issue or pull request\n{}",
+            "{}\n\n## Trace so far\n{}\n## Open waits on the same issue, pull request or branch\n{}",
             gathered.context,
             render_trace(&view),
             render_waits(&gathered.open_waits)
@@ -503,5 +506,112 @@ impl Step for CoordinateStep {
             .meta("agent", super::agent_call::usage_meta(&answer))
             .then(action),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::Channel;
+
+    fn mapping(task: &str, branch: &str) -> TaskMapping {
+        TaskMapping {
+            task_id: task.into(),
+            branch_name: branch.into(),
+            trace_id: Uuid::new_v4(),
+            workflow_span_id: Uuid::new_v4(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    fn answer(decision: CoordinateDecision) -> CoordinateResult {
+        CoordinateResult {
+            decision,
+            confidence: 0.5,
+            reasoning: "why".into(),
+            directive: Some("do it".into()),
+            task: None,
+            message: None,
+            condition: Some("CI to finish".into()),
+            task_id: Some("t-9".into()),
+        }
+    }
+
+    fn gathered(rover_pr: Option<RoverPr>) -> Gathered {
+        Gathered {
+            event: String::new(),
+            context: String::new(),
+            subject: Some("refs/heads/main".into()),
+            rover_pr,
+            merged: false,
+            open_waits: Vec::new(),
+            trust: None,
+        }
+    }
+
+    #[test]
+    fn subjects_are_issue_numbers_or_refs() {
+        let mut e = NormalizedEvent::local("1", "a", "", Utc::now());
+        assert_eq!(subject_key(&e), None);
+        e.git_ref = Some("refs/heads/main".into());
+        assert_eq!(subject_key(&e).as_deref(), Some("refs/heads/main"));
+        e.number = Some(4);
+        e.channel = Channel::IssueComment { number: 4 };
+        assert_eq!(subject_key(&e).as_deref(), Some("#4"));
+    }
+
+    #[test]
+    fn a_rover_pr_is_found_by_its_head_branch() {
+        let key = Uuid::new_v4().to_string();
+        let mappings = vec![
+            (key.clone(), mapping("t-1", "rover/a")),
+            (Uuid::new_v4().to_string(), mapping("t-2", "rover/b")),
+        ];
+        let pr = RoverPr::find(Some("rover/a"), &mappings).expect("rover pr");
+        assert_eq!(pr.tasks, vec![(key.clone(), "t-1".to_owned())]);
+        assert_eq!(pr.existing_task().map(|u| u.to_string()), Some(key));
+        assert!(RoverPr::find(Some("feature/x"), &mappings).is_none());
+        assert!(RoverPr::find(Some(""), &mappings).is_none());
+        assert!(RoverPr::find(None, &mappings).is_none());
+    }
+
+    #[test]
+    fn every_decision_routes_to_one_action_and_never_coordinate() {
+        let mappings = vec![(Uuid::new_v4().to_string(), mapping("t-9", "rover/t9"))];
+        for (decision, kind) in [
+            (CoordinateDecision::Noop, StepKind::Noop),
+            (CoordinateDecision::Plan, StepKind::Plan),
+            (CoordinateDecision::Notify, StepKind::Notify),
+            (CoordinateDecision::Flag, StepKind::Notify),
+            (CoordinateDecision::Wait, StepKind::Noop),
+            (CoordinateDecision::Cleanup, StepKind::Cleanup),
+            // Without a task the workflow decision cannot be followed.
+            (CoordinateDecision::Workflow, StepKind::Noop),
+        ] {
+            let action = route(&answer(decision), &gathered(None), &mappings);
+            assert_eq!(action.kind, kind, "{decision:?}");
+        }
+        let wait = route(
+            &answer(CoordinateDecision::Wait),
+            &gathered(None),
+            &mappings,
+        );
+        assert_eq!(wait.reason, "waiting: CI to finish");
+        assert_eq!(wait.meta["subject"], "refs/heads/main");
+        assert_eq!(wait.meta["waitingFor"], "CI to finish");
+        let cleanup = route(
+            &answer(CoordinateDecision::Cleanup),
+            &gathered(None),
+            &mappings,
+        );
+        assert_eq!(cleanup.meta["branch"], "rover/t9");
+        // Cleanup of a task rover does not know ends in noop.
+        let unknown = route(&answer(CoordinateDecision::Cleanup), &gathered(None), &[]);
+        assert_eq!(unknown.kind, StepKind::Noop);
+        assert!(
+            unknown.reason.contains("does not know"),
+            "{}",
+            unknown.reason
+        );
     }
 }

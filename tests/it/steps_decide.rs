@@ -429,7 +429,7 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
         recorded.waiting_for.as_deref(),
         Some("CI on the PR to finish")
     );
-    assert_eq!(recorded.subject, Some(12));
+    assert_eq!(recorded.subject.as_deref(), Some("#12"));
     let noop = last_span(&view, "noop");
     assert_eq!(noop.meta["waitingFor"], "CI on the PR to finish");
 
