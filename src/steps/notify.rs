@@ -41,7 +41,8 @@ pub fn describe(channel: &Channel) -> String {
             format!("a reply in review thread {comment_id} of pull request #{number}")
         }
         Channel::CommitComment { sha } => {
-            format!("a comment on commit {}", &sha[..sha.len().min(12)])
+            let short: String = sha.chars().take(12).collect();
+            format!("a comment on commit {short}")
         }
         Channel::Local => "the local trace (the user reads it with `rover autopilot trace`)".into(),
     }

@@ -1076,3 +1076,32 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
         "no token in argv or env"
     );
 }
+
+#[tokio::test]
+async fn coordinator_agent_failure_fails_forward_to_notify() {
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": COORDINATE, "mode": "api_error", "status": 401},
+        {"prompt_contains": NOTIFY, "structured": {"message": "Rover could not decide: the model API refused the key."}},
+    ]);
+    let services = p.services(&script, config(), None, None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = p.submit("Fix the flaky test");
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        ["event:completed", "coordinate:error", "notify:completed"]
+    );
+    let view = p.trace(trace);
+    let coordinate = last_span(&view, "coordinate");
+    assert_eq!(coordinate.meta["error"]["errorClass"], "auth");
+    assert_eq!(coordinate.meta["error"]["agentStep"], "coordinate");
+    assert_eq!(coordinate.meta["error"]["retryable"], false);
+    let failure: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(failure.purpose, NotifyPurpose::Failure);
+    assert_eq!(failure.failed_step.as_deref(), Some("coordinate"));
+    assert_eq!(
+        last_span(&view, "notify").meta["message"],
+        "Rover could not decide: the model API refused the key."
+    );
+}
