@@ -156,7 +156,12 @@ impl CoordinateStep {
             .or_else(|| pull.map(|p| p.head_branch.clone()));
         let merged = event.merged == Some(true) || pull.is_some_and(|p| p.merged);
         Ok(Ok(Gathered {
-            event: format!("{}\n\n```json\n{}\n```", meta.label, event_json(event)),
+            // Branch and label names come from GitHub users: data, not instructions.
+            event: format!(
+                "{}\n\n{}",
+                meta.label,
+                untrusted_block("github event", &event_json(event))
+            ),
             context: untrusted_block(&format!("github {}", event.repo), &context.render()),
             subject: subject_key(event),
             rover_pr: RoverPr::find(head.as_deref(), mappings),
