@@ -1105,3 +1105,72 @@ async fn coordinator_agent_failure_fails_forward_to_notify() {
         "Rover could not decide: the model API refused the key."
     );
 }
+
+#[tokio::test]
+async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(20, "Make login better", "It is bad.", "alice", &[]);
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    // Invocations: 1 coordinate, 2 plan (asks), 3 notify; 4 coordinate, 5 plan (tasks).
+    let script = json!([
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("plan", &json!({"directive": "Improve login"}))},
+        {"invocation": 2, "structured": {"analysis": "vague", "tasks": [], "clarification": "Which part: speed or remember-me?"}},
+        {"prompt_contains": PLAN, "structured": {"analysis": "clear now", "tasks": [task("remember", &[])], "clarification": null}},
+        {"prompt_contains": NOTIFY, "structured": {"message": "Which part should I improve: speed or remember-me?"}},
+    ]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let opened = submit_github(
+        &p,
+        &event(
+            EventKind::Issues,
+            Some(EventAction::Opened),
+            Some(20),
+            "alice",
+            Channel::IssueComment { number: 20 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(opened),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "notify:completed"
+        ]
+    );
+    let asked = fake.comment_bodies(20);
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].starts_with("Which part should I improve"));
+
+    fake.add_comment(20, "alice", "Remember-me, please.");
+    let mut reply = event(
+        EventKind::IssueComment,
+        Some(EventAction::Created),
+        Some(20),
+        "alice",
+        Channel::IssueComment { number: 20 },
+    );
+    reply.body = Some("Remember-me, please.".into());
+    let replied = submit_github(&p, &reply);
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(replied),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed"
+        ]
+    );
+    // The second coordinator saw rover's question (marked as rover's) and the answer.
+    let calls = p.agents.calls();
+    let prompt = calls[3]["prompt"].as_str().expect("prompt");
+    assert!(prompt.contains(COORDINATE), "{prompt}");
+    assert!(prompt.contains("(rover, earlier)"), "{prompt}");
+    assert!(prompt.contains("Which part should I improve"), "{prompt}");
+    assert!(prompt.contains("Remember-me, please."), "{prompt}");
+    assert_eq!(fake.comment_bodies(20).len(), 2, "no further post");
+}
