@@ -158,10 +158,34 @@ impl NotifyMeta {
     }
 }
 
+/// What an event is about, for matching waits across traces: `#<number>` for an issue or pull
+/// request, the ref for a push.
+pub fn subject_key(event: &NormalizedEvent) -> Option<String> {
+    match (event.number, &event.git_ref) {
+        (Some(n), _) => Some(format!("#{n}")),
+        (None, Some(git_ref)) => Some(git_ref.clone()),
+        (None, None) => None,
+    }
+}
+
+/// How the reason of a `noop` that records a coordinator `wait` starts.
+pub const WAIT_PREFIX: &str = "waiting:";
+
 /// `noop`: end the trace, recording why nothing is done (the reason is the action's `reason`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NoopMeta {}
+pub struct NoopMeta {
+    /// For a coordinator `wait`: the condition waited for (the next event's coordinator sees it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// For a wait: what it is about, as [`subject_key`] gives it (`#12`, `refs/heads/main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The event came from an untrusted author: no agent may look at this trace, not even to
+    /// summarize it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untrusted: bool,
+}
 
 /// `cleanup`: tear down the workspace of a rover task.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

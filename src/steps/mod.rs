@@ -2,16 +2,23 @@
 //! share (agent, GitHub, sandbox, the repository). Steps never call each other: each reads its
 //! action and writes a span and new actions through the store (see `orchestrator`).
 
+mod agent_call;
+pub mod coordinate;
 pub mod event;
 pub mod meta;
 pub mod noop;
+pub mod notify;
+pub mod plan;
 pub mod push;
 pub mod resolve;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use noop::NoopStep;
+pub use coordinate::CoordinateStep;
+pub use noop::{NoopStep, SummarizingNoopStep};
+pub use notify::NotifyStep;
+pub use plan::PlanStep;
 pub use push::PushStep;
 pub use resolve::ResolveStep;
 
@@ -60,8 +67,11 @@ impl Services {
 /// Every step rover has, wired to `services`.
 pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
     vec![
-        Arc::new(NoopStep),
         Arc::new(ResolveStep::new(services.clone())),
         Arc::new(PushStep::new(services.clone())),
+        Arc::new(CoordinateStep::new(services.clone())),
+        Arc::new(PlanStep::new(services.clone())),
+        Arc::new(NotifyStep::new(services.clone())),
+        Arc::new(SummarizingNoopStep::new(services.clone())),
     ]
 }

@@ -1,13 +1,50 @@
-//! The `noop` step: an explicit end for a trace in which nothing is done, with the reason and a
-//! one-line summary of what the pipeline evaluated. The summary is the chain of span summaries;
-//! a small model rephrases it when an agent is configured (see the agents module).
+//! The `noop` step (terminal): an explicit end for a trace in which nothing is done, with the
+//! reason and a one-line summary of what the pipeline evaluated. [`SummarizingNoopStep`] asks a
+//! small model for the summary and falls back to the chain of span summaries when it fails;
+//! [`NoopStep`] (for tests and agent-less setups) always uses the chain. A wait recorded by the
+//! coordinator (`waiting: ...`) keeps its condition in the span.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::orchestrator::{blocking, Finished, Outcome, Step, StepContext, StepError};
+use super::agent_call::{ask, load_trace, render_trace, usage_meta};
+use super::meta::{self, NoopMeta};
+use super::Services;
+use crate::agents::{AgentStep, PromptVars, SummarizeResult};
+use crate::github::Visibility;
+use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use crate::store::{StepKind, StepRun, TraceView};
 
+/// The noop step without AI: the summary is always [`chain_summary`].
 pub struct NoopStep;
+
+/// The noop step with a small model's summary (`meta.summary`), falling back to
+/// [`chain_summary`] when the agent fails; `meta.summarySource` says which was used.
+pub struct SummarizingNoopStep {
+    services: Arc<Services>,
+}
+
+impl SummarizingNoopStep {
+    pub fn new(services: Arc<Services>) -> SummarizingNoopStep {
+        SummarizingNoopStep { services }
+    }
+}
+
+/// The span of a noop run: the reason, the summary and its source, and a wait's condition.
+fn finished(run: &StepRun, summary: &str, source: &str) -> Finished {
+    let noop: NoopMeta = meta::read(&run.action).unwrap_or_default();
+    let mut done = Finished::completed(run.action.reason.clone())
+        .meta("reason", &run.action.reason)
+        .meta("summary", summary)
+        .meta("summarySource", source);
+    if let Some(condition) = &noop.waiting_for {
+        done = done
+            .meta("waitingFor", condition)
+            .meta("subject", noop.subject);
+    }
+    done
+}
 
 /// The fallback summary: each finished span's summary, in order, joined.
 pub fn chain_summary(view: &TraceView) -> String {
@@ -38,16 +75,62 @@ impl Step for NoopStep {
     }
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
-        let trace_id = run.pending.trace_id;
-        let view = blocking(ctx.store.clone(), move |s| s.load_trace(trace_id))
-            .await
-            .map_err(|e| StepError::from_error(&e, true))?;
-        let summary = chain_summary(&view);
-        Ok(Outcome::Finished(
-            Finished::completed(run.action.reason.clone())
-                .meta("reason", &run.action.reason)
-                .meta("summary", &summary)
-                .meta("summarySource", "span summaries"),
-        ))
+        let view = load_trace(ctx, run.pending.trace_id).await?;
+        Ok(Outcome::Finished(finished(
+            run,
+            &chain_summary(&view),
+            "span summaries",
+        )))
+    }
+}
+
+#[async_trait]
+impl Step for SummarizingNoopStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Noop
+    }
+
+    fn max_parallel(&self) -> usize {
+        5
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let view = load_trace(ctx, run.pending.trace_id).await?;
+        let noop: NoopMeta = meta::read(&run.action).unwrap_or_default();
+        if noop.untrusted {
+            return Ok(Outcome::Finished(finished(
+                run,
+                &chain_summary(&view),
+                "span summaries (untrusted event: no agent)",
+            )));
+        }
+        let redactor = &self.services.redactor;
+        let mut vars = PromptVars::new();
+        vars.insert(
+            "reason".into(),
+            redactor.redact(&run.action.reason, Visibility::Private),
+        );
+        vars.insert(
+            "trace".into(),
+            redactor.redact(&render_trace(&view), Visibility::Private),
+        );
+        let answer = ask::<SummarizeResult>(
+            &self.services,
+            ctx,
+            run.span.id,
+            AgentStep::Summarize,
+            self.services.repo_root.clone(),
+            vars,
+        )
+        .await;
+        let done = match answer {
+            Ok(answer) => finished(run, answer.value.summary.trim(), "agent")
+                .meta("agent", usage_meta(&answer)),
+            Err(e) => finished(run, &chain_summary(&view), "span summaries").meta(
+                "agent",
+                serde_json::json!({"error": crate::cli::error_chain(&e), "errorClass": e.class()}),
+            ),
+        };
+        Ok(Outcome::Finished(done))
     }
 }

@@ -12,5 +12,6 @@ mod github;
 mod inspect;
 mod orchestrator;
 mod sandbox;
+mod steps_decide;
 mod steps_resolve;
 mod store;

@@ -1,0 +1,137 @@
+//! Shared plumbing of the deciding steps (coordinate, plan, notify, noop): one structured agent
+//! call with its prompt rendered off the runtime and its transcript under the span's artifacts,
+//! the trace rendered as text for a prompt, and agent errors turned into step errors.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::meta::EventMeta;
+use super::Services;
+use crate::agents::{
+    run_structured, step_request, AgentError, AgentStep, PromptVars, StepResult, Structured,
+};
+use crate::orchestrator::{blocking, StepContext, StepError};
+use crate::store::{AutopilotStore, Span, TaskMapping, TraceView};
+
+/// Longest trace text handed to a prompt.
+const MAX_TRACE_CHARS: usize = 12_000;
+
+/// Run `step`'s prompt with `vars` in `workdir`, asking for a `T`. The transcript goes to the
+/// span's artifacts dir (`<step>.transcript.jsonl`).
+pub(crate) async fn ask<T: StepResult + 'static>(
+    services: &Arc<Services>,
+    ctx: &StepContext,
+    span_id: Uuid,
+    step: AgentStep,
+    workdir: PathBuf,
+    vars: PromptVars,
+) -> Result<Structured<T>, AgentError> {
+    let settings = services.agent_settings().clone();
+    let attribution = services.config.attribution;
+    let artifacts = ctx.store.artifacts_dir(span_id);
+    let request = tokio::task::spawn_blocking(move || {
+        let mut request = step_request(&settings, step, &workdir, &vars, attribution)?;
+        // Without a transcript the call still works; the dir is only for inspection.
+        if std::fs::create_dir_all(&artifacts).is_ok() {
+            request.transcript = Some(artifacts.join(format!("{}.transcript.jsonl", step.name())));
+        }
+        Ok::<_, AgentError>(request)
+    })
+    .await
+    .map_err(|e| AgentError::Prompt {
+        step: step.name().to_owned(),
+        reason: format!("rendering panicked: {e}"),
+    })??;
+    run_structured::<T>(services.agent.as_ref(), request).await
+}
+
+/// A step error for a failed agent call, with its class and the raw answer when there is one.
+pub(crate) fn agent_error(step: AgentStep, e: &AgentError) -> StepError {
+    let mut err = StepError::from_error(e, e.is_retryable())
+        .detail("agentStep", step.name())
+        .detail("errorClass", e.class());
+    if let AgentError::InvalidAnswer { reason, raw } = e {
+        err = err
+            .detail("invalidAnswer", reason)
+            .detail("answer", crate::agents::truncate_marked(raw, 4096));
+    }
+    err
+}
+
+/// Usage figures of an agent response for a span's meta.
+pub(crate) fn usage_meta<T>(answer: &Structured<T>) -> serde_json::Value {
+    serde_json::json!({
+        "attempts": answer.attempts,
+        "firstError": answer.first_error,
+        "turns": answer.response.turns,
+        "costUsd": answer.response.cost_usd,
+        "inputTokens": answer.response.usage.input,
+        "outputTokens": answer.response.usage.output,
+    })
+}
+
+/// Load a trace off the runtime.
+pub(crate) async fn load_trace(ctx: &StepContext, trace_id: Uuid) -> Result<TraceView, StepError> {
+    blocking(ctx.store.clone(), move |s| s.load_trace(trace_id))
+        .await
+        .map_err(|e| StepError::from_error(&e, true).detail("traceId", trace_id.to_string()))
+}
+
+/// The task mappings, keyed by workflow action id.
+pub(crate) async fn task_mappings(
+    ctx: &StepContext,
+) -> Result<Vec<(String, TaskMapping)>, StepError> {
+    let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
+        .await
+        .map_err(|e| StepError::from_error(&e, true))?;
+    Ok(state.task_mappings.into_iter().collect())
+}
+
+/// The root span's event meta.
+pub(crate) fn event_meta(view: &TraceView) -> Result<EventMeta, StepError> {
+    let root = view.root().ok_or_else(|| {
+        StepError::fatal(
+            "the trace has no root event span: inspect it with `rover autopilot trace`",
+        )
+        .detail("traceId", view.trace_id().to_string())
+    })?;
+    EventMeta::of(root).map_err(|e| {
+        StepError::fatal(format!(
+            "the root event span's meta cannot be read: {e}; the trace cannot be answered"
+        ))
+        .detail("traceId", view.trace_id().to_string())
+    })
+}
+
+fn span_line(out: &mut String, span: &Span, view: &TraceView) {
+    let summary = span
+        .summary
+        .as_deref()
+        .unwrap_or("(running)")
+        .lines()
+        .next()
+        .unwrap_or_default();
+    let _ = writeln!(out, "- {} [{}]: {}", span.step, span.status, summary);
+    if let Some(error) = span.meta.get("error").and_then(|e| e.get("message")) {
+        let _ = writeln!(out, "  error: {}", error.as_str().unwrap_or_default());
+    }
+    for action in view.actions_of(span.id) {
+        let _ = writeln!(out, "  → {}: {}", action.action, action.reason);
+    }
+}
+
+/// The trace as a list for a prompt: every span (step, status, summary, error) and the actions
+/// it produced, bounded.
+pub(crate) fn render_trace(view: &TraceView) -> String {
+    let mut out = String::new();
+    for span in &view.spans {
+        span_line(&mut out, span, view);
+    }
+    if out.is_empty() {
+        out.push_str("(nothing recorded yet)\n");
+    }
+    crate::github::context::truncate(&out, MAX_TRACE_CHARS)
+}

@@ -1,0 +1,622 @@
+//! The `coordinate` step: decides what rover does about a trace's root event.
+//!
+//! Trust first, without AI: a GitHub event from an author without write access ends in `noop`
+//! (a failing lookup denies). A merged pull request rover opened ends in `cleanup` by rule.
+//! Everything else goes to the agent (read-only tools in the checkout) with the event, the
+//! GitHub context, the trace so far, rover's task mappings and the open waits of the same issue
+//! or PR; its decision becomes exactly one action with typed meta (never `coordinate`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
+use super::meta::{
+    subject_key, CleanupMeta, EventMeta, EventSource, NoopMeta, NotifyMeta, NotifyPurpose,
+    PlanMeta, WAIT_PREFIX,
+};
+use super::plan::workflow_meta;
+use super::Services;
+use crate::agents::{untrusted_block, AgentStep, CoordinateDecision, CoordinateResult, PromptVars};
+use crate::github::{
+    build_context, EventAction, EventKind, NormalizedEvent, TrustDecision, TrustPolicy, Visibility,
+};
+use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
+
+/// How many recent traces are searched for open waits of the same issue or PR.
+const WAIT_LOOKBACK: usize = 50;
+/// How many open waits are shown to the agent.
+const MAX_WAITS: usize = 5;
+
+/// A wait recorded by an earlier trace about the same issue or pull request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenWait {
+    pub trace_id: Uuid,
+    pub at: DateTime<Utc>,
+    pub condition: String,
+}
+
+/// The task mappings of a pull request rover opened (its head branch is a task's branch).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RoverPr {
+    branch: String,
+    /// Workflow action ids (the mapping keys) with their task ids.
+    tasks: Vec<(String, String)>,
+}
+
+impl RoverPr {
+    fn find(branch: Option<&str>, mappings: &[(String, TaskMapping)]) -> Option<RoverPr> {
+        let branch = branch.filter(|b| !b.is_empty())?;
+        let tasks: Vec<(String, String)> = mappings
+            .iter()
+            .filter(|(_, m)| m.branch_name == branch)
+            .map(|(key, m)| (key.clone(), m.task_id.clone()))
+            .collect();
+        (!tasks.is_empty()).then(|| RoverPr {
+            branch: branch.to_owned(),
+            tasks,
+        })
+    }
+
+    /// The workflow action whose task an iteration reuses: the first mapping.
+    fn existing_task(&self) -> Option<Uuid> {
+        self.tasks
+            .iter()
+            .find_map(|(key, _)| Uuid::parse_str(key).ok())
+    }
+
+    fn cleanup(&self) -> CleanupMeta {
+        CleanupMeta {
+            tasks: self
+                .tasks
+                .iter()
+                .filter_map(|(key, _)| Uuid::parse_str(key).ok())
+                .collect(),
+            branch: Some(self.branch.clone()),
+        }
+    }
+}
+
+/// What the coordinator knows before asking the agent.
+struct Gathered {
+    /// The event as the prompt shows it.
+    event: String,
+    /// The GitHub context (untrusted block), the trace so far and the open waits.
+    context: String,
+    subject: Option<String>,
+    rover_pr: Option<RoverPr>,
+    merged: bool,
+    open_waits: Vec<OpenWait>,
+    trust: Option<TrustDecision>,
+}
+
+pub struct CoordinateStep {
+    services: Arc<Services>,
+    /// Kept across runs: its permission cache saves lookups.
+    trust: TrustPolicy,
+}
+
+impl CoordinateStep {
+    pub fn new(services: Arc<Services>) -> CoordinateStep {
+        let trust = TrustPolicy::new(&services.config.autopilot.github.trust);
+        CoordinateStep { services, trust }
+    }
+
+    /// Trust, context and rover-PR detection for a GitHub event; `Err(finished)` when the
+    /// author is not trusted (the run ends there, without AI).
+    async fn gather_github(
+        &self,
+        meta: &EventMeta,
+        event: &NormalizedEvent,
+        mappings: &[(String, TaskMapping)],
+    ) -> Result<Result<Gathered, Finished>, StepError> {
+        let github = self.services.github.as_ref().ok_or_else(|| {
+            StepError::fatal(
+                "this trace is a GitHub event but rover has no GitHub client: set GITHUB_TOKEN and the repository",
+            )
+        })?;
+        let trust = self.trust.decide(github.as_ref(), &event.actor).await;
+        if !trust.trusted {
+            let reason = format!("untrusted author: {}", trust.reason);
+            return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
+                .meta("decision", "noop")
+                .meta("decidedBy", "trust")
+                .meta("trust", &trust)
+                .then(NextAction::new(StepKind::Noop, reason).with_meta(
+                    &NoopMeta {
+                        untrusted: true,
+                        ..NoopMeta::default()
+                    },
+                ))));
+        }
+        let settings = &self.services.config.autopilot.github;
+        let context = build_context(
+            github.as_ref(),
+            event,
+            &settings.context,
+            settings.bot_login.as_deref(),
+        )
+        .await
+        .map_err(|e| {
+            StepError::from_error(&e, e.is_retryable())
+                .detail("eventId", &event.id)
+                .detail("what", "fetching the event's context from GitHub")
+        })?;
+        let pull = context.subject.as_ref().and_then(|s| s.pull.as_ref());
+        let head = event
+            .head_branch
+            .clone()
+            .or_else(|| pull.map(|p| p.head_branch.clone()));
+        let merged = event.merged == Some(true) || pull.is_some_and(|p| p.merged);
+        Ok(Ok(Gathered {
+            // Branch and label names come from GitHub users: data, not instructions.
+            event: format!(
+                "{}\n\n{}",
+                meta.label,
+                untrusted_block("github event", &event_json(event))
+            ),
+            context: untrusted_block(&format!("github {}", event.repo), &context.render()),
+            subject: subject_key(event),
+            rover_pr: RoverPr::find(head.as_deref(), mappings),
+            merged,
+            open_waits: Vec::new(),
+            trust: Some(trust),
+        }))
+    }
+}
+
+fn event_json(event: &NormalizedEvent) -> String {
+    let mut value = serde_json::to_value(event).unwrap_or_default();
+    // The body is in the context (as untrusted data); keep the event itself small.
+    if let Some(map) = value.as_object_mut() {
+        map.remove("body");
+    }
+    serde_json::to_string_pretty(&value).unwrap_or_default()
+}
+
+/// Whether a trace's coordinator decided to act (not `noop` or `wait`).
+fn acted(view: &crate::store::TraceView) -> bool {
+    view.spans.iter().any(|s| {
+        s.step == StepKind::Coordinate
+            && s.status == crate::store::SpanStatus::Completed
+            && s.meta
+                .get("decision")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|d| !matches!(d, "noop" | "wait"))
+    })
+}
+
+/// Open waits of other recent traces about `subject` (a [`subject_key`]), up to the newest
+/// trace that acted on it (newest first, at most [`MAX_WAITS`]).
+pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Vec<OpenWait> {
+    let Ok(recent) = store.recent_traces(WAIT_LOOKBACK) else {
+        return Vec::new();
+    };
+    let mut waits = Vec::new();
+    // `recent_traces` lists the newest first.
+    for entry in recent.iter().filter(|e| e.trace_id != this_trace) {
+        let Ok(view) = store.load_trace(entry.trace_id) else {
+            continue;
+        };
+        let same_subject = view
+            .root()
+            .and_then(|r| EventMeta::of(r).ok())
+            .and_then(|m| m.event)
+            .and_then(|e| subject_key(&e))
+            .as_deref()
+            == Some(subject);
+        if !same_subject {
+            continue;
+        }
+        if acted(&view) {
+            // A newer trace already acted on this subject: older waits are settled.
+            break;
+        }
+        for action in view
+            .actions
+            .iter()
+            .filter(|a| a.action == StepKind::Noop && a.reason.starts_with(WAIT_PREFIX))
+        {
+            let condition = super::meta::read::<NoopMeta>(action)
+                .ok()
+                .and_then(|m| m.waiting_for)
+                .unwrap_or_else(|| action.reason[WAIT_PREFIX.len()..].trim().to_owned());
+            waits.push(OpenWait {
+                trace_id: entry.trace_id,
+                at: action.timestamp,
+                condition,
+            });
+        }
+        if waits.len() >= MAX_WAITS {
+            break;
+        }
+    }
+    waits.truncate(MAX_WAITS);
+    waits
+}
+
+fn render_mappings(mappings: &[(String, TaskMapping)], rover_pr: Option<&RoverPr>) -> String {
+    let mut out = String::new();
+    if let Some(pr) = rover_pr {
+        let _ = writeln!(
+            out,
+            "This event is about a pull request rover opened: its head branch `{}` belongs to task(s) {}.\n",
+            pr.branch,
+            pr.tasks
+                .iter()
+                .map(|(_, t)| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if mappings.is_empty() {
+        out.push_str("(rover owns no tasks right now)\n");
+    }
+    for (key, m) in mappings {
+        let _ = writeln!(
+            out,
+            "- task `{}`: branch `{}` (workflow action {key}, trace {})",
+            m.task_id, m.branch_name, m.trace_id
+        );
+    }
+    out
+}
+
+fn render_waits(waits: &[OpenWait]) -> String {
+    if waits.is_empty() {
+        return "(none)".to_owned();
+    }
+    waits
+        .iter()
+        .map(|w| {
+            format!(
+                "- since {} (trace {}): waiting for {}",
+                w.at.to_rfc3339(),
+                w.trace_id,
+                w.condition
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The one action for the agent's decision.
+fn route(
+    result: &CoordinateResult,
+    gathered: &Gathered,
+    mappings: &[(String, TaskMapping)],
+) -> NextAction {
+    let reasoning = result.reasoning.trim();
+    let text = |v: &Option<String>| v.as_deref().unwrap_or_default().trim().to_owned();
+    match result.decision {
+        CoordinateDecision::Noop => {
+            NextAction::new(StepKind::Noop, reasoning).with_meta(&NoopMeta::default())
+        }
+        CoordinateDecision::Plan => {
+            let pr = gathered.rover_pr.as_ref();
+            NextAction::new(StepKind::Plan, reasoning).with_meta(&PlanMeta {
+                directive: text(&result.directive),
+                existing_task: pr.and_then(RoverPr::existing_task),
+                branch: pr.map(|p| p.branch.clone()),
+            })
+        }
+        CoordinateDecision::Workflow => match &result.task {
+            Some(task) => {
+                let mut meta = workflow_meta(task, Vec::new());
+                if let Some(pr) = &gathered.rover_pr {
+                    meta.iterate_on = pr.existing_task();
+                    meta.branch = Some(pr.branch.clone());
+                }
+                NextAction::new(StepKind::Workflow, format!("{}: {}", task.title, reasoning))
+                    .with_meta(&meta)
+            }
+            // `validate` requires a task; kept total for safety.
+            None => NextAction::new(
+                StepKind::Noop,
+                format!("the coordinator chose a workflow without a task: {reasoning}"),
+            )
+            .with_meta(&NoopMeta::default()),
+        },
+        CoordinateDecision::Notify => {
+            NextAction::new(StepKind::Notify, reasoning).with_meta(&NotifyMeta {
+                purpose: NotifyPurpose::Answer,
+                message: Some(text(&result.message)),
+                ..NotifyMeta::default()
+            })
+        }
+        CoordinateDecision::Flag => NextAction::new(
+            StepKind::Notify,
+            format!("flagged for a human: {}", text(&result.condition)),
+        )
+        .with_meta(&NotifyMeta {
+            purpose: NotifyPurpose::Flag,
+            message: Some(format!(
+                "A maintainer should take a look before rover does anything here: {}",
+                text(&result.condition)
+            )),
+            ..NotifyMeta::default()
+        }),
+        CoordinateDecision::Wait => {
+            let condition = text(&result.condition);
+            NextAction::new(StepKind::Noop, format!("{WAIT_PREFIX} {condition}")).with_meta(
+                &NoopMeta {
+                    waiting_for: Some(condition),
+                    subject: gathered.subject.clone(),
+                    untrusted: false,
+                },
+            )
+        }
+        CoordinateDecision::Cleanup => {
+            let wanted = text(&result.task_id);
+            let mut cleanup = gathered
+                .rover_pr
+                .as_ref()
+                .map(RoverPr::cleanup)
+                .unwrap_or_default();
+            for (key, m) in mappings {
+                if m.task_id == wanted || *key == wanted {
+                    if let Ok(id) = Uuid::parse_str(key) {
+                        if !cleanup.tasks.contains(&id) {
+                            cleanup.tasks.push(id);
+                        }
+                    }
+                    cleanup.branch.get_or_insert_with(|| m.branch_name.clone());
+                }
+            }
+            if cleanup.tasks.is_empty() {
+                NextAction::new(
+                    StepKind::Noop,
+                    format!("the coordinator asked to clean up task `{wanted}`, which rover does not know: {reasoning}"),
+                )
+                .with_meta(&NoopMeta::default())
+            } else {
+                NextAction::new(StepKind::Cleanup, reasoning).with_meta(&cleanup)
+            }
+        }
+    }
+}
+
+fn decision_name(decision: CoordinateDecision) -> String {
+    serde_json::to_value(decision)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl Step for CoordinateStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Coordinate
+    }
+
+    fn max_parallel(&self) -> usize {
+        3
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let trace_id = run.pending.trace_id;
+        let view = load_trace(ctx, trace_id).await?;
+        let meta = event_meta(&view)?;
+        let mappings = task_mappings(ctx).await?;
+        let mut gathered = match (meta.source, &meta.event) {
+            (EventSource::Github, Some(event)) => {
+                match self.gather_github(&meta, event, &mappings).await? {
+                    Ok(g) => g,
+                    Err(untrusted) => return Ok(Outcome::Finished(untrusted)),
+                }
+            }
+            (EventSource::Github, None) => {
+                return Err(StepError::fatal(
+                    "the root span of this GitHub trace carries no event: it cannot be coordinated",
+                ))
+            }
+            (EventSource::Local, _) => Gathered {
+                event: format!(
+                    "{}\n\nA local request from rover's own user (trusted), submitted with `rover autopilot submit`:\n\n{}",
+                    meta.label,
+                    meta.request.as_deref().unwrap_or_default()
+                ),
+                context: "(a local request: there is no GitHub context)".to_owned(),
+                subject: None,
+                rover_pr: None,
+                merged: false,
+                open_waits: Vec::new(),
+                trust: None,
+            },
+        };
+
+        // A merged rover PR: a simple fork, hardcoded.
+        let closed_pr = meta.event.as_ref().is_some_and(|e| {
+            e.kind == EventKind::PullRequest && e.action == Some(EventAction::Closed)
+        });
+        if let (true, true, Some(pr)) = (closed_pr, gathered.merged, &gathered.rover_pr) {
+            let reason = format!(
+                "rover's pull request from `{}` was merged: tear down its workspace",
+                pr.branch
+            );
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("decided cleanup: {reason}"))
+                    .meta("decision", "cleanup")
+                    .meta("decidedBy", "rule")
+                    .meta("confidence", 1.0)
+                    .meta("reasoning", &reason)
+                    .meta("roverPr", pr)
+                    .meta("trust", &gathered.trust)
+                    .then(NextAction::new(StepKind::Cleanup, reason).with_meta(&pr.cleanup())),
+            ));
+        }
+
+        if let Some(subject) = gathered.subject.clone() {
+            gathered.open_waits = blocking(ctx.store.clone(), move |s| {
+                Ok(open_waits(s, trace_id, &subject))
+            })
+            .await
+            .unwrap_or_default();
+        }
+        let context = format!(
+            "{}\n\n## Trace so far\n{}\n## Open waits on the same issue, pull request or branch\n{}",
+            gathered.context,
+            render_trace(&view),
+            render_waits(&gathered.open_waits)
+        );
+        // Secrets never reach a prompt, even when someone pasted one into the thread.
+        let redactor = &self.services.redactor;
+        let mut vars = PromptVars::new();
+        vars.insert(
+            "event".into(),
+            redactor.redact(&gathered.event, Visibility::Private),
+        );
+        vars.insert(
+            "context".into(),
+            redactor.redact(&context, Visibility::Private),
+        );
+        vars.insert(
+            "task_mappings".into(),
+            render_mappings(&mappings, gathered.rover_pr.as_ref()),
+        );
+        let answer = ask::<CoordinateResult>(
+            &self.services,
+            ctx,
+            run.span.id,
+            AgentStep::Coordinate,
+            self.services.repo_root.clone(),
+            vars,
+        )
+        .await
+        .map_err(|e| agent_error(AgentStep::Coordinate, &e))?;
+        let result = &answer.value;
+        let action = route(result, &gathered, &mappings);
+        let decision = decision_name(result.decision);
+        Ok(Outcome::Finished(
+            Finished::completed(format!(
+                "decided {decision} ({:.2}): {}",
+                result.confidence,
+                result.reasoning.lines().next().unwrap_or_default()
+            ))
+            .meta("decision", &decision)
+            .meta("decidedBy", "agent")
+            .meta("confidence", result.confidence)
+            .meta("reasoning", &result.reasoning)
+            .meta("answer", result)
+            .meta("trust", &gathered.trust)
+            .meta("roverPr", &gathered.rover_pr)
+            .meta("openWaits", &gathered.open_waits)
+            .meta("agent", super::agent_call::usage_meta(&answer))
+            .then(action),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::Channel;
+
+    fn mapping(task: &str, branch: &str) -> TaskMapping {
+        TaskMapping {
+            task_id: task.into(),
+            branch_name: branch.into(),
+            trace_id: Uuid::new_v4(),
+            workflow_span_id: Uuid::new_v4(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    fn answer(decision: CoordinateDecision) -> CoordinateResult {
+        CoordinateResult {
+            decision,
+            confidence: 0.5,
+            reasoning: "why".into(),
+            directive: Some("do it".into()),
+            task: None,
+            message: None,
+            condition: Some("CI to finish".into()),
+            task_id: Some("t-9".into()),
+        }
+    }
+
+    fn gathered(rover_pr: Option<RoverPr>) -> Gathered {
+        Gathered {
+            event: String::new(),
+            context: String::new(),
+            subject: Some("refs/heads/main".into()),
+            rover_pr,
+            merged: false,
+            open_waits: Vec::new(),
+            trust: None,
+        }
+    }
+
+    #[test]
+    fn subjects_are_issue_numbers_or_refs() {
+        let mut e = NormalizedEvent::local("1", "a", "", Utc::now());
+        assert_eq!(subject_key(&e), None);
+        e.git_ref = Some("refs/heads/main".into());
+        assert_eq!(subject_key(&e).as_deref(), Some("refs/heads/main"));
+        e.number = Some(4);
+        e.channel = Channel::IssueComment { number: 4 };
+        assert_eq!(subject_key(&e).as_deref(), Some("#4"));
+    }
+
+    #[test]
+    fn a_rover_pr_is_found_by_its_head_branch() {
+        let key = Uuid::new_v4().to_string();
+        let mappings = vec![
+            (key.clone(), mapping("t-1", "rover/a")),
+            (Uuid::new_v4().to_string(), mapping("t-2", "rover/b")),
+        ];
+        let pr = RoverPr::find(Some("rover/a"), &mappings).expect("rover pr");
+        assert_eq!(pr.tasks, vec![(key.clone(), "t-1".to_owned())]);
+        assert_eq!(pr.existing_task().map(|u| u.to_string()), Some(key));
+        assert!(RoverPr::find(Some("feature/x"), &mappings).is_none());
+        assert!(RoverPr::find(Some(""), &mappings).is_none());
+        assert!(RoverPr::find(None, &mappings).is_none());
+    }
+
+    #[test]
+    fn every_decision_routes_to_one_action_and_never_coordinate() {
+        let mappings = vec![(Uuid::new_v4().to_string(), mapping("t-9", "rover/t9"))];
+        for (decision, kind) in [
+            (CoordinateDecision::Noop, StepKind::Noop),
+            (CoordinateDecision::Plan, StepKind::Plan),
+            (CoordinateDecision::Notify, StepKind::Notify),
+            (CoordinateDecision::Flag, StepKind::Notify),
+            (CoordinateDecision::Wait, StepKind::Noop),
+            (CoordinateDecision::Cleanup, StepKind::Cleanup),
+            // Without a task the workflow decision cannot be followed.
+            (CoordinateDecision::Workflow, StepKind::Noop),
+        ] {
+            let action = route(&answer(decision), &gathered(None), &mappings);
+            assert_eq!(action.kind, kind, "{decision:?}");
+        }
+        let wait = route(
+            &answer(CoordinateDecision::Wait),
+            &gathered(None),
+            &mappings,
+        );
+        assert_eq!(wait.reason, "waiting: CI to finish");
+        assert_eq!(wait.meta["subject"], "refs/heads/main");
+        assert_eq!(wait.meta["waitingFor"], "CI to finish");
+        let cleanup = route(
+            &answer(CoordinateDecision::Cleanup),
+            &gathered(None),
+            &mappings,
+        );
+        assert_eq!(cleanup.meta["branch"], "rover/t9");
+        // Cleanup of a task rover does not know ends in noop.
+        let unknown = route(&answer(CoordinateDecision::Cleanup), &gathered(None), &[]);
+        assert_eq!(unknown.kind, StepKind::Noop);
+        assert!(
+            unknown.reason.contains("does not know"),
+            "{}",
+            unknown.reason
+        );
+    }
+}

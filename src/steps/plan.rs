@@ -1,0 +1,321 @@
+//! The `plan` step: the agent (read-only tools in the checkout) turns a directive into 1..N
+//! `workflow` actions whose `dependsOn` name preset action ids of the same plan, or one
+//! clarification `notify`, or — when there is nothing to do — a `noop`. Cycles and unknown
+//! references are rejected with the offending ids in the error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::agent_call::{agent_error, ask, load_trace, render_trace, task_mappings, usage_meta};
+use super::meta::{
+    self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
+};
+use super::Services;
+use crate::agents::{self, AgentStep, PlanResult, PromptVars, StepResult, TaskSpec};
+use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::{StepKind, StepRun};
+
+/// The workflow meta of a planned (or coordinated) task.
+pub fn workflow_meta(task: &TaskSpec, depends_on: Vec<Uuid>) -> WorkflowMeta {
+    WorkflowMeta {
+        title: task.title.trim().to_owned(),
+        description: task.description.trim().to_owned(),
+        acceptance_criteria: task.acceptance_criteria.clone(),
+        workflow_type: match task.workflow_type {
+            agents::WorkflowType::Swe => WorkflowType::Swe,
+            agents::WorkflowType::CodeReview => WorkflowType::CodeReview,
+            agents::WorkflowType::BugFinder => WorkflowType::BugFinder,
+            agents::WorkflowType::SecurityAnalyst => WorkflowType::SecurityAnalyst,
+        },
+        depends_on,
+        iterate_on: None,
+        branch: None,
+        instructions: None,
+    }
+}
+
+/// Why a plan's task graph is unusable: unknown references and cycles, naming the task ids.
+pub fn check_dependencies(tasks: &[TaskSpec]) -> Result<(), String> {
+    let ids: BTreeSet<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+    if ids.len() != tasks.len() {
+        return Err("task ids are not unique".to_owned());
+    }
+    for task in tasks {
+        if let Some(missing) = task.depends_on.iter().find(|d| !ids.contains(d.as_str())) {
+            return Err(format!(
+                "task `{}` depends on unknown task `{missing}`",
+                task.id
+            ));
+        }
+    }
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    while done.len() < tasks.len() {
+        let ready: Vec<&str> = tasks
+            .iter()
+            .filter(|t| {
+                !done.contains(t.id.as_str())
+                    && t.depends_on.iter().all(|d| done.contains(d.as_str()))
+            })
+            .map(|t| t.id.as_str())
+            .collect();
+        if ready.is_empty() {
+            let stuck: Vec<&str> = tasks
+                .iter()
+                .map(|t| t.id.as_str())
+                .filter(|id| !done.contains(id))
+                .collect();
+            return Err(format!(
+                "task dependencies form a cycle among `{}`",
+                stuck.join("`, `")
+            ));
+        }
+        done.extend(ready);
+    }
+    Ok(())
+}
+
+/// The workflow actions of a plan: preset ids, `dependsOn` mapped from task ids to action ids,
+/// the existing task and branch (an iteration on a rover PR) on the first task that depends on
+/// nothing.
+pub fn workflow_actions(tasks: &[TaskSpec], plan: &PlanMeta) -> Result<Vec<NextAction>, String> {
+    check_dependencies(tasks)?;
+    let ids: BTreeMap<&str, Uuid> = tasks
+        .iter()
+        .map(|t| (t.id.as_str(), Uuid::new_v4()))
+        .collect();
+    let iterating = tasks.iter().position(|t| t.depends_on.is_empty());
+    Ok(tasks
+        .iter()
+        .enumerate()
+        .map(|(i, task)| {
+            let depends_on = task.depends_on.iter().map(|d| ids[d.as_str()]).collect();
+            let mut meta = workflow_meta(task, depends_on);
+            if Some(i) == iterating && plan.existing_task.is_some() {
+                meta.iterate_on = plan.existing_task;
+                meta.branch.clone_from(&plan.branch);
+            }
+            NextAction::new(
+                StepKind::Workflow,
+                format!("task `{}`: {}", task.id, meta.title),
+            )
+            .with_id(ids[task.id.as_str()])
+            .with_meta(&meta)
+        })
+        .collect())
+}
+
+pub struct PlanStep {
+    services: Arc<Services>,
+}
+
+impl PlanStep {
+    pub fn new(services: Arc<Services>) -> PlanStep {
+        PlanStep { services }
+    }
+}
+
+#[async_trait]
+impl Step for PlanStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Plan
+    }
+
+    fn max_parallel(&self) -> usize {
+        2
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let plan: PlanMeta = meta::read(&run.action).map_err(|e| {
+            StepError::fatal(format!("the plan action's meta cannot be read: {e}"))
+                .detail("actionId", run.action.id.to_string())
+        })?;
+        if plan.directive.trim().is_empty() {
+            return Err(
+                StepError::fatal("the plan action has no directive: nothing to plan")
+                    .detail("actionId", run.action.id.to_string()),
+            );
+        }
+        let view = load_trace(ctx, run.pending.trace_id).await?;
+        let existing = match plan.existing_task {
+            Some(id) => {
+                let key = id.to_string();
+                let mapping = task_mappings(ctx)
+                    .await?
+                    .into_iter()
+                    .find(|(k, _)| *k == key);
+                match mapping {
+                    Some((_, m)) => format!(
+                        "Iterate on rover task `{}` (workflow action {key}) on branch `{}`; its pull request carries the feedback above.",
+                        m.task_id, m.branch_name
+                    ),
+                    None => format!(
+                        "Workflow action {key} on branch `{}` (its task mapping is gone).",
+                        plan.branch.as_deref().unwrap_or("unknown")
+                    ),
+                }
+            }
+            None => "(none: this is new work)".to_owned(),
+        };
+        let mut vars = PromptVars::new();
+        vars.insert("directive".into(), plan.directive.clone());
+        vars.insert("trace".into(), render_trace(&view));
+        vars.insert("existing_task".into(), existing);
+        let answer = ask::<PlanResult>(
+            &self.services,
+            ctx,
+            run.span.id,
+            AgentStep::Plan,
+            self.services.repo_root.clone(),
+            vars,
+        )
+        .await
+        .map_err(|e| agent_error(AgentStep::Plan, &e))?;
+        let result = &answer.value;
+        let base = Finished::completed(String::new())
+            .meta("analysis", &result.analysis)
+            .meta("agent", usage_meta(&answer));
+
+        if let Some(question) = result
+            .clarification
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+        {
+            let mut done =
+                base.meta("decision", "clarify")
+                    .meta("clarification", question)
+                    .then(
+                        NextAction::new(StepKind::Notify, "the planner needs clarification")
+                            .with_meta(&NotifyMeta {
+                                purpose: NotifyPurpose::Clarify,
+                                message: Some(question.to_owned()),
+                                ..NotifyMeta::default()
+                            }),
+                    );
+            done.summary = format!("asked for clarification: {question}");
+            return Ok(Outcome::Finished(done));
+        }
+        if result.tasks.is_empty() {
+            let reason = format!(
+                "the planner found nothing to do: {}",
+                result.analysis.trim()
+            );
+            let mut done = base
+                .meta("decision", "empty")
+                .then(NextAction::new(StepKind::Noop, &reason).with_meta(&NoopMeta::default()));
+            done.summary = reason;
+            return Ok(Outcome::Finished(done));
+        }
+        // `validate` ran inside the structured call; checked again here so the error names
+        // the offending tasks even if validation changes.
+        let actions = result
+            .validate()
+            .and_then(|()| workflow_actions(&result.tasks, &plan))
+            .map_err(|reason| {
+                StepError::fatal(format!("the plan was rejected: {reason}"))
+                    .detail("tasks", &result.tasks)
+            })?;
+        let listed: Vec<serde_json::Value> = result
+            .tasks
+            .iter()
+            .zip(&actions)
+            .map(|(t, a)| {
+                json!({
+                    "taskId": t.id,
+                    "actionId": a.id,
+                    "title": t.title,
+                    "workflowType": t.workflow_type,
+                    "dependsOn": t.depends_on,
+                })
+            })
+            .collect();
+        let mut done = base.meta("decision", "tasks").meta("tasks", listed);
+        done.summary = format!(
+            "planned {} task(s): {}",
+            actions.len(),
+            result
+                .tasks
+                .iter()
+                .map(|t| t.title.trim())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        done.actions = actions;
+        Ok(Outcome::Finished(done))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str, deps: &[&str]) -> TaskSpec {
+        TaskSpec {
+            id: id.into(),
+            title: format!(" Task {id} "),
+            description: format!("do {id}"),
+            acceptance_criteria: vec![format!("{id} works")],
+            workflow_type: agents::WorkflowType::CodeReview,
+            depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn unknown_references_and_cycles_are_named() {
+        let err = check_dependencies(&[task("a", &["zz"])]).expect_err("unknown");
+        assert_eq!(err, "task `a` depends on unknown task `zz`");
+        let err = check_dependencies(&[task("a", &[]), task("b", &["c"]), task("c", &["b"])])
+            .expect_err("cycle");
+        assert_eq!(err, "task dependencies form a cycle among `b`, `c`");
+        let err = check_dependencies(&[task("a", &["a"])]).expect_err("self");
+        assert!(err.contains("cycle"), "{err}");
+        let err = check_dependencies(&[task("a", &[]), task("a", &[])]).expect_err("dup");
+        assert!(err.contains("unique"), "{err}");
+        check_dependencies(&[task("a", &[]), task("b", &["a"]), task("c", &["a", "b"])])
+            .expect("a diamond is fine");
+    }
+
+    #[test]
+    fn actions_get_preset_ids_and_mapped_dependencies() {
+        let plan = PlanMeta {
+            directive: "d".into(),
+            existing_task: None,
+            branch: None,
+        };
+        let actions =
+            workflow_actions(&[task("b", &["a"]), task("a", &[])], &plan).expect("valid plan");
+        let ids: Vec<Uuid> = actions.iter().map(|a| a.id.expect("preset id")).collect();
+        let first: WorkflowMeta =
+            serde_json::from_value(serde_json::Value::Object(actions[0].meta.clone()))
+                .expect("meta");
+        assert_eq!(first.depends_on, vec![ids[1]]);
+        assert_eq!(first.title, "Task b");
+        assert_eq!(first.workflow_type, WorkflowType::CodeReview);
+        assert_eq!(first.iterate_on, None);
+        assert!(workflow_actions(&[task("a", &["a"])], &plan).is_err());
+    }
+
+    #[test]
+    fn an_iteration_goes_to_the_first_task_without_dependencies() {
+        let existing = Uuid::new_v4();
+        let plan = PlanMeta {
+            directive: "d".into(),
+            existing_task: Some(existing),
+            branch: Some("rover/x".into()),
+        };
+        let actions = workflow_actions(&[task("b", &["a"]), task("a", &[])], &plan).expect("ok");
+        let metas: Vec<WorkflowMeta> = actions
+            .iter()
+            .map(|a| {
+                serde_json::from_value(serde_json::Value::Object(a.meta.clone())).expect("meta")
+            })
+            .collect();
+        assert_eq!(metas[0].iterate_on, None);
+        assert_eq!(metas[1].iterate_on, Some(existing));
+        assert_eq!(metas[1].branch.as_deref(), Some("rover/x"));
+    }
+}

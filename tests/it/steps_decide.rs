@@ -1,0 +1,1176 @@
+//! The deciding steps (coordinate, plan, notify, noop) on the real orchestrator and store, with
+//! the fake agent, the fake GitHub behind the real octocrab client, and real git repositories.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use rover::config::RoverConfig;
+use rover::github::{
+    compose, Channel, EventAction, EventKind, GitHub, GitHubSettings, NormalizedEvent, OctoGitHub,
+    RepoRef, Visibility,
+};
+use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
+use rover::steps::meta::{
+    self, CleanupMeta, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
+};
+use rover::steps::{CoordinateStep, NoopStep, NotifyStep, PlanStep, Services, SummarizingNoopStep};
+use rover::store::{Action, StepKind, StepRun, TaskMapping, TraceView};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::support::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
+use crate::support::pipeline::{last_span, Pipeline};
+
+const SHA: &str = "184cb4b61e26de7cccc385d37da25cd8bd817d27";
+const ROVER_BRANCH: &str = "rover/task-fix-login";
+
+/// Stands in for another helper's step: finishes at once, producing nothing.
+struct FakeFinishStep(StepKind);
+
+#[async_trait]
+impl Step for FakeFinishStep {
+    fn kind(&self) -> StepKind {
+        self.0.clone()
+    }
+
+    fn max_parallel(&self) -> usize {
+        5
+    }
+
+    async fn process(&self, _ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        Ok(Outcome::Finished(Finished::completed(format!(
+            "fake {}: {}",
+            self.0, run.action.reason
+        ))))
+    }
+}
+
+fn github_client(fake: &FakeGitHub) -> Arc<dyn GitHub> {
+    let settings = GitHubSettings {
+        bot_login: Some(BOT.into()),
+        request_timeout_secs: 5,
+        ..GitHubSettings::default()
+    };
+    Arc::new(
+        OctoGitHub::new(
+            &fake.url,
+            TOKEN,
+            RepoRef::parse(REPO).expect("repo"),
+            &settings,
+        )
+        .expect("client"),
+    )
+}
+
+fn config() -> RoverConfig {
+    let mut config = RoverConfig::default();
+    config.autopilot.github.bot_login = Some(BOT.into());
+    config
+}
+
+/// A normalized GitHub event about `number` (or a push when `number` is `None`).
+fn event(
+    kind: EventKind,
+    action: Option<EventAction>,
+    number: Option<u64>,
+    actor: &str,
+    channel: Channel,
+) -> NormalizedEvent {
+    let mut e = NormalizedEvent::local("0", actor, "", Utc::now());
+    e.id = Uuid::new_v4().simple().to_string();
+    e.kind = kind;
+    e.action = action;
+    e.repo = REPO.into();
+    e.number = number;
+    e.is_pull_request = matches!(
+        kind,
+        EventKind::PullRequest | EventKind::PullRequestReview | EventKind::PullRequestReviewComment
+    );
+    e.body = None;
+    e.channel = channel;
+    e.visibility = Visibility::Public;
+    e
+}
+
+/// Start a trace for a GitHub event (root span + its `coordinate` action).
+fn submit_github(p: &Pipeline, e: &NormalizedEvent) -> Uuid {
+    let (root, first) = rover::steps::event::github_trace(&p.project_id, e);
+    p.store
+        .create_trace(&root, Some(&first), std::slice::from_ref(&e.id))
+        .expect("create trace");
+    root.id
+}
+
+/// Start a trace for a GitHub event whose first action is a `notify` with `notify` meta.
+fn submit_notify(p: &Pipeline, e: &NormalizedEvent, notify: &NotifyMeta) -> (Uuid, Uuid) {
+    let (root, _) = rover::steps::event::github_trace(&p.project_id, e);
+    let Value::Object(meta) = serde_json::to_value(notify).expect("meta") else {
+        unreachable!("a struct serializes to an object")
+    };
+    let action = Action::new(StepKind::Notify, &root, "test notify", meta, Utc::now());
+    p.store
+        .create_trace(&root, Some(&action), std::slice::from_ref(&e.id))
+        .expect("create trace");
+    (root.id, action.id)
+}
+
+/// Record a task mapping as the workflow step would (keyed by its workflow action id).
+fn add_mapping(p: &Pipeline, branch: &str) -> Uuid {
+    let key = Uuid::new_v4();
+    let mapping = TaskMapping {
+        task_id: "task-fix-login".into(),
+        branch_name: branch.into(),
+        trace_id: Uuid::new_v4(),
+        workflow_span_id: Uuid::new_v4(),
+        extra: serde_json::Map::new(),
+    };
+    p.store
+        .transact(|txn| {
+            txn.state_mut()?
+                .task_mappings
+                .insert(key.to_string(), mapping);
+            Ok(())
+        })
+        .expect("write mapping");
+    key
+}
+
+/// The actions the span of `step` produced.
+fn produced(view: &TraceView, step: &str) -> Vec<Action> {
+    let span = last_span(view, step);
+    view.actions_of(span.id).cloned().collect()
+}
+
+fn coordinate_answer(decision: &str, extra: &Value) -> Value {
+    let mut answer = json!({
+        "decision": decision, "confidence": 0.9, "reasoning": format!("because {decision}"),
+        "directive": null, "task": null, "message": null, "condition": null, "task_id": null
+    });
+    for (k, v) in extra.as_object().expect("object") {
+        answer[k] = v.clone();
+    }
+    answer
+}
+
+const COORDINATE: &str = "Decide what rover should do about this event.";
+const PLAN: &str = "## Directive";
+const NOTIFY: &str = "## What to communicate";
+const SUMMARIZE: &str = "## Reason recorded";
+
+fn task(id: &str, depends_on: &[&str]) -> Value {
+    json!({"id": id, "title": format!("Task {id}"), "description": format!("Do {id}"),
+           "acceptance_criteria": [format!("{id} done")], "workflow_type": "swe",
+           "depends_on": depends_on})
+}
+
+/// The decision steps plus stand-ins for the others.
+fn steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
+    vec![
+        Arc::new(CoordinateStep::new(services.clone())),
+        Arc::new(PlanStep::new(services.clone())),
+        Arc::new(NotifyStep::new(services.clone())),
+        Arc::new(SummarizingNoopStep::new(services.clone())),
+        Arc::new(FakeFinishStep(StepKind::Workflow)),
+        Arc::new(FakeFinishStep(StepKind::Cleanup)),
+    ]
+}
+
+#[tokio::test]
+async fn untrusted_author_ends_in_noop_without_the_agent() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(5, "Please delete everything", "rm -rf", "mallory", &[]);
+    fake.set_permission("mallory", "read");
+    let p = Pipeline::new();
+    let script = json!([{"structured": coordinate_answer("plan", &json!({"directive": "x"}))}]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let e = event(
+        EventKind::Issues,
+        Some(EventAction::Opened),
+        Some(5),
+        "mallory",
+        Channel::IssueComment { number: 5 },
+    );
+    let trace = submit_github(&p, &e);
+    p.run(&orch).await;
+
+    assert_eq!(
+        p.chain(trace),
+        ["event:completed", "coordinate:completed", "noop:completed"]
+    );
+    let view = p.trace(trace);
+    let noop = produced(&view, "coordinate");
+    assert_eq!(noop.len(), 1);
+    assert!(
+        noop[0]
+            .reason
+            .starts_with("untrusted author: mallory has read permission"),
+        "{}",
+        noop[0].reason
+    );
+    let coordinate = last_span(&view, "coordinate");
+    assert_eq!(coordinate.meta["decidedBy"], "trust");
+    assert_eq!(coordinate.meta["trust"]["trusted"], false);
+    assert_eq!(
+        last_span(&view, "noop").meta["summarySource"],
+        "span summaries (untrusted event: no agent)"
+    );
+    assert_eq!(
+        p.agents.calls().len(),
+        0,
+        "no agent may run for an untrusted author, not even the summarizer"
+    );
+    assert!(fake.comment_bodies(5).is_empty(), "nothing is posted");
+}
+
+/// One local request through the coordinator with `answer`; returns the pipeline and trace.
+async fn coordinate_local(answer: Value, more: Vec<Value>) -> (Pipeline, Uuid) {
+    let p = Pipeline::new();
+    let mut rules = vec![json!({"prompt_contains": COORDINATE, "structured": answer})];
+    rules.extend(more);
+    let services = p.services(&Value::Array(rules), config(), None, None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = p.submit("Make the login page remember the user");
+    p.run(&orch).await;
+    (p, trace)
+}
+
+#[tokio::test]
+async fn coordinator_noop_ends_with_an_ai_summary() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("noop", &json!({})),
+        vec![json!({"prompt_contains": SUMMARIZE, "structured": {"summary": "Nothing to do: the request was already handled."}})],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        ["event:completed", "coordinate:completed", "noop:completed"]
+    );
+    let view = p.trace(trace);
+    let coordinate = last_span(&view, "coordinate");
+    assert_eq!(coordinate.meta["decision"], "noop");
+    assert_eq!(coordinate.meta["decidedBy"], "agent");
+    assert_eq!(coordinate.meta["confidence"], 0.9);
+    assert_eq!(coordinate.meta["reasoning"], "because noop");
+    let noop = last_span(&view, "noop");
+    assert_eq!(noop.meta["reason"], "because noop");
+    assert_eq!(
+        noop.meta["summary"],
+        "Nothing to do: the request was already handled."
+    );
+    assert_eq!(noop.meta["summarySource"], "agent");
+    // The local request reached the coordinator's prompt as trusted text.
+    let calls = p.agents.calls();
+    let prompt = calls[0]["prompt"].as_str().expect("prompt");
+    assert!(prompt.contains("Make the login page remember the user"));
+    assert!(prompt.contains("(trusted)"));
+}
+
+#[tokio::test]
+async fn noop_falls_back_to_span_summaries_when_the_agent_fails() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("noop", &json!({})),
+        vec![json!({"prompt_contains": SUMMARIZE, "mode": "api_error", "status": 401})],
+    )
+    .await;
+    let noop = last_span(&p.trace(trace), "noop");
+    assert_eq!(noop.meta["summarySource"], "span summaries");
+    let summary = noop.meta["summary"].as_str().expect("summary");
+    assert!(
+        summary.starts_with("event: local request by tester"),
+        "{summary}"
+    );
+    assert!(summary.contains("coordinate: decided noop"), "{summary}");
+    assert_eq!(noop.meta["agent"]["errorClass"], "auth");
+}
+
+#[tokio::test]
+async fn coordinator_plan_carries_the_directive() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("plan", &json!({"directive": "Persist the session cookie"})),
+        vec![json!({"prompt_contains": PLAN, "structured": {"analysis": "small", "tasks": [task("a", &[])], "clarification": null}})],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let plan = produced(&view, "coordinate");
+    let meta: PlanMeta = meta::read(&plan[0]).expect("plan meta");
+    assert_eq!(meta.directive, "Persist the session cookie");
+    assert_eq!(meta.existing_task, None);
+    // The directive reached the planner.
+    let calls = p.agents.calls();
+    assert!(calls[1]["prompt"]
+        .as_str()
+        .expect("prompt")
+        .contains("Persist the session cookie"));
+}
+
+#[tokio::test]
+async fn coordinator_notify_answers_in_the_local_trace() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("notify", &json!({"message": "This was fixed in v2.1."})),
+        vec![json!({"prompt_contains": NOTIFY, "structured": {"message": "Already fixed in v2.1 — upgrade and it works."}})],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let action: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(action.purpose, NotifyPurpose::Answer);
+    assert_eq!(action.message.as_deref(), Some("This was fixed in v2.1."));
+    let notify = last_span(&view, "notify");
+    assert_eq!(notify.meta["channel"], "local");
+    assert_eq!(
+        notify.meta["message"],
+        "Already fixed in v2.1 — upgrade and it works."
+    );
+    assert_eq!(notify.meta["messageSource"], "agent");
+    assert_eq!(
+        notify.summary.as_deref(),
+        Some("Already fixed in v2.1 — upgrade and it works.")
+    );
+    // The drafted message reached the notifier's prompt.
+    let calls = p.agents.calls();
+    assert!(calls[1]["prompt"]
+        .as_str()
+        .expect("prompt")
+        .contains("This was fixed in v2.1."));
+}
+
+#[tokio::test]
+async fn coordinator_flag_becomes_a_notify_asking_a_human() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("flag", &json!({"condition": "it touches the billing code"})),
+        vec![json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401})],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let action: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(action.purpose, NotifyPurpose::Flag);
+    let notify = last_span(&view, "notify");
+    // The agent failed: the deterministic message still asks a human to look.
+    assert_eq!(notify.meta["messageSource"], "fallback");
+    let message = notify.meta["message"].as_str().expect("message");
+    assert!(
+        message.contains("maintainer should take a look"),
+        "{message}"
+    );
+    assert!(message.contains("billing code"), "{message}");
+}
+
+#[tokio::test]
+async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(
+        12,
+        "Speed up the build",
+        "alice",
+        "feature/fast",
+        SHA,
+        "main",
+    );
+    fake.add_check_run(SHA, "ci / test", "in_progress", None);
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    // Invocations: 1 coordinate (wait), 2 summarize, 3 coordinate (noop), 4 summarize,
+    // 5 coordinate (notify), 6 notify, 7 coordinate (noop), 8 summarize.
+    let script = json!([
+        {"invocation": 1, "structured": coordinate_answer("wait", &json!({"condition": "CI on the PR to finish"}))},
+        {"invocation": 5, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
+        {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waiting for CI."}},
+        {"prompt_contains": NOTIFY, "structured": {"message": "CI passed."}},
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))},
+    ]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let first = submit_github(
+        &p,
+        &event(
+            EventKind::PullRequest,
+            Some(EventAction::Opened),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(first),
+        ["event:completed", "coordinate:completed", "noop:completed"]
+    );
+    let view = p.trace(first);
+    let noop_action = &produced(&view, "coordinate")[0];
+    assert_eq!(noop_action.reason, "waiting: CI on the PR to finish");
+    let recorded: NoopMeta = meta::read(noop_action).expect("noop meta");
+    assert_eq!(
+        recorded.waiting_for.as_deref(),
+        Some("CI on the PR to finish")
+    );
+    assert_eq!(recorded.subject.as_deref(), Some("#12"));
+    let noop = last_span(&view, "noop");
+    assert_eq!(noop.meta["waitingFor"], "CI on the PR to finish");
+
+    let second = submit_github(
+        &p,
+        &event(
+            EventKind::IssueComment,
+            Some(EventAction::Created),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    let coordinate = last_span(&p.trace(second), "coordinate");
+    assert_eq!(
+        coordinate.meta["openWaits"][0]["condition"],
+        "CI on the PR to finish"
+    );
+    assert_eq!(
+        coordinate.meta["openWaits"][0]["traceId"],
+        first.to_string()
+    );
+    let calls = p.agents.calls();
+    let prompt = calls
+        .iter()
+        .rev()
+        .find_map(|c| c["prompt"].as_str().filter(|t| t.contains(COORDINATE)))
+        .expect("second coordinator prompt");
+    assert!(
+        prompt.contains("waiting for CI on the PR to finish"),
+        "{prompt}"
+    );
+
+    // A noop does not settle the wait; a trace that acts on the PR does.
+    let comment = || {
+        event(
+            EventKind::IssueComment,
+            Some(EventAction::Created),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        )
+    };
+    let third = submit_github(&p, &comment());
+    p.run(&orch).await;
+    let view = p.trace(third);
+    assert_eq!(
+        last_span(&view, "coordinate").meta["openWaits"][0]["traceId"],
+        first.to_string()
+    );
+    assert_eq!(last_span(&view, "notify").meta["message"], "CI passed.");
+    let fourth = submit_github(&p, &comment());
+    p.run(&orch).await;
+    assert_eq!(
+        last_span(&p.trace(fourth), "coordinate").meta["openWaits"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn coordinator_workflow_decision_carries_the_task() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer(
+            "workflow",
+            &json!({"task": {"id": "t1", "title": "Review the auth module",
+                "description": "Look for injection", "acceptance_criteria": ["findings listed"],
+                "workflow_type": "security-analyst", "depends_on": []}}),
+        ),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "workflow:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let workflow: WorkflowMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(workflow.title, "Review the auth module");
+    assert_eq!(workflow.description, "Look for injection");
+    assert_eq!(workflow.workflow_type, WorkflowType::SecurityAnalyst);
+    assert_eq!(workflow.acceptance_criteria, ["findings listed"]);
+    assert!(workflow.depends_on.is_empty());
+    assert_eq!(workflow.iterate_on, None);
+}
+
+#[tokio::test]
+async fn merged_rover_pr_is_cleaned_up_without_the_agent() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
+    fake.set_permission("alice", "admin");
+    let p = Pipeline::new();
+    let key = add_mapping(&p, ROVER_BRANCH);
+    let services = p.services(&json!([]), config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let mut e = event(
+        EventKind::PullRequest,
+        Some(EventAction::Closed),
+        Some(7),
+        "alice",
+        Channel::PrComment { number: 7 },
+    );
+    e.merged = Some(true);
+    e.head_branch = Some(ROVER_BRANCH.into());
+    let trace = submit_github(&p, &e);
+    p.run(&orch).await;
+
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "cleanup:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let cleanup: CleanupMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(cleanup.tasks, vec![key]);
+    assert_eq!(cleanup.branch.as_deref(), Some(ROVER_BRANCH));
+    assert_eq!(last_span(&view, "coordinate").meta["decidedBy"], "rule");
+    assert_eq!(p.agents.calls().len(), 0);
+}
+
+#[tokio::test]
+async fn coordinator_cleanup_decision_names_the_mapped_task() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(3, "Done with the login fix", "", "alice", &[]);
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let key = add_mapping(&p, ROVER_BRANCH);
+    let script = json!([{"prompt_contains": COORDINATE,
+        "structured": coordinate_answer("cleanup", &json!({"task_id": "task-fix-login"}))}]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = submit_github(
+        &p,
+        &event(
+            EventKind::IssueComment,
+            Some(EventAction::Created),
+            Some(3),
+            "alice",
+            Channel::IssueComment { number: 3 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "cleanup:completed"
+        ]
+    );
+    let cleanup: CleanupMeta =
+        meta::read(&produced(&p.trace(trace), "coordinate")[0]).expect("meta");
+    assert_eq!(cleanup.tasks, vec![key]);
+    assert_eq!(cleanup.branch.as_deref(), Some(ROVER_BRANCH));
+    // The mappings were in the prompt.
+    let calls = p.agents.calls();
+    let prompt = calls[0]["prompt"].as_str().expect("prompt");
+    assert!(
+        prompt.contains("task `task-fix-login`: branch `rover/task-fix-login`"),
+        "{prompt}"
+    );
+}
+
+#[tokio::test]
+async fn feedback_on_a_rover_pr_plans_an_iteration_of_its_task() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
+    fake.add_review(
+        7,
+        "alice",
+        "CHANGES_REQUESTED",
+        "Please also handle logout.",
+    );
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let key = add_mapping(&p, ROVER_BRANCH);
+    let script = json!([
+        {"prompt_contains": COORDINATE,
+         "structured": coordinate_answer("plan", &json!({"directive": "Handle logout as the review asks"}))},
+        {"prompt_contains": PLAN, "structured": {"analysis": "one change", "tasks": [task("logout", &[])], "clarification": null}},
+    ]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = submit_github(
+        &p,
+        &event(
+            EventKind::PullRequestReview,
+            Some(EventAction::Submitted),
+            Some(7),
+            "alice",
+            Channel::PrReview { number: 7 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let plan: PlanMeta = meta::read(&produced(&view, "coordinate")[0]).expect("plan meta");
+    assert_eq!(plan.existing_task, Some(key));
+    assert_eq!(plan.branch.as_deref(), Some(ROVER_BRANCH));
+    let workflow: WorkflowMeta = meta::read(&produced(&view, "plan")[0]).expect("workflow meta");
+    assert_eq!(workflow.iterate_on, Some(key));
+    assert_eq!(workflow.branch.as_deref(), Some(ROVER_BRANCH));
+    let calls = p.agents.calls();
+    assert!(calls[0]["prompt"]
+        .as_str()
+        .expect("prompt")
+        .contains("a pull request rover opened"));
+    assert!(calls[1]["prompt"]
+        .as_str()
+        .expect("prompt")
+        .contains("Iterate on rover task `task-fix-login`"));
+}
+
+#[tokio::test]
+async fn planner_wires_a_dependency_between_two_tasks() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("plan", &json!({"directive": "Add remember-me with tests"})),
+        vec![json!({"prompt_contains": PLAN, "structured": {"analysis": "two steps",
+            "tasks": [task("impl", &[]), {"id": "tests", "title": "Add tests", "description": "Test it",
+                "acceptance_criteria": ["tests pass"], "workflow_type": "bug-finder", "depends_on": ["impl"]}],
+            "clarification": null}})],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "workflow:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let actions = produced(&view, "plan");
+    assert_eq!(actions.len(), 2);
+    let first: WorkflowMeta = meta::read(&actions[0]).expect("meta");
+    let second: WorkflowMeta = meta::read(&actions[1]).expect("meta");
+    assert_eq!(first.title, "Task impl");
+    assert!(first.depends_on.is_empty());
+    assert_eq!(first.acceptance_criteria, ["impl done"]);
+    assert_eq!(second.workflow_type, WorkflowType::BugFinder);
+    assert_eq!(
+        second.depends_on,
+        vec![actions[0].id],
+        "dependsOn names the action id"
+    );
+    let plan = last_span(&view, "plan");
+    assert_eq!(plan.meta["tasks"][1]["actionId"], actions[1].id.to_string());
+    assert_eq!(plan.meta["tasks"][1]["dependsOn"][0], "impl");
+}
+
+#[tokio::test]
+async fn planner_cycle_is_rejected_and_reported() {
+    let cyclic = json!({"analysis": "loops", "clarification": null,
+        "tasks": [task("a", &["b"]), task("b", &["a"])]});
+    let (p, trace) = coordinate_local(
+        coordinate_answer("plan", &json!({"directive": "Do a and b"})),
+        vec![
+            json!({"prompt_contains": PLAN, "structured": cyclic}),
+            json!({"prompt_contains": "rejected", "structured": cyclic}),
+            json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401}),
+        ],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:error",
+            "notify:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let plan = last_span(&view, "plan");
+    let message = plan.meta["error"]["message"].as_str().expect("message");
+    assert!(message.contains("cycle"), "{message}");
+    assert_eq!(
+        plan.meta["error"]["invalidAnswer"],
+        "task dependencies form a cycle"
+    );
+    assert!(view.actions.iter().all(|a| a.action != StepKind::Workflow));
+    // Fail-forward: the failure is told on the (local, private) channel.
+    let notify = last_span(&view, "notify");
+    let told = notify.meta["message"].as_str().expect("message");
+    assert!(told.contains("the plan step failed"), "{told}");
+    assert!(
+        told.contains("cycle"),
+        "private channels get the error: {told}"
+    );
+}
+
+#[tokio::test]
+async fn planner_clarification_becomes_a_notify_with_the_question() {
+    let (p, trace) = coordinate_local(
+        coordinate_answer("plan", &json!({"directive": "Improve the login"})),
+        vec![
+            json!({"prompt_contains": PLAN, "structured": {"analysis": "vague", "tasks": [],
+                "clarification": "Should remember-me last 7 or 30 days?"}}),
+            json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401}),
+        ],
+    )
+    .await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "notify:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let ask: NotifyMeta = meta::read(&produced(&view, "plan")[0]).expect("meta");
+    assert_eq!(ask.purpose, NotifyPurpose::Clarify);
+    assert_eq!(
+        ask.message.as_deref(),
+        Some("Should remember-me last 7 or 30 days?")
+    );
+    assert_eq!(
+        last_span(&view, "notify").meta["message"],
+        "Should remember-me last 7 or 30 days?"
+    );
+}
+
+/// Run one notify on a fake GitHub channel; returns the notify span's meta.
+async fn notify_on(
+    fake: &FakeGitHub,
+    e: &NormalizedEvent,
+    notify: &NotifyMeta,
+    script: Value,
+) -> (Pipeline, Uuid, Uuid) {
+    let p = Pipeline::new();
+    let services = p.services(&script, config(), Some(github_client(fake)), None);
+    let orch = p.orchestrator(vec![Arc::new(NotifyStep::new(services))]);
+    let (trace, action) = submit_notify(&p, e, notify);
+    p.run(&orch).await;
+    assert_eq!(p.chain(trace), ["event:completed", "notify:completed"]);
+    (p, trace, action)
+}
+
+fn answer_notify(message: &str) -> Value {
+    json!([{"prompt_contains": NOTIFY, "structured": {"message": message}}])
+}
+
+#[tokio::test]
+async fn notify_posts_on_each_github_channel() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(5, "Login broken", "It fails", "alice", &[]);
+    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
+    let thread = fake.add_review_comment(7, "alice", "Why this?", None);
+
+    // Issue comment, after a push: the PR link.
+    let pushed = NotifyMeta {
+        purpose: NotifyPurpose::Pushed,
+        pr_url: Some("https://github.com/octo-org/widgets/pull/7".into()),
+        ..NotifyMeta::default()
+    };
+    let issue = event(
+        EventKind::Issues,
+        Some(EventAction::Opened),
+        Some(5),
+        "alice",
+        Channel::IssueComment { number: 5 },
+    );
+    let (p, trace, _) = notify_on(
+        &fake,
+        &issue,
+        &pushed,
+        answer_notify("Fixed in https://github.com/octo-org/widgets/pull/7"),
+    )
+    .await;
+    let bodies = fake.comment_bodies(5);
+    assert_eq!(bodies.len(), 1);
+    assert!(bodies[0].starts_with("Fixed in https://github.com/octo-org/widgets/pull/7"));
+    assert!(bodies[0].contains(&format!("rover:trace={trace}")));
+    let span = last_span(&p.trace(trace), "notify");
+    assert_eq!(span.meta["channel"]["kind"], "issueComment");
+    assert!(span.meta["url"].as_str().expect("url").contains("issues/5"));
+    assert_eq!(span.meta["alreadyPosted"], false);
+    // The notifier was told about the PR.
+    let prompt = p.agents.calls()[0]["prompt"]
+        .as_str()
+        .expect("prompt")
+        .to_owned();
+    assert!(prompt.contains("pull request: https://github.com/octo-org/widgets/pull/7"));
+
+    // Review findings on a PR conversation go out as a PR review.
+    let review = NotifyMeta {
+        purpose: NotifyPurpose::Review,
+        message: Some("Two findings.".into()),
+        ..NotifyMeta::default()
+    };
+    let pr = event(
+        EventKind::PullRequest,
+        Some(EventAction::ReviewRequested),
+        Some(7),
+        "alice",
+        Channel::PrComment { number: 7 },
+    );
+    let (p, trace, _) =
+        notify_on(&fake, &pr, &review, answer_notify("1. null check\n2. typo")).await;
+    let reviews = fake.review_bodies(7);
+    assert_eq!(reviews.len(), 1);
+    assert!(reviews[0].starts_with("1. null check\n2. typo"));
+    assert_eq!(
+        last_span(&p.trace(trace), "notify").meta["channel"]["kind"],
+        "prReview"
+    );
+    assert!(fake.comment_bodies(7).is_empty());
+
+    // A reply in the review thread.
+    let reply = event(
+        EventKind::PullRequestReviewComment,
+        Some(EventAction::Created),
+        Some(7),
+        "alice",
+        Channel::ReviewThreadReply {
+            number: 7,
+            comment_id: thread,
+        },
+    );
+    let answer = NotifyMeta {
+        message: Some("Because of X.".into()),
+        ..NotifyMeta::default()
+    };
+    notify_on(
+        &fake,
+        &reply,
+        &answer,
+        answer_notify("Because of the retry loop."),
+    )
+    .await;
+    let replies = fake.review_comment_bodies(7);
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert!(replies[1].starts_with("Because of the retry loop."));
+
+    // A comment on the pushed commit.
+    let push = event(
+        EventKind::Push,
+        None,
+        None,
+        "alice",
+        Channel::CommitComment { sha: SHA.into() },
+    );
+    notify_on(&fake, &push, &answer, answer_notify("CI is green again.")).await;
+    let on_commit = fake.commit_comment_bodies(SHA);
+    assert_eq!(on_commit.len(), 1);
+    assert!(on_commit[0].starts_with("CI is green again."));
+    assert!(
+        fake.unknown_requests().is_empty(),
+        "{:?}",
+        fake.unknown_requests()
+    );
+}
+
+#[tokio::test]
+async fn notify_after_a_crash_finds_its_post_and_does_not_post_twice() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(5, "Login broken", "It fails", "alice", &[]);
+    let p = Pipeline::new();
+    let services = p.services(
+        &answer_notify("Fixed in #7."),
+        config(),
+        Some(github_client(&fake)),
+        None,
+    );
+    let orch = p.orchestrator(vec![Arc::new(NotifyStep::new(services))]);
+    let e = event(
+        EventKind::Issues,
+        Some(EventAction::Opened),
+        Some(5),
+        "alice",
+        Channel::IssueComment { number: 5 },
+    );
+    let answer = NotifyMeta {
+        message: Some("Fixed in #7.".into()),
+        ..NotifyMeta::default()
+    };
+    let (trace, action) = submit_notify(&p, &e, &answer);
+    // The earlier run posted, then the process died before recording its span.
+    let earlier = fake.add_comment(
+        5,
+        BOT,
+        &compose("Fixed in #7.", &trace.to_string(), &action.to_string()),
+    );
+    p.run(&orch).await;
+
+    assert_eq!(p.chain(trace), ["event:completed", "notify:completed"]);
+    assert_eq!(fake.comment_bodies(5).len(), 1, "no second post");
+    let span = last_span(&p.trace(trace), "notify");
+    assert_eq!(span.meta["alreadyPosted"], true);
+    assert_eq!(span.meta["commentId"], earlier);
+    assert!(span
+        .summary
+        .expect("summary")
+        .starts_with("found the earlier post"));
+}
+
+#[tokio::test]
+async fn public_failure_messages_carry_no_paths_and_no_token() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(5, "Login broken", "It fails", "alice", &[]);
+    let e = event(
+        EventKind::Issues,
+        Some(EventAction::Opened),
+        Some(5),
+        "alice",
+        Channel::IssueComment { number: 5 },
+    );
+    let error = format!(
+        "git push failed in /home/rover/.local/share/rover/worktrees/abc: remote said token {TOKEN} is invalid"
+    );
+    let failure = NotifyMeta::failure(&StepKind::Push, &error);
+
+    // The agent echoes the internals: redaction still removes them.
+    let leaky =
+        format!("Push failed at /home/rover/.local/share/rover/worktrees/abc using {TOKEN}.");
+    let (p, _, _) = notify_on(&fake, &e, &failure, answer_notify(&leaky)).await;
+    // The token never reached the notifier's prompt either.
+    let prompt = p.agents.calls()[0]["prompt"]
+        .as_str()
+        .expect("prompt")
+        .to_owned();
+    assert!(!prompt.contains(TOKEN));
+    // The agent fails: the deterministic message names the step only.
+    notify_on(
+        &fake,
+        &e,
+        &failure,
+        json!([{"prompt_contains": NOTIFY, "mode": "api_error", "status": 401}]),
+    )
+    .await;
+
+    let bodies = fake.comment_bodies(5);
+    assert_eq!(bodies.len(), 2);
+    for body in &bodies {
+        assert!(!body.contains(TOKEN), "{body}");
+        assert!(!body.contains("/home/"), "{body}");
+        assert!(!body.contains("worktrees"), "{body}");
+    }
+    assert!(
+        bodies[0].starts_with("Push failed at [path]"),
+        "{}",
+        bodies[0]
+    );
+    assert!(
+        bodies[1].starts_with("I could not finish this: the push step failed."),
+        "{}",
+        bodies[1]
+    );
+}
+
+#[tokio::test]
+async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(
+        12,
+        "Speed up the build",
+        "alice",
+        "feature/fast",
+        SHA,
+        "main",
+    );
+    fake.add_comment(12, "bob", "The cache key looks wrong to me.");
+    fake.add_comment(12, "carol", &format!("here is my token {TOKEN}, try it"));
+    fake.add_check_run(SHA, "ci / lint", "completed", Some("failure"));
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let script = json!([{"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))}]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let mut services = Arc::try_unwrap(services).ok().expect("sole owner");
+    services.github_token = Some(TOKEN.into());
+    services.redactor = rover::github::Redactor::new([TOKEN]);
+    let services = Arc::new(services);
+    let orch = p.orchestrator(vec![
+        Arc::new(CoordinateStep::new(services.clone())),
+        Arc::new(NoopStep),
+    ]);
+    let mut e = event(
+        EventKind::IssueComment,
+        Some(EventAction::Created),
+        Some(12),
+        "alice",
+        Channel::PrComment { number: 12 },
+    );
+    e.body = Some("@rover please fix the lint failure".into());
+    let trace = submit_github(&p, &e);
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        ["event:completed", "coordinate:completed", "noop:completed"]
+    );
+
+    let calls = p.agents.calls();
+    assert_eq!(calls.len(), 1);
+    let prompt = calls[0]["prompt"].as_str().expect("prompt");
+    let system = calls[0]["systemPrompt"].as_str().unwrap_or_default();
+    // The event.
+    assert!(
+        prompt.contains("IssueCommentEvent created #12 by alice"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("@rover please fix the lint failure"),
+        "{prompt}"
+    );
+    // The thread, marked as untrusted data.
+    assert!(
+        prompt.contains("The cache key looks wrong to me."),
+        "{prompt}"
+    );
+    assert!(prompt.contains("<untrusted source=\"github octo-org/widgets\">"));
+    // CI status.
+    assert!(prompt.contains("## CI for"), "{prompt}");
+    assert!(prompt.contains("failing: ci / lint"), "{prompt}");
+    // The trace so far.
+    assert!(prompt.contains("## Trace so far"), "{prompt}");
+    assert!(
+        prompt.contains("- event [completed]: IssueCommentEvent"),
+        "{prompt}"
+    );
+    // Never the token, wherever it came from.
+    assert!(!prompt.contains(TOKEN), "{prompt}");
+    assert!(!system.contains(TOKEN));
+    assert!(
+        !calls[0].to_string().contains(TOKEN),
+        "no token in argv or env"
+    );
+}
+
+#[tokio::test]
+async fn coordinator_agent_failure_fails_forward_to_notify() {
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": COORDINATE, "mode": "api_error", "status": 401},
+        {"prompt_contains": NOTIFY, "structured": {"message": "Rover could not decide: the model API refused the key."}},
+    ]);
+    let services = p.services(&script, config(), None, None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = p.submit("Fix the flaky test");
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        ["event:completed", "coordinate:error", "notify:completed"]
+    );
+    let view = p.trace(trace);
+    let coordinate = last_span(&view, "coordinate");
+    assert_eq!(coordinate.meta["error"]["errorClass"], "auth");
+    assert_eq!(coordinate.meta["error"]["agentStep"], "coordinate");
+    assert_eq!(coordinate.meta["error"]["retryable"], false);
+    let failure: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(failure.purpose, NotifyPurpose::Failure);
+    assert_eq!(failure.failed_step.as_deref(), Some("coordinate"));
+    assert_eq!(
+        last_span(&view, "notify").meta["message"],
+        "Rover could not decide: the model API refused the key."
+    );
+}
+
+#[tokio::test]
+async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
+    let fake = FakeGitHub::start().await;
+    fake.add_issue(20, "Make login better", "It is bad.", "alice", &[]);
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    // Invocations: 1 coordinate, 2 plan (asks), 3 notify; 4 coordinate, 5 plan (tasks).
+    let script = json!([
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("plan", &json!({"directive": "Improve login"}))},
+        {"invocation": 2, "structured": {"analysis": "vague", "tasks": [], "clarification": "Which part: speed or remember-me?"}},
+        {"prompt_contains": PLAN, "structured": {"analysis": "clear now", "tasks": [task("remember", &[])], "clarification": null}},
+        {"prompt_contains": NOTIFY, "structured": {"message": "Which part should I improve: speed or remember-me?"}},
+    ]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let opened = submit_github(
+        &p,
+        &event(
+            EventKind::Issues,
+            Some(EventAction::Opened),
+            Some(20),
+            "alice",
+            Channel::IssueComment { number: 20 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(opened),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "notify:completed"
+        ]
+    );
+    let asked = fake.comment_bodies(20);
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].starts_with("Which part should I improve"));
+
+    fake.add_comment(20, "alice", "Remember-me, please.");
+    let mut reply = event(
+        EventKind::IssueComment,
+        Some(EventAction::Created),
+        Some(20),
+        "alice",
+        Channel::IssueComment { number: 20 },
+    );
+    reply.body = Some("Remember-me, please.".into());
+    let replied = submit_github(&p, &reply);
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(replied),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed"
+        ]
+    );
+    // The second coordinator saw rover's question (marked as rover's) and the answer.
+    let calls = p.agents.calls();
+    let prompt = calls[3]["prompt"].as_str().expect("prompt");
+    assert!(prompt.contains(COORDINATE), "{prompt}");
+    assert!(prompt.contains("(rover, earlier)"), "{prompt}");
+    assert!(prompt.contains("Which part should I improve"), "{prompt}");
+    assert!(prompt.contains("Remember-me, please."), "{prompt}");
+    assert_eq!(fake.comment_bodies(20).len(), 2, "no further post");
+}
