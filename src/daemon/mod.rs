@@ -36,6 +36,15 @@ pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError>
         .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
     let data_dir = crate::project::data_dir()?;
     let store = AutopilotStore::open(&data_dir, &project.id)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Refused(format!("cannot start the async runtime: {e}")))?;
+    // Signals before the lock: once the lock names this pid, a SIGTERM is a graceful stop.
+    let shutdown = CancellationToken::new();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    runtime.block_on(async { spawn_signals(shutdown.clone(), wake.clone()) });
     let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
     let log = crate::logging::init(&store.log_path()).map_err(|e| {
         CliError::Refused(format!(
@@ -43,12 +52,7 @@ pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError>
             store.log_path().display()
         ))
     })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::Refused(format!("cannot start the async runtime: {e}")))?;
-    let code = runtime.block_on(run(project, config, store, options));
+    let code = runtime.block_on(run(project, config, store, options, shutdown, wake));
     runtime.shutdown_timeout(Duration::from_secs(2));
     drop(log);
     drop(lock);
@@ -60,6 +64,8 @@ async fn run(
     config: RoverConfig,
     store: AutopilotStore,
     options: StartOptions,
+    shutdown: CancellationToken,
+    wake: Arc<tokio::sync::Notify>,
 ) -> Result<ExitCode, CliError> {
     // GitHub: required unless the daemon serves local requests only.
     let token = crate::github::token_from_env().ok();
@@ -148,8 +154,20 @@ async fn run(
         );
     }
 
-    let shutdown = CancellationToken::new();
-    spawn_signals(shutdown.clone(), orchestrator.clone());
+    // SIGUSR1 (a new local request) wakes the drain loop.
+    {
+        let orch = orchestrator.clone();
+        let wake = wake.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = wake.notified() => orch.wake(),
+                    () = stop.cancelled() => return,
+                }
+            }
+        });
+    }
 
     let poller_task = github.map(|gh| {
         let store = store.clone();
@@ -232,7 +250,7 @@ async fn poll_loop(
 }
 
 /// SIGINT/SIGTERM: the first stops gracefully, a second exits at once. SIGUSR1: drain now.
-fn spawn_signals(shutdown: CancellationToken, orchestrator: StepOrchestrator) {
+fn spawn_signals(shutdown: CancellationToken, wake: Arc<tokio::sync::Notify>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
         signal(SignalKind::terminate()),
@@ -248,7 +266,7 @@ fn spawn_signals(shutdown: CancellationToken, orchestrator: StepOrchestrator) {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
-                _ = usr1.recv() => { orchestrator.wake(); continue; }
+                _ = usr1.recv() => { wake.notify_one(); continue; }
             }
             if stopping {
                 eprintln!(
