@@ -12,6 +12,7 @@ mod github;
 mod inspect;
 mod orchestrator;
 mod sandbox;
+mod scenarios;
 mod steps_decide;
 mod steps_resolve;
 mod store;
