@@ -18,8 +18,11 @@ pub const COORDINATE: &str = "## Event";
 pub const PLAN: &str = "## Directive";
 pub const NOTIFY: &str = "## What to communicate";
 pub const SUMMARIZE: &str = "## Reason recorded";
+#[allow(dead_code)] // the workflow scenarios use it
 pub const RESOLVE: &str = "## Error output of failed steps";
+#[allow(dead_code)] // the workflow scenarios use it
 pub const COMMIT: &str = "## Change summary";
+#[allow(dead_code)] // the workflow scenarios use it
 pub const WORKFLOW: &str = "## Acceptance criteria";
 
 /// One scenario's world.
@@ -27,6 +30,7 @@ pub struct Scenario {
     pub env: TestEnv,
     pub github: FakeGitHub,
     pub checkout: PathBuf,
+    #[allow(dead_code)] // the workflow scenarios use it
     pub origin: PathBuf,
     pub rules: Vec<Value>,
     pub extra_config: Value,
@@ -97,18 +101,16 @@ impl Scenario {
 
     /// How many times the fake agent was run (on the host).
     pub fn agent_calls(&self) -> usize {
-        std::fs::read_dir(self.agent_log())
-            .map(|d| {
-                d.filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .ends_with(".json")
-                })
-                .count()
+        std::fs::read_dir(self.agent_log()).map_or(0, |d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".json")
             })
-            .unwrap_or(0)
+            .count()
+        })
     }
 
     /// `rover autopilot start --once` in the checkout, as cron would run it.
