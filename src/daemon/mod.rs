@@ -194,10 +194,17 @@ async fn run(
         }
         r
     };
+    let internal_errors = orchestrator.internal_errors();
     drop(orchestrator);
     let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
     result?;
     println!("rover autopilot stopped");
+    // For cron: a step that hit an internal error (an error or panic inside it) makes the run
+    // fail, so the user hears about it; the trace says what happened.
+    if options.once && internal_errors > 0 {
+        eprintln!("error: {internal_errors} step run(s) hit an internal error; see `rover autopilot traces`");
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -280,3 +280,42 @@ fn sigkill_at_random_moments_loses_no_trace_and_runs_nothing_twice() {
         traces.len()
     );
 }
+
+#[test]
+fn once_exits_1_when_a_step_hit_an_internal_error() {
+    let env = TestEnv::new();
+    env.repo();
+    // The coordinator's agent crashes mid-stream: the step errors and the trace fails forward.
+    let out = env.rover(&["autopilot", "submit", "do something"]);
+    assert!(out.status.success());
+    std::fs::write(
+        env.repo().join("rover.json"),
+        r#"{"autopilot": {"agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT"]}, "pipeline": {"maxAttempts": 1}}}"#,
+    )
+    .unwrap();
+    let out = env
+        .command(&["autopilot", "start", "--once", "--local"])
+        .env("ROVER_FAKE_AGENT_SCRIPT", r#"[{"mode": "crash"}]"#)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("internal error"), "{}", stderr(&out));
+    let store = env.store();
+    let trace = store.recent_traces(1).unwrap()[0].trace_id;
+    let view = store.load_trace(trace).unwrap();
+    assert!(view
+        .spans
+        .iter()
+        .any(|s| s.step == StepKind::Coordinate && s.status == SpanStatus::Error));
+    assert!(
+        matches!(view.outcome(), TraceOutcome::Finished { .. }),
+        "the trace still ends explicitly: {:?}",
+        view.outcome()
+    );
+}
