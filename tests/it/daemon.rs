@@ -319,3 +319,82 @@ fn once_exits_1_when_a_step_hit_an_internal_error() {
         view.outcome()
     );
 }
+
+#[test]
+fn the_shipped_systemd_unit_verifies() {
+    let env = TestEnv::new();
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/service/rover@.service"
+    ))
+    .unwrap();
+    // The shipped unit with this machine's paths: the built binary, a checkout, an env file.
+    let repo = env.repo();
+    let env_file = env.path().join("rover.env");
+    std::fs::write(&env_file, "GITHUB_TOKEN=x\n").unwrap();
+    let unit = unit
+        .replace("/usr/local/bin/rover", crate::support::env::rover_bin())
+        .replace("/srv/rover/%i", repo.to_str().unwrap())
+        .replace("/etc/rover/%i.env", env_file.to_str().unwrap())
+        .replace("User=rover\n", "User=root\n")
+        .replace("Group=rover\n", "Group=root\n");
+    assert!(
+        unit.contains("KillSignal=SIGTERM")
+            && unit.contains("Restart=on-failure")
+            && unit.contains("StandardOutput=journal")
+    );
+    let path = env.path().join("rover@test.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian's systemd package) is on this machine");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        out.status.success() && !text.contains("rover@test.service:"),
+        "systemd-analyze verify: {text}"
+    );
+}
+
+#[test]
+fn an_overlapping_cron_run_exits_at_once_naming_the_running_one() {
+    let env = TestEnv::new();
+    env.repo();
+    std::fs::write(
+        env.repo().join("rover.json"),
+        r#"{"autopilot": {"agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT"]}}}"#,
+    )
+    .unwrap();
+    let out = env.rover(&["autopilot", "submit", "slow request"]);
+    assert!(out.status.success());
+    let slow = r###"[{"prompt_contains": "## Event", "delay_ms": 3000, "structured": {"decision": "noop", "confidence": 1.0, "reasoning": "nothing to do", "directive": null, "task": null, "message": null, "condition": null, "task_id": null}}]"###;
+    let mut first = env
+        .command(&["autopilot", "start", "--once", "--local"])
+        .env("ROVER_FAKE_AGENT_SCRIPT", slow)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let store = env.store();
+    wait_for("the first run", Duration::from_secs(30), || {
+        store.daemon_pid().is_some()
+    });
+    let second = env.rover(&["autopilot", "start", "--once", "--local"]);
+    assert_eq!(second.status.code(), Some(1));
+    assert!(
+        stderr(&second).contains(&format!("pid {}", first.id())),
+        "{}",
+        stderr(&second)
+    );
+    let (code, out, err) = wait_output(&mut first);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let trace = store.recent_traces(1).unwrap()[0].trace_id;
+    assert_eq!(
+        store.load_trace(trace).unwrap().outcome(),
+        TraceOutcome::Finished {
+            step: StepKind::Noop,
+            status: SpanStatus::Completed
+        }
+    );
+}
