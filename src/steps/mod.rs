@@ -2,9 +2,13 @@
 //! share (agent, GitHub, sandbox, the repository). Steps never call each other: each reads its
 //! action and writes a span and new actions through the store (see `orchestrator`).
 
+pub mod cleanup;
+pub mod commit;
 pub mod event;
 pub mod meta;
 pub mod noop;
+pub mod tasks;
+pub mod workflow;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,6 +58,11 @@ impl Services {
 }
 
 /// Every step rover has, wired to `services`.
-pub fn build_steps(_services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
-    vec![Arc::new(NoopStep)]
+pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
+    vec![
+        Arc::new(NoopStep),
+        Arc::new(workflow::WorkflowStep::new(services.clone())),
+        Arc::new(commit::CommitStep::new(services.clone())),
+        Arc::new(cleanup::CleanupStep::new(services.clone())),
+    ]
 }
