@@ -169,15 +169,17 @@ impl Step for CleanupStep {
                 None
             }
         };
-        let mut targets: Vec<(Uuid, Option<TaskRecord>)> = meta
-            .tasks
-            .iter()
-            .map(|id| (*id, state.as_ref().and_then(|s| tasks::task_of(s, *id))))
-            .collect();
+        let mut targets: Vec<(Uuid, Option<TaskRecord>, bool)> = Vec::new();
+        for id in &meta.tasks {
+            match state.as_ref().and_then(|s| tasks::task_of(s, *id)) {
+                Some(t) => targets.push((*id, Some(t), true)),
+                None => targets.push((*id, from_spans(&ctx.store, *id).await, false)),
+            }
+        }
         if let (Some(branch), Some(state)) = (&meta.branch, &state) {
             for t in tasks::all_tasks(state) {
-                if &t.branch == branch && !targets.iter().any(|(id, _)| *id == t.action_id) {
-                    targets.push((t.action_id, Some(t)));
+                if &t.branch == branch && !targets.iter().any(|(id, _, _)| *id == t.action_id) {
+                    targets.push((t.action_id, Some(t), true));
                 }
             }
         }
@@ -189,8 +191,13 @@ impl Step for CleanupStep {
             }
         };
         let mut report = Vec::new();
-        for (id, task) in targets {
+        for (id, task, mapped) in targets {
             let branch = task.is_none().then(|| meta.branch.clone()).flatten();
+            if task.is_some() && !mapped {
+                notes.push(format!(
+                    "workflow {id} has no task mapping any more; its resources were found through its span"
+                ));
+            }
             report.push(
                 self.one(&ctx.store, ws.as_ref(), task, Some(id), branch)
                     .await,
@@ -234,4 +241,41 @@ impl Step for CleanupStep {
                 .meta("notes", &notes),
         ))
     }
+}
+
+/// What the last finished span of workflow `action_id` recorded (branch, worktree, container),
+/// for a task whose mapping is already gone.
+async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<TaskRecord> {
+    blocking(store.clone(), move |s| {
+        let action = s.read_action(action_id)?;
+        let Some(trace_id) = action.trace_id else {
+            return Ok(None);
+        };
+        let view = s.load_trace(trace_id)?;
+        let text = |span: &crate::store::Span, key: &str| {
+            span.meta
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        Ok(view
+            .spans
+            .iter()
+            .rev()
+            .find(|sp| sp.action_id == Some(action_id) && text(sp, "branchName").is_some())
+            .map(|sp| TaskRecord {
+                action_id,
+                task_id: text(sp, "taskId").unwrap_or_else(|| action_id.to_string()),
+                branch: text(sp, "branchName").unwrap_or_default(),
+                trace_id,
+                workflow_span_id: sp.id,
+                container: text(sp, "containerId").or_else(|| text(sp, "container")),
+                worktree: text(sp, "worktreePath").map(std::path::PathBuf::from),
+                fork_point: None,
+                title: None,
+            }))
+    })
+    .await
+    .ok()
+    .flatten()
 }

@@ -10,4 +10,5 @@ mod git;
 mod github;
 mod inspect;
 mod sandbox;
+mod steps_workflow;
 mod store;
