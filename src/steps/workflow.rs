@@ -913,3 +913,55 @@ impl std::fmt::Debug for WorkflowStep {
 pub fn label(action_id: Uuid) -> String {
     format!("workflow {}", short(action_id))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::{AgentSettings, ClaudeAgent};
+    use crate::config::RoverConfig;
+
+    fn services(allow: &[&str], token: Option<&str>) -> Arc<Services> {
+        let mut config = RoverConfig::default();
+        config.autopilot.sandbox.env_allow = allow.iter().map(|s| (*s).to_owned()).collect();
+        Arc::new(Services {
+            repo_root: PathBuf::from("/nonexistent"),
+            repo: None,
+            project_id: "p".into(),
+            agent: Arc::new(ClaudeAgent::new(None, &AgentSettings::default())),
+            config,
+            github: None,
+            sandbox: None,
+            redactor: crate::github::Redactor::new(Vec::<String>::new()),
+            github_token: token.map(str::to_owned),
+            git_env: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn sandbox_env_never_carries_a_github_token_and_keeps_to_the_allow_list() {
+        let token = "ghp_0123456789abcdefTOKEN";
+        let step = WorkflowStep::new(services(
+            &["GITHUB_TOKEN", "GH_TOKEN", "IS_SANDBOX", "SCRIPT", "LEAKY"],
+            Some(token),
+        ))
+        .with_sandbox_env("GITHUB_TOKEN", "x")
+        .with_sandbox_env("gh_token", "x")
+        .with_sandbox_env("LEAKY", format!("prefix-{token}"))
+        .with_sandbox_env("SCRIPT", "[]")
+        .with_sandbox_env("NOT_ALLOWED", "1");
+        let env = step.sandbox_env();
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(names.contains(&"SCRIPT"), "{names:?}");
+        assert!(names.contains(&"IS_SANDBOX"), "{names:?}");
+        for refused in ["GITHUB_TOKEN", "gh_token", "LEAKY", "NOT_ALLOWED"] {
+            assert!(!names.contains(&refused), "{refused} in {names:?}");
+        }
+        assert!(!env.iter().any(|(_, v)| v.contains(token)));
+    }
+
+    #[test]
+    fn without_is_sandbox_allowed_it_is_not_set() {
+        let step = WorkflowStep::new(services(&[], None)).with_sandbox_env("SCRIPT", "[]");
+        assert!(step.sandbox_env().is_empty());
+    }
+}

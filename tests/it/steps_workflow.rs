@@ -657,6 +657,15 @@ async fn no_sandbox_or_an_unreachable_engine_is_an_error_span_that_still_reaches
 
 #[tokio::test]
 async fn a_restarted_daemon_reattaches_to_the_running_container() {
+    restart_with_container(false).await;
+}
+
+#[tokio::test]
+async fn a_container_that_exited_while_rover_was_down_is_collected_not_rerun() {
+    restart_with_container(true).await;
+}
+
+async fn restart_with_container(exited_while_down: bool) {
     let w = World::new();
     let docker = docker().await;
     let image = agent_image(&docker).await;
@@ -666,15 +675,18 @@ async fn a_restarted_daemon_reattaches_to_the_running_container() {
         Some(docker.clone()),
     );
     let mut rule = writes("Long", &[("long.txt", "done\n")]);
-    rule["delay_ms"] = json!(4000);
+    if !exited_while_down {
+        rule["delay_ms"] = json!(4000);
+    }
     let sandbox_script = json!([rule]);
     let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Long", &[]));
     {
         let first = w.p.orchestrator(World::steps(&services, &sandbox_script));
-        // Run until the container is up, then "crash" (drop without shutdown).
+        // Start the workflow (one drain: no monitor runs after it), wait until its container
+        // is up, then "crash" (drop without shutdown).
+        first.drain().await.expect("drain");
         tokio::time::timeout(Duration::from_secs(60), async {
             loop {
-                first.drain().await.expect("drain");
                 if first.in_flight() == 0 && !w.containers(&docker, wf.id).await.is_empty() {
                     break;
                 }
@@ -687,6 +699,19 @@ async fn a_restarted_daemon_reattaches_to_the_running_container() {
     let state = w.p.store.read_state().expect("state");
     let pending = state.pending_for(wf.id).expect("still claimed");
     let running = pending.running_span_id.expect("a running span");
+    let container = &w.containers(&docker, wf.id).await[0].id;
+    if exited_while_down {
+        let status = docker.wait(container).await.expect("wait");
+        assert!(
+            matches!(status, ContainerStatus::Exited { code: 0, .. }),
+            "{status:?}"
+        );
+    } else {
+        assert_eq!(
+            docker.status(container).await.expect("status"),
+            ContainerStatus::Running
+        );
+    }
 
     let second = w.p.orchestrator(World::steps(&services, &sandbox_script));
     let recovered = second.recover().await.expect("recover");
@@ -701,8 +726,119 @@ async fn a_restarted_daemon_reattaches_to_the_running_container() {
             "resolve:completed"
         ]
     );
-    assert_eq!(span_of(&w.p, trace, wf.id).id, running);
+    let span = span_of(&w.p, trace, wf.id);
+    assert_eq!(span.id, running);
+    assert_eq!(span.meta["diff"]["files"], json!(["long.txt"]));
     assert_eq!(w.containers(&docker, wf.id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_killed_or_vanished_container_ends_the_task_and_still_reaches_resolve() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([
+        {"prompt_contains": "## Task: Killed", "mode": "killed"},
+        {"prompt_contains": "## Task: Vanished", "mode": "hang"},
+    ]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, killed) = w.trace_with(StepKind::Workflow, &task("Killed", &[]));
+    let vanished = w.enqueue(trace, StepKind::Workflow, &task("Vanished", &[]));
+    // Remove the hanging container by hand once it runs.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            orch.drain().await.expect("drain");
+            if let Some(c) = w.containers(&docker, vanished.id).await.first() {
+                docker.remove(&c.id).await.expect("remove");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the container starts");
+    settle(&w.p, &orch).await;
+
+    let span = span_of(&w.p, trace, killed.id);
+    assert_eq!(span.status, SpanStatus::Failed);
+    assert_eq!(span.meta["exitCode"], json!(137));
+    let span = span_of(&w.p, trace, vanished.id);
+    assert_eq!(span.status, SpanStatus::Error);
+    assert!(span
+        .summary
+        .clone()
+        .unwrap_or_default()
+        .contains("disappeared"));
+    for wf in [killed.id, vanished.id] {
+        let span = span_of(&w.p, trace, wf);
+        let commit = produced(&w.p, trace, &span).remove(0);
+        let commit_span = span_of(&w.p, trace, commit.id);
+        assert_eq!(commit_span.meta["committed"], json!(false));
+        assert_eq!(
+            produced(&w.p, trace, &commit_span)[0].action,
+            StepKind::Resolve
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_iteration_reuses_the_task_branch_and_worktree() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([
+        {"prompt_contains": "also add second.txt", "write": {"second.txt": "two\n"},
+         "structured": {"status": "completed", "summary": "added second", "files_changed": ["second.txt"]}},
+        writes("First", &[("first.txt", "one\n")]),
+    ]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, first) = w.trace_with(StepKind::Workflow, &task("First", &[]));
+    settle(&w.p, &orch).await;
+    let mut again: WorkflowMeta = serde_json::from_value(task("First", &[])).expect("meta");
+    again.iterate_on = Some(first.id);
+    again.instructions = Some("also add second.txt".into());
+    let second = w.enqueue(
+        trace,
+        StepKind::Workflow,
+        &serde_json::to_value(&again).expect("meta"),
+    );
+    settle(&w.p, &orch).await;
+
+    let a = span_of(&w.p, trace, first.id);
+    let b = span_of(&w.p, trace, second.id);
+    assert_eq!(b.status, SpanStatus::Completed);
+    assert_eq!(a.meta["branchName"], b.meta["branchName"]);
+    assert_eq!(a.meta["worktreePath"], b.meta["worktreePath"]);
+    let branch = b.meta["branchName"].as_str().expect("branch");
+    let log = git(
+        &w.p.repo.checkout,
+        &["log", "--format=%s", &format!("main..{branch}")],
+    );
+    assert_eq!(log.lines().count(), 2, "{log}");
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:first.txt")]
+        ),
+        "one"
+    );
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:second.txt")]
+        ),
+        "two"
+    );
 }
 
 /// A worktree with a change and its task mapping, as the workflow step leaves them, plus a
