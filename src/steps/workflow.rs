@@ -396,6 +396,37 @@ impl WorkflowStep {
                     .detail("branch", &branch)
                     .detail("base", format!("{base:?}"))
             })?;
+        let mut task = TaskRecord {
+            action_id,
+            task_id: action_id.to_string(),
+            branch: prepared.branch.clone(),
+            trace_id,
+            workflow_span_id: run.span.id,
+            container: None,
+            worktree: Some(prepared.path.clone()),
+            fork_point: Some(prepared.fork_point.clone()),
+            title: Some(meta.title.clone()),
+        };
+
+        // More than one dependency: the branch forked from the first; merge the others in
+        // (a no-op when already merged, e.g. on a rerun).
+        let others: Vec<String> = dependencies.iter().skip(1).map(|d| d.1.clone()).collect();
+        if !others.is_empty() && meta.iterate_on.is_none() {
+            if let Err(e) = ws.merge_branches(&prepared.path, &others).await {
+                tasks::save_task(&ctx.store, &task)
+                    .await
+                    .map_err(|e| store_error("cannot record the task mapping", &e))?;
+                let error = git_error("cannot combine the dependencies' branches", &e);
+                let summary = format!("not started: {}", error.message);
+                return Ok(Outcome::Finished(
+                    Finished::failed(summary.clone())
+                        .meta("branchName", &task.branch)
+                        .meta("worktreePath", prepared.path.display().to_string())
+                        .meta("error", error.to_meta())
+                        .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
+                ));
+            }
+        }
 
         // The agent's command.
         let agent_settings = self.services.agent_settings().clone();
@@ -427,33 +458,12 @@ impl WorkflowStep {
         let container = spec.container_name();
 
         // The mapping first: a crash after this point finds the container by it.
-        let task = TaskRecord {
-            action_id,
-            task_id: action_id.to_string(),
-            branch: prepared.branch.clone(),
-            trace_id,
-            workflow_span_id: run.span.id,
-            container: Some(container.clone()),
-            worktree: Some(prepared.path.clone()),
-            fork_point: Some(prepared.fork_point.clone()),
-            title: Some(meta.title.clone()),
-        };
+        task.container = Some(container.clone());
         tasks::save_task(&ctx.store, &task)
             .await
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
 
-        let started = match sandbox.run(&spec).await {
-            Ok(id) => json!({"containerId": id, "adopted": false}),
-            // Never a second container for one action: take over the one that is there.
-            Err(SandboxError::Conflict { .. }) => {
-                json!({"containerId": container, "adopted": true})
-            }
-            Err(e) => {
-                return Err(StepError::from_error(&e, e.is_retryable())
-                    .detail("container", &container)
-                    .detail("image", &spec.image))
-            }
-        };
+        let started = self.start(sandbox.as_ref(), &spec).await?;
         let mut detached = crate::store::Meta::new();
         for (k, v) in [
             ("taskId", json!(task.task_id)),
@@ -471,6 +481,32 @@ impl WorkflowStep {
             detached.insert(k.into(), v);
         }
         Ok(Outcome::Detached { meta: detached })
+    }
+
+    /// Starts the container; never a second one for the action: one that runs or exited is
+    /// taken over, one left created-but-never-started (a crash in between) is replaced.
+    async fn start(&self, sandbox: &dyn Sandbox, spec: &SandboxSpec) -> Result<Value, StepError> {
+        let container = spec.container_name();
+        let failed = |e: &SandboxError| {
+            StepError::from_error(e, e.is_retryable())
+                .detail("container", &container)
+                .detail("image", &spec.image)
+        };
+        match sandbox.run(spec).await {
+            Ok(id) => return Ok(json!({"containerId": id, "adopted": false})),
+            Err(SandboxError::Conflict { .. }) => {}
+            Err(e) => return Err(failed(&e)),
+        }
+        match sandbox.status(&container).await.map_err(|e| failed(&e))? {
+            ContainerStatus::Running | ContainerStatus::Exited { .. } => {
+                Ok(json!({"containerId": container, "adopted": true}))
+            }
+            ContainerStatus::Created | ContainerStatus::Gone => {
+                sandbox.remove(&container).await.map_err(|e| failed(&e))?;
+                let id = sandbox.run(spec).await.map_err(|e| failed(&e))?;
+                Ok(json!({"containerId": id, "adopted": false, "replacedUnstarted": true}))
+            }
+        }
     }
 
     /// Collects one exited (or vanished, or overdue) container into a finished span.

@@ -444,11 +444,31 @@ async fn a_dependent_task_forks_from_its_dependency_after_it_is_committed() {
     let sandbox_script = json!([
         writes("Alpha", &[("a.txt", "alpha\n")]),
         writes("Beta", &[("b.txt", "beta\n")]),
+        writes("Gamma", &[("c.txt", "gamma\n")]),
+        writes("Delta", &[("d.txt", "delta\n")]),
     ]);
     let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
     let (trace, a) = w.trace_with(StepKind::Workflow, &task("Alpha", &[]));
     let b = w.enqueue(trace, StepKind::Workflow, &task("Beta", &[a.id]));
+    let c = w.enqueue(trace, StepKind::Workflow, &task("Gamma", &[]));
+    let d = w.enqueue(trace, StepKind::Workflow, &task("Delta", &[b.id, c.id]));
     settle(&w.p, &orch).await;
+
+    // Delta builds on both of its dependencies: forked from Beta's branch, Gamma's merged in.
+    let d_span = span_of(&w.p, trace, d.id);
+    assert_eq!(d_span.status, SpanStatus::Completed, "{:?}", d_span.summary);
+    let d_branch = d_span.meta["branchName"].as_str().expect("branch");
+    for (file, text) in [
+        ("a.txt", "alpha"),
+        ("b.txt", "beta"),
+        ("c.txt", "gamma"),
+        ("d.txt", "delta"),
+    ] {
+        assert_eq!(
+            git(&w.p.repo.checkout, &["show", &format!("{d_branch}:{file}")]),
+            text
+        );
+    }
 
     let a_span = span_of(&w.p, trace, a.id);
     let b_span = span_of(&w.p, trace, b.id);
