@@ -3,11 +3,11 @@
 //! `monitor` collects the exited container (logs, parsed result, gates, diff) and always hands
 //! over to `commit` (fail forward). One container per action, re-attached after a restart.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -55,13 +55,21 @@ pub struct WorkflowStep {
     services: Arc<Services>,
     /// Fixed env pairs for every sandbox (names must be in `envAllow`; tests: the fake agent's script).
     fixed_env: Vec<(String, String)>,
-    /// Actions whose `process` is between writing the mapping and starting the container.
-    launching: Mutex<HashSet<Uuid>>,
+    /// Actions given a sandbox slot by `ready` whose `process` has not returned yet (so
+    /// `monitor` leaves them alone and the slot count sees them), with when they got it.
+    launching: Mutex<HashMap<Uuid, Instant>>,
 }
+
+/// At most this many workflow sandboxes run at once (detached ones included).
+pub const MAX_SANDBOXES: usize = 3;
+
+/// A slot reserved by `ready` whose run never started (another process took the action) is
+/// given back after this long.
+const RESERVATION_TTL: Duration = Duration::from_secs(120);
 
 /// Removes an action from `launching` when `process` ends, however it ends.
 struct LaunchGuard<'a> {
-    set: &'a Mutex<HashSet<Uuid>>,
+    set: &'a Mutex<HashMap<Uuid, Instant>>,
     id: Uuid,
 }
 
@@ -160,7 +168,7 @@ impl WorkflowStep {
         WorkflowStep {
             services,
             fixed_env: Vec::new(),
-            launching: Mutex::new(HashSet::new()),
+            launching: Mutex::new(HashMap::new()),
         }
     }
 
@@ -723,26 +731,51 @@ impl Step for WorkflowStep {
     ) -> Result<Readiness, StepError> {
         let action_id = pending.action_id;
         let trace_id = pending.trace_id;
-        let found = blocking(ctx.store.clone(), move |s| {
+        let (state, deps) = blocking(ctx.store.clone(), move |s| {
             let action = s.read_action(action_id)?;
+            let state = s.read_state()?;
             let meta: Option<WorkflowMeta> = meta::read(&action).ok();
             match meta {
                 Some(m) if !m.depends_on.is_empty() => {
-                    Ok(Some((m, s.load_trace(trace_id)?, s.read_state()?)))
+                    Ok((state, Some((m, s.load_trace(trace_id)?))))
                 }
-                _ => Ok(None),
+                _ => Ok((state, None)),
             }
         })
         .await
         .map_err(|e| store_error("cannot read the workflow action", &e))?;
-        let Some((meta, view, state)) = found else {
-            return Ok(Readiness::Ready);
-        };
-        for dep in &meta.depends_on {
-            if let Dependency::Waiting(reason) = dependency_state(&view, &state, *dep) {
-                return Ok(Readiness::Wait(reason));
+        if let Some((meta, view)) = deps {
+            for dep in &meta.depends_on {
+                if let Dependency::Waiting(reason) = dependency_state(&view, &state, *dep) {
+                    return Ok(Readiness::Wait(reason));
+                }
             }
         }
+        // A sandbox slot: detached runs hold theirs until `monitor` collects them.
+        let mut slots = self
+            .launching
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slots.retain(|_, since| since.elapsed() < RESERVATION_TTL);
+        if slots.contains_key(&action_id) {
+            return Ok(Readiness::Ready);
+        }
+        let detached = state
+            .pending
+            .iter()
+            .filter(|p| {
+                p.action == StepKind::Workflow
+                    && p.running_span_id.is_some()
+                    && p.action_id != action_id
+                    && !slots.contains_key(&p.action_id)
+            })
+            .count();
+        if detached + slots.len() >= MAX_SANDBOXES {
+            return Ok(Readiness::Wait(format!(
+                "{MAX_SANDBOXES} workflow sandboxes are running; waiting for one to finish"
+            )));
+        }
+        slots.insert(action_id, Instant::now());
         Ok(Readiness::Ready)
     }
 
@@ -750,7 +783,7 @@ impl Step for WorkflowStep {
         self.launching
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(run.action.id);
+            .insert(run.action.id, Instant::now());
         let _guard = LaunchGuard {
             set: &self.launching,
             id: run.action.id,
@@ -777,7 +810,7 @@ impl Step for WorkflowStep {
             };
             if pending.action != StepKind::Workflow
                 || pending.running_span_id != Some(task.workflow_span_id)
-                || launching.contains(&task.action_id)
+                || launching.contains_key(&task.action_id)
             {
                 continue;
             }

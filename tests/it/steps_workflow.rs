@@ -1058,3 +1058,60 @@ async fn sweep_removes_unmapped_containers_and_worktrees_only() {
     assert!(kept.worktree.expect("kept worktree").exists());
     assert!(w.containers(&docker, orphan_action).await.is_empty());
 }
+
+#[tokio::test]
+async fn at_most_three_sandboxes_run_at_once() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let titles = ["One", "Two", "Three", "Four"];
+    let rules: Vec<Value> = titles
+        .iter()
+        .map(|t| {
+            let mut rule = writes(t, &[(&format!("{t}.txt"), "x\n")]);
+            rule["delay_ms"] = json!(1500);
+            rule
+        })
+        .collect();
+    let orch = w.p.orchestrator(World::steps(&services, &json!(rules)));
+    let (trace, first) = w.trace_with(StepKind::Workflow, &task(titles[0], &[]));
+    let mut ids = vec![first.id];
+    for t in &titles[1..] {
+        ids.push(w.enqueue(trace, StepKind::Workflow, &task(t, &[])).id);
+    }
+    let mut saw_wait = false;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            orch.drain().await.expect("drain");
+            saw_wait |= orch
+                .waiting()
+                .values()
+                .any(|r| r.contains("sandboxes are running"));
+            let pending = w.p.store.read_state().expect("state").pending.len();
+            if pending == 0 && orch.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("settles");
+    assert!(saw_wait, "the fourth task waited for a slot");
+    let mut spans: Vec<Span> = ids.iter().map(|id| span_of(&w.p, trace, *id)).collect();
+    assert!(spans.iter().all(|s| s.status == SpanStatus::Completed));
+    spans.sort_by_key(|s| s.timestamp);
+    let first_done = spans[..3]
+        .iter()
+        .filter_map(|s| s.completed)
+        .min()
+        .expect("finished");
+    assert!(
+        spans[3].timestamp >= first_done,
+        "the fourth started before a slot was free"
+    );
+}
