@@ -234,6 +234,10 @@ impl Step for CommitStep {
             }
             Err(e) => {
                 let error = git_error("the commit failed", &e).detail("branch", &task.branch);
+                if error.retryable {
+                    // A lock file or similar: the orchestrator runs the commit again later.
+                    return Err(error);
+                }
                 let mut meta = Meta::new();
                 meta.extend(base.meta);
                 meta.insert("committed".into(), json!(false));

@@ -131,7 +131,12 @@ pub fn dependency_state(view: &TraceView, state: &crate::store::State, dep: Uuid
     let commits: Vec<Uuid> = view
         .actions
         .iter()
-        .filter(|a| a.span_id == span.id && a.action == StepKind::Commit)
+        .filter(|a| {
+            a.action == StepKind::Commit
+                && (a.span_id == span.id
+                    || meta::read::<CommitMeta>(a)
+                        .is_ok_and(|m| m.workflow_action_id == Some(dep)))
+        })
         .map(|a| a.id)
         .collect();
     if view.pending.iter().any(|p| commits.contains(&p.action_id)) {
