@@ -134,8 +134,7 @@ pub fn dependency_state(view: &TraceView, state: &crate::store::State, dep: Uuid
         .filter(|a| {
             a.action == StepKind::Commit
                 && (a.span_id == span.id
-                    || meta::read::<CommitMeta>(a)
-                        .is_ok_and(|m| m.workflow_action_id == Some(dep)))
+                    || meta::read::<CommitMeta>(a).is_ok_and(|m| m.workflow_action_id == Some(dep)))
         })
         .map(|a| a.id)
         .collect();
@@ -837,6 +836,10 @@ impl Step for WorkflowStep {
                 }
             };
             let mut timed_out = false;
+            if matches!(status, ContainerStatus::Exited { .. }) {
+                // `wait` on an exited container answers at once and looks again for a late OOM flag.
+                status = sandbox.wait(&container).await.unwrap_or(status);
+            }
             if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
                 let limit = run_limit(&self.services);
                 let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();

@@ -1115,3 +1115,27 @@ async fn at_most_three_sandboxes_run_at_once() {
         "the fourth started before a slot was free"
     );
 }
+
+#[tokio::test]
+async fn an_agent_out_of_memory_fails_the_task_saying_so() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let mut config = config(&image, 300, Vec::new());
+    config.autopilot.sandbox.memory_mb = 16;
+    let services = w.services(&commit_rule(), config, Some(docker.clone()));
+    let sandbox_script =
+        json!([{"prompt_contains": "## Task: Hungry", "mode": "huge_line", "bytes": 200_000_000}]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Hungry", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:failed", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    assert_eq!(span.meta["exitCode"], json!(137));
+    assert_eq!(span.meta["oomKilled"], json!(true));
+    assert!(span.summary.unwrap_or_default().contains("out of memory"));
+}
