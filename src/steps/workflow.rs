@@ -832,6 +832,33 @@ impl Step for WorkflowStep {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(container = %container, error = %e, "cannot check a workflow container");
+                    let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
+                    if elapsed < run_limit(&self.services) {
+                        continue;
+                    }
+                    // Past the run limit and still no engine: end the run rather than wait forever.
+                    let summary = format!(
+                        "cannot check the sandbox container {container} and its time is up: {e}"
+                    );
+                    let finished = Finished {
+                        status: SpanStatus::Error,
+                        summary: summary.clone(),
+                        meta: crate::store::Meta::new(),
+                        actions: Vec::new(),
+                    }
+                    .meta("taskId", &task.task_id)
+                    .meta("branchName", &task.branch)
+                    .meta("worktreePath", &task.worktree)
+                    .meta("containerId", &container)
+                    .meta(
+                        "error",
+                        json!({"message": summary, "retryable": e.is_retryable(), "container": container}),
+                    )
+                    .then(Self::commit_action(task.action_id, TaskStatus::Error, &summary));
+                    done.push(Completion {
+                        action_id: task.action_id,
+                        finished,
+                    });
                     continue;
                 }
             };

@@ -91,6 +91,61 @@ impl Sandbox for UnreachableSandbox {
     }
 }
 
+/// A real engine that can be made to stop answering (the engine goes away mid-run).
+struct FlakySandbox {
+    inner: Arc<DockerSandbox>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl FlakySandbox {
+    fn check(&self) -> Result<(), SandboxError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(unreachable())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for FlakySandbox {
+    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.ensure_image(image).await
+    }
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
+        self.check()?;
+        self.inner.run(spec).await
+    }
+    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.check()?;
+        self.inner.status(id).await
+    }
+    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.check()?;
+        self.inner.wait(id).await
+    }
+    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
+        self.check()?;
+        self.inner.logs_to_file(id, path).await
+    }
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.kill(id).await
+    }
+    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
+        self.check()?;
+        self.inner.remove(id).await
+    }
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        self.check()?;
+        self.inner.list_by_labels(labels).await
+    }
+}
+
 fn env_allow() -> Vec<String> {
     [SCRIPT_ENV, "IS_SANDBOX", "ANTHROPIC_API_KEY"]
         .map(String::from)
@@ -1138,4 +1193,48 @@ async fn an_agent_out_of_memory_fails_the_task_saying_so() {
     assert_eq!(span.meta["exitCode"], json!(137));
     assert_eq!(span.meta["oomKilled"], json!(true));
     assert!(span.summary.unwrap_or_default().contains("out of memory"));
+}
+
+#[tokio::test]
+async fn an_engine_that_goes_away_mid_run_ends_the_task_after_its_time_limit() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let flaky = Arc::new(FlakySandbox {
+        inner: docker.clone(),
+        down: std::sync::atomic::AtomicBool::new(false),
+    });
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 2, Vec::new()),
+        Some(flaky.clone()),
+    );
+    let sandbox_script = json!([{"prompt_contains": "## Task: Orphaned", "mode": "hang"}]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Orphaned", &[]));
+    orch.drain().await.expect("drain");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while orch.in_flight() > 0 || w.containers(&docker, wf.id).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the container starts");
+    flaky.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:error", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    let summary = span.summary.unwrap_or_default();
+    assert!(
+        summary.contains("cannot check the sandbox container"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("cannot reach the Docker engine"),
+        "{summary}"
+    );
 }
