@@ -177,3 +177,45 @@ pub fn store_error(context: &str, e: &StoreError) -> StepError {
 pub fn short(id: Uuid) -> String {
     crate::trace::short(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_round_trips_through_the_mapping_with_the_documented_keys() {
+        let task = TaskRecord {
+            action_id: Uuid::new_v4(),
+            task_id: "t1".into(),
+            branch: "rover/abc-x".into(),
+            trace_id: Uuid::new_v4(),
+            workflow_span_id: Uuid::new_v4(),
+            container: Some("rover-abc".into()),
+            worktree: Some(PathBuf::from("/data/worktrees/abc")),
+            fork_point: Some("0123".into()),
+            title: Some("X".into()),
+        };
+        let mapping = task.to_mapping();
+        let json = serde_json::to_value(&mapping).expect("json");
+        for key in [
+            "taskId",
+            "branchName",
+            "traceId",
+            "workflowSpanId",
+            "containerId",
+            "worktreePath",
+        ] {
+            assert!(json.get(key).is_some(), "{key} missing in {json}");
+        }
+        assert_eq!(TaskRecord::from_mapping(task.action_id, &mapping), task);
+        let mut state = State::new(chrono::Utc::now());
+        state
+            .task_mappings
+            .insert(task.action_id.to_string(), mapping);
+        state
+            .task_mappings
+            .insert("not-a-uuid".into(), task.to_mapping());
+        assert_eq!(task_of(&state, task.action_id), Some(task.clone()));
+        assert_eq!(all_tasks(&state), vec![task]);
+    }
+}
