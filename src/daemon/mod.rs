@@ -153,6 +153,20 @@ async fn run(
             recovered.len()
         );
     }
+    // Containers and worktrees no task mapping names (left by a crash between creating them
+    // and recording them, or by a removed mapping): reported, then removed.
+    if services.sandbox.is_some() {
+        let orphans = crate::steps::workflow::sweep_orphans(&services, &store).await;
+        for c in &orphans.containers {
+            println!("removed orphan container {c}");
+        }
+        for w in &orphans.worktrees {
+            println!("removed orphan worktree {}", w.display());
+        }
+        for e in &orphans.errors {
+            println!("warning: orphan cleanup: {e}");
+        }
+    }
 
     // SIGUSR1 (a new local request) wakes the drain loop.
     {

@@ -41,6 +41,23 @@ impl Workspace {
         let since = since.to_string();
         blocking(move || summarize(&worktree, &since)).await?
     }
+
+    /// What is not committed yet in `worktree` (staged, unstaged and untracked, against `HEAD`).
+    pub async fn uncommitted_summary(&self, worktree: &Path) -> Result<DiffSummary, GitError> {
+        let worktree = worktree.to_path_buf();
+        blocking(move || {
+            let repo =
+                Repository::open(&worktree).map_err(GitError::git2("open worktree", &worktree))?;
+            let head = repo
+                .head()
+                .and_then(|h| h.peel_to_commit())
+                .map_err(GitError::git2("read HEAD", &worktree))?
+                .id()
+                .to_string();
+            summarize(&worktree, &head)
+        })
+        .await?
+    }
 }
 
 fn summarize(worktree: &Path, since: &str) -> Result<DiffSummary, GitError> {

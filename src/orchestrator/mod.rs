@@ -108,6 +108,11 @@ impl StepOrchestrator {
         let mut by_kind = BTreeMap::new();
         let mut permits = BTreeMap::new();
         for step in steps {
+            debug_assert!(
+                !by_kind.contains_key(&step.kind()),
+                "two steps handle {}",
+                step.kind()
+            );
             permits.insert(
                 step.kind(),
                 Arc::new(Semaphore::new(step.max_parallel().max(1))),
@@ -574,7 +579,7 @@ impl Inner {
             status: SpanStatus::Error,
             summary: error.message.clone(),
             meta: Meta::new(),
-            actions: fail_forward(&run.span.step, error),
+            actions: fail_forward(&run.span.step, run.action.id, error),
         };
         finished.meta.insert("error".into(), error.to_meta());
         self.finish(run, finished).await;
@@ -674,11 +679,11 @@ impl Inner {
 /// Where a step that could not finish hands over, so no trace ends silently: a workflow still
 /// goes to commit → resolve, a commit to resolve, a deciding step to a notify that says why.
 /// Terminal steps end the trace with their error span.
-pub fn fail_forward(step: &StepKind, error: &StepError) -> Vec<NextAction> {
+pub fn fail_forward(step: &StepKind, action_id: Uuid, error: &StepError) -> Vec<NextAction> {
     let failure = crate::steps::meta::NotifyMeta::failure(step, &error.message);
     match step {
         StepKind::Workflow => vec![NextAction::new(StepKind::Commit, "the workflow could not finish; the committer records that and hands over to the resolver")
-            .with_meta(&crate::steps::meta::CommitMeta::after_error())],
+            .with_meta(&crate::steps::meta::CommitMeta::after_error(action_id))],
         StepKind::Commit => vec![NextAction::new(StepKind::Resolve, "the commit step could not finish; the resolver decides what to do")],
         StepKind::Coordinate | StepKind::Plan | StepKind::Resolve | StepKind::Push | StepKind::Event => {
             vec![NextAction::new(StepKind::Notify, format!("the {step} step failed: {}", error.message)).with_meta(&failure)]

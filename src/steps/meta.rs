@@ -86,10 +86,11 @@ pub struct CommitMeta {
 }
 
 impl CommitMeta {
-    /// After a workflow step that could not finish (its error is in its span).
-    pub fn after_error() -> CommitMeta {
+    /// After the workflow step of `workflow_action_id` could not finish (its error is in its
+    /// span).
+    pub fn after_error(workflow_action_id: Uuid) -> CommitMeta {
         CommitMeta {
-            workflow_action_id: None,
+            workflow_action_id: Some(workflow_action_id),
             task_status: TaskStatus::Error,
             summary: None,
         }

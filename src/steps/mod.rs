@@ -3,6 +3,8 @@
 //! action and writes a span and new actions through the store (see `orchestrator`).
 
 mod agent_call;
+pub mod cleanup;
+pub mod commit;
 pub mod coordinate;
 pub mod event;
 pub mod meta;
@@ -11,16 +13,21 @@ pub mod notify;
 pub mod plan;
 pub mod push;
 pub mod resolve;
+pub mod tasks;
+pub mod workflow;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use cleanup::CleanupStep;
+pub use commit::CommitStep;
 pub use coordinate::CoordinateStep;
 pub use noop::{NoopStep, SummarizingNoopStep};
 pub use notify::NotifyStep;
 pub use plan::PlanStep;
 pub use push::PushStep;
 pub use resolve::ResolveStep;
+pub use workflow::WorkflowStep;
 
 use crate::agents::{Agent, AgentSettings};
 use crate::config::RoverConfig;
@@ -67,11 +74,14 @@ impl Services {
 /// Every step rover has, wired to `services`.
 pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
     vec![
-        Arc::new(ResolveStep::new(services.clone())),
-        Arc::new(PushStep::new(services.clone())),
         Arc::new(CoordinateStep::new(services.clone())),
         Arc::new(PlanStep::new(services.clone())),
+        Arc::new(WorkflowStep::new(services.clone())),
+        Arc::new(CommitStep::new(services.clone())),
+        Arc::new(ResolveStep::new(services.clone())),
+        Arc::new(PushStep::new(services.clone())),
         Arc::new(NotifyStep::new(services.clone())),
         Arc::new(SummarizingNoopStep::new(services.clone())),
+        Arc::new(CleanupStep::new(services.clone())),
     ]
 }

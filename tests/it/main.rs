@@ -15,4 +15,5 @@ mod sandbox;
 mod scenarios;
 mod steps_decide;
 mod steps_resolve;
+mod steps_workflow;
 mod store;

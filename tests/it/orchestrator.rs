@@ -697,3 +697,38 @@ async fn shutdown_cuts_off_slow_steps_and_their_actions_run_again_next_time() {
         ]
     );
 }
+
+#[test]
+fn every_step_is_registered_exactly_once() {
+    let pipeline = crate::support::pipeline::Pipeline::new();
+    let services = pipeline.services(
+        &serde_json::json!([]),
+        rover::config::RoverConfig::default(),
+        None,
+        None,
+    );
+    let mut kinds: Vec<String> = rover::steps::build_steps(&services)
+        .iter()
+        .map(|s| s.kind().to_string())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "cleanup",
+            "commit",
+            "coordinate",
+            "noop",
+            "notify",
+            "plan",
+            "push",
+            "resolve",
+            "workflow"
+        ]
+    );
+    let noop = rover::steps::build_steps(&services)
+        .into_iter()
+        .find(|s| s.kind() == StepKind::Noop)
+        .unwrap();
+    assert_eq!(noop.max_parallel(), 5);
+}

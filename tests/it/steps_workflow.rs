@@ -1,0 +1,1240 @@
+//! The workflow, commit and cleanup steps on the real orchestrator: real git repositories, a
+//! real Docker engine running the fake agent (installed as `/usr/local/bin/claude` in a rootfs
+//! image), the fake agent on the host for commit messages.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use rover::config::RoverConfig;
+use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError, StepOrchestrator};
+use rover::sandbox::image::RootfsImage;
+use rover::sandbox::{
+    ContainerInfo, ContainerStatus, DockerSandbox, GateSettings, LogStats, Sandbox, SandboxError,
+    SandboxLabels, SandboxSettings, SandboxSpec, LABEL_ACTION, LABEL_PROJECT,
+};
+use rover::steps::cleanup::CleanupStep;
+use rover::steps::commit::CommitStep;
+use rover::steps::meta::{CleanupMeta, CommitMeta, TaskStatus, WorkflowMeta};
+use rover::steps::tasks::{self, TaskRecord};
+use rover::steps::workflow::{sweep_orphans, WorkflowStep};
+use rover::steps::{NoopStep, Services};
+use rover::store::{Action, Recovery, Span, SpanStatus, StepKind, StepRun};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::support::gitrepo::{git, HERMETIC_ENV};
+use crate::support::pipeline::{last_span, Pipeline};
+
+const SCRIPT_ENV: &str = "ROVER_FAKE_AGENT_SCRIPT";
+const FAKE_TOKEN: &str = "ghp_fakeTOKENfakeTOKENfakeTOKEN1234";
+
+/// Stands in for the resolver: finishes at once.
+struct FakeResolveStep;
+
+#[async_trait]
+impl Step for FakeResolveStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Resolve
+    }
+    fn max_parallel(&self) -> usize {
+        1
+    }
+    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
+        Ok(Outcome::Finished(Finished::completed("resolved (fake)")))
+    }
+}
+
+/// A sandbox whose engine never answers.
+struct UnreachableSandbox;
+
+fn unreachable() -> SandboxError {
+    SandboxError::DaemonUnreachable {
+        host: "unix:///nowhere/docker.sock".into(),
+        source: bollard::errors::Error::IOError {
+            err: std::io::Error::new(std::io::ErrorKind::NotFound, "no socket"),
+        },
+    }
+}
+
+#[async_trait]
+impl Sandbox for UnreachableSandbox {
+    async fn ensure_image(&self, _image: &str) -> Result<(), SandboxError> {
+        Err(unreachable())
+    }
+    async fn run(&self, _spec: &SandboxSpec) -> Result<String, SandboxError> {
+        Err(unreachable())
+    }
+    async fn status(&self, _id: &str) -> Result<ContainerStatus, SandboxError> {
+        Err(unreachable())
+    }
+    async fn wait(&self, _id: &str) -> Result<ContainerStatus, SandboxError> {
+        Err(unreachable())
+    }
+    async fn logs_to_file(&self, _id: &str, _path: &Path) -> Result<LogStats, SandboxError> {
+        Err(unreachable())
+    }
+    async fn kill(&self, _id: &str) -> Result<(), SandboxError> {
+        Err(unreachable())
+    }
+    async fn remove(&self, _id: &str) -> Result<bool, SandboxError> {
+        Err(unreachable())
+    }
+    async fn list_by_labels(
+        &self,
+        _labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        Err(unreachable())
+    }
+}
+
+/// A real engine that can be made to stop answering (the engine goes away mid-run).
+struct FlakySandbox {
+    inner: Arc<DockerSandbox>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl FlakySandbox {
+    fn check(&self) -> Result<(), SandboxError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(unreachable())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for FlakySandbox {
+    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.ensure_image(image).await
+    }
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
+        self.check()?;
+        self.inner.run(spec).await
+    }
+    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.check()?;
+        self.inner.status(id).await
+    }
+    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.check()?;
+        self.inner.wait(id).await
+    }
+    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
+        self.check()?;
+        self.inner.logs_to_file(id, path).await
+    }
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        self.check()?;
+        self.inner.kill(id).await
+    }
+    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
+        self.check()?;
+        self.inner.remove(id).await
+    }
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        self.check()?;
+        self.inner.list_by_labels(labels).await
+    }
+}
+
+fn env_allow() -> Vec<String> {
+    [SCRIPT_ENV, "IS_SANDBOX", "ANTHROPIC_API_KEY"]
+        .map(String::from)
+        .to_vec()
+}
+
+async fn docker() -> Arc<DockerSandbox> {
+    Arc::new(
+        DockerSandbox::connect(env_allow())
+            .await
+            .expect("a Docker engine must answer: run `bash tests/setup-docker.sh` as root first"),
+    )
+}
+
+/// busybox + the fake agent as `claude`, built once per engine (content-addressed).
+async fn agent_image(docker: &DockerSandbox) -> String {
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _guard = BUILD.lock().await;
+    RootfsImage::new("rover-wf-test")
+        .binary(
+            env!("CARGO_BIN_EXE_rover-fake-agent"),
+            "/usr/local/bin/claude",
+        )
+        .ensure(docker)
+        .await
+        .expect("build the fake-agent image")
+}
+
+fn config(image: &str, timeout_secs: u64, gates: Vec<GateSettings>) -> RoverConfig {
+    let mut config = RoverConfig::default();
+    config.autopilot.sandbox = SandboxSettings {
+        image: image.to_owned(),
+        memory_mb: 256,
+        cpus: 1.0,
+        pids_limit: 128,
+        timeout_secs,
+        network: "none".into(),
+        env_allow: env_allow(),
+        gates,
+        ..SandboxSettings::default()
+    };
+    config
+}
+
+/// One test's world: a pipeline, a unique project id (container labels), its containers
+/// removed on drop.
+struct World {
+    p: Pipeline,
+    project: String,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            p: Pipeline::new(),
+            project: format!("wf-test-{}", &Uuid::new_v4().simple().to_string()[..12]),
+        }
+    }
+
+    fn services(
+        &self,
+        host_script: &Value,
+        config: RoverConfig,
+        sandbox: Option<Arc<dyn Sandbox>>,
+    ) -> Arc<Services> {
+        Arc::new(Services {
+            repo_root: self.p.repo.checkout.clone(),
+            repo: None,
+            project_id: self.project.clone(),
+            agent: self.p.agent(host_script, &config),
+            config,
+            github: None,
+            sandbox,
+            redactor: rover::github::Redactor::new(Vec::<String>::new()),
+            github_token: Some(FAKE_TOKEN.to_owned()),
+            git_env: HERMETIC_ENV
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        })
+    }
+
+    fn steps(services: &Arc<Services>, sandbox_script: &Value) -> Vec<Arc<dyn Step>> {
+        vec![
+            Arc::new(
+                WorkflowStep::new(services.clone())
+                    .with_sandbox_env(SCRIPT_ENV, sandbox_script.to_string())
+                    .with_sandbox_env("GITHUB_TOKEN", FAKE_TOKEN),
+            ),
+            Arc::new(CommitStep::new(services.clone())),
+            Arc::new(CleanupStep::new(services.clone())),
+            Arc::new(FakeResolveStep),
+            Arc::new(NoopStep),
+        ]
+    }
+
+    /// A trace whose first action is `first`; more actions of the same trace via `enqueue`.
+    fn trace_with(&self, kind: StepKind, meta: &Value) -> (Uuid, Action) {
+        let (root, _) = rover::steps::event::local_trace("workflow test", "tester");
+        let action = action_on(&root, kind, meta);
+        self.p
+            .store
+            .create_trace(&root, Some(&action), &[])
+            .expect("create trace");
+        (root.id, action)
+    }
+
+    fn enqueue(&self, trace: Uuid, kind: StepKind, meta: &Value) -> Action {
+        let root = self.p.store.read_span(trace).expect("root span");
+        let action = action_on(&root, kind, meta);
+        self.p.store.enqueue(&action, trace).expect("enqueue");
+        action
+    }
+
+    async fn containers(&self, docker: &DockerSandbox, action: Uuid) -> Vec<ContainerInfo> {
+        docker
+            .list_by_labels(&[
+                (LABEL_PROJECT.to_owned(), self.project.clone()),
+                (LABEL_ACTION.to_owned(), action.to_string()),
+            ])
+            .await
+            .expect("list containers")
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let filter = format!("label={LABEL_PROJECT}={}", self.project);
+        if let Ok(out) = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(ToString::to_string)
+                .collect();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+}
+
+fn action_on(root: &Span, kind: StepKind, meta: &Value) -> Action {
+    let Value::Object(map) = meta.clone() else {
+        panic!("meta must be an object")
+    };
+    Action::new(kind, root, "test", map, Utc::now())
+}
+
+fn task(title: &str, depends_on: &[Uuid]) -> Value {
+    serde_json::to_value(WorkflowMeta {
+        title: title.to_owned(),
+        description: format!("do {title}"),
+        acceptance_criteria: vec!["it is done".into()],
+        depends_on: depends_on.to_vec(),
+        ..WorkflowMeta::default()
+    })
+    .expect("meta")
+}
+
+/// A sandbox rule: for the task titled `title`, write `files` and report `completed`.
+fn writes(title: &str, files: &[(&str, &str)]) -> Value {
+    let write: serde_json::Map<String, Value> = files
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    json!({"prompt_contains": format!("## Task: {title}"), "write": write,
+        "structured": {"status": "completed", "summary": format!("{title} done"),
+            "files_changed": files.iter().map(|(k, _)| *k).collect::<Vec<_>>()}})
+}
+
+fn commit_rule() -> Value {
+    json!([{"prompt_contains": "", "structured": {"subject": "Add the greeting", "body": "Written by the task."}}])
+}
+
+/// Drains until nothing is queued and nothing runs (bounded).
+async fn settle(p: &Pipeline, orch: &StepOrchestrator) {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            orch.drain().await.expect("drain");
+            let pending = p.store.read_state().expect("state").pending.len();
+            if pending == 0 && orch.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    })
+    .await
+    .expect("the pipeline settles within two minutes");
+}
+
+fn chain_of(p: &Pipeline, trace: Uuid) -> Vec<String> {
+    p.chain(trace).into_iter().skip(1).collect()
+}
+
+fn span_of(p: &Pipeline, trace: Uuid, action: Uuid) -> Span {
+    p.trace(trace)
+        .spans
+        .into_iter()
+        .rev()
+        .find(|s| s.action_id == Some(action) && s.status.is_final())
+        .expect("a finished span for the action")
+}
+
+fn produced(p: &Pipeline, trace: Uuid, span: &Span) -> Vec<Action> {
+    p.trace(trace)
+        .actions
+        .into_iter()
+        .filter(|a| a.span_id == span.id)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([writes(
+        "Greeting",
+        &[("hello.txt", "hello from the sandbox\n")]
+    )]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Greeting", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        [
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed"
+        ]
+    );
+    let view = w.p.trace(trace);
+    let wf_span = last_span(&view, "workflow");
+    let branch = wf_span.meta["branchName"]
+        .as_str()
+        .expect("branch")
+        .to_owned();
+    assert!(branch.starts_with("rover/"), "{branch}");
+    assert_eq!(wf_span.meta["exitCode"], json!(0));
+    assert_eq!(wf_span.meta["diff"]["files"], json!(["hello.txt"]));
+    let log = PathBuf::from(wf_span.meta["logPath"].as_str().expect("log path"));
+    assert!(std::fs::read_to_string(&log)
+        .expect("agent log")
+        .contains("\"type\":\"result\""));
+    // The host committed the agent's file on the task branch, with the agent's message.
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:hello.txt")]
+        ),
+        "hello from the sandbox"
+    );
+    assert_eq!(
+        git(&w.p.repo.checkout, &["log", "-1", "--format=%s", &branch]),
+        "Add the greeting"
+    );
+    let commit = last_span(&view, "commit");
+    assert_eq!(commit.meta["committed"], json!(true));
+    assert_eq!(commit.meta["messageSource"], json!("agent"));
+    let resolve = produced(&w.p, trace, &commit);
+    assert_eq!(resolve.len(), 1);
+    assert_eq!(
+        resolve[0].meta["workflowActionId"],
+        json!(wf.id.to_string())
+    );
+
+    // Exactly one container, and no GitHub token in its environment (by name or value).
+    let found = w.containers(&docker, wf.id).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let inspect = docker
+        .client()
+        .inspect_container(&found[0].id, None)
+        .await
+        .expect("inspect");
+    let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e.starts_with("ROVER_FAKE_AGENT_SCRIPT=")),
+        "{env:?}"
+    );
+    assert!(env.iter().any(|e| e == "IS_SANDBOX=1"), "{env:?}");
+    assert!(
+        !env.iter()
+            .any(|e| e.contains("GITHUB_TOKEN") || e.contains(FAKE_TOKEN)),
+        "{env:?}"
+    );
+
+    // Cleanup removes container, worktree, branch and mapping...
+    let worktree = PathBuf::from(wf_span.meta["worktreePath"].as_str().expect("worktree"));
+    assert!(worktree.exists());
+    let cleanup_meta = serde_json::to_value(CleanupMeta {
+        tasks: vec![wf.id],
+        branch: None,
+    })
+    .expect("meta");
+    let first = w.enqueue(trace, StepKind::Cleanup, &cleanup_meta);
+    settle(&w.p, &orch).await;
+    let span = span_of(&w.p, trace, first.id);
+    assert_eq!(span.status, SpanStatus::Completed);
+    let report = &span.meta["tasks"][0];
+    for key in ["containers", "worktree", "branchRemoval", "mapping"] {
+        assert_eq!(report[key]["result"], json!("removed"), "{key}: {report}");
+    }
+    assert!(w.containers(&docker, wf.id).await.is_empty());
+    assert!(!worktree.exists());
+    assert!(git(&w.p.repo.checkout, &["branch", "--list", &branch]).is_empty());
+    assert!(tasks::load_task(&w.p.store, wf.id)
+        .await
+        .expect("state")
+        .is_none());
+
+    // ...and a second cleanup finds each already gone, still completing.
+    let second = w.enqueue(trace, StepKind::Cleanup, &cleanup_meta);
+    settle(&w.p, &orch).await;
+    let span = span_of(&w.p, trace, second.id);
+    assert_eq!(span.status, SpanStatus::Completed);
+    let report = &span.meta["tasks"][0];
+    assert_eq!(
+        report["mapping"]["result"],
+        json!("alreadyGone"),
+        "{report}"
+    );
+    assert_eq!(
+        report["branchRemoval"]["result"],
+        json!("alreadyGone"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_dependent_task_forks_from_its_dependency_after_it_is_committed() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([
+        writes("Alpha", &[("a.txt", "alpha\n")]),
+        writes("Beta", &[("b.txt", "beta\n")]),
+        writes("Gamma", &[("c.txt", "gamma\n")]),
+        writes("Delta", &[("d.txt", "delta\n")]),
+    ]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, a) = w.trace_with(StepKind::Workflow, &task("Alpha", &[]));
+    let b = w.enqueue(trace, StepKind::Workflow, &task("Beta", &[a.id]));
+    let c = w.enqueue(trace, StepKind::Workflow, &task("Gamma", &[]));
+    let d = w.enqueue(trace, StepKind::Workflow, &task("Delta", &[b.id, c.id]));
+    settle(&w.p, &orch).await;
+
+    // Delta builds on both of its dependencies: forked from Beta's branch, Gamma's merged in.
+    let d_span = span_of(&w.p, trace, d.id);
+    assert_eq!(d_span.status, SpanStatus::Completed, "{:?}", d_span.summary);
+    let d_branch = d_span.meta["branchName"].as_str().expect("branch");
+    for (file, text) in [
+        ("a.txt", "alpha"),
+        ("b.txt", "beta"),
+        ("c.txt", "gamma"),
+        ("d.txt", "delta"),
+    ] {
+        assert_eq!(
+            git(&w.p.repo.checkout, &["show", &format!("{d_branch}:{file}")]),
+            text
+        );
+    }
+
+    let a_span = span_of(&w.p, trace, a.id);
+    let b_span = span_of(&w.p, trace, b.id);
+    assert_eq!(a_span.status, SpanStatus::Completed);
+    assert_eq!(b_span.status, SpanStatus::Completed);
+    let a_commit = span_of(&w.p, trace, produced(&w.p, trace, &a_span).remove(0).id);
+    assert_eq!(a_commit.meta["committed"], json!(true));
+    // B started only after A's commit finished.
+    assert!(b_span.timestamp >= a_commit.completed.expect("finished"));
+    let b_branch = b_span.meta["branchName"].as_str().expect("branch");
+    assert_eq!(
+        git(&w.p.repo.checkout, &["show", &format!("{b_branch}:a.txt")]),
+        "alpha"
+    );
+    assert_eq!(
+        git(&w.p.repo.checkout, &["show", &format!("{b_branch}:b.txt")]),
+        "beta"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_dependency_fails_the_dependent_task_with_a_reason() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([
+        {"prompt_contains": "## Task: Alpha", "mode": "crash", "exit": 3, "text": "alpha cannot run"},
+        writes("Beta", &[("b.txt", "beta\n")]),
+    ]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, a) = w.trace_with(StepKind::Workflow, &task("Alpha", &[]));
+    let b = w.enqueue(trace, StepKind::Workflow, &task("Beta", &[a.id]));
+    settle(&w.p, &orch).await;
+
+    let a_span = span_of(&w.p, trace, a.id);
+    assert_eq!(a_span.status, SpanStatus::Failed);
+    assert_eq!(a_span.meta["exitCode"], json!(3));
+    assert!(a_span
+        .summary
+        .as_deref()
+        .unwrap_or_default()
+        .contains("code 3"));
+    let b_span = span_of(&w.p, trace, b.id);
+    assert_eq!(b_span.status, SpanStatus::Failed);
+    let reason = b_span.summary.clone().unwrap_or_default();
+    assert!(reason.contains("dependency `Alpha`"), "{reason}");
+    // B never got a container; both hand over to commit, which records and goes to resolve.
+    assert!(w.containers(&docker, b.id).await.is_empty());
+    let chain = chain_of(&w.p, trace);
+    assert_eq!(
+        chain.iter().filter(|s| *s == "commit:completed").count(),
+        2,
+        "{chain:?}"
+    );
+    assert_eq!(
+        chain.iter().filter(|s| *s == "resolve:completed").count(),
+        2,
+        "{chain:?}"
+    );
+    let commit = produced(&w.p, trace, &b_span).remove(0);
+    let commit_span = span_of(&w.p, trace, commit.id);
+    assert_eq!(commit_span.meta["committed"], json!(false));
+    assert_eq!(commit_span.meta["taskStatus"], json!("failed"));
+}
+
+#[tokio::test]
+async fn an_overdue_agent_is_killed_and_the_task_fails() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 2, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([{"prompt_contains": "## Task: Slow", "mode": "hang"}]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Slow", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:failed", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    assert_eq!(span.meta["timedOut"], json!(true));
+    assert_eq!(span.meta["exitCode"], json!(137));
+    assert!(span.summary.unwrap_or_default().contains("limit"));
+}
+
+#[tokio::test]
+async fn a_required_gate_that_fails_fails_the_task_with_its_output() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let gates = vec![
+        GateSettings {
+            command: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "echo lint-broken; exit 4".into(),
+            ],
+            timeout_secs: 60,
+            required: true,
+        },
+        GateSettings {
+            command: vec!["/bin/sh".into(), "-c".into(), "test -f hello.txt".into()],
+            timeout_secs: 60,
+            required: true,
+        },
+    ];
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, gates),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([writes("Gated", &[("hello.txt", "hi\n")])]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Gated", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:failed", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    let results = &span.meta["gates"]["results"];
+    assert_eq!(results[0]["outcome"], json!("failed"), "{results}");
+    assert!(results[0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("lint-broken"));
+    assert_eq!(results[1]["outcome"], json!("passed"), "{results}");
+    assert!(span.summary.unwrap_or_default().contains("gate"));
+}
+
+#[tokio::test]
+async fn a_missing_image_is_an_error_span_that_still_reaches_resolve() {
+    let w = World::new();
+    let docker = docker().await;
+    let services = w.services(
+        &commit_rule(),
+        config("rover-no-such-image:never", 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let orch = w.p.orchestrator(World::steps(&services, &json!([])));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Nothing", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:error", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    assert!(span.summary.unwrap_or_default().contains("not present"));
+    assert_eq!(
+        span.meta["error"]["image"],
+        json!("rover-no-such-image:never")
+    );
+    assert!(w.containers(&docker, wf.id).await.is_empty());
+}
+
+#[tokio::test]
+async fn no_sandbox_or_an_unreachable_engine_is_an_error_span_that_still_reaches_resolve() {
+    for sandbox in [None, Some(Arc::new(UnreachableSandbox) as Arc<dyn Sandbox>)] {
+        let unreachable = sandbox.is_some();
+        let w = World::new();
+        let services = w.services(
+            &commit_rule(),
+            config("any:image", 300, Vec::new()),
+            sandbox,
+        );
+        let orch = w.p.orchestrator(World::steps(&services, &json!([])));
+        let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Nothing", &[]));
+        settle(&w.p, &orch).await;
+
+        let chain = chain_of(&w.p, trace);
+        assert_eq!(
+            chain[chain.len() - 3..],
+            ["workflow:error", "commit:completed", "resolve:completed"],
+            "{chain:?}"
+        );
+        let span = span_of(&w.p, trace, wf.id);
+        let summary = span.summary.unwrap_or_default();
+        if unreachable {
+            // Retried (the engine may come back), then given up with the advice.
+            assert!(chain.len() > 3, "{chain:?}");
+            assert!(
+                summary.contains("cannot reach the Docker engine"),
+                "{summary}"
+            );
+        } else {
+            assert_eq!(chain.len(), 3, "{chain:?}");
+            assert!(
+                summary.contains("no Docker sandbox is configured"),
+                "{summary}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_reattaches_to_the_running_container() {
+    restart_with_container(false).await;
+}
+
+#[tokio::test]
+async fn a_container_that_exited_while_rover_was_down_is_collected_not_rerun() {
+    restart_with_container(true).await;
+}
+
+async fn restart_with_container(exited_while_down: bool) {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let mut rule = writes("Long", &[("long.txt", "done\n")]);
+    if !exited_while_down {
+        rule["delay_ms"] = json!(4000);
+    }
+    let sandbox_script = json!([rule]);
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Long", &[]));
+    {
+        let first = w.p.orchestrator(World::steps(&services, &sandbox_script));
+        // Start the workflow (one drain: no monitor runs after it), wait until its container
+        // is up, then "crash" (drop without shutdown).
+        first.drain().await.expect("drain");
+        tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                if first.in_flight() == 0 && !w.containers(&docker, wf.id).await.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the container starts");
+    }
+    let state = w.p.store.read_state().expect("state");
+    let pending = state.pending_for(wf.id).expect("still claimed");
+    let running = pending.running_span_id.expect("a running span");
+    let container = &w.containers(&docker, wf.id).await[0].id;
+    if exited_while_down {
+        let status = docker.wait(container).await.expect("wait");
+        assert!(
+            matches!(status, ContainerStatus::Exited { code: 0, .. }),
+            "{status:?}"
+        );
+    } else {
+        assert_eq!(
+            docker.status(container).await.expect("status"),
+            ContainerStatus::Running
+        );
+    }
+
+    let second = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let recovered = second.recover().await.expect("recover");
+    assert_eq!(recovered, vec![Recovery::StillRunning { span: running }]);
+    settle(&w.p, &second).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        [
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed"
+        ]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    assert_eq!(span.id, running);
+    assert_eq!(span.meta["diff"]["files"], json!(["long.txt"]));
+    assert_eq!(w.containers(&docker, wf.id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_killed_or_vanished_container_ends_the_task_and_still_reaches_resolve() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([
+        {"prompt_contains": "## Task: Killed", "mode": "killed"},
+        {"prompt_contains": "## Task: Vanished", "mode": "hang"},
+    ]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, killed) = w.trace_with(StepKind::Workflow, &task("Killed", &[]));
+    let vanished = w.enqueue(trace, StepKind::Workflow, &task("Vanished", &[]));
+    // Remove the hanging container by hand once it runs.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            orch.drain().await.expect("drain");
+            if let Some(c) = w.containers(&docker, vanished.id).await.first() {
+                docker.remove(&c.id).await.expect("remove");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the container starts");
+    settle(&w.p, &orch).await;
+
+    let span = span_of(&w.p, trace, killed.id);
+    assert_eq!(span.status, SpanStatus::Failed);
+    assert_eq!(span.meta["exitCode"], json!(137));
+    let span = span_of(&w.p, trace, vanished.id);
+    assert_eq!(span.status, SpanStatus::Error);
+    assert!(span
+        .summary
+        .clone()
+        .unwrap_or_default()
+        .contains("disappeared"));
+    for wf in [killed.id, vanished.id] {
+        let span = span_of(&w.p, trace, wf);
+        let commit = produced(&w.p, trace, &span).remove(0);
+        let commit_span = span_of(&w.p, trace, commit.id);
+        assert_eq!(commit_span.meta["committed"], json!(false));
+        assert_eq!(
+            produced(&w.p, trace, &commit_span)[0].action,
+            StepKind::Resolve
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_iteration_reuses_the_task_branch_and_worktree() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([
+        {"prompt_contains": "also add second.txt", "write": {"second.txt": "two\n"},
+         "structured": {"status": "completed", "summary": "added second", "files_changed": ["second.txt"]}},
+        writes("First", &[("first.txt", "one\n")]),
+    ]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, first) = w.trace_with(StepKind::Workflow, &task("First", &[]));
+    settle(&w.p, &orch).await;
+    let mut again: WorkflowMeta = serde_json::from_value(task("First", &[])).expect("meta");
+    again.iterate_on = Some(first.id);
+    again.instructions = Some("also add second.txt".into());
+    let second = w.enqueue(
+        trace,
+        StepKind::Workflow,
+        &serde_json::to_value(&again).expect("meta"),
+    );
+    settle(&w.p, &orch).await;
+
+    let a = span_of(&w.p, trace, first.id);
+    let b = span_of(&w.p, trace, second.id);
+    assert_eq!(b.status, SpanStatus::Completed);
+    assert_eq!(a.meta["branchName"], b.meta["branchName"]);
+    assert_eq!(a.meta["worktreePath"], b.meta["worktreePath"]);
+    let branch = b.meta["branchName"].as_str().expect("branch");
+    let log = git(
+        &w.p.repo.checkout,
+        &["log", "--format=%s", &format!("main..{branch}")],
+    );
+    assert_eq!(log.lines().count(), 2, "{log}");
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:first.txt")]
+        ),
+        "one"
+    );
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:second.txt")]
+        ),
+        "two"
+    );
+}
+
+/// A worktree with a change and its task mapping, as the workflow step leaves them, plus a
+/// trace with a `commit` action for it.
+async fn seeded_commit(w: &World) -> (Uuid, Action, TaskRecord) {
+    let ws = w.p.repo.workspace().await;
+    let action_id = Uuid::new_v4();
+    let path = Services::worktrees_dir(&w.p.store).join(action_id.to_string());
+    let branch = format!("rover/seeded-{}", &action_id.simple().to_string()[..8]);
+    let prepared = ws
+        .prepare_worktree(&branch, rover::git::BranchBase::DefaultBranch, &path)
+        .await
+        .expect("worktree");
+    std::fs::write(path.join("change.txt"), "changed\n").expect("write");
+    let task = TaskRecord {
+        action_id,
+        task_id: action_id.to_string(),
+        branch,
+        trace_id: Uuid::nil(),
+        workflow_span_id: Uuid::nil(),
+        container: None,
+        worktree: Some(prepared.path.clone()),
+        fork_point: Some(prepared.fork_point),
+        title: Some("Seeded change".into()),
+    };
+    tasks::save_task(&w.p.store, &task).await.expect("mapping");
+    let meta = serde_json::to_value(CommitMeta {
+        workflow_action_id: Some(action_id),
+        task_status: TaskStatus::Completed,
+        summary: Some("changed a file".into()),
+    })
+    .expect("meta");
+    let (trace, commit) = w.trace_with(StepKind::Commit, &meta);
+    (trace, commit, task)
+}
+
+fn commit_only_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
+    vec![
+        Arc::new(CommitStep::new(services.clone())),
+        Arc::new(FakeResolveStep),
+    ]
+}
+
+#[tokio::test]
+async fn a_failing_pre_commit_hook_is_an_error_span_with_its_stderr() {
+    let w = World::new();
+    let hooks = w.p.repo.checkout.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).expect("hooks dir");
+    let hook = hooks.join("pre-commit");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho 'lint-tool: command not found' >&2\nexit 1\n",
+    )
+    .expect("hook");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // The agent is down: the fallback message is used.
+    let services = w.services(
+        &json!([{"mode": "crash", "exit": 2}]),
+        RoverConfig::default(),
+        None,
+    );
+    let (trace, commit, task) = seeded_commit(&w).await;
+    let orch = w.p.orchestrator(commit_only_steps(&services));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(chain_of(&w.p, trace), ["commit:error", "resolve:completed"]);
+    let span = span_of(&w.p, trace, commit.id);
+    let error = &span.meta["error"];
+    assert_eq!(error["exitCode"], json!(1), "{error}");
+    assert!(error["stderr"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("lint-tool: command not found"));
+    assert_eq!(error["command"][0], json!("git"), "{error}");
+    assert!(error["command"]
+        .as_array()
+        .expect("argv")
+        .iter()
+        .any(|a| a == "commit"));
+    assert!(!error["command"].to_string().contains("--no-verify"));
+    assert_eq!(span.meta["messageSource"], json!("fallback"));
+    // Nothing was committed; the change is still there for the resolver.
+    assert_eq!(
+        git(&w.p.repo.checkout, &["rev-parse", &task.branch]),
+        task.fork_point.clone().expect("fork point")
+    );
+    let resolve = produced(&w.p, trace, &span);
+    assert_eq!(
+        resolve[0].meta["workflowActionId"],
+        json!(task.action_id.to_string())
+    );
+}
+
+#[tokio::test]
+async fn a_signing_failure_is_an_error_span_with_its_stderr() {
+    let w = World::new();
+    git(&w.p.repo.checkout, &["config", "commit.gpgsign", "true"]);
+    git(
+        &w.p.repo.checkout,
+        &["config", "gpg.program", "/nonexistent/gpg"],
+    );
+    let services = w.services(&commit_rule(), RoverConfig::default(), None);
+    let (trace, commit, _task) = seeded_commit(&w).await;
+    let orch = w.p.orchestrator(commit_only_steps(&services));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(chain_of(&w.p, trace), ["commit:error", "resolve:completed"]);
+    let span = span_of(&w.p, trace, commit.id);
+    let stderr = span.meta["error"]["stderr"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        stderr.contains("gpg") || stderr.contains("sign"),
+        "{stderr}"
+    );
+    assert_ne!(span.meta["error"]["exitCode"], json!(0));
+}
+
+#[tokio::test]
+async fn commit_uses_the_fallback_message_and_the_trailer_only_with_attribution() {
+    let w = World::new();
+    let config = RoverConfig {
+        attribution: true,
+        ..RoverConfig::default()
+    };
+    let services = w.services(&json!([{"mode": "crash", "exit": 2}]), config, None);
+    let (trace, commit, task) = seeded_commit(&w).await;
+    let orch = w.p.orchestrator(commit_only_steps(&services));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, commit.id);
+    assert_eq!(span.meta["messageSource"], json!("fallback"));
+    let message = git(
+        &w.p.repo.checkout,
+        &["log", "-1", "--format=%B", &task.branch],
+    );
+    assert!(
+        message.starts_with("Seeded change\n\nchanged a file"),
+        "{message}"
+    );
+    assert!(message.ends_with(rover::git::ROVER_TRAILER), "{message}");
+    // A second commit action finds nothing left to commit and says so.
+    let again = w.enqueue(
+        trace,
+        StepKind::Commit,
+        &serde_json::to_value(CommitMeta {
+            workflow_action_id: Some(task.action_id),
+            task_status: TaskStatus::Completed,
+            summary: None,
+        })
+        .expect("meta"),
+    );
+    settle(&w.p, &orch).await;
+    let span = span_of(&w.p, trace, again.id);
+    assert_eq!(span.status, SpanStatus::Completed);
+    assert_eq!(span.meta["noChanges"], json!(true));
+}
+
+#[tokio::test]
+async fn sweep_removes_unmapped_containers_and_worktrees_only() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    // A mapped task (kept) and an orphan container and worktree (removed).
+    let (_trace, _commit, kept) = seeded_commit(&w).await;
+    let orphan_dir = Services::worktrees_dir(&w.p.store).join("orphan-worktree");
+    std::fs::create_dir_all(&orphan_dir).expect("orphan dir");
+    let orphan_action = Uuid::new_v4();
+    let mut spec = SandboxSpec::from_settings(
+        &services.config.autopilot.sandbox,
+        vec!["/bin/sleep".into(), "60".into()],
+        &orphan_dir,
+        SandboxLabels {
+            project: w.project.clone(),
+            trace: Uuid::new_v4().to_string(),
+            action: orphan_action.to_string(),
+        },
+    );
+    spec.env.clear();
+    docker.run(&spec).await.expect("orphan container");
+
+    let report = sweep_orphans(&services, &w.p.store).await;
+    assert_eq!(report.containers, vec![spec.container_name()], "{report:?}");
+    assert_eq!(report.worktrees, vec![orphan_dir.clone()], "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(!orphan_dir.exists());
+    assert!(kept.worktree.expect("kept worktree").exists());
+    assert!(w.containers(&docker, orphan_action).await.is_empty());
+}
+
+#[tokio::test]
+async fn at_most_three_sandboxes_run_at_once() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let titles = ["One", "Two", "Three", "Four"];
+    let rules: Vec<Value> = titles
+        .iter()
+        .map(|t| {
+            let mut rule = writes(t, &[(&format!("{t}.txt"), "x\n")]);
+            rule["delay_ms"] = json!(1500);
+            rule
+        })
+        .collect();
+    let orch = w.p.orchestrator(World::steps(&services, &json!(rules)));
+    let (trace, first) = w.trace_with(StepKind::Workflow, &task(titles[0], &[]));
+    let mut ids = vec![first.id];
+    for t in &titles[1..] {
+        ids.push(w.enqueue(trace, StepKind::Workflow, &task(t, &[])).id);
+    }
+    let mut saw_wait = false;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            orch.drain().await.expect("drain");
+            saw_wait |= orch
+                .waiting()
+                .values()
+                .any(|r| r.contains("sandboxes are running"));
+            let pending = w.p.store.read_state().expect("state").pending.len();
+            if pending == 0 && orch.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("settles");
+    assert!(saw_wait, "the fourth task waited for a slot");
+    let mut spans: Vec<Span> = ids.iter().map(|id| span_of(&w.p, trace, *id)).collect();
+    assert!(spans.iter().all(|s| s.status == SpanStatus::Completed));
+    spans.sort_by_key(|s| s.timestamp);
+    let first_done = spans[..3]
+        .iter()
+        .filter_map(|s| s.completed)
+        .min()
+        .expect("finished");
+    assert!(
+        spans[3].timestamp >= first_done,
+        "the fourth started before a slot was free"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_out_of_memory_fails_the_task_saying_so() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let mut config = config(&image, 300, Vec::new());
+    config.autopilot.sandbox.memory_mb = 16;
+    let services = w.services(&commit_rule(), config, Some(docker.clone()));
+    let sandbox_script =
+        json!([{"prompt_contains": "## Task: Hungry", "mode": "huge_line", "bytes": 200_000_000}]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Hungry", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:failed", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    assert_eq!(span.meta["exitCode"], json!(137));
+    assert_eq!(span.meta["oomKilled"], json!(true));
+    assert!(span.summary.unwrap_or_default().contains("out of memory"));
+}
+
+#[tokio::test]
+async fn an_engine_that_goes_away_mid_run_ends_the_task_after_its_time_limit() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let flaky = Arc::new(FlakySandbox {
+        inner: docker.clone(),
+        down: std::sync::atomic::AtomicBool::new(false),
+    });
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 2, Vec::new()),
+        Some(flaky.clone()),
+    );
+    let sandbox_script = json!([{"prompt_contains": "## Task: Orphaned", "mode": "hang"}]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Orphaned", &[]));
+    orch.drain().await.expect("drain");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while orch.in_flight() > 0 || w.containers(&docker, wf.id).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the container starts");
+    flaky.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        ["workflow:error", "commit:completed", "resolve:completed"]
+    );
+    let span = span_of(&w.p, trace, wf.id);
+    let summary = span.summary.unwrap_or_default();
+    assert!(
+        summary.contains("cannot check the sandbox container"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("cannot reach the Docker engine"),
+        "{summary}"
+    );
+}
