@@ -176,15 +176,23 @@ pub fn committed_branches(
     view: &TraceView,
     mappings: &BTreeMap<String, TaskMapping>,
 ) -> Vec<String> {
-    let mut branches: Vec<String> = Vec::new();
-    for span in view
+    // In the plan's order of the workflow actions (not the order the commits finished), so the
+    // target branch and the PR title do not depend on which parallel task was faster.
+    let mut workflows: Vec<Uuid> = view
         .spans
         .iter()
         .filter(|s| s.step == StepKind::Commit && s.status == SpanStatus::Completed)
-    {
-        let Some(workflow) = workflow_of_commit(view, span) else {
-            continue;
-        };
+        .filter_map(|span| workflow_of_commit(view, span))
+        .collect();
+    let position = |id: &Uuid| {
+        view.actions
+            .iter()
+            .position(|a| a.id == *id)
+            .unwrap_or(usize::MAX)
+    };
+    workflows.sort_by_key(position);
+    let mut branches: Vec<String> = Vec::new();
+    for workflow in workflows {
         let branch = mappings
             .get(&workflow.to_string())
             .map(|m| m.branch_name.clone())
