@@ -146,6 +146,14 @@ pub fn fallback_message(meta: &NotifyMeta, visibility: Visibility, trace_id: &st
     }
 }
 
+/// After a push the answer always links the pull request, whatever the model wrote.
+pub fn with_pr_link(message: String, meta: &NotifyMeta) -> String {
+    match &meta.pr_url {
+        Some(url) if !message.contains(url.as_str()) => format!("{message}\n\nPull request: {url}"),
+        _ => message,
+    }
+}
+
 pub struct NotifyStep {
     services: Arc<Services>,
 }
@@ -214,7 +222,7 @@ impl Step for NotifyStep {
                 serde_json::json!({"error": crate::cli::error_chain(&e), "errorClass": e.class()}),
             ),
         };
-        let message = redactor.redact(&draft, visibility);
+        let message = with_pr_link(redactor.redact(&draft, visibility), &notify);
         let base = Finished::completed(String::new())
             .meta("purpose", purpose_name(notify.purpose))
             .meta("visibility", visibility)
@@ -274,6 +282,24 @@ impl Step for NotifyStep {
 mod tests {
     use super::*;
     use crate::github::Redactor;
+
+    #[test]
+    fn the_pr_link_is_added_when_the_message_lacks_it() {
+        let meta = NotifyMeta {
+            pr_url: Some("https://github.com/o/r/pull/3".into()),
+            ..NotifyMeta::default()
+        };
+        assert_eq!(
+            with_pr_link("Done.".into(), &meta),
+            "Done.\n\nPull request: https://github.com/o/r/pull/3"
+        );
+        let linked = "See https://github.com/o/r/pull/3.".to_owned();
+        assert_eq!(with_pr_link(linked.clone(), &meta), linked);
+        assert_eq!(
+            with_pr_link("Done.".into(), &NotifyMeta::default()),
+            "Done."
+        );
+    }
 
     #[test]
     fn review_findings_on_a_pull_request_become_a_review() {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use rover::store::{AutopilotStore, TraceView};
+use rover::store::{AutopilotStore, TraceOutcome, TraceView};
 use serde_json::{json, Value};
 
 use crate::support::env::{stderr, stdout, TestEnv};
@@ -18,11 +18,8 @@ pub const COORDINATE: &str = "## Event";
 pub const PLAN: &str = "## Directive";
 pub const NOTIFY: &str = "## What to communicate";
 pub const SUMMARIZE: &str = "## Reason recorded";
-#[allow(dead_code)] // the workflow scenarios use it
 pub const RESOLVE: &str = "## Error output of failed steps";
-#[allow(dead_code)] // the workflow scenarios use it
 pub const COMMIT: &str = "## Change summary";
-#[allow(dead_code)] // the workflow scenarios use it
 pub const WORKFLOW: &str = "## Acceptance criteria";
 
 /// One scenario's world.
@@ -30,7 +27,6 @@ pub struct Scenario {
     pub env: TestEnv,
     pub github: FakeGitHub,
     pub checkout: PathBuf,
-    #[allow(dead_code)] // the workflow scenarios use it
     pub origin: PathBuf,
     pub rules: Vec<Value>,
     pub extra_config: Value,
@@ -143,6 +139,67 @@ impl Scenario {
 
     pub fn store(&self) -> AutopilotStore {
         self.env.store()
+    }
+
+    /// Workflows in real containers: the fake agent as `claude` in a locally built image; the
+    /// script reaches it through the sandbox's env allow-list.
+    pub async fn with_sandbox(&mut self) {
+        let docker = crate::support::docker::sandbox().await;
+        static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _guard = BUILD.lock().await;
+        let image = rover::sandbox::image::RootfsImage::new("rover-scenario")
+            .binary(
+                env!("CARGO_BIN_EXE_rover-fake-agent"),
+                "/usr/local/bin/claude",
+            )
+            .ensure(&docker)
+            .await
+            .expect("build the scenario image");
+        merge(
+            &mut self.extra_config,
+            &json!({"autopilot": {"sandbox": {"image": image, "network": "none", "memoryMb": 256, "cpus": 1.0, "timeoutSecs": 60,
+                "envAllow": ["ROVER_FAKE_AGENT_SCRIPT"]}}}),
+        );
+    }
+
+    /// Run `--once` again and again (as cron does) until every trace has ended, or `max` runs.
+    pub async fn run_until_settled(&self, max: usize) {
+        for _ in 0..max {
+            self.run_once().await;
+            let store = self.store();
+            let settled = self
+                .traces()
+                .iter()
+                .all(|t| matches!(t.outcome(), TraceOutcome::Finished { .. }))
+                && store.read_state().unwrap().pending.is_empty();
+            if settled {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+        let summary: Vec<_> = self
+            .traces()
+            .iter()
+            .map(|t| (t.index.event.clone(), chain(t), t.outcome()))
+            .collect();
+        panic!("not settled after {max} runs: {summary:#?}");
+    }
+
+    /// Every rover container of this scenario's project, by label.
+    pub fn containers(&self) -> Vec<String> {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=rover.project={}", self.env.project_id),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Every trace, oldest first.
@@ -373,5 +430,144 @@ async fn a_restarted_daemon_does_not_ingest_an_event_twice_and_polls_with_the_et
             .count(),
         1,
         "answered once"
+    );
+}
+
+/// A task spec as the planner returns it.
+fn task(id: &str, title: &str, depends_on: &[&str], kind: &str) -> Value {
+    json!({"id": id, "title": title, "description": format!("{title}, as the issue asks."), "acceptance_criteria": [format!("{title} is done")], "workflow_type": kind, "depends_on": depends_on})
+}
+
+fn coordinate(decision: &str, extra: Value) -> Value {
+    let mut v = json!({"decision": decision, "confidence": 0.9, "reasoning": format!("decided {decision}"), "directive": null, "task": null, "message": null, "condition": null, "task_id": null});
+    merge(&mut v, &extra);
+    v
+}
+
+/// The workflow agent's rule: for the task whose prompt mentions `title`, write `files` and report.
+fn workflow_rule(title: &str, files: Value, status: &str) -> Value {
+    json!({"prompt_contains": format!("## Task: {title}"), "write": files,
+           "structured": {"status": status, "summary": format!("{title}: {status}"), "files_changed": []}})
+}
+
+#[tokio::test]
+async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github.add_issue(
+        12,
+        "Add a --json flag to export",
+        "Please add --json.",
+        "alice",
+        &[],
+    );
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 12, "title": "Add a --json flag to export", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate(
+            "plan",
+            json!({"directive": "Add a --json flag to the export command"}),
+        ),
+    );
+    s.answer(
+        PLAN,
+        json!({"analysis": "Implement, then test.", "clarification": null, "tasks": [
+            task("impl", "Implement the json flag", &[], "swe"),
+            task("tests", "Test the json flag", &["impl"], "swe"),
+        ]}),
+    );
+    s.rules.push(workflow_rule(
+        "Implement the json flag",
+        json!({"export.txt": "export --json\n"}),
+        "completed",
+    ));
+    s.rules.push(workflow_rule(
+        "Test the json flag",
+        json!({"export_test.txt": "tests for --json\n"}),
+        "completed",
+    ));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Add the --json flag", "body": null}),
+    );
+    s.answer(RESOLVE, json!({"decision": "push", "reasoning": "Both tasks are committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}));
+    s.answer(
+        NOTIFY,
+        json!({"message": "I opened a pull request with the --json flag and its tests."}),
+    );
+    s.run_until_settled(12).await;
+
+    let trace = s.the_trace();
+    let steps: Vec<String> = chain(&trace);
+    assert_eq!(
+        &steps[..3],
+        ["event:completed", "coordinate:completed", "plan:completed"]
+    );
+    for step in ["workflow", "commit"] {
+        assert_eq!(
+            steps
+                .iter()
+                .filter(|x| **x == format!("{step}:completed"))
+                .count(),
+            2,
+            "{step} twice: {steps:?}"
+        );
+    }
+    assert_eq!(
+        steps.iter().filter(|x| *x == "push:completed").count(),
+        1,
+        "{steps:?}"
+    );
+    assert_eq!(steps.last().unwrap(), "notify:completed", "{steps:?}");
+    // The second task forked from the first one's branch and started after it.
+    let workflows: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|s| s.step.as_str() == "workflow")
+        .collect();
+    assert!(
+        workflows[1].timestamp >= workflows[0].completed.unwrap(),
+        "dependent task started after its dependency"
+    );
+
+    // One PR, on one consolidated branch holding both tasks' files, that closes the issue.
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let (number, head, _title, body, _) = &pulls[0];
+    assert!(body.contains("Closes #12"), "{body}");
+    assert!(
+        !body.to_lowercase().contains("generated with claude"),
+        "no AI attribution"
+    );
+    let files = git(&s.origin, &["ls-tree", "--name-only", "-r", head]);
+    assert!(
+        files.contains("export.txt") && files.contains("export_test.txt"),
+        "{files}"
+    );
+    // The answer on the issue links the PR.
+    let answer: Vec<String> = s
+        .github
+        .comment_bodies(12)
+        .into_iter()
+        .filter(|b| b.contains("Generated by Rover"))
+        .collect();
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    let notify = trace
+        .spans
+        .iter()
+        .rev()
+        .find(|sp| sp.step.as_str() == "notify")
+        .unwrap();
+    assert!(
+        serde_json::to_string(&notify.meta)
+            .unwrap()
+            .contains(&format!("/pull/{number}"))
+            || answer[0].contains(&format!("/pull/{number}")),
+        "the answer links the PR: {answer:?}"
+    );
+    assert_eq!(
+        s.containers().len(),
+        2,
+        "exactly one container per workflow action"
     );
 }

@@ -375,6 +375,35 @@ impl FakeGitHub {
             .count()
     }
 
+    /// The pull requests: `(number, head branch, title, body, state)`.
+    pub fn pulls(&self) -> Vec<(u64, String, String, String, String)> {
+        self.st()
+            .issues
+            .values()
+            .filter_map(|i| {
+                i.pr.as_ref().map(|p| {
+                    (
+                        i.number,
+                        p.head.clone(),
+                        i.title.clone(),
+                        i.body.clone(),
+                        i.state.clone(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Mark a pull request merged and closed (as the merge button does).
+    pub fn merge_pull(&self, number: u64) {
+        let mut st = self.st();
+        let issue = st.issues.get_mut(&number).expect("a pull request to merge");
+        issue.state = "closed".into();
+        if let Some(pr) = issue.pr.as_mut() {
+            pr.merged = true;
+        }
+    }
+
     /// Bodies of the comments on issue/PR `number`.
     pub fn comment_bodies(&self, number: u64) -> Vec<String> {
         self.st()
