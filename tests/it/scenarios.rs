@@ -20,7 +20,6 @@ pub const NOTIFY: &str = "## What to communicate";
 pub const SUMMARIZE: &str = "## Reason recorded";
 pub const RESOLVE: &str = "## Error output of failed steps";
 pub const COMMIT: &str = "## Change summary";
-pub const WORKFLOW: &str = "## Acceptance criteria";
 
 /// One scenario's world.
 pub struct Scenario {
@@ -144,8 +143,8 @@ impl Scenario {
     /// Workflows in real containers: the fake agent as `claude` in a locally built image; the
     /// script reaches it through the sandbox's env allow-list.
     pub async fn with_sandbox(&mut self) {
-        let docker = crate::support::docker::sandbox().await;
         static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let docker = crate::support::docker::sandbox().await;
         let _guard = BUILD.lock().await;
         let image = rover::sandbox::image::RootfsImage::new("rover-scenario")
             .binary(
@@ -570,4 +569,529 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
         2,
         "exactly one container per workflow action"
     );
+}
+
+fn resolve(decision: &str, extra: Value) -> Value {
+    let mut v = json!({"decision": decision, "reasoning": format!("decided {decision}"), "instructions": null, "retry_step": null, "message": null, "corrective_commands": []});
+    merge(&mut v, &extra);
+    v
+}
+
+/// Rules common to the code-changing scenarios: the resolver pushes once a commit succeeded.
+fn push_once_committed(s: &mut Scenario) {
+    s.rules.push(json!({"prompt_contains": "[completed] committed", "structured": resolve("push", json!({}))}));
+}
+
+fn pr_payload(number: u64, head: &str, sha: &str) -> Value {
+    json!({"url": format!("https://api.github.com/repos/{REPO}/pulls/{number}"), "id": number, "number": number,
+           "head": {"ref": head, "sha": sha, "repo": {"id": 1, "url": "u", "name": "widgets"}},
+           "base": {"ref": "main", "sha": sha, "repo": {"id": 1, "url": "u", "name": "widgets"}}})
+}
+
+#[tokio::test]
+async fn a_push_with_ci_red_is_fixed_and_answered_on_the_commit() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let sha = head_sha(&s.checkout);
+    s.github.add_status(&sha, "failure", "ci/test");
+    s.github.seed_event("PushEvent", "alice", json!({"repository_id": 1, "push_id": 3, "ref": "refs/heads/main", "head": sha, "before": "0000000000000000000000000000000000000000"}));
+    s.answer(
+        COORDINATE,
+        coordinate(
+            "plan",
+            json!({"directive": "CI fails on main: fix the failing test"}),
+        ),
+    );
+    s.answer(PLAN, json!({"analysis": "One failing test.", "clarification": null, "tasks": [task("fix", "Fix the failing test", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Fix the failing test",
+        json!({"fix.txt": "fixed\n"}),
+        "completed",
+    ));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Fix the failing test", "body": null}),
+    );
+    push_once_committed(&mut s);
+    s.answer(
+        NOTIFY,
+        json!({"message": "CI was red on this commit; I opened a fix."}),
+    );
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed"
+        ]
+    );
+    let comments = s.github.commit_comment_bodies(&sha);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].contains("CI was red") && comments[0].contains("/pull/"),
+        "{}",
+        comments[0]
+    );
+}
+
+#[tokio::test]
+async fn a_review_request_gets_a_code_review_posted_as_a_pr_review() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let sha = head_sha(&s.checkout);
+    git(
+        &s.checkout,
+        &["push", "-q", "origin", "main:refactor-parser"],
+    );
+    s.github.add_pull(
+        20,
+        "Refactor the parser",
+        "bob",
+        "refactor-parser",
+        &sha,
+        "main",
+    );
+    s.github.seed_event("PullRequestEvent", "bob", json!({"action": "review_requested", "number": 20, "pull_request": pr_payload(20, "refactor-parser", &sha), "requested_reviewer": {"login": BOT}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Review pull request #20"})),
+    );
+    s.answer(PLAN, json!({"analysis": "A review.", "clarification": null, "tasks": [task("review", "Review the parser refactor", &[], "code-review")]}));
+    s.rules.push(workflow_rule(
+        "Review the parser refactor",
+        json!({}),
+        "completed",
+    ));
+    s.answer(RESOLVE, resolve("notify", json!({"message": "Two findings: the error path leaks a file handle; tests miss the empty input."})));
+    s.answer(NOTIFY, json!({"message": "Review: the error path leaks a file handle; tests miss the empty input."}));
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed"
+        ]
+    );
+    let reviews = s.github.review_bodies(20);
+    assert_eq!(reviews.len(), 1, "posted as a PR review: {reviews:?}");
+    assert!(reviews[0].contains("leaks a file handle"), "{}", reviews[0]);
+    assert!(s.github.pulls().len() == 1, "no new PR for a review");
+}
+
+#[tokio::test]
+async fn a_failed_workflow_is_iterated_with_new_instructions_and_then_succeeds() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github
+        .add_issue(21, "Speed up export", "Export is slow.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 21, "title": "Speed up export", "body": "Export is slow.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Speed up export"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("speed", "Speed up the export", &[], "swe")]}));
+    // The iteration's prompt carries the resolver's instructions: that run succeeds.
+    s.rules.push(json!({"prompt_contains": "stream the rows instead", "write": {"export.txt": "streamed\n"}, "structured": {"status": "completed", "summary": "streamed the rows", "files_changed": ["export.txt"]}}));
+    s.rules
+        .push(workflow_rule("Speed up the export", json!({}), "failed"));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Stream export rows", "body": null}),
+    );
+    push_once_committed(&mut s);
+    s.answer(
+        RESOLVE,
+        resolve(
+            "iterate",
+            json!({"instructions": "Buffering did not help: stream the rows instead."}),
+        ),
+    );
+    s.answer(NOTIFY, json!({"message": "Export now streams its rows."}));
+    s.run_until_settled(16).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let workflows: Vec<_> = trace
+        .actions
+        .iter()
+        .filter(|a| a.action.as_str() == "workflow")
+        .collect();
+    assert_eq!(
+        workflows[1].meta["instructions"],
+        "Buffering did not help: stream the rows instead."
+    );
+    assert_eq!(
+        workflows[1].meta["iterateOn"],
+        workflows[0].id.to_string(),
+        "same task"
+    );
+    let branches: Vec<_> = s
+        .store()
+        .read_state()
+        .unwrap()
+        .task_mappings
+        .values()
+        .map(|m| m.branch_name.clone())
+        .collect();
+    let mut unique = branches.clone();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        1,
+        "the iteration runs on the same branch: {branches:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_hook_missing_its_tool_is_fixed_by_the_resolver_and_retried() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    // A pre-commit hook that fails until its tool is "installed" in the worktree.
+    let hook = s.checkout.join(".git/hooks/pre-commit");
+    std::fs::write(&hook, "#!/bin/sh\ntest -f .lint-installed || { echo 'lint-staged: command not found' >&2; exit 127; }\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&hook).unwrap().permissions(),
+        0o755,
+    );
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    s.github.add_issue(
+        22,
+        "Add a changelog",
+        "Please keep a changelog.",
+        "alice",
+        &[],
+    );
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 22, "title": "Add a changelog", "body": "Please keep a changelog.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a changelog"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("log", "Add the changelog", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Add the changelog",
+        json!({"CHANGELOG.md": "# Changelog\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add a changelog", "body": null}));
+    push_once_committed(&mut s);
+    // The resolver reads the hook's stderr, installs the tool (in the worktree), retries the commit.
+    s.rules.push(json!({"prompt_contains": "lint-staged: command not found", "write": {".lint-installed": "ok\n"},
+        "structured": resolve("retry", json!({"retry_step": "commit", "corrective_commands": [{"command": "npm install --no-save lint-staged", "exit_code": 0, "outcome": "installed"}]}))}));
+    s.answer(NOTIFY, json!({"message": "I added the changelog."}));
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:error",
+            "resolve:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let commit_error = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "commit")
+        .unwrap();
+    assert!(commit_error.meta["error"]["stderr"]
+        .as_str()
+        .unwrap()
+        .contains("lint-staged: command not found"));
+    let resolve_span = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "resolve")
+        .unwrap();
+    assert_eq!(resolve_span.meta["decision"], "retry");
+    assert_eq!(
+        resolve_span.meta["correctiveCommands"][0]["command"],
+        "npm install --no-save lint-staged"
+    );
+}
+
+#[tokio::test]
+async fn retries_exhausted_end_in_a_failure_notice() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.extra_config = {
+        let mut c = s.extra_config.clone();
+        merge(
+            &mut c,
+            &json!({"autopilot": {"pipeline": {"maxRetries": 1}}}),
+        );
+        c
+    };
+    s.github
+        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Port to Windows"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
+    s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
+    s.answer(
+        RESOLVE,
+        resolve("iterate", json!({"instructions": "Try cross-compiling."})),
+    );
+    s.answer(NOTIFY, json!({"message": "I could not port this to Windows: the build needs a Windows toolchain."}));
+    s.run_until_settled(16).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    let last_resolve = trace
+        .spans
+        .iter()
+        .rev()
+        .find(|sp| sp.step.as_str() == "resolve")
+        .unwrap();
+    assert_eq!(last_resolve.meta["decision"], "fail");
+    let answer: Vec<String> = s
+        .github
+        .comment_bodies(23)
+        .into_iter()
+        .filter(|b| b.contains("Generated by Rover"))
+        .collect();
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert!(
+        !answer[0].contains(s.env.path().to_str().unwrap()),
+        "no local paths in a public comment"
+    );
+}
+
+/// Runs the issue scenario to a rover PR, then returns its number and branch.
+async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+    s.github
+        .add_issue(30, "Add a --csv flag", "Please add --csv.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 30, "title": "Add a --csv flag", "body": "Please add --csv.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a --csv flag"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("csv", "Add the csv flag", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Add the csv flag",
+        json!({"csv.txt": "export --csv\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add --csv", "body": null}));
+    push_once_committed(s);
+    s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
+    s.run_until_settled(12).await;
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1);
+    (pulls[0].0, pulls[0].1.clone())
+}
+
+#[tokio::test]
+async fn a_merged_rover_pr_is_cleaned_up() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    assert_eq!(s.store().read_state().unwrap().task_mappings.len(), 1);
+    let worktrees = s.store().root().join("worktrees");
+    assert_eq!(std::fs::read_dir(&worktrees).unwrap().count(), 1);
+    s.github.merge_pull(number);
+    let sha = git(&s.origin, &["rev-parse", &branch]);
+    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, &branch, &sha)}));
+    s.run_until_settled(6).await;
+    let cleanup = s.traces().pop().unwrap();
+    assert_eq!(
+        chain(&cleanup),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "cleanup:completed"
+        ]
+    );
+    assert!(
+        s.store().read_state().unwrap().task_mappings.is_empty(),
+        "the task mapping is gone"
+    );
+    assert_eq!(
+        std::fs::read_dir(&worktrees).unwrap().count(),
+        0,
+        "the worktree is gone"
+    );
+    assert!(s.containers().is_empty(), "the container is gone");
+    let local = git(&s.checkout, &["branch", "--list", &branch]);
+    assert!(local.is_empty(), "the local branch is gone: {local}");
+}
+
+#[tokio::test]
+async fn changes_requested_on_a_rover_pr_are_made_on_the_same_branch_and_pr() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    let before = git(&s.origin, &["rev-parse", &branch]);
+    // The reviewer asks for changes; the next run plans an iteration on the existing task.
+    s.rules.clear();
+    s.github.add_review(
+        number,
+        "bob",
+        "CHANGES_REQUESTED",
+        "Please also handle quoting in CSV fields.",
+    );
+    s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "created", "pull_request": pr_payload(number, &branch, &before),
+        "review": {"id": 901, "body": "Please also handle quoting in CSV fields.", "state": "changes_requested", "commit_id": before, "html_url": "h"}}));
+    s.answer(
+        COORDINATE,
+        coordinate(
+            "plan",
+            json!({"directive": "Handle quoting in CSV fields, as the review asks"}),
+        ),
+    );
+    s.answer(PLAN, json!({"analysis": "Follow the review.", "clarification": null, "tasks": [task("quote", "Quote CSV fields", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Quote CSV fields",
+        json!({"csv.txt": "export --csv with quoting\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Quote CSV fields", "body": null}));
+    push_once_committed(&mut s);
+    s.answer(
+        NOTIFY,
+        json!({"message": "I handled quoting in CSV fields."}),
+    );
+    s.run_until_settled(12).await;
+    let feedback = s.traces().pop().unwrap();
+    assert_eq!(
+        chain(&feedback),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed"
+        ]
+    );
+    let after = git(&s.origin, &["rev-parse", &branch]);
+    assert_ne!(before, after, "the same branch moved forward");
+    let ancestor = std::process::Command::new("git")
+        .args([
+            "-C",
+            s.origin.to_str().unwrap(),
+            "merge-base",
+            "--is-ancestor",
+            &before,
+            &after,
+        ])
+        .status()
+        .unwrap();
+    assert!(
+        ancestor.success(),
+        "a fast-forward on top of the earlier work"
+    );
+    assert_eq!(s.github.pulls().len(), 1, "the same PR, no second one");
+    assert!(git(&s.origin, &["show", &format!("{branch}:csv.txt")]).contains("quoting"));
+}
+
+#[tokio::test]
+async fn the_answer_to_a_clarifying_question_starts_a_trace_that_proceeds() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github
+        .add_issue(15, "Make it faster", "The thing is slow.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 15, "title": "Make it faster", "body": "The thing is slow.", "user": {"login": "alice"}}}));
+    s.rules.push(json!({"prompt_contains": "the export is the slow one", "structured": coordinate("plan", json!({"directive": "Speed up the export"}))}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Make the slow thing faster"})),
+    );
+    s.rules.push(json!({"prompt_contains": "Speed up the export", "structured": {"analysis": "Now clear.", "clarification": null, "tasks": [task("export", "Stream the export", &[], "swe")]}}));
+    s.answer(PLAN, json!({"analysis": "Unclear.", "tasks": [], "clarification": "Which operation is slow: the export or the import?"}));
+    s.rules.push(workflow_rule(
+        "Stream the export",
+        json!({"export.txt": "streamed\n"}),
+        "completed",
+    ));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Stream the export", "body": null}),
+    );
+    push_once_committed(&mut s);
+    s.answer(
+        NOTIFY,
+        json!({"message": "Which operation is slow: the export or the import?"}),
+    );
+    s.run_until_settled(6).await;
+    assert_eq!(
+        chain(&s.the_trace()),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "notify:completed"
+        ]
+    );
+    // The user answers on the issue: a new, independent trace that proceeds to a PR.
+    s.github
+        .add_comment(15, "alice", "Sorry: the export is the slow one.");
+    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created", "issue": {"number": 15}, "comment": {"id": 151, "body": "Sorry: the export is the slow one.", "html_url": "h"}}));
+    s.run_until_settled(12).await;
+    let second = s.traces().pop().unwrap();
+    assert_eq!(
+        chain(&second),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed"
+        ]
+    );
+    assert_eq!(s.github.pulls().len(), 1);
 }

@@ -6,8 +6,6 @@ use std::process::{Command, Output};
 use rover::store::AutopilotStore;
 use tempfile::TempDir;
 
-pub const PROJECT_ID: &str = "acme-widgets-test0001";
-
 pub struct TestEnv {
     pub dir: TempDir,
     pub data_dir: PathBuf,
@@ -21,7 +19,13 @@ impl TestEnv {
         TestEnv {
             dir,
             data_dir,
-            project_id: PROJECT_ID.to_owned(),
+            // Unique per test: Docker labels carry the project id, and tests run in parallel
+            // against one engine (a shared id let one test's orphan sweep remove another's
+            // containers).
+            project_id: format!(
+                "acme-widgets-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
         }
     }
 
