@@ -7,6 +7,7 @@ mod support;
 
 mod agents;
 mod daemon;
+mod demo;
 mod git;
 mod github;
 mod inspect;

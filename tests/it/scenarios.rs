@@ -229,6 +229,34 @@ impl Scenario {
     }
 }
 
+impl Drop for Scenario {
+    /// Containers outlive the test (rover removes them only in `cleanup`): remove this test's.
+    fn drop(&mut self) {
+        remove_containers(&format!("rover.project={}", self.env.project_id));
+    }
+}
+
+/// Remove every container carrying `label` (best effort).
+pub fn remove_containers(label: &str) {
+    let Ok(out) = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    if !ids.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .arg("rm")
+            .arg("-f")
+            .args(&ids)
+            .output();
+    }
+}
+
 /// `step:status` of every span, in creation order.
 pub fn chain(view: &TraceView) -> Vec<String> {
     view.spans

@@ -1,0 +1,53 @@
+//! The newcomer's demo (`docs/demo/run.sh`) runs end to end, as the README promises.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_demo_script_runs_the_whole_pipeline_and_shows_the_trace() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_rover")).parent().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/demo/run.sh"))
+        .env("ROVER_DEMO_BIN_DIR", bin_dir)
+        .env("TMPDIR", tmp.path())
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("GH_TOKEN")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Some(trace) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted trace "))
+    {
+        crate::scenarios::remove_containers(&format!("rover.trace={}", trace.trim()));
+    }
+    assert!(out.status.success(), "the demo failed:\n{text}");
+    assert!(text.contains("outcome  notify (completed)"), "{text}");
+    for step in [
+        "coordinate",
+        "plan",
+        "workflow",
+        "commit",
+        "resolve",
+        "push",
+        "notify",
+    ] {
+        assert!(
+            text.contains(&format!("─ {step} ")),
+            "the trace shows {step}:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("answer for "),
+        "start printed the local answer:\n{text}"
+    );
+    assert!(
+        text.contains(r#"echo '["sprocket","gear","flange"]'"#),
+        "the pushed branch has the change:\n{text}"
+    );
+}
