@@ -11,6 +11,7 @@
     clippy::cast_possible_wrap
 )]
 
+mod e2e;
 mod orchestrator;
 mod store;
 
@@ -32,6 +33,9 @@ fn main() {
     if wants("orchestrator") {
         let floor = floor.unwrap_or_else(store::floor_only);
         orchestrator::run(floor);
+    }
+    if wants("e2e") {
+        e2e::run();
     }
 }
 
