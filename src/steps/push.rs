@@ -42,16 +42,10 @@ struct Task {
     meta: Option<WorkflowMeta>,
 }
 
+/// A git error as a step error (command, exit code, output: `tasks::git_error`), plus the
+/// conflicting files of a failed consolidation.
 fn git_step_error(context: &str, err: &GitError) -> StepError {
-    let mut step_err = StepError::from_error(err, err.is_retryable()).detail("operation", context);
-    if let Some(failure) = err.command_failure() {
-        step_err = step_err
-            .detail("command", &failure.command)
-            .detail("exitCode", failure.exit_code)
-            .detail("stdout", &failure.stdout)
-            .detail("stderr", &failure.stderr)
-            .detail("truncated", failure.truncated);
-    }
+    let mut step_err = super::tasks::git_error(context, err).detail("operation", context);
     if let GitError::MergeConflict {
         source_branch,
         files,
