@@ -782,3 +782,73 @@ async fn delivery_redacts_for_the_channel_visibility_before_posting() {
         "private keeps diagnostics: {posted}"
     );
 }
+
+/// The event step over the real client: each of the six types becomes a trace whose root
+/// `event` span records the channel and visibility notify needs, with one queued `coordinate`;
+/// noise starts nothing; a second poll ingests nothing.
+#[tokio::test]
+async fn each_event_type_starts_a_trace_with_its_channel_and_a_coordinate_action() {
+    use rover::steps::event::{poll_github, resume_poller};
+    use rover::steps::meta::EventMeta;
+    let fake = FakeGitHub::start().await;
+    seed_all_types(&fake);
+    let gh = client(&fake);
+    let dir = tempfile::tempdir().unwrap();
+    let store = rover::store::AutopilotStore::open(dir.path(), "ingest").unwrap();
+    let poll = PollSettings {
+        min_interval_secs: 0,
+        max_backoff_secs: 60,
+        skip_backlog: false,
+    };
+    let mut poller = resume_poller(&store, poll.clone()).unwrap();
+    let report = poll_github(&store, "ingest", &gh, &mut poller)
+        .await
+        .expect("poll");
+    assert_eq!(report.new_traces.len(), 6, "{report:?}");
+    let mut seen = Vec::new();
+    for trace in &report.new_traces {
+        let view = store.load_trace(*trace).unwrap();
+        let root = view.root().unwrap();
+        assert_eq!(root.step.as_str(), "event");
+        assert_eq!(root.status, rover::store::SpanStatus::Completed);
+        let meta = EventMeta::of(root).unwrap();
+        assert_eq!(
+            meta.visibility,
+            Visibility::Public,
+            "GitHub is public unless configured"
+        );
+        assert_eq!(view.pending.len(), 1);
+        assert_eq!(view.pending[0].action.as_str(), "coordinate");
+        seen.push((meta.kind.clone(), meta.channel.clone()));
+    }
+    let kinds: std::collections::BTreeSet<_> = seen.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(kinds.len(), 6, "all six types: {seen:?}");
+    assert!(
+        seen.contains(&(
+            "PushEvent".into(),
+            Channel::CommitComment { sha: SHA.into() }
+        )),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&(
+            "PullRequestReviewCommentEvent".into(),
+            Channel::ReviewThreadReply {
+                number: 8,
+                comment_id: 51
+            }
+        )),
+        "{seen:?}"
+    );
+
+    // The cursor records the ETag: a restarted poller asks with it and starts nothing.
+    let mut again = resume_poller(&store, poll).unwrap();
+    let report = poll_github(&store, "ingest", &gh, &mut again)
+        .await
+        .expect("poll");
+    assert!(
+        report.new_traces.is_empty() && report.not_modified,
+        "{report:?}"
+    );
+    assert_eq!(store.recent_traces(100).unwrap().len(), 6);
+}
