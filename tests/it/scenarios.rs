@@ -1123,3 +1123,111 @@ async fn the_answer_to_a_clarifying_question_starts_a_trace_that_proceeds() {
     );
     assert_eq!(s.github.pulls().len(), 1);
 }
+
+/// Every host-side prompt of a full run, as the agent received it.
+fn prompts(s: &Scenario) -> Vec<(String, Value)> {
+    let mut calls: Vec<(u64, Value)> = std::fs::read_dir(s.agent_log())
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = path.file_name()?.to_string_lossy().into_owned();
+            let n = name
+                .strip_prefix("call-")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()?;
+            Some((
+                n,
+                serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?,
+            ))
+        })
+        .collect();
+    calls.sort_by_key(|(n, _)| *n);
+    calls
+        .into_iter()
+        .map(|(_, v)| (v["prompt"].as_str().unwrap_or_default().to_owned(), v))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_step_prompt_carries_its_context_and_no_secret() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github.add_issue(
+        40,
+        "Add a --yaml flag",
+        &format!("Please add --yaml. My token is {TOKEN}, oops."),
+        "alice",
+        &[],
+    );
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 40, "title": "Add a --yaml flag", "body": "Please add --yaml.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a --yaml flag to export"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("yaml", "Add the yaml flag", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Add the yaml flag",
+        json!({"yaml.txt": "export --yaml\\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add --yaml", "body": null}));
+    push_once_committed(&mut s);
+    s.answer(NOTIFY, json!({"message": "Opened a PR for --yaml."}));
+    s.run_until_settled(12).await;
+    let all = prompts(&s);
+    let find = |phrase: &str| {
+        all.iter()
+            .find(|(p, _)| p.contains(phrase))
+            .map(|(p, _)| p.clone())
+            .unwrap_or_else(|| panic!("no prompt with {phrase}"))
+    };
+
+    let coordinate_prompt = find(COORDINATE);
+    assert!(
+        coordinate_prompt.contains("Add a --yaml flag") && coordinate_prompt.contains("alice"),
+        "the event and the issue"
+    );
+    let plan_prompt = find(PLAN);
+    assert!(
+        plan_prompt.contains("Add a --yaml flag to export"),
+        "the directive"
+    );
+    assert!(plan_prompt.contains("coordinate"), "the trace so far");
+    let commit_prompt = find(COMMIT);
+    assert!(
+        commit_prompt.contains("Add the yaml flag") && commit_prompt.contains("yaml.txt"),
+        "the task and its change summary"
+    );
+    let resolve_prompt = find(RESOLVE);
+    assert!(
+        resolve_prompt.contains("commit [completed]")
+            && resolve_prompt.contains("workflow [completed]"),
+        "the whole trace"
+    );
+    assert!(
+        resolve_prompt.contains("max") || resolve_prompt.contains("retr"),
+        "the retry limit"
+    );
+    let notify_prompt = find(NOTIFY);
+    assert!(
+        notify_prompt.contains("public") && notify_prompt.contains("/pull/"),
+        "the channel's visibility and the PR"
+    );
+    // What produces public text never sees local paths; no prompt ever sees the token.
+    let root = s.env.path().display().to_string();
+    assert!(
+        !notify_prompt.contains(&root),
+        "no local path in the notify prompt: {notify_prompt}"
+    );
+    for (prompt, record) in &all {
+        assert!(
+            !prompt.contains(TOKEN),
+            "the token reached a prompt: {prompt}"
+        );
+        assert!(
+            !record.to_string().contains(TOKEN),
+            "the token reached an agent's argv or env"
+        );
+    }
+}
