@@ -1179,8 +1179,7 @@ async fn every_step_prompt_carries_its_context_and_no_secret() {
     let find = |phrase: &str| {
         all.iter()
             .find(|(p, _)| p.contains(phrase))
-            .map(|(p, _)| p.clone())
-            .unwrap_or_else(|| panic!("no prompt with {phrase}"))
+            .map_or_else(|| panic!("no prompt with {phrase}"), |(p, _)| p.clone())
     };
 
     let coordinate_prompt = find(COORDINATE);
