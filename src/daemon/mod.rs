@@ -130,7 +130,8 @@ async fn run(
         store.clone(),
         build_steps(&services),
         config.autopilot.pipeline.orchestrator(),
-    );
+    )
+    .with_budget(crate::budget::Budget::new(config.autopilot.budget.clone()));
     let console = tokio::spawn(console::run(orchestrator.subscribe(), store.clone()));
     println!(
         "rover autopilot {} for {} (project {}, store {})",
