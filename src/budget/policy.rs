@@ -240,7 +240,7 @@ impl Budget {
         for (limit, action, reason) in self.period_over(ledger, now) {
             match action {
                 BudgetAction::Warn if !periods_before.contains(&limit) => {
-                    verdict.warnings.push(reason)
+                    verdict.warnings.push(reason);
                 }
                 BudgetAction::Stop => {
                     verdict.stop_all.get_or_insert(reason);

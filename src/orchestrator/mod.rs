@@ -605,18 +605,13 @@ impl Inner {
 
     /// Mark a trace stopped by a budget and cancel its running agents.
     fn stop_trace(&self, trace_id: Uuid, reason: &str) {
-        let fresh = {
-            let mut stopped = self.stopped.lock().expect("stopped lock");
-            if stopped.contains_key(&trace_id) {
-                false
-            } else {
-                stopped.insert(
-                    trace_id,
-                    Stopped {
-                        reason: reason.to_owned(),
-                        notified: false,
-                    },
-                );
+        let fresh = match self.stopped.lock().expect("stopped lock").entry(trace_id) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Stopped {
+                    reason: reason.to_owned(),
+                    notified: false,
+                });
                 true
             }
         };
