@@ -52,9 +52,27 @@ struct Seen {
 #[derive(Debug, Default)]
 pub struct StuckWatch {
     seen: Mutex<HashMap<Uuid, Seen>>,
+    /// Background tasks that copy a running container's log to a file (one per run).
+    followers: Mutex<HashMap<Uuid, tokio::task::AbortHandle>>,
 }
 
 impl StuckWatch {
+    /// Run `follow` (a log follower that ends when the container does) for run `id`, unless
+    /// one already runs.
+    pub fn follow<F>(&self, id: Uuid, follow: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut followers = self
+            .followers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if followers.get(&id).is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        followers.insert(id, tokio::spawn(follow).abort_handle());
+    }
+
     /// Record what run `id` shows now; returns how long it has shown nothing new.
     pub fn observe(&self, id: Uuid, log_bytes: u64, newest: Option<SystemTime>) -> Duration {
         let now = Instant::now();
@@ -83,6 +101,14 @@ impl StuckWatch {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&id);
+        if let Some(h) = self
+            .followers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id)
+        {
+            h.abort();
+        }
     }
 }
 

@@ -714,7 +714,7 @@ impl WorkflowStep {
     async fn stuck_for(
         &self,
         ctx: &StepContext,
-        sandbox: &dyn Sandbox,
+        sandbox: &Arc<dyn Sandbox>,
         task: &TaskRecord,
         container: &str,
     ) -> Option<Duration> {
@@ -729,10 +729,19 @@ impl WorkflowStep {
         if let Some(dir) = probe.parent() {
             let _ = tokio::fs::create_dir_all(dir).await;
         }
-        let log_bytes = match sandbox.logs_to_file(container, &probe).await {
-            Ok(stats) => stats.stdout_bytes + stats.stderr_bytes,
-            Err(_) => return None, // cannot tell: never call an agent stuck on a guess
-        };
+        // A follower copies the log as it grows; its size is the output seen so far.
+        {
+            let sandbox = sandbox.clone();
+            let container = container.to_owned();
+            let probe = probe.clone();
+            self.stuck.follow(task.action_id, async move {
+                let _ = sandbox.logs_to_file(&container, &probe).await;
+            });
+        }
+        let mut log_bytes = 0;
+        for path in [probe.clone(), crate::sandbox::stderr_path(&probe)] {
+            log_bytes += tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
+        }
         let newest = match task.worktree.clone() {
             Some(dir) => {
                 tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
@@ -916,10 +925,7 @@ impl Step for WorkflowStep {
             let mut timed_out = false;
             let mut stuck = false;
             if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
-                if let Some(idle) = self
-                    .stuck_for(ctx, sandbox.as_ref(), &task, &container)
-                    .await
-                {
+                if let Some(idle) = self.stuck_for(ctx, &sandbox, &task, &container).await {
                     tracing::warn!(container = %container, idle_secs = idle.as_secs(), "workflow agent is stuck; stopping it");
                     if let Err(e) = sandbox.kill(&container).await {
                         tracing::warn!(container = %container, error = %e, "cannot kill a stuck container");
