@@ -258,7 +258,15 @@ impl StepOrchestrator {
         let mut ledger = self.inner.load_ledger().await;
         // Fair across traces: entries of traces with fewer runs in flight go first, FIFO within.
         if let (Some(budget), Some(ledger)) = (&self.inner.budget, &ledger) {
-            self.inner.check_running_traces(budget, ledger, now).await;
+            let detached: HashSet<Uuid> = state
+                .pending
+                .iter()
+                .filter(|p| p.running_span_id.is_some())
+                .map(|p| p.trace_id)
+                .collect();
+            self.inner
+                .check_running_traces(budget, ledger, detached, now)
+                .await;
         }
         let mut candidates: Vec<&PendingAction> = state
             .pending
@@ -564,7 +572,7 @@ impl Inner {
             return Gate::Go;
         }
         if let Some(reason) = standing.stopped {
-            self.stop_trace(trace_id, &reason);
+            self.stop_trace(trace_id, &reason).await;
             return Gate::Skip(reason);
         }
         if pending.action == StepKind::Push {
@@ -575,36 +583,64 @@ impl Inner {
         if budget.trace_limit_stops() {
             let started = self.trace_started(trace_id).await;
             if let Some((_, reason)) = budget.trace_over(ledger.trace(trace_id), started, now) {
-                self.stop_trace(trace_id, &reason);
+                self.stop_trace(trace_id, &reason).await;
                 return Gate::Skip(reason);
             }
         }
         Gate::Go
     }
 
-    /// Traces with runs in flight that ran past their wall-time limit are stopped.
-    async fn check_running_traces(&self, budget: &Budget, ledger: &Ledger, now: DateTime<Utc>) {
-        if !budget.trace_limit_stops() {
-            return;
-        }
-        let traces: HashSet<Uuid> = self
-            .in_flight
-            .lock()
-            .expect("in-flight lock")
-            .runs
-            .values()
-            .map(|r| r.trace_id)
-            .collect();
+    /// Traces with runs in flight (in this process or detached) stop when a period limit with
+    /// `stop` is reached or they ran past a trace limit (the wall time grows while they run).
+    async fn check_running_traces(
+        &self,
+        budget: &Budget,
+        ledger: &Ledger,
+        mut traces: HashSet<Uuid>,
+        now: DateTime<Utc>,
+    ) {
+        traces.extend(
+            self.in_flight
+                .lock()
+                .expect("in-flight lock")
+                .runs
+                .values()
+                .map(|r| r.trace_id)
+                .collect::<Vec<_>>(),
+        );
+        // A period limit with `stop`: every running trace stops.
+        let period_stop = budget.standing(ledger, now).stopped;
         for trace_id in traces {
+            if let Some(reason) = &period_stop {
+                self.stop_trace(trace_id, reason).await;
+                continue;
+            }
+            if !budget.trace_limit_stops() {
+                continue;
+            }
             let started = self.trace_started(trace_id).await;
             if let Some((_, reason)) = budget.trace_over(ledger.trace(trace_id), started, now) {
-                self.stop_trace(trace_id, &reason);
+                self.stop_trace(trace_id, &reason).await;
             }
         }
     }
 
-    /// Mark a trace stopped by a budget and cancel its running agents.
-    fn stop_trace(&self, trace_id: Uuid, reason: &str) {
+    /// Mark a trace stopped by a budget, cancel its running agents and stop its detached work
+    /// (workflow containers).
+    async fn stop_trace(&self, trace_id: Uuid, reason: &str) {
+        if !self.mark_stopped(trace_id, reason) {
+            return;
+        }
+        for step in self.steps.values() {
+            let n = step.stop_detached(&self.ctx, trace_id).await;
+            if n > 0 {
+                tracing::warn!(trace = %trace_id, step = %step.kind(), runs = n, "stopped detached runs for a budget");
+            }
+        }
+    }
+
+    /// Mark a trace stopped and cancel its in-process runs; returns whether it was new.
+    fn mark_stopped(&self, trace_id: Uuid, reason: &str) -> bool {
         let fresh = match self.stopped.lock().expect("stopped lock").entry(trace_id) {
             std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(v) => {
@@ -622,16 +658,21 @@ impl Inner {
                 crate::trace::short(trace_id)
             ));
         }
+        if !fresh {
+            return false;
+        }
+        // Terminal steps (the budget notify among them) are left to finish.
         for run in self
             .in_flight
             .lock()
             .expect("in-flight lock")
             .runs
             .values()
-            .filter(|r| r.trace_id == trace_id)
+            .filter(|r| r.trace_id == trace_id && !r.step.is_terminal())
         {
             run.stop.cancel();
         }
+        true
     }
 
     fn stop_reason(&self, trace_id: Uuid) -> String {
@@ -723,11 +764,11 @@ impl Inner {
                 .chain([trace_id])
                 .collect();
             for t in traces {
-                self.stop_trace(t, reason);
+                self.stop_trace(t, reason).await;
             }
         }
         if let Some(reason) = &verdict.stop_trace {
-            self.stop_trace(trace_id, reason);
+            self.stop_trace(trace_id, reason).await;
         }
         let stopped = self
             .stopped

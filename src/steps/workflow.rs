@@ -979,6 +979,33 @@ impl Step for WorkflowStep {
         Ok(done)
     }
 
+    async fn stop_detached(&self, ctx: &StepContext, trace_id: Uuid) -> usize {
+        let Some(sandbox) = self.services.sandbox.clone() else {
+            return 0;
+        };
+        let Ok(state) = blocking(ctx.store.clone(), AutopilotStore::read_state).await else {
+            return 0;
+        };
+        let mut stopped = 0;
+        for task in tasks::all_tasks(&state) {
+            let running = state
+                .pending_for(task.action_id)
+                .is_some_and(|p| p.running_span_id == Some(task.workflow_span_id));
+            if task.trace_id != trace_id || !running {
+                continue;
+            }
+            if let Some(container) = &task.container {
+                match sandbox.kill(container).await {
+                    Ok(()) => stopped += 1,
+                    Err(e) => {
+                        tracing::warn!(container = %container, error = %e, "cannot stop a workflow container for a budget");
+                    }
+                }
+            }
+        }
+        stopped
+    }
+
     async fn still_running(&self, ctx: &StepContext, pending: &PendingAction, span: &Span) -> bool {
         let Some(sandbox) = self.services.sandbox.clone() else {
             return false;

@@ -468,88 +468,123 @@ fn remove_containers(project: &str) {
     }
 }
 
+/// A pipeline with the workflow step over a real engine whose container agent hangs silently
+/// (it prints its init line, then sleeps: no output, no file change), and one workflow queued.
+struct WorkflowWorld {
+    p: Pipeline,
+    orch: StepOrchestrator,
+    project: String,
+    trace: Uuid,
+    workflow: Uuid,
+}
+
+impl Drop for WorkflowWorld {
+    fn drop(&mut self) {
+        remove_containers(&self.project);
+    }
+}
+
+impl WorkflowWorld {
+    async fn new(budget: rover::budget::BudgetSettings) -> WorkflowWorld {
+        let docker = Arc::new(
+            DockerSandbox::connect(vec![SCRIPT_ENV.into(), "IS_SANDBOX".into()])
+                .await
+                .expect(
+                    "a Docker engine must answer: run `bash tests/setup-docker.sh` as root first",
+                ),
+        );
+        let image = agent_image(&docker).await;
+        let p = Pipeline::new();
+        let project = format!("budget-wf-{}", &Uuid::new_v4().simple().to_string()[..10]);
+        let mut config = RoverConfig::default();
+        config.autopilot.sandbox = SandboxSettings {
+            image,
+            memory_mb: 256,
+            cpus: 1.0,
+            pids_limit: 128,
+            timeout_secs: 300,
+            network: "none".into(),
+            env_allow: vec![SCRIPT_ENV.into(), "IS_SANDBOX".into()],
+            ..SandboxSettings::default()
+        };
+        config.autopilot.budget = budget;
+        let services = Arc::new(Services {
+            repo_root: p.repo.checkout.clone(),
+            repo: None,
+            project_id: project.clone(),
+            agent: p.agent(&json!([]), &config),
+            config: config.clone(),
+            github: None,
+            sandbox: Some(docker.clone() as Arc<dyn Sandbox>),
+            redactor: rover::github::Redactor::new(Vec::<String>::new()),
+            github_token: None,
+            git_env: crate::support::gitrepo::HERMETIC_ENV
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        });
+        let sandbox_script = json!([{"prompt_contains": "## Task: Silent", "mode": "hang"}]);
+        let steps: Vec<Arc<dyn rover::orchestrator::Step>> = vec![
+            Arc::new(
+                WorkflowStep::new(services.clone())
+                    .with_sandbox_env(SCRIPT_ENV, sandbox_script.to_string()),
+            ),
+            Arc::new(NoopStep),
+        ];
+        let orch = p
+            .orchestrator(steps)
+            .with_budget(Budget::new(config.autopilot.budget));
+        let (root, _) = rover::steps::event::local_trace("workflow budget test", "tester");
+        let meta = serde_json::to_value(rover::steps::meta::WorkflowMeta {
+            title: "Silent".into(),
+            description: "do it".into(),
+            acceptance_criteria: vec!["done".into()],
+            ..rover::steps::meta::WorkflowMeta::default()
+        })
+        .unwrap();
+        let Value::Object(meta) = meta else { panic!() };
+        let wf = Action::new(StepKind::Workflow, &root, "test", meta, chrono::Utc::now());
+        p.store.create_trace(&root, Some(&wf), &[]).unwrap();
+        WorkflowWorld {
+            p,
+            orch,
+            project,
+            trace: root.id,
+            workflow: wf.id,
+        }
+    }
+
+    /// Drain until the workflow span is final (no commit step here: its next action stays
+    /// queued, to be looked at).
+    async fn workflow_span(&self) -> Span {
+        tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                self.orch.drain().await.expect("drain");
+                if let Some(s) = self
+                    .p
+                    .trace(self.trace)
+                    .spans
+                    .into_iter()
+                    .find(|s| s.action_id == Some(self.workflow) && s.status.is_final())
+                {
+                    break s;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+        .await
+        .expect("the agent is stopped well before its 300s limit")
+    }
+}
+
 #[tokio::test]
 async fn a_silent_workflow_container_is_stopped_and_reported_stuck() {
-    let docker = Arc::new(
-        DockerSandbox::connect(vec![SCRIPT_ENV.into(), "IS_SANDBOX".into()])
-            .await
-            .expect("a Docker engine must answer: run `bash tests/setup-docker.sh` as root first"),
-    );
-    let image = agent_image(&docker).await;
-    let p = Pipeline::new();
-    let project = format!(
-        "budget-stuck-{}",
-        &Uuid::new_v4().simple().to_string()[..10]
-    );
-    let mut config = RoverConfig::default();
-    config.autopilot.sandbox = SandboxSettings {
-        image,
-        memory_mb: 256,
-        cpus: 1.0,
-        pids_limit: 128,
-        timeout_secs: 300,
-        network: "none".into(),
-        env_allow: vec![SCRIPT_ENV.into(), "IS_SANDBOX".into()],
-        ..SandboxSettings::default()
-    };
-    config.autopilot.budget.stuck_after_secs = 2;
-    let services = Arc::new(Services {
-        repo_root: p.repo.checkout.clone(),
-        repo: None,
-        project_id: project.clone(),
-        agent: p.agent(
-            &json!([{"prompt_contains": "", "structured": {"subject": "s", "body": "b"}}]),
-            &config,
-        ),
-        config,
-        github: None,
-        sandbox: Some(docker.clone() as Arc<dyn Sandbox>),
-        redactor: rover::github::Redactor::new(Vec::<String>::new()),
-        github_token: None,
-        git_env: crate::support::gitrepo::HERMETIC_ENV
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    });
-    // The agent in the container prints its init line, then sleeps: no output, no file change.
-    let sandbox_script = json!([{"prompt_contains": "## Task: Silent", "mode": "hang"}]);
-    let steps: Vec<Arc<dyn rover::orchestrator::Step>> = vec![
-        Arc::new(
-            WorkflowStep::new(services.clone())
-                .with_sandbox_env(SCRIPT_ENV, sandbox_script.to_string()),
-        ),
-        Arc::new(NoopStep),
-    ];
-    let orch = p.orchestrator(steps);
-    let (root, _) = rover::steps::event::local_trace("stuck test", "tester");
-    let meta = serde_json::to_value(rover::steps::meta::WorkflowMeta {
-        title: "Silent".into(),
-        description: "do it".into(),
-        acceptance_criteria: vec!["done".into()],
-        ..rover::steps::meta::WorkflowMeta::default()
+    let w = WorkflowWorld::new(rover::budget::BudgetSettings {
+        stuck_after_secs: 2,
+        ..rover::budget::BudgetSettings::default()
     })
-    .unwrap();
-    let Value::Object(meta) = meta else { panic!() };
-    let wf = Action::new(StepKind::Workflow, &root, "test", meta, chrono::Utc::now());
-    p.store.create_trace(&root, Some(&wf), &[]).unwrap();
-    // Drain until the workflow span is final (the commit step is absent: its action stays queued).
-    let span = tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            orch.drain().await.expect("drain");
-            if let Some(s) = p
-                .trace(root.id)
-                .spans
-                .into_iter()
-                .find(|s| s.action_id == Some(wf.id) && s.status.is_final())
-            {
-                break s;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    })
-    .await
-    .expect("the stuck agent is stopped well before its 300s limit");
-    remove_containers(&project);
+    .await;
+    let span = w.workflow_span().await;
     assert_eq!(span.status, SpanStatus::Failed, "{:?}", span.summary);
     assert_eq!(span.meta["stuck"], json!(true));
     assert_eq!(span.meta["timedOut"], json!(false));
@@ -559,4 +594,38 @@ async fn a_silent_workflow_container_is_stopped_and_reported_stuck() {
         span.summary
     );
     assert_eq!(span.meta["taskStatus"], json!("failed"));
+    // Handed over as a failed task (commit, then the resolver iterates), not as a budget stop.
+    let next: Vec<StepKind> =
+        w.p.trace(w.trace)
+            .actions
+            .iter()
+            .map(|a| a.action.clone())
+            .collect();
+    assert!(next.contains(&StepKind::Commit), "{next:?}");
+}
+
+#[tokio::test]
+async fn a_trace_wall_time_stop_kills_its_workflow_container() {
+    let mut budget = rover::budget::BudgetSettings {
+        stuck_after_secs: 0,
+        ..rover::budget::BudgetSettings::default()
+    };
+    budget.trace.wall_secs = Some(2);
+    budget.trace.action = rover::budget::BudgetAction::Stop;
+    let w = WorkflowWorld::new(budget).await;
+    let span = w.workflow_span().await;
+    assert_eq!(span.meta["stuck"], json!(false));
+    assert_eq!(
+        span.meta["exitCode"],
+        json!(137),
+        "the container was killed"
+    );
+    assert_eq!(span.meta["budgetStopped"], json!(true));
+    let view = w.p.trace(w.trace);
+    let notify = notify_action(&view).expect("the budget notify");
+    assert_eq!(notify.meta["purpose"], json!("budget"));
+    assert!(
+        !view.actions.iter().any(|a| a.action == StepKind::Commit),
+        "no further steps"
+    );
 }
