@@ -19,7 +19,7 @@ const DAYS_KEPT: usize = 62;
 /// Recent traces whose spend is kept (for per-trace limits).
 const TRACES_KEPT: usize = 500;
 /// Span ids remembered so a span is never counted twice.
-const COUNTED_KEPT: usize = 4000;
+const COUNTED_KEPT: usize = 500;
 
 /// The breaker's state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -276,5 +276,43 @@ impl Ledger {
         self.breaker = BreakerState::default();
         self.failed_traces.clear();
         was
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Meta;
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    fn spent(at: DateTime<Utc>, usd: f64) -> Span {
+        let serde_json::Value::Object(meta) =
+            json!({"costUsd": usd, "usage": {"input": 1, "output": 2}})
+        else {
+            unreachable!()
+        };
+        let mut s = Span::root(Uuid::new_v4(), at, Meta::new());
+        s.step = StepKind::Plan;
+        s.trace_id = Some(Uuid::nil());
+        s.finish(SpanStatus::Completed, "x", meta, at).unwrap();
+        s
+    }
+
+    #[test]
+    fn a_span_counts_once_and_days_add_up_to_the_month() {
+        let mut l = Ledger::default();
+        let d1 = Utc.with_ymd_and_hms(2026, 3, 1, 10, 0, 0).unwrap();
+        let d2 = Utc.with_ymd_and_hms(2026, 3, 2, 10, 0, 0).unwrap();
+        let prev = Utc.with_ymd_and_hms(2026, 2, 28, 10, 0, 0).unwrap();
+        let s = spent(d1, 1.0);
+        assert!(l.record_span(&s));
+        assert!(!l.record_span(&s), "counted once");
+        l.record_span(&spent(d2, 2.0));
+        l.record_span(&spent(prev, 4.0));
+        assert!((l.today(d2).cost_usd - 2.0).abs() < 1e-9);
+        assert!((l.this_month(d2).cost_usd - 3.0).abs() < 1e-9);
+        assert_eq!(l.this_month(d2).tokens(), 6);
+        assert!((l.trace(Uuid::nil()).cost_usd - 7.0).abs() < 1e-9);
     }
 }

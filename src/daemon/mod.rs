@@ -154,6 +154,16 @@ async fn run(
             recovered.len()
         );
     }
+    // Say at once what holds new work (an open circuit breaker, a spent budget, a cap).
+    match crate::budget::Ledger::load(&store) {
+        Ok(ledger) => {
+            let budget = crate::budget::Budget::new(config.autopilot.budget.clone());
+            for reason in budget.standing(&ledger, chrono::Utc::now()).new_traces_wait {
+                println!("paused: new traces wait: {reason}");
+            }
+        }
+        Err(e) => println!("warning: {}", crate::cli::error_chain(&e)),
+    }
     // Containers and worktrees no task mapping names (left by a crash between creating them
     // and recording them, or by a removed mapping): reported, then removed.
     if services.sandbox.is_some() {

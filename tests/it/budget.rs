@@ -629,3 +629,56 @@ async fn a_trace_wall_time_stop_kills_its_workflow_container() {
         "no further steps"
     );
 }
+
+#[test]
+fn the_daemon_says_why_it_holds_new_work_and_resume_from_another_process_lifts_it() {
+    let env = crate::support::env::TestEnv::new();
+    let repo = env.repo();
+    std::fs::write(
+        repo.join("rover.json"),
+        json!({"autopilot": {"budget": {"circuitBreaker": {"maxConsecutiveFailures": 2}}}})
+            .to_string(),
+    )
+    .unwrap();
+    let store = env.store();
+    // Two failed traces tripped the breaker in an earlier run.
+    Ledger::update(&store, |l| {
+        for _ in 0..2 {
+            l.trace_ended(Uuid::new_v4(), true, 2, chrono::Utc::now());
+        }
+    })
+    .unwrap();
+    let submitted = env.rover(&["autopilot", "submit", "hello"]);
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let out = env.rover(&["autopilot", "start", "--once", "--local"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("paused: new traces wait: the circuit breaker is open"),
+        "{text}"
+    );
+    let pending = store.read_state().unwrap().pending;
+    assert_eq!(pending.len(), 1, "the event's coordinate stays queued");
+    assert_eq!(pending[0].action, StepKind::Coordinate);
+    assert_eq!(pending[0].attempts, 0, "never started");
+
+    let resumed = env.rover(&["autopilot", "resume"]);
+    assert!(
+        stdout(&resumed).contains("circuit breaker closed"),
+        "{}",
+        stdout(&resumed)
+    );
+    let status = env.rover(&["autopilot", "status"]);
+    assert!(
+        stdout(&status).contains("breaker  closed"),
+        "{}",
+        stdout(&status)
+    );
+    assert!(Ledger::load(&store).unwrap().breaker.tripped.is_none());
+}
