@@ -185,6 +185,16 @@ impl<'a> Renderer<'a> {
         if matches!(span.status, SpanStatus::Failed | SpanStatus::Error) {
             self.error_details(span, &detail_lead);
         }
+        for warning in span
+            .meta
+            .get("budgetWarnings")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            let _ = writeln!(self.out, "{detail_lead}budget warning: {warning}");
+        }
         let n = children.len();
         for (i, child) in children.into_iter().enumerate() {
             let last = i + 1 == n;

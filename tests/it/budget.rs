@@ -184,6 +184,11 @@ async fn a_daily_warn_notes_the_trace_and_work_goes_on() {
     let notify = span_of(&view, StepKind::Notify);
     let warnings = notify.meta["budgetWarnings"].to_string();
     assert!(warnings.contains("daily budget"), "{warnings}");
+    let tree = w.rover_ok(&["trace", &trace.to_string()]);
+    assert!(
+        tree.contains("budget warning: the daily budget is spent"),
+        "{tree}"
+    );
     let second = w.p.submit("second question");
     w.settle().await;
     assert_eq!(
