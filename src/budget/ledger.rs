@@ -145,8 +145,8 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// Count a finished span's agent usage (once per span). Also records a PR it opened.
-    /// Returns whether it was new.
+    /// Count a finished span's agent usage and a PR it opened, once per span (a span with
+    /// neither leaves the ledger untouched). Returns `false` for a span counted before.
     pub fn record_span(&mut self, span: &Span) -> bool {
         if !span.status.is_final() || span.status == SpanStatus::Running {
             return false;
@@ -154,21 +154,25 @@ impl Ledger {
         if self.counted.contains(&span.id) {
             return false;
         }
+        let usage = SpanUsage::of(span);
+        let pr_created = span.step == StepKind::Push
+            && span
+                .meta
+                .get("prCreated")
+                .and_then(serde_json::Value::as_bool)
+                == Some(true);
+        if usage.is_none() && !pr_created {
+            return true;
+        }
         self.counted.push_back(span.id);
         while self.counted.len() > COUNTED_KEPT {
             self.counted.pop_front();
         }
         let at = span.completed.unwrap_or(span.timestamp);
-        if span.step == StepKind::Push
-            && span
-                .meta
-                .get("prCreated")
-                .and_then(serde_json::Value::as_bool)
-                == Some(true)
-        {
+        if pr_created {
             self.prs_opened.push(at);
         }
-        let Some(usage) = SpanUsage::of(span) else {
+        let Some(usage) = usage else {
             return true;
         };
         *self.days.entry(day_key(at)).or_default() += usage;
@@ -243,8 +247,10 @@ impl Ledger {
         now: DateTime<Utc>,
     ) -> Option<Tripped> {
         if !failed {
-            self.breaker.consecutive_failures = 0;
-            self.failed_traces.clear();
+            if self.breaker.consecutive_failures > 0 || !self.failed_traces.is_empty() {
+                self.breaker.consecutive_failures = 0;
+                self.failed_traces.clear();
+            }
             return None;
         }
         if self.failed_traces.contains(&trace_id) {
