@@ -50,6 +50,17 @@ impl SpanUsage {
         })
     }
 
+    /// One agent call's usage, as the steps should write it (under `meta.agent`, the shape
+    /// [`SpanUsage::of`] reads first).
+    pub fn from_response(response: &crate::agents::AgentResponse) -> SpanUsage {
+        SpanUsage {
+            input_tokens: response.usage.input,
+            output_tokens: response.usage.output,
+            cost_usd: response.cost_usd.unwrap_or(0.0),
+            calls: 1,
+        }
+    }
+
     pub fn tokens(&self) -> u64 {
         self.input_tokens + self.output_tokens
     }
