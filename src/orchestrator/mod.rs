@@ -724,26 +724,39 @@ impl Inner {
             return;
         };
         let trace_id = run.pending.trace_id;
-        let started = self.trace_started(trace_id).await;
-        let store = self.ctx.store.clone();
-        let counted = span.clone();
-        let action_meta = run.action.meta.clone();
-        let now = Utc::now();
         let breaker_notify = budget.settings().circuit_breaker.notify;
-        let verdict = tokio::task::spawn_blocking(move || {
-            Ledger::update(&store, |l| {
-                budget.after_span(l, &counted, &action_meta, started, now)
+        // Only spans with an agent call, a push or a trace's end change the ledger; the rest
+        // cost no I/O here.
+        let counts = crate::budget::SpanUsage::of(span).is_some()
+            || span.step.is_terminal()
+            || span.step == StepKind::Push;
+        let verdict = if counts {
+            let started = if budget.settings().trace.wall_secs.is_some() {
+                self.trace_started(trace_id).await
+            } else {
+                span.timestamp
+            };
+            let store = self.ctx.store.clone();
+            let counted = span.clone();
+            let action_meta = run.action.meta.clone();
+            let now = Utc::now();
+            let verdict = tokio::task::spawn_blocking(move || {
+                Ledger::update(&store, |l| {
+                    budget.after_span(l, &counted, &action_meta, started, now)
+                })
             })
-        })
-        .await;
-        let verdict = match verdict {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot update the budget ledger");
-                self.notice(format!("cannot update the budget ledger: {e}"));
-                return;
+            .await;
+            match verdict {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "cannot update the budget ledger");
+                    self.notice(format!("cannot update the budget ledger: {e}"));
+                    return;
+                }
+                Err(_) => return,
             }
-            Err(_) => return,
+        } else {
+            crate::budget::SpanVerdict::default()
         };
         if !verdict.warnings.is_empty() {
             for w in &verdict.warnings {
