@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::agents::AgentSettings;
+use crate::budget::BudgetSettings;
 use crate::github::GitHubSettings;
 use crate::orchestrator::OrchestratorSettings;
 use crate::sandbox::SandboxSettings;
@@ -48,6 +49,8 @@ pub struct AutopilotConfig {
     pub github: GitHubSettings,
     pub sandbox: SandboxSettings,
     pub pipeline: PipelineConfig,
+    /// Spending limits, the circuit breaker, hourly caps, stuck detection.
+    pub budget: BudgetSettings,
 }
 
 /// Limits of the pipeline itself.

@@ -4,6 +4,7 @@
 //! the library directly.
 
 pub mod agents;
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -67,6 +67,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             }
         }
     }
+    let standing = super::budget::standing(ctx, &store)?;
     if json {
         out.json(&json!({
             "daemon": { "running": pid.is_some(), "pid": pid },
@@ -76,6 +77,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "running": running.iter().map(|s| json!({"spanId": s.id, "step": s.step, "traceId": s.trace_id, "since": s.timestamp})).collect::<Vec<Value>>(),
             "deadLetters": dead_letters,
             "taskMappings": state.task_mappings,
+            "budget": super::budget::standing_json(&standing),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -130,6 +132,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             short(m.trace_id)
         );
     }
+    text.push_str(&super::budget::standing_text(&standing));
     out.print(&text)?;
     Ok(ExitCode::SUCCESS)
 }

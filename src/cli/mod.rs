@@ -1,6 +1,7 @@
 //! The command line: `rover autopilot <command>`. Parsing, resolving which project and store a
 //! command is about, and mapping errors to exit codes (0 ok, 1 failure, 2 usage).
 
+mod budget;
 mod inspect;
 mod output;
 mod submit;
@@ -79,7 +80,9 @@ pub enum AutopilotCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show whether a daemon runs, the queue, running steps and task mappings
+    /// Close the circuit breaker so rover takes new work again
+    Resume,
+    /// Show whether a daemon runs, the queue, running steps, task mappings, spend and pauses
     Status {
         /// Print the status as JSON
         #[arg(long)]
@@ -149,6 +152,7 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
             AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
             AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),
             AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),
+            AutopilotCommand::Resume => budget::resume(&ctx, out),
         },
     }
 }

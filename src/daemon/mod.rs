@@ -130,7 +130,8 @@ async fn run(
         store.clone(),
         build_steps(&services),
         config.autopilot.pipeline.orchestrator(),
-    );
+    )
+    .with_budget(crate::budget::Budget::new(config.autopilot.budget.clone()));
     let console = tokio::spawn(console::run(orchestrator.subscribe(), store.clone()));
     println!(
         "rover autopilot {} for {} (project {}, store {})",
@@ -152,6 +153,16 @@ async fn run(
             "recovered {} step run(s) left by the last stop",
             recovered.len()
         );
+    }
+    // Say at once what holds new work (an open circuit breaker, a spent budget, a cap).
+    match crate::budget::Ledger::load(&store) {
+        Ok(ledger) => {
+            let budget = crate::budget::Budget::new(config.autopilot.budget.clone());
+            for reason in budget.standing(&ledger, chrono::Utc::now()).new_traces_wait {
+                println!("paused: new traces wait: {reason}");
+            }
+        }
+        Err(e) => println!("warning: {}", crate::cli::error_chain(&e)),
     }
     // Containers and worktrees no task mapping names (left by a crash between creating them
     // and recording them, or by a removed mapping): reported, then removed.

@@ -24,6 +24,8 @@ pub use step::{
     Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 
+use crate::budget::{Budget, Ledger, BREAKER_KEY};
+use crate::steps::meta::{NotifyMeta, NotifyPurpose};
 use crate::store::{
     Action, AutopilotStore, Meta, PendingAction, Recovery, Span, SpanStatus, StepKind, StepRun,
     StoreError,
@@ -59,6 +61,15 @@ struct Running {
     trace_id: Uuid,
     span: Span,
     abort: Option<AbortHandle>,
+    /// Cancelled when a budget stops the run's trace.
+    stop: CancellationToken,
+}
+
+/// A trace a budget stopped: its running agents are cancelled, its queued actions are closed,
+/// and it ends with one budget notify.
+struct Stopped {
+    reason: String,
+    notified: bool,
 }
 
 #[derive(Default)]
@@ -80,6 +91,9 @@ struct Inner {
     reported_dead: Mutex<HashSet<Uuid>>,
     waiting: Mutex<HashMap<Uuid, String>>,
     internal_errors: AtomicUsize,
+    budget: Option<Budget>,
+    stopped: Mutex<HashMap<Uuid, Stopped>>,
+    started_at: Mutex<HashMap<Uuid, DateTime<Utc>>>,
 }
 
 /// See the module documentation.
@@ -136,8 +150,20 @@ impl StepOrchestrator {
                 reported_dead: Mutex::new(HashSet::new()),
                 waiting: Mutex::new(HashMap::new()),
                 internal_errors: AtomicUsize::new(0),
+                budget: None,
+                stopped: Mutex::new(HashMap::new()),
+                started_at: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// Enforce `budget` (limits, circuit breaker, caps); call before the first drain.
+    #[must_use]
+    pub fn with_budget(mut self, budget: Budget) -> StepOrchestrator {
+        Arc::get_mut(&mut self.inner)
+            .expect("with_budget is called before the orchestrator is shared")
+            .budget = Some(budget);
+        self
     }
 
     pub fn store(&self) -> &AutopilotStore {
@@ -229,7 +255,19 @@ impl StepOrchestrator {
         }
         let state = blocking(self.store().clone(), AutopilotStore::read_state).await?;
         let now = Utc::now();
+        let mut ledger = self.inner.load_ledger().await;
         // Fair across traces: entries of traces with fewer runs in flight go first, FIFO within.
+        if let (Some(budget), Some(ledger)) = (&self.inner.budget, &ledger) {
+            let detached: HashSet<Uuid> = state
+                .pending
+                .iter()
+                .filter(|p| p.running_span_id.is_some())
+                .map(|p| p.trace_id)
+                .collect();
+            self.inner
+                .check_running_traces(budget, ledger, detached, now)
+                .await;
+        }
         let mut candidates: Vec<&PendingAction> = state
             .pending
             .iter()
@@ -262,8 +300,28 @@ impl StepOrchestrator {
             if claimed {
                 continue;
             }
+            let mut skip = None;
+            if let (Some(budget), Some(ledger)) = (&self.inner.budget, ledger.as_mut()) {
+                match self.inner.budget_gate(budget, ledger, pending, now).await {
+                    Gate::Go => {}
+                    Gate::Wait(reason) => {
+                        self.inner
+                            .waiting
+                            .lock()
+                            .expect("waiting lock")
+                            .insert(pending.action_id, reason);
+                        continue;
+                    }
+                    Gate::Skip(reason) => skip = Some(reason),
+                }
+            }
             // Not ready (the resolver's `wait`, unmet dependencies): stays queued, no span.
-            match step.ready(&self.inner.ctx, pending).await {
+            let readiness = if skip.is_some() {
+                Ok(Readiness::Ready)
+            } else {
+                step.ready(&self.inner.ctx, pending).await
+            };
+            match readiness {
                 Ok(Readiness::Ready) => {
                     self.inner
                         .waiting
@@ -310,6 +368,7 @@ impl StepOrchestrator {
                         trace_id: pending.trace_id,
                         span: placeholder_span(pending),
                         abort: None,
+                        stop: CancellationToken::new(),
                     },
                 );
             }
@@ -318,7 +377,7 @@ impl StepOrchestrator {
             let action_id = pending.action_id;
             let pending = pending.clone();
             let handle = self.inner.tracker.spawn(async move {
-                inner.clone().run_action(step, pending).await;
+                inner.clone().run_action(step, pending, skip).await;
                 drop(permit);
                 inner.release_in_flight(action_id);
                 inner.wake.notify_one();
@@ -414,6 +473,37 @@ impl StepOrchestrator {
     }
 }
 
+/// What the budget says about a queued action.
+enum Gate {
+    Go,
+    /// Keep it queued, with the reason shown by `status`.
+    Wait(String),
+    /// Its trace was stopped by a budget: close it without running the step.
+    Skip(String),
+}
+
+/// The first action of a trace (produced by its root event span): running it starts the trace.
+fn is_new_trace(pending: &PendingAction) -> bool {
+    pending.action == StepKind::Coordinate && pending.span_id == pending.trace_id
+}
+
+fn budget_notify(reason: &str) -> NextAction {
+    let meta = NotifyMeta {
+        purpose: NotifyPurpose::Budget,
+        message: Some(format!(
+            "rover stopped this work because a budget limit was reached: {reason}"
+        )),
+        failed_step: None,
+        error: Some(reason.to_owned()),
+        pr_url: None,
+    };
+    NextAction::new(
+        StepKind::Notify,
+        format!("a budget stopped the trace: {reason}"),
+    )
+    .with_meta(&meta)
+}
+
 /// Stands in for the span until `begin_step` has written it (a nil id: nothing to interrupt).
 fn placeholder_span(pending: &PendingAction) -> Span {
     let mut span = Span::root(Uuid::nil(), Utc::now(), Meta::new());
@@ -426,6 +516,306 @@ fn placeholder_span(pending: &PendingAction) -> Span {
 impl Inner {
     fn notice(&self, text: String) {
         let _ = self.progress.send(Progress::Notice(text));
+    }
+
+    /// The budget ledger, when a budget is enforced (unreadable: said, and no gate this drain).
+    async fn load_ledger(&self) -> Option<Ledger> {
+        self.budget.as_ref()?;
+        let store = self.ctx.store.clone();
+        match tokio::task::spawn_blocking(move || Ledger::load(&store)).await {
+            Ok(Ok(l)) => Some(l),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot read the budget ledger");
+                self.notice(format!("cannot read the budget ledger: {e}"));
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// When a trace started (its event span's time), cached.
+    async fn trace_started(&self, trace_id: Uuid) -> DateTime<Utc> {
+        if let Some(t) = self.started_at.lock().expect("started lock").get(&trace_id) {
+            return *t;
+        }
+        let store = self.ctx.store.clone();
+        let at = blocking(store, move |s| s.read_span(trace_id))
+            .await
+            .map_or_else(|_| Utc::now(), |root| root.timestamp);
+        self.started_at
+            .lock()
+            .expect("started lock")
+            .insert(trace_id, at);
+        at
+    }
+
+    async fn budget_gate(
+        &self,
+        budget: &Budget,
+        ledger: &mut Ledger,
+        pending: &PendingAction,
+        now: DateTime<Utc>,
+    ) -> Gate {
+        let trace_id = pending.trace_id;
+        if pending.action.is_terminal() {
+            return Gate::Go;
+        }
+        if let Some(s) = self.stopped.lock().expect("stopped lock").get(&trace_id) {
+            return Gate::Skip(s.reason.clone());
+        }
+        let standing = budget.standing(ledger, now);
+        if is_new_trace(pending) {
+            if let Some(reason) = standing.new_traces_wait.into_iter().next() {
+                return Gate::Wait(reason);
+            }
+            ledger.trace_starts.push(now); // counts against the cap within this drain too
+            return Gate::Go;
+        }
+        if let Some(reason) = standing.stopped {
+            self.stop_trace(trace_id, &reason).await;
+            return Gate::Skip(reason);
+        }
+        if pending.action == StepKind::Push {
+            if let Some(reason) = standing.pushes_wait {
+                return Gate::Wait(reason);
+            }
+        }
+        if budget.trace_limit_stops() {
+            let started = self.trace_started(trace_id).await;
+            if let Some((_, reason)) = budget.trace_over(ledger.trace(trace_id), started, now) {
+                self.stop_trace(trace_id, &reason).await;
+                return Gate::Skip(reason);
+            }
+        }
+        Gate::Go
+    }
+
+    /// Traces with runs in flight (in this process or detached) stop when a period limit with
+    /// `stop` is reached or they ran past a trace limit (the wall time grows while they run).
+    async fn check_running_traces(
+        &self,
+        budget: &Budget,
+        ledger: &Ledger,
+        mut traces: HashSet<Uuid>,
+        now: DateTime<Utc>,
+    ) {
+        traces.extend(
+            self.in_flight
+                .lock()
+                .expect("in-flight lock")
+                .runs
+                .values()
+                .map(|r| r.trace_id)
+                .collect::<Vec<_>>(),
+        );
+        // A period limit with `stop`: every running trace stops.
+        let period_stop = budget.standing(ledger, now).stopped;
+        for trace_id in traces {
+            if let Some(reason) = &period_stop {
+                self.stop_trace(trace_id, reason).await;
+                continue;
+            }
+            if !budget.trace_limit_stops() {
+                continue;
+            }
+            let started = self.trace_started(trace_id).await;
+            if let Some((_, reason)) = budget.trace_over(ledger.trace(trace_id), started, now) {
+                self.stop_trace(trace_id, &reason).await;
+            }
+        }
+    }
+
+    /// Mark a trace stopped by a budget, cancel its running agents and stop its detached work
+    /// (workflow containers).
+    async fn stop_trace(&self, trace_id: Uuid, reason: &str) {
+        if !self.mark_stopped(trace_id, reason) {
+            return;
+        }
+        for step in self.steps.values() {
+            let n = step.stop_detached(&self.ctx, trace_id).await;
+            if n > 0 {
+                tracing::warn!(trace = %trace_id, step = %step.kind(), runs = n, "stopped detached runs for a budget");
+            }
+        }
+    }
+
+    /// Mark a trace stopped and cancel its in-process runs; returns whether it was new.
+    fn mark_stopped(&self, trace_id: Uuid, reason: &str) -> bool {
+        let fresh = match self.stopped.lock().expect("stopped lock").entry(trace_id) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Stopped {
+                    reason: reason.to_owned(),
+                    notified: false,
+                });
+                true
+            }
+        };
+        if fresh {
+            tracing::warn!(trace = %trace_id, %reason, "a budget stops the trace");
+            self.notice(format!(
+                "budget: trace {} stopped: {reason}",
+                crate::trace::short(trace_id)
+            ));
+        }
+        if !fresh {
+            return false;
+        }
+        // Terminal steps (the budget notify among them) are left to finish.
+        for run in self
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .runs
+            .values()
+            .filter(|r| r.trace_id == trace_id && !r.step.is_terminal())
+        {
+            run.stop.cancel();
+        }
+        true
+    }
+
+    fn stop_reason(&self, trace_id: Uuid) -> String {
+        self.stopped
+            .lock()
+            .expect("stopped lock")
+            .get(&trace_id)
+            .map_or_else(
+                || "a budget limit was reached".to_owned(),
+                |s| s.reason.clone(),
+            )
+    }
+
+    /// The trace's budget notify, once per trace.
+    fn claim_budget_notify(&self, trace_id: Uuid) -> Option<NextAction> {
+        let mut stopped = self.stopped.lock().expect("stopped lock");
+        let entry = stopped.get_mut(&trace_id)?;
+        if entry.notified {
+            return None;
+        }
+        entry.notified = true;
+        Some(budget_notify(&entry.reason))
+    }
+
+    /// Close a run of a stopped trace: an error span that says so, and the budget notify.
+    async fn finish_stopped(&self, run: &StepRun, reason: &str) {
+        let message = format!("stopped by a budget: {reason}");
+        let mut finished = Finished {
+            status: SpanStatus::Error,
+            summary: message.clone(),
+            meta: Meta::new(),
+            actions: self
+                .claim_budget_notify(run.pending.trace_id)
+                .into_iter()
+                .collect(),
+        };
+        finished.meta.insert("budgetStopped".into(), true.into());
+        finished.meta.insert(
+            "error".into(),
+            serde_json::json!({"message": message, "retryable": false}),
+        );
+        self.finish(run, finished).await;
+    }
+
+    /// Count a finished span in the budget ledger and act on what it means: warnings noted in
+    /// the span, traces stopped, the circuit breaker tripped.
+    async fn account(&self, run: &StepRun, span: &mut Span, next: &mut Vec<NextAction>) {
+        let Some(budget) = self.budget.clone() else {
+            return;
+        };
+        let trace_id = run.pending.trace_id;
+        let breaker_notify = budget.settings().circuit_breaker.notify;
+        // Only spans with an agent call, a push or a trace's end change the ledger; the rest
+        // cost no I/O here.
+        let counts = crate::budget::SpanUsage::of(span).is_some()
+            || span.step.is_terminal()
+            || span.step == StepKind::Push;
+        let verdict = if counts {
+            let started = if budget.settings().trace.wall_secs.is_some() {
+                self.trace_started(trace_id).await
+            } else {
+                span.timestamp
+            };
+            let store = self.ctx.store.clone();
+            let counted = span.clone();
+            let action_meta = run.action.meta.clone();
+            let now = Utc::now();
+            let verdict = tokio::task::spawn_blocking(move || {
+                Ledger::update(&store, |l| {
+                    budget.after_span(l, &counted, &action_meta, started, now)
+                })
+            })
+            .await;
+            match verdict {
+                Ok(Ok(v)) => v,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "cannot update the budget ledger");
+                    self.notice(format!("cannot update the budget ledger: {e}"));
+                    return;
+                }
+                Err(_) => return,
+            }
+        } else {
+            crate::budget::SpanVerdict::default()
+        };
+        if !verdict.warnings.is_empty() {
+            for w in &verdict.warnings {
+                tracing::warn!(trace = %trace_id, warning = %w, "budget limit reached");
+                self.notice(format!("budget warning: {w}"));
+            }
+            span.meta
+                .insert("budgetWarnings".into(), serde_json::json!(verdict.warnings));
+        }
+        if let Some(reason) = &verdict.stop_all {
+            let traces: HashSet<Uuid> = self
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .runs
+                .values()
+                .map(|r| r.trace_id)
+                .chain([trace_id])
+                .collect();
+            for t in traces {
+                self.stop_trace(t, reason).await;
+            }
+        }
+        if let Some(reason) = &verdict.stop_trace {
+            self.stop_trace(trace_id, reason).await;
+        }
+        let stopped = self
+            .stopped
+            .lock()
+            .expect("stopped lock")
+            .contains_key(&trace_id);
+        if stopped && !span.step.is_terminal() && !span.meta.contains_key("budgetStopped") {
+            // The trace goes no further: its next steps give way to the budget notify.
+            next.clear();
+            next.extend(self.claim_budget_notify(trace_id));
+            span.meta.insert("budgetStopped".into(), true.into());
+        }
+        if let Some(tripped) = verdict.tripped {
+            let text = format!(
+                "circuit breaker open: {}; rover takes no new work until `rover autopilot resume`",
+                tripped.reason
+            );
+            tracing::error!(trace = %trace_id, reason = %tripped.reason, "circuit breaker open: no new traces until `rover autopilot resume`");
+            self.notice(text.clone());
+            span.meta
+                .insert("circuitBreakerTripped".into(), true.into());
+            if breaker_notify {
+                let meta = NotifyMeta {
+                    purpose: NotifyPurpose::Flag,
+                    message: Some(format!("rover paused itself: {text}.")),
+                    failed_step: None,
+                    error: None,
+                    pr_url: None,
+                };
+                let mut action = NextAction::new(StepKind::Notify, text).with_meta(&meta);
+                action.meta.insert(BREAKER_KEY.into(), true.into());
+                next.push(action);
+            }
+        }
     }
 
     fn release_in_flight(&self, action_id: Uuid) {
@@ -452,7 +842,12 @@ impl Inner {
         }
     }
 
-    async fn run_action(self: Arc<Self>, step: Arc<dyn Step>, pending: PendingAction) {
+    async fn run_action(
+        self: Arc<Self>,
+        step: Arc<dyn Step>,
+        pending: PendingAction,
+        skip: Option<String>,
+    ) {
         let kind = step.kind();
         let store = self.ctx.store.clone();
         let action_id = pending.action_id;
@@ -467,20 +862,40 @@ impl Inner {
                 return;
             }
         };
-        if let Some(r) = self
-            .in_flight
-            .lock()
-            .expect("in-flight lock")
-            .runs
-            .get_mut(&action_id)
-        {
-            r.span = run.span.clone();
-        }
+        let stop = {
+            let mut flight = self.in_flight.lock().expect("in-flight lock");
+            match flight.runs.get_mut(&action_id) {
+                Some(r) => {
+                    r.span = run.span.clone();
+                    r.stop.clone()
+                }
+                None => CancellationToken::new(),
+            }
+        };
         let _ = self.progress.send(Progress::Started {
             trace_id: run.pending.trace_id,
             step: kind.clone(),
             span_id: run.span.id,
         });
+
+        if let Some(reason) = skip {
+            self.finish_stopped(&run, &reason).await;
+            return;
+        }
+        if self.budget.is_some() && is_new_trace(&run.pending) && run.pending.attempts == 1 {
+            let store = self.ctx.store.clone();
+            let now = Utc::now();
+            let recorded = tokio::task::spawn_blocking(move || {
+                Ledger::update(&store, |l| {
+                    l.prune(now);
+                    l.trace_starts.push(now);
+                })
+            })
+            .await;
+            if !matches!(recorded, Ok(Ok(()))) {
+                tracing::warn!(trace = %run.pending.trace_id, "cannot record a trace start in the budget ledger");
+            }
+        }
 
         if run.pending.attempts > self.settings.max_attempts {
             let error = StepError::fatal(format!(
@@ -495,7 +910,18 @@ impl Inner {
         let task_step = step.clone();
         let ctx = self.ctx.clone();
         let task_run = run.clone();
-        let joined = tokio::spawn(async move { task_step.process(&ctx, &task_run).await }).await;
+        let mut handle = tokio::spawn(async move { task_step.process(&ctx, &task_run).await });
+        let joined = tokio::select! {
+            joined = &mut handle => joined,
+            () = stop.cancelled() => {
+                // A budget stopped the trace: dropping the step's future kills its agent.
+                handle.abort();
+                let _ = handle.await;
+                let reason = self.stop_reason(run.pending.trace_id);
+                self.finish_stopped(&run, &reason).await;
+                return;
+            }
+        };
         let result = match joined {
             Ok(result) => result,
             Err(join) if join.is_panic() => {
@@ -594,8 +1020,11 @@ impl Inner {
             return;
         }
         let trace_id = run.pending.trace_id;
-        let actions: Vec<Action> = finished
-            .actions
+        let mut next = finished.actions;
+        if self.budget.is_some() {
+            self.account(run, &mut span, &mut next).await;
+        }
+        let actions: Vec<Action> = next
             .into_iter()
             .map(|a| {
                 let mut action = Action::new(a.kind, &span, a.reason, a.meta, now);

@@ -210,6 +210,12 @@ pub trait Step: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    /// A budget stopped `trace_id`: stop its detached work (kill its containers); `monitor`
+    /// then collects it as usual. Returns how many runs were stopped.
+    async fn stop_detached(&self, _ctx: &StepContext, _trace_id: uuid::Uuid) -> usize {
+        0
+    }
+
     /// After a restart: does this `running` span's work still go on outside the process?
     async fn still_running(
         &self,

@@ -58,6 +58,8 @@ pub struct WorkflowStep {
     /// Actions given a sandbox slot by `ready` whose `process` has not returned yet (so
     /// `monitor` leaves them alone and the slot count sees them), with when they got it.
     launching: Mutex<HashMap<Uuid, Instant>>,
+    /// Last activity (log output, file change) of each running container, for stuck detection.
+    stuck: crate::budget::StuckWatch,
 }
 
 /// At most this many workflow sandboxes run at once (detached ones included).
@@ -173,6 +175,7 @@ impl WorkflowStep {
             services,
             fixed_env: Vec::new(),
             launching: Mutex::new(HashMap::new()),
+            stuck: crate::budget::StuckWatch::default(),
         }
     }
 
@@ -530,6 +533,7 @@ impl WorkflowStep {
         span: &Span,
         status: ContainerStatus,
         timed_out: bool,
+        stuck: bool,
     ) -> Finished {
         let container = task.container.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
@@ -559,6 +563,13 @@ impl WorkflowStep {
             (ContainerStatus::Gone, _) => (
                 TaskStatus::Error,
                 format!("the sandbox container {container} disappeared before rover read its result (removed by hand?)"),
+            ),
+            (_, _) if stuck => (
+                TaskStatus::Failed,
+                format!(
+                    "stuck: the agent wrote no output and changed no file for {}s (autopilot.budget.stuckAfterSecs); it was stopped",
+                    self.services.config.autopilot.budget.stuck_after_secs
+                ),
             ),
             (_, _) if timed_out => (
                 TaskStatus::Failed,
@@ -669,6 +680,7 @@ impl WorkflowStep {
             .meta("exitCode", exit_code)
             .meta("oomKilled", oom)
             .meta("timedOut", timed_out)
+            .meta("stuck", stuck)
             .meta("logPath", log.display().to_string())
             .meta("stderrPath", err_log.display().to_string())
             .meta("stderrTail", &stderr_tail)
@@ -693,6 +705,54 @@ impl WorkflowStep {
             finished = finished.meta("notes", &notes);
         }
         finished.then(Self::commit_action(task.action_id, task_status, &summary))
+    }
+}
+
+impl WorkflowStep {
+    /// How long a running container has shown no activity (log output, a changed file in its
+    /// worktree), when that is past `autopilot.budget.stuckAfterSecs`.
+    async fn stuck_for(
+        &self,
+        ctx: &StepContext,
+        sandbox: &Arc<dyn Sandbox>,
+        task: &TaskRecord,
+        container: &str,
+    ) -> Option<Duration> {
+        let after = self.services.config.autopilot.budget.stuck_after_secs;
+        if after == 0 {
+            return None;
+        }
+        let probe = ctx
+            .store
+            .artifacts_dir(task.workflow_span_id)
+            .join("activity.log");
+        if let Some(dir) = probe.parent() {
+            let _ = tokio::fs::create_dir_all(dir).await;
+        }
+        // A follower copies the log as it grows; its size is the output seen so far.
+        {
+            let sandbox = sandbox.clone();
+            let container = container.to_owned();
+            let probe = probe.clone();
+            self.stuck.follow(task.action_id, async move {
+                let _ = sandbox.logs_to_file(&container, &probe).await;
+            });
+        }
+        let mut log_bytes = 0;
+        for path in [probe.clone(), crate::sandbox::stderr_path(&probe)] {
+            log_bytes += tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
+        }
+        let newest = match task.worktree.clone() {
+            Some(dir) => {
+                tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            None => None,
+        };
+        let idle = self.stuck.observe(task.action_id, log_bytes, newest);
+        (idle >= Duration::from_secs(after)).then_some(idle)
     }
 }
 
@@ -863,6 +923,21 @@ impl Step for WorkflowStep {
                 }
             };
             let mut timed_out = false;
+            let mut stuck = false;
+            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
+                if let Some(idle) = self.stuck_for(ctx, &sandbox, &task, &container).await {
+                    tracing::warn!(container = %container, idle_secs = idle.as_secs(), "workflow agent is stuck; stopping it");
+                    if let Err(e) = sandbox.kill(&container).await {
+                        tracing::warn!(container = %container, error = %e, "cannot kill a stuck container");
+                        continue;
+                    }
+                    status = sandbox
+                        .wait(&container)
+                        .await
+                        .unwrap_or(ContainerStatus::Gone);
+                    stuck = true;
+                }
+            }
             if matches!(status, ContainerStatus::Exited { .. }) {
                 // `wait` on an exited container answers at once and looks again for a late OOM flag.
                 status = sandbox.wait(&container).await.unwrap_or(status);
@@ -884,8 +959,17 @@ impl Step for WorkflowStep {
                     .unwrap_or(ContainerStatus::Gone);
                 timed_out = true;
             }
+            self.stuck.forget(task.action_id);
             let finished = self
-                .collect(ctx, sandbox.as_ref(), &task, &span, status, timed_out)
+                .collect(
+                    ctx,
+                    sandbox.as_ref(),
+                    &task,
+                    &span,
+                    status,
+                    timed_out,
+                    stuck,
+                )
                 .await;
             done.push(Completion {
                 action_id: task.action_id,
@@ -893,6 +977,33 @@ impl Step for WorkflowStep {
             });
         }
         Ok(done)
+    }
+
+    async fn stop_detached(&self, ctx: &StepContext, trace_id: Uuid) -> usize {
+        let Some(sandbox) = self.services.sandbox.clone() else {
+            return 0;
+        };
+        let Ok(state) = blocking(ctx.store.clone(), AutopilotStore::read_state).await else {
+            return 0;
+        };
+        let mut stopped = 0;
+        for task in tasks::all_tasks(&state) {
+            let running = state
+                .pending_for(task.action_id)
+                .is_some_and(|p| p.running_span_id == Some(task.workflow_span_id));
+            if task.trace_id != trace_id || !running {
+                continue;
+            }
+            if let Some(container) = &task.container {
+                match sandbox.kill(container).await {
+                    Ok(()) => stopped += 1,
+                    Err(e) => {
+                        tracing::warn!(container = %container, error = %e, "cannot stop a workflow container for a budget");
+                    }
+                }
+            }
+        }
+        stopped
     }
 
     async fn still_running(&self, ctx: &StepContext, pending: &PendingAction, span: &Span) -> bool {

@@ -32,7 +32,26 @@ pub fn trace_json(view: &TraceView) -> Value {
         "actions": actions,
         "pending": view.pending,
         "missing": view.missing,
+        "cost": cost_json(view),
     })
+}
+
+/// `cost`: `{total: {inputTokens, outputTokens, costUsd, calls}, steps: [{spanId, step, ...}]}`
+/// for the spans that recorded an agent call.
+fn cost_json(view: &TraceView) -> Value {
+    let steps: Vec<Value> = view
+        .spans
+        .iter()
+        .filter_map(|s| {
+            crate::budget::SpanUsage::of(s).map(|u| {
+                let mut v = serde_json::to_value(u).expect("usage serializes");
+                v["spanId"] = json!(s.id);
+                v["step"] = json!(s.step);
+                v
+            })
+        })
+        .collect();
+    json!({ "total": crate::budget::trace_usage(view), "steps": steps })
 }
 
 /// The list: `traces: [{traceId, createdAt, event, outcome, spans, lastStep}]`, newest first.

@@ -72,6 +72,17 @@ pub fn render_tree(view: &TraceView, style: Style, now: DateTime<Utc>) -> String
         view.actions.len(),
         view.pending.len(),
     );
+    let total = crate::budget::trace_usage(view);
+    if total.calls > 0 {
+        let _ = writeln!(
+            out,
+            "  cost     {} in {} agent call(s) ({} in, {} out)",
+            total.label(),
+            total.calls,
+            total.input_tokens,
+            total.output_tokens
+        );
+    }
     out.push('\n');
     let roots: Vec<&Span> = view
         .spans
@@ -142,13 +153,17 @@ impl<'a> Renderer<'a> {
             .get("attempt")
             .and_then(Value::as_u64)
             .filter(|a| *a > 1);
+        let cost = crate::budget::SpanUsage::of(span)
+            .map(|u| format!("  {}", u.label()))
+            .unwrap_or_default();
         let _ = writeln!(
             self.out,
-            "{lead}{} {}  {}  {}{}{}",
+            "{lead}{} {}  {}  {}{}{}{}",
             self.style.bold(span.step.as_str()),
             self.style.dim(&short(span.id)),
             self.style.status(span.status),
             human_duration(span.timestamp, end),
+            cost,
             attempt
                 .map(|a| format!("  attempt {a}"))
                 .unwrap_or_default(),
@@ -169,6 +184,16 @@ impl<'a> Renderer<'a> {
         );
         if matches!(span.status, SpanStatus::Failed | SpanStatus::Error) {
             self.error_details(span, &detail_lead);
+        }
+        for warning in span
+            .meta
+            .get("budgetWarnings")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            let _ = writeln!(self.out, "{detail_lead}budget warning: {warning}");
         }
         let n = children.len();
         for (i, child) in children.into_iter().enumerate() {

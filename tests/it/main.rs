@@ -6,6 +6,7 @@
 mod support;
 
 mod agents;
+mod budget;
 mod daemon;
 mod demo;
 mod git;
