@@ -62,28 +62,21 @@ fn github_step_error(context: &str, err: &GitHubError) -> StepError {
     StepError::from_error(err, err.is_retryable()).detail("operation", context)
 }
 
-/// The tasks of the trace in the order their workflows ran.
+/// The tasks of the trace, in plan order.
 fn tasks(view: &TraceView, mappings: BTreeMap<String, TaskMapping>) -> Vec<Task> {
-    let mut tasks: Vec<Task> = mappings
+    let mut tasks: Vec<(usize, Task)> = mappings
         .into_iter()
         .filter_map(|(key, mapping)| {
             let action_id = Uuid::parse_str(&key).ok()?;
-            let meta = view
-                .actions
-                .iter()
-                .find(|a| a.id == action_id)
-                .and_then(|a| meta::read::<WorkflowMeta>(a).ok());
-            Some(Task { mapping, meta })
+            let position = view.actions.iter().position(|a| a.id == action_id)?;
+            let meta = meta::read::<WorkflowMeta>(&view.actions[position]).ok();
+            Some((position, Task { mapping, meta }))
         })
         .collect();
-    let order = |t: &Task| {
-        view.spans
-            .iter()
-            .position(|s| s.id == t.mapping.workflow_span_id)
-            .unwrap_or(usize::MAX)
-    };
-    tasks.sort_by_key(order);
-    tasks
+    // The plan's order of the workflow actions, not the order the parallel runs happened to
+    // start: the PR's title and target branch must not depend on timing.
+    tasks.sort_by_key(|(position, _)| *position);
+    tasks.into_iter().map(|(_, t)| t).collect()
 }
 
 /// The branches to push: the action's, else those of the trace's tasks; each once, in order.
