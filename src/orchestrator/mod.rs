@@ -315,6 +315,27 @@ impl StepOrchestrator {
                     Gate::Skip(reason) => skip = Some(reason),
                 }
             }
+            // A slot first, then readiness: a step may reserve something when it says it is
+            // ready (the workflow step, a sandbox), and must then really run.
+            let Ok(permit) = self.inner.permits[&pending.action]
+                .clone()
+                .try_acquire_owned()
+            else {
+                report.deferred += 1;
+                continue;
+            };
+            let busy_trace = step.exclusive_per_trace()
+                && self
+                    .inner
+                    .in_flight
+                    .lock()
+                    .expect("in-flight lock")
+                    .exclusive
+                    .contains(&(pending.action.clone(), pending.trace_id));
+            if busy_trace {
+                report.deferred += 1;
+                continue;
+            }
             // Not ready (the resolver's `wait`, unmet dependencies): stays queued, no span.
             let readiness = if skip.is_some() {
                 Ok(Readiness::Ready)
@@ -341,13 +362,6 @@ impl StepOrchestrator {
                     tracing::warn!(step = %step.kind(), error = %e, "readiness check failed; running the step anyway");
                 }
             }
-            let Ok(permit) = self.inner.permits[&pending.action]
-                .clone()
-                .try_acquire_owned()
-            else {
-                report.deferred += 1;
-                continue;
-            };
             {
                 let mut flight = self.inner.in_flight.lock().expect("in-flight lock");
                 if flight.runs.contains_key(&pending.action_id) {
