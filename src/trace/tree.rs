@@ -63,11 +63,16 @@ pub fn render_tree(view: &TraceView, style: Style, now: DateTime<Utc>) -> String
     };
     let _ = writeln!(
         out,
-        "  started  {}  ({} so far: {} spans, {} actions, {} pending)",
+        "  started  {}  ({} {}: {} spans, {} actions, {} pending)",
         view.index
             .created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         human_duration(view.index.created_at, end),
+        if outcome == TraceOutcome::Running {
+            "so far"
+        } else {
+            "in all"
+        },
         view.spans.len(),
         view.actions.len(),
         view.pending.len(),
