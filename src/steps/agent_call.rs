@@ -61,16 +61,24 @@ pub(crate) fn agent_error(step: AgentStep, e: &AgentError) -> StepError {
     err
 }
 
-/// Usage figures of an agent response for a span's meta.
-pub(crate) fn usage_meta<T>(answer: &Structured<T>) -> serde_json::Value {
+/// An agent call's figures as every step records them, under the span's `meta.agent` (the
+/// shape `budget::SpanUsage::of` reads): turns, cost, tokens.
+pub(crate) fn response_usage(response: &crate::agents::AgentResponse) -> serde_json::Value {
     serde_json::json!({
-        "attempts": answer.attempts,
-        "firstError": answer.first_error,
-        "turns": answer.response.turns,
-        "costUsd": answer.response.cost_usd,
-        "inputTokens": answer.response.usage.input,
-        "outputTokens": answer.response.usage.output,
+        "turns": response.turns,
+        "costUsd": response.cost_usd,
+        "inputTokens": response.usage.input,
+        "outputTokens": response.usage.output,
+        "cachedTokens": response.usage.cached,
     })
+}
+
+/// [`response_usage`] of a structured answer, plus how many tries it took.
+pub(crate) fn usage_meta<T>(answer: &Structured<T>) -> serde_json::Value {
+    let mut usage = response_usage(&answer.response);
+    usage["attempts"] = serde_json::json!(answer.attempts);
+    usage["firstError"] = serde_json::json!(answer.first_error);
+    usage
 }
 
 /// Load a trace off the runtime.

@@ -54,7 +54,8 @@ impl CommitStep {
             .and_then(|s| s.action_id)
     }
 
-    /// A message from the agent, else `title` + summary. Returns the message and its source.
+    /// A message from the agent, else `title` + summary. Returns the message, its source, the
+    /// agent's error (when it fell back) and the agent call's usage.
     async fn message(
         &self,
         task: &TaskRecord,
@@ -62,7 +63,12 @@ impl CommitStep {
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
         diff: &DiffSummary,
-    ) -> (String, &'static str, Option<String>) {
+    ) -> (
+        String,
+        &'static str,
+        Option<String>,
+        Option<serde_json::Value>,
+    ) {
         let title = workflow
             .map(|w| w.title.clone())
             .or_else(|| task.title.clone())
@@ -103,14 +109,19 @@ impl CommitStep {
         .await;
         let request = match request {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => return (fallback, "fallback", Some(e.to_string())),
-            Err(e) => return (fallback, "fallback", Some(e.to_string())),
+            Ok(Err(e)) => return (fallback, "fallback", Some(e.to_string()), None),
+            Err(e) => return (fallback, "fallback", Some(e.to_string()), None),
         };
         match agents::run_structured::<CommitMessageResult>(self.services.agent.as_ref(), request)
             .await
         {
-            Ok(answer) => (answer.value.message(), "agent", None),
-            Err(e) => (fallback, "fallback", Some(e.to_string())),
+            Ok(answer) => (
+                answer.value.message(),
+                "agent",
+                None,
+                Some(super::agent_call::usage_meta(&answer)),
+            ),
+            Err(e) => (fallback, "fallback", Some(e.to_string()), None),
         }
     }
 }
@@ -194,7 +205,7 @@ impl Step for CommitStep {
             return Ok(Outcome::Finished(done));
         }
 
-        let (raw, source, agent_error) = self
+        let (raw, source, agent_error, usage) = self
             .message(
                 &task,
                 &worktree,
@@ -207,7 +218,8 @@ impl Step for CommitStep {
         let base = base
             .meta("message", &message)
             .meta("messageSource", source)
-            .meta("messageAgentError", &agent_error);
+            .meta("messageAgentError", &agent_error)
+            .meta("agent", &usage);
         match ws.commit_all(&worktree, &message).await {
             Ok(CommitOutcome::Committed { sha }) => {
                 let mut done = base

@@ -555,6 +555,7 @@ impl Step for ResolveStep {
                     .detail("agentError", e.class())
                     .detail("workdir", &dir)
             })?;
+        let usage = super::agent_call::usage_meta(&answer);
         let result = answer.value;
         let Decided { finished, decision } = decide(view, &state.mappings, &result)?;
         let finished = finished
@@ -568,8 +569,7 @@ impl Step for ResolveStep {
             .meta("retries", retries)
             .meta("maxRetries", max)
             .meta("workdir", &dir)
-            .meta("agentAttempts", answer.attempts)
-            .meta("costUsd", answer.response.cost_usd);
+            .meta("agent", usage);
         Ok(Outcome::Finished(finished))
     }
 }

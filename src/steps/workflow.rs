@@ -690,10 +690,7 @@ impl WorkflowStep {
             finished = finished.meta("result", r);
         }
         if let Ok(response) = &parsed {
-            finished = finished
-                .meta("usage", response.usage)
-                .meta("costUsd", response.cost_usd)
-                .meta("turns", response.turns);
+            finished = finished.meta("agent", super::agent_call::response_usage(response));
         }
         if task_status == TaskStatus::Error {
             finished = finished.meta(

@@ -1213,6 +1213,29 @@ async fn every_step_prompt_carries_its_context_and_no_secret() {
         notify_prompt.contains("public") && notify_prompt.contains("/pull/"),
         "the channel's visibility and the PR"
     );
+    // Every agent call's usage is in its span, in one shape, so cost adds up per trace.
+    let trace = s.the_trace();
+    for step in [
+        "coordinate",
+        "plan",
+        "workflow",
+        "commit",
+        "resolve",
+        "notify",
+    ] {
+        let span = trace
+            .spans
+            .iter()
+            .find(|sp| sp.step.as_str() == step)
+            .unwrap();
+        let agent = &span.meta["agent"];
+        assert!(
+            agent["inputTokens"].is_u64()
+                && agent["outputTokens"].is_u64()
+                && agent.get("costUsd").is_some(),
+            "{step}: {agent}"
+        );
+    }
     // What produces public text never sees local paths; no prompt ever sees the token.
     let root = s.env.path().display().to_string();
     assert!(
