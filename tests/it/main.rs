@@ -11,6 +11,7 @@ mod git;
 mod github;
 mod inspect;
 mod orchestrator;
+mod proof;
 mod sandbox;
 mod scenarios;
 mod steps_decide;

@@ -143,17 +143,7 @@ impl Scenario {
     /// Workflows in real containers: the fake agent as `claude` in a locally built image; the
     /// script reaches it through the sandbox's env allow-list.
     pub async fn with_sandbox(&mut self) {
-        static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-        let docker = crate::support::docker::sandbox().await;
-        let _guard = BUILD.lock().await;
-        let image = rover::sandbox::image::RootfsImage::new("rover-scenario")
-            .binary(
-                env!("CARGO_BIN_EXE_rover-fake-agent"),
-                "/usr/local/bin/claude",
-            )
-            .ensure(&docker)
-            .await
-            .expect("build the scenario image");
+        let image = scenario_image().await;
         merge(
             &mut self.extra_config,
             &json!({"autopilot": {"sandbox": {"image": image, "network": "none", "memoryMb": 256, "cpus": 1.0, "timeoutSecs": 60,
@@ -229,6 +219,21 @@ impl Scenario {
     }
 }
 
+/// The sandbox image with the fake agent as `claude` (built once, one build at a time).
+pub async fn scenario_image() -> String {
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let docker = crate::support::docker::sandbox().await;
+    let _guard = BUILD.lock().await;
+    rover::sandbox::image::RootfsImage::new("rover-scenario")
+        .binary(
+            env!("CARGO_BIN_EXE_rover-fake-agent"),
+            "/usr/local/bin/claude",
+        )
+        .ensure(&docker)
+        .await
+        .expect("build the scenario image")
+}
+
 /// `step:status` of every span, in creation order.
 pub fn chain(view: &TraceView) -> Vec<String> {
     view.spans
@@ -237,7 +242,7 @@ pub fn chain(view: &TraceView) -> Vec<String> {
         .collect()
 }
 
-fn merge(base: &mut Value, extra: &Value) {
+pub fn merge(base: &mut Value, extra: &Value) {
     match (base, extra) {
         (Value::Object(b), Value::Object(e)) => {
             for (k, v) in e {
@@ -433,18 +438,18 @@ async fn a_restarted_daemon_does_not_ingest_an_event_twice_and_polls_with_the_et
 }
 
 /// A task spec as the planner returns it.
-fn task(id: &str, title: &str, depends_on: &[&str], kind: &str) -> Value {
+pub fn task(id: &str, title: &str, depends_on: &[&str], kind: &str) -> Value {
     json!({"id": id, "title": title, "description": format!("{title}, as the issue asks."), "acceptance_criteria": [format!("{title} is done")], "workflow_type": kind, "depends_on": depends_on})
 }
 
-fn coordinate(decision: &str, extra: Value) -> Value {
+pub fn coordinate(decision: &str, extra: Value) -> Value {
     let mut v = json!({"decision": decision, "confidence": 0.9, "reasoning": format!("decided {decision}"), "directive": null, "task": null, "message": null, "condition": null, "task_id": null});
     merge(&mut v, &extra);
     v
 }
 
 /// The workflow agent's rule: for the task whose prompt mentions `title`, write `files` and report.
-fn workflow_rule(title: &str, files: Value, status: &str) -> Value {
+pub fn workflow_rule(title: &str, files: Value, status: &str) -> Value {
     json!({"prompt_contains": format!("## Task: {title}"), "write": files,
            "structured": {"status": status, "summary": format!("{title}: {status}"), "files_changed": []}})
 }
@@ -571,18 +576,18 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
     );
 }
 
-fn resolve(decision: &str, extra: Value) -> Value {
+pub fn resolve(decision: &str, extra: Value) -> Value {
     let mut v = json!({"decision": decision, "reasoning": format!("decided {decision}"), "instructions": null, "retry_step": null, "message": null, "corrective_commands": []});
     merge(&mut v, &extra);
     v
 }
 
 /// Rules common to the code-changing scenarios: the resolver pushes once a commit succeeded.
-fn push_once_committed(s: &mut Scenario) {
+pub fn push_once_committed(s: &mut Scenario) {
     s.rules.push(json!({"prompt_contains": "[completed] committed", "structured": resolve("push", json!({}))}));
 }
 
-fn pr_payload(number: u64, head: &str, sha: &str) -> Value {
+pub fn pr_payload(number: u64, head: &str, sha: &str) -> Value {
     json!({"url": format!("https://api.github.com/repos/{REPO}/pulls/{number}"), "id": number, "number": number,
            "head": {"ref": head, "sha": sha, "repo": {"id": 1, "url": "u", "name": "widgets"}},
            "base": {"ref": "main", "sha": sha, "repo": {"id": 1, "url": "u", "name": "widgets"}}})
