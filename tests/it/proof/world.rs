@@ -131,6 +131,16 @@ impl LocalWorld {
             .expect("start rover")
     }
 
+    /// `rover autopilot start --local` in the background, its stderr piped.
+    pub fn spawn_daemon_piped(&self) -> Child {
+        self.command(&["autopilot", "start", "--local"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rover")
+    }
+
     pub fn store(&self) -> AutopilotStore {
         self.env.store()
     }
