@@ -29,6 +29,8 @@ pub struct Scenario {
     pub origin: PathBuf,
     pub rules: Vec<Value>,
     pub extra_config: Value,
+    /// Extra environment for the rover process (e.g. a model key).
+    pub env_vars: Vec<(String, String)>,
 }
 
 impl Scenario {
@@ -65,6 +67,7 @@ impl Scenario {
             origin,
             rules: Vec::new(),
             extra_config: json!({}),
+            env_vars: Vec::new(),
         }
     }
 
@@ -122,7 +125,8 @@ impl Scenario {
                 "ROVER_FAKE_AGENT_SCRIPT",
                 json!({"rules": self.rules}).to_string(),
             )
-            .env("ROVER_FAKE_AGENT_LOG", self.agent_log());
+            .env("ROVER_FAKE_AGENT_LOG", self.agent_log())
+            .envs(self.env_vars.iter().map(|(k, v)| (k, v)));
         let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
             .await
             .unwrap();
@@ -912,7 +916,7 @@ async fn retries_exhausted_end_in_a_failure_notice() {
 }
 
 /// Runs the issue scenario to a rover PR, then returns its number and branch.
-async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
     s.github
         .add_issue(30, "Add a --csv flag", "Please add --csv.", "alice", &[]);
     s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 30, "title": "Add a --csv flag", "body": "Please add --csv.", "user": {"login": "alice"}}}));
