@@ -111,8 +111,21 @@ impl Scenario {
         })
     }
 
-    /// `rover autopilot start --once` in the checkout, as cron would run it.
+    /// `rover autopilot start --once` in the checkout, as cron would run it (must exit 0).
     pub async fn run_once(&self) -> Output {
+        let out = self.run_once_raw().await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "rover failed:\n{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        out
+    }
+
+    /// `rover autopilot start --once`, whatever its exit code.
+    pub async fn run_once_raw(&self) -> Output {
         self.write_config();
         std::fs::create_dir_all(self.agent_log()).unwrap();
         let mut cmd = self
@@ -127,17 +140,9 @@ impl Scenario {
             )
             .env("ROVER_FAKE_AGENT_LOG", self.agent_log())
             .envs(self.env_vars.iter().map(|(k, v)| (k, v)));
-        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
             .await
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "rover failed:\n{}\n{}",
-            stdout(&out),
-            stderr(&out)
-        );
-        out
+            .unwrap()
     }
 
     pub fn store(&self) -> AutopilotStore {

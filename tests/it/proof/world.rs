@@ -17,7 +17,7 @@ use crate::support::env::{stderr, stdout, TestEnv};
 use crate::support::gitrepo::git;
 
 /// The coordinator's prompt quotes a local request right after this.
-const LOCAL_REQUEST: &str = "submitted with `rover autopilot submit`:\n\n";
+pub const LOCAL_REQUEST: &str = "submitted with `rover autopilot submit`:\n\n";
 
 /// The kinds of local request the script knows: each ends differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,8 @@ impl Kind {
 /// the sandbox image, and a `rover.json` that lets the fake's script through.
 pub struct LocalWorld {
     pub env: TestEnv,
+    /// The `rover.json` written (see `configure`).
+    pub config: Value,
     pub origin: PathBuf,
     pub script: Value,
     pub started: chrono::DateTime<chrono::Utc>,
@@ -85,10 +87,21 @@ impl LocalWorld {
         std::fs::create_dir_all(env.path().join("agent-log")).unwrap();
         LocalWorld {
             env,
+            config,
             origin,
             script: json!({"rules": script_rules()}),
             started: chrono::Utc::now(),
         }
+    }
+
+    /// Merges `extra` into `rover.json`.
+    pub fn configure(&mut self, extra: &Value) {
+        merge(&mut self.config, extra);
+        std::fs::write(
+            self.env.repo().join("rover.json"),
+            serde_json::to_string_pretty(&self.config).unwrap(),
+        )
+        .unwrap();
     }
 
     pub fn agent_log(&self) -> PathBuf {
