@@ -306,8 +306,7 @@ fn broken_rover_json_exits_1_naming_the_file_and_key_and_the_queue_keeps_the_wor
         (
             "wrong type",
             r#"{"autopilot": {"pipeline": {"maxRetries": "three"}}}"#,
-            // serde names the position of a wrong type, not its key.
-            "line 1 column 49",
+            "autopilot.pipeline.maxRetries",
         ),
         ("not json", "{\"autopilot\": {", "rover.json"),
         (
