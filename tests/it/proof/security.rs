@@ -346,3 +346,121 @@ async fn rover_never_force_pushes_even_when_its_branch_moved_on_the_remote() {
         lines.len()
     );
 }
+
+#[tokio::test]
+async fn a_token_echoed_by_a_failing_push_reaches_no_prompt_and_no_public_body() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"maxRetries": 1}}}),
+    );
+    // A remote that rejects every push and echoes the credential it was given (as a broken
+    // proxy or a verbose hook might).
+    let hook = s.origin.join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho \"rejected: credential ${ROVER_GIT_TOKEN:-none} GITHUB_TOKEN=${GITHUB_TOKEN:-none}\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    s.github
+        .add_issue(60, "Add a --toml flag", "Please add --toml.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 60, "title": "Add a --toml flag", "body": "Please add --toml.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a --toml flag"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("toml", "Add the toml flag", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Add the toml flag",
+        json!({"toml.txt": "export --toml\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add --toml", "body": null}));
+    s.rules.push(json!({"prompt_contains": "rejected: credential", "structured": resolve("fail", json!({"message": "The push was rejected by the remote."}))}));
+    push_once_committed(&mut s);
+    s.answer(
+        RESOLVE,
+        resolve("fail", json!({"message": "Could not push."})),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "I could not push the change: the remote rejected it."}),
+    );
+    // A step error makes `--once` exit 1: run until settled whatever the exit code.
+    for _ in 0..12 {
+        s.run_once_raw().await;
+        let settled = s.traces().iter().all(|v| {
+            matches!(v.outcome(), rover::store::TraceOutcome::Finished { .. })
+                && v.pending.is_empty()
+        });
+        if settled {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let trace = s.the_trace();
+    let chain = chain(&trace);
+    assert!(
+        chain
+            .iter()
+            .any(|c| c == "push:error" || c == "push:failed"),
+        "{chain:?}"
+    );
+    // The push error was recorded (so the test really made the remote echo something).
+    let push = trace
+        .spans
+        .iter()
+        .find(|x| x.step.as_str() == "push")
+        .unwrap();
+    let recorded = serde_json::to_string(&push.meta).unwrap();
+    assert!(recorded.contains("rejected: credential"), "{recorded}");
+    assert!(
+        !recorded.contains(TOKEN),
+        "the token is not in the stored span: {recorded}"
+    );
+    // Nor anywhere in the store (spans, actions, state, log.jsonl, artifacts).
+    let mut stack = vec![s.store().root().to_owned()];
+    let mut store_files = 0;
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = e.path();
+            if e.file_type().unwrap().is_dir() {
+                if path.file_name().is_some_and(|n| n != "worktrees") {
+                    stack.push(path);
+                }
+            } else {
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(TOKEN),
+                    "the token is in {}",
+                    path.display()
+                );
+                store_files += 1;
+            }
+        }
+    }
+    let mut prompts = 0;
+    for entry in std::fs::read_dir(s.agent_log()).unwrap().flatten() {
+        if entry.path().extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        assert!(
+            !text.contains(TOKEN),
+            "the token reached an agent call: {}",
+            entry.path().display()
+        );
+        prompts += 1;
+    }
+    let sha = crate::scenarios::head_sha(&s.checkout);
+    let bodies = public_bodies(&s, &[60], &[sha]);
+    for b in &bodies {
+        assert!(!b.contains(TOKEN), "the token reached a public body: {b}");
+    }
+    eprintln!(
+        "proof security: a remote echoing the credential: {store_files} store files, {prompts} agent calls and {} public bodies scanned, 0 tokens found",
+        bodies.len()
+    );
+}
