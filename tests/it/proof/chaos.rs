@@ -14,7 +14,8 @@ use crate::support::gitrepo::git;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothing_twice() {
-    let world = LocalWorld::new(true).await;
+    let mut world = LocalWorld::new(true).await;
+    world.record_container_events();
     let kinds = [Kind::Change, Kind::Noop, Kind::Ask];
     let mut traces = Vec::new();
     let seed = u64::from(std::process::id()) ^ 0x5eed;
@@ -137,7 +138,26 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
     );
 
     // Exactly one container was ever started per workflow action (the engine's event log).
-    let starts = world.container_starts();
+    let starts = world.container_events("start");
+    let created = world.container_events("create");
+    let creates: usize = created.values().sum();
+    // A container created but never started (SIGKILL between the two) is replaced by design:
+    // only then may an action see a second create.
+    for (action, n) in &created {
+        let replaced = traces.iter().any(|(_, t)| {
+            store.load_trace(*t).unwrap().spans.iter().any(|sp| {
+                sp.action_id.is_some_and(|a| a.to_string() == *action)
+                    && sp
+                        .meta
+                        .get("started")
+                        .is_some_and(|st| st["replacedUnstarted"] == true)
+            })
+        });
+        assert!(
+            *n == 1 || (*n == 2 && replaced),
+            "action {action}: {n} containers created (replaced unstarted: {replaced})"
+        );
+    }
     let changes = traces.iter().filter(|(k, _)| *k == Kind::Change).count();
     assert_eq!(
         workflow_actions.len(),
@@ -145,10 +165,24 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
         "one workflow per change request"
     );
     for action in &workflow_actions {
+        let runs: Vec<String> = traces
+            .iter()
+            .flat_map(|(_, t)| store.load_trace(*t).unwrap().spans)
+            .filter(|sp| sp.action_id.is_some_and(|a| a.to_string() == *action))
+            .map(|sp| {
+                format!(
+                    "{}:{} {}",
+                    sp.step,
+                    sp.status,
+                    serde_json::to_string(&sp.meta).unwrap()
+                )
+            })
+            .collect();
         assert_eq!(
             starts.get(action).copied().unwrap_or(0),
             1,
-            "one container started for workflow action {action}: {starts:?}"
+            "one container started for workflow action {action}: {starts:?}\nits runs: {runs:#?}\ncreated: {:?}",
+            world.container_events("create")
         );
     }
     assert_eq!(
@@ -219,7 +253,7 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
 
     let files = every_file_parses(store.root());
     eprintln!(
-        "proof chaos: {kills} kills survived ({mid_work} with work in flight, seed {seed}), {} traces ({changes} with workflows in containers), {actions} actions ({interrupted} step runs interrupted and re-run), {} containers started, {worktrees} worktrees, {files} store files parsed, 0 lost, 0 run twice",
+        "proof chaos: {kills} kills survived ({mid_work} with work in flight, seed {seed}), {} traces ({changes} with workflows in containers), {actions} actions ({interrupted} step runs interrupted and re-run), {} containers started ({creates} created), {worktrees} worktrees, {files} store files parsed, 0 lost, 0 run twice",
         settle.len(),
         starts.values().sum::<usize>()
     );

@@ -49,6 +49,8 @@ pub struct LocalWorld {
     pub origin: PathBuf,
     pub script: Value,
     pub started: chrono::DateTime<chrono::Utc>,
+    /// `docker events` streaming into a file, when recording.
+    events: Option<Child>,
 }
 
 impl LocalWorld {
@@ -91,6 +93,7 @@ impl LocalWorld {
             origin,
             script: json!({"rules": script_rules()}),
             started: chrono::Utc::now(),
+            events: None,
         }
     }
 
@@ -206,38 +209,60 @@ impl LocalWorld {
             .collect()
     }
 
-    /// How many containers were started per `rover.action` label since the world was made, from
-    /// the engine's own event log (so removed containers count too).
-    pub fn container_starts(&self) -> BTreeMap<String, usize> {
-        let out = Command::new("docker")
+    /// Streams the engine's container events of this project into a file from now on (the
+    /// engine keeps only its last 256 events, shared with every other test: a query after the
+    /// fact can miss some). Stop it with [`LocalWorld::container_events`].
+    pub fn record_container_events(&mut self) {
+        let file = std::fs::File::create(self.env.path().join("docker-events.log")).unwrap();
+        let child = Command::new("docker")
             .args([
                 "events",
                 "--since",
                 &self.started.timestamp().to_string(),
-                "--until",
-                &(chrono::Utc::now().timestamp() + 1).to_string(),
                 "--filter",
                 "type=container",
                 "--filter",
-                "event=start",
-                "--filter",
                 &format!("label=rover.project={}", self.env.project_id),
                 "--format",
-                "{{index .Actor.Attributes \"rover.action\"}}",
+                "{{.Action}} {{index .Actor.Attributes \"rover.action\"}}",
             ])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "docker events: {}", stderr(&out));
-        let mut starts = BTreeMap::new();
-        for action in stdout(&out).lines().filter(|l| !l.is_empty()) {
-            *starts.entry(action.to_owned()).or_insert(0) += 1;
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker events");
+        self.events = Some(child);
+    }
+
+    /// Stops the recorder (first call) and counts the recorded container `event`s (`create`,
+    /// `start`) per `rover.action` label.
+    pub fn container_events(&mut self, event: &str) -> BTreeMap<String, usize> {
+        if let Some(mut child) = self.events.take() {
+            // Let the engine deliver what it has, then stop our own recorder.
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        starts
+        let text =
+            std::fs::read_to_string(self.env.path().join("docker-events.log")).unwrap_or_default();
+        let mut counts = BTreeMap::new();
+        for line in text.lines() {
+            if let Some((action, label)) = line.split_once(' ') {
+                if action == event && !label.is_empty() {
+                    *counts.entry(label.to_owned()).or_insert(0) += 1;
+                }
+            }
+        }
+        counts
     }
 }
 
 impl Drop for LocalWorld {
     fn drop(&mut self) {
+        if let Some(mut child) = self.events.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let names: Vec<String> = self.containers().into_iter().map(|(n, _)| n).collect();
         if !names.is_empty() {
             let _ = Command::new("docker")
