@@ -126,6 +126,14 @@ impl Scenario {
 
     /// `rover autopilot start --once`, whatever its exit code.
     pub async fn run_once_raw(&self) -> Output {
+        let mut cmd = self.once_command();
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// The `rover autopilot start --once` command (config written), to run or spawn.
+    pub fn once_command(&self) -> std::process::Command {
         self.write_config();
         std::fs::create_dir_all(self.agent_log()).unwrap();
         let mut cmd = self
@@ -140,9 +148,7 @@ impl Scenario {
             )
             .env("ROVER_FAKE_AGENT_LOG", self.agent_log())
             .envs(self.env_vars.iter().map(|(k, v)| (k, v)));
-        tokio::task::spawn_blocking(move || cmd.output().unwrap())
-            .await
-            .unwrap()
+        cmd
     }
 
     pub fn store(&self) -> AutopilotStore {
