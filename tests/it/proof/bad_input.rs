@@ -344,3 +344,72 @@ fn broken_rover_json_exits_1_naming_the_file_and_key_and_the_queue_keeps_the_wor
     );
     eprintln!("proof bad input: {tried} broken rover.json files, each exit 1 naming file and key; the queued trace ran once fixed");
 }
+
+#[tokio::test]
+async fn a_sandboxed_agent_that_misbehaves_fails_its_workflow_and_the_trace_ends() {
+    // (case, the workflow agent's misbehaviour, what the failed span's summary says)
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "non-zero exit in the container",
+            json!({"mode": "crash", "exit": 3, "text": "fatal: out of ideas"}),
+            "exited with code 3: fatal: out of ideas",
+        ),
+        (
+            "not json in the container",
+            json!({"text": "I changed some things, trust me."}),
+            "no valid result: the answer is not a JSON object",
+        ),
+        (
+            "truncated stream in the container",
+            json!({"mode": "truncated"}),
+            "exited with code 1",
+        ),
+    ];
+    let mut tried = 0;
+    for (case, misbehaviour, says) in cases {
+        let mut world = LocalWorld::new(true).await;
+        world.configure(&json!({"autopilot": {"pipeline": {"maxRetries": 0}}}));
+        let mut bad = misbehaviour.clone();
+        bad["prompt_contains"] = json!("## Task: Make the chaos change");
+        let give_up = json!({"prompt_contains": "## Error output of failed steps",
+            "structured": crate::scenarios::resolve("fail", json!({"message": "The agent failed."}))});
+        let mut rules = vec![bad, give_up];
+        rules.extend(script_rules());
+        world.script = json!({"rules": rules});
+        let id = world.submit(Kind::Change, 0);
+        let mut settled = false;
+        for _ in 0..10 {
+            let _ = once(&world);
+            let view = world.store().load_trace(id).unwrap();
+            if matches!(view.outcome(), TraceOutcome::Finished { .. }) && view.pending.is_empty() {
+                settled = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+        let view = world.store().load_trace(id).unwrap();
+        let chain = crate::scenarios::chain(&view);
+        assert!(settled, "{case}: the trace ends: {chain:?}");
+        let workflow = view
+            .spans
+            .iter()
+            .find(|sp| sp.step == StepKind::Workflow && sp.status.is_final())
+            .unwrap_or_else(|| panic!("{case}: {chain:?}"));
+        assert!(
+            workflow
+                .summary
+                .as_deref()
+                .is_some_and(|x| x.contains(says)),
+            "{case}: {:?}",
+            workflow.summary
+        );
+        assert_eq!(workflow.status, SpanStatus::Failed, "{case}: {chain:?}");
+        assert_eq!(
+            chain.last().unwrap(),
+            "notify:completed",
+            "{case}: {chain:?}"
+        );
+        tried += 1;
+    }
+    eprintln!("proof bad input: {tried} sandboxed agent failures, each a failed workflow and an explicit end");
+}
