@@ -101,8 +101,20 @@ impl RoverConfig {
         RoverConfig::parse(&text).map_err(|reason| ConfigError::Invalid { path, reason })
     }
 
+    /// Errors name the key path of a wrong value (`autopilot.pipeline.maxRetries: invalid
+    /// type ...`), not only its line and column.
     pub fn parse(text: &str) -> Result<RoverConfig, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        let mut de = serde_json::Deserializer::from_str(text);
+        let config: RoverConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." {
+                e.into_inner().to_string()
+            } else {
+                format!("{path}: {}", e.into_inner())
+            }
+        })?;
+        de.end().map_err(|e| e.to_string())?;
+        Ok(config)
     }
 }
 
@@ -130,5 +142,16 @@ mod tests {
             let err = RoverConfig::parse(text).unwrap_err();
             assert!(err.contains(key), "{err}");
         }
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_key_path() {
+        let err = RoverConfig::parse(r#"{"autopilot": {"pipeline": {"maxRetries": "three"}}}"#)
+            .unwrap_err();
+        assert!(
+            err.starts_with("autopilot.pipeline.maxRetries: invalid type"),
+            "{err}"
+        );
+        assert!(RoverConfig::parse("{} trailing").is_err());
     }
 }

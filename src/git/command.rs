@@ -124,6 +124,9 @@ pub(crate) async fn run_git(
     }
     let (stdout, cut_out) = bounded_text(&output.stdout, OUTPUT_LIMIT_BYTES);
     let (stderr, cut_err) = bounded_text(&output.stderr, OUTPUT_LIMIT_BYTES);
+    // A remote or hook may echo the credential it was given: the failure (kept in spans and
+    // prompts) never holds it.
+    let (stdout, stderr) = (scrub_token(stdout, envs), scrub_token(stderr, envs));
     let mut command = vec![
         "git".to_string(),
         "-C".to_string(),
@@ -140,9 +143,29 @@ pub(crate) async fn run_git(
     .into())
 }
 
+/// `text` with the value of the credential env var (if given and not trivially short) replaced.
+fn scrub_token(text: String, envs: &[(OsString, OsString)]) -> String {
+    envs.iter()
+        .filter(|(k, v)| k == super::GIT_TOKEN_ENV && v.len() >= 6)
+        .fold(text, |text, (_, v)| {
+            text.replace(&*v.to_string_lossy(), crate::github::redact::SECRET)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_never_holds_the_credential_it_was_given() {
+        let envs = vec![(
+            OsString::from(super::super::GIT_TOKEN_ENV),
+            OsString::from("ghp_secretvalue123"),
+        )];
+        let out = scrub_token("remote: token ghp_secretvalue123 rejected".into(), &envs);
+        assert_eq!(out, "remote: token [redacted secret] rejected");
+        assert_eq!(scrub_token("no token".into(), &[]), "no token");
+    }
 
     #[test]
     fn short_output_is_kept_whole() {

@@ -13,6 +13,7 @@ mod git;
 mod github;
 mod inspect;
 mod orchestrator;
+mod proof;
 mod sandbox;
 mod scenarios;
 mod steps_decide;

@@ -29,6 +29,8 @@ pub struct Scenario {
     pub origin: PathBuf,
     pub rules: Vec<Value>,
     pub extra_config: Value,
+    /// Extra environment for the rover process (e.g. a model key).
+    pub env_vars: Vec<(String, String)>,
 }
 
 impl Scenario {
@@ -65,6 +67,7 @@ impl Scenario {
             origin,
             rules: Vec::new(),
             extra_config: json!({}),
+            env_vars: Vec::new(),
         }
     }
 
@@ -108,8 +111,29 @@ impl Scenario {
         })
     }
 
-    /// `rover autopilot start --once` in the checkout, as cron would run it.
+    /// `rover autopilot start --once` in the checkout, as cron would run it (must exit 0).
     pub async fn run_once(&self) -> Output {
+        let out = self.run_once_raw().await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "rover failed:\n{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        out
+    }
+
+    /// `rover autopilot start --once`, whatever its exit code.
+    pub async fn run_once_raw(&self) -> Output {
+        let mut cmd = self.once_command();
+        tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// The `rover autopilot start --once` command (config written), to run or spawn.
+    pub fn once_command(&self) -> std::process::Command {
         self.write_config();
         std::fs::create_dir_all(self.agent_log()).unwrap();
         let mut cmd = self
@@ -122,18 +146,9 @@ impl Scenario {
                 "ROVER_FAKE_AGENT_SCRIPT",
                 json!({"rules": self.rules}).to_string(),
             )
-            .env("ROVER_FAKE_AGENT_LOG", self.agent_log());
-        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-            .await
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "rover failed:\n{}\n{}",
-            stdout(&out),
-            stderr(&out)
-        );
-        out
+            .env("ROVER_FAKE_AGENT_LOG", self.agent_log())
+            .envs(self.env_vars.iter().map(|(k, v)| (k, v)));
+        cmd
     }
 
     pub fn store(&self) -> AutopilotStore {
@@ -143,17 +158,7 @@ impl Scenario {
     /// Workflows in real containers: the fake agent as `claude` in a locally built image; the
     /// script reaches it through the sandbox's env allow-list.
     pub async fn with_sandbox(&mut self) {
-        static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-        let docker = crate::support::docker::sandbox().await;
-        let _guard = BUILD.lock().await;
-        let image = rover::sandbox::image::RootfsImage::new("rover-scenario")
-            .binary(
-                env!("CARGO_BIN_EXE_rover-fake-agent"),
-                "/usr/local/bin/claude",
-            )
-            .ensure(&docker)
-            .await
-            .expect("build the scenario image");
+        let image = scenario_image().await;
         merge(
             &mut self.extra_config,
             &json!({"autopilot": {"sandbox": {"image": image, "network": "none", "memoryMb": 256, "cpus": 1.0, "timeoutSecs": 60,
@@ -257,6 +262,21 @@ pub fn remove_containers(label: &str) {
     }
 }
 
+/// The sandbox image with the fake agent as `claude` (built once, one build at a time).
+pub async fn scenario_image() -> String {
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let docker = crate::support::docker::sandbox().await;
+    let _guard = BUILD.lock().await;
+    rover::sandbox::image::RootfsImage::new("rover-scenario")
+        .binary(
+            env!("CARGO_BIN_EXE_rover-fake-agent"),
+            "/usr/local/bin/claude",
+        )
+        .ensure(&docker)
+        .await
+        .expect("build the scenario image")
+}
+
 /// `step:status` of every span, in creation order.
 pub fn chain(view: &TraceView) -> Vec<String> {
     view.spans
@@ -265,7 +285,7 @@ pub fn chain(view: &TraceView) -> Vec<String> {
         .collect()
 }
 
-fn merge(base: &mut Value, extra: &Value) {
+pub fn merge(base: &mut Value, extra: &Value) {
     match (base, extra) {
         (Value::Object(b), Value::Object(e)) => {
             for (k, v) in e {
@@ -461,18 +481,18 @@ async fn a_restarted_daemon_does_not_ingest_an_event_twice_and_polls_with_the_et
 }
 
 /// A task spec as the planner returns it.
-fn task(id: &str, title: &str, depends_on: &[&str], kind: &str) -> Value {
+pub fn task(id: &str, title: &str, depends_on: &[&str], kind: &str) -> Value {
     json!({"id": id, "title": title, "description": format!("{title}, as the issue asks."), "acceptance_criteria": [format!("{title} is done")], "workflow_type": kind, "depends_on": depends_on})
 }
 
-fn coordinate(decision: &str, extra: Value) -> Value {
+pub fn coordinate(decision: &str, extra: Value) -> Value {
     let mut v = json!({"decision": decision, "confidence": 0.9, "reasoning": format!("decided {decision}"), "directive": null, "task": null, "message": null, "condition": null, "task_id": null});
     merge(&mut v, &extra);
     v
 }
 
 /// The workflow agent's rule: for the task whose prompt mentions `title`, write `files` and report.
-fn workflow_rule(title: &str, files: Value, status: &str) -> Value {
+pub fn workflow_rule(title: &str, files: Value, status: &str) -> Value {
     json!({"prompt_contains": format!("## Task: {title}"), "write": files,
            "structured": {"status": status, "summary": format!("{title}: {status}"), "files_changed": []}})
 }
@@ -599,18 +619,18 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
     );
 }
 
-fn resolve(decision: &str, extra: Value) -> Value {
+pub fn resolve(decision: &str, extra: Value) -> Value {
     let mut v = json!({"decision": decision, "reasoning": format!("decided {decision}"), "instructions": null, "retry_step": null, "message": null, "corrective_commands": []});
     merge(&mut v, &extra);
     v
 }
 
 /// Rules common to the code-changing scenarios: the resolver pushes once a commit succeeded.
-fn push_once_committed(s: &mut Scenario) {
+pub fn push_once_committed(s: &mut Scenario) {
     s.rules.push(json!({"prompt_contains": "[completed] committed", "structured": resolve("push", json!({}))}));
 }
 
-fn pr_payload(number: u64, head: &str, sha: &str) -> Value {
+pub fn pr_payload(number: u64, head: &str, sha: &str) -> Value {
     json!({"url": format!("https://api.github.com/repos/{REPO}/pulls/{number}"), "id": number, "number": number,
            "head": {"ref": head, "sha": sha, "repo": {"id": 1, "url": "u", "name": "widgets"}},
            "base": {"ref": "main", "sha": sha, "repo": {"id": 1, "url": "u", "name": "widgets"}}})
@@ -935,7 +955,7 @@ async fn retries_exhausted_end_in_a_failure_notice() {
 }
 
 /// Runs the issue scenario to a rover PR, then returns its number and branch.
-async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
     s.github
         .add_issue(30, "Add a --csv flag", "Please add --csv.", "alice", &[]);
     s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 30, "title": "Add a --csv flag", "body": "Please add --csv.", "user": {"login": "alice"}}}));
