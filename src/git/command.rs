@@ -100,10 +100,16 @@ pub(crate) async fn run_git(
     envs: &[(OsString, OsString)],
 ) -> Result<CommandOutput, GitError> {
     let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .args(args)
-        .envs(envs.iter().map(|(k, v)| (k, v)))
+    cmd.arg("-C").arg(dir).args(args);
+    // Hooks run as git's children: they never see rover's GitHub token. A push gets its
+    // credential through `envs` (the credential helper's variable), and only that push.
+    for name in crate::agents::ALWAYS_DENIED_ENV
+        .iter()
+        .chain([&super::push::GIT_TOKEN_ENV])
+    {
+        cmd.env_remove(name);
+    }
+    cmd.envs(envs.iter().map(|(k, v)| (k, v)))
         // Never wait for a human: no editor, no terminal prompt for credentials.
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_EDITOR", "true")

@@ -1273,3 +1273,37 @@ async fn every_step_prompt_carries_its_context_and_no_secret() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_repositorys_hooks_never_see_the_github_token() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    // A pre-commit hook that records the environment it runs in.
+    let dump = s.env.path().join("hook-env.txt");
+    let hook = s.checkout.join(".git/hooks/pre-commit");
+    std::fs::write(&hook, format!("#!/bin/sh\nenv > '{}'\n", dump.display())).unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    s.github
+        .add_issue(41, "Add a --toml flag", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 41, "title": "Add a --toml flag", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a --toml flag"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("toml", "Add the toml flag", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Add the toml flag",
+        json!({"toml.txt": "export --toml\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add --toml", "body": null}));
+    push_once_committed(&mut s);
+    s.answer(NOTIFY, json!({"message": "Opened a PR for --toml."}));
+    s.run_until_settled(12).await;
+    let env = std::fs::read_to_string(&dump).expect("the hook ran during rover's commit");
+    assert!(env.contains("GIT_"), "a real git environment: {env}");
+    assert!(
+        !env.contains(TOKEN) && !env.contains("GITHUB_TOKEN="),
+        "the hook saw the token:\n{env}"
+    );
+}
