@@ -11,6 +11,7 @@
     clippy::cast_possible_wrap
 )]
 
+mod agents;
 mod e2e;
 mod orchestrator;
 mod store;
@@ -33,6 +34,9 @@ fn main() {
     if wants("orchestrator") {
         let floor = floor.unwrap_or_else(store::floor_only);
         orchestrator::run(floor);
+    }
+    if wants("agents") {
+        agents::run();
     }
     if wants("e2e") {
         e2e::run();

@@ -59,11 +59,30 @@ pub fn run(floor_us: f64) {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(dispatch_and_throughput(floor_us));
+    // A sustainable load: a trace every 25 ms (80 transitions/s, below the write-bound capacity),
+    // so the latency is the dispatch itself, not queueing.
+    let (samples, _) = rt.block_on(drive(Duration::from_millis(25), TRACES / 4));
+    let (p50, p99) = percentiles(samples);
+    println!("dispatch latency, a trace every 25 ms  p50 {:>6.2} ms  p99 {:>6.2} ms  (the claim itself is 2 durable writes ≈ {:.1} ms; bar: 2 ms plus those)", p50 / 1e3, p99 / 1e3, 2.0 * floor_us / 1e3);
+    // Saturated: a trace every 2 ms, far above capacity; the latency is queueing.
+    let (samples, elapsed) = rt.block_on(drive(Duration::from_millis(2), TRACES));
+    let (p50, p99) = percentiles(samples);
+    println!("dispatch latency, saturated (every 2 ms) p50 {:>6.2} ms  p99 {:>6.2} ms  (queueing behind the disk)", p50 / 1e3, p99 / 1e3);
+    let transitions = (TRACES * 2) as f64;
+    let bound = 1e6 / floor_us / WRITES_PER_TRANSITION;
+    println!(
+        "transitions/s with instant steps  {:>7.0}   (durable-write floor allows {:.0}/s at {} writes each; ratio {:.2}, bar: within 2x)",
+        transitions / elapsed,
+        bound,
+        WRITES_PER_TRANSITION,
+        bound / (transitions / elapsed)
+    );
     idle_daemon();
 }
 
-async fn dispatch_and_throughput(floor_us: f64) {
+/// Submit `traces` traces one every `every` through a running orchestrator with instant steps;
+/// returns each trace's enqueue → first step start, in microseconds, and the seconds it all took.
+async fn drive(every: Duration, traces: usize) -> (Vec<f64>, f64) {
     let dir = tempfile::tempdir().unwrap();
     let store = AutopilotStore::open(dir.path(), "bench-orch").unwrap();
     let started = Arc::new(Mutex::new(HashMap::new()));
@@ -85,10 +104,9 @@ async fn dispatch_and_throughput(floor_us: f64) {
     let t = token.clone();
     let task = tokio::spawn(async move { runner.run(t).await });
 
-    // Dispatch latency under load: traces arrive every 2 ms while earlier ones still run.
     let mut enqueued = HashMap::new();
     let begin = Instant::now();
-    for i in 0..TRACES {
+    for i in 0..traces {
         let (root, first) = rover::steps::event::local_trace(&format!("bench {i}"), "bench");
         let s = store.clone();
         let trace_id = root.id;
@@ -98,7 +116,7 @@ async fn dispatch_and_throughput(floor_us: f64) {
             .unwrap();
         enqueued.insert(trace_id, Instant::now());
         orch.wake();
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(every).await;
     }
     loop {
         let s = store.clone();
@@ -122,17 +140,7 @@ async fn dispatch_and_throughput(floor_us: f64) {
                 .map(|s| s.duration_since(*at).as_secs_f64() * 1e6)
         })
         .collect();
-    let (p50, p99) = percentiles(samples);
-    println!("dispatch latency (enqueue → step start) p50 {:>6.2} ms  p99 {:>6.2} ms  (store writes in between: the claim = 2 durable writes ≈ {:.1} ms)", p50 / 1e3, p99 / 1e3, 2.0 * floor_us / 1e3);
-    let transitions = (TRACES * 2) as f64;
-    let bound = 1e6 / floor_us / WRITES_PER_TRANSITION;
-    println!(
-        "transitions/s with instant steps  {:>7.0}   (durable-write floor allows {:.0}/s at {} writes each; ratio {:.2}, bar: within 2x)",
-        transitions / elapsed,
-        bound,
-        WRITES_PER_TRANSITION,
-        bound / (transitions / elapsed)
-    );
+    (samples, elapsed)
 }
 
 /// The real binary, idle: CPU time used over a window and resident memory.
