@@ -954,24 +954,40 @@ async fn retries_exhausted_end_in_a_failure_notice() {
     );
 }
 
-/// Runs the issue scenario to a rover PR, then returns its number and branch.
-pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
-    s.github
-        .add_issue(30, "Add a --csv flag", "Please add --csv.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 30, "title": "Add a --csv flag", "body": "Please add --csv.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a --csv flag"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("csv", "Add the csv flag", &[], "swe")]}));
+/// An issue that is planned into one task writing `file`, committed, pushed as a PR and answered:
+/// the fake agent's whole script for that path.
+pub fn one_task_issue(
+    s: &mut Scenario,
+    number: u64,
+    title: &str,
+    body: &str,
+    task_title: &str,
+    file: &str,
+) {
+    s.github.add_issue(number, title, body, "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": number, "title": title, "body": body, "user": {"login": "alice"}}}));
+    s.answer(COORDINATE, coordinate("plan", json!({"directive": title})));
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", task_title, &[], "swe")]}));
     s.rules.push(workflow_rule(
-        "Add the csv flag",
-        json!({"csv.txt": "export --csv\n"}),
+        task_title,
+        json!({file: format!("{task_title}\n")}),
         "completed",
     ));
-    s.answer(COMMIT, json!({"subject": "Add --csv", "body": null}));
+    s.answer(COMMIT, json!({"subject": title, "body": null}));
     push_once_committed(s);
-    s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
+    s.answer(NOTIFY, json!({"message": format!("Opened a PR: {title}.")}));
+}
+
+/// Runs the issue scenario to a rover PR, then returns its number and branch.
+pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+    one_task_issue(
+        s,
+        30,
+        "Add a --csv flag",
+        "Please add --csv.",
+        "Add the csv flag",
+        "csv.txt",
+    );
     s.run_until_settled(12).await;
     let pulls = s.github.pulls();
     assert_eq!(pulls.len(), 1);
@@ -1173,27 +1189,15 @@ fn prompts(s: &Scenario) -> Vec<(String, Value)> {
 async fn every_step_prompt_carries_its_context_and_no_secret() {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
-    s.github.add_issue(
+    let body = format!("Please add --yaml. My token is {TOKEN}, oops.");
+    one_task_issue(
+        &mut s,
         40,
         "Add a --yaml flag",
-        &format!("Please add --yaml. My token is {TOKEN}, oops."),
-        "alice",
-        &[],
-    );
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 40, "title": "Add a --yaml flag", "body": "Please add --yaml.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a --yaml flag to export"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("yaml", "Add the yaml flag", &[], "swe")]}));
-    s.rules.push(workflow_rule(
+        &body,
         "Add the yaml flag",
-        json!({"yaml.txt": "export --yaml\\n"}),
-        "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Add --yaml", "body": null}));
-    push_once_committed(&mut s);
-    s.answer(NOTIFY, json!({"message": "Opened a PR for --yaml."}));
+        "yaml.txt",
+    );
     s.run_until_settled(12).await;
     let all = prompts(&s);
     let find = |phrase: &str| {
@@ -1208,9 +1212,11 @@ async fn every_step_prompt_carries_its_context_and_no_secret() {
         "the event and the issue"
     );
     let plan_prompt = find(PLAN);
+    let directive = plan_prompt.split("## Directive").nth(1).unwrap_or_default();
+    let directive = directive.split("##").next().unwrap_or_default();
     assert!(
-        plan_prompt.contains("Add a --yaml flag to export"),
-        "the directive"
+        directive.contains("Add a --yaml flag"),
+        "the directive: {plan_prompt}"
     );
     assert!(plan_prompt.contains("coordinate"), "the trace so far");
     let commit_prompt = find(COMMIT);
@@ -1283,22 +1289,14 @@ async fn the_repositorys_hooks_never_see_the_github_token() {
     let hook = s.checkout.join(".git/hooks/pre-commit");
     std::fs::write(&hook, format!("#!/bin/sh\nenv > '{}'\n", dump.display())).unwrap();
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    s.github
-        .add_issue(41, "Add a --toml flag", "Please.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 41, "title": "Add a --toml flag", "body": "Please.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a --toml flag"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("toml", "Add the toml flag", &[], "swe")]}));
-    s.rules.push(workflow_rule(
+    one_task_issue(
+        &mut s,
+        41,
+        "Add a --toml flag",
+        "Please.",
         "Add the toml flag",
-        json!({"toml.txt": "export --toml\n"}),
-        "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Add --toml", "body": null}));
-    push_once_committed(&mut s);
-    s.answer(NOTIFY, json!({"message": "Opened a PR for --toml."}));
+        "toml.txt",
+    );
     s.run_until_settled(12).await;
     let env = std::fs::read_to_string(&dump).expect("the hook ran during rover's commit");
     assert!(env.contains("GIT_"), "a real git environment: {env}");
