@@ -147,6 +147,12 @@ async fn run(
         project.id,
         store.root().display()
     );
+    // Temp files of writes a crash interrupted (never read; old ones only).
+    if let Ok(n) = store.sweep_temp_files(Duration::from_secs(60)) {
+        if n > 0 {
+            tracing::info!(files = n, "removed temp files of interrupted writes");
+        }
+    }
     let recovered = orchestrator.recover().await?;
     if !recovered.is_empty() {
         println!(

@@ -462,8 +462,10 @@ impl AutopilotStore {
         DaemonLock::holder(&self.daemon_lock_path())
     }
 
-    /// Remove leftover temp files of interrupted writes (never anything else).
-    pub fn sweep_temp_files(&self) -> Result<usize> {
+    /// Remove the temp files that interrupted writes left behind (`.tmp-*`, never anything
+    /// else), once they are older than `min_age`: a younger one may be another process's write
+    /// in progress.
+    pub fn sweep_temp_files(&self, min_age: std::time::Duration) -> Result<usize> {
         let mut n = 0;
         for dir in [
             self.spans_dir(),
@@ -475,7 +477,14 @@ impl AutopilotStore {
                 continue;
             };
             for entry in entries.flatten() {
+                let stale = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= min_age);
                 if entry.file_name().to_string_lossy().starts_with(".tmp-")
+                    && stale
                     && fs::remove_file(entry.path()).is_ok()
                 {
                     n += 1;
@@ -516,9 +525,4 @@ pub fn event_label(root: &Span) -> String {
         Some(action) => format!("{kind}.{action}"),
         None => kind.to_owned(),
     }
-}
-
-/// The current time, in one place so records agree on their clock.
-pub fn now() -> DateTime<Utc> {
-    Utc::now()
 }

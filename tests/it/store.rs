@@ -773,3 +773,26 @@ fn queue_operations_from_several_processes_are_exact() {
         "exactly the entries that were enqueued and not dequeued"
     );
 }
+
+#[test]
+fn stale_temp_files_of_interrupted_writes_are_swept_and_fresh_ones_kept() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let stale = store.spans_dir().join(".tmp-stale");
+    let fresh = store.actions_dir().join(".tmp-fresh");
+    let kept = store.spans_dir().join("not-a-temp.json");
+    for f in [&stale, &fresh, &kept] {
+        fs::write(f, "{").unwrap();
+    }
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    assert_eq!(store.sweep_temp_files(Duration::from_secs(60)).unwrap(), 1);
+    assert!(!stale.exists(), "an hour-old temp file is a leftover");
+    assert!(fresh.exists(), "a fresh one may be a write in progress");
+    assert!(kept.exists(), "nothing but temp files is touched");
+}
