@@ -18,6 +18,10 @@ use crate::support::gitrepo::git;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothing_twice() {
     let mut world = LocalWorld::new(true).await;
+    // Interrupted runs count as attempts, bounded by `maxAttempts` (3 by default): with 24 kills
+    // one action can be cut off three times and be given up, an explicit error end by design
+    // (seen once in CI). This suite proves crash recovery itself, so it lifts the bound.
+    world.configure(&serde_json::json!({"autopilot": {"pipeline": {"maxAttempts": 100}}}));
     world.record_container_events();
     let kinds = [Kind::Change, Kind::Noop, Kind::Ask];
     let mut traces = Vec::new();
@@ -265,6 +269,8 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_chaos_of_cron_runs_against_github_ingests_and_answers_each_event_once() {
     let mut s = Scenario::new().await;
+    // As above: interrupted runs must not exhaust the attempt bound in a recovery test.
+    s.extra_config = serde_json::json!({"autopilot": {"pipeline": {"maxAttempts": 100}}});
     let issues: Vec<u64> = (101..113).collect();
     for n in &issues {
         s.github.add_issue(
