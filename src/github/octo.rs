@@ -104,8 +104,10 @@ impl OctoGitHub {
             .map_err(|e| config_err(format!("not a url: {e}")))?
             .personal_token(token.to_owned())
             .add_retry_config(RetryConfig::None)
-            .set_connect_timeout(Some(timeout))
-            .set_read_timeout(Some(timeout))
+            // The whole request is bounded by `timeout` (in `send`); the client's own limits get
+            // headroom so that bound is what fires, and says so.
+            .set_connect_timeout(Some(timeout * 2))
+            .set_read_timeout(Some(timeout * 2))
             .add_header(
                 http::header::ACCEPT,
                 "application/vnd.github+json".to_owned(),
@@ -133,6 +135,9 @@ impl OctoGitHub {
     }
 
     /// Send one request; returns status meta and body whatever the status.
+    ///
+    /// A timeout inside the HTTP client is a `Timeout` like the outer bound, not a transport
+    /// failure: callers retry and back off the same way.
     async fn send(
         &self,
         what: &str,
@@ -153,6 +158,10 @@ impl OctoGitHub {
         };
         match tokio::time::timeout(self.timeout, request).await {
             Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(source)) if timed_out(&source) => Err(GitHubError::Timeout {
+                what: what.to_owned(),
+                secs: self.timeout.as_secs(),
+            }),
             Ok(Err(source)) => Err(GitHubError::Transport {
                 what: what.to_owned(),
                 source,
@@ -524,8 +533,41 @@ impl GitHub for OctoGitHub {
     }
 }
 
+/// Whether an HTTP client error was a timeout somewhere down its chain of causes.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("sending the request failed")]
+    struct Wrapper(#[source] std::io::Error);
+
+    #[test]
+    fn a_timeout_deep_in_the_chain_is_a_timeout() {
+        let deep = Wrapper(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "read timed out",
+        ));
+        assert!(timed_out(&deep));
+        let refused = Wrapper(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        assert!(!timed_out(&refused));
+    }
+
     use super::*;
 
     fn meta(status: u16) -> ResponseMeta {

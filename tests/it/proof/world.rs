@@ -238,8 +238,20 @@ impl LocalWorld {
     /// `start`) per `rover.action` label.
     pub fn container_events(&mut self, event: &str) -> BTreeMap<String, usize> {
         if let Some(mut child) = self.events.take() {
-            // Let the engine deliver what it has, then stop our own recorder.
-            std::thread::sleep(Duration::from_millis(500));
+            // Let the engine deliver what it has (slow on a loaded engine: wait until the log
+            // has been quiet for half a second, at most 5 s), then stop our own recorder.
+            let log = self.env.path().join("docker-events.log");
+            let size = || std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            let mut last = size();
+            loop {
+                std::thread::sleep(Duration::from_millis(500));
+                let now = size();
+                if now == last || std::time::Instant::now() > deadline {
+                    break;
+                }
+                last = now;
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
