@@ -241,7 +241,7 @@ impl LocalWorld {
             // Let the engine deliver what it has (slow on a loaded engine: wait until the log
             // has been quiet for half a second, at most 5 s), then stop our own recorder.
             let log = self.env.path().join("docker-events.log");
-            let size = || std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+            let size = || std::fs::metadata(&log).map_or(0, |m| m.len());
             let deadline = std::time::Instant::now() + Duration::from_secs(5);
             let mut last = size();
             loop {
