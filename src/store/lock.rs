@@ -55,15 +55,9 @@ impl DaemonLock {
             .open(path)
             .map_err(StoreError::io("open the daemon lock", path))?;
         if fs2::FileExt::try_lock_exclusive(&file).is_err() {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
+            let pid = read_pid(&mut file);
             return Err(StoreError::DaemonRunning {
-                pid: if pid.is_empty() {
-                    "unknown".into()
-                } else {
-                    pid.to_owned()
-                },
+                pid: pid.unwrap_or_else(|| "unknown".into()),
             });
         }
         file.set_len(0).map_err(StoreError::io("truncate", path))?;
@@ -84,10 +78,24 @@ impl DaemonLock {
             let _ = fs2::FileExt::unlock(&file);
             return None;
         }
-        let mut pid = String::new();
-        file.read_to_string(&mut pid).ok()?;
-        Some(pid.trim().to_owned()).filter(|p| !p.is_empty())
+        read_pid(&mut file)
     }
+}
+
+/// The pid in a held daemon lock. The holder writes it just after taking the lock, so an empty
+/// file is read again for a moment (a second `start` racing the first one sees its pid).
+fn read_pid(file: &mut File) -> Option<String> {
+    for _ in 0..50 {
+        let mut pid = String::new();
+        if file.seek(SeekFrom::Start(0)).is_ok() && file.read_to_string(&mut pid).is_ok() {
+            let pid = pid.trim();
+            if !pid.is_empty() {
+                return Some(pid.to_owned());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
 }
 
 impl Drop for DaemonLock {
