@@ -978,6 +978,32 @@ pub fn one_task_issue(
     s.answer(NOTIFY, json!({"message": format!("Opened a PR: {title}.")}));
 }
 
+/// A reviewer requests changes on rover PR `number` at `sha`: the script that plans one task
+/// (quoting CSV fields) on the existing branch, commits it and pushes once committed.
+pub fn changes_requested(s: &mut Scenario, number: u64, branch: &str, sha: &str, review_id: u64) {
+    let body = "Please also handle quoting in CSV fields.";
+    s.rules.clear();
+    s.github
+        .add_review(number, "bob", "CHANGES_REQUESTED", body);
+    s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "created", "pull_request": pr_payload(number, branch, sha),
+        "review": {"id": review_id, "body": body, "state": "changes_requested", "commit_id": sha, "html_url": "h"}}));
+    s.answer(
+        COORDINATE,
+        coordinate(
+            "plan",
+            json!({"directive": "Handle quoting in CSV fields, as the review asks"}),
+        ),
+    );
+    s.answer(PLAN, json!({"analysis": "Follow the review.", "clarification": null, "tasks": [task("quote", "Quote CSV fields", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Quote CSV fields",
+        json!({"csv.txt": "export --csv with quoting\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Quote CSV fields", "body": null}));
+    push_once_committed(s);
+}
+
 /// Runs the issue scenario to a rover PR, then returns its number and branch.
 pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
     one_task_issue(
@@ -1036,30 +1062,7 @@ async fn changes_requested_on_a_rover_pr_are_made_on_the_same_branch_and_pr() {
     let (number, branch) = rover_pr(&mut s).await;
     let before = git(&s.origin, &["rev-parse", &branch]);
     // The reviewer asks for changes; the next run plans an iteration on the existing task.
-    s.rules.clear();
-    s.github.add_review(
-        number,
-        "bob",
-        "CHANGES_REQUESTED",
-        "Please also handle quoting in CSV fields.",
-    );
-    s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "created", "pull_request": pr_payload(number, &branch, &before),
-        "review": {"id": 901, "body": "Please also handle quoting in CSV fields.", "state": "changes_requested", "commit_id": before, "html_url": "h"}}));
-    s.answer(
-        COORDINATE,
-        coordinate(
-            "plan",
-            json!({"directive": "Handle quoting in CSV fields, as the review asks"}),
-        ),
-    );
-    s.answer(PLAN, json!({"analysis": "Follow the review.", "clarification": null, "tasks": [task("quote", "Quote CSV fields", &[], "swe")]}));
-    s.rules.push(workflow_rule(
-        "Quote CSV fields",
-        json!({"csv.txt": "export --csv with quoting\n"}),
-        "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Quote CSV fields", "body": null}));
-    push_once_committed(&mut s);
+    changes_requested(&mut s, number, &branch, &before, 901);
     s.answer(
         NOTIFY,
         json!({"message": "I handled quoting in CSV fields."}),

@@ -8,8 +8,8 @@ use regex::Regex;
 use serde_json::{json, Value};
 
 use crate::scenarios::{
-    chain, coordinate, merge, pr_payload, push_once_committed, resolve, rover_pr, task,
-    workflow_rule, Scenario, COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE,
+    chain, changes_requested, coordinate, merge, pr_payload, push_once_committed, resolve,
+    rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE,
 };
 use crate::support::fake_github::TOKEN;
 use crate::support::gitrepo::git;
@@ -287,30 +287,7 @@ async fn rover_never_force_pushes_even_when_its_branch_moved_on_the_remote() {
     git(&other, &["push", "-q", "origin", &branch]);
     let bobs = git(&other, &["rev-parse", "HEAD"]);
 
-    s.rules.clear();
-    s.github.add_review(
-        number,
-        "bob",
-        "CHANGES_REQUESTED",
-        "Please also handle quoting.",
-    );
-    s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "created", "pull_request": pr_payload(number, &branch, &bobs),
-        "review": {"id": 903, "body": "Please also handle quoting.", "state": "changes_requested", "commit_id": bobs, "html_url": "h"}}));
-    s.answer(
-        COORDINATE,
-        coordinate(
-            "plan",
-            json!({"directive": "Handle quoting, as the review asks"}),
-        ),
-    );
-    s.answer(PLAN, json!({"analysis": "Follow the review.", "clarification": null, "tasks": [task("quote", "Quote CSV fields", &[], "swe")]}));
-    s.rules.push(workflow_rule(
-        "Quote CSV fields",
-        json!({"csv.txt": "export --csv with quoting\n"}),
-        "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Quote CSV fields", "body": null}));
-    push_once_committed(&mut s);
+    changes_requested(&mut s, number, &branch, &bobs, 903);
     s.answer(
         RESOLVE,
         resolve("fail", json!({"message": "could not push"})),
