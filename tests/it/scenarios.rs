@@ -954,8 +954,8 @@ async fn retries_exhausted_end_in_a_failure_notice() {
     );
 }
 
-/// An issue that is planned into one task writing `file`, committed, pushed as a PR and answered:
-/// the fake agent's whole script for that path.
+/// An issue that is planned into one task writing `file`, committed and pushed as a PR: the fake
+/// agent's script for that path, but for the answer (callers script the notify they test).
 pub fn one_task_issue(
     s: &mut Scenario,
     number: u64,
@@ -975,7 +975,6 @@ pub fn one_task_issue(
     ));
     s.answer(COMMIT, json!({"subject": title, "body": null}));
     push_once_committed(s);
-    s.answer(NOTIFY, json!({"message": format!("Opened a PR: {title}.")}));
 }
 
 /// A reviewer requests changes on rover PR `number` at `sha`: the script that plans one task
@@ -1014,6 +1013,7 @@ pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
         "Add the csv flag",
         "csv.txt",
     );
+    s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
     s.run_until_settled(12).await;
     let pulls = s.github.pulls();
     assert_eq!(pulls.len(), 1);
@@ -1201,6 +1201,7 @@ async fn every_step_prompt_carries_its_context_and_no_secret() {
         "Add the yaml flag",
         "yaml.txt",
     );
+    s.answer(NOTIFY, json!({"message": "Opened a PR for --yaml."}));
     s.run_until_settled(12).await;
     let all = prompts(&s);
     let find = |phrase: &str| {
@@ -1300,6 +1301,7 @@ async fn the_repositorys_hooks_never_see_the_github_token() {
         "Add the toml flag",
         "toml.txt",
     );
+    s.answer(NOTIFY, json!({"message": "Opened a PR for --toml."}));
     s.run_until_settled(12).await;
     let env = std::fs::read_to_string(&dump).expect("the hook ran during rover's commit");
     assert!(env.contains("GIT_"), "a real git environment: {env}");

@@ -8,8 +8,8 @@ use regex::Regex;
 use serde_json::{json, Value};
 
 use crate::scenarios::{
-    chain, changes_requested, coordinate, merge, pr_payload, push_once_committed, resolve,
-    rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE,
+    chain, changes_requested, coordinate, merge, one_task_issue, pr_payload, push_once_committed,
+    resolve, rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE,
 };
 use crate::support::fake_github::TOKEN;
 use crate::support::gitrepo::git;
@@ -152,21 +152,14 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
     );
     s.env_vars
         .push(("ANTHROPIC_API_KEY".into(), MODEL_KEY.into()));
-    s.github
-        .add_issue(50, "Add a --yaml flag", "Please add --yaml.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 50, "title": "Add a --yaml flag", "body": "Please add --yaml.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a --yaml flag"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("yaml", "Add the yaml flag", &[], "swe")]}));
-    s.rules.push(workflow_rule(
+    one_task_issue(
+        &mut s,
+        50,
+        "Add a --yaml flag",
+        "Please add --yaml.",
         "Add the yaml flag",
-        json!({"yaml.txt": "export --yaml\n"}),
-        "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Add --yaml", "body": null}));
-    push_once_committed(&mut s);
+        "yaml.txt",
+    );
     // A model that tries to publish the keys it has seen: rover redacts them.
     s.answer(
         NOTIFY,
