@@ -6,9 +6,10 @@ use super::types::{
     AgentRequest, AgentResponse, ErrorClass, ParseError, PermissionDenial, ToolPolicy, Usage,
 };
 
-/// The tools allowed for each policy (`--allowedTools=...`).
+/// The tools allowed for each policy (`--tools=...` and `--allowedTools=...`).
 pub fn allowed_tools(policy: ToolPolicy) -> &'static str {
     match policy {
+        ToolPolicy::None => "",
         ToolPolicy::ReadOnly => "Read,Glob,Grep",
         ToolPolicy::ReadBash => "Read,Glob,Grep,Bash",
         ToolPolicy::FullEdit => "Read,Glob,Grep,Bash,Edit,Write,NotebookEdit",
@@ -16,7 +17,14 @@ pub fn allowed_tools(policy: ToolPolicy) -> &'static str {
 }
 
 /// Arguments shared by the host and the sandbox invocation (everything but the prompt).
-fn common_args(req: &AgentRequest) -> Vec<String> {
+///
+/// On the host (`host`), the CLI loads no settings, hooks or MCP servers but the user's own
+/// (`--setting-sources=user`, `--strict-mcp-config`): the working directory is never a
+/// repository's, but nothing there is read as configuration either. The step's tools are the
+/// only ones the model is offered (`--tools`), and rover's role prompt replaces Claude Code's
+/// coding prompt. In the sandbox the coding agent keeps its own prompt and gets rover's
+/// appended.
+fn common_args(req: &AgentRequest, host: bool) -> Vec<String> {
     let mut args = vec![
         "-p".to_owned(),
         "--output-format".to_owned(),
@@ -31,15 +39,29 @@ fn common_args(req: &AgentRequest) -> Vec<String> {
         args.push("--max-turns".to_owned());
         args.push(turns.to_string());
     }
-    // `=` form: the option is variadic and would swallow a following positional prompt.
-    args.push(format!("--allowedTools={}", allowed_tools(req.tools)));
+    if host {
+        args.push("--setting-sources=user".to_owned());
+        args.push("--strict-mcp-config".to_owned());
+    }
+    // `=` form: these options are variadic and would swallow a following positional prompt.
+    if host || req.tools == ToolPolicy::None {
+        args.push(format!("--tools={}", allowed_tools(req.tools)));
+    }
+    if req.tools != ToolPolicy::None {
+        args.push(format!("--allowedTools={}", allowed_tools(req.tools)));
+    }
     if req.tools == ToolPolicy::FullEdit {
         args.push("--permission-mode".to_owned());
         args.push("acceptEdits".to_owned());
     }
     if !req.system_prompt.is_empty() {
         // `=` form so a prompt starting with a dash can never be read as an option.
-        args.push(format!("--append-system-prompt={}", req.system_prompt));
+        let flag = if host {
+            "--system-prompt"
+        } else {
+            "--append-system-prompt"
+        };
+        args.push(format!("{flag}={}", req.system_prompt));
     }
     if let Some(schema) = &req.schema {
         args.push("--json-schema".to_owned());
@@ -54,13 +76,13 @@ fn common_args(req: &AgentRequest) -> Vec<String> {
 
 /// The argv (without the program) to run on the host; the prompt goes on stdin.
 pub fn host_args(req: &AgentRequest) -> Vec<String> {
-    common_args(req)
+    common_args(req, true)
 }
 
 /// The argv (without the program) to run inside a container, where there is no stdin:
 /// the prompt is the last positional argument after `--`.
 pub fn sandbox_args(req: &AgentRequest, prompt: String) -> Vec<String> {
-    let mut args = common_args(req);
+    let mut args = common_args(req, false);
     args.push("--".to_owned());
     args.push(prompt);
     args

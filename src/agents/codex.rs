@@ -9,7 +9,7 @@ use super::types::{AgentRequest, AgentResponse, ErrorClass, ParseError, ToolPoli
 /// The `-s/--sandbox` value for a tool policy on the host.
 pub fn sandbox_mode(policy: ToolPolicy) -> &'static str {
     match policy {
-        ToolPolicy::ReadOnly => "read-only",
+        ToolPolicy::None | ToolPolicy::ReadOnly => "read-only",
         ToolPolicy::ReadBash | ToolPolicy::FullEdit => "workspace-write",
     }
 }
@@ -48,6 +48,13 @@ pub fn host_args(req: &AgentRequest, schema_file: Option<&Path>, in_git_repo: bo
     if !in_git_repo {
         args.push("--skip-git-repo-check".to_owned());
     }
+    if req.tools == ToolPolicy::None {
+        // No tool that runs or reads anything on the host: the answer comes from the prompt.
+        for feature in ["shell_tool", "unified_exec", "view_image_tool"] {
+            args.push("-c".to_owned());
+            args.push(format!("features.{feature}=false"));
+        }
+    }
     if req.tools == ToolPolicy::ReadBash {
         // The git steps push and install tools: codex's workspace sandbox blocks the network
         // unless told otherwise.
@@ -73,7 +80,7 @@ pub fn host_args(req: &AgentRequest, schema_file: Option<&Path>, in_git_repo: bo
 /// the container: the schema is stated in the prompt and the answer validated by rover.
 pub fn sandbox_args(req: &AgentRequest, prompt: String) -> Vec<String> {
     let mut args = vec!["exec".to_owned(), "--json".to_owned()];
-    if req.tools == ToolPolicy::ReadOnly {
+    if matches!(req.tools, ToolPolicy::None | ToolPolicy::ReadOnly) {
         args.push("-s".to_owned());
         args.push("read-only".to_owned());
     } else {

@@ -23,8 +23,8 @@ pub use agent::{agent_from_settings, Agent, ClaudeAgent, CodexAgent};
 pub use env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV};
 pub use error::AgentError;
 pub use prompts::{
-    placeholders, render_prompt, step_request, step_schema, template, untrusted_block, PromptVars,
-    RenderedPrompt, ROVER_TRAILER,
+    placeholders, render_prompt, step_request, step_schema, template, untrusted_block,
+    CustomInstructions, PromptVars, RenderedPrompt, MAX_CUSTOM_BYTES, ROVER_TRAILER,
 };
 pub use results::{
     contains_ai_attribution, CommitMessageResult, CoordinateDecision, CoordinateResult,

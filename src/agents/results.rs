@@ -288,16 +288,15 @@ pub enum RetryStep {
     Push,
 }
 
-/// A command the resolver ran to fix the environment.
+/// A command the resolver asks rover to run before a retry: in a sandbox container over the
+/// failed task's worktree (the sandbox image, its limits), never on the host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorrectiveCommand {
-    /// The command line as run.
+    /// One shell command line, run with `/bin/sh -c` in the worktree.
     pub command: String,
-    /// Its exit code, if known.
-    pub exit_code: Option<i32>,
-    /// What it changed.
-    pub outcome: String,
+    /// What it fixes.
+    pub purpose: String,
 }
 
 /// The resolver's answer.
@@ -314,7 +313,7 @@ pub struct ResolveResult {
     pub retry_step: Option<RetryStep>,
     /// For `notify` and `fail`: what to tell the source channel.
     pub message: Option<String>,
-    /// Commands run to fix things, in order.
+    /// For `retry`: commands rover runs in the sandbox before the retry, in order.
     pub corrective_commands: Vec<CorrectiveCommand>,
 }
 

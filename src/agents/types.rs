@@ -53,7 +53,9 @@ impl std::fmt::Display for AgentKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ToolPolicy {
-    /// Read, search and list files only (coordinate, plan, notify, summarize).
+    /// No tools at all: everything the step needs is in its prompt. Every host-side step.
+    None,
+    /// Read, search and list files only.
     #[default]
     ReadOnly,
     /// Read plus shell commands (commit, resolve, push).
@@ -258,15 +260,13 @@ impl AgentStep {
         }
     }
 
-    /// The tools the step's agent gets: read-only for deciding and writing text, shell for
-    /// the git steps, full edits for the sandboxed workflow agent.
+    /// The tools the step's agent gets: none for every step on the host (what they need is
+    /// in their prompt, and no model chooses a command that runs on the host), full edits for
+    /// the workflow agent in its sandbox.
     pub fn tools(self) -> ToolPolicy {
         match self {
-            AgentStep::Coordinate | AgentStep::Plan | AgentStep::Notify | AgentStep::Summarize => {
-                ToolPolicy::ReadOnly
-            }
-            AgentStep::Commit | AgentStep::Resolve | AgentStep::Push => ToolPolicy::ReadBash,
             AgentStep::Workflow => ToolPolicy::FullEdit,
+            _ => ToolPolicy::None,
         }
     }
 }

@@ -27,6 +27,8 @@ pub fn newest_change(dir: &Path, limit: usize) -> Option<SystemTime> {
             if entry.file_name() == ".git" {
                 continue;
             }
+            // `DirEntry::metadata` does not follow links: a link the agent made to a host dir
+            // is never walked.
             let Ok(meta) = entry.metadata() else {
                 continue;
             };

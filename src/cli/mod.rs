@@ -106,6 +106,8 @@ pub enum CliError {
 
 /// Parse the arguments, run the command, and turn the result into an exit code.
 pub fn main() -> ExitCode {
+    // Before any thread: the token leaves the environment, the process turns non-dumpable.
+    crate::github::octo::seal_token();
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {

@@ -118,6 +118,15 @@ fn remove_worktree(repo_path: &Path, path: &Path) -> Result<Removal, GitError> {
     let repo = Repository::open(repo_path).map_err(GitError::git2("open", repo_path))?;
     let wanted = canonical_or_self(path);
     let mut removed = false;
+    // The directory first, with std's removal (links the agent made are removed, never
+    // followed); then the registration, whose directory is gone.
+    if std::fs::symlink_metadata(path).is_ok() {
+        std::fs::remove_dir_all(path).map_err(|source| GitError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        removed = true;
+    }
     let names = repo
         .worktrees()
         .map_err(GitError::git2("list worktrees", repo_path))?;
@@ -129,16 +138,9 @@ fn remove_worktree(repo_path: &Path, path: &Path) -> Result<Removal, GitError> {
             continue;
         }
         let mut opts = WorktreePruneOptions::new();
-        opts.valid(true).working_tree(true).locked(true);
+        opts.valid(true).working_tree(false).locked(true);
         wt.prune(Some(&mut opts))
             .map_err(GitError::git2("prune worktree", repo_path))?;
-        removed = true;
-    }
-    if path.exists() {
-        std::fs::remove_dir_all(path).map_err(|source| GitError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
         removed = true;
     }
     Ok(if removed {

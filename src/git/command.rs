@@ -7,6 +7,7 @@ use std::process::Stdio;
 
 use serde::Serialize;
 
+use super::boundary::{hardening, WorktreeGit, NO_HOOKS};
 use super::error::GitError;
 
 /// How much of stdout and of stderr a [`CommandFailure`] keeps (each); the middle is cut.
@@ -93,26 +94,89 @@ pub fn bounded_text(bytes: &[u8], limit: usize) -> (String, bool) {
     (text, true)
 }
 
-/// Runs `git <args>` in `dir` with `envs` added to the inherited environment.
+/// Which repository a `git` command works on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// A task worktree, through the git dir rover registered for it; hooks are looked up in
+    /// `hooks` only ([`super::boundary::NO_HOOKS`] for none).
+    Worktree {
+        wg: &'a WorktreeGit,
+        hooks: &'a Path,
+    },
+    /// A directory git discovers the repository from (the user's own checkout); no hooks.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "the checkout's own commands use it")
+    )]
+    Dir(&'a Path),
+}
+
+impl Target<'_> {
+    fn dir(&self) -> &Path {
+        match self {
+            Self::Worktree { wg, .. } => &wg.work_tree,
+            Self::Dir(dir) => dir,
+        }
+    }
+
+    /// Everything before the subcommand: where the repository is, then the hardening.
+    fn prefix(&self) -> Vec<String> {
+        match self {
+            Self::Worktree { wg, hooks } => {
+                let mut args = vec![
+                    format!("--git-dir={}", wg.git_dir.display()),
+                    format!("--work-tree={}", wg.work_tree.display()),
+                ];
+                args.extend(hardening(hooks));
+                args
+            }
+            Self::Dir(dir) => {
+                let mut args = vec!["-C".to_owned(), dir.display().to_string()];
+                args.extend(hardening(Path::new(NO_HOOKS)));
+                args
+            }
+        }
+    }
+}
+
+/// Variables that would point git at another repository than the one named on its command line.
+const REPOSITORY_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CEILING_DIRECTORIES",
+];
+
+/// Runs `git <args>` on `target` with `envs` added to the inherited environment.
 pub(crate) async fn run_git(
-    dir: &Path,
+    target: Target<'_>,
     args: &[&str],
     envs: &[(OsString, OsString)],
 ) -> Result<CommandOutput, GitError> {
+    let dir = target.dir();
+    let mut argv = target.prefix();
+    argv.extend(args.iter().map(ToString::to_string));
     let mut cmd = tokio::process::Command::new("git");
-    cmd.arg("-C").arg(dir).args(args);
+    cmd.current_dir(dir).args(&argv);
     // Hooks run as git's children: they never see rover's GitHub token. A push gets its
     // credential through `envs` (the credential helper's variable), and only that push.
     for name in crate::agents::ALWAYS_DENIED_ENV
         .iter()
         .chain([&super::push::GIT_TOKEN_ENV])
+        .chain(REPOSITORY_ENV)
     {
         cmd.env_remove(name);
     }
     cmd.envs(envs.iter().map(|(k, v)| (k, v)))
-        // Never wait for a human: no editor, no terminal prompt for credentials.
+        // Never wait for a human: no editor, no pager, no terminal prompt for credentials.
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_EDITOR", "true")
+        .env("GIT_SEQUENCE_EDITOR", "true")
+        .env("GIT_PAGER", "cat")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -133,12 +197,8 @@ pub(crate) async fn run_git(
     // A remote or hook may echo the credential it was given: the failure (kept in spans and
     // prompts) never holds it.
     let (stdout, stderr) = (scrub_token(stdout, envs), scrub_token(stderr, envs));
-    let mut command = vec![
-        "git".to_string(),
-        "-C".to_string(),
-        dir.display().to_string(),
-    ];
-    command.extend(args.iter().map(ToString::to_string));
+    let mut command = vec!["git".to_string()];
+    command.extend(argv);
     Err(CommandFailure {
         command,
         exit_code: output.status.code(),
@@ -191,7 +251,7 @@ mod tests {
     #[tokio::test]
     async fn failing_command_keeps_argv_code_and_stderr() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = run_git(dir.path(), &["rev-parse", "HEAD"], &[])
+        let err = run_git(Target::Dir(dir.path()), &["rev-parse", "HEAD"], &[])
             .await
             .expect_err("not a repository");
         let failure = err.command_failure().expect("a command failure");
@@ -202,7 +262,15 @@ mod tests {
             failure.stderr
         );
         assert_eq!(failure.command[0], "git");
-        assert_eq!(failure.command[3..], ["rev-parse", "HEAD"]);
+        assert_eq!(
+            failure.command[1..3],
+            ["-C".to_owned(), dir.path().display().to_string()]
+        );
+        assert!(failure.command.contains(&"core.fsmonitor=false".to_owned()));
+        assert_eq!(
+            failure.command[failure.command.len() - 2..],
+            ["rev-parse", "HEAD"]
+        );
         assert!(!err.is_retryable());
     }
 }

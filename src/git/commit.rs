@@ -1,10 +1,14 @@
 //! Committing what an agent wrote, with the `git` CLI so hooks and signing run; commit messages.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::command::run_git;
+use git2::IndexAddOption;
+
+use super::boundary::{open, WorktreeGit};
+use super::command::{run_git, Target};
 use super::error::GitError;
-use super::workspace::Workspace;
+use super::hooks::HookPlan;
+use super::workspace::{blocking, Workspace};
 
 /// The trailer added to commits when the project turns `attribution` on.
 pub const ROVER_TRAILER: &str = "Co-Authored-By: Rover <noreply@endor.dev>";
@@ -78,28 +82,148 @@ fn is_ai_attribution(line: &str) -> bool {
     lower.starts_with("generated with") || lower.starts_with("🤖 generated with")
 }
 
+/// What [`Workspace::stage_all`] staged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Staged {
+    /// Whether the index now differs from `HEAD`.
+    pub changed: bool,
+    /// Paths left out: nested repositories (a directory with its own `.git`), which `git add`
+    /// would record as submodules whose git metadata the sandbox wrote.
+    pub skipped: Vec<String>,
+}
+
 impl Workspace {
-    /// Stages everything in `worktree` (`git add -A`) and commits it with `git commit`, so the
-    /// user's pre-commit/commit-msg hooks and `commit.gpgsign` apply (never `--no-verify`).
+    /// Stages everything in `worktree` like `git add -A`, with libgit2: no filter driver,
+    /// fsmonitor or hook runs, links are recorded as links, and nested repositories are left
+    /// out. Checks the worktree's `.git` first ([`GitError::Tampered`]).
+    pub async fn stage_all(&self, worktree: &Path) -> Result<Staged, GitError> {
+        let wg = self.verify_worktree(worktree).await?;
+        blocking(move || stage(&wg)).await?
+    }
+
+    /// Commits what is staged in `worktree` with `git commit` (the user's signing applies, and
+    /// the hooks in `hooks_dir`, never `--no-verify`): [`super::NO_HOOKS`] when the hooks ran
+    /// in a sandbox already. The message is used as given: pass it through [`commit_message`].
     ///
     /// A failing hook or signing error comes back as [`GitError::Command`] with argv, exit code,
-    /// stdout and stderr. The message is used as given: pass it through [`commit_message`] first.
+    /// stdout and stderr.
+    pub async fn commit_staged(
+        &self,
+        worktree: &Path,
+        message: &str,
+        hooks_dir: &Path,
+    ) -> Result<CommitOutcome, GitError> {
+        let wg = self.verify_worktree(worktree).await?;
+        let target = Target::Worktree {
+            wg: &wg,
+            hooks: hooks_dir,
+        };
+        let status = run_git(
+            target,
+            &[
+                "diff",
+                "--cached",
+                "--quiet",
+                "--no-ext-diff",
+                "--no-textconv",
+            ],
+            self.envs(),
+        )
+        .await;
+        match status {
+            Ok(_) => return Ok(CommitOutcome::NoChanges),
+            Err(GitError::Command(failure)) if failure.exit_code == Some(1) => {}
+            Err(other) => return Err(other),
+        }
+        run_git(target, &["commit", "--quiet", "-m", message], self.envs()).await?;
+        let head = run_git(target, &["rev-parse", "HEAD"], self.envs()).await?;
+        Ok(CommitOutcome::Committed {
+            sha: head.stdout.trim().to_string(),
+        })
+    }
+
+    /// Stages everything and commits it with hooks that may run on the host; a worktree whose
+    /// hooks must run in a sandbox is [`GitError::HooksNeedSandbox`] (the commit step runs them).
     pub async fn commit_all(
         &self,
         worktree: &Path,
         message: &str,
     ) -> Result<CommitOutcome, GitError> {
-        run_git(worktree, &["add", "-A"], self.envs()).await?;
-        let status = run_git(worktree, &["status", "--porcelain"], self.envs()).await?;
-        if status.stdout.trim().is_empty() {
+        let staged = self.stage_all(worktree).await?;
+        if !staged.changed {
             return Ok(CommitOutcome::NoChanges);
         }
-        run_git(worktree, &["commit", "--quiet", "-m", message], self.envs()).await?;
-        let head = run_git(worktree, &["rev-parse", "HEAD"], self.envs()).await?;
-        Ok(CommitOutcome::Committed {
-            sha: head.stdout.trim().to_string(),
-        })
+        match self.hook_plan(worktree, self.hook_mode()).await? {
+            HookPlan::Host { dir } => self.commit_staged(worktree, message, &dir).await,
+            HookPlan::Sandbox { reason, .. } => Err(GitError::HooksNeedSandbox { reason }),
+        }
     }
+}
+
+/// Whether `relative` (a path in the worktree) is, or is inside, a nested repository.
+fn in_nested_repo(work_tree: &Path, relative: &Path) -> bool {
+    let mut dir = work_tree.to_path_buf();
+    for part in relative.components() {
+        dir.push(part);
+        if std::fs::symlink_metadata(dir.join(".git")).is_ok() {
+            return true;
+        }
+    }
+    false
+}
+
+fn stage(wg: &WorktreeGit) -> Result<Staged, GitError> {
+    let repo = open(wg)?;
+    let path = &wg.work_tree;
+    let mut index = repo
+        .index()
+        .map_err(GitError::git2("read the index", path))?;
+    let mut skipped = Vec::new();
+    let mut skip = |entry: &Path, _: &[u8]| -> i32 {
+        if in_nested_repo(path, entry) {
+            skipped.push(entry.display().to_string());
+            1
+        } else {
+            0
+        }
+    };
+    index
+        .add_all(["*"], IndexAddOption::DEFAULT, Some(&mut skip))
+        .map_err(GitError::git2("stage changes", path))?;
+    index
+        .update_all(["*"], None)
+        .map_err(GitError::git2("stage deletions", path))?;
+    // A gitlink the base did not have is a repository the sandbox made: never recorded.
+    let head_tree = repo.head().and_then(|h| h.peel_to_tree()).ok();
+    let new_links: Vec<PathBuf> = index
+        .iter()
+        .filter(|e| e.mode == 0o160_000)
+        .map(|e| PathBuf::from(String::from_utf8_lossy(&e.path).into_owned()))
+        .filter(|p| {
+            head_tree
+                .as_ref()
+                .and_then(|t| t.get_path(p).ok())
+                .is_none_or(|entry| entry.filemode() != 0o160_000)
+        })
+        .collect();
+    for link in new_links {
+        index
+            .remove_path(&link)
+            .map_err(GitError::git2("unstage a nested repository", path))?;
+        skipped.push(link.display().to_string());
+    }
+    index
+        .write()
+        .map_err(GitError::git2("write the index", path))?;
+    let tree = index
+        .write_tree()
+        .map_err(GitError::git2("write the tree", path))?;
+    skipped.sort();
+    skipped.dedup();
+    Ok(Staged {
+        changed: head_tree.is_none_or(|t| t.id() != tree),
+        skipped,
+    })
 }
 
 #[cfg(test)]

@@ -2,9 +2,10 @@
 
 use std::path::Path;
 
-use git2::{DiffOptions, Oid, Repository};
+use git2::{DiffOptions, Oid};
 use serde::Serialize;
 
+use super::boundary::{open, WorktreeGit};
 use super::error::GitError;
 use super::workspace::{blocking, Workspace};
 
@@ -37,31 +38,31 @@ impl Workspace {
         worktree: &Path,
         since: &str,
     ) -> Result<DiffSummary, GitError> {
-        let worktree = worktree.to_path_buf();
+        let wg = self.worktree_git(worktree).await?;
         let since = since.to_string();
-        blocking(move || summarize(&worktree, &since)).await?
+        blocking(move || summarize(&wg, &since)).await?
     }
 
     /// What is not committed yet in `worktree` (staged, unstaged and untracked, against `HEAD`).
     pub async fn uncommitted_summary(&self, worktree: &Path) -> Result<DiffSummary, GitError> {
-        let worktree = worktree.to_path_buf();
+        let wg = self.worktree_git(worktree).await?;
         blocking(move || {
-            let repo =
-                Repository::open(&worktree).map_err(GitError::git2("open worktree", &worktree))?;
+            let repo = open(&wg)?;
             let head = repo
                 .head()
                 .and_then(|h| h.peel_to_commit())
-                .map_err(GitError::git2("read HEAD", &worktree))?
+                .map_err(GitError::git2("read HEAD", &wg.work_tree))?
                 .id()
                 .to_string();
-            summarize(&worktree, &head)
+            summarize(&wg, &head)
         })
         .await?
     }
 }
 
-fn summarize(worktree: &Path, since: &str) -> Result<DiffSummary, GitError> {
-    let repo = Repository::open(worktree).map_err(GitError::git2("open worktree", worktree))?;
+fn summarize(wg: &WorktreeGit, since: &str) -> Result<DiffSummary, GitError> {
+    let worktree = wg.work_tree.as_path();
+    let repo = open(wg)?;
     let oid = Oid::from_str(since).map_err(GitError::git2("parse commit id", worktree))?;
     let tree = repo
         .find_commit(oid)

@@ -57,6 +57,17 @@ pub enum GitError {
         #[source]
         failure: Box<CommandFailure>,
     },
+    /// The directory is not a worktree registered in the repository.
+    #[error("{} is not a worktree of the repository {}; was it removed or moved by hand?", path.display(), repo.display())]
+    NotAWorktree { path: PathBuf, repo: PathBuf },
+    /// A sandbox replaced or rewrote the worktree's `.git`: its work is not trusted any more.
+    #[error("tampered: the sandbox changed the worktree's git metadata in {}: {what}; nothing of it is committed", worktree.display())]
+    Tampered { worktree: PathBuf, what: String },
+    /// The worktree's hooks must run in a sandbox container, which this caller cannot start.
+    #[error(
+        "the worktree's hooks must run in a sandbox ({reason}); commit through the commit step"
+    )]
+    HooksNeedSandbox { reason: String },
     /// A blocking task was cancelled or panicked.
     #[error("a blocking git task did not finish")]
     Join(#[source] tokio::task::JoinError),

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::command::run_git;
+use super::command::{run_git, Target};
 use super::error::GitError;
 use super::workspace::Workspace;
 
@@ -17,14 +17,21 @@ pub struct MergeReport {
 
 impl Workspace {
     /// Merges each of `sources` (local branches) into the branch checked out in `target_worktree`,
-    /// in order, with `git merge --no-ff` (hooks run). On a conflict the merge is aborted, the
-    /// worktree is left at the last successful merge, and the conflicting files are listed in
-    /// [`GitError::MergeConflict`].
+    /// in order, with `git merge --no-ff`. Hooks run when they may run on the host (see
+    /// [`super::HookPlan`]); merge hooks that must be sandboxed are not run. On a conflict the
+    /// merge is aborted, the worktree is left at the last successful merge, and the conflicting
+    /// files are listed in [`GitError::MergeConflict`].
     pub async fn merge_branches(
         &self,
         target_worktree: &Path,
         sources: &[String],
     ) -> Result<MergeReport, GitError> {
+        let wg = self.verify_worktree(target_worktree).await?;
+        let plan = self.hook_plan(target_worktree, self.hook_mode()).await?;
+        let target_worktree = Target::Worktree {
+            wg: &wg,
+            hooks: plan.host_dir(),
+        };
         let mut merged = Vec::new();
         for source in sources {
             let message = format!("Merge branch '{source}'");

@@ -5,6 +5,7 @@
 //! apply exactly as they do for the user (`commit`, `push`, `pull --rebase`, `merge`). Arguments are
 //! always passed as argv, never through a shell.
 
+mod boundary;
 mod branch;
 mod cleanup;
 mod command;
@@ -12,17 +13,21 @@ mod commit;
 mod container;
 mod diff;
 mod error;
+mod hooks;
 mod merge;
 mod push;
+mod read;
 mod workspace;
 
+pub use boundary::{WorktreeGit, NO_HOOKS};
 pub use branch::{branch_name, slugify, BRANCH_PREFIX};
 pub use cleanup::{CleanupReport, Removal, WorktreeInfo};
 pub use command::{bounded_text as bounded_output, CommandFailure, OUTPUT_LIMIT_BYTES};
-pub use commit::{commit_message, CommitOutcome, ROVER_TRAILER};
-pub use container::SandboxGitDirs;
+pub use commit::{commit_message, CommitOutcome, Staged, ROVER_TRAILER};
+pub use container::{SandboxGit, SANDBOX_GIT_DIR, SANDBOX_OBJECTS_DIR};
 pub use diff::DiffSummary;
 pub use error::GitError;
+pub use hooks::{HookLocation, HookMode, HookPlan, PrePushInput, HOOK_NAMES};
 pub use merge::MergeReport;
 pub use push::{PushReport, GIT_TOKEN_ENV};
 pub use workspace::{BranchBase, PreparedWorktree, Workspace};

@@ -3,8 +3,10 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use super::command::run_git;
+use super::boundary::NO_HOOKS;
+use super::command::{run_git, Target};
 use super::error::GitError;
+use super::hooks::HookPlan;
 use super::workspace::Workspace;
 
 /// The variable that carries the GitHub token to the credential helper of one `git push` child.
@@ -33,12 +35,27 @@ impl Workspace {
     /// A non-fast-forward rejection leads to `git pull --rebase` and one more push; a second
     /// rejection or a rebase conflict is an error (the rebase is aborted). Never forced.
     /// `token`, when given, reaches git only through a credential helper reading an env var.
+    ///
+    /// Hooks never run while git holds the credential: the `pre-push` hook of a host plan runs
+    /// first, on its own (a sandbox plan's caller runs it in a container before calling this),
+    /// and the push itself looks for hooks nowhere.
     pub async fn push_branch(
         &self,
         worktree: &Path,
         branch: &str,
         token: Option<&str>,
+        hooks: &HookPlan,
     ) -> Result<PushReport, GitError> {
+        let wg = self.verify_worktree(worktree).await?;
+        if let HookPlan::Host { dir } = hooks {
+            let input = self.pre_push_input(worktree, branch).await?;
+            self.run_host_hook(worktree, dir, "pre-push", &input.args, &input.stdin)
+                .await?;
+        }
+        let target = Target::Worktree {
+            wg: &wg,
+            hooks: Path::new(NO_HOOKS),
+        };
         let mut envs = self.envs().to_vec();
         if let Some(token) = token {
             envs.extend(credential_envs(token));
@@ -51,7 +68,7 @@ impl Workspace {
             self.remote(),
             refspec.as_str(),
         ];
-        let first = run_git(worktree, &push_args, &envs).await;
+        let first = run_git(target, &push_args, &envs).await;
         match first {
             Ok(_) => {
                 return Ok(PushReport {
@@ -72,14 +89,14 @@ impl Workspace {
             "push rejected as non-fast-forward; rebasing onto the remote and retrying once"
         );
         let pull = run_git(
-            worktree,
+            target,
             &["pull", "--rebase", "--no-autostash", self.remote(), branch],
             &envs,
         )
         .await;
         if let Err(err) = pull {
             // Leave the worktree as it was; the caller reports the conflict.
-            let _ = run_git(worktree, &["rebase", "--abort"], self.envs()).await;
+            let _ = run_git(target, &["rebase", "--abort"], self.envs()).await;
             return Err(match err {
                 GitError::Command(failure) => GitError::RebaseConflict {
                     branch: branch.to_string(),
@@ -88,7 +105,7 @@ impl Workspace {
                 other => other,
             });
         }
-        run_git(worktree, &push_args, &envs).await?;
+        run_git(target, &push_args, &envs).await?;
         Ok(PushReport {
             branch: branch.to_string(),
             remote: self.remote().to_string(),

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use git2::{BranchType, Repository, WorktreeAddOptions};
 
 use super::error::GitError;
+use super::hooks::HookMode;
 
 /// Where a task branch starts when it does not exist yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +42,7 @@ pub struct Workspace {
     repo: PathBuf,
     remote: String,
     envs: Vec<(OsString, OsString)>,
+    hook_mode: HookMode,
 }
 
 impl Workspace {
@@ -58,6 +60,7 @@ impl Workspace {
             repo,
             remote: "origin".to_string(),
             envs: Vec::new(),
+            hook_mode: HookMode::Auto,
         })
     }
 
@@ -74,6 +77,18 @@ impl Workspace {
     pub fn with_env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.envs.push((key.into(), value.into()));
         self
+    }
+
+    /// Which hooks may run on the host (default [`HookMode::Auto`]).
+    #[must_use]
+    pub fn with_hook_mode(mut self, mode: HookMode) -> Self {
+        self.hook_mode = mode;
+        self
+    }
+
+    /// Which hooks may run on the host.
+    pub fn hook_mode(&self) -> HookMode {
+        self.hook_mode
     }
 
     /// The repository path this workspace was opened on.
@@ -156,7 +171,11 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(GitError::Join)
 }
 
-fn default_branch_of(repo: &Repository, remote: &str, path: &Path) -> Result<String, GitError> {
+pub(crate) fn default_branch_of(
+    repo: &Repository,
+    remote: &str,
+    path: &Path,
+) -> Result<String, GitError> {
     let head_ref = format!("refs/remotes/{remote}/HEAD");
     if let Ok(reference) = repo.find_reference(&head_ref) {
         if let Ok(Some(target)) = reference.symbolic_target() {
@@ -185,7 +204,7 @@ fn default_branch_of(repo: &Repository, remote: &str, path: &Path) -> Result<Str
 
 /// The commit a branch name points at: the local branch, else `<remote>/<name>`; for the
 /// default branch the remote's copy is preferred (the user's local one may be stale).
-fn resolve_branch<'r>(
+pub(crate) fn resolve_branch<'r>(
     repo: &'r Repository,
     remote: &str,
     name: &str,

@@ -33,14 +33,41 @@ use super::wire::{
 /// Most pages fetched for one list call (100 items each).
 const MAX_PAGES: u32 = 5;
 
-/// The token from `GITHUB_TOKEN`, else `GH_TOKEN`; empty values do not count.
-pub fn token_from_env() -> Result<String, GitHubError> {
+/// The token taken out of the environment by [`seal_token`], if it ran.
+static SEALED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+fn env_token() -> Option<String> {
     [TOKEN_ENV, TOKEN_ENV_FALLBACK]
         .iter()
         .filter_map(|name| std::env::var(name).ok())
         .map(|v| v.trim().to_owned())
         .find(|v| !v.is_empty())
-        .ok_or(GitHubError::MissingToken)
+}
+
+/// Takes the GitHub token out of the process: keeps its value in memory, removes `GITHUB_TOKEN`
+/// and `GH_TOKEN` from the environment (no child inherits them), and marks the process
+/// non-dumpable, so processes of the same user (hooks, agents) cannot read it from
+/// `/proc/<pid>/environ` or memory, nor attach a debugger. Call it first thing in `main`,
+/// before any thread exists.
+pub fn seal_token() {
+    let token = env_token();
+    for name in [TOKEN_ENV, TOKEN_ENV_FALLBACK] {
+        std::env::remove_var(name);
+    }
+    let _ = SEALED.set(token);
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "cannot mark the process non-dumpable");
+    }
+}
+
+/// The token from `GITHUB_TOKEN`, else `GH_TOKEN` (as [`seal_token`] kept it, when it ran);
+/// empty values do not count.
+pub fn token_from_env() -> Result<String, GitHubError> {
+    match SEALED.get() {
+        Some(sealed) => sealed.clone(),
+        None => env_token(),
+    }
+    .ok_or(GitHubError::MissingToken)
 }
 
 /// The API base URL from `ROVER_GITHUB_API_URL`, else `https://api.github.com`.

@@ -114,6 +114,24 @@ impl DockerSandbox {
             ..Default::default()
         };
         let mut mounts = vec![bind(&spec.worktree, WORKSPACE_MOUNT, false)];
+        // The worktree's `.git` names rover's git dir: no container may edit, remove or replace
+        // it. Unless the spec mounts a git file of its own there, the file itself is bound
+        // read-only over itself. It must be a plain file: Docker would follow a link on the host.
+        let gitfile_target = format!("{WORKSPACE_MOUNT}/.git");
+        if !spec.extra_mounts.iter().any(|m| m.target == gitfile_target) {
+            let gitfile = spec.worktree.join(".git");
+            match std::fs::symlink_metadata(&gitfile) {
+                Ok(meta) if meta.is_file() => mounts.push(bind(&gitfile, &gitfile_target, true)),
+                Ok(_) => {
+                    return Err(SandboxError::Tampered {
+                        path: gitfile,
+                        what: "it is no longer a plain file".to_owned(),
+                    })
+                }
+                // Not a git worktree (a scratch dir in tests): nothing to protect.
+                Err(_) => {}
+            }
+        }
         if let Some(input) = &spec.input_dir {
             std::fs::metadata(input).map_err(|source| SandboxError::Mount {
                 path: input.clone(),

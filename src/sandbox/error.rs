@@ -32,6 +32,9 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
+    /// The worktree's `.git` is not rover's any more; no container is started over it.
+    #[error("tampered: {} in the worktree is not rover's git file ({what}); nothing of this worktree is trusted", path.display())]
+    Tampered { path: PathBuf, what: String },
     /// Writing a log file or reading a file for an image failed.
     #[error("cannot write or read {}", path.display())]
     File {

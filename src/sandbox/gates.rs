@@ -104,20 +104,14 @@ pub async fn run_gates(
         if sandbox.remove(&name).await? {
             tracing::info!(container = %name, "removed a gate container left by an earlier run");
         }
-        let id = sandbox.run(&spec).await?;
         let log_path = log_dir.join(format!("gate-{index}.log"));
-        let result = async {
-            let (logs, finished) = tokio::join!(
-                sandbox.logs_to_file(&id, &log_path),
-                wait_or_kill(sandbox, &id, Duration::from_secs(gate.timeout_secs)),
-            );
-            logs?;
-            finished
-        }
-        .await;
-        let removed = sandbox.remove(&id).await;
-        let finished = result?;
-        removed?;
+        let (finished, output) = run_to_end(
+            sandbox,
+            &spec,
+            &log_path,
+            Duration::from_secs(gate.timeout_secs),
+        )
+        .await?;
         let outcome = match finished.status {
             _ if finished.timed_out => GateOutcome::TimedOut,
             ContainerStatus::Exited { code: 0, .. } => GateOutcome::Passed,
@@ -126,7 +120,6 @@ pub async fn run_gates(
                 GateOutcome::Failed { exit_code: -1 }
             }
         };
-        let output = read_output(&log_path).await;
         if !matches!(outcome, GateOutcome::Passed) {
             tracing::warn!(gate = ?gate.command, required = gate.required, ?outcome, "verification gate did not pass");
         }
@@ -138,6 +131,38 @@ pub async fn run_gates(
         });
     }
     Ok(GatesReport::Ran { results })
+}
+
+/// Runs one container for `spec` to its end (killed past `limit`), its output (stdout then
+/// stderr, bounded) from `log_path`, and removes it.
+pub async fn run_to_end(
+    sandbox: &dyn Sandbox,
+    spec: &SandboxSpec,
+    log_path: &Path,
+    limit: Duration,
+) -> Result<(super::Finished, String), SandboxError> {
+    if let Some(dir) = log_path.parent() {
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|source| SandboxError::File {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
+    let id = sandbox.run(spec).await?;
+    let result = async {
+        let (logs, finished) = tokio::join!(
+            sandbox.logs_to_file(&id, log_path),
+            wait_or_kill(sandbox, &id, limit),
+        );
+        logs?;
+        finished
+    }
+    .await;
+    let removed = sandbox.remove(&id).await;
+    let finished = result?;
+    removed?;
+    Ok((finished, read_output(log_path).await))
 }
 
 async fn read_output(stdout: &Path) -> String {

@@ -8,6 +8,7 @@ mod docker;
 mod env;
 mod error;
 pub mod gates;
+pub mod hooks;
 pub mod image;
 mod settings;
 mod spec;

@@ -28,6 +28,9 @@ pub struct SandboxSettings {
     pub env_allow: Vec<String>,
     /// Verification gates run after the agent, before the commit.
     pub gates: Vec<GateSettings>,
+    /// Where git hooks run: `auto` (on the host when they live outside the worktree and read
+    /// nothing from it, else in a sandbox container) or `sandbox` (always in a container).
+    pub hooks: crate::git::HookMode,
 }
 
 impl Default for SandboxSettings {
@@ -53,6 +56,7 @@ impl Default for SandboxSettings {
             .map(String::from)
             .to_vec(),
             gates: Vec::new(),
+            hooks: crate::git::HookMode::Auto,
         }
     }
 }

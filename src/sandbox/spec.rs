@@ -100,23 +100,24 @@ impl SandboxSpec {
         }
     }
 
-    /// Mounts the worktree's git metadata (see [`crate::git::SandboxGitDirs`]) so `git status`
-    /// and `git diff` work inside; objects and refs stay read-only, the config is sanitized.
-    pub fn mount_git(&mut self, dirs: &crate::git::SandboxGitDirs) {
-        let same = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    /// Mounts a scratch git for the container (see [`crate::git::SandboxGit`]): the scratch
+    /// repository read-write, the repository's objects read-only, and a git file naming the
+    /// scratch repository read-only over the worktree's `.git`, which the container can then
+    /// neither edit, remove nor replace.
+    pub fn mount_git(&mut self, git: &crate::git::SandboxGit) {
         self.extra_mounts.push(BindMount {
-            host: dirs.common_dir.clone(),
-            target: same(&dirs.common_dir),
-            read_only: true,
-        });
-        self.extra_mounts.push(BindMount {
-            host: dirs.worktree_git_dir.clone(),
-            target: same(&dirs.worktree_git_dir),
+            host: git.repo_dir.clone(),
+            target: crate::git::SANDBOX_GIT_DIR.to_owned(),
             read_only: false,
         });
         self.extra_mounts.push(BindMount {
-            host: dirs.safe_config.clone(),
-            target: same(&dirs.common_dir.join("config")),
+            host: git.objects_dir.clone(),
+            target: crate::git::SANDBOX_OBJECTS_DIR.to_owned(),
+            read_only: true,
+        });
+        self.extra_mounts.push(BindMount {
+            host: git.gitfile.clone(),
+            target: format!("{WORKSPACE_MOUNT}/.git"),
             read_only: true,
         });
     }

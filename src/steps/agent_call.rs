@@ -11,7 +11,8 @@ use uuid::Uuid;
 use super::meta::EventMeta;
 use super::Services;
 use crate::agents::{
-    run_structured, step_request, AgentError, AgentStep, PromptVars, StepResult, Structured,
+    run_structured, step_request, AgentError, AgentStep, CustomInstructions, PromptVars,
+    StepResult, Structured,
 };
 use crate::orchestrator::{blocking, StepContext, StepError};
 use crate::store::{AutopilotStore, Span, TaskMapping, TraceView};
@@ -19,24 +20,74 @@ use crate::store::{AutopilotStore, Span, TaskMapping, TraceView};
 /// Longest trace text handed to a prompt.
 const MAX_TRACE_CHARS: usize = 12_000;
 
-/// Run `step`'s prompt with `vars` in `workdir`, asking for a `T`. The transcript goes to the
-/// span's artifacts dir (`<step>.transcript.jsonl`).
-pub(crate) async fn ask<T: StepResult + 'static>(
-    services: &Arc<Services>,
-    ctx: &StepContext,
+/// Where host-side agents run: an empty directory of rover's under the project's data dir,
+/// never a worktree or the checkout, so the CLI finds no repository file to read as its
+/// configuration. Made when missing; emptied when anything appeared in it.
+pub(crate) fn host_workdir(store: &AutopilotStore) -> Result<PathBuf, AgentError> {
+    let dir = store.root().join("agent-cwd");
+    let io = |source| AgentError::Io {
+        path: dir.clone(),
+        source,
+    };
+    if let Ok(mut entries) = std::fs::read_dir(&dir) {
+        if entries.next().is_none() {
+            return Ok(dir);
+        }
+        std::fs::remove_dir_all(&dir).map_err(io)?;
+    }
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    Ok(dir)
+}
+
+/// The repository's custom instructions from its default branch (none when it cannot be read:
+/// they refine prompts, a missing one must not stop the step).
+pub(crate) async fn custom_instructions(services: &Services) -> CustomInstructions {
+    let mut custom = CustomInstructions::default();
+    let paths = CustomInstructions::paths();
+    let read = match super::tasks::workspace(services).await {
+        Ok(ws) => {
+            ws.read_default_branch_files(
+                paths.iter().map(|(_, p)| p.clone()).collect(),
+                crate::agents::MAX_CUSTOM_BYTES,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    match read {
+        Ok(files) => {
+            for ((step, _), bytes) in paths.iter().zip(files) {
+                if let Some(bytes) = bytes {
+                    custom.set(*step, &bytes);
+                }
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "no custom instructions from the default branch"),
+    }
+    custom
+}
+
+/// A request for `step` with `vars`, rendered off the runtime, to run in the host workdir;
+/// the transcript goes to the span's artifacts dir under `transcript`.
+pub(crate) async fn host_request(
+    services: &Services,
+    store: &AutopilotStore,
     span_id: Uuid,
     step: AgentStep,
-    workdir: PathBuf,
     vars: PromptVars,
-) -> Result<Structured<T>, AgentError> {
+    transcript: String,
+) -> Result<crate::agents::AgentRequest, AgentError> {
     let settings = services.agent_settings().clone();
     let attribution = services.config.attribution;
-    let artifacts = ctx.store.artifacts_dir(span_id);
-    let request = tokio::task::spawn_blocking(move || {
-        let mut request = step_request(&settings, step, &workdir, &vars, attribution)?;
+    let artifacts = store.artifacts_dir(span_id);
+    let custom = custom_instructions(services).await;
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        let workdir = host_workdir(&store)?;
+        let mut request = step_request(&settings, step, &workdir, &vars, attribution, &custom)?;
         // Without a transcript the call still works; the dir is only for inspection.
         if std::fs::create_dir_all(&artifacts).is_ok() {
-            request.transcript = Some(artifacts.join(format!("{}.transcript.jsonl", step.name())));
+            request.transcript = Some(artifacts.join(transcript));
         }
         Ok::<_, AgentError>(request)
     })
@@ -44,7 +95,27 @@ pub(crate) async fn ask<T: StepResult + 'static>(
     .map_err(|e| AgentError::Prompt {
         step: step.name().to_owned(),
         reason: format!("rendering panicked: {e}"),
-    })??;
+    })?
+}
+
+/// Run `step`'s prompt with `vars` in the host workdir, asking for a `T`. The transcript goes
+/// to the span's artifacts dir (`<step>.transcript.jsonl`).
+pub(crate) async fn ask<T: StepResult + 'static>(
+    services: &Arc<Services>,
+    ctx: &StepContext,
+    span_id: Uuid,
+    step: AgentStep,
+    vars: PromptVars,
+) -> Result<Structured<T>, AgentError> {
+    let request = host_request(
+        services,
+        &ctx.store,
+        span_id,
+        step,
+        vars,
+        format!("{}.transcript.jsonl", step.name()),
+    )
+    .await?;
     run_structured::<T>(services.agent.as_ref(), request).await
 }
 

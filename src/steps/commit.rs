@@ -1,10 +1,14 @@
 //! The `commit` step, deterministic path first: a failed task is recorded, not committed; a
-//! worktree without changes is recorded; otherwise everything is staged and committed with the
-//! `git` CLI (hooks and signing run, never `--no-verify`) with a message from the agent (commit
-//! prompt) or a fallback from the task. A failing commit is an `error` span with the command,
-//! exit code, stdout and stderr. Every outcome hands over to `resolve`.
+//! worktree whose git metadata a container changed is refused (`tampered`); a worktree without
+//! changes is recorded; otherwise everything is staged (libgit2: no filter, fsmonitor or hook
+//! of the repository runs) and committed with the `git` CLI (signing and hooks apply, never
+//! `--no-verify`) with a message from the agent (commit prompt, no tools) or a fallback from the
+//! task. Hooks that are files the agent could change run in a sandbox container first (see
+//! `git::HookPlan`). A failing commit is an `error` span with the command, exit code, stdout and
+//! stderr. Every outcome hands over to `resolve`.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -13,10 +17,11 @@ use uuid::Uuid;
 
 use super::meta::{self, CommitMeta, TaskStatus, WorkflowMeta};
 use super::tasks::{self, git_error, short, store_error, TaskRecord};
-use super::Services;
-use crate::agents::{self, AgentStep, CommitMessageResult, PromptVars};
-use crate::git::{self, CommitOutcome, DiffSummary};
+use super::{agent_call, sandboxed, Services};
+use crate::agents::{self, untrusted_block, AgentStep, CommitMessageResult, PromptVars};
+use crate::git::{self, CommitOutcome, DiffSummary, GitError, HookLocation, HookPlan, Workspace};
 use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::sandbox::hooks::HookVerdict;
 use crate::store::{Meta, SpanStatus, StepKind, StepRun};
 
 /// Key of the resolve action's meta naming the workflow action.
@@ -55,14 +60,17 @@ impl CommitStep {
     }
 
     /// A message from the agent, else `title` + summary. Returns the message, its source, the
-    /// agent's error (when it fell back) and the agent call's usage.
+    /// agent's error (when it fell back) and the agent call's usage. The agent runs in rover's
+    /// empty host dir with no tools: the change and recent subjects come in its prompt, marked
+    /// as untrusted data.
     async fn message(
         &self,
+        ctx: &StepContext,
+        span_id: Uuid,
         task: &TaskRecord,
-        worktree: &std::path::Path,
+        change: &Change,
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
-        diff: &DiffSummary,
     ) -> (
         String,
         &'static str,
@@ -85,6 +93,7 @@ impl CommitStep {
         if let Some(s) = summary {
             let _ = writeln!(task_text, "Agent summary: {s}");
         }
+        let diff = &change.summary;
         let diff_text = format!(
             "{} file(s) changed, {} insertion(s), {} deletion(s)\n{}",
             diff.files_changed,
@@ -97,19 +106,31 @@ impl CommitStep {
                 .join("\n")
         );
         let vars = PromptVars::from([
-            ("task".to_owned(), task_text),
-            ("diff".to_owned(), diff_text),
+            ("task".to_owned(), untrusted_block("the task", &task_text)),
+            (
+                "diff".to_owned(),
+                untrusted_block("the worktree", &diff_text),
+            ),
+            (
+                "patch".to_owned(),
+                untrusted_block("the worktree", &change.patch),
+            ),
+            (
+                "log".to_owned(),
+                untrusted_block("the repository's history", &change.subjects.join("\n")),
+            ),
         ]);
-        let settings = self.services.agent_settings().clone();
-        let dir = worktree.to_path_buf();
-        let attribution = self.services.config.attribution;
-        let request = tokio::task::spawn_blocking(move || {
-            agents::step_request(&settings, AgentStep::Commit, &dir, &vars, attribution)
-        })
+        let request = agent_call::host_request(
+            &self.services,
+            &ctx.store,
+            span_id,
+            AgentStep::Commit,
+            vars,
+            "commit.transcript.jsonl".to_owned(),
+        )
         .await;
         let request = match request {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return (fallback, "fallback", Some(e.to_string()), None),
+            Ok(r) => r,
             Err(e) => return (fallback, "fallback", Some(e.to_string()), None),
         };
         match agents::run_structured::<CommitMessageResult>(self.services.agent.as_ref(), request)
@@ -119,12 +140,69 @@ impl CommitStep {
                 answer.value.message(),
                 "agent",
                 None,
-                Some(super::agent_call::usage_meta(&answer)),
+                Some(agent_call::usage_meta(&answer)),
             ),
             Err(e) => (fallback, "fallback", Some(e.to_string()), None),
         }
     }
+
+    /// Runs the commit hooks in a sandbox container: `Ok(message)` as the hooks left it, or the
+    /// step error of a failing hook (in the shape of a failed git command).
+    async fn sandbox_hooks(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        ws: &Workspace,
+        task: &TaskRecord,
+        worktree: &Path,
+        location: HookLocation,
+        message: &str,
+    ) -> Result<Result<String, StepError>, StepError> {
+        let sandbox = sandboxed::sandbox(&self.services)?;
+        let settings = &self.services.config.autopilot.sandbox;
+        sandbox.ensure_image(&settings.image).await.map_err(|e| {
+            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
+        })?;
+        let base = sandboxed::bare_spec(
+            &self.services,
+            vec!["true".into()],
+            worktree,
+            sandboxed::labels(&self.services, task.trace_id, run.action.id),
+        );
+        let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
+        let hooks = sandboxed::hook_container(ws, sandbox.as_ref(), base, location, &work_dir)
+            .await
+            .map_err(|e| git_error("cannot prepare the sandbox's git for the hooks", &e))?;
+        let verdict = hooks.commit(message).await;
+        if let Ok(git) = ws.sandbox_git(worktree, &work_dir.join("git")).await {
+            git.discard();
+        }
+        let verdict = verdict.map_err(|e| {
+            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
+        })?;
+        Ok(match verdict {
+            HookVerdict::Passed { message: edited } => {
+                Ok(edited.filter(|m| !m.trim().is_empty()).map_or_else(
+                    || message.to_owned(),
+                    |m| git::commit_message(&m, self.services.config.attribution),
+                ))
+            }
+            HookVerdict::Failed(failure) => {
+                Err(git_error("the commit failed", &GitError::Command(failure)))
+            }
+        })
+    }
 }
+
+/// What the commit message writer is shown of a task's change.
+struct Change {
+    summary: DiffSummary,
+    patch: String,
+    subjects: Vec<String>,
+}
+
+/// Longest diff text handed to the commit message writer.
+const MAX_PATCH_BYTES: usize = 24 * 1024;
 
 #[async_trait]
 impl Step for CommitStep {
@@ -185,16 +263,51 @@ impl Step for CommitStep {
         let ws = tasks::workspace(&self.services)
             .await
             .map_err(|e| git_error("cannot open the repository", &e))?;
+        let base = Finished::completed("")
+            .meta("workflowActionId", workflow_id)
+            .meta("branchName", &task.branch)
+            .meta("worktreePath", worktree.display().to_string());
+        let failed = |base: Finished, error: StepError, hand_over: NextAction| {
+            let mut meta = Meta::new();
+            meta.extend(base.meta);
+            meta.insert("committed".into(), json!(false));
+            if error.details.get("tampered").is_some() {
+                meta.insert("tampered".into(), json!(true));
+            }
+            meta.insert("error".into(), error.to_meta());
+            Outcome::Finished(Finished {
+                status: SpanStatus::Error,
+                summary: error.message.clone(),
+                meta,
+                actions: vec![hand_over],
+            })
+        };
+        let commit_failed = || {
+            hand_over(
+                "the commit failed; the resolver diagnoses it (the error is in the commit span)",
+            )
+        };
+        // Everything the sandbox wrote is staged by libgit2 (no filter, fsmonitor or hook runs);
+        // a worktree whose git metadata changed is not committed at all.
+        let staged = match ws.stage_all(&worktree).await {
+            Ok(staged) => staged,
+            Err(e) if sandboxed::is_tampered(&e) => {
+                return Ok(failed(
+                    base,
+                    sandboxed::tampered("the task's worktree was tampered with", &e),
+                    commit_failed(),
+                ))
+            }
+            Err(e) => return Err(git_error("cannot stage the worktree's changes", &e)),
+        };
         let diff = ws
             .uncommitted_summary(&worktree)
             .await
             .map_err(|e| git_error("cannot read the worktree's changes", &e))?;
-        let base = Finished::completed("")
-            .meta("workflowActionId", workflow_id)
-            .meta("branchName", &task.branch)
-            .meta("worktreePath", worktree.display().to_string())
-            .meta("diff", &diff);
-        if diff.is_empty() {
+        let base = base
+            .meta("diff", &diff)
+            .meta("skippedNestedRepositories", &staged.skipped);
+        if !staged.changed {
             let mut done = base
                 .meta("committed", false)
                 .meta("noChanges", true)
@@ -205,22 +318,75 @@ impl Step for CommitStep {
             return Ok(Outcome::Finished(done));
         }
 
+        let head = task.fork_point.clone();
+        let patch = match &head {
+            Some(fork) => ws
+                .diff_patch(&worktree, fork, MAX_PATCH_BYTES)
+                .await
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        let subjects = match &head {
+            Some(fork) => ws.recent_subjects(fork, 10).await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let change = Change {
+            summary: diff.clone(),
+            patch,
+            subjects,
+        };
         let (raw, source, agent_error, usage) = self
             .message(
+                ctx,
+                run.span.id,
                 &task,
-                &worktree,
+                &change,
                 workflow_meta.as_ref(),
                 meta.summary.as_deref(),
-                &diff,
             )
             .await;
-        let message = git::commit_message(&raw, self.services.config.attribution);
+        let mut message = git::commit_message(&raw, self.services.config.attribution);
+        let plan = ws
+            .hook_plan(&worktree, ws.hook_mode())
+            .await
+            .map_err(|e| git_error("cannot tell where the git hooks run", &e))?;
         let base = base
-            .meta("message", &message)
             .meta("messageSource", source)
             .meta("messageAgentError", &agent_error)
-            .meta("agent", &usage);
-        match ws.commit_all(&worktree, &message).await {
+            .meta("agent", &usage)
+            .meta("hooks", &plan);
+        if let HookPlan::Sandbox { location, .. } = &plan {
+            match self
+                .sandbox_hooks(ctx, run, &ws, &task, &worktree, location.clone(), &message)
+                .await?
+            {
+                Ok(edited) => message = edited,
+                Err(error) => {
+                    let base = base.meta("message", &message);
+                    return Ok(failed(
+                        base,
+                        error.detail("branch", &task.branch),
+                        commit_failed(),
+                    ));
+                }
+            }
+            // The hooks may have formatted files: stage again (the hooks' container may not
+            // have touched the git metadata either).
+            if let Err(e) = ws.stage_all(&worktree).await {
+                let base = base.meta("message", &message);
+                return Ok(failed(
+                    base,
+                    if sandboxed::is_tampered(&e) {
+                        sandboxed::tampered("a hook changed the worktree's git metadata", &e)
+                    } else {
+                        git_error("cannot stage what the hooks changed", &e)
+                    },
+                    commit_failed(),
+                ));
+            }
+        }
+        let base = base.meta("message", &message);
+        match ws.commit_staged(&worktree, &message, plan.host_dir()).await {
             Ok(CommitOutcome::Committed { sha }) => {
                 let mut done = base
                     .meta("committed", true)
@@ -250,18 +416,7 @@ impl Step for CommitStep {
                     // A lock file or similar: the orchestrator runs the commit again later.
                     return Err(error);
                 }
-                let mut meta = Meta::new();
-                meta.extend(base.meta);
-                meta.insert("committed".into(), json!(false));
-                meta.insert("error".into(), error.to_meta());
-                Ok(Outcome::Finished(Finished {
-                    status: SpanStatus::Error,
-                    summary: error.message.clone(),
-                    meta,
-                    actions: vec![hand_over(
-                        "the commit failed; the resolver diagnoses it (the error is in the commit span)",
-                    )],
-                }))
+                Ok(failed(base, error, commit_failed()))
             }
         }
     }

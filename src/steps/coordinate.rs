@@ -486,7 +486,6 @@ impl Step for CoordinateStep {
             ctx,
             run.span.id,
             AgentStep::Coordinate,
-            self.services.repo_root.clone(),
             vars,
         )
         .await

@@ -13,6 +13,7 @@ pub mod notify;
 pub mod plan;
 pub mod push;
 pub mod resolve;
+pub mod sandboxed;
 pub mod tasks;
 pub mod workflow;
 

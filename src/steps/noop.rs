@@ -114,15 +114,9 @@ impl Step for SummarizingNoopStep {
             "trace".into(),
             redactor.redact(&render_trace(&view), Visibility::Private),
         );
-        let answer = ask::<SummarizeResult>(
-            &self.services,
-            ctx,
-            run.span.id,
-            AgentStep::Summarize,
-            self.services.repo_root.clone(),
-            vars,
-        )
-        .await;
+        let answer =
+            ask::<SummarizeResult>(&self.services, ctx, run.span.id, AgentStep::Summarize, vars)
+                .await;
         let done = match answer {
             Ok(answer) => finished(run, answer.value.summary.trim(), "agent")
                 .meta("agent", usage_meta(&answer)),

@@ -210,7 +210,6 @@ impl Step for NotifyStep {
             ctx,
             run.span.id,
             AgentStep::Notify,
-            self.services.repo_root.clone(),
             vars,
         )
         .await

@@ -164,16 +164,9 @@ impl Step for PlanStep {
         vars.insert("directive".into(), plan.directive.clone());
         vars.insert("trace".into(), render_trace(&view));
         vars.insert("existing_task".into(), existing);
-        let answer = ask::<PlanResult>(
-            &self.services,
-            ctx,
-            run.span.id,
-            AgentStep::Plan,
-            self.services.repo_root.clone(),
-            vars,
-        )
-        .await
-        .map_err(|e| agent_error(AgentStep::Plan, &e))?;
+        let answer = ask::<PlanResult>(&self.services, ctx, run.span.id, AgentStep::Plan, vars)
+            .await
+            .map_err(|e| agent_error(AgentStep::Plan, &e))?;
         let result = &answer.value;
         let base = Finished::completed(String::new())
             .meta("analysis", &result.analysis)

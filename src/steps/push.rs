@@ -165,17 +165,56 @@ struct Pushed {
 
 impl PushStep {
     async fn workspace(&self) -> Result<Workspace, GitError> {
-        let mut ws = Workspace::open(self.services.repo_root.clone()).await?;
-        for (k, v) in &self.services.git_env {
-            ws = ws.with_env(k, v);
+        super::tasks::workspace(&self.services).await
+    }
+
+    /// Runs the `pre-push` hook in a sandbox container (a plan that must not run it on the
+    /// host); the push itself then runs no hook.
+    async fn sandbox_pre_push(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        ws: &Workspace,
+        worktree: &std::path::Path,
+        branch: &str,
+        location: crate::git::HookLocation,
+    ) -> Result<(), StepError> {
+        let sandbox = super::sandboxed::sandbox(&self.services)?;
+        let settings = &self.services.config.autopilot.sandbox;
+        sandbox.ensure_image(&settings.image).await.map_err(|e| {
+            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
+        })?;
+        let base = super::sandboxed::bare_spec(
+            &self.services,
+            vec!["true".into()],
+            worktree,
+            super::sandboxed::labels(&self.services, run.pending.trace_id, run.action.id),
+        );
+        let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
+        let input = ws
+            .pre_push_input(worktree, branch)
+            .await
+            .map_err(|e| git_step_error("prepare the pre-push hook's input", &e))?;
+        let hooks =
+            super::sandboxed::hook_container(ws, sandbox.as_ref(), base, location, &work_dir)
+                .await
+                .map_err(|e| git_step_error("prepare the sandbox's git for the hooks", &e))?;
+        let verdict = hooks.pre_push(&input).await;
+        let _ = tokio::fs::remove_dir_all(work_dir.join("git")).await;
+        match verdict.map_err(|e| StepError::from_error(&e, e.is_retryable()))? {
+            crate::sandbox::hooks::HookVerdict::Passed { .. } => Ok(()),
+            crate::sandbox::hooks::HookVerdict::Failed(failure) => Err(git_step_error(
+                "run the pre-push hook",
+                &GitError::Command(failure),
+            )),
         }
-        Ok(ws)
     }
 
     /// Merge the other branches into the first in its worktree, then push it.
     async fn consolidate_and_push(
         &self,
         ctx: &StepContext,
+        run: &StepRun,
         branches: &[String],
         tasks: &[Task],
     ) -> Result<Pushed, StepError> {
@@ -211,8 +250,21 @@ impl PushStep {
                 })?
                 .merged
         };
+        let hooks = ws
+            .hook_plan(&worktree, ws.hook_mode())
+            .await
+            .map_err(|e| git_step_error("tell where the git hooks run", &e))?;
+        if let crate::git::HookPlan::Sandbox { location, .. } = &hooks {
+            self.sandbox_pre_push(ctx, run, &ws, &worktree, &target, location.clone())
+                .await?;
+        }
         let report = ws
-            .push_branch(&worktree, &target, self.services.github_token.as_deref())
+            .push_branch(
+                &worktree,
+                &target,
+                self.services.github_token.as_deref(),
+                &hooks,
+            )
             .await
             .map_err(|e| {
                 git_step_error("push the branch", &e)
@@ -268,7 +320,9 @@ impl Step for PushStep {
                 "nothing to push: the push action names no branch and the trace has no task branches",
             ));
         }
-        let pushed = self.consolidate_and_push(ctx, &branches, &tasks).await?;
+        let pushed = self
+            .consolidate_and_push(ctx, run, &branches, &tasks)
+            .await?;
         let included: Vec<&Task> = tasks
             .iter()
             .filter(|t| branches.contains(&t.mapping.branch_name))

@@ -4,8 +4,10 @@
 //! running keeps the action queued (`ready` → `Wait`); a resolve that finds another resolve of
 //! the trace already decided after the last commit finishes as superseded (several commits of
 //! one trace each produce a resolve, only one decides); retries exhausted → `fail`. Otherwise
-//! the agent (Read + Bash in the failed task's worktree) reads the trace with its error output,
-//! may fix the environment, and answers `push | notify | iterate | retry | fail`.
+//! the agent (no tools, in rover's empty host dir) reads the trace with its error output and the
+//! failed task's change, and answers `push | notify | iterate | retry | fail`. A `retry` may ask
+//! for corrective commands: rover runs them in a sandbox container over the task's worktree,
+//! never on the host. A worktree a sandbox tampered with ends the trace without an agent.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,7 +23,7 @@ use super::meta::{
 };
 use super::Services;
 use crate::agents::{
-    run_structured, step_request, truncate_marked, AgentStep, PromptVars, ResolveDecision,
+    run_structured, truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision,
     ResolveResult, RetryStep,
 };
 use crate::orchestrator::{
@@ -38,6 +40,8 @@ pub const MAPPING_WORKTREE_KEY: &str = "worktreePath";
 const MAX_ERROR_CHARS: usize = 16 * 1024;
 /// Longest trace listing in the prompt.
 const MAX_TRACE_CHARS: usize = 48 * 1024;
+/// Longest diff of the failed task in the prompt.
+const MAX_CHANGES_BYTES: usize = 24 * 1024;
 
 /// The resolver step.
 pub struct ResolveStep {
@@ -47,6 +51,57 @@ pub struct ResolveStep {
 impl ResolveStep {
     pub fn new(services: Arc<Services>) -> ResolveStep {
         ResolveStep { services }
+    }
+
+    /// Runs the resolver's corrective commands in a sandbox over `worktree`; what ran (or why
+    /// nothing could), for the span and the next resolver.
+    async fn corrective(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        worktree: Option<&Path>,
+        result: &ResolveResult,
+    ) -> Result<Value, StepError> {
+        let commands: Vec<String> = result
+            .corrective_commands
+            .iter()
+            .map(|c| c.command.clone())
+            .collect();
+        let not_run =
+            |why: String| serde_json::json!({"ran": false, "reason": why, "commands": commands});
+        let Some(worktree) = worktree else {
+            return Ok(not_run(
+                "the trace has no task worktree to run them in".into(),
+            ));
+        };
+        let sandbox = match super::sandboxed::sandbox(&self.services) {
+            Ok(sandbox) => sandbox,
+            Err(e) => return Ok(not_run(e.message)),
+        };
+        let settings = &self.services.config.autopilot.sandbox;
+        if let Err(e) = sandbox.ensure_image(&settings.image).await {
+            return Ok(not_run(e.to_string()));
+        }
+        let ws = super::tasks::workspace(&self.services)
+            .await
+            .map_err(|e| super::tasks::git_error("cannot open the repository", &e))?;
+        let base = super::sandboxed::bare_spec(
+            &self.services,
+            vec!["true".into()],
+            worktree,
+            super::sandboxed::labels(&self.services, run.pending.trace_id, run.action.id),
+        );
+        let work_dir = ctx.store.artifacts_dir(run.span.id).join("corrective");
+        let runs = super::sandboxed::run_corrective(
+            &self.services,
+            &ws,
+            sandbox.as_ref(),
+            base,
+            &commands,
+            &work_dir,
+        )
+        .await?;
+        Ok(serde_json::json!({"ran": true, "runs": runs}))
     }
 }
 
@@ -240,13 +295,39 @@ fn failed_workflow(view: &TraceView) -> Option<(Uuid, WorkflowMeta)> {
     Some((candidate, meta))
 }
 
-/// The directory the agent works in: the failed task's worktree, else the checkout.
-fn workdir(view: &TraceView, mappings: &BTreeMap<String, TaskMapping>, checkout: &Path) -> PathBuf {
-    failed_workflow(view)
+/// The failed task's worktree (else the trace's latest), with the task's fork point: where
+/// corrective commands run and whose change the prompt shows.
+fn task_worktree(
+    view: &TraceView,
+    mappings: &BTreeMap<String, TaskMapping>,
+) -> Option<(PathBuf, Option<String>)> {
+    let mapping = failed_workflow(view)
         .and_then(|(id, _)| mappings.get(&id.to_string()))
-        .and_then(mapping_worktree)
-        .or_else(|| mappings.values().rev().find_map(mapping_worktree))
-        .unwrap_or_else(|| checkout.to_path_buf())
+        .filter(|m| mapping_worktree(m).is_some())
+        .or_else(|| {
+            mappings
+                .values()
+                .rev()
+                .find(|m| mapping_worktree(m).is_some())
+        })?;
+    let fork = mapping
+        .extra
+        .get(super::tasks::KEY_FORK_POINT)
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Some((mapping_worktree(mapping)?, fork))
+}
+
+/// A span that recorded a worktree tampered with by its sandbox.
+fn tampered_span(view: &TraceView) -> Option<&Span> {
+    view.spans.iter().find(|s| {
+        s.meta.get("tampered").and_then(Value::as_bool) == Some(true)
+            || s.meta
+                .get("error")
+                .and_then(|e| e.get("tampered"))
+                .and_then(Value::as_bool)
+                == Some(true)
+    })
 }
 
 /// The trace as the prompt lists it: one line per span with its summary and key meta.
@@ -513,40 +594,52 @@ impl Step for ResolveStep {
             return Ok(Outcome::Finished(finished));
         }
 
-        let dir = workdir(view, &state.mappings, &self.services.repo_root);
+        // A sandbox that changed the worktree's git metadata ends the trace: its work is not
+        // trusted, and no agent is asked (its output could be the attacker's).
+        if let Some(span) = tampered_span(view) {
+            let why = format!(
+                "the sandbox of the {} step tampered with the worktree's git metadata; its work was not committed and the trace stops here",
+                span.step
+            );
+            let finished = fail_finished(view, format!("fail: {why}"), &why)
+                .meta("decision", "fail")
+                .meta("reasoning", &why)
+                .meta("quickExit", "tampered")
+                .meta("tamperedSpan", span.id);
+            return Ok(Outcome::Finished(finished));
+        }
+
+        let task = task_worktree(view, &state.mappings);
+        let ws = super::tasks::workspace(&self.services).await.ok();
+        let changes = match (&task, &ws) {
+            (Some((worktree, Some(fork))), Some(ws)) => ws
+                .diff_patch(worktree, fork, MAX_CHANGES_BYTES)
+                .await
+                .map_or_else(
+                    |e| format!("(the change cannot be shown: {e})"),
+                    |patch| untrusted_block("the task's worktree", &patch),
+                ),
+            _ => "(no task worktree)".to_owned(),
+        };
         let mut vars = PromptVars::new();
         vars.insert("trace".into(), render_trace(view));
         vars.insert("errors".into(), render_errors(view));
+        vars.insert("changes".into(), changes);
         vars.insert(
             "retries".into(),
             format!("{retries} of at most {max} iterate/retry decisions used."),
         );
-        let settings = self.services.agent_settings().clone();
-        let attribution = self.services.config.attribution;
-        let transcript = ctx
-            .store
-            .artifacts_dir(run.span.id)
-            .join("resolve-agent.jsonl");
-        let request_dir = dir.clone();
-        let request = tokio::task::spawn_blocking(move || {
-            if let Some(parent) = transcript.parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
-            step_request(
-                &settings,
-                AgentStep::Resolve,
-                &request_dir,
-                &vars,
-                attribution,
-            )
-            .map(|mut r| {
-                r.transcript = Some(transcript);
-                r
-            })
-        })
+        let request = super::agent_call::host_request(
+            &self.services,
+            &ctx.store,
+            run.span.id,
+            AgentStep::Resolve,
+            vars,
+            "resolve-agent.jsonl".to_owned(),
+        )
         .await
-        .map_err(|e| StepError::retryable(format!("preparing the resolver prompt panicked: {e}")))?
-        .map_err(|e| StepError::from_error(&e, e.is_retryable()).detail("workdir", &dir))?;
+        .map_err(|e| StepError::from_error(&e, e.is_retryable()))?;
+        let dir = request.workdir.clone();
 
         let answer = run_structured::<ResolveResult>(self.services.agent.as_ref(), request)
             .await
@@ -558,6 +651,15 @@ impl Step for ResolveStep {
         let usage = super::agent_call::usage_meta(&answer);
         let result = answer.value;
         let Decided { finished, decision } = decide(view, &state.mappings, &result)?;
+        // The fix the resolver asked for runs in the sandbox over the task's worktree, before
+        // the retry it prepares; never on the host.
+        let mut finished = finished;
+        if decision == ResolveDecision::Retry && !result.corrective_commands.is_empty() {
+            let runs = self
+                .corrective(ctx, run, task.as_ref().map(|t| t.0.as_path()), &result)
+                .await?;
+            finished = finished.meta("correctiveRuns", runs);
+        }
         let finished = finished
             .meta("decision", decision)
             .meta("agentDecision", result.decision)

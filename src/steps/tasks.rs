@@ -143,7 +143,9 @@ pub async fn remove_task(store: &AutopilotStore, action_id: Uuid) -> Result<bool
 
 /// The user's repository as a workspace, its git children getting `Services::git_env`.
 pub async fn workspace(services: &Services) -> Result<Workspace, GitError> {
-    let mut ws = Workspace::open(&services.repo_root).await?;
+    let mut ws = Workspace::open(&services.repo_root)
+        .await?
+        .with_hook_mode(services.config.autopilot.sandbox.hooks);
     for (k, v) in &services.git_env {
         ws = ws.with_env(k, v);
     }

@@ -443,33 +443,43 @@ impl WorkflowStep {
             }
         }
 
-        // The agent's command.
+        // The agent's command; custom instructions come from the default branch, never from
+        // the worktree (an earlier run could have planted some there).
         let agent_settings = self.services.agent_settings().clone();
         let kind = agent_settings.agent;
         let vars = Self::prompt_vars(&meta, &dependencies);
         let workdir = prepared.path.clone();
         let attribution = self.services.config.attribution;
-        let mut request = tokio::task::spawn_blocking(move || {
-            agents::step_request(
-                &agent_settings,
-                AgentStep::Workflow,
-                &workdir,
-                &vars,
-                attribution,
-            )
-        })
-        .await
-        .map_err(|e| StepError::retryable(format!("rendering the prompt did not finish: {e}")))?
+        let custom = super::agent_call::custom_instructions(&self.services).await;
+        let mut request = agents::step_request(
+            &agent_settings,
+            AgentStep::Workflow,
+            &workdir,
+            &vars,
+            attribution,
+            &custom,
+        )
         .map_err(|e| StepError::from_error(&e, false))?;
         request.schema = Some(agents::schema_for::<WorkflowResult>());
         let argv = agents::sandbox_argv(kind, &request);
 
+        // The container gets a scratch git of its own; the worktree's `.git` must still be
+        // rover's (an iteration reuses the worktree of an earlier run).
         let mut spec = self.base_spec(argv, &prepared.path, self.labels(trace_id, action_id));
         let scratch = ctx.store.artifacts_dir(run.span.id).join("git");
-        match ws.sandbox_git_dirs(&prepared.path, &scratch).await {
-            Ok(dirs) => spec.mount_git(&dirs),
-            Err(e) => tracing::warn!(error = %e, "the sandbox gets no git metadata"),
+        let sandbox_git = async {
+            ws.verify_worktree(&prepared.path).await?;
+            ws.sandbox_git(&prepared.path, &scratch).await
         }
+        .await
+        .map_err(|e| {
+            if super::sandboxed::is_tampered(&e) {
+                super::sandboxed::tampered("the task's worktree was tampered with", &e)
+            } else {
+                git_error("cannot prepare the sandbox's git", &e)
+            }
+        })?;
+        spec.mount_git(&sandbox_git);
         let container = spec.container_name();
 
         // The mapping first: a crash after this point finds the container by it.
@@ -646,7 +656,29 @@ impl WorkflowStep {
             }
         }
 
+        // Every container over the worktree has exited: its git metadata must still be rover's,
+        // or nothing of this task is trusted (and nothing of it is committed).
+        let mut tampered = None;
+        if let Some(worktree) = &task.worktree {
+            if let Ok(ws) = tasks::workspace(&self.services).await {
+                if let Err(e) = ws.verify_worktree(worktree).await {
+                    if super::sandboxed::is_tampered(&e) {
+                        tracing::warn!(worktree = %worktree.display(), error = %e, "a sandbox tampered with the worktree's git metadata");
+                        task_status = TaskStatus::Failed;
+                        summary = e.to_string();
+                        tampered = Some(super::sandboxed::tampered(
+                            "the sandbox tampered with the worktree",
+                            &e,
+                        ));
+                    }
+                }
+            }
+        }
+        let scratch = ctx.store.artifacts_dir(task.workflow_span_id).join("git");
+        let _ = tokio::fs::remove_dir_all(&scratch).await;
+
         let diff = match (&task.worktree, &task.fork_point) {
+            _ if tampered.is_some() => None,
             (Some(worktree), Some(fork)) => match tasks::workspace(&self.services).await {
                 Ok(ws) => ws
                     .diff_summary(worktree, fork)
@@ -692,7 +724,11 @@ impl WorkflowStep {
         if let Ok(response) = &parsed {
             finished = finished.meta("agent", super::agent_call::response_usage(response));
         }
-        if task_status == TaskStatus::Error {
+        if let Some(error) = &tampered {
+            finished = finished
+                .meta("tampered", true)
+                .meta("error", error.to_meta());
+        } else if task_status == TaskStatus::Error {
             finished = finished.meta(
                 "error",
                 json!({"message": summary, "retryable": false, "container": container}),
@@ -1017,11 +1053,11 @@ impl Step for WorkflowStep {
             return false;
         }
         // An exited container still holds the work: `monitor` collects it, never a second run.
+        // A container created but never started (a kill between create and start) holds
+        // nothing: the run starts over, and `start` replaces it.
         matches!(
             sandbox.status(&container).await,
-            Ok(ContainerStatus::Running
-                | ContainerStatus::Created
-                | ContainerStatus::Exited { .. })
+            Ok(ContainerStatus::Running | ContainerStatus::Exited { .. })
         )
     }
 }

@@ -3,7 +3,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use rover::git::{branch_name, commit_message, BranchBase, CommitOutcome, GitError, Removal};
+use rover::git::{
+    branch_name, commit_message, BranchBase, CommitOutcome, GitError, Removal, Workspace,
+};
 
 use crate::support::gitrepo::{git, TestRepo};
 
@@ -281,7 +283,7 @@ async fn push_rebases_and_retries_instead_of_forcing() {
     write(&path.join("ours.txt"), "1\n");
     ws.commit_all(&path, "Ours 1").await.expect("commit 1");
     let first = ws
-        .push_branch(&path, branch, None)
+        .push_branch(&path, branch, None, &plan(&ws, &path).await)
         .await
         .expect("first push");
     assert!(!first.rebased);
@@ -302,7 +304,12 @@ async fn push_rebases_and_retries_instead_of_forcing() {
     write(&path.join("ours.txt"), "2\n");
     ws.commit_all(&path, "Ours 2").await.expect("commit 2");
     let second = ws
-        .push_branch(&path, branch, Some("ghp_not_a_real_token"))
+        .push_branch(
+            &path,
+            branch,
+            Some("ghp_not_a_real_token"),
+            &plan(&ws, &path).await,
+        )
         .await
         .expect("push after rebase");
     assert!(second.rebased);
@@ -332,7 +339,12 @@ async fn push_failure_keeps_the_token_out_of_argv_and_output() {
         .await
         .expect("prepare");
     let err = ws
-        .push_branch(&path, "rover/tok", Some("ghp_secret_value"))
+        .push_branch(
+            &path,
+            "rover/tok",
+            Some("ghp_secret_value"),
+            &plan(&ws, &path).await,
+        )
         .await
         .expect_err("remote does not exist");
     let failure = err.command_failure().expect("command failure");
@@ -496,4 +508,11 @@ async fn parallel_tasks_prepare_their_worktrees_at_once() {
     std::fs::remove_dir_all(repo.worktree_path("par-1")).expect("rm by hand");
     let listed = ws.list_worktrees().await.expect("list again");
     assert!(!listed[1].present && listed[1].branch.is_none());
+}
+
+/// Where the worktree's hooks run (the default mode).
+async fn plan(ws: &Workspace, worktree: &std::path::Path) -> rover::git::HookPlan {
+    ws.hook_plan(worktree, rover::git::HookMode::Auto)
+        .await
+        .expect("hook plan")
 }

@@ -476,16 +476,22 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
         .await
         .expect("worktree");
     std::fs::write(wt.path.join("new.txt"), "new\n").expect("write");
-    let dirs = ws
-        .sandbox_git_dirs(&wt.path, &repo.data.join("scratch"))
+    let git = ws
+        .sandbox_git(&wt.path, &repo.data.join("scratch"))
         .await
-        .expect("git dirs");
+        .expect("scratch git");
+    // Read-only git works; writes land in the scratch repository only; the worktree's `.git`
+    // can be neither edited nor replaced.
     let script = "git status --porcelain; git log -1 --format=%s; \
                   (git config --get remote.origin.url || echo no-remote-url); \
                   cat \"$(git rev-parse --git-common-dir)/config\" | grep -c ghp_ || true; \
-                  (git add -A 2>/dev/null && git commit -qm inside 2>/dev/null && echo committed-inside) || echo commit-refused";
+                  (git add -A 2>/dev/null && git commit -qm inside 2>/dev/null && echo committed-inside) || echo commit-refused; \
+                  (echo 'gitdir: /tmp/evil' > .git) 2>/dev/null || echo gitfile-readonly; \
+                  rm -f .git 2>/dev/null || echo gitfile-kept; \
+                  (mv .git moved 2>/dev/null && echo moved) || echo gitfile-not-moved; \
+                  git rev-parse --git-dir";
     let mut spec = tc.spec(&image, &wt.path, "gitinside", script);
-    spec.mount_git(&dirs);
+    spec.mount_git(&git);
     let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("gitinside.log");
     let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
@@ -501,9 +507,19 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
     );
     let stdout = std::fs::read_to_string(&log).expect("log");
     assert_eq!(
-        stdout, "?? new.txt\nInitial commit\nno-remote-url\n0\ncommit-refused\n",
+        stdout,
+        "?? new.txt\nInitial commit\nno-remote-url\n0\ncommitted-inside\ngitfile-readonly\ngitfile-kept\ngitfile-not-moved\n/rover-git\n",
         "{stderr}"
     );
+    // The commit made inside went to the scratch repository: the real branch did not move.
+    assert_eq!(
+        crate::support::gitrepo::git(&repo.checkout, &["rev-parse", "rover/git-inside"]),
+        wt.fork_point
+    );
+    ws.verify_worktree(&wt.path)
+        .await
+        .expect("the worktree's .git is still rover's");
+    git.discard();
 
     // The host still commits normally, and the user's config kept its remote.
     let before = crate::support::gitrepo::git(&wt.path, &["rev-parse", "HEAD"]);

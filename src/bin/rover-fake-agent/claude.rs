@@ -114,6 +114,7 @@ pub fn parse(args: &[String]) -> Call {
                     )
                 }));
             }
+            "--strict-mcp-config" => call.strict_mcp = true,
             _ if SWITCHES.contains(&flag) => {}
             _ if VALUE_FLAGS.contains(&flag) => {
                 let value = inline.unwrap_or_else(|| {
@@ -138,6 +139,16 @@ pub fn parse(args: &[String]) -> Call {
                     fail(
                         &format!("error: option '{flag} <values...>' argument missing"),
                         1,
+                    );
+                }
+                if flag == "--tools" {
+                    call.offered_tools = Some(
+                        values
+                            .iter()
+                            .flat_map(|v| v.split([',', ' ']))
+                            .filter(|t| !t.is_empty())
+                            .map(str::to_owned)
+                            .collect(),
                     );
                 }
                 if flag.starts_with("--allowed") {
@@ -226,7 +237,93 @@ fn apply_value(call: &mut Call, flags: &mut Flags, flag: &str, value: String) {
         }
         "--permission-mode" if value == "bypassPermissions" => flags.skip_permissions = true,
         "--session-id" => flags.session_id = Some(value),
+        "--setting-sources" => call.setting_sources = Some(value),
+        "--settings" => call.settings = Some(value),
         _ => {}
+    }
+}
+
+/// What the real CLI loads from its working directory at start in `-p` mode (the workspace
+/// trust dialog is skipped): `SessionStart` hooks of the project and local settings, and the
+/// project's MCP servers. Each configured command is run.
+pub fn load_project_config(call: &Call) {
+    let sources: Vec<String> = call.setting_sources.as_deref().map_or_else(
+        || vec!["user".into(), "project".into(), "local".into()],
+        |s| {
+            s.split(',')
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect()
+        },
+    );
+    let hooks_disabled = call
+        .settings
+        .as_deref()
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| v.get("disableAllHooks").and_then(Value::as_bool))
+        .unwrap_or(false);
+    for (source, file) in [
+        ("project", ".claude/settings.json"),
+        ("local", ".claude/settings.local.json"),
+    ] {
+        if hooks_disabled || !sources.iter().any(|s| s == source) {
+            continue;
+        }
+        let Some(settings) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        else {
+            continue;
+        };
+        let groups = settings
+            .pointer("/hooks/SessionStart")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for group in groups {
+            for hook in group
+                .get("hooks")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                if let Some(command) = hook.get("command").and_then(Value::as_str) {
+                    crate::run_configured("SessionStart hook", command);
+                }
+            }
+        }
+    }
+    if call.strict_mcp {
+        return;
+    }
+    let Some(mcp) = std::fs::read_to_string(".mcp.json")
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    else {
+        return;
+    };
+    if let Some(servers) = mcp.get("mcpServers").and_then(Value::as_object) {
+        for server in servers.values() {
+            let Some(command) = server.get("command").and_then(Value::as_str) else {
+                continue;
+            };
+            let args: Vec<String> = server
+                .get("args")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let status = std::process::Command::new(command)
+                .args(&args)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .status();
+            eprintln!("fake agent: started MCP server `{command}`: {status:?}");
+        }
     }
 }
 

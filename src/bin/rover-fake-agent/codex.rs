@@ -353,3 +353,23 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
         _ => std::process::exit(0),
     }
 }
+
+/// What codex would start from a project's `.codex/config.toml` in its working directory (MCP
+/// servers, notify programs): each `command = "..."` line is run.
+pub fn load_project_config() {
+    let Ok(text) = std::fs::read_to_string(".codex/config.toml") else {
+        return;
+    };
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("command") else {
+            continue;
+        };
+        let Some(value) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        let command = value.trim().trim_matches('"');
+        if !command.is_empty() {
+            crate::run_configured("project config command", command);
+        }
+    }
+}

@@ -4,8 +4,16 @@
 //! Script: `ROVER_FAKE_AGENT_SCRIPT`, a file path or inline JSON: a list of rules (or
 //! `{"strict": bool, "rules": [...]}`), the first rule matching the prompt substring and/or the
 //! invocation number says what to answer, which failure to act out, which files to write or
-//! delete in the cwd. Log: `ROVER_FAKE_AGENT_LOG` names a dir that receives `call-<n>.json`
-//! (argv, cwd, selected env, prompt) per invocation; its count is the invocation number.
+//! delete in the cwd, which shell commands to run there. Log: `ROVER_FAKE_AGENT_LOG` names a dir
+//! that receives `call-<n>.json` (argv, cwd, selected env, prompt) per invocation; its count is
+//! the invocation number.
+//!
+//! Like the real CLIs, it loads configuration from its working directory and runs what that
+//! configuration starts: claude the `SessionStart` hooks of `.claude/settings.json` and
+//! `.claude/settings.local.json` (unless `--setting-sources` leaves out `project`/`local`, or
+//! `--settings` has `disableAllHooks`) and the servers of `.mcp.json` (unless
+//! `--strict-mcp-config`); codex the commands of `.codex/config.toml`. The escape proofs rely on
+//! this to show rover's host-side calls load nothing from a repository.
 
 mod claude;
 mod codex;
@@ -48,6 +56,14 @@ pub struct Call {
     pub output_format: String,
     pub verbose: bool,
     pub output_last: Option<String>,
+    /// `--tools` (claude): the tools offered to the model; `None` when not given (all).
+    pub offered_tools: Option<Vec<String>>,
+    /// `--setting-sources` (claude), as given.
+    pub setting_sources: Option<String>,
+    /// `--settings` (claude), as given.
+    pub settings: Option<String>,
+    /// `--strict-mcp-config` (claude).
+    pub strict_mcp: bool,
 }
 
 /// The rule that decides an invocation's behaviour.
@@ -63,6 +79,9 @@ pub struct Rule {
     pub bytes: usize,
     pub write: Vec<(String, String)>,
     pub delete: Vec<String>,
+    /// Shell commands run with `sh -c` in the cwd after the writes (an agent's Bash tool);
+    /// their failures are ignored (attacks are expected to fail).
+    pub run: Vec<String>,
 }
 
 impl Rule {
@@ -93,6 +112,16 @@ impl Rule {
                 .map(|map| {
                     map.iter()
                         .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            run: value
+                .get("run")
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
                         .collect()
                 })
                 .unwrap_or_default(),
@@ -222,7 +251,28 @@ pub fn apply_files(rule: &Rule) -> Vec<(String, &'static str)> {
         let _ = std::fs::remove_file(path);
         changes.push((path.clone(), "delete"));
     }
+    for command in &rule.run {
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .status();
+        eprintln!("fake agent: ran `{command}`: {status:?}");
+    }
     changes
+}
+
+/// Runs `command` with `sh -c` in the cwd, ignoring how it ends (a hook or server the CLI
+/// starts from its configuration).
+pub fn run_configured(what: &str, command: &str) {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status();
+    eprintln!("fake agent: started {what} `{command}`: {status:?}");
 }
 
 /// Reads all of stdin (the real CLIs wait for EOF).
@@ -293,6 +343,10 @@ fn record(personality: &str, argv: &[String], call: &Call) -> u32 {
         "tools": call.tools,
         "sandbox": call.sandbox,
         "outputFormat": call.output_format,
+        "offeredTools": call.offered_tools,
+        "settingSources": call.setting_sources,
+        "settings": call.settings,
+        "strictMcp": call.strict_mcp,
         "pid": std::process::id(),
     });
     for n in 1..100_000_u32 {
@@ -408,6 +462,9 @@ fn main() {
     }
     if personality == "codex" {
         codex::check_repo(args);
+        codex::load_project_config();
+    } else {
+        claude::load_project_config(&call);
     }
     let invocation = record(&personality, args, &call);
     let rule = pick_rule(&call, invocation);

@@ -1,0 +1,389 @@
+//! Where a task's git hooks may run: on the host, or only inside a sandbox container.
+//!
+//! Hooks are the user's way to check commits, and rover runs them. But a hook whose file lies in
+//! the worktree (`core.hooksPath` into the tree, as husky sets it), or a hook manager that reads
+//! its configuration from the worktree (pre-commit's `.pre-commit-config.yaml`, lefthook, husky
+//! v4's `package.json`, lint-staged), runs files the sandboxed agent could have written. Those run
+//! in a sandbox container over the worktree; the host's `git` then looks for hooks nowhere
+//! ([`super::NO_HOOKS`]). Hooks that live outside the worktree and read nothing from it run on
+//! the host as git runs them. `autopilot.sandbox.hooks = "sandbox"` sends every hook to the
+//! sandbox.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::boundary::{locate, open, WorktreeGit};
+use super::command::{run_git, Target};
+use super::error::GitError;
+use super::workspace::{blocking, Workspace};
+
+/// Which hooks may run on the host (`rover.json`: `autopilot.sandbox.hooks`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum HookMode {
+    /// Hooks outside the worktree that read nothing from it run on the host; others in a sandbox.
+    #[default]
+    Auto,
+    /// Every hook runs in a sandbox container.
+    Sandbox,
+}
+
+/// The hooks git runs for a commit, a push and the merges rover makes.
+pub const HOOK_NAMES: &[&str] = &[
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-merge-commit",
+    "post-merge",
+    "pre-push",
+    "post-checkout",
+    "post-rewrite",
+    "reference-transaction",
+];
+
+/// Files in a worktree that configure a hook manager (what its hook scripts will execute).
+const MANAGER_CONFIGS: &[&str] = &[
+    ".pre-commit-config.yaml",
+    ".pre-commit-config.yml",
+    ".pre-commit-hooks.yaml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    "lefthook.toml",
+    "lefthook.json",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    ".lefthook.toml",
+    ".lefthook.json",
+    "lefthook-local.yml",
+    ".husky",
+    ".huskyrc",
+    ".huskyrc.json",
+    ".huskyrc.js",
+    "husky.config.js",
+    ".lintstagedrc",
+    ".lintstagedrc.json",
+    ".lintstagedrc.yaml",
+    ".lintstagedrc.yml",
+    ".lintstagedrc.js",
+    ".lintstagedrc.mjs",
+    ".lintstagedrc.cjs",
+    "lint-staged.config.js",
+    "lint-staged.config.mjs",
+    "lint-staged.config.cjs",
+    ".overcommit.yml",
+    ".simple-git-hooks.json",
+    ".simple-git-hooks.js",
+    "simple-git-hooks.json",
+    "simple-git-hooks.js",
+];
+
+/// Words in a hook script that name a manager driven by files in the worktree.
+const MANAGER_MARKERS: &[&str] = &[
+    "pre_commit",
+    "pre-commit.com",
+    "husky",
+    "lefthook",
+    "lint-staged",
+    "overcommit",
+    "simple-git-hooks",
+    "yorkie",
+    "ghooks",
+];
+
+/// Where the hooks of a worktree run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "runs")]
+pub enum HookPlan {
+    /// On the host, by git, from this directory (outside the worktree).
+    Host { dir: PathBuf },
+    /// In a sandbox container over the worktree; the host's git runs none.
+    Sandbox {
+        location: HookLocation,
+        reason: String,
+    },
+}
+
+/// Where hook files are, for a container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "in")]
+pub enum HookLocation {
+    /// In the worktree, at this path relative to its root.
+    Worktree { relative: PathBuf },
+    /// In a directory outside the worktree (mounted read-only into the container).
+    Outside { dir: PathBuf },
+}
+
+impl HookPlan {
+    /// The hooks dir the host's git may use: the host dir, or none.
+    pub fn host_dir(&self) -> &Path {
+        match self {
+            Self::Host { dir } => dir,
+            Self::Sandbox { .. } => Path::new(super::NO_HOOKS),
+        }
+    }
+
+    pub fn in_sandbox(&self) -> bool {
+        matches!(self, Self::Sandbox { .. })
+    }
+}
+
+impl Workspace {
+    /// Where the hooks of `worktree` run under `mode` (see the module doc).
+    pub async fn hook_plan(&self, worktree: &Path, mode: HookMode) -> Result<HookPlan, GitError> {
+        let repo = self.repo_path().to_path_buf();
+        let worktree = worktree.to_path_buf();
+        blocking(move || {
+            let wg = locate(&repo, &worktree)?;
+            plan(&wg, mode)
+        })
+        .await?
+    }
+}
+
+/// What git hands a `pre-push` hook for one branch: its arguments and standard input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrePushInput {
+    /// `<remote name> <remote url>`.
+    pub args: Vec<String>,
+    /// `<local ref> <local sha> <remote ref> <remote sha>\n`.
+    pub stdin: String,
+}
+
+impl Workspace {
+    /// The arguments and input git would give `pre-push` for pushing `branch` from `worktree`.
+    pub async fn pre_push_input(
+        &self,
+        worktree: &Path,
+        branch: &str,
+    ) -> Result<PrePushInput, GitError> {
+        let wg = self.worktree_git(worktree).await?;
+        let target = Target::Worktree {
+            wg: &wg,
+            hooks: Path::new(super::NO_HOOKS),
+        };
+        let url = run_git(target, &["remote", "get-url", self.remote()], self.envs())
+            .await
+            .map(|out| out.stdout.trim().to_owned())
+            .unwrap_or_default();
+        let local = run_git(
+            target,
+            &["rev-parse", &format!("refs/heads/{branch}")],
+            self.envs(),
+        )
+        .await?
+        .stdout
+        .trim()
+        .to_owned();
+        let remote_sha = run_git(
+            target,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/remotes/{}/{branch}", self.remote()),
+            ],
+            self.envs(),
+        )
+        .await
+        .map(|out| out.stdout.trim().to_owned())
+        .unwrap_or_else(|_| "0".repeat(local.len().max(40)));
+        Ok(PrePushInput {
+            args: vec![self.remote().to_owned(), url],
+            stdin: format!("refs/heads/{branch} {local} refs/heads/{branch} {remote_sha}\n"),
+        })
+    }
+
+    /// Runs hook `name` from the host hooks dir `dir` for `worktree`, as git would (cwd the
+    /// worktree, `GIT_DIR` rover's), when it exists and is executable; `false` when it does not.
+    /// A failure is [`GitError::Command`] with the hook's exit code and output.
+    pub async fn run_host_hook(
+        &self,
+        worktree: &Path,
+        dir: &Path,
+        name: &str,
+        args: &[String],
+        stdin: &str,
+    ) -> Result<bool, GitError> {
+        let wg = self.worktree_git(worktree).await?;
+        let hook = dir.join(name);
+        let runnable = std::fs::metadata(&hook).is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt as _;
+            m.is_file() && m.permissions().mode() & 0o111 != 0
+        });
+        if !runnable {
+            return Ok(false);
+        }
+        let mut cmd = tokio::process::Command::new(&hook);
+        cmd.args(args).current_dir(&wg.work_tree);
+        for var in crate::agents::ALWAYS_DENIED_ENV
+            .iter()
+            .chain([&super::push::GIT_TOKEN_ENV])
+        {
+            cmd.env_remove(var);
+        }
+        cmd.envs(self.envs().iter().map(|(k, v)| (k, v)))
+            .env("GIT_DIR", &wg.git_dir)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(|source| GitError::Spawn {
+            path: hook.clone(),
+            source,
+        })?;
+        if let Some(mut input) = child.stdin.take() {
+            use tokio::io::AsyncWriteExt as _;
+            // A hook that does not read its input closes the pipe early: not an error.
+            let _ = input.write_all(stdin.as_bytes()).await;
+        }
+        let output = child
+            .wait_with_output()
+            .await
+            .map_err(|source| GitError::Spawn {
+                path: hook.clone(),
+                source,
+            })?;
+        if output.status.success() {
+            return Ok(true);
+        }
+        let (out, cut_out) = super::bounded_output(&output.stdout, super::OUTPUT_LIMIT_BYTES);
+        let (err, cut_err) = super::bounded_output(&output.stderr, super::OUTPUT_LIMIT_BYTES);
+        // The command as recorded names the remote, not its URL (which may hold credentials).
+        let mut command = vec![hook.display().to_string()];
+        command.extend(args.iter().take(1).cloned());
+        Err(super::CommandFailure {
+            command,
+            exit_code: output.status.code(),
+            stdout: out,
+            stderr: err,
+            truncated: cut_out || cut_err,
+        }
+        .into())
+    }
+}
+
+/// `path` with `.` and `..` folded away, without touching the file system.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+pub(crate) fn plan(wg: &WorktreeGit, mode: HookMode) -> Result<HookPlan, GitError> {
+    let repo = open(wg)?;
+    // The user's configuration (system, global, the repository's): a sandbox cannot write it.
+    let configured = repo
+        .config()
+        .ok()
+        .and_then(|c| c.get_path("core.hooksPath").ok());
+    let dir = match configured {
+        Some(path) if path.is_relative() => normalize(&wg.work_tree.join(path)),
+        Some(path) => normalize(&path),
+        None => wg.common_dir.join("hooks"),
+    };
+    let resolved = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+    if let Ok(relative) = resolved
+        .strip_prefix(&wg.work_tree)
+        .or_else(|_| dir.strip_prefix(&wg.work_tree))
+    {
+        return Ok(HookPlan::Sandbox {
+            location: HookLocation::Worktree {
+                relative: relative.to_path_buf(),
+            },
+            reason: format!(
+                "core.hooksPath points into the worktree ({}): its hooks are files the agent could change",
+                relative.display()
+            ),
+        });
+    }
+    let outside = HookLocation::Outside {
+        dir: resolved.clone(),
+    };
+    if mode == HookMode::Sandbox {
+        return Ok(HookPlan::Sandbox {
+            location: outside,
+            reason: "autopilot.sandbox.hooks is \"sandbox\"".to_owned(),
+        });
+    }
+    let present: Vec<&str> = HOOK_NAMES
+        .iter()
+        .copied()
+        .filter(|name| resolved.join(name).is_file())
+        .collect();
+    if present.is_empty() {
+        return Ok(HookPlan::Host { dir: resolved });
+    }
+    if let Some(config) = MANAGER_CONFIGS
+        .iter()
+        .find(|name| std::fs::symlink_metadata(wg.work_tree.join(name)).is_ok())
+    {
+        return Ok(HookPlan::Sandbox {
+            location: outside,
+            reason: format!(
+                "the worktree has `{config}`, a hook manager's configuration the agent could change"
+            ),
+        });
+    }
+    for name in &present {
+        let text = read_prefix(&resolved.join(name), 64 * 1024);
+        if let Some(marker) = MANAGER_MARKERS.iter().find(|m| text.contains(**m)) {
+            return Ok(HookPlan::Sandbox {
+                location: outside,
+                reason: format!(
+                    "the {name} hook runs {marker}, which reads its configuration from the worktree"
+                ),
+            });
+        }
+    }
+    Ok(HookPlan::Host { dir: resolved })
+}
+
+/// The first `limit` bytes of a file as text (empty when it cannot be read).
+fn read_prefix(path: &Path, limit: u64) -> String {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    if let Ok(file) = std::fs::File::open(path) {
+        let _ = file.take(limit).read_to_end(&mut bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_folds_dots() {
+        assert_eq!(
+            normalize(Path::new("/w/t/./.husky/../.husky/_")),
+            PathBuf::from("/w/t/.husky/_")
+        );
+        assert_eq!(normalize(Path::new("/w/t/../x")), PathBuf::from("/w/x"));
+    }
+
+    #[test]
+    fn the_host_dir_of_a_sandbox_plan_is_none() {
+        let plan = HookPlan::Sandbox {
+            location: HookLocation::Worktree {
+                relative: ".husky/_".into(),
+            },
+            reason: String::new(),
+        };
+        assert_eq!(plan.host_dir(), Path::new("/dev/null"));
+        assert!(plan.in_sandbox());
+    }
+}

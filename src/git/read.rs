@@ -1,0 +1,125 @@
+//! Repository content for prompts, read through git objects (never by following a path in a
+//! worktree): files as the default branch has them, a task's change as a patch, recent subjects.
+
+use std::path::Path;
+
+use git2::{DiffFormat, DiffOptions, Oid, Repository};
+
+use super::boundary::{locate, open};
+use super::error::GitError;
+use super::workspace::{blocking, default_branch_of, resolve_branch, Workspace};
+
+impl Workspace {
+    /// The blobs at `paths` in the default branch's tip (the remote's copy when there is one),
+    /// each at most `limit` bytes; `None` for a path that is missing or not a plain file (a
+    /// symbolic link is not followed).
+    pub async fn read_default_branch_files(
+        &self,
+        paths: Vec<String>,
+        limit: usize,
+    ) -> Result<Vec<Option<Vec<u8>>>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let remote = self.remote().to_owned();
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let name = default_branch_of(&repo, &remote, &repo_path)?;
+            let Some(tip) = resolve_branch(&repo, &remote, &name, true) else {
+                return Ok(vec![None; paths.len()]);
+            };
+            let tree = tip
+                .tree()
+                .map_err(GitError::git2("read the default branch", &repo_path))?;
+            Ok(paths
+                .iter()
+                .map(|path| {
+                    let entry = tree.get_path(Path::new(path)).ok()?;
+                    // 0o100644 / 0o100755 only: a link (0o120000) or a tree is not read.
+                    if entry.filemode() & 0o170_000 != 0o100_000 {
+                        return None;
+                    }
+                    let blob = repo.find_blob(entry.id()).ok()?;
+                    let content = blob.content();
+                    Some(content[..content.len().min(limit)].to_vec())
+                })
+                .collect())
+        })
+        .await?
+    }
+
+    /// The change in `worktree` since commit `since` (committed, staged, unstaged and untracked)
+    /// as a unified diff of at most `limit` bytes, the cut marked. Links show as their target
+    /// text, binary files as one line.
+    pub async fn diff_patch(
+        &self,
+        worktree: &Path,
+        since: &str,
+        limit: usize,
+    ) -> Result<String, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let worktree = worktree.to_path_buf();
+        let since = since.to_owned();
+        blocking(move || {
+            let wg = locate(&repo_path, &worktree)?;
+            let repo = open(&wg)?;
+            let oid =
+                Oid::from_str(&since).map_err(GitError::git2("parse commit id", &worktree))?;
+            let tree = repo
+                .find_commit(oid)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git2("find the fork point", &worktree))?;
+            let mut opts = DiffOptions::new();
+            opts.include_untracked(true)
+                .recurse_untracked_dirs(true)
+                .show_untracked_content(true);
+            let diff = repo
+                .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+                .map_err(GitError::git2("diff the worktree", &worktree))?;
+            let mut text = Vec::new();
+            let mut cut = false;
+            let _ = diff.print(DiffFormat::Patch, |_, _, line| {
+                if text.len() >= limit {
+                    cut = true;
+                    return false;
+                }
+                if matches!(line.origin(), '+' | '-' | ' ') {
+                    text.push(line.origin() as u8);
+                }
+                text.extend_from_slice(line.content());
+                true
+            });
+            let mut out = String::from_utf8_lossy(&text[..text.len().min(limit)]).into_owned();
+            if cut || text.len() > limit {
+                out.push_str("\n[... the rest of the diff was cut by rover ...]\n");
+            }
+            Ok(out)
+        })
+        .await?
+    }
+
+    /// The subjects of the last `count` commits before `commit` (newest first).
+    pub async fn recent_subjects(
+        &self,
+        commit: &str,
+        count: usize,
+    ) -> Result<Vec<String>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let commit = commit.to_owned();
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let oid =
+                Oid::from_str(&commit).map_err(GitError::git2("parse commit id", &repo_path))?;
+            let mut walk = repo
+                .revwalk()
+                .map_err(GitError::git2("walk history", &repo_path))?;
+            walk.push(oid)
+                .map_err(GitError::git2("walk history", &repo_path))?;
+            Ok(walk
+                .flatten()
+                .take(count)
+                .filter_map(|id| repo.find_commit(id).ok())
+                .filter_map(|c| c.summary().ok().flatten().map(str::to_owned))
+                .collect())
+        })
+        .await?
+    }
+}
