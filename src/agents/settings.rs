@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(settings.extra_env, vec!["FOO".to_owned()]);
         let request = settings.request(AgentStep::Plan, "/tmp", String::new(), "p".into());
         assert_eq!(request.timeout, Duration::from_secs(60));
-        assert_eq!(request.tools, super::super::ToolPolicy::ReadOnly);
+        assert_eq!(request.tools, super::super::ToolPolicy::None);
         let err = serde_json::from_str::<AgentSettings>(r#"{"agnet":"claude"}"#)
             .expect_err("unknown key");
         assert!(err.to_string().contains("agnet"), "{err}");

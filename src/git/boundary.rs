@@ -25,6 +25,10 @@ pub struct WorktreeGit {
     pub git_dir: PathBuf,
     /// The repository's git dir (`<repo>/.git`, canonical).
     pub common_dir: PathBuf,
+    /// `-c` pairs switching off the filter, diff and merge drivers the user's configuration
+    /// defines: git would run them on worktree content (an index refresh re-cleans files), and
+    /// the worktree picks which applies (`.gitattributes`) and may hold the scripts they call.
+    pub drivers_off: Vec<String>,
 }
 
 impl WorktreeGit {
@@ -54,6 +58,36 @@ pub fn hardening(hooks: &Path) -> Vec<String> {
         ("gc.auto", "0"),
         ("maintenance.auto", "false"),
     ] {
+        args.push("-c".to_owned());
+        args.push(format!("{key}={value}"));
+    }
+    args
+}
+
+/// `-c` pairs that switch off every configured filter (`clean`, `smudge`, `process`), diff
+/// (`textconv`, `command`) and merge (`driver`) driver: empty commands are no commands to git;
+/// a merge driver becomes `false`, so a file it would merge is a conflict rover reports.
+pub(crate) fn drivers_off(config: &git2::Config) -> Vec<String> {
+    let mut args = Vec::new();
+    let Ok(mut entries) = config.entries(Some(
+        r"^(filter|diff|merge)\..+\.(clean|smudge|process|required|textconv|command|driver)$",
+    )) else {
+        return args;
+    };
+    let mut keys = Vec::new();
+    while let Some(Ok(entry)) = entries.next() {
+        if let Ok(name) = entry.name() {
+            keys.push(name.to_owned());
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let value = if key.ends_with(".driver") || key.ends_with(".required") {
+            "false"
+        } else {
+            ""
+        };
         args.push("-c".to_owned());
         args.push(format!("{key}={value}"));
     }
@@ -90,10 +124,12 @@ pub(crate) fn locate(repo_path: &Path, worktree: &Path) -> Result<WorktreeGit, G
         if !git_dir.is_dir() {
             continue;
         }
+        let drivers_off = repo.config().map(|c| drivers_off(&c)).unwrap_or_default();
         return Ok(WorktreeGit {
             work_tree: wanted,
             git_dir,
             common_dir,
+            drivers_off,
         });
     }
     Err(GitError::NotAWorktree {

@@ -128,6 +128,7 @@ impl Target<'_> {
                     format!("--work-tree={}", wg.work_tree.display()),
                 ];
                 args.extend(hardening(hooks));
+                args.extend(wg.drivers_off.iter().cloned());
                 args
             }
             Self::Dir(dir) => {

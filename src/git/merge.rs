@@ -52,7 +52,14 @@ impl Workspace {
             if let Err(err) = result {
                 let conflicts = run_git(
                     target_worktree,
-                    &["diff", "--name-only", "--diff-filter=U", "-z"],
+                    &[
+                        "diff",
+                        "--no-ext-diff",
+                        "--no-textconv",
+                        "--name-only",
+                        "--diff-filter=U",
+                        "-z",
+                    ],
                     self.envs(),
                 )
                 .await

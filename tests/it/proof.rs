@@ -6,5 +6,6 @@
 mod bad_input;
 mod chaos;
 mod concurrency;
+mod escape;
 mod security;
 mod world;

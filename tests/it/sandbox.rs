@@ -485,7 +485,7 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
     let script = "git status --porcelain; git log -1 --format=%s; \
                   (git config --get remote.origin.url || echo no-remote-url); \
                   cat \"$(git rev-parse --git-common-dir)/config\" | grep -c ghp_ || true; \
-                  (git add -A 2>/dev/null && git commit -qm inside 2>/dev/null && echo committed-inside) || echo commit-refused; \
+                  (git add -A 2>/dev/null && git -c user.name=a -c user.email=a@b commit -qm inside 2>/dev/null && echo committed-inside) || echo commit-refused; \
                   (echo 'gitdir: /tmp/evil' > .git) 2>/dev/null || echo gitfile-readonly; \
                   rm -f .git 2>/dev/null || echo gitfile-kept; \
                   (mv .git moved 2>/dev/null && echo moved) || echo gitfile-not-moved; \

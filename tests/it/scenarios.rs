@@ -849,9 +849,10 @@ async fn a_commit_hook_missing_its_tool_is_fixed_by_the_resolver_and_retried() {
     ));
     s.answer(COMMIT, json!({"subject": "Add a changelog", "body": null}));
     push_once_committed(&mut s);
-    // The resolver reads the hook's stderr, installs the tool (in the worktree), retries the commit.
-    s.rules.push(json!({"prompt_contains": "lint-staged: command not found", "write": {".lint-installed": "ok\n"},
-        "structured": resolve("retry", json!({"retry_step": "commit", "corrective_commands": [{"command": "npm install --no-save lint-staged", "exit_code": 0, "outcome": "installed"}]}))}));
+    // The resolver reads the hook's stderr and asks for the tool to be installed in the
+    // worktree; rover runs that in the sandbox, then retries the commit.
+    s.rules.push(json!({"prompt_contains": "lint-staged: command not found",
+        "structured": resolve("retry", json!({"retry_step": "commit", "corrective_commands": [{"command": "echo installing lint-staged && touch .lint-installed", "purpose": "install the hook's tool"}]}))}));
     s.answer(NOTIFY, json!({"message": "I added the changelog."}));
     s.run_until_settled(12).await;
     let trace = s.the_trace();
@@ -887,8 +888,15 @@ async fn a_commit_hook_missing_its_tool_is_fixed_by_the_resolver_and_retried() {
     assert_eq!(resolve_span.meta["decision"], "retry");
     assert_eq!(
         resolve_span.meta["correctiveCommands"][0]["command"],
-        "npm install --no-save lint-staged"
+        "echo installing lint-staged && touch .lint-installed"
     );
+    let runs = &resolve_span.meta["correctiveRuns"];
+    assert_eq!(runs["ran"], true, "{runs}");
+    assert_eq!(runs["runs"][0]["exitCode"], 0, "{runs}");
+    assert!(runs["runs"][0]["output"]
+        .as_str()
+        .unwrap()
+        .contains("installing lint-staged"));
 }
 
 #[tokio::test]
@@ -1164,7 +1172,7 @@ async fn the_answer_to_a_clarifying_question_starts_a_trace_that_proceeds() {
 }
 
 /// Every host-side prompt of a full run, as the agent received it.
-fn prompts(s: &Scenario) -> Vec<(String, Value)> {
+pub fn prompts(s: &Scenario) -> Vec<(String, Value)> {
     let mut calls: Vec<(u64, Value)> = std::fs::read_dir(s.agent_log())
         .unwrap()
         .filter_map(|e| {

@@ -625,7 +625,7 @@ async fn resolver_iterates_on_the_same_task_and_branch() {
         Some("use a table-driven parser")
     );
     assert_eq!(second.title, "parser");
-    // The failure's details reached the agent, the workdir was the task's worktree.
+    // The failure's details reached the agent, which ran in rover's empty dir, not the worktree.
     let calls = w.p.agents.calls();
     assert!(calls[0]["prompt"]
         .as_str()
@@ -634,7 +634,7 @@ async fn resolver_iterates_on_the_same_task_and_branch() {
     assert!(calls[0]["cwd"]
         .as_str()
         .expect("cwd")
-        .ends_with("rover-parser"));
+        .ends_with("agent-cwd"));
     let first_resolve = view
         .spans
         .iter()
@@ -646,7 +646,7 @@ async fn resolver_iterates_on_the_same_task_and_branch() {
 
 #[tokio::test]
 async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
-    let fix = json!({"command": "npm install -g lint-tool", "exit_code": 0, "outcome": "lint-tool installed"});
+    let fix = json!({"command": "npm install -g lint-tool", "purpose": "install the hook's tool"});
     let script = resolve_script(&[
         answer(
             "retry",
@@ -696,6 +696,13 @@ async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
     assert_eq!(
         retry.meta["correctiveCommands"][0]["command"],
         json!("npm install -g lint-tool")
+    );
+    // No Docker in this world: the commands are recorded as not run, and why (never the host).
+    assert_eq!(
+        retry.meta["correctiveRuns"]["ran"],
+        json!(false),
+        "{:?}",
+        retry.meta
     );
     // The agent saw the hook's stderr.
     let calls = w.p.agents.calls();
@@ -1019,11 +1026,13 @@ async fn pusher_rebases_onto_a_diverged_remote_and_never_forces() {
     let commands = std::fs::read_to_string(&log).expect("git command log");
     let pushes: Vec<&str> = commands
         .lines()
-        .filter(|l| l.split(' ').nth(3) == Some("push"))
+        .filter(|l| l.split(' ').any(|w| w == "push"))
         .collect();
     assert_eq!(pushes.len(), 2, "{commands}");
     for push in &pushes {
-        assert!(push.starts_with("token=set -C "), "{push}");
+        // On rover's registered git dir, hooks looked up nowhere while git holds the token.
+        assert!(push.starts_with("token=set --git-dir="), "{push}");
+        assert!(push.contains("-c core.hooksPath=/dev/null"), "{push}");
         assert!(
             push.ends_with("origin refs/heads/rover/parser:refs/heads/rover/parser"),
             "{push}"
