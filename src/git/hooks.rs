@@ -189,8 +189,10 @@ impl Workspace {
             self.envs(),
         )
         .await
-        .map(|out| out.stdout.trim().to_owned())
-        .unwrap_or_else(|_| "0".repeat(local.len().max(40)));
+        .map_or_else(
+            |_| "0".repeat(local.len().max(40)),
+            |out| out.stdout.trim().to_owned(),
+        );
         Ok(PrePushInput {
             args: vec![self.remote().to_owned(), url],
             stdin: format!("refs/heads/{branch} {local} refs/heads/{branch} {remote_sha}\n"),

@@ -7,6 +7,7 @@
 //! and `git add` work inside) and the hooks; the host's git then commits or pushes with no hook.
 //! `post-commit` and the merge and checkout hooks are not run for such worktrees.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -182,10 +183,11 @@ impl HookContainer<'_> {
             .to_owned();
         let mut stderr = stderr;
         if finished.timed_out {
-            stderr.push_str(&format!(
+            let _ = write!(
+                stderr,
                 "\nrover: the {phase} hooks ran past {}s and were stopped",
                 HOOK_TIMEOUT.as_secs()
-            ));
+            );
         }
         Ok(Some(Box::new(CommandFailure {
             command: vec![
