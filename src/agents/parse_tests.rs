@@ -180,6 +180,43 @@ fn claude_help_documents_every_flag_we_pass() {
 }
 
 #[test]
+fn host_calls_offer_no_tool_and_load_no_project_settings() {
+    let mut req = AgentRequest::new("/tmp", "p");
+    req.system_prompt = "You are rover's planner.".into();
+    req.tools = ToolPolicy::None;
+    let args = claude::host_args(&req);
+    for wanted in [
+        "--tools=",
+        "--setting-sources=user",
+        "--strict-mcp-config",
+        "--system-prompt=You are rover's planner.",
+    ] {
+        assert!(
+            args.contains(&wanted.to_owned()),
+            "{wanted} missing: {args:?}"
+        );
+    }
+    assert!(!args.iter().any(|a| a.starts_with("--allowedTools")
+        || a.starts_with("--append-system-prompt")
+        || a == "--dangerously-skip-permissions"));
+    // In the sandbox the coding agent keeps Claude Code's prompt and its edit tools.
+    req.tools = ToolPolicy::FullEdit;
+    let inside = claude::sandbox_args(&req, "p".into());
+    assert!(inside.contains(&"--append-system-prompt=You are rover's planner.".to_owned()));
+    assert!(!inside.iter().any(|a| a.starts_with("--setting-sources")));
+    // codex: read-only, and no tool that runs or reads anything on the host.
+    req.tools = ToolPolicy::None;
+    let codex = codex::host_args(&req, None, false);
+    assert_eq!(&codex[..4], ["exec", "--json", "-s", "read-only"]);
+    for feature in ["shell_tool", "unified_exec", "view_image_tool"] {
+        assert!(
+            codex.contains(&format!("features.{feature}=false")),
+            "{codex:?}"
+        );
+    }
+}
+
+#[test]
 fn codex_text_stream_takes_the_last_agent_message_and_usage() {
     let response = codex::parse_output(&fixture("codex/text.jsonl"), false).expect("parses");
     assert!(!response.is_error);

@@ -887,6 +887,34 @@ mod tests {
     }
 
     #[test]
+    fn a_tampered_worktree_is_found_by_its_flag_or_its_error() {
+        let mut b = Builder::new();
+        let workflow = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(workflow, SpanStatus::Completed);
+        assert!(tampered_span(&b.view).is_none());
+        let mut error = Meta::new();
+        error.insert(
+            "error".into(),
+            serde_json::json!({"message": "tampered: ...", "tampered": true}),
+        );
+        b.span(StepKind::Commit, SpanStatus::Error, Meta::new(), error);
+        assert_eq!(
+            tampered_span(&b.view).map(|s| s.step.clone()),
+            Some(StepKind::Commit)
+        );
+        let mut b = Builder::new();
+        let mut flag = Meta::new();
+        flag.insert("tampered".into(), true.into());
+        b.span(StepKind::Workflow, SpanStatus::Failed, Meta::new(), flag);
+        assert!(tampered_span(&b.view).is_some());
+    }
+
+    #[test]
     fn the_prompt_lists_the_trace_and_the_error_details() {
         let mut b = Builder::new();
         let wf = b.span(

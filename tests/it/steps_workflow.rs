@@ -1238,3 +1238,37 @@ async fn an_engine_that_goes_away_mid_run_ends_the_task_after_its_time_limit() {
         "{summary}"
     );
 }
+
+#[tokio::test]
+async fn a_worktree_whose_git_file_changed_is_refused_as_tampered_and_nothing_is_committed() {
+    let w = World::new();
+    let services = w.services(
+        &json!([{"structured": {"subject": "Commit the change", "body": null}}]),
+        RoverConfig::default(),
+        None,
+    );
+    let (trace, commit, task) = seeded_commit(&w).await;
+    // What a sandbox would have done had it been able to: point `.git` at a repository of its own.
+    let worktree = task.worktree.clone().expect("worktree");
+    std::fs::write(worktree.join(".git"), "gitdir: /workspace/.evil\n").expect("tamper");
+    let orch = w.p.orchestrator(commit_only_steps(&services));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(chain_of(&w.p, trace), ["commit:error", "resolve:completed"]);
+    let span = span_of(&w.p, trace, commit.id);
+    assert_eq!(span.meta["tampered"], json!(true), "{:?}", span.meta);
+    assert_eq!(span.meta["committed"], json!(false));
+    assert!(span
+        .summary
+        .as_deref()
+        .unwrap_or_default()
+        .contains("tampered"));
+    assert_eq!(span.meta["error"]["tampered"], json!(true));
+    assert_eq!(span.meta["error"]["retryable"], json!(false));
+    // Nothing was committed, and no agent was asked for a message.
+    assert_eq!(
+        git(&w.p.repo.checkout, &["rev-parse", &task.branch]),
+        task.fork_point.clone().expect("fork point")
+    );
+    assert!(w.p.agents.calls().is_empty());
+}
