@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as on a developer's: installs and starts what the
-# tests need (a Docker engine, when a setup script for it exists), then runs every test.
+# tests need (a Docker engine, the pinned real claude CLI from npm), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -f tests/setup-docker.sh ]; then
   bash tests/setup-docker.sh
 fi
+# The real claude CLI (pinned, from npm, cached) for the tests that drive it.
+ROVER_TEST_CLAUDE_BIN="$(bash tests/setup-clis.sh)"
+export ROVER_TEST_CLAUDE_BIN
 cargo test --locked

@@ -446,3 +446,119 @@ async fn a_tampered_worktree_is_never_committed() {
     ws.verify_worktree(&path).await.expect("rover's again");
     let _: Value = json!(null);
 }
+
+/// The real claude CLI (pinned), installed by `tests/setup-clis.sh`; `tests/run.sh` exports
+/// its path. Never skipped: a missing CLI fails with what to run.
+pub fn real_claude() -> PathBuf {
+    if let Some(path) = std::env::var_os("ROVER_TEST_CLAUDE_BIN").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+    let cached = home.join(".cache/rover-test-clis/claude-2.1.197/node_modules/.bin/claude");
+    assert!(
+        cached.exists(),
+        "the real claude CLI is missing: run `bash tests/setup-clis.sh` (tests/run.sh does it)"
+    );
+    cached
+}
+
+/// The real claude, run the way rover runs host-side steps, in a directory holding hostile
+/// project settings, hooks and MCP servers: it loads none of them and offers the model no tool
+/// but the structured answer. The same CLI without rover's switches runs them (the control).
+#[tokio::test]
+async fn the_real_claude_with_rovers_host_switches_loads_nothing_from_its_directory() {
+    let claude = real_claude();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("hostile");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(dir.join(".claude")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let marker = |name: &str| root.path().join(name).display().to_string();
+    let hook = |name: &str| {
+        json!({"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": format!("touch {}", marker(name))}]}]}})
+            .to_string()
+    };
+    std::fs::write(dir.join(".claude/settings.json"), hook("project-hook")).unwrap();
+    std::fs::write(dir.join(".claude/settings.local.json"), hook("local-hook")).unwrap();
+    std::fs::write(
+        dir.join(".mcp.json"),
+        json!({"mcpServers": {"evil": {"command": "touch", "args": [marker("mcp-server")]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let env = [
+        ("ANTHROPIC_API_KEY", "sk-ant-api03-fake-key-for-tests"),
+        // Nothing listens there: the call ends at once, after the CLI has loaded its settings.
+        ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9"),
+        ("CLAUDE_CODE_MAX_RETRIES", "0"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("IS_SANDBOX", "1"),
+    ];
+    let found = || -> Vec<&str> {
+        ["project-hook", "local-hook", "mcp-server"]
+            .into_iter()
+            .filter(|m| Path::new(&marker(m)).exists())
+            .collect()
+    };
+
+    // Control: the plain CLI in that directory runs the project's hook and MCP server.
+    let mut control = std::process::Command::new(&claude);
+    control
+        .args(["-p", "--output-format", "stream-json", "--verbose", "hi"])
+        .current_dir(&dir)
+        .env("HOME", &home)
+        .envs(env)
+        .stdin(std::process::Stdio::null());
+    let control = tokio::task::spawn_blocking(move || control.output().unwrap())
+        .await
+        .unwrap();
+    let ran = found();
+    assert!(
+        ran.contains(&"project-hook") && ran.contains(&"mcp-server"),
+        "control: the plain CLI should load the directory's settings ({ran:?}): {}",
+        String::from_utf8_lossy(&control.stderr)
+    );
+    let control_ran = ran.len();
+    for m in ran {
+        std::fs::remove_file(marker(m)).unwrap();
+    }
+
+    // rover's host-side call: same CLI, same directory.
+    let mut agent = rover::agents::ClaudeAgent::new(
+        Some(claude.clone()),
+        &rover::agents::AgentSettings::default(),
+    )
+    .with_env("HOME", home.display().to_string());
+    for (k, v) in env {
+        agent = agent.with_env(k, v);
+    }
+    let mut req = rover::agents::AgentRequest::new(&dir, "Plan the work.");
+    req.tools = rover::agents::ToolPolicy::None;
+    req.system_prompt = "You are rover's planner.".into();
+    req.schema =
+        Some(json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}));
+    req.model = Some("sonnet".into());
+    req.max_turns = Some(3);
+    let transcript = root.path().join("transcript.jsonl");
+    req.transcript = Some(transcript.clone());
+    let result = rover::agents::Agent::run(&agent, req).await;
+    let err = result.expect_err("no model API answers");
+    assert!(
+        !matches!(err, rover::agents::AgentError::Refused { .. }),
+        "the CLI refused rover's argv: {err}"
+    );
+    assert!(found().is_empty(), "escapes: {:?}", found());
+    let text = std::fs::read_to_string(&transcript).unwrap();
+    let init: Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "system" && v["subtype"] == "init")
+        .expect("an init line");
+    assert_eq!(init["tools"], json!(["StructuredOutput"]), "{init}");
+    assert_eq!(init["mcp_servers"], json!([]), "{init}");
+    eprintln!(
+        "proof escape (real claude {}): project hook, local hook and MCP server in the cwd: 0 ran with rover's switches, {control_ran} with the plain CLI; tools offered: {}",
+        init["claude_code_version"], init["tools"]
+    );
+}

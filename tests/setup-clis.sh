@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the pinned real agent CLIs the suite drives (from the npm registry) into a cache dir,
+# once; prints nothing when they are there already. The tests find them through
+# ROVER_TEST_CLAUDE_BIN (exported by tests/run.sh) or in the default cache dir.
+set -euo pipefail
+
+CLAUDE_VERSION="${ROVER_TEST_CLAUDE_VERSION:-2.1.197}"
+cache="${ROVER_TEST_CLI_CACHE:-${HOME:-/root}/.cache/rover-test-clis}"
+claude_dir="$cache/claude-$CLAUDE_VERSION"
+claude_bin="$claude_dir/node_modules/.bin/claude"
+
+if [ ! -x "$claude_bin" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "setup-clis: npm is missing and this script is not root; install nodejs and npm" >&2
+            exit 1
+        fi
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+    fi
+    mkdir -p "$claude_dir"
+    npm install --silent --no-audit --no-fund --prefix "$claude_dir" \
+        "@anthropic-ai/claude-code@$CLAUDE_VERSION" >/dev/null 2>&1 \
+        || { echo "setup-clis: npm install @anthropic-ai/claude-code@$CLAUDE_VERSION failed" >&2; exit 1; }
+fi
+"$claude_bin" --version >/dev/null
+echo "$claude_bin"
