@@ -50,7 +50,7 @@ pub fn host_args(req: &AgentRequest, schema_file: Option<&Path>, in_git_repo: bo
     }
     if req.tools == ToolPolicy::None {
         // No tool that runs or reads anything on the host: the answer comes from the prompt.
-        for feature in ["shell_tool", "unified_exec", "view_image_tool"] {
+        for feature in ["shell_tool", "unified_exec"] {
             args.push("-c".to_owned());
             args.push(format!("features.{feature}=false"));
         }
