@@ -13,6 +13,7 @@ mod commit;
 mod container;
 mod diff;
 mod error;
+mod fetch;
 mod hooks;
 mod merge;
 mod push;

@@ -123,7 +123,7 @@ fn is_non_fast_forward(stdout: &str, stderr: &str) -> bool {
 }
 
 /// Env for one git child: reset inherited credential helpers, then answer from the token var.
-fn credential_envs(token: &str) -> Vec<(OsString, OsString)> {
+pub(crate) fn credential_envs(token: &str) -> Vec<(OsString, OsString)> {
     [
         ("GIT_CONFIG_COUNT", "2"),
         ("GIT_CONFIG_KEY_0", "credential.helper"),

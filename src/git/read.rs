@@ -74,24 +74,7 @@ impl Workspace {
             let diff = repo
                 .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
                 .map_err(GitError::git2("diff the worktree", &worktree))?;
-            let mut text = Vec::new();
-            let mut cut = false;
-            let _ = diff.print(DiffFormat::Patch, |_, _, line| {
-                if text.len() >= limit {
-                    cut = true;
-                    return false;
-                }
-                if matches!(line.origin(), '+' | '-' | ' ') {
-                    text.push(line.origin() as u8);
-                }
-                text.extend_from_slice(line.content());
-                true
-            });
-            let mut out = String::from_utf8_lossy(&text[..text.len().min(limit)]).into_owned();
-            if cut || text.len() > limit {
-                out.push_str("\n[... the rest of the diff was cut by rover ...]\n");
-            }
-            Ok(out)
+            Ok(patch_text(&diff, limit))
         })
         .await?
     }
@@ -122,4 +105,65 @@ impl Workspace {
         })
         .await?
     }
+}
+
+impl Workspace {
+    /// The change `head` brings over its merge base with `base` (what a pull request shows),
+    /// as a unified diff of at most `limit` bytes, the cut marked; `None` when either commit is
+    /// missing from the checkout.
+    pub async fn diff_commits(
+        &self,
+        base: &str,
+        head: &str,
+        limit: usize,
+    ) -> Result<Option<String>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let (base, head) = (base.to_owned(), head.to_owned());
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let find = |name: &str| {
+                repo.revparse_single(name)
+                    .and_then(|o| o.peel_to_commit())
+                    .ok()
+            };
+            let (Some(base), Some(head)) = (find(&base), find(&head)) else {
+                return Ok(None);
+            };
+            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
+            let from = repo
+                .find_commit(fork)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git2("read the merge base", &repo_path))?;
+            let to = head
+                .tree()
+                .map_err(GitError::git2("read the head", &repo_path))?;
+            let diff = repo
+                .diff_tree_to_tree(Some(&from), Some(&to), None)
+                .map_err(GitError::git2("diff the commits", &repo_path))?;
+            Ok(Some(patch_text(&diff, limit)))
+        })
+        .await?
+    }
+}
+
+/// A diff as unified text of at most `limit` bytes, the cut marked.
+fn patch_text(diff: &git2::Diff<'_>, limit: usize) -> String {
+    let mut text = Vec::new();
+    let mut cut = false;
+    let _ = diff.print(DiffFormat::Patch, |_, _, line| {
+        if text.len() >= limit {
+            cut = true;
+            return false;
+        }
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            text.push(line.origin() as u8);
+        }
+        text.extend_from_slice(line.content());
+        true
+    });
+    let mut out = String::from_utf8_lossy(&text[..text.len().min(limit)]).into_owned();
+    if cut || text.len() > limit {
+        out.push_str("\n[... the rest of the diff was cut by rover ...]\n");
+    }
+    out
 }

@@ -17,6 +17,8 @@ pub enum BranchBase {
     Branch(String),
     /// The branch must already exist (iterating on a rover pull request); it is reused as is.
     Existing,
+    /// Fork from this commit (a pushed sha, a pull request's head), fetched beforehand.
+    Commit(String),
 }
 
 /// A worktree ready for an agent: where it is, which branch, and the commit changes are measured from.
@@ -285,6 +287,12 @@ fn prepare(
                     }
                 })?
             }
+            BranchBase::Commit(sha) => git2::Oid::from_str(sha)
+                .and_then(|oid| repo.find_commit(oid))
+                .map_err(|_| GitError::BranchMissing {
+                    branch: sha.clone(),
+                    path: repo_path.to_path_buf(),
+                })?,
         };
         let created = repo
             .branch(branch, &start, false)

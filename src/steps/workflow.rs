@@ -51,6 +51,60 @@ fn run_limit(services: &Services) -> Duration {
     sandbox.min(agent)
 }
 
+/// Longest pull request diff handed to the workflow agent.
+const MAX_REVIEW_DIFF: usize = 48 * 1024;
+
+/// Where a new task forks from, and what was fetched for it.
+struct FreshBase {
+    base: BranchBase,
+    fetch: Value,
+    review: Option<PullUnderReview>,
+}
+
+impl FreshBase {
+    fn unfetched(why: &str) -> FreshBase {
+        FreshBase {
+            base: BranchBase::DefaultBranch,
+            fetch: json!({"fetched": false, "error": why}),
+            review: None,
+        }
+    }
+}
+
+/// The pull request a task works on: its head (checked out in the worktree) and its change.
+struct PullUnderReview {
+    number: u64,
+    head: String,
+    base: String,
+    diff: Option<String>,
+}
+
+impl PullUnderReview {
+    /// What the workflow agent is told about the pull request.
+    fn prompt(&self) -> String {
+        let mut text = format!(
+            "\n\n## The pull request under review: #{}\nThe worktree has its head checked out ({}). Its change against `{}`:\n",
+            self.number, self.head, self.base
+        );
+        match &self.diff {
+            Some(diff) if !diff.trim().is_empty() => {
+                text.push_str(&agents::untrusted_block(
+                    &format!("pull request #{}", self.number),
+                    diff,
+                ));
+            }
+            _ => {
+                let _ = write!(
+                    text,
+                    "(not available here; run `git diff {}...HEAD`)",
+                    self.base
+                );
+            }
+        }
+        text
+    }
+}
+
 pub struct WorkflowStep {
     services: Arc<Services>,
     /// Fixed env pairs for every sandbox (names must be in `envAllow`; tests: the fake agent's script).
@@ -256,6 +310,92 @@ impl WorkflowStep {
         })
     }
 
+    /// What a new task forks from, after fetching what it needs: the default branch, the
+    /// pushed commit of a push to it, or the head of the pull request the event is about (the
+    /// task then reviews or builds on that pull request; rover pushes only its own branch). A
+    /// failed fetch is recorded and the checkout's copy used.
+    async fn fresh_base(&self, ws: &git::Workspace, view: &TraceView) -> FreshBase {
+        let event = super::agent_call::event_meta(view)
+            .ok()
+            .and_then(|e| e.event);
+        let remote = ws.remote().to_owned();
+        let Ok(default) = ws.default_branch().await else {
+            return FreshBase::unfetched("the default branch is unknown");
+        };
+        let mut refspecs = vec![format!(
+            "+refs/heads/{default}:refs/remotes/{remote}/{default}"
+        )];
+        let pull = event
+            .as_ref()
+            .filter(|e| e.is_pull_request)
+            .and_then(|e| e.number.map(|n| (n, e.base_branch.clone())));
+        if let Some((number, base_branch)) = &pull {
+            refspecs.push(format!(
+                "+refs/pull/{number}/head:refs/remotes/{remote}/pr/{number}"
+            ));
+            if let Some(b) = base_branch.as_ref().filter(|b| **b != default) {
+                refspecs.push(format!("+refs/heads/{b}:refs/remotes/{remote}/{b}"));
+            }
+        }
+        // One fetch per refspec: a missing pull request ref must not keep the default branch
+        // stale.
+        let token = self.services.github_token.as_deref();
+        let mut fetched = Vec::new();
+        for refspec in &refspecs {
+            let result = ws.fetch(std::slice::from_ref(refspec), token).await;
+            if let Err(e) = &result {
+                tracing::warn!(refspec, error = %e, "cannot fetch before forking; using the checkout's copy");
+            }
+            fetched.push(match result {
+                Ok(()) => json!({"refspec": refspec, "fetched": true}),
+                Err(e) => json!({"refspec": refspec, "fetched": false, "error": e.to_string()}),
+            });
+        }
+        let fetch = Value::Array(fetched);
+        if let Some((number, base_branch)) = pull {
+            let head_ref = format!("refs/remotes/{remote}/pr/{number}");
+            if let Some(head) = ws.commit_id(&head_ref).await {
+                let base = base_branch.unwrap_or_else(|| default.clone());
+                let diff = ws
+                    .diff_commits(
+                        &format!("refs/remotes/{remote}/{base}"),
+                        &head,
+                        MAX_REVIEW_DIFF,
+                    )
+                    .await
+                    .ok()
+                    .flatten();
+                return FreshBase {
+                    base: BranchBase::Commit(head.clone()),
+                    fetch,
+                    review: Some(PullUnderReview {
+                        number,
+                        head,
+                        base,
+                        diff,
+                    }),
+                };
+            }
+        }
+        let pushed = event
+            .as_ref()
+            .filter(|e| e.git_ref.as_deref() == Some(&format!("refs/heads/{default}")));
+        if let Some(sha) = pushed.and_then(|e| e.commit_sha.clone()) {
+            if let Some(id) = ws.commit_id(&sha).await {
+                return FreshBase {
+                    base: BranchBase::Commit(id),
+                    fetch,
+                    review: None,
+                };
+            }
+        }
+        FreshBase {
+            base: BranchBase::DefaultBranch,
+            fetch,
+            review: None,
+        }
+    }
+
     /// Branch, base and worktree path of a new run.
     async fn placement(
         &self,
@@ -403,6 +543,19 @@ impl WorkflowStep {
         let (branch, base, path) = self
             .placement(ctx, action_id, &meta, dependency_branch, &ws)
             .await?;
+        // New work forks from current code: fetched first, from the pushed commit of a push
+        // event or the head of the pull request the event is about.
+        let fresh = if base == BranchBase::DefaultBranch
+            && !ws
+                .branch_exists(&branch)
+                .await
+                .map_err(|e| git_error("cannot look up the branch", &e))?
+        {
+            Some(self.fresh_base(&ws, &view).await)
+        } else {
+            None
+        };
+        let base = fresh.as_ref().map_or(base, |f| f.base.clone());
         let prepared = ws
             .prepare_worktree(&branch, base.clone(), &path)
             .await
@@ -447,7 +600,14 @@ impl WorkflowStep {
         // the worktree (an earlier run could have planted some there).
         let agent_settings = self.services.agent_settings().clone();
         let kind = agent_settings.agent;
-        let vars = Self::prompt_vars(&meta, &dependencies);
+        let mut vars = Self::prompt_vars(&meta, &dependencies);
+        if let Some(review) = fresh.as_ref().and_then(|f| f.review.as_ref()) {
+            let text = vars.entry("instructions".to_owned()).or_default();
+            if text == "(none)" {
+                text.clear();
+            }
+            text.push_str(&review.prompt());
+        }
         let workdir = prepared.path.clone();
         let attribution = self.services.config.attribution;
         let custom = super::agent_call::custom_instructions(&self.services).await;
@@ -495,6 +655,18 @@ impl WorkflowStep {
             ("branchName", json!(task.branch)),
             ("worktreePath", json!(prepared.path.display().to_string())),
             ("forkPoint", json!(prepared.fork_point)),
+            ("baseSha", json!(prepared.fork_point)),
+            (
+                "fetch",
+                fresh.as_ref().map_or(Value::Null, |f| f.fetch.clone()),
+            ),
+            (
+                "pullRequest",
+                fresh.as_ref().and_then(|f| f.review.as_ref()).map_or(
+                    Value::Null,
+                    |r| json!({"number": r.number, "head": r.head, "base": r.base}),
+                ),
+            ),
             ("container", json!(container)),
             ("image", json!(spec.image)),
             ("started", started),

@@ -1318,3 +1318,160 @@ async fn the_repositorys_hooks_never_see_the_github_token() {
         "the hook saw the token:\n{env}"
     );
 }
+
+/// A clone of `s`'s origin next to the checkout, for commits the checkout has not fetched.
+fn other_clone(s: &Scenario) -> PathBuf {
+    let other = s.env.path().join("other");
+    git(
+        s.env.path(),
+        &["clone", "-q", s.origin.to_str().unwrap(), "other"],
+    );
+    git(&other, &["config", "user.name", "Someone Else"]);
+    git(&other, &["config", "user.email", "else@example.com"]);
+    other
+}
+
+fn span_of_step<'v>(trace: &'v TraceView, step: &str) -> &'v rover::store::Span {
+    trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == step)
+        .unwrap_or_else(|| panic!("a {step} span"))
+}
+
+#[tokio::test]
+async fn a_fix_for_red_ci_forks_from_the_pushed_commit_though_the_checkout_is_stale() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    // Someone pushes to main; the user's checkout never fetched it.
+    let other = other_clone(&s);
+    std::fs::write(other.join("pushed.txt"), "pushed\n").unwrap();
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-q", "-m", "Break the build"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    let pushed = head_sha(&other);
+    assert_ne!(git(&s.checkout, &["rev-parse", "origin/main"]), pushed);
+    s.github.add_status(&pushed, "failure", "ci/test");
+    s.github.seed_event("PushEvent", "alice", json!({"repository_id": 1, "push_id": 4, "ref": "refs/heads/main", "head": pushed, "before": head_sha(&s.checkout)}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "CI fails on main: fix it"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One fix.", "clarification": null, "tasks": [task("fix", "Fix the build", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Fix the build",
+        json!({"fix.txt": "fixed\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Fix the build", "body": null}));
+    push_once_committed(&mut s);
+    s.answer(NOTIFY, json!({"message": "CI was red; I opened a fix."}));
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace).last().map(String::as_str),
+        Some("notify:completed")
+    );
+    let workflow = span_of_step(&trace, "workflow");
+    assert_eq!(
+        workflow.meta["forkPoint"],
+        json!(pushed),
+        "{:?}",
+        workflow.meta
+    );
+    assert_eq!(workflow.meta["baseSha"], json!(pushed));
+    let branch = span_of_step(&trace, "push").meta["branch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The fix sits on the pushed commit: it has the pushed file and its parent is that commit.
+    assert_eq!(
+        git(&s.origin, &["rev-parse", &format!("{branch}^")]),
+        pushed
+    );
+    git(
+        &s.origin,
+        &["cat-file", "-e", &format!("{branch}:pushed.txt")],
+    );
+    git(&s.origin, &["cat-file", "-e", &format!("{branch}:fix.txt")]);
+}
+
+#[tokio::test]
+async fn a_review_of_a_humans_pull_request_sees_its_head_and_its_diff() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    // Bob's pull request: a branch the checkout has never seen, served as refs/pull/30/head.
+    let other = other_clone(&s);
+    git(&other, &["checkout", "-q", "-b", "faster-parser"]);
+    std::fs::write(other.join("parser.txt"), "new-parser-line-42\n").unwrap();
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-q", "-m", "Faster parser"]);
+    let head = head_sha(&other);
+    git(
+        &other,
+        &[
+            "push",
+            "-q",
+            "origin",
+            "faster-parser",
+            "HEAD:refs/pull/30/head",
+        ],
+    );
+    s.github
+        .add_pull(30, "Faster parser", "bob", "faster-parser", &head, "main");
+    s.github.seed_event("PullRequestEvent", "bob", json!({"action": "review_requested", "number": 30, "pull_request": pr_payload(30, "faster-parser", &head), "requested_reviewer": {"login": BOT}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Review pull request #30"})),
+    );
+    s.answer(PLAN, json!({"analysis": "A review.", "clarification": null, "tasks": [task("review", "Review the faster parser", &[], "code-review")]}));
+    // The reviewer answers only when its prompt holds the pull request's diff.
+    s.rules.push(json!({"prompt_contains": "+new-parser-line-42",
+        "structured": {"status": "completed", "summary": "One finding: parser.txt has no trailing test.", "files_changed": []}}));
+    s.rules.push(workflow_rule(
+        "Review the faster parser",
+        json!({}),
+        "failed",
+    ));
+    s.answer(
+        RESOLVE,
+        resolve(
+            "notify",
+            json!({"message": "One finding: parser.txt has no test."}),
+        ),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "Review: parser.txt has no test."}),
+    );
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed"
+        ]
+    );
+    let workflow = span_of_step(&trace, "workflow");
+    assert_eq!(
+        workflow.meta["forkPoint"],
+        json!(head),
+        "{:?}",
+        workflow.meta
+    );
+    assert_eq!(workflow.meta["pullRequest"]["number"], json!(30));
+    assert_eq!(workflow.meta["pullRequest"]["head"], json!(head));
+    assert_eq!(s.github.review_bodies(30).len(), 1, "posted as a PR review");
+    // rover pushed nothing for a human's pull request.
+    let refs = git(
+        &s.origin,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/rover/"],
+    );
+    assert!(refs.trim().is_empty(), "{refs}");
+}
