@@ -20,7 +20,10 @@ mod types;
 mod parse_tests;
 
 pub use agent::{agent_from_settings, Agent, ClaudeAgent, CodexAgent};
-pub use env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV};
+pub use env::{
+    agent_env, codex_credentials, codex_home, env_value, map_codex_key, redact_secrets,
+    ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,
+};
 pub use error::AgentError;
 pub use prompts::{
     placeholders, render_prompt, step_request, step_schema, template, untrusted_block, PromptVars,
