@@ -13,6 +13,7 @@ use super::env::{
     OPENAI_BASE_URL,
 };
 use super::error::AgentError;
+use super::pricing::CodexPrices;
 use super::runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 use super::settings::AgentSettings;
 use super::types::{AgentKind, AgentRequest, AgentResponse, ErrorClass, ParseError};
@@ -314,6 +315,7 @@ impl Agent for ClaudeAgent {
 #[derive(Debug, Clone)]
 pub struct CodexAgent {
     launcher: Launcher,
+    prices: CodexPrices,
 }
 
 impl CodexAgent {
@@ -321,6 +323,7 @@ impl CodexAgent {
     pub fn new(binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
         Self {
             launcher: Launcher::new(AgentKind::Codex, binary, settings),
+            prices: settings.codex_prices.clone(),
         }
     }
 
@@ -395,7 +398,11 @@ impl Agent for CodexAgent {
             .await
             .map_err(|err| self.launcher.spawn_error(err))?;
         drop(schema_file);
-        let result = conclude(AgentKind::Codex, &req, &outcome, stream.finish());
+        let mut result = conclude(AgentKind::Codex, &req, &outcome, stream.finish());
+        if let Ok(response) = &mut result {
+            // codex reports tokens only: the price table makes them USD for the budgets.
+            self.prices.fill_cost(req.model.as_deref(), response);
+        }
         log_outcome(AgentKind::Codex, &outcome, &result);
         result
     }

@@ -9,6 +9,7 @@ pub mod claude;
 pub mod codex;
 mod env;
 mod error;
+mod pricing;
 mod prompts;
 mod results;
 mod runner;
@@ -25,6 +26,7 @@ pub use env::{
     ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,
 };
 pub use error::AgentError;
+pub use pricing::{CodexPrices, ModelPrice, DEFAULT_PRICE_KEY};
 pub use prompts::{
     placeholders, render_prompt, step_request, step_schema, template, untrusted_block, PromptVars,
     RenderedPrompt, ROVER_TRAILER,

@@ -576,8 +576,16 @@ impl WorkflowStep {
         let stdout = tokio::fs::read(&log).await.unwrap_or_default();
         let stderr = tokio::fs::read(&err_log).await.unwrap_or_default();
         let stderr_tail = tail(&String::from_utf8_lossy(&stderr), 2000);
-        let kind = self.services.agent_settings().agent;
-        let parsed = agents::parse_output(kind, &stdout, true);
+        let agent_settings = self.services.agent_settings();
+        let kind = agent_settings.agent;
+        let mut parsed = agents::parse_output(kind, &stdout, true);
+        if let (Ok(response), agents::AgentKind::Codex) = (&mut parsed, kind) {
+            // codex reports tokens only: priced here so the budgets see USD.
+            let model = agent_settings.model_for(AgentStep::Workflow);
+            agent_settings
+                .codex_prices
+                .fill_cost(model.as_deref(), response);
+        }
         let result = parsed
             .as_ref()
             .map_err(ToString::to_string)

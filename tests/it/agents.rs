@@ -83,7 +83,10 @@ async fn plain_answer(kind: AgentKind) {
             assert_eq!(response.usage.cached, 3, "modelUsage cache reads");
         }
         AgentKind::Codex => {
-            assert_eq!(response.cost_usd, None);
+            // Tokens only from codex; USD from the default price entry (1.25 / 0.125 / 10 per
+            // million): 60 input, 40 cached, 20 output.
+            let cost = response.cost_usd.expect("priced from the table");
+            assert!((cost - 0.000_28).abs() < 1e-12, "{cost}");
             assert!(
                 !response.warnings.is_empty(),
                 "reconnect notice kept as warning"
