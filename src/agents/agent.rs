@@ -8,8 +8,12 @@ use async_trait::async_trait;
 
 use super::claude::{self, ClaudeStream};
 use super::codex::{self, CodexStream};
-use super::env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV};
+use super::env::{
+    agent_env, codex_credentials, env_value, map_codex_key, redact_secrets, ALWAYS_DENIED_ENV,
+    OPENAI_BASE_URL,
+};
 use super::error::AgentError;
+use super::pricing::CodexPrices;
 use super::runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 use super::settings::AgentSettings;
 use super::types::{AgentKind, AgentRequest, AgentResponse, ErrorClass, ParseError};
@@ -27,6 +31,7 @@ pub trait Agent: Send + Sync {
     async fn run(&self, req: AgentRequest) -> Result<AgentResponse, AgentError>;
 
     /// Runs `--version`; a missing CLI gives one message naming it and how to install it.
+    /// Codex also needs credentials it can find (checked without a model call).
     async fn check(&self) -> Result<String, AgentError>;
 }
 
@@ -54,8 +59,18 @@ impl Launcher {
         }
     }
 
-    /// The allow-listed environment plus the fixed pairs (GitHub tokens never pass).
+    /// The allow-listed environment plus the fixed pairs (GitHub tokens never pass); codex
+    /// also gets `OPENAI_API_KEY` as `CODEX_API_KEY` when only that is set.
     fn env(&self) -> Vec<(String, String)> {
+        let mut env = self.given_env();
+        if self.kind == AgentKind::Codex {
+            map_codex_key(&mut env);
+        }
+        env
+    }
+
+    /// The allow-listed environment plus the fixed pairs, as the user gave them.
+    fn given_env(&self) -> Vec<(String, String)> {
         let mut env = agent_env(&self.extra_env);
         for (name, value) in &self.fixed_env {
             if ALWAYS_DENIED_ENV.contains(&name.as_str()) {
@@ -165,6 +180,7 @@ fn log_outcome(
 
 /// The response, or the classified error, for a finished process and its parsed stream.
 fn conclude(
+    kind: AgentKind,
     req: &AgentRequest,
     outcome: &ProcessOutcome,
     parsed: Result<AgentResponse, ParseError>,
@@ -192,7 +208,11 @@ fn conclude(
             }
             let message = response.error_message.clone().unwrap_or_default();
             Err(match response.error_class {
-                Some(ErrorClass::Auth) => AgentError::Auth { message },
+                Some(ErrorClass::Auth) => AgentError::Auth {
+                    agent: kind,
+                    message,
+                },
+                Some(ErrorClass::BadRequest) => AgentError::BadRequest { message },
                 Some(ErrorClass::RateLimited) => AgentError::RateLimited {
                     reset: response.rate_limit_reset,
                     message,
@@ -281,7 +301,7 @@ impl Agent for ClaudeAgent {
         let outcome = run_process(spec, &mut |line: &str| stream.push_line(line))
             .await
             .map_err(|err| self.launcher.spawn_error(err))?;
-        let result = conclude(&req, &outcome, stream.finish());
+        let result = conclude(AgentKind::Claude, &req, &outcome, stream.finish());
         log_outcome(AgentKind::Claude, &outcome, &result);
         result
     }
@@ -295,6 +315,7 @@ impl Agent for ClaudeAgent {
 #[derive(Debug, Clone)]
 pub struct CodexAgent {
     launcher: Launcher,
+    prices: CodexPrices,
 }
 
 impl CodexAgent {
@@ -302,6 +323,7 @@ impl CodexAgent {
     pub fn new(binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
         Self {
             launcher: Launcher::new(AgentKind::Codex, binary, settings),
+            prices: settings.codex_prices.clone(),
         }
     }
 
@@ -361,24 +383,48 @@ impl Agent for CodexAgent {
         })
         .await
         .expect("the schema-file task does not panic")?;
-        let args = codex::host_args(
+        let mut args = codex::host_args(
             &req,
             schema_file.as_ref().map(tempfile::NamedTempFile::path),
             in_repo,
         );
-        let spec = self.launcher.spec(&req, args, None);
+        let mut spec = self.launcher.spec(&req, Vec::new(), None);
+        if let Some(url) = env_value(&spec.env, OPENAI_BASE_URL) {
+            codex::insert_base_url(&mut args, url);
+        }
+        spec.args = args;
         let mut stream = CodexStream::new(req.schema.is_some());
         let outcome = run_process(spec, &mut |line: &str| stream.push_line(line))
             .await
             .map_err(|err| self.launcher.spawn_error(err))?;
         drop(schema_file);
-        let result = conclude(&req, &outcome, stream.finish());
+        let mut result = conclude(AgentKind::Codex, &req, &outcome, stream.finish());
+        if let Ok(response) = &mut result {
+            // codex reports tokens only: the price table makes them USD for the budgets.
+            self.prices.fill_cost(req.model.as_deref(), response);
+        }
         log_outcome(AgentKind::Codex, &outcome, &result);
         result
     }
 
     async fn check(&self) -> Result<String, AgentError> {
-        self.launcher.check().await
+        let version = self.launcher.check().await?;
+        let env = self.launcher.given_env();
+        let base_url = env_value(&env, OPENAI_BASE_URL).map(str::to_owned);
+        // A few file probes (`auth.json`, `config.toml`) off the runtime.
+        let credentials = tokio::task::spawn_blocking(move || codex_credentials(&env))
+            .await
+            .expect("the credentials probe does not panic")
+            .map_err(|message| AgentError::Auth {
+                agent: AgentKind::Codex,
+                message: format!("no credentials found: {message}"),
+            })?;
+        tracing::info!(
+            credentials = %credentials,
+            base_url = base_url.as_deref().unwrap_or("(codex default)"),
+            "codex will authenticate with {credentials}"
+        );
+        Ok(version)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Codex CLI: the argv for `codex exec --json` and the JSONL event parser.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use serde_json::Value;
@@ -225,24 +226,115 @@ impl CodexStream {
     }
 }
 
-/// Classifies a `turn.failed` message such as `unexpected status 401 Unauthorized: ...`.
+/// Classifies a `turn.failed` message (real shapes in `tests/fixtures/codex/err_*.jsonl`):
+/// `unexpected status 401 Unauthorized: ...`, `exceeded retry limit, last status: 429 ...`,
+/// the 500 text `We’re currently experiencing high demand, ...`, or for a 400 the API's raw
+/// JSON error body (`{"error": {"type": "invalid_request_error", ...}}`).
 fn classify(message: &str) -> ErrorClass {
+    if let Some(class) = classify_json_body(message) {
+        return class;
+    }
     let lower = message.to_ascii_lowercase();
-    let status = lower
-        .split("status ")
-        .nth(1)
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse::<u16>().ok());
+    match http_status(&lower) {
+        Some(status) => classify_status(status),
+        None if lower.contains("unauthorized") || lower.contains("missing bearer") => {
+            ErrorClass::Auth
+        }
+        None if lower.contains("rate limit")
+            || lower.contains("too many requests")
+            || lower.contains("usage limit") =>
+        {
+            ErrorClass::RateLimited
+        }
+        None if lower.contains("overloaded") || lower.contains("high demand") => {
+            ErrorClass::Overloaded
+        }
+        None => ErrorClass::Other,
+    }
+}
+
+fn classify_status(status: u16) -> ErrorClass {
     match status {
-        Some(401 | 403) => ErrorClass::Auth,
-        Some(429) => ErrorClass::RateLimited,
-        Some(500 | 502 | 503 | 504 | 529) => ErrorClass::Overloaded,
-        Some(400 | 404 | 413 | 422) => ErrorClass::BadRequest,
-        _ if lower.contains("unauthorized") => ErrorClass::Auth,
-        _ if lower.contains("rate limit") => ErrorClass::RateLimited,
-        _ if lower.contains("overloaded") => ErrorClass::Overloaded,
+        401 | 403 => ErrorClass::Auth,
+        429 => ErrorClass::RateLimited,
+        500 | 502 | 503 | 504 | 529 => ErrorClass::Overloaded,
+        400 | 404 | 413 | 422 => ErrorClass::BadRequest,
         _ => ErrorClass::Other,
     }
+}
+
+/// The HTTP status after `status ` or `status: ` in a lowercased message.
+fn http_status(lower: &str) -> Option<u16> {
+    lower.match_indices("status").find_map(|(at, word)| {
+        let rest = lower[at + word.len()..].trim_start_matches([':', ' ']);
+        let digits = rest.get(..3)?;
+        let after = rest[3..].chars().next();
+        (digits.bytes().all(|b| b.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    })
+}
+
+/// A message that is an API error body as JSON: by its status when it has one, by its error
+/// type otherwise. Codex shows the raw body for a 400, so an unknown type is a bad request.
+fn classify_json_body(message: &str) -> Option<ErrorClass> {
+    let body: Value = serde_json::from_str(message.trim()).ok()?;
+    let error = body.get("error")?;
+    let status = body
+        .get("status")
+        .or_else(|| error.get("status"))
+        .and_then(Value::as_u64)
+        .and_then(|n| u16::try_from(n).ok());
+    if let Some(status) = status {
+        return Some(classify_status(status));
+    }
+    let field = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default();
+    Some(match (field("type"), field("code")) {
+        (_, "invalid_api_key") | ("authentication_error" | "permission_error", _) => {
+            ErrorClass::Auth
+        }
+        ("rate_limit_error" | "insufficient_quota", _) | (_, "rate_limit_exceeded") => {
+            ErrorClass::RateLimited
+        }
+        ("server_error" | "overloaded_error", _) => ErrorClass::Overloaded,
+        _ => ErrorClass::BadRequest,
+    })
+}
+
+/// The `-c` override that points codex at `url`: codex 0.169 ignores `OPENAI_BASE_URL` as a
+/// variable and reads `openai_base_url` from its config, which `-c` sets for one run without
+/// touching the user's `$CODEX_HOME`.
+pub fn base_url_override(url: &str) -> [String; 2] {
+    [
+        "-c".to_owned(),
+        format!("openai_base_url={}", toml_string(url)),
+    ]
+}
+
+/// Inserts [`base_url_override`] right after the `exec` of an argv (with or without the
+/// program first), so it precedes `resume` and the `--` before the prompt.
+pub fn insert_base_url(argv: &mut Vec<String>, url: &str) {
+    let at = argv.iter().position(|a| a == "exec").map_or(0, |i| i + 1);
+    argv.splice(at..at, base_url_override(url));
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "\\u{:04X}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Parses a whole captured stdout of `codex exec --json`.
@@ -275,6 +367,27 @@ mod tests {
                 ErrorClass::BadRequest,
             ),
             ("stream disconnected", ErrorClass::Other),
+            (
+                "exceeded retry limit, last status: 429 Too Many Requests",
+                ErrorClass::RateLimited,
+            ),
+            (
+                "We’re currently experiencing high demand, which may cause temporary errors.",
+                ErrorClass::Overloaded,
+            ),
+            (
+                r#"{"error": {"message": "bad", "type": "invalid_request_error", "param": null}}"#,
+                ErrorClass::BadRequest,
+            ),
+            (
+                r#"{"error":{"message":"x","type":"invalid_request_error"},"status":401}"#,
+                ErrorClass::Auth,
+            ),
+            (
+                r#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#,
+                ErrorClass::RateLimited,
+            ),
+            ("status 4000 is no http status", ErrorClass::Other),
         ];
         for (message, class) in cases {
             assert_eq!(classify(message), class, "{message}");
@@ -291,5 +404,26 @@ mod tests {
         assert!(host_args(&req, None, true)
             .iter()
             .any(|a| a == "sandbox_workspace_write.network_access=true"));
+    }
+
+    #[test]
+    fn base_url_goes_in_a_config_override_before_the_prompt() {
+        let mut req = AgentRequest::new("/tmp", "p");
+        req.resume_session = Some("t1".into());
+        let mut argv = host_args(&req, None, true);
+        insert_base_url(&mut argv, "http://127.0.0.1:9/v1");
+        assert_eq!(
+            argv[..3],
+            ["exec", "-c", "openai_base_url=\"http://127.0.0.1:9/v1\""]
+        );
+        let mut sandboxed = vec!["codex".to_owned()];
+        sandboxed.extend(sandbox_args(&req, "p".into()));
+        insert_base_url(&mut sandboxed, "http://h/v1");
+        assert_eq!(
+            sandboxed[1..4],
+            ["exec", "-c", "openai_base_url=\"http://h/v1\""]
+        );
+        assert!(sandboxed.iter().position(|a| a == "resume") > Some(3));
+        assert_eq!(toml_string("a\"b\\c\n"), r#""a\"b\\c\u000A""#);
     }
 }

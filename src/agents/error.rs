@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::types::AgentKind;
+
 /// Everything that can go wrong when calling an agent.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -29,10 +31,19 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
-    /// The model API rejected the credentials.
-    #[error("the agent could not authenticate with its model api ({message}): check ANTHROPIC_API_KEY / OPENAI_API_KEY")]
+    /// The model API rejected the credentials, or there are none.
+    #[error("the agent could not authenticate with its model api ({message}): {}", agent.credentials_hint())]
     Auth {
+        /// Which CLI, for the variable to name.
+        agent: AgentKind,
         /// The CLI's message.
+        message: String,
+    },
+    /// The model API rejected the request itself (HTTP 400/404/422: a refused schema, an unknown
+    /// model): the same call fails the same way again.
+    #[error("the agent's model api rejected the request ({message}); check the model name and the agent settings")]
+    BadRequest {
+        /// The CLI's message (for codex often the API's raw JSON error body).
         message: String,
     },
     /// The model API rate-limited the call.
@@ -142,6 +153,7 @@ impl AgentError {
             AgentError::NotFound { .. }
             | AgentError::Spawn { .. }
             | AgentError::Auth { .. }
+            | AgentError::BadRequest { .. }
             | AgentError::MaxTurns { .. }
             | AgentError::InvalidAnswer { .. }
             | AgentError::Refused { .. }
@@ -156,6 +168,7 @@ impl AgentError {
             AgentError::NotFound { .. } => "notFound",
             AgentError::Spawn { .. } => "spawn",
             AgentError::Auth { .. } => "auth",
+            AgentError::BadRequest { .. } => "badRequest",
             AgentError::RateLimited { .. } => "rateLimited",
             AgentError::Overloaded { .. } => "overloaded",
             AgentError::Timeout { .. } => "timeout",

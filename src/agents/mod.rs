@@ -9,6 +9,7 @@ pub mod claude;
 pub mod codex;
 mod env;
 mod error;
+mod pricing;
 mod prompts;
 mod results;
 mod runner;
@@ -20,8 +21,12 @@ mod types;
 mod parse_tests;
 
 pub use agent::{agent_from_settings, Agent, ClaudeAgent, CodexAgent};
-pub use env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV};
+pub use env::{
+    agent_env, codex_credentials, codex_home, env_value, map_codex_key, redact_secrets,
+    ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,
+};
 pub use error::AgentError;
+pub use pricing::{CodexPrices, ModelPrice, DEFAULT_PRICE_KEY};
 pub use prompts::{
     placeholders, render_prompt, step_request, step_schema, template, untrusted_block,
     CustomInstructions, PromptVars, RenderedPrompt, MAX_CUSTOM_BYTES, ROVER_TRAILER,

@@ -247,6 +247,44 @@ fn codex_turn_failed_is_fatal_and_classified() {
         .is_some_and(|m| m.contains("401")));
 }
 
+/// Real codex 0.169 against a loopback model API answering each status (the 401: no
+/// `Authorization` header because only `OPENAI_API_KEY` was set).
+#[test]
+fn codex_api_failures_are_classified_like_the_real_cli_prints_them() {
+    for (path, class, needle) in [
+        (
+            "codex/err_400_schema.jsonl",
+            ErrorClass::BadRequest,
+            "invalid_request_error",
+        ),
+        (
+            "codex/err_401_no_key.jsonl",
+            ErrorClass::Auth,
+            "Missing bearer",
+        ),
+        ("codex/err_404.jsonl", ErrorClass::BadRequest, "404"),
+        ("codex/err_422.jsonl", ErrorClass::BadRequest, "422"),
+        ("codex/err_429.jsonl", ErrorClass::RateLimited, "429"),
+        ("codex/err_500.jsonl", ErrorClass::Overloaded, "high demand"),
+        ("codex/err_503.jsonl", ErrorClass::Overloaded, "503"),
+    ] {
+        let response = codex::parse_output(&fixture(path), false).expect(path);
+        assert!(response.is_error, "{path}");
+        assert_eq!(response.error_class, Some(class), "{path}");
+        let message = response.error_message.expect("message");
+        assert!(message.contains(needle), "{path}: {message}");
+        // The reconnect notices before the failure stay warnings.
+        assert!(
+            response
+                .warnings
+                .iter()
+                .all(|w| w.starts_with("Reconnecting") || *w == message),
+            "{path}: {:?}",
+            response.warnings
+        );
+    }
+}
+
 #[test]
 fn codex_top_level_error_before_turn_completed_is_not_fatal() {
     let text = String::from_utf8(fixture("codex/text.jsonl")).expect("utf8");

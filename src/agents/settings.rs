@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::pricing::CodexPrices;
 use super::types::{AgentKind, AgentRequest, AgentStep};
 
 /// Model overrides per step; unset steps use [`AgentSettings::model_for`]'s defaults.
@@ -45,7 +46,7 @@ impl StepModels {
 }
 
 /// Resolved agent settings (`rover.json` key `autopilot.agent`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct AgentSettings {
     /// Which CLI runs every step.
@@ -66,6 +67,8 @@ pub struct AgentSettings {
     pub workflow_max_turns: u32,
     /// Extra environment variable names passed to the agent (GitHub tokens are never passed).
     pub extra_env: Vec<String>,
+    /// USD per million tokens by codex model, to price codex calls (codex reports tokens only).
+    pub codex_prices: CodexPrices,
 }
 
 impl Default for AgentSettings {
@@ -80,6 +83,7 @@ impl Default for AgentSettings {
             max_turns: 30,
             workflow_max_turns: 200,
             extra_env: Vec::new(),
+            codex_prices: CodexPrices::default(),
         }
     }
 }
@@ -168,7 +172,8 @@ mod tests {
     #[test]
     fn parses_camel_case_and_rejects_unknown_keys() {
         let settings: AgentSettings = serde_json::from_str(
-            r#"{"agent":"codex","models":{"plan":"gpt-5"},"extraEnv":["FOO"],"timeoutSecs":60}"#,
+            r#"{"agent":"codex","models":{"plan":"gpt-5"},"extraEnv":["FOO"],"timeoutSecs":60,
+                "codexPrices":{"gpt-5":{"inputPerMTok":2,"outputPerMTok":20}}}"#,
         )
         .expect("valid settings");
         assert_eq!(settings.agent, AgentKind::Codex);
@@ -178,6 +183,12 @@ mod tests {
         );
         assert_eq!(settings.model_for(AgentStep::Notify), None);
         assert_eq!(settings.extra_env, vec!["FOO".to_owned()]);
+        assert!((settings.codex_prices.price(Some("gpt-5")).output_per_m_tok - 20.0).abs() < 1e-9);
+        let err = serde_json::from_str::<AgentSettings>(
+            r#"{"codexPrices":{"gpt-5":{"inputPerMTok":2,"outputPerMTok":20,"extra":1}}}"#,
+        )
+        .expect_err("unknown price key");
+        assert!(err.to_string().contains("extra"), "{err}");
         let request = settings.request(AgentStep::Plan, "/tmp", String::new(), "p".into());
         assert_eq!(request.timeout, Duration::from_secs(60));
         assert_eq!(request.tools, super::super::ToolPolicy::None);

@@ -41,6 +41,16 @@ impl AgentKind {
             AgentKind::Codex => "npm install -g @openai/codex",
         }
     }
+
+    /// What to set when the model API rejects the credentials.
+    pub fn credentials_hint(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "check ANTHROPIC_API_KEY",
+            AgentKind::Codex => {
+                "set CODEX_API_KEY (or OPENAI_API_KEY, which rover passes on as CODEX_API_KEY) or run `codex login`"
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for AgentKind {

@@ -15,7 +15,7 @@ use crate::store::{Span, TraceView};
 pub struct SpanUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
-    /// USD as reported by the CLI (codex reports none: 0 here).
+    /// USD as claude reports it, or codex's tokens priced by `autopilot.agent.codexPrices`.
     pub cost_usd: f64,
     /// Agent calls counted.
     pub calls: u32,

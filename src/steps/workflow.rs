@@ -44,6 +44,24 @@ pub const MODEL_ENV: &[&str] = &[
     "CODEX_API_KEY",
 ];
 
+/// The agent's argv in the container. Codex ignores `OPENAI_BASE_URL` as a variable, so a base
+/// URL in the sandbox env also goes in as codex's `openai_base_url` config value for this run:
+/// nothing is written into a `CODEX_HOME` (in the container codex keeps its sessions under the
+/// tmpfs `HOME`).
+fn agent_argv(
+    kind: agents::AgentKind,
+    request: &agents::AgentRequest,
+    env: &[(String, String)],
+) -> Vec<String> {
+    let mut argv = agents::sandbox_argv(kind, request);
+    if kind == agents::AgentKind::Codex {
+        if let Some(url) = agents::env_value(env, agents::OPENAI_BASE_URL) {
+            agents::codex::insert_base_url(&mut argv, url);
+        }
+    }
+    argv
+}
+
 /// How long an agent may run in its container: the shorter of the sandbox and agent limits.
 fn run_limit(services: &Services) -> Duration {
     let sandbox = services.config.autopilot.sandbox.timeout();
@@ -243,6 +261,7 @@ impl WorkflowStep {
 
     /// The env of a sandbox: allowed model credentials from rover's environment, the agent's
     /// extra names, `IS_SANDBOX=1`, the fixed pairs; never a GitHub token (by name or value).
+    /// For codex, `OPENAI_API_KEY` alone is also passed as `CODEX_API_KEY` (when that is allowed).
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
         let allow = &self.services.config.autopilot.sandbox.env_allow;
         let token = self.services.github_token.clone().filter(|t| t.len() >= 8);
@@ -273,6 +292,12 @@ impl WorkflowStep {
             if !refused(name, value) {
                 env.retain(|(n, _)| n != name);
                 env.push((name.clone(), value.clone()));
+            }
+        }
+        if self.services.agent_settings().agent == agents::AgentKind::Codex {
+            let mut mapped = env.clone();
+            if agents::map_codex_key(&mut mapped) && !refused(agents::CODEX_API_KEY, "") {
+                env = mapped;
             }
         }
         env
@@ -621,7 +646,7 @@ impl WorkflowStep {
         )
         .map_err(|e| StepError::from_error(&e, false))?;
         request.schema = Some(agents::schema_for::<WorkflowResult>());
-        let argv = agents::sandbox_argv(kind, &request);
+        let argv = agent_argv(kind, &request, &self.sandbox_env());
 
         // The container gets a scratch git of its own; the worktree's `.git` must still be
         // rover's (an iteration reuses the worktree of an earlier run).
@@ -733,8 +758,16 @@ impl WorkflowStep {
         let stdout = tokio::fs::read(&log).await.unwrap_or_default();
         let stderr = tokio::fs::read(&err_log).await.unwrap_or_default();
         let stderr_tail = tail(&String::from_utf8_lossy(&stderr), 2000);
-        let kind = self.services.agent_settings().agent;
-        let parsed = agents::parse_output(kind, &stdout, true);
+        let agent_settings = self.services.agent_settings();
+        let kind = agent_settings.agent;
+        let mut parsed = agents::parse_output(kind, &stdout, true);
+        if let (Ok(response), agents::AgentKind::Codex) = (&mut parsed, kind) {
+            // codex reports tokens only: priced here so the budgets see USD.
+            let model = agent_settings.model_for(AgentStep::Workflow);
+            agent_settings
+                .codex_prices
+                .fill_cost(model.as_deref(), response);
+        }
         let result = parsed
             .as_ref()
             .map_err(ToString::to_string)
@@ -1337,11 +1370,16 @@ pub fn label(action_id: Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agents::{AgentSettings, ClaudeAgent};
+    use crate::agents::{AgentKind, AgentRequest, AgentSettings, ClaudeAgent};
     use crate::config::RoverConfig;
 
     fn services(allow: &[&str], token: Option<&str>) -> Arc<Services> {
+        services_for(AgentKind::Claude, allow, token)
+    }
+
+    fn services_for(kind: AgentKind, allow: &[&str], token: Option<&str>) -> Arc<Services> {
         let mut config = RoverConfig::default();
+        config.autopilot.agent.agent = kind;
         config.autopilot.sandbox.env_allow = allow.iter().map(|s| (*s).to_owned()).collect();
         Arc::new(Services {
             repo_root: PathBuf::from("/nonexistent"),
@@ -1383,5 +1421,62 @@ mod tests {
     fn without_is_sandbox_allowed_it_is_not_set() {
         let step = WorkflowStep::new(services(&[], None)).with_sandbox_env("SCRIPT", "[]");
         assert!(step.sandbox_env().is_empty());
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_codex_sandbox_gets_openai_api_key_as_codex_api_key_when_allowed() {
+        let allow = ["OPENAI_API_KEY", "CODEX_API_KEY"];
+        let codex = WorkflowStep::new(services_for(AgentKind::Codex, &allow, None))
+            .with_sandbox_env("OPENAI_API_KEY", "sk-o")
+            .with_sandbox_env("CODEX_API_KEY", "");
+        let env = codex.sandbox_env();
+        assert_eq!(
+            agents::env_value(&env, "CODEX_API_KEY"),
+            Some("sk-o"),
+            "{env:?}"
+        );
+        assert_eq!(env.iter().filter(|(n, _)| n == "CODEX_API_KEY").count(), 1);
+        // Not for claude, and not past the allow-list.
+        let claude = WorkflowStep::new(services_for(AgentKind::Claude, &allow, None))
+            .with_sandbox_env("OPENAI_API_KEY", "sk-o")
+            .with_sandbox_env("CODEX_API_KEY", "");
+        assert_eq!(
+            agents::env_value(&claude.sandbox_env(), "CODEX_API_KEY"),
+            None
+        );
+        let narrow = WorkflowStep::new(services_for(AgentKind::Codex, &["OPENAI_API_KEY"], None))
+            .with_sandbox_env("OPENAI_API_KEY", "sk-o");
+        let names: Vec<String> = narrow.sandbox_env().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["OPENAI_API_KEY"]);
+    }
+
+    #[test]
+    fn a_codex_sandbox_gets_the_base_url_as_a_config_override() {
+        let mut request = AgentRequest::new("/workspace", "do it");
+        request.tools = agents::ToolPolicy::FullEdit;
+        let env = pairs(&[("OPENAI_BASE_URL", "http://models.internal:8080/v1")]);
+        let argv = agent_argv(AgentKind::Codex, &request, &env);
+        assert_eq!(
+            argv[..4],
+            [
+                "codex",
+                "exec",
+                "-c",
+                "openai_base_url=\"http://models.internal:8080/v1\""
+            ]
+        );
+        assert_eq!(
+            agent_argv(AgentKind::Codex, &request, &[]),
+            agents::sandbox_argv(AgentKind::Codex, &request)
+        );
+        assert!(!agent_argv(AgentKind::Claude, &request, &env)
+            .iter()
+            .any(|a| a.contains("openai_base_url")));
     }
 }

@@ -33,7 +33,9 @@ pub fn run() {
             ),
             AgentKind::Codex => Box::new(
                 CodexAgent::new(Some(bin.clone()), &settings)
-                    .with_env("ROVER_FAKE_AGENT_SCRIPT", script.clone()),
+                    .with_env("ROVER_FAKE_AGENT_SCRIPT", script.clone())
+                    // Like codex 0.169 the fake wants CODEX_API_KEY; rover maps this one.
+                    .with_env("OPENAI_API_KEY", "sk-bench"),
             ),
         };
         let request = || {
@@ -62,6 +64,7 @@ pub fn run() {
                 .args(&args)
                 .current_dir(&work)
                 .env_clear()
+                .env("CODEX_API_KEY", "sk-bench")
                 .env("ROVER_FAKE_AGENT_SCRIPT", &script)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

@@ -10,7 +10,13 @@ use rover::agents::{
 };
 use serde_json::{json, Value};
 
-use crate::support::fake_agent::{process_state, read, wait_dead, wait_gone, FakeAgentEnv};
+use rover::config::RoverConfig;
+use rover::steps::build_steps;
+
+use crate::support::fake_agent::{
+    process_state, read, wait_dead, wait_gone, FakeAgentEnv, FAKE_OPENAI_KEY,
+};
+use crate::support::pipeline::Pipeline;
 
 /// Generates `<name>_claude` and `<name>_codex` tests from one `async fn name(kind)`.
 macro_rules! both {
@@ -77,7 +83,10 @@ async fn plain_answer(kind: AgentKind) {
             assert_eq!(response.usage.cached, 3, "modelUsage cache reads");
         }
         AgentKind::Codex => {
-            assert_eq!(response.cost_usd, None);
+            // Tokens only from codex; USD from the default price entry (1.25 / 0.125 / 10 per
+            // million): 60 input, 40 cached, 20 output.
+            let cost = response.cost_usd.expect("priced from the table");
+            assert!((cost - 0.000_28).abs() < 1e-12, "{cost}");
             assert!(
                 !response.warnings.is_empty(),
                 "reconnect notice kept as warning"
@@ -185,7 +194,7 @@ async fn api_errors_are_classified(kind: AgentKind) {
         (401, "auth", false),
         (529, "overloaded", true),
         (429, "rateLimited", true),
-        (400, "failed", true),
+        (400, "badRequest", false),
     ] {
         let env = FakeAgentEnv::new();
         let agent = env.agent(
@@ -449,7 +458,7 @@ async fn token_check(kind: AgentKind) {
                 .with_env("GITHUB_TOKEN", TOKEN),
         ),
         AgentKind::Codex => Box::new(
-            rover::agents::CodexAgent::new(binary, &settings)
+            env.codex_keyed(rover::agents::CodexAgent::new(binary, &settings))
                 .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                 .with_env("ROVER_FAKE_AGENT_LOG", log)
                 .with_env("GH_TOKEN", TOKEN),
@@ -534,6 +543,7 @@ async fn sandbox_argv_runs_without_stdin(kind: AgentKind) {
         .current_dir(&env.workdir)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("CODEX_API_KEY", "sk-in-the-box")
         .env("ROVER_FAKE_AGENT_LOG", &env.log)
         .env(
             "ROVER_FAKE_AGENT_SCRIPT",
@@ -683,6 +693,7 @@ async fn overhead_of_one_call() {
                 .args(&args)
                 .current_dir(&env.workdir)
                 .env_clear()
+                .env("CODEX_API_KEY", "sk-bare")
                 .env(
                     "ROVER_FAKE_AGENT_SCRIPT",
                     json!([{"text": "ok"}]).to_string(),
@@ -733,10 +744,14 @@ fn configured_agent_is_found_through_its_env_var() {
     let env = FakeAgentEnv::new();
     run_probe(
         "agents::bin_env_probe",
-        &[(
-            rover::agents::ROVER_CODEX_BIN,
-            env.binary(AgentKind::Codex).into(),
-        )],
+        &[
+            (
+                rover::agents::ROVER_CODEX_BIN,
+                env.binary(AgentKind::Codex).into(),
+            ),
+            // `check` also wants codex credentials.
+            ("OPENAI_API_KEY", "sk-probe".into()),
+        ],
     );
 }
 
@@ -783,4 +798,144 @@ fn fake_takes_its_personality_from_the_env_when_its_name_says_nothing() {
         assert!(output.status.success());
         assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), version);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_with_only_openai_api_key_authenticates_through_codex_api_key() {
+    // The fake, like codex 0.169, fails a turn without CODEX_API_KEY; the helper sets only
+    // OPENAI_API_KEY (and an empty CODEX_HOME).
+    let env = FakeAgentEnv::new();
+    let agent = env.agent(AgentKind::Codex, &json!([{"text": "keyed"}]), &settings());
+    assert_eq!(
+        agent.check().await.expect("credentials"),
+        "codex-cli 0.169.0"
+    );
+    let response = agent
+        .run(request(&env, "hi"))
+        .await
+        .expect("the mapped key is accepted");
+    assert_eq!(response.text, "keyed");
+    let call = &env.calls()[0];
+    assert_eq!(call["env"]["CODEX_API_KEY"], FAKE_OPENAI_KEY);
+    assert_eq!(call["env"]["OPENAI_API_KEY"], FAKE_OPENAI_KEY);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_without_credentials_fails_the_check_and_the_call_naming_what_to_set() {
+    let env = FakeAgentEnv::new();
+    let agent = rover::agents::CodexAgent::new(Some(env.binary(AgentKind::Codex)), &settings())
+        .with_env("CODEX_API_KEY", "")
+        .with_env("OPENAI_API_KEY", "")
+        .with_env("CODEX_HOME", env.codex_home().display().to_string())
+        .with_env("ROVER_FAKE_AGENT_LOG", env.log.display().to_string());
+    let err = agent.check().await.expect_err("no credentials");
+    assert!(matches!(err, AgentError::Auth { .. }), "{err:?}");
+    let message = err.to_string();
+    for needle in [
+        "auth.json does not exist",
+        "set CODEX_API_KEY",
+        "OPENAI_API_KEY",
+        "codex login",
+    ] {
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+    // The call fails like the real CLI's: a 401 without a bearer token, not retryable.
+    let err = agent.run(request(&env, "hi")).await.expect_err("401");
+    assert!(matches!(err, AgentError::Auth { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    let message = err.to_string();
+    assert!(message.contains("Missing bearer"), "{message}");
+    assert!(message.contains("CODEX_API_KEY"), "{message}");
+    assert!(!message.contains("ANTHROPIC"), "{message}");
+    // A `codex login` is enough.
+    std::fs::write(env.codex_home().join("auth.json"), "{}").expect("write auth.json");
+    agent.check().await.expect("the login is found");
+    agent
+        .run(request(&env, "hi"))
+        .await
+        .expect("the login is accepted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_base_url_reaches_codex_as_its_config_value() {
+    let env = FakeAgentEnv::new();
+    let agent = env
+        .codex_keyed(rover::agents::CodexAgent::new(
+            Some(env.binary(AgentKind::Codex)),
+            &settings(),
+        ))
+        .with_env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .with_env("ROVER_FAKE_AGENT_LOG", env.log.display().to_string());
+    agent.run(request(&env, "hi")).await.expect("runs");
+    let argv: Vec<String> = serde_json::from_value(env.calls()[0]["argv"].clone()).expect("argv");
+    assert_eq!(
+        argv[..3],
+        ["exec", "-c", "openai_base_url=\"http://127.0.0.1:9/v1\""],
+        "{argv:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_api_errors_are_classified_from_the_real_cli_shapes() {
+    for (status, class, retryable) in [
+        (400, "badRequest", false),
+        (404, "badRequest", false),
+        (422, "badRequest", false),
+        (401, "auth", false),
+        (403, "auth", false),
+        (429, "rateLimited", true),
+        (500, "overloaded", true),
+        (503, "overloaded", true),
+    ] {
+        let env = FakeAgentEnv::new();
+        let agent = env.agent(
+            AgentKind::Codex,
+            &json!([{"mode": "api_error", "status": status}]),
+            &settings(),
+        );
+        let err = agent.run(request(&env, "hi")).await.expect_err("api error");
+        assert_eq!(err.class(), class, "{status}: {err}");
+        assert_eq!(err.is_retryable(), retryable, "{status}");
+    }
+}
+
+/// A coordinator call through the real orchestrator against codex failing with `status`;
+/// returns how many times the coordinator called codex.
+async fn coordinator_calls_on(status: u16) -> usize {
+    let p = Pipeline::new();
+    let config =
+        RoverConfig::parse(r#"{"autopilot": {"agent": {"agent": "codex"}}}"#).expect("config");
+    let script = json!([
+        {"prompt_contains": "## What to communicate", "structured": {"message": "it failed"}},
+        {"prompt_contains": "## Event", "mode": "api_error", "status": status},
+    ]);
+    let services = p.services_with(p.codex_agent(&script, &config), config, None, None);
+    let orchestrator = p.orchestrator(build_steps(&services));
+    let trace = p.submit("what is the export format?");
+    p.run_with_retries(&orchestrator).await;
+    let chain = p.chain(trace);
+    assert!(
+        chain
+            .iter()
+            .any(|s| s.starts_with("coordinate:") && s != "coordinate:completed"),
+        "{chain:?}"
+    );
+    p.agents
+        .calls()
+        .iter()
+        .filter(|c| {
+            let prompt = c["prompt"].as_str().unwrap_or_default();
+            prompt.contains("## Event") && !prompt.contains("## What to communicate")
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_bad_request_is_not_retried_but_an_outage_is() {
+    assert_eq!(coordinator_calls_on(400).await, 1, "a 400 is permanent");
+    assert_eq!(
+        coordinator_calls_on(503).await,
+        3,
+        "a 503 is retried up to max_attempts"
+    );
 }

@@ -46,11 +46,21 @@ struct World {
 impl World {
     /// A pipeline whose `rover.json` has `budget` as `autopilot.budget`.
     fn new(budget: &Value) -> World {
+        World::with(&json!({"autopilot": {"budget": budget}}))
+    }
+
+    /// A pipeline with this `rover.json`; codex (the fake, given only `OPENAI_API_KEY`) when
+    /// `autopilot.agent.agent` says so.
+    fn with(rover_json: &Value) -> World {
         let p = Pipeline::new();
-        let text = json!({"autopilot": {"budget": budget}}).to_string();
+        let text = rover_json.to_string();
         std::fs::write(p.repo.checkout.join("rover.json"), &text).expect("write rover.json");
         let config = RoverConfig::parse(&text).expect("valid config");
-        let services = p.services(&rules(), config.clone(), None, None);
+        let agent = match config.autopilot.agent.agent {
+            rover::agents::AgentKind::Claude => p.agent(&rules(), &config),
+            rover::agents::AgentKind::Codex => p.codex_agent(&rules(), &config),
+        };
+        let services = p.services_with(agent, config.clone(), None, None);
         let orch = p
             .orchestrator(build_steps(&services))
             .with_budget(Budget::new(config.autopilot.budget));
@@ -172,6 +182,40 @@ async fn trace_shows_per_step_cost_and_the_total_and_status_shows_the_spend() {
     assert_eq!(ledger.days, rebuilt.days);
     let usage = |l: &Ledger| l.traces.values().map(|t| t.usage).collect::<Vec<_>>();
     assert_eq!(usage(&ledger), usage(&rebuilt));
+}
+
+#[tokio::test]
+async fn codex_calls_are_priced_from_the_price_table_so_a_usd_limit_stops_the_trace() {
+    // The fake codex reports 100 input tokens (40 cached) and 20 output per call, no USD.
+    let w = World::with(&json!({"autopilot": {
+        "agent": {"agent": "codex", "codexPrices": {
+            "default": {"inputPerMTok": 1000, "cachedInputPerMTok": 100, "outputPerMTok": 10000}}},
+        "budget": {"trace": {"usd": 0.1, "action": "stop"}}}}));
+    let trace = w.p.submit("a question");
+    w.settle().await;
+    let view = w.p.trace(trace);
+    let coordinate = span_of(&view, StepKind::Coordinate);
+    // (60 × 1000 + 40 × 100 + 20 × 10000) / 1e6 = 0.264.
+    let cost = coordinate.meta["agent"]["costUsd"]
+        .as_f64()
+        .expect("a USD cost");
+    assert!((cost - 0.264).abs() < 1e-9, "{:?}", coordinate.meta);
+    assert_eq!(coordinate.meta["budgetStopped"], json!(true));
+    let notify = notify_action(&view).expect("a notify");
+    assert_eq!(notify.meta["purpose"], json!("budget"), "{:?}", notify.meta);
+    assert!(
+        notify.reason.contains("autopilot.budget.trace.usd"),
+        "{}",
+        notify.reason
+    );
+    let json: Value =
+        serde_json::from_str(&w.rover_ok(&["trace", &trace.to_string(), "--json"])).unwrap();
+    let total = json["cost"]["total"]["costUsd"].as_f64().unwrap();
+    assert!(total >= 0.264 - 1e-9, "{json}");
+    // Every call went to codex with the mapped key.
+    let calls = w.p.agents.calls();
+    assert!(!calls.is_empty());
+    assert!(calls.iter().all(|c| c["personality"] == "codex"));
 }
 
 #[tokio::test]

@@ -220,6 +220,76 @@ pub fn check_repo(args: &[String]) {
     }
 }
 
+/// Whether the real CLI would have credentials: `CODEX_API_KEY` (it ignores `OPENAI_API_KEY`)
+/// or a `codex login` in `$CODEX_HOME/auth.json` (default `~/.codex`).
+fn has_credentials() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    if set("CODEX_API_KEY") {
+        return true;
+    }
+    let home = std::env::var_os("CODEX_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".codex")));
+    home.is_some_and(|dir| dir.join("auth.json").is_file())
+}
+
+/// The `turn.failed` message of an API error, as codex 0.169 prints it (real captures in
+/// `tests/fixtures/codex/err_*.jsonl`), and whether codex reconnected first.
+fn api_error_message(status: u16) -> (String, bool) {
+    const URL: &str = "http://127.0.0.1:9/v1/responses";
+    match status {
+        // A 400 shows as the API's raw JSON error body, without retries.
+        400 => (
+            json!({"error": {"message": "Invalid schema for response_format 'codex_output_schema': fake rejection",
+                "type": "invalid_request_error", "param": "text.format.schema", "code": "invalid_json_schema"}})
+            .to_string(),
+            false,
+        ),
+        429 => (
+            "exceeded retry limit, last status: 429 Too Many Requests".to_owned(),
+            false,
+        ),
+        500 => (
+            "We\u{2019}re currently experiencing high demand, which may cause temporary errors."
+                .to_owned(),
+            true,
+        ),
+        _ => {
+            let reason = match status {
+                401 => "401 Unauthorized",
+                403 => "403 Forbidden",
+                404 => "404 Not Found",
+                422 => "422 Unprocessable Entity",
+                502 => "502 Bad Gateway",
+                503 => "503 Service Unavailable",
+                529 => "529 Site Overloaded",
+                other => return (format!("unexpected status {other}: fake error, url: {URL}"), true),
+            };
+            (
+                format!("unexpected status {reason}: fake error, url: {URL}"),
+                true,
+            )
+        }
+    }
+}
+
+/// Acts out a failed turn: reconnect notices, `error`, `turn.failed`, exit 1.
+fn fail_turn(out: &dyn Fn(Value), json_mode: bool, message: &str, reconnects: bool) -> ! {
+    out(json!({"type": "turn.started"}));
+    if reconnects {
+        for n in 1..=5 {
+            out(json!({"type": "error", "message": format!("Reconnecting... {n}/5 ({message})")}));
+        }
+    }
+    out(json!({"type": "error", "message": message}));
+    out(json!({"type": "turn.failed", "error": {"message": message}}));
+    if !json_mode {
+        eprintln!("ERROR: {message}");
+    }
+    std::process::exit(1);
+}
+
 fn item(id: usize, body: Value) -> Value {
     let mut item = body;
     item["id"] = json!(format!("item_{id}"));
@@ -240,6 +310,15 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
     if !json_mode {
         eprintln!("OpenAI Codex v0.169.0\n--------\nsession id: {thread}\n--------");
     }
+    if !has_credentials() {
+        // What the API answers a request without a bearer token.
+        fail_turn(
+            &out,
+            json_mode,
+            "unexpected status 401 Unauthorized: Missing bearer or basic authentication in header, url: https://api.openai.com/v1/responses",
+            true,
+        );
+    }
     match rule.mode.as_str() {
         "hang" => hang(false, log, invocation),
         "hang_ignore_term" => hang(true, log, invocation),
@@ -257,30 +336,15 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
             emit_partial(&line[..line.len() / 2]);
             std::process::exit(rule.exit.unwrap_or(1));
         }
-        "api_error" | "max_turns" => {
-            let reason = match rule.status {
-                401 => "401 Unauthorized",
-                403 => "403 Forbidden",
-                429 => "429 Too Many Requests",
-                500 => "500 Internal Server Error",
-                503 => "503 Service Unavailable",
-                529 => "529 Site Overloaded",
-                _ => "400 Bad Request",
-            };
-            let message = if rule.mode == "max_turns" {
-                "the model kept calling tools: turn limit reached".to_owned()
-            } else {
-                format!(
-                    "unexpected status {reason}: fake error, url: http://127.0.0.1:9/v1/responses"
-                )
-            };
-            out(json!({"type": "turn.started"}));
-            out(json!({"type": "error", "message": message}));
-            out(json!({"type": "turn.failed", "error": {"message": message}}));
-            if !json_mode {
-                eprintln!("ERROR: {message}");
-            }
-            std::process::exit(1);
+        "max_turns" => fail_turn(
+            &out,
+            json_mode,
+            "the model kept calling tools: turn limit reached",
+            false,
+        ),
+        "api_error" => {
+            let (message, reconnects) = api_error_message(rule.status);
+            fail_turn(&out, json_mode, &message, reconnects);
         }
         "ok" | "slow" | "huge_line" | "denied" | "invalid_structured" | "exit_after_success"
         | "hang_after_result" => {}

@@ -36,6 +36,8 @@ const RECORDED_ENV: &[&str] = &[
     "GH_TOKEN",
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",
+    "CODEX_API_KEY",
+    "OPENAI_BASE_URL",
     "CODEX_HOME",
     "HOME",
     "PATH",

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use rover::agents::{AgentKind, AgentSettings, ClaudeAgent, CodexAgent};
 use serde_json::Value;
 
+/// The `OPENAI_API_KEY` the helpers give codex adapters.
+pub const FAKE_OPENAI_KEY: &str = "sk-fake-openai-key";
+
 /// One test's fake-agent world.
 pub struct FakeAgentEnv {
     /// Keeps the temp dir alive.
@@ -62,11 +65,29 @@ impl FakeAgentEnv {
                     .with_env("ROVER_FAKE_AGENT_LOG", log),
             ),
             AgentKind::Codex => Box::new(
-                CodexAgent::new(binary, settings)
-                    .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
-                    .with_env("ROVER_FAKE_AGENT_LOG", log),
+                self.codex_keyed(
+                    CodexAgent::new(binary, settings)
+                        .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
+                        .with_env("ROVER_FAKE_AGENT_LOG", log),
+                ),
             ),
         }
+    }
+
+    /// A codex adapter given only `OPENAI_API_KEY` (the fake, like codex 0.169, demands
+    /// `CODEX_API_KEY`: rover must map it) and an empty `CODEX_HOME` (no `codex login`).
+    pub fn codex_keyed(&self, agent: CodexAgent) -> CodexAgent {
+        agent
+            .with_env("CODEX_API_KEY", "")
+            .with_env("OPENAI_API_KEY", FAKE_OPENAI_KEY)
+            .with_env("CODEX_HOME", self.codex_home().display().to_string())
+    }
+
+    /// An empty `CODEX_HOME` of this test.
+    pub fn codex_home(&self) -> PathBuf {
+        let dir = self.root.path().join("codex-home");
+        std::fs::create_dir_all(&dir).expect("mkdir codex home");
+        dir
     }
 
     /// The fake's records, in invocation order.

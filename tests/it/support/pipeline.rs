@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rover::agents::{Agent, AgentKind, ClaudeAgent};
+use rover::agents::{Agent, AgentKind, ClaudeAgent, CodexAgent};
 use rover::config::RoverConfig;
 use rover::github::{GitHub, Redactor};
 use rover::orchestrator::{OrchestratorSettings, Step, StepOrchestrator};
@@ -58,6 +58,23 @@ impl Pipeline {
         )
     }
 
+    /// The fake agent as `codex`, answering by `script`, given only `OPENAI_API_KEY`.
+    pub fn codex_agent(&self, script: &Value, config: &RoverConfig) -> Arc<dyn Agent> {
+        Arc::new(
+            self.agents.codex_keyed(
+                CodexAgent::new(
+                    Some(self.agents.binary(AgentKind::Codex)),
+                    &config.autopilot.agent,
+                )
+                .with_env("ROVER_FAKE_AGENT_SCRIPT", script.to_string())
+                .with_env(
+                    "ROVER_FAKE_AGENT_LOG",
+                    self.agents.log.display().to_string(),
+                ),
+            ),
+        )
+    }
+
     /// Services over this repository; GitHub and Docker only when given.
     pub fn services(
         &self,
@@ -66,11 +83,23 @@ impl Pipeline {
         github: Option<Arc<dyn GitHub>>,
         sandbox: Option<Arc<dyn Sandbox>>,
     ) -> Arc<Services> {
+        let agent = self.agent(script, &config);
+        self.services_with(agent, config, github, sandbox)
+    }
+
+    /// Services over this repository with the given agent.
+    pub fn services_with(
+        &self,
+        agent: Arc<dyn Agent>,
+        config: RoverConfig,
+        github: Option<Arc<dyn GitHub>>,
+        sandbox: Option<Arc<dyn Sandbox>>,
+    ) -> Arc<Services> {
         Arc::new(Services {
             repo_root: self.repo.checkout.clone(),
             repo: Some(rover::project::RepoSlug::parse("octo-org/widgets").expect("slug")),
             project_id: self.project_id.clone(),
-            agent: self.agent(script, &config),
+            agent,
             config,
             github,
             sandbox,
@@ -115,6 +144,27 @@ impl Pipeline {
         .await
         .expect("the pipeline settles within two minutes")
         .expect("drain");
+    }
+
+    /// Run until no action is pending, retries (after their backoff) included (bounded).
+    pub async fn run_with_retries(&self, orchestrator: &StepOrchestrator) {
+        let token = CancellationToken::new();
+        let runner = orchestrator.clone();
+        let stop = token.clone();
+        let task = tokio::spawn(async move { runner.run(stop).await });
+        tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let state = self.store.read_state().expect("read state");
+                if state.pending.is_empty() && orchestrator.in_flight() == 0 {
+                    break;
+                }
+            }
+        })
+        .await
+        .expect("the pipeline settles within two minutes");
+        token.cancel();
+        task.await.expect("join").expect("run");
     }
 
     pub fn trace(&self, trace_id: Uuid) -> TraceView {
