@@ -14,6 +14,7 @@ mod github;
 mod inspect;
 mod orchestrator;
 mod proof;
+mod real_cli;
 mod sandbox;
 mod scenarios;
 mod steps_decide;

@@ -6,6 +6,6 @@
 mod bad_input;
 mod chaos;
 mod concurrency;
-mod escape;
+pub mod escape;
 mod security;
 mod world;

@@ -4,6 +4,7 @@ pub mod child;
 pub mod docker;
 pub mod env;
 pub mod fake_agent;
+pub mod fake_anthropic;
 pub mod fake_github;
 pub mod gitrepo;
 pub mod pipeline;
