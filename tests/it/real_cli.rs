@@ -9,7 +9,7 @@ use rover::agents::{
 use serde_json::json;
 
 use crate::proof::escape::real_claude;
-use crate::support::fake_anthropic::FakeAnthropic;
+use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 
 /// The environment the real CLI gets in these tests: the fake API, no retries, no updater.
 fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
@@ -128,4 +128,89 @@ async fn the_real_claude_answers_a_host_step_in_structured_form_with_a_lean_requ
         ratio >= 10.0,
         "the lean call must weigh at least 10x less ({ratio:.1}x)"
     );
+}
+
+/// A host-side request of rover's summarize step, for `dir`.
+fn summarize_request(dir: &std::path::Path) -> rover::agents::AgentRequest {
+    let step = AgentStep::Summarize;
+    let vars: PromptVars = placeholders(step)
+        .into_iter()
+        .map(|name| (name.clone(), format!("the {name} of a green push")))
+        .collect();
+    step_request(
+        &AgentSettings::default(),
+        step,
+        dir,
+        &vars,
+        false,
+        &CustomInstructions::default(),
+    )
+    .expect("renders")
+}
+
+fn real_agent(env: &[(String, String)]) -> ClaudeAgent {
+    let mut agent = ClaudeAgent::new(Some(real_claude()), &AgentSettings::default());
+    for (k, v) in env {
+        agent = agent.with_env(k, v);
+    }
+    agent
+}
+
+#[tokio::test]
+async fn model_api_errors_through_the_real_claude_are_classified_and_only_transient_ones_retried() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, home) = (root.path().join("cwd"), root.path().join("home"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let cases = [
+        (
+            401,
+            "authentication_error",
+            "invalid x-api-key",
+            "auth",
+            false,
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "tools.0: bad schema",
+            "badRequest",
+            false,
+        ),
+        (429, "rate_limit_error", "rate limited", "rateLimited", true),
+        (529, "overloaded_error", "Overloaded", "overloaded", true),
+    ];
+    let mut seen = Vec::new();
+    for (status, kind, message, class, retryable) in cases {
+        let api = FakeAnthropic::scripted(vec![Reply::Error(status, kind, message)]).await;
+        let agent = real_agent(&cli_env(&api, &home));
+        let err = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
+            .await
+            .expect_err("the API refused");
+        assert_eq!(err.class(), class, "HTTP {status}: {err}");
+        assert_eq!(err.is_retryable(), retryable, "HTTP {status}: {err}");
+        seen.push(format!("{status}→{class}"));
+    }
+    eprintln!("real claude, model API errors: {}", seen.join(", "));
+}
+
+#[tokio::test]
+async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
+    // An empty summary breaks the step's rule: rover asks once more, showing why.
+    let api = FakeAnthropic::scripted(vec![
+        Reply::Answer(json!({"summary": ""})),
+        Reply::Answer(json!({"summary": "CI is green; nothing to do."})),
+    ])
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let (dir, home) = (root.path().join("cwd"), root.path().join("home"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let agent = real_agent(&cli_env(&api, &home));
+    let answer = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
+        .await
+        .expect("repaired");
+    assert_eq!(answer.value.summary, "CI is green; nothing to do.");
+    assert_eq!(answer.attempts, 2);
+    assert!(answer.first_error.is_some());
 }

@@ -22,9 +22,20 @@ pub struct Recorded {
     pub body: Value,
 }
 
+/// What the fake answers to one turn (a request that is not the follow-up of a tool result).
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The model calls `StructuredOutput` with this value (or says it, without the tool).
+    Answer(Value),
+    /// An API error: HTTP status, Anthropic error type, message.
+    Error(u16, &'static str, &'static str),
+}
+
 #[derive(Default)]
 struct FakeState {
-    answer: Value,
+    /// Replies in order; the last one repeats.
+    replies: Vec<Reply>,
+    turns: usize,
     requests: Vec<Recorded>,
 }
 
@@ -45,9 +56,14 @@ impl Drop for FakeAnthropic {
 impl FakeAnthropic {
     /// Serves on a free loopback port; `answer` is what the model puts in `StructuredOutput`.
     pub async fn start(answer: Value) -> FakeAnthropic {
+        Self::scripted(vec![Reply::Answer(answer)]).await
+    }
+
+    /// Serves `replies` turn by turn (the last one repeats).
+    pub async fn scripted(replies: Vec<Reply>) -> FakeAnthropic {
         let state: Shared = Arc::new(Mutex::new(FakeState {
-            answer,
-            requests: Vec::new(),
+            replies,
+            ..FakeState::default()
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -90,14 +106,53 @@ async fn handle(
     body: Bytes,
 ) -> Response<Body> {
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let answer = {
+    let answered = parsed["messages"].as_array().is_some_and(|m| {
+        m.last().is_some_and(|msg| {
+            msg["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+        })
+    });
+    let reply = {
         let mut st = state.lock().expect("lock");
         st.requests.push(Recorded {
             path: uri.path().to_owned(),
             bytes: body.len(),
             body: parsed.clone(),
         });
-        st.answer.clone()
+        let reply = st
+            .replies
+            .get(st.turns)
+            .or_else(|| st.replies.last())
+            .cloned()
+            .unwrap_or(Reply::Answer(Value::Null));
+        if uri.path() == "/v1/messages" && !answered {
+            st.turns += 1;
+        }
+        reply
+    };
+    if uri.path() == "/v1/messages" && !answered {
+        if let Reply::Error(status, kind, message) = reply {
+            let mut response = Response::builder()
+                .status(StatusCode::from_u16(status).expect("status"))
+                .header("content-type", "application/json")
+                .header("request-id", "req_fakeerr");
+            if status == 429 {
+                response = response
+                    .header("retry-after", "30")
+                    .header("anthropic-ratelimit-requests-reset", "2030-01-01T00:00:00Z");
+            }
+            return response
+                .body(Body::from(
+                    json!({"type": "error", "error": {"type": kind, "message": message}})
+                        .to_string(),
+                ))
+                .expect("response");
+        }
+    }
+    let answer = match reply {
+        Reply::Answer(value) => value,
+        Reply::Error(..) => Value::Null,
     };
     if uri.path() != "/v1/messages" {
         return Response::builder()
@@ -112,13 +167,6 @@ async fn handle(
     let offers_structured = parsed["tools"]
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["name"] == "StructuredOutput"));
-    let answered = parsed["messages"].as_array().is_some_and(|m| {
-        m.iter().any(|msg| {
-            msg["content"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
-        })
-    });
     let start = json!({"type": "message_start", "message": {"id": "msg_fake1", "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 12, "output_tokens": 1}}});
     let events = if offers_structured && !answered {
