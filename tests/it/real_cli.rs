@@ -214,3 +214,86 @@ async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
     assert_eq!(answer.attempts, 2);
     assert!(answer.first_error.is_some());
 }
+
+/// The whole pipeline through the real daemon with the real claude for every host-side step
+/// (coordinator, planner, commit message, resolver, notifier) against the fake model API; the
+/// workflow agent is the fake agent in a real container.
+#[tokio::test]
+async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
+    use crate::scenarios::{chain, task, workflow_rule, Scenario};
+    let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
+        ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.9, "reasoning": "A clear feature request.", "directive": "Add a --json flag", "task": null, "message": null, "condition": null, "task_id": null})),
+        ("Role: rover planner", json!({"analysis": "One task.", "clarification": null, "tasks": [task("json", "Add the json flag", &[], "swe")]})),
+        ("Role: rover commit message writer", json!({"subject": "Add a --json flag", "body": null})),
+        ("Role: rover resolver", json!({"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []})),
+        ("Role: rover notifier", json!({"message": "I opened a pull request that adds --json."})),
+    ])])
+    .await;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let home = s.env.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    s.github
+        .add_issue(70, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 70, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    // Only the workflow agent (in its container) is the fake agent.
+    s.rules.push(workflow_rule(
+        "Add the json flag",
+        json!({"json.txt": "--json\n"}),
+        "completed",
+    ));
+    s.env_vars.extend(cli_env(&api, &home));
+    s.env_vars.push((
+        "ROVER_CLAUDE_BIN".into(),
+        real_claude().display().to_string(),
+    ));
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let commit = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "commit")
+        .unwrap();
+    assert_eq!(
+        commit.meta["messageSource"],
+        json!("agent"),
+        "{:?}",
+        commit.meta
+    );
+    assert_eq!(s.github.pulls().len(), 1, "one PR");
+    let comments = s.github.comment_bodies(70);
+    assert!(
+        comments.iter().any(|c| c.contains("adds --json")),
+        "{comments:?}"
+    );
+    let model_calls: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    let biggest = model_calls.iter().map(|r| r.bytes).max().unwrap_or(0);
+    for call in &model_calls {
+        let tools: Vec<&str> = call.body["tools"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(tools.iter().all(|t| *t == "StructuredOutput"), "{tools:?}");
+    }
+    eprintln!(
+        "real claude through the daemon: {} model requests for 5 host steps, the largest {biggest} bytes",
+        model_calls.len()
+    );
+}

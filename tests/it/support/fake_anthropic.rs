@@ -29,6 +29,9 @@ pub enum Reply {
     Answer(Value),
     /// An API error: HTTP status, Anthropic error type, message.
     Error(u16, &'static str, &'static str),
+    /// The answer of the first pair whose text appears in the request's system prompt (each
+    /// rover step has its own role line); an error when none does.
+    BySystem(Vec<(&'static str, Value)>),
 }
 
 #[derive(Default)]
@@ -153,6 +156,16 @@ async fn handle(
     let answer = match reply {
         Reply::Answer(value) => value,
         Reply::Error(..) => Value::Null,
+        Reply::BySystem(pairs) => {
+            let system = parsed["system"].to_string();
+            pairs
+                .into_iter()
+                .find(|(needle, _)| system.contains(needle))
+                .map_or_else(
+                    || json!({"error": "the fake has no answer for this system prompt"}),
+                    |(_, v)| v,
+                )
+        }
     };
     if uri.path() != "/v1/messages" {
         return Response::builder()
