@@ -109,13 +109,28 @@ async fn handle(
     body: Bytes,
 ) -> Response<Body> {
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let answered = parsed["messages"].as_array().is_some_and(|m| {
-        m.last().is_some_and(|msg| {
-            msg["content"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
-        })
+    // How far the turn got: every tool result sent back is one step of the script done.
+    // A turn starts at the last user message that is a prompt, not tool results (a resumed
+    // session carries the earlier turns before it).
+    let is_result = |b: &Value| b["type"] == "tool_result";
+    let results = parsed["messages"].as_array().map_or(0, |m| {
+        let start = m
+            .iter()
+            .rposition(|msg| {
+                msg["role"] == "user"
+                    && !msg["content"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(is_result))
+            })
+            .unwrap_or(0);
+        m[start..]
+            .iter()
+            .filter_map(|msg| msg["content"].as_array())
+            .flatten()
+            .filter(|b| is_result(b))
+            .count()
     });
+    let fresh_turn = uri.path() == "/v1/messages" && results == 0;
     let reply = {
         let mut st = state.lock().expect("lock");
         st.requests.push(Recorded {
@@ -129,12 +144,12 @@ async fn handle(
             .or_else(|| st.replies.last())
             .cloned()
             .unwrap_or(Reply::Answer(Value::Null));
-        if uri.path() == "/v1/messages" && !answered {
+        if fresh_turn {
             st.turns += 1;
         }
         reply
     };
-    if uri.path() == "/v1/messages" && !answered {
+    if fresh_turn {
         if let Reply::Error(status, kind, message) = reply {
             let mut response = Response::builder()
                 .status(StatusCode::from_u16(status).expect("status"))
@@ -147,8 +162,7 @@ async fn handle(
             }
             return response
                 .body(Body::from(
-                    json!({"type": "error", "error": {"type": kind, "message": message}})
-                        .to_string(),
+                    json!({"type": "error", "error": {"type": kind, "message": message}}).to_string(),
                 ))
                 .expect("response");
         }
@@ -176,21 +190,32 @@ async fn handle(
             ))
             .expect("response");
     }
+    // An answer may script tool calls first: `{"__tools": [{"name": .., "input": ..}], "answer": ..}`.
+    let (tools, answer) = match answer.get("__tools").and_then(Value::as_array) {
+        Some(tools) => (tools.clone(), answer["answer"].clone()),
+        None => (Vec::new(), answer),
+    };
     let model = parsed["model"].as_str().unwrap_or("claude-fake").to_owned();
     let offers_structured = parsed["tools"]
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["name"] == "StructuredOutput"));
-    let start = json!({"type": "message_start", "message": {"id": "msg_fake1", "type": "message", "role": "assistant", "model": model,
+    let start = json!({"type": "message_start", "message": {"id": format!("msg_fake{results}"), "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 12, "output_tokens": 1}}});
-    let events = if offers_structured && !answered {
+    let tool_call = |name: &str, input: &Value| {
         vec![
-            start,
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_fake1", "name": "StructuredOutput", "input": {}}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": answer.to_string()}}),
+            start.clone(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": format!("toolu_fake{results}"), "name": name, "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
             json!({"type": "content_block_stop", "index": 0}),
             json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 20}}),
             json!({"type": "message_stop"}),
         ]
+    };
+    let events = if results < tools.len() {
+        let tool = &tools[results];
+        tool_call(tool["name"].as_str().unwrap_or("Bash"), &tool["input"])
+    } else if results == tools.len() && offers_structured {
+        tool_call("StructuredOutput", &answer)
     } else {
         vec![
             start,
