@@ -220,15 +220,8 @@ async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
 /// workflow agent is the fake agent in a real container.
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
-    use crate::scenarios::{chain, task, workflow_rule, Scenario};
-    let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
-        ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.9, "reasoning": "A clear feature request.", "directive": "Add a --json flag", "task": null, "message": null, "condition": null, "task_id": null})),
-        ("Role: rover planner", json!({"analysis": "One task.", "clarification": null, "tasks": [task("json", "Add the json flag", &[], "swe")]})),
-        ("Role: rover commit message writer", json!({"subject": "Add a --json flag", "body": null})),
-        ("Role: rover resolver", json!({"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []})),
-        ("Role: rover notifier", json!({"message": "I opened a pull request that adds --json."})),
-    ])])
-    .await;
+    use crate::scenarios::{chain, workflow_rule, Scenario};
+    let api = FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     let home = s.env.path().join("home");
@@ -296,4 +289,128 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
         "real claude through the daemon: {} model requests for 5 host steps, the largest {biggest} bytes",
         model_calls.len()
     );
+}
+
+/// The real sandbox image (`docs/sandbox/Dockerfile` on a debootstrapped Debian base with the
+/// pinned claude), built by `tests/setup-sandbox-image.sh`; `tests/run.sh` exports its name.
+fn real_sandbox_image() -> String {
+    std::env::var("ROVER_TEST_SANDBOX_IMAGE")
+        .ok()
+        .filter(|i| !i.is_empty())
+        .expect("the real sandbox image is missing: run `bash tests/setup-sandbox-image.sh` and export ROVER_TEST_SANDBOX_IMAGE (tests/run.sh does both)")
+}
+
+/// The full path with the real claude everywhere: on the host for the deciding steps, and
+/// inside the real sandbox image as the workflow agent, whose Write tool makes the change that
+/// is committed, pushed and answered.
+#[tokio::test]
+async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships() {
+    use crate::scenarios::{chain, merge, Scenario};
+    let image = real_sandbox_image();
+    let workflow = json!({
+        "__tools": [{"name": "Write", "input": {"file_path": "/workspace/json.txt", "content": "--json prints JSON\n"}}],
+        "answer": {"status": "completed", "summary": "Added json.txt describing --json.", "files_changed": ["json.txt"]}});
+    let api =
+        FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(Some(workflow)))]).await;
+    let mut s = Scenario::new().await;
+    let home = s.env.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let cli_names = [
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_MAX_RETRIES",
+        "DISABLE_AUTOUPDATER",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    ];
+    // The container shares the host's loopback to reach the fake model API (tests only).
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {
+            "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG", "CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]},
+            "sandbox": {"image": image, "network": "host", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+                "envAllow": cli_names.iter().chain(&["IS_SANDBOX"]).collect::<Vec<_>>()}}}),
+    );
+    s.github
+        .add_issue(71, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 71, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    s.env_vars.extend(cli_env(&api, &home));
+    s.env_vars.push((
+        "ROVER_CLAUDE_BIN".into(),
+        real_claude().display().to_string(),
+    ));
+    s.run_until_settled(20).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push")
+        .unwrap();
+    let branch = push.meta["branch"].as_str().unwrap();
+    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
+    assert_eq!(shipped, "--json prints JSON");
+    let workflow_requests = api
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path == "/v1/messages"
+                && r.body["system"]
+                    .to_string()
+                    .contains("Role: rover workflow agent")
+        })
+        .count();
+    assert!(
+        workflow_requests >= 2,
+        "the agent in the container asked the model ({workflow_requests} requests)"
+    );
+    assert_eq!(s.github.pulls().len(), 1);
+    eprintln!(
+        "real claude in the real sandbox image {image}: {workflow_requests} model requests from the container; the change was committed, pushed and answered"
+    );
+}
+
+/// What the model answers each step of "add a --json flag", by the step's role line; the
+/// workflow agent's answer (tool calls included) when the real CLI runs it too.
+fn json_flag_answers(
+    workflow: Option<serde_json::Value>,
+) -> Vec<(&'static str, serde_json::Value)> {
+    use crate::scenarios::task;
+    let mut answers = vec![
+        (
+            "Role: rover coordinator",
+            json!({"decision": "plan", "confidence": 0.9, "reasoning": "A clear feature request.", "directive": "Add a --json flag", "task": null, "message": null, "condition": null, "task_id": null}),
+        ),
+        (
+            "Role: rover planner",
+            json!({"analysis": "One task.", "clarification": null, "tasks": [task("json", "Add the json flag", &[], "swe")]}),
+        ),
+        (
+            "Role: rover commit message writer",
+            json!({"subject": "Add a --json flag", "body": null}),
+        ),
+        (
+            "Role: rover resolver",
+            json!({"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}),
+        ),
+        (
+            "Role: rover notifier",
+            json!({"message": "I opened a pull request that adds --json."}),
+        ),
+    ];
+    if let Some(answer) = workflow {
+        answers.push(("Role: rover workflow agent", answer));
+    }
+    answers
 }

@@ -117,26 +117,8 @@ impl Rule {
                         .collect()
                 })
                 .unwrap_or_default(),
-            run: value
-                .get("run")
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            delete: value
-                .get("delete")
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            run: strings(value, "run"),
+            delete: strings(value, "delete"),
         }
     }
 
@@ -154,6 +136,20 @@ impl Rule {
             "Hello from fake model.".to_owned()
         }
     }
+}
+
+/// The strings of the list at `key` (none when absent).
+fn strings(value: &Value, key: &str) -> Vec<String> {
+    value
+        .get(key)
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Prints to stderr and exits with `code` (usage errors and refusals).
@@ -254,19 +250,13 @@ pub fn apply_files(rule: &Rule) -> Vec<(String, &'static str)> {
         changes.push((path.clone(), "delete"));
     }
     for command in &rule.run {
-        let status = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(command)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .status();
-        eprintln!("fake agent: ran `{command}`: {status:?}");
+        run_configured("command", command);
     }
     changes
 }
 
-/// Runs `command` with `sh -c` in the cwd, ignoring how it ends (a hook or server the CLI
-/// starts from its configuration).
+/// Runs `command` with `sh -c` in the cwd, ignoring how it ends (the agent's own command, or
+/// a hook or server the CLI starts from its configuration).
 pub fn run_configured(what: &str, command: &str) {
     let status = std::process::Command::new("sh")
         .arg("-c")

@@ -162,7 +162,8 @@ async fn handle(
             }
             return response
                 .body(Body::from(
-                    json!({"type": "error", "error": {"type": kind, "message": message}}).to_string(),
+                    json!({"type": "error", "error": {"type": kind, "message": message}})
+                        .to_string(),
                 ))
                 .expect("response");
         }
