@@ -116,7 +116,8 @@ async fn the_real_claude_answers_a_host_step_in_structured_form_with_a_lean_requ
         .iter()
         .find(|r| r.path == "/v1/messages")
         .expect("a model request of the plain CLI");
-    let ratio = heavy.bytes as f64 / first.bytes as f64;
+    let ratio = f64::from(u32::try_from(heavy.bytes).unwrap())
+        / f64::from(u32::try_from(first.bytes).unwrap());
     eprintln!(
         "real claude, first request of one summarize call: rover's host call {} bytes (tools: {}), CLI defaults {} bytes (tools: {}): {ratio:.1}x less",
         first.bytes,
