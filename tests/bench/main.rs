@@ -14,6 +14,7 @@
 mod agents;
 mod e2e;
 mod orchestrator;
+mod prompts;
 mod store;
 
 fn main() {
@@ -40,6 +41,9 @@ fn main() {
     }
     if wants("e2e") {
         e2e::run();
+    }
+    if wants("prompts") {
+        prompts::run();
     }
 }
 
