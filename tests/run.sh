@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 if [ -f tests/setup-docker.sh ]; then
   bash tests/setup-docker.sh
 fi
-# The real claude CLI (pinned, from npm, cached) for the tests that drive it, and the real
+# The real claude and codex CLIs (pinned, from npm, cached) for the tests that drive them, and the real
 # sandbox image (docs/sandbox/Dockerfile on a debootstrapped Debian, cached by content hash).
 ROVER_TEST_CLAUDE_BIN="$(bash tests/setup-clis.sh)"
-export ROVER_TEST_CLAUDE_BIN
+ROVER_TEST_CODEX_BIN="$(bash tests/setup-clis.sh codex)"
+export ROVER_TEST_CLAUDE_BIN ROVER_TEST_CODEX_BIN
 ROVER_TEST_SANDBOX_IMAGE="$(bash tests/setup-sandbox-image.sh)"
 export ROVER_TEST_SANDBOX_IMAGE
 cargo test --locked

@@ -51,10 +51,12 @@ pub fn host_args(req: &AgentRequest, schema_file: Option<&Path>, in_git_repo: bo
     }
     if req.tools == ToolPolicy::None {
         // No tool that runs or reads anything on the host: the answer comes from the prompt.
-        for feature in ["shell_tool", "unified_exec"] {
+        for feature in ["shell_tool", "unified_exec", "view_image"] {
             args.push("-c".to_owned());
             args.push(format!("features.{feature}=false"));
         }
+        args.push("-c".to_owned());
+        args.push("web_search=\"disabled\"".to_owned());
     }
     if req.tools == ToolPolicy::ReadBash {
         // The git steps push and install tools: codex's workspace sandbox blocks the network

@@ -208,7 +208,7 @@ fn host_calls_offer_no_tool_and_load_no_project_settings() {
     req.tools = ToolPolicy::None;
     let codex = codex::host_args(&req, None, false);
     assert_eq!(&codex[..4], ["exec", "--json", "-s", "read-only"]);
-    for feature in ["shell_tool", "unified_exec"] {
+    for feature in ["shell_tool", "unified_exec", "view_image"] {
         assert!(
             codex.contains(&format!("features.{feature}=false")),
             "{codex:?}"

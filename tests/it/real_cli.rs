@@ -10,6 +10,7 @@ use serde_json::json;
 
 use crate::proof::escape::real_claude;
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
+use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
 
 /// The environment the real CLI gets in these tests: the fake API, no retries, no updater.
 fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
@@ -414,4 +415,114 @@ fn json_flag_answers(
         answers.push(("Role: rover workflow agent", answer));
     }
     answers
+}
+
+/// The real codex CLI (pinned), installed by `tests/setup-clis.sh codex`.
+fn real_codex() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("ROVER_TEST_CODEX_BIN").filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| "/root".into(), std::path::PathBuf::from);
+    let cached = home.join(".cache/rover-test-clis/codex-0.169.0/node_modules/.bin/codex");
+    assert!(
+        cached.exists(),
+        "the real codex CLI is missing: run `bash tests/setup-clis.sh codex` (tests/run.sh does it)"
+    );
+    cached
+}
+
+/// rover's codex adapter with the real CLI against `api`: only `OPENAI_API_KEY` is set (rover
+/// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
+fn real_codex_agent(api: &FakeOpenAi, codex_home: &std::path::Path) -> rover::agents::CodexAgent {
+    rover::agents::CodexAgent::new(Some(real_codex()), &AgentSettings::default())
+        .with_env("OPENAI_API_KEY", "sk-proj-fake-key-for-tests-0123456789")
+        .with_env("OPENAI_BASE_URL", api.url.clone())
+        .with_env("CODEX_HOME", codex_home.display().to_string())
+}
+
+#[tokio::test]
+async fn the_real_codex_answers_a_host_step_in_structured_form_without_shell_tools() {
+    let api = FakeOpenAi::start(vec![FakeReply::Answer(
+        json!({"summary": "Nothing to do: CI is green."}),
+    )])
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let (dir, codex_home) = (root.path().join("cwd"), root.path().join("codex-home"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let agent = real_codex_agent(&api, &codex_home);
+    let answer = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
+        .await
+        .expect("the real codex's structured answer parses");
+    assert_eq!(answer.value.summary, "Nothing to do: CI is green.");
+    let requests = api.responses_requests();
+    assert_eq!(requests.len(), 1, "one model request");
+    let request = &requests[0];
+    assert!(
+        request.authorized,
+        "OPENAI_API_KEY reached codex as its bearer"
+    );
+    assert_eq!(request.body["text"]["format"]["type"], json!("json_schema"));
+    let tools: Vec<String> = request.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| {
+                    t["name"]
+                        .as_str()
+                        .or_else(|| t["type"].as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for shell in [
+        "exec_command",
+        "shell",
+        "local_shell",
+        "write_stdin",
+        "view_image",
+        "web_search",
+    ] {
+        assert!(
+            !tools.iter().any(|t| t == shell),
+            "{shell} offered: {tools:?}"
+        );
+    }
+    eprintln!(
+        "real codex, one summarize call: {} bytes, tools offered: {tools:?}",
+        request.bytes
+    );
+}
+
+#[tokio::test]
+async fn model_api_errors_through_the_real_codex_are_classified() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, codex_home) = (root.path().join("cwd"), root.path().join("codex-home"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let mut seen = Vec::new();
+    for (status, message, class) in [
+        (
+            400,
+            "Invalid schema for response_format 'codex_output_schema'",
+            "badRequest",
+        ),
+        (401, "Incorrect API key provided", "auth"),
+    ] {
+        let api = FakeOpenAi::start(vec![FakeReply::Error(status, message)]).await;
+        let agent = real_codex_agent(&api, &codex_home);
+        let err = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
+            .await
+            .expect_err("the API refused");
+        assert_eq!(err.class(), class, "HTTP {status}: {err}");
+        assert!(!err.is_retryable(), "HTTP {status} is permanent: {err}");
+        // What the CLI itself retried before giving up (rover does not retry on top).
+        seen.push(format!(
+            "{status}→{class} ({} requests by the CLI)",
+            api.responses_requests().len()
+        ));
+    }
+    eprintln!("real codex, model API errors: {}", seen.join(", "));
 }

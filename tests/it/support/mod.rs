@@ -6,6 +6,7 @@ pub mod env;
 pub mod fake_agent;
 pub mod fake_anthropic;
 pub mod fake_github;
+pub mod fake_openai;
 pub mod gitrepo;
 pub mod pipeline;
 pub mod storegen;

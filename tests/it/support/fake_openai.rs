@@ -1,0 +1,194 @@
+//! A fake of the OpenAI Responses API on 127.0.0.1 for driving the real `codex` CLI:
+//! `POST /v1/responses` answered as a server-sent-event stream with one assistant message
+//! (the scripted answer, as JSON text when the request asks for a JSON schema), or a scripted
+//! error. A WebSocket upgrade is refused with 426, so codex falls back to HTTPS at once.
+//! Every request is recorded.
+
+#![allow(dead_code, reason = "each test uses a different part of the fake")]
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
+use axum::Router;
+use serde_json::{json, Value};
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub authorized: bool,
+    pub bytes: usize,
+    pub body: Value,
+}
+
+/// What the fake answers to one `POST /v1/responses`.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Answer(Value),
+    /// HTTP status and the error body's `message`.
+    Error(u16, &'static str),
+}
+
+#[derive(Default)]
+struct FakeState {
+    replies: Vec<Reply>,
+    turns: usize,
+    requests: Vec<Recorded>,
+}
+
+type Shared = Arc<Mutex<FakeState>>;
+
+pub struct FakeOpenAi {
+    /// The base URL codex takes (`.../v1`).
+    pub url: String,
+    state: Shared,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeOpenAi {
+    /// Serves `replies` request by request (the last one repeats).
+    pub async fn start(replies: Vec<Reply>) -> FakeOpenAi {
+        let state: Shared = Arc::new(Mutex::new(FakeState {
+            replies,
+            ..FakeState::default()
+        }));
+        let app = Router::new().fallback(handle).with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .await
+                .expect("fake openai serves");
+        });
+        FakeOpenAi {
+            url: format!("http://{addr}/v1"),
+            state,
+            task,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().expect("lock").requests.clone()
+    }
+
+    /// The model requests (`POST .../responses`).
+    pub fn responses_requests(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
+            .collect()
+    }
+}
+
+fn json_response(status: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::from_u16(status).expect("status"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("response")
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let authorized = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("Bearer ") && v.len() > 7);
+    let is_model = method == Method::POST && uri.path().ends_with("/responses");
+    let reply = {
+        let mut st = state.lock().expect("lock");
+        st.requests.push(Recorded {
+            method: method.to_string(),
+            path: uri.path().to_owned(),
+            authorized,
+            bytes: body.len(),
+            body: parsed.clone(),
+        });
+        let reply = st
+            .replies
+            .get(st.turns)
+            .or_else(|| st.replies.last())
+            .cloned()
+            .unwrap_or(Reply::Answer(Value::Null));
+        if is_model {
+            st.turns += 1;
+        }
+        reply
+    };
+    if headers.contains_key("upgrade") {
+        return Response::builder()
+            .status(StatusCode::UPGRADE_REQUIRED)
+            .body(Body::empty())
+            .expect("response");
+    }
+    if !is_model {
+        return json_response(
+            404,
+            &json!({"error": {"message": "not found", "type": "invalid_request_error"}}),
+        );
+    }
+    if !authorized {
+        return json_response(
+            401,
+            &json!({"error": {"message": "Missing bearer or basic authentication in header", "type": "invalid_request_error", "param": null, "code": null}}),
+        );
+    }
+    let answer = match reply {
+        Reply::Error(status, message) => {
+            let kind = if status >= 500 {
+                "server_error"
+            } else {
+                "invalid_request_error"
+            };
+            return json_response(
+                status,
+                &json!({"error": {"message": message, "type": kind, "param": null, "code": null}}),
+            );
+        }
+        Reply::Answer(value) => value,
+    };
+    let text = match answer {
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    let events = [
+        json!({"type": "response.created", "response": {"id": "resp_fake1"}}),
+        json!({"type": "response.output_item.done", "item": {"type": "message", "role": "assistant", "id": "msg_fake1",
+            "content": [{"type": "output_text", "text": text}]}}),
+        json!({"type": "response.completed", "response": {"id": "resp_fake1", "usage": {"input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 20,
+            "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 120}}}),
+    ];
+    let mut out = String::new();
+    for event in events {
+        let _ = write!(
+            out,
+            "event: {}\ndata: {}\n\n",
+            event["type"].as_str().unwrap_or(""),
+            event
+        );
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(Body::from(out))
+        .expect("response")
+}
