@@ -526,3 +526,96 @@ async fn model_api_errors_through_the_real_codex_are_classified() {
     }
     eprintln!("real codex, model API errors: {}", seen.join(", "));
 }
+
+/// A plan that needs a clarification, and a failed task iterated by the resolver, with the real
+/// claude deciding on the host (the workflow agent is the fake agent in a container).
+#[tokio::test]
+async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_failed_task() {
+    use crate::scenarios::{chain, workflow_rule, Scenario};
+    // A vague issue: the planner asks which format.
+    let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
+        ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
+        ("Role: rover planner", json!({"analysis": "The format is unclear.", "clarification": "Which format should the export use: CSV or JSON?", "tasks": []})),
+        ("Role: rover notifier", json!({"message": "Which format should the export use: CSV or JSON?"})),
+    ])])
+    .await;
+    let mut s = Scenario::new().await;
+    let home = s.env.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    s.github
+        .add_issue(72, "Add an export", "We need an export.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 72, "title": "Add an export", "body": "We need an export.", "user": {"login": "alice"}}}));
+    s.env_vars.extend(cli_env(&api, &home));
+    s.env_vars.push((
+        "ROVER_CLAUDE_BIN".into(),
+        real_claude().display().to_string(),
+    ));
+    s.run_until_settled(8).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "notify:completed"
+        ]
+    );
+    assert!(s
+        .github
+        .comment_bodies(72)
+        .iter()
+        .any(|c| c.contains("CSV or JSON")));
+
+    // A task that fails, then succeeds once the resolver iterates with new instructions.
+    let mut answers = json_flag_answers(None);
+    for (role, answer) in &mut answers {
+        if *role == "Role: rover resolver" {
+            *answer = json!({"__sequence": [
+                {"decision": "iterate", "reasoning": "The approach was wrong.", "instructions": "write json.txt with the flag's help text", "retry_step": null, "message": null, "corrective_commands": []},
+                {"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}
+            ]});
+        }
+    }
+    let api = FakeAnthropic::scripted(vec![Reply::BySystem(answers)]).await;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let home = s.env.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    s.github
+        .add_issue(73, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 73, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    s.rules.push(json!({"prompt_contains": "write json.txt with the flag's help text", "write": {"json.txt": "--json\n"},
+        "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
+    s.rules
+        .push(workflow_rule("Add the json flag", json!({}), "failed"));
+    s.env_vars.extend(cli_env(&api, &home));
+    s.env_vars.push((
+        "ROVER_CLAUDE_BIN".into(),
+        real_claude().display().to_string(),
+    ));
+    s.run_until_settled(14).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let resolve = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "resolve")
+        .unwrap();
+    assert_eq!(resolve.meta["decision"], json!("iterate"));
+}

@@ -31,7 +31,9 @@ pub enum Reply {
     /// An API error: HTTP status, Anthropic error type, message.
     Error(u16, &'static str, &'static str),
     /// The answer of the first pair whose text appears in the request's system prompt (each
-    /// rover step has its own role line); an error when none does.
+    /// rover step has its own role line); an error when none does. An answer
+    /// `{"__sequence": [a, b, ...]}` gives `a` to that role's first turn, `b` to its second, and
+    /// repeats the last.
     BySystem(Vec<(&'static str, Value)>),
 }
 
@@ -40,6 +42,8 @@ struct FakeState {
     /// Replies in order; the last one repeats.
     replies: Vec<Reply>,
     turns: usize,
+    /// Fresh turns seen per role line of `BySystem`.
+    role_turns: std::collections::HashMap<&'static str, usize>,
     requests: Vec<Recorded>,
 }
 
@@ -175,13 +179,24 @@ async fn handle(
         Reply::Error(..) => Value::Null,
         Reply::BySystem(pairs) => {
             let system = parsed["system"].to_string();
-            pairs
+            match pairs
                 .into_iter()
                 .find(|(needle, _)| system.contains(needle))
-                .map_or_else(
-                    || json!({"error": "the fake has no answer for this system prompt"}),
-                    |(_, v)| v,
-                )
+            {
+                None => json!({"error": "the fake has no answer for this system prompt"}),
+                Some((needle, value)) => match value.get("__sequence").and_then(Value::as_array) {
+                    None => value,
+                    Some(sequence) => {
+                        let mut st = state.lock().expect("lock");
+                        let seen = st.role_turns.entry(needle).or_insert(0);
+                        if fresh_turn {
+                            *seen += 1;
+                        }
+                        let at = seen.saturating_sub(1).min(sequence.len().saturating_sub(1));
+                        sequence.get(at).cloned().unwrap_or(Value::Null)
+                    }
+                },
+            }
         }
     };
     if uri.path() != "/v1/messages" {
