@@ -619,3 +619,84 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
         .unwrap();
     assert_eq!(resolve.meta["decision"], json!("iterate"));
 }
+
+/// The whole pipeline through the real daemon with `agent: codex`: the real codex CLI answers
+/// every host-side step against the fake Responses API, authenticating with `OPENAI_API_KEY`
+/// alone; the workflow agent is the fake codex in a container.
+#[tokio::test]
+async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
+    use crate::scenarios::{chain, merge, workflow_rule, Scenario};
+    let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(None))]).await;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let codex_home = s.env.path().join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"agent": {"agent": "codex"},
+            "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "OPENAI_API_KEY", "CODEX_API_KEY"]}}}),
+    );
+    s.github
+        .add_issue(74, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 74, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    s.rules.push(workflow_rule(
+        "Add the json flag",
+        json!({"json.txt": "--json\n"}),
+        "completed",
+    ));
+    for (k, v) in [
+        (
+            "OPENAI_API_KEY",
+            "sk-proj-fake-key-for-tests-0123456789".to_owned(),
+        ),
+        ("OPENAI_BASE_URL", api.url.clone()),
+        ("CODEX_HOME", codex_home.display().to_string()),
+        ("ROVER_CODEX_BIN", real_codex().display().to_string()),
+    ] {
+        s.env_vars.push((k.to_owned(), v));
+    }
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert_eq!(
+        workflow.status.to_string(),
+        "completed",
+        "{:?}",
+        workflow.meta
+    );
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let commit = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "commit")
+        .unwrap();
+    assert_eq!(
+        commit.meta["messageSource"],
+        json!("agent"),
+        "{:?}",
+        commit.meta
+    );
+    assert_eq!(s.github.pulls().len(), 1);
+    let calls = api.responses_requests();
+    assert!(calls.iter().all(|r| r.authorized));
+    eprintln!(
+        "real codex through the daemon: {} model requests for 5 host steps",
+        calls.len()
+    );
+}

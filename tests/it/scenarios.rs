@@ -262,7 +262,8 @@ pub fn remove_containers(label: &str) {
     }
 }
 
-/// The sandbox image with the fake agent as `claude` (built once, one build at a time).
+/// The sandbox image with the fake agent as `claude` and as `codex` (built once, one build at a
+/// time).
 pub async fn scenario_image() -> String {
     static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let docker = crate::support::docker::sandbox().await;
@@ -271,6 +272,10 @@ pub async fn scenario_image() -> String {
         .binary(
             env!("CARGO_BIN_EXE_rover-fake-agent"),
             "/usr/local/bin/claude",
+        )
+        .binary(
+            env!("CARGO_BIN_EXE_rover-fake-agent"),
+            "/usr/local/bin/codex",
         )
         .ensure(&docker)
         .await

@@ -31,6 +31,9 @@ pub enum Reply {
     Answer(Value),
     /// HTTP status and the error body's `message`.
     Error(u16, &'static str),
+    /// The answer of the first pair whose text appears in the request (codex puts rover's
+    /// instructions, with each step's role line, in its input); an error text when none does.
+    ByPrompt(Vec<(&'static str, Value)>),
 }
 
 #[derive(Default)]
@@ -164,6 +167,16 @@ async fn handle(
             );
         }
         Reply::Answer(value) => value,
+        Reply::ByPrompt(pairs) => {
+            let text = parsed.to_string();
+            pairs
+                .into_iter()
+                .find(|(needle, _)| text.contains(needle))
+                .map_or_else(
+                    || json!("the fake has no answer for this prompt"),
+                    |(_, v)| v,
+                )
+        }
     };
     let text = match answer {
         Value::String(text) => text,
