@@ -116,6 +116,10 @@ async fn the_real_claude_answers_a_host_step_in_structured_form_with_a_lean_requ
         .iter()
         .find(|r| r.path == "/v1/messages")
         .expect("a model request of the plain CLI");
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "request sizes are far below 2^52"
+    )]
     let ratio = heavy.bytes as f64 / first.bytes as f64;
     eprintln!(
         "real claude, first request of one summarize call: rover's host call {} bytes (tools: {}), CLI defaults {} bytes (tools: {}): {ratio:.1}x less",

@@ -6,6 +6,7 @@
 
 #![allow(dead_code, reason = "each test uses a different part of the fake")]
 
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
@@ -74,11 +75,12 @@ impl FakeAnthropic {
 fn sse(events: &[Value]) -> String {
     let mut out = String::new();
     for event in events {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "event: {}\ndata: {}\n\n",
             event["type"].as_str().unwrap_or("message"),
             event
-        ));
+        );
     }
     out
 }
