@@ -8,11 +8,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
+use futures_util::StreamExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -66,8 +67,43 @@ impl WebhookServer {
 pub fn router(state: Arc<WebhookState>) -> Router {
     Router::new()
         .route("/github", post(github))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // The body is read (and limited) by the handler itself.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
+}
+
+/// Read the body, up to `limit` bytes: `Err(413)` past it (by `Content-Length` before reading,
+/// or while reading a body sent without one), `Err(400)` when the connection fails.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Vec<u8>, (StatusCode, String)> {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {limit} bytes\n"),
+        )
+    };
+    let declared = header(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut out = Vec::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}\n"),
+            )
+        })?;
+        if out.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -77,8 +113,15 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 async fn github(
     State(st): State<Arc<WebhookState>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> (StatusCode, String) {
+    let body = match read_body(&headers, body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(refusal) => {
+            tracing::warn!(delivery = header(&headers, "x-github-delivery").unwrap_or(""), status = %refusal.0, "webhook delivery refused");
+            return refusal;
+        }
+    };
     let delivery = header(&headers, "x-github-delivery")
         .unwrap_or("")
         .to_owned();
@@ -157,5 +200,28 @@ async fn github(
                 "cannot store the event; redeliver it later\n".into(),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_413_with_or_without_a_length() {
+        let mut headers = HeaderMap::new();
+        let read = |h: HeaderMap, n: usize| async move {
+            read_body(&h, Body::from(vec![b'x'; n]), 8).await
+        };
+        assert_eq!(read(headers.clone(), 8).await.expect("fits").len(), 8);
+        assert_eq!(
+            read(headers.clone(), 9).await.expect_err("too big").0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        headers.insert("content-length", "9".parse().expect("a header value"));
+        assert_eq!(
+            read(headers, 0).await.expect_err("declared too big").0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
     }
 }
