@@ -52,11 +52,14 @@ pub enum AutopilotCommand {
     /// Watch the repository and react to its events until stopped (SIGINT/SIGTERM)
     Start {
         /// Poll once, drain until nothing is runnable now, then exit (for cron)
-        #[arg(long)]
+        #[arg(long, conflicts_with = "webhook")]
         once: bool,
         /// Serve local requests (`rover autopilot submit`) only; no GitHub token needed
-        #[arg(long)]
+        #[arg(long, conflicts_with = "webhook")]
         local: bool,
+        /// Also receive GitHub webhooks: serve `POST /github` on ADDR (plain HTTP; needs ROVER_WEBHOOK_SECRET)
+        #[arg(long, value_name = "ADDR")]
+        webhook: Option<std::net::SocketAddr>,
     },
     /// Submit a local request; it runs through the same pipeline as a GitHub event
     Submit {
@@ -108,6 +111,7 @@ pub enum CliError {
 pub fn main() -> ExitCode {
     // Before any thread: the token leaves the environment, the process turns non-dumpable.
     crate::github::octo::seal_token();
+    crate::github::webhook::seal_secret();
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {
@@ -147,9 +151,18 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
     };
     match args.command {
         Command::Autopilot(cmd) => match cmd {
-            AutopilotCommand::Start { once, local } => {
-                crate::daemon::start(&ctx, crate::daemon::StartOptions { once, local })
-            }
+            AutopilotCommand::Start {
+                once,
+                local,
+                webhook,
+            } => crate::daemon::start(
+                &ctx,
+                crate::daemon::StartOptions {
+                    once,
+                    local,
+                    webhook,
+                },
+            ),
             AutopilotCommand::Submit { text } => submit::submit(&ctx, out, text),
             AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
             AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),

@@ -3,9 +3,12 @@
 //! crash left, then polls the event sources and runs the orchestrator until SIGINT/SIGTERM
 //! (graceful; a second signal exits at once). `--once` is one poll and one drain, for cron.
 //! SIGUSR1 (sent by `rover autopilot submit`) wakes it to pick up new local requests at once.
+//! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
 
 mod console;
+pub mod webhook;
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +31,8 @@ pub struct StartOptions {
     pub once: bool,
     /// Only local requests (`rover autopilot submit`); no GitHub token needed.
     pub local: bool,
+    /// Also serve GitHub webhook deliveries on this address (`POST /github`).
+    pub webhook: Option<SocketAddr>,
 }
 
 pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
@@ -67,8 +72,19 @@ async fn run(
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
 ) -> Result<ExitCode, CliError> {
+    // The webhook secret, when webhooks are served: checked first, it is the newest requirement.
+    let webhook_secret = match options.webhook {
+        Some(_) => Some(crate::github::webhook::secret_from_env().ok_or_else(|| {
+            CliError::Refused(format!(
+                "--webhook needs the webhook's secret: set {} to the secret configured in the repository's webhook settings (docs/webhooks.md)",
+                crate::github::webhook::SECRET_ENV
+            ))
+        })?),
+        None => None,
+    };
     // GitHub: required unless the daemon serves local requests only.
     let token = crate::github::token_from_env().ok();
+    let mut normalize = None;
     let github: Option<Arc<dyn GitHub>> = if options.local {
         None
     } else {
@@ -87,6 +103,7 @@ async fn run(
             &config.autopilot.github,
         )
         .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+        normalize = Some(client.normalize_options().clone());
         Some(Arc::new(client))
     };
 
@@ -113,7 +130,7 @@ async fn run(
             }
         };
 
-    let secrets: Vec<String> = token.iter().cloned().collect();
+    let secrets: Vec<String> = token.iter().chain(&webhook_secret).cloned().collect();
     let services = Arc::new(Services {
         repo_root: project.root.clone(),
         repo: project.repo.clone(),
@@ -200,6 +217,39 @@ async fn run(
         });
     }
 
+    // Webhooks: bound now, so a taken address stops the start; served until the shutdown, which
+    // stops accepting and lets requests in flight finish.
+    let webhook_task = match (options.webhook, webhook_secret) {
+        (Some(addr), Some(secret)) => {
+            let state = webhook::WebhookState {
+                store: store.clone(),
+                project_id: project.id.clone(),
+                repo: project.repo.as_ref().map(ToString::to_string),
+                normalize: normalize.clone().unwrap_or_default(),
+                secret: secret.into_bytes(),
+                wake: wake.clone(),
+            };
+            let server = webhook::WebhookServer::bind(addr, state)
+                .await
+                .map_err(|e| {
+                    CliError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
+                })?;
+            let bound = server
+                .local_addr()
+                .map_err(|e| CliError::Refused(format!("cannot listen for webhooks: {e}")))?;
+            println!("webhook listening on {bound}");
+            tracing::info!(addr = %bound, "webhook listening");
+            let stop = shutdown.clone();
+            Some(tokio::spawn(async move {
+                if let Err(e) = server.serve(stop).await {
+                    tracing::error!(error = %e, "the webhook server failed");
+                    println!("error: the webhook server failed: {e}");
+                }
+            }))
+        }
+        _ => None,
+    };
+
     let poller_task = github.map(|gh| {
         let store = store.clone();
         let orch = orchestrator.clone();
@@ -221,6 +271,9 @@ async fn run(
         let r = orchestrator.run(shutdown.clone()).await;
         shutdown.cancel();
         if let Some(task) = poller_task {
+            let _ = task.await;
+        }
+        if let Some(task) = webhook_task {
             let _ = task.await;
         }
         r

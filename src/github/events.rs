@@ -151,6 +151,11 @@ pub struct NormalizedEvent {
     /// Where the answer goes.
     pub channel: Channel,
     pub visibility: Visibility,
+    /// What identifies the event by its content, the same whether it came from the events feed
+    /// or a webhook (whose ids differ); `None` when the payload does not say enough. See
+    /// [`dedupe_key`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_key: Option<String>,
 }
 
 impl NormalizedEvent {
@@ -179,6 +184,7 @@ impl NormalizedEvent {
             created_at: Some(created_at),
             channel: Channel::Local,
             visibility: Visibility::Private,
+            dedupe_key: None,
         }
     }
 }
@@ -337,6 +343,7 @@ pub fn normalize_event(
         created_at,
         channel: Channel::Local,
         visibility: options.visibility,
+        dedupe_key: None,
     };
     let need_number = |n: Option<u64>| {
         n.ok_or_else(|| SkipReason::Malformed("no issue or pull request number".into()))
@@ -451,7 +458,58 @@ pub fn normalize_event(
     {
         return Err(SkipReason::Own);
     }
+    ev.dedupe_key = dedupe_key(&ev, payload);
     Ok(ev)
+}
+
+/// The content key of an event: computable from the (trimmed) events feed and from a webhook
+/// payload alike, unique to one event wherever the payload allows.
+///
+/// | event | key |
+/// |---|---|
+/// | issue comment | `IssueCommentEvent:comment:<comment id>` |
+/// | review | `PullRequestReviewEvent:review:<review id>` |
+/// | review comment | `PullRequestReviewCommentEvent:comment:<comment id>` |
+/// | push | `PushEvent:<ref>:<head sha>` |
+/// | issue or PR opened | `IssuesEvent:opened:#<n>`, `PullRequestEvent:opened:#<n>` |
+/// | other issue actions | `IssuesEvent:<action>:#<n>:<label>:<issue updated_at>` |
+/// | other PR actions | `PullRequestEvent:<action>:#<n>:<label>:<head sha>` (the feed has no PR times) |
+///
+/// `action` is rover's (a review's `created` and `submitted` are one); `label` is empty unless
+/// the action is `labeled`.
+pub fn dedupe_key(ev: &NormalizedEvent, payload: &Value) -> Option<String> {
+    let kind = ev.kind.as_str();
+    let action = ev
+        .action
+        .and_then(|a| serde_json::to_value(a).ok())
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let label = ev.label.as_deref().unwrap_or("");
+    match ev.kind {
+        EventKind::IssueComment => Some(format!("{kind}:comment:{}", ev.comment_id?)),
+        EventKind::PullRequestReview => Some(format!("{kind}:review:{}", ev.review_id?)),
+        EventKind::PullRequestReviewComment => {
+            Some(format!("{kind}:comment:{}", ev.review_comment_id?))
+        }
+        EventKind::Push => Some(format!(
+            "{kind}:{}:{}",
+            ev.git_ref.as_deref()?,
+            ev.commit_sha.as_deref()?
+        )),
+        EventKind::Issues | EventKind::PullRequest if ev.action == Some(EventAction::Opened) => {
+            Some(format!("{kind}:opened:#{}", ev.number?))
+        }
+        EventKind::Issues => {
+            let updated = str_at(payload, &["issue", "updated_at"])?;
+            Some(format!("{kind}:{action}:#{}:{label}:{updated}", ev.number?))
+        }
+        EventKind::PullRequest => Some(format!(
+            "{kind}:{action}:#{}:{label}:{}",
+            ev.number?,
+            ev.commit_sha.as_deref()?
+        )),
+        EventKind::Local => None,
+    }
 }
 
 fn match_action(kind: EventKind, raw: &str) -> Result<Option<EventAction>, SkipReason> {

@@ -5,6 +5,7 @@
 //! - `api`: the `GitHub` trait and its records; `octo`: its octocrab implementation.
 //! - `trust`: who may make rover work. `context`: what the coordinator reads.
 //! - `deliver`: posting answers once, with the footer marker. `redact`: what may leave.
+//! - `webhook`: webhook deliveries: the signature check and the events-feed envelope.
 
 pub mod api;
 pub mod context;
@@ -16,6 +17,7 @@ pub mod poll;
 pub mod redact;
 pub mod settings;
 pub mod trust;
+pub mod webhook;
 mod wire;
 
 pub use api::{

@@ -157,6 +157,12 @@ impl OctoGitHub {
         })
     }
 
+    /// How this client normalizes events (bot login, visibility, web URL); webhook deliveries
+    /// are normalized the same way.
+    pub fn normalize_options(&self) -> &NormalizeOptions {
+        &self.normalize
+    }
+
     fn path(&self, rest: &str) -> String {
         format!("/repos/{}/{}{rest}", self.repo.owner, self.repo.name)
     }

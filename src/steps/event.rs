@@ -1,9 +1,11 @@
 //! The `event` step: turns an event (a GitHub event from the poller, or a local request from
 //! `rover autopilot submit`) into the root span of a new trace and its first `coordinate` action.
 //!
-//! GitHub events get ids derived from the project and the GitHub event id, so an event ingested
-//! twice (a crash between writing the trace and the cursor, or GitHub serving it again) lands on
-//! the same trace instead of starting a second one.
+//! GitHub events get ids derived from the project and the GitHub event id (the webhook delivery
+//! id for a webhook), so an event ingested twice (a crash between writing the trace and the
+//! cursor, GitHub serving it again, a redelivered webhook) lands on the same trace instead of
+//! starting a second one. An event that comes both by webhook and by polling (two different ids)
+//! is recognised by its content key (`NormalizedEvent::dedupe_key`) and also starts one trace.
 
 use chrono::Utc;
 use uuid::Uuid;
@@ -12,7 +14,9 @@ use super::meta::{EventMeta, EventSource};
 use crate::github::{
     poll_once, Channel, GitHub, GitHubError, NormalizedEvent, PollCursor, Poller, Visibility,
 };
-use crate::store::{Action, AutopilotStore, Meta, Span, SpanStatus, StepKind, StoreError};
+use crate::store::{
+    Action, AutopilotStore, Meta, Span, SpanStatus, StepKind, StoreError, TraceCreated,
+};
 
 /// The key under which `cursor.json` keeps the poller's ETag and seen ids.
 pub const POLL_CURSOR_KEY: &str = "poll";
@@ -90,6 +94,62 @@ fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {
     (root, first)
 }
 
+/// The path an event came by (recorded with its content key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Poll,
+    Webhook,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+            Self::Webhook => "webhook",
+        }
+    }
+}
+
+/// What ingesting one GitHub event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// A new trace started.
+    New(Uuid),
+    /// The event (same id) had already started this trace.
+    Duplicate(Uuid),
+    /// The same event had already come by the other path and started this trace.
+    OtherPath(Uuid),
+}
+
+/// Start the trace of a GitHub event (its root span and `coordinate` action) unless it already
+/// has one; the poller and the webhook both come through here. Blocking (store I/O).
+pub fn ingest_event(
+    store: &AutopilotStore,
+    project_id: &str,
+    event: &NormalizedEvent,
+    via: Via,
+) -> Result<Ingested, StoreError> {
+    let (root, first) = github_trace(project_id, event);
+    let created = store.create_event_trace(
+        &root,
+        Some(&first),
+        &event.id,
+        event.dedupe_key.as_deref(),
+        via.as_str(),
+    )?;
+    Ok(match created {
+        TraceCreated::New => {
+            tracing::info!(trace = %root.id, event = %event.id, via = via.as_str(), label = %label(event), "new trace");
+            Ingested::New(root.id)
+        }
+        TraceCreated::Existing(trace) => Ingested::Duplicate(trace),
+        TraceCreated::OtherPath(trace) => {
+            tracing::info!(trace = %trace, event = %event.id, via = via.as_str(), key = event.dedupe_key.as_deref().unwrap_or(""), "event already ingested by the other path");
+            Ingested::OtherPath(trace)
+        }
+    })
+}
+
 /// What one GitHub poll did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct IngestReport {
@@ -144,15 +204,15 @@ pub async fn poll_github(
     report.new_traces = tokio::task::spawn_blocking(move || {
         let mut new = Vec::new();
         for event in &events {
-            let (root, first) = github_trace(&project_id, event);
-            if store.create_trace(&root, Some(&first), std::slice::from_ref(&event.id))? {
-                tracing::info!(trace = %root.id, event = %event.id, label = %label(event), "new trace");
-                new.push(root.id);
+            if let Ingested::New(trace) = ingest_event(&store, &project_id, event, Via::Poll)? {
+                new.push(trace);
             }
         }
         // The poller's ETag and seen ids go with the cursor, after the traces exist.
         store.transact(|txn| {
-            txn.cursor_mut()?.extra.insert(POLL_CURSOR_KEY.into(), poll_cursor);
+            txn.cursor_mut()?
+                .extra
+                .insert(POLL_CURSOR_KEY.into(), poll_cursor);
             Ok(())
         })?;
         Ok::<_, StoreError>(new)

@@ -26,8 +26,8 @@ pub use error::{Result, StoreError};
 pub use ids::IdKind;
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
-    Action, Cursor, LogEntry, Meta, PendingAction, Span, SpanStatus, State, StepKind, TaskMapping,
-    TraceEntry, TraceIndex, TracesCache,
+    Action, Cursor, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, Span, SpanStatus,
+    State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use txn::Txn;
@@ -42,6 +42,17 @@ pub const PRODUCED_KEY: &str = "actionIds";
 #[derive(Debug, Clone)]
 pub struct AutopilotStore {
     root: PathBuf,
+}
+
+/// What [`AutopilotStore::create_event_trace`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceCreated {
+    /// A new trace (its id is the root span's).
+    New,
+    /// The event had already started this trace (the same id again: a replay, a re-poll).
+    Existing(Uuid),
+    /// The same event had already come by the other path and started this trace.
+    OtherPath(Uuid),
 }
 
 /// What a step run is about to process, as handed out by [`AutopilotStore::begin_step`].
@@ -237,41 +248,83 @@ impl AutopilotStore {
         first: Option<&Action>,
         event_ids: &[String],
     ) -> Result<bool> {
+        self.transact(|txn| self.create_trace_in(txn, root, first, event_ids))
+    }
+
+    /// Start the trace of a GitHub event, unless the same event already started one.
+    ///
+    /// Like [`AutopilotStore::create_trace`] (idempotent by the root's deterministic id), and in
+    /// the same locked update the event's content key (`key`, if it has one) is matched against
+    /// the keys in `cursor.json`: the same event arriving by the other path (`via`: `poll` or
+    /// `webhook`, whose ids differ) is folded into the trace it already started.
+    pub fn create_event_trace(
+        &self,
+        root: &Span,
+        first: Option<&Action>,
+        event_id: &str,
+        key: Option<&str>,
+        via: &str,
+    ) -> Result<TraceCreated> {
         self.transact(|txn| {
-            let now = Utc::now();
-            for id in event_ids {
-                txn.cursor_mut()?.insert(id);
+            txn.cursor_mut()?.insert(event_id);
+            if let Some(key) = key {
+                match txn
+                    .cursor_mut()?
+                    .match_event_key(key, via, event_id, root.id)
+                {
+                    KeyMatch::New => {}
+                    KeyMatch::Same(trace) => return Ok(TraceCreated::Existing(trace)),
+                    KeyMatch::OtherPath(trace) => return Ok(TraceCreated::OtherPath(trace)),
+                }
             }
-            let existed = match txn.trace_index(root.id)? {
-                Some(index) if index.spans.len() > 1 => return Ok(false),
-                Some(_) => true,
-                None => false,
-            };
-            // What is already on disk wins: a re-ingested event keeps its first records.
-            let root = if let Some(on_disk) = read_json::<Span>(&self.span_path(root.id))? {
-                on_disk
+            if self.create_trace_in(txn, root, first, &[])? {
+                Ok(TraceCreated::New)
             } else {
-                self.write_span(root)?;
-                root.clone()
-            };
-            let first = match first {
-                Some(a) => Some(
-                    if let Some(on_disk) = read_json::<Action>(&self.action_path(a.id))? {
-                        on_disk
-                    } else {
-                        self.write_action(a)?;
-                        a.clone()
-                    },
-                ),
-                None => None,
-            };
-            txn.create_trace_index(&root, event_label(&root))?;
-            if let Some(first) = &first {
-                txn.add_to_trace(root.id, &[], &[first.id], now)?;
-                txn.push_pending(first.pending(root.id, now))?;
+                Ok(TraceCreated::Existing(root.id))
             }
-            Ok(!existed)
         })
+    }
+
+    fn create_trace_in(
+        &self,
+        txn: &mut Txn<'_>,
+        root: &Span,
+        first: Option<&Action>,
+        event_ids: &[String],
+    ) -> Result<bool> {
+        let now = Utc::now();
+        for id in event_ids {
+            txn.cursor_mut()?.insert(id);
+        }
+        let existed = match txn.trace_index(root.id)? {
+            Some(index) if index.spans.len() > 1 => return Ok(false),
+            Some(_) => true,
+            None => false,
+        };
+        // What is already on disk wins: a re-ingested event keeps its first records.
+        let root = if let Some(on_disk) = read_json::<Span>(&self.span_path(root.id))? {
+            on_disk
+        } else {
+            self.write_span(root)?;
+            root.clone()
+        };
+        let first = match first {
+            Some(a) => Some(
+                if let Some(on_disk) = read_json::<Action>(&self.action_path(a.id))? {
+                    on_disk
+                } else {
+                    self.write_action(a)?;
+                    a.clone()
+                },
+            ),
+            None => None,
+        };
+        txn.create_trace_index(&root, event_label(&root))?;
+        if let Some(first) = &first {
+            txn.add_to_trace(root.id, &[], &[first.id], now)?;
+            txn.push_pending(first.pending(root.id, now))?;
+        }
+        Ok(!existed)
     }
 
     // ---- step runs ----------------------------------------------------------------------------

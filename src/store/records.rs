@@ -20,6 +20,10 @@ pub const VERSION: &str = "1.0";
 /// How many processed event ids the cursor keeps (oldest evicted first).
 pub const CURSOR_CAPACITY: usize = 200;
 
+/// How many event content keys the cursor keeps (oldest evicted first): more than the 300 events
+/// the feed serves, so an event the webhook brought is still known when the poller sees it.
+pub const EVENT_KEYS_CAPACITY: usize = 1000;
+
 /// Step-specific data of a span or an action.
 pub type Meta = Map<String, Value>;
 
@@ -464,8 +468,39 @@ pub struct Cursor {
     #[serde(with = "iso")]
     pub updated_at: DateTime<Utc>,
     pub processed_event_ids: Vec<String>,
+    /// Content keys of GitHub events turned into traces, so that one event reaching rover by two
+    /// paths (webhook and polling, with different ids) starts one trace (rover's addition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_keys: Vec<EventKeyEntry>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// One GitHub event's content key in the cursor: what it is, how it came, which trace it started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventKeyEntry {
+    /// The content key (see `NormalizedEvent::dedupe_key`).
+    pub key: String,
+    /// The path it came by (`poll`, `webhook`).
+    pub via: String,
+    /// Its id on that path (the event id, the delivery id).
+    pub event_id: String,
+    pub trace_id: Uuid,
+    /// Whether the same event has since come by the other path (and was folded into this trace).
+    #[serde(default)]
+    pub paired: bool,
+}
+
+/// The outcome of matching an event's content key against the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMatch {
+    /// Not seen by any path: the key is recorded for `trace_id`.
+    New,
+    /// The same event again on the same path (same id): its trace.
+    Same(Uuid),
+    /// The same event, first seen by the other path: that trace.
+    OtherPath(Uuid),
 }
 
 impl Cursor {
@@ -474,8 +509,48 @@ impl Cursor {
             version: version(),
             updated_at: now,
             processed_event_ids: Vec::new(),
+            event_keys: Vec::new(),
             extra: Map::new(),
         }
+    }
+
+    /// Match an event's content key against the keys recorded, and record it if it is new.
+    ///
+    /// A key recorded by the other path matches once (it is then marked paired), so two distinct
+    /// events that share a key and each come by both paths still make two traces.
+    pub fn match_event_key(
+        &mut self,
+        key: &str,
+        via: &str,
+        event_id: &str,
+        trace_id: Uuid,
+    ) -> KeyMatch {
+        if let Some(e) = self
+            .event_keys
+            .iter()
+            .find(|e| e.key == key && e.via == via && e.event_id == event_id)
+        {
+            return KeyMatch::Same(e.trace_id);
+        }
+        let other = self
+            .event_keys
+            .iter_mut()
+            .find(|e| e.key == key && e.via != via && !e.paired)
+            .map(|e| {
+                e.paired = true;
+                e.trace_id
+            });
+        // Recorded either way, so this path's id is known next time (`Same`).
+        self.event_keys.push(EventKeyEntry {
+            key: key.to_owned(),
+            via: via.to_owned(),
+            event_id: event_id.to_owned(),
+            trace_id: other.unwrap_or(trace_id),
+            paired: other.is_some(),
+        });
+        let excess = self.event_keys.len().saturating_sub(EVENT_KEYS_CAPACITY);
+        self.event_keys.drain(..excess);
+        other.map_or(KeyMatch::New, KeyMatch::OtherPath)
     }
 
     pub fn contains(&self, event_id: &str) -> bool {
@@ -610,4 +685,51 @@ pub struct LogEntry {
     pub message: String,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub fields: Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_key_pairs_once_with_the_other_path_and_never_with_its_own() {
+        let mut c = Cursor::new(Utc::now());
+        let (t1, t2, t3) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        assert_eq!(c.match_event_key("k", "webhook", "d1", t1), KeyMatch::New);
+        // The same delivery again.
+        assert_eq!(
+            c.match_event_key("k", "webhook", "d1", t2),
+            KeyMatch::Same(t1)
+        );
+        // Another delivery with the same key is another event on the same path.
+        assert_eq!(c.match_event_key("k", "webhook", "d2", t2), KeyMatch::New);
+        // The poller sees both: each pairs with one.
+        assert_eq!(
+            c.match_event_key("k", "poll", "e1", t3),
+            KeyMatch::OtherPath(t1)
+        );
+        assert_eq!(
+            c.match_event_key("k", "poll", "e2", t3),
+            KeyMatch::OtherPath(t2)
+        );
+        // The poller serving e1 again finds its own record.
+        assert_eq!(c.match_event_key("k", "poll", "e1", t3), KeyMatch::Same(t1));
+        // A third one by polling only is new.
+        assert_eq!(c.match_event_key("k", "poll", "e3", t3), KeyMatch::New);
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["eventKeys"][0]["via"], "webhook");
+        assert_eq!(json["eventKeys"][0]["paired"], true);
+        let back: Cursor = serde_json::from_value(json).unwrap();
+        assert_eq!(back.event_keys, c.event_keys);
+    }
+
+    #[test]
+    fn event_keys_are_bounded() {
+        let mut c = Cursor::new(Utc::now());
+        for i in 0..EVENT_KEYS_CAPACITY + 5 {
+            c.match_event_key(&format!("k{i}"), "poll", &i.to_string(), Uuid::nil());
+        }
+        assert_eq!(c.event_keys.len(), EVENT_KEYS_CAPACITY);
+        assert_eq!(c.event_keys[0].key, "k5");
+    }
 }

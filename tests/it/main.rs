@@ -21,3 +21,4 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod webhook;

@@ -134,11 +134,17 @@ impl Scenario {
 
     /// The `rover autopilot start --once` command (config written), to run or spawn.
     pub fn once_command(&self) -> std::process::Command {
+        self.start_command(&["--once"])
+    }
+
+    /// `rover autopilot start <args>` in the checkout (config written), to run or spawn.
+    pub fn start_command(&self, args: &[&str]) -> std::process::Command {
         self.write_config();
         std::fs::create_dir_all(self.agent_log()).unwrap();
-        let mut cmd = self
-            .env
-            .command(&["autopilot", "start", "--once", "--repo", REPO]);
+        let mut all = vec!["autopilot", "start"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--repo", REPO]);
+        let mut cmd = self.env.command(&all);
         cmd.current_dir(&self.checkout)
             .env("GITHUB_TOKEN", TOKEN)
             .env("ROVER_GITHUB_API_URL", &self.github.url)

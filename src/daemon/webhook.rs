@@ -1,0 +1,227 @@
+//! `rover autopilot start --webhook ADDR`: serves `POST /github` for GitHub webhook deliveries.
+//!
+//! A delivery is verified (`X-Hub-Signature-256`), normalized like a polled event and written to
+//! the store (root span and `coordinate` action, through the poller's own `ingest_event`) before
+//! the 2xx goes out, so a crash after the answer loses nothing and a store error (500) makes
+//! GitHub's redelivery worth trying. Plain HTTP: put it behind a TLS-terminating proxy.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use futures_util::StreamExt;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::github::webhook::{parse_delivery, verify_signature, Delivery, MAX_BODY_BYTES};
+use crate::github::NormalizeOptions;
+use crate::steps::event::{ingest_event, label, Ingested, Via};
+use crate::store::AutopilotStore;
+
+/// What the handler needs; shared by every request.
+pub struct WebhookState {
+    pub store: AutopilotStore,
+    pub project_id: String,
+    /// `owner/name` of the watched repository; deliveries for another one are skipped.
+    pub repo: Option<String>,
+    pub normalize: NormalizeOptions,
+    pub secret: Vec<u8>,
+    /// Wakes the orchestrator after an event is stored.
+    pub wake: Arc<Notify>,
+}
+
+/// A bound webhook listener, not serving yet.
+pub struct WebhookServer {
+    listener: TcpListener,
+    state: Arc<WebhookState>,
+}
+
+impl WebhookServer {
+    /// Bind `addr` (port 0: the OS picks one).
+    pub async fn bind(addr: SocketAddr, state: WebhookState) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Self {
+            listener,
+            state: Arc::new(state),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve until `shutdown`: then stop accepting and finish the requests in flight.
+    pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        axum::serve(self.listener, router(self.state))
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+    }
+}
+
+/// The routes: `POST /github`, bodies up to GitHub's 25 MB (larger: 413).
+pub fn router(state: Arc<WebhookState>) -> Router {
+    Router::new()
+        .route("/github", post(github))
+        // The body is read (and limited) by the handler itself.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// Read the body, up to `limit` bytes: `Err(413)` past it (by `Content-Length` before reading,
+/// or while reading a body sent without one), `Err(400)` when the connection fails.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Vec<u8>, (StatusCode, String)> {
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {limit} bytes\n"),
+        )
+    };
+    let declared = header(headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut out = Vec::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(0)));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the body: {e}\n"),
+            )
+        })?;
+        if out.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn github(
+    State(st): State<Arc<WebhookState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> (StatusCode, String) {
+    let body = match read_body(&headers, body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(refusal) => {
+            tracing::warn!(delivery = header(&headers, "x-github-delivery").unwrap_or(""), status = %refusal.0, "webhook delivery refused");
+            return refusal;
+        }
+    };
+    let delivery = header(&headers, "x-github-delivery")
+        .unwrap_or("")
+        .to_owned();
+    let event = header(&headers, "x-github-event").unwrap_or("").to_owned();
+    if let Err(e) = verify_signature(&st.secret, &body, header(&headers, "x-hub-signature-256")) {
+        tracing::warn!(delivery = %delivery, event = %event, bytes = body.len(), error = %e, "webhook delivery refused");
+        return (StatusCode::UNAUTHORIZED, format!("{e}\n"));
+    }
+    if delivery.is_empty() || event.is_empty() {
+        tracing::warn!(delivery = %delivery, event = %event, "webhook delivery without X-GitHub-Delivery or X-GitHub-Event");
+        return (
+            StatusCode::BAD_REQUEST,
+            "X-GitHub-Delivery and X-GitHub-Event are required\n".into(),
+        );
+    }
+    let parsed = parse_delivery(
+        &event,
+        &delivery,
+        &body,
+        st.repo.as_deref(),
+        &st.normalize,
+        chrono::Utc::now(),
+    );
+    let normalized = match parsed {
+        Ok(Delivery::Ping) => {
+            tracing::info!(delivery = %delivery, "webhook ping");
+            return (StatusCode::OK, "pong\n".into());
+        }
+        Ok(Delivery::Skipped(why)) => {
+            tracing::info!(delivery = %delivery, event = %event, reason = %why, "webhook delivery skipped");
+            return (StatusCode::ACCEPTED, format!("skipped: {why}\n"));
+        }
+        Err(why) => {
+            tracing::warn!(delivery = %delivery, event = %event, reason = %why, "malformed webhook delivery");
+            return (StatusCode::BAD_REQUEST, format!("malformed: {why}\n"));
+        }
+        Ok(Delivery::Event(normalized)) => normalized,
+    };
+    // Persist before answering: the 200 promises the event is in the store.
+    let ingested = {
+        let st = st.clone();
+        let normalized = normalized.clone();
+        tokio::task::spawn_blocking(move || {
+            ingest_event(&st.store, &st.project_id, &normalized, Via::Webhook)
+        })
+        .await
+    };
+    match ingested {
+        Ok(Ok(Ingested::New(trace))) => {
+            println!("webhook: {} (delivery {delivery})", label(&normalized));
+            st.wake.notify_one();
+            (StatusCode::OK, format!("ingested: trace {trace}\n"))
+        }
+        Ok(Ok(Ingested::Duplicate(trace))) => {
+            tracing::info!(delivery = %delivery, trace = %trace, "webhook delivery already ingested");
+            (
+                StatusCode::OK,
+                format!("duplicate delivery: already ingested as trace {trace}\n"),
+            )
+        }
+        Ok(Ok(Ingested::OtherPath(trace))) => (
+            StatusCode::OK,
+            format!("duplicate event: already ingested by polling as trace {trace}\n"),
+        ),
+        Ok(Err(e)) => {
+            tracing::error!(delivery = %delivery, error = %e, "cannot store a webhook delivery");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot store the event; redeliver it later\n".into(),
+            )
+        }
+        Err(e) => {
+            tracing::error!(delivery = %delivery, error = %e, "storing a webhook delivery panicked");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot store the event; redeliver it later\n".into(),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_413_with_or_without_a_length() {
+        let mut headers = HeaderMap::new();
+        let read = |h: HeaderMap, n: usize| async move {
+            read_body(&h, Body::from(vec![b'x'; n]), 8).await
+        };
+        assert_eq!(read(headers.clone(), 8).await.expect("fits").len(), 8);
+        assert_eq!(
+            read(headers.clone(), 9).await.expect_err("too big").0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        headers.insert("content-length", "9".parse().expect("a header value"));
+        assert_eq!(
+            read(headers, 0).await.expect_err("declared too big").0,
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
+}
