@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Build the real sandbox image (docs/sandbox/Dockerfile) for the tests, without a registry:
 # a Debian bookworm base made with debootstrap from Debian's archive and `docker import`, then
-# the Dockerfile FROM it with the pinned claude executable that tests/setup-clis.sh installed
-# on the host from npm (CLAUDE_CODE_VERSION=vendor: a build container may not reach the npm
-# registry through this machine's TLS proxy; codex is left out, the suite drives codex through
-# the fake agent). Tagged by a hash of everything that goes into it, so a rerun with nothing
+# the Dockerfile FROM it with the pinned claude and codex executables that tests/setup-clis.sh
+# installed on the host from npm (CLAUDE_CODE_VERSION=vendor, CODEX_VERSION=vendor: a build
+# container may not reach the npm registry through this machine's TLS proxy). Tagged by a hash of everything that goes into it, so a rerun with nothing
 # changed costs one `docker image inspect`. Prints the image name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CLAUDE_VERSION="${ROVER_TEST_CLAUDE_VERSION:-2.1.197}"
+CODEX_VERSION="${ROVER_TEST_CODEX_VERSION:-0.169.0}"
 SUITE="bookworm"
 MIRROR="${ROVER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 log="${ROVER_SANDBOX_BUILD_LOG:-/tmp/rover-sandbox-build.log}"
 
 claude_bin="$(bash tests/setup-clis.sh)"
 claude_exe="$(readlink -f "$claude_bin")"
-hash="$( { cat docs/sandbox/Dockerfile; echo "$CLAUDE_VERSION $SUITE minbase git,ca-certificates"; } | sha256sum | cut -c1-12)"
+codex_bin="$(bash tests/setup-clis.sh codex)"
+codex_dir="$(dirname "$(readlink -f "$codex_bin")")/../../codex-linux-x64/vendor/x86_64-unknown-linux-musl"
+hash="$( { cat docs/sandbox/Dockerfile; echo "$CLAUDE_VERSION $CODEX_VERSION $SUITE minbase git,ca-certificates"; } | sha256sum | cut -c1-12)"
 image="rover-sandbox-real:$hash"
 base="local/bookworm-minbase:$(echo "$SUITE minbase git,ca-certificates" | sha256sum | cut -c1-12)"
 
@@ -47,7 +49,8 @@ trap 'rm -rf "$context" ${rootfs:+"$rootfs"}' EXIT
 cp docs/sandbox/Dockerfile "$context/"
 mkdir -p "$context/vendor"
 cp "$claude_exe" "$context/vendor/claude"
+cp -r "$codex_dir" "$context/vendor/codex"
 docker build -q --build-arg "BASE=$base" --build-arg CLAUDE_CODE_VERSION=vendor \
-    --build-arg CODEX_VERSION=none -t "$image" "$context" >>"$log" 2>&1 \
+    --build-arg CODEX_VERSION=vendor -t "$image" "$context" >>"$log" 2>&1 \
     || { echo "setup-sandbox-image: docker build failed; see $log" >&2; tail -n 20 "$log" >&2; exit 1; }
 echo "$image"

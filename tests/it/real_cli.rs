@@ -700,3 +700,87 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
         calls.len()
     );
 }
+
+/// The full path with the real codex everywhere: on the host for the deciding steps, and inside
+/// the real sandbox image as the workflow agent, whose shell command makes the change that is
+/// committed, pushed and answered.
+#[tokio::test]
+async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() {
+    use crate::scenarios::{chain, merge, Scenario};
+    let image = real_sandbox_image();
+    let workflow = json!({
+        "__tools": [{"name": "exec_command", "arguments": {"cmd": "printf -- '--json prints JSON\\n' > json.txt"}}],
+        "answer": {"status": "completed", "summary": "Added json.txt describing --json.", "files_changed": ["json.txt"]}});
+    let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(Some(workflow)))]).await;
+    let mut s = Scenario::new().await;
+    let codex_home = s.env.path().join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    // The container shares the host's loopback to reach the fake model API (tests only).
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {
+            "agent": {"agent": "codex"},
+            "sandbox": {"image": image, "network": "host", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+                "envAllow": ["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY", "IS_SANDBOX"]}}}),
+    );
+    s.github
+        .add_issue(75, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 75, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    for (k, v) in [
+        (
+            "OPENAI_API_KEY",
+            "sk-proj-fake-key-for-tests-0123456789".to_owned(),
+        ),
+        ("OPENAI_BASE_URL", api.url.clone()),
+        ("CODEX_HOME", codex_home.display().to_string()),
+        ("ROVER_CODEX_BIN", real_codex().display().to_string()),
+    ] {
+        s.env_vars.push((k.to_owned(), v));
+    }
+    s.run_until_settled(20).await;
+    let trace = s.the_trace();
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert_eq!(
+        workflow.status.to_string(),
+        "completed",
+        "{:?}",
+        workflow.meta
+    );
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push")
+        .unwrap();
+    let branch = push.meta["branch"].as_str().unwrap();
+    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
+    assert_eq!(shipped, "--json prints JSON");
+    let from_container = api
+        .responses_requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("Role: rover workflow agent"))
+        .count();
+    assert!(
+        from_container >= 2,
+        "{from_container} requests from the container"
+    );
+    eprintln!(
+        "real codex in the real sandbox image {image}: {from_container} model requests from the container; the change was committed, pushed and answered"
+    );
+}

@@ -178,14 +178,33 @@ async fn handle(
                 )
         }
     };
-    let text = match answer {
-        Value::String(text) => text,
-        other => other.to_string(),
+    // An answer may script tool calls first: `{"__tools": [{"name": .., "arguments": ..}],
+    // "answer": ..}`; each function call output codex sends back is one step done.
+    let outputs = parsed["input"].as_array().map_or(0, |items| {
+        items
+            .iter()
+            .filter(|i| i["type"] == "function_call_output")
+            .count()
+    });
+    let (tools, answer) = match answer.get("__tools").and_then(Value::as_array) {
+        Some(tools) => (tools.clone(), answer["answer"].clone()),
+        None => (Vec::new(), answer),
+    };
+    let item = if outputs < tools.len() {
+        let tool = &tools[outputs];
+        json!({"type": "function_call", "id": format!("fc_fake{outputs}"), "call_id": format!("call_fake{outputs}"),
+            "name": tool["name"], "arguments": tool["arguments"].to_string()})
+    } else {
+        let text = match answer {
+            Value::String(text) => text,
+            other => other.to_string(),
+        };
+        json!({"type": "message", "role": "assistant", "id": "msg_fake1",
+            "content": [{"type": "output_text", "text": text}]})
     };
     let events = [
         json!({"type": "response.created", "response": {"id": "resp_fake1"}}),
-        json!({"type": "response.output_item.done", "item": {"type": "message", "role": "assistant", "id": "msg_fake1",
-            "content": [{"type": "output_text", "text": text}]}}),
+        json!({"type": "response.output_item.done", "item": item}),
         json!({"type": "response.completed", "response": {"id": "resp_fake1", "usage": {"input_tokens": 100,
             "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 20,
             "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 120}}}),
