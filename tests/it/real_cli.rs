@@ -1,6 +1,9 @@
-//! The real `claude` CLI (pinned, installed from npm by `tests/setup-clis.sh`) against a fake
-//! Anthropic Messages API: rover's host-side call gets its structured answer end to end, and
-//! what it sends is measured against the same call with the CLI's defaults.
+//! The real `claude` and `codex` CLIs (pinned, installed from npm by `tests/setup-clis.sh`)
+//! against fake model APIs (Anthropic Messages and OpenAI Responses, both streamed as SSE):
+//! structured answers, API errors classified, a rejected answer repaired, the whole pipeline
+//! through the daemon (a clarification and an iterate included), and each CLI inside the real
+//! sandbox image as the workflow agent; what claude sends is measured against the same call
+//! with the CLI's defaults.
 
 use rover::agents::{
     placeholders, run_structured, step_request, AgentSettings, AgentStep, ClaudeAgent,
@@ -510,6 +513,8 @@ async fn model_api_errors_through_the_real_codex_are_classified() {
             "badRequest",
         ),
         (401, "Incorrect API key provided", "auth"),
+        (429, "Rate limit reached for gpt-5 in organization org-fake on tokens per min (TPM): Limit 30000, Used 30000, Requested 120. Please try again in 20s. Visit https://platform.openai.com/account/rate-limits to learn more.", "rateLimited"),
+        (503, "The server is overloaded", "overloaded"),
     ] {
         let api = FakeOpenAi::start(vec![FakeReply::Error(status, message)]).await;
         let agent = real_codex_agent(&api, &codex_home);
@@ -517,14 +522,51 @@ async fn model_api_errors_through_the_real_codex_are_classified() {
             .await
             .expect_err("the API refused");
         assert_eq!(err.class(), class, "HTTP {status}: {err}");
-        assert!(!err.is_retryable(), "HTTP {status} is permanent: {err}");
+        assert_eq!(
+            err.is_retryable(),
+            status >= 429,
+            "HTTP {status}: only rate limits and overload are worth another try: {err}"
+        );
         // What the CLI itself retried before giving up (rover does not retry on top).
         seen.push(format!(
-            "{status}→{class} ({} requests by the CLI)",
+            "{status}→{class} ({} requests by the CLI): {err}",
             api.responses_requests().len()
         ));
     }
     eprintln!("real codex, model API errors: {}", seen.join(", "));
+}
+
+#[tokio::test]
+async fn a_rejected_answer_from_the_real_codex_is_repaired_by_the_one_retry() {
+    // codex does not enforce the schema; an empty summary breaks the step's rule, and rover
+    // asks once more, showing why.
+    let api = FakeOpenAi::start(vec![
+        FakeReply::Answer(json!({"summary": ""})),
+        FakeReply::Answer(json!({"summary": "CI is green; nothing to do."})),
+    ])
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let (dir, codex_home) = (root.path().join("cwd"), root.path().join("codex-home"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let agent = real_codex_agent(&api, &codex_home);
+    let answer = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
+        .await
+        .expect("repaired");
+    assert_eq!(answer.value.summary, "CI is green; nothing to do.");
+    assert_eq!(answer.attempts, 2);
+    assert!(answer.first_error.is_some());
+    let requests = api.responses_requests();
+    assert_eq!(requests.len(), 2, "one call, then the one retry");
+    let retry = requests[1].body.to_string();
+    assert!(
+        retry.contains("Your previous answer was rejected"),
+        "the retry shows what was wrong with the first answer"
+    );
+    assert!(!requests[0]
+        .body
+        .to_string()
+        .contains("Your previous answer was rejected"));
 }
 
 /// A plan that needs a clarification, and a failed task iterated by the resolver, with the real
@@ -783,4 +825,106 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
     eprintln!(
         "real codex in the real sandbox image {image}: {from_container} model requests from the container; the change was committed, pushed and answered"
     );
+}
+
+/// A plan that needs a clarification, and a failed task iterated by the resolver, with the real
+/// codex deciding on the host (the workflow agent is the fake codex in a container).
+#[tokio::test]
+async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_failed_task() {
+    use crate::scenarios::{chain, merge, workflow_rule, Scenario};
+    let codex_scenario = |api: &FakeOpenAi, s: &mut Scenario| {
+        let codex_home = s.env.path().join("codex-home");
+        std::fs::create_dir_all(&codex_home).unwrap();
+        merge(
+            &mut s.extra_config,
+            &json!({"autopilot": {"agent": {"agent": "codex"},
+                "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "OPENAI_API_KEY", "CODEX_API_KEY"]}}}),
+        );
+        for (k, v) in [
+            (
+                "OPENAI_API_KEY",
+                "sk-proj-fake-key-for-tests-0123456789".to_owned(),
+            ),
+            ("OPENAI_BASE_URL", api.url.clone()),
+            ("CODEX_HOME", codex_home.display().to_string()),
+            ("ROVER_CODEX_BIN", real_codex().display().to_string()),
+        ] {
+            s.env_vars.push((k.to_owned(), v));
+        }
+    };
+    // A vague issue: the planner asks which format.
+    let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(vec![
+        ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
+        ("Role: rover planner", json!({"analysis": "The format is unclear.", "clarification": "Which format should the export use: CSV or JSON?", "tasks": []})),
+        ("Role: rover notifier", json!({"message": "Which format should the export use: CSV or JSON?"})),
+    ])])
+    .await;
+    let mut s = Scenario::new().await;
+    codex_scenario(&api, &mut s);
+    s.github
+        .add_issue(76, "Add an export", "We need an export.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 76, "title": "Add an export", "body": "We need an export.", "user": {"login": "alice"}}}));
+    s.run_until_settled(8).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "notify:completed"
+        ]
+    );
+    assert!(s
+        .github
+        .comment_bodies(76)
+        .iter()
+        .any(|c| c.contains("CSV or JSON")));
+
+    // A task that fails, then succeeds once the resolver iterates with new instructions.
+    let mut answers = json_flag_answers(None);
+    for (role, answer) in &mut answers {
+        if *role == "Role: rover resolver" {
+            *answer = json!({"__sequence": [
+                {"decision": "iterate", "reasoning": "The approach was wrong.", "instructions": "write json.txt with the flag's help text", "retry_step": null, "message": null, "corrective_commands": []},
+                {"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}
+            ]});
+        }
+    }
+    let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(answers)]).await;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    codex_scenario(&api, &mut s);
+    s.github
+        .add_issue(77, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 77, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    s.rules.push(json!({"prompt_contains": "write json.txt with the flag's help text", "write": {"json.txt": "--json\n"},
+        "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
+    s.rules
+        .push(workflow_rule("Add the json flag", json!({}), "failed"));
+    s.run_until_settled(14).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:completed",
+            "notify:completed",
+        ]
+    );
+    let resolve = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "resolve")
+        .unwrap();
+    assert_eq!(resolve.meta["decision"], json!("iterate"));
+    assert!(api.responses_requests().iter().all(|r| r.authorized));
 }

@@ -33,6 +33,8 @@ pub enum Reply {
     Error(u16, &'static str),
     /// The answer of the first pair whose text appears in the request (codex puts rover's
     /// instructions, with each step's role line, in its input); an error text when none does.
+    /// `{"__sequence": [a, b, ...]}` gives `a` to that prompt's first call, `b` to its second,
+    /// and repeats the last.
     ByPrompt(Vec<(&'static str, Value)>),
 }
 
@@ -40,6 +42,8 @@ pub enum Reply {
 struct FakeState {
     replies: Vec<Reply>,
     turns: usize,
+    /// Calls seen per prompt needle of `ByPrompt` (a call's first request, not tool turns).
+    prompt_calls: std::collections::HashMap<&'static str, usize>,
     requests: Vec<Recorded>,
 }
 
@@ -156,26 +160,37 @@ async fn handle(
     }
     let answer = match reply {
         Reply::Error(status, message) => {
-            let kind = if status >= 500 {
-                "server_error"
-            } else {
-                "invalid_request_error"
+            let (kind, code) = match status {
+                429 => ("tokens", json!("rate_limit_exceeded")),
+                500.. => ("server_error", Value::Null),
+                _ => ("invalid_request_error", Value::Null),
             };
             return json_response(
                 status,
-                &json!({"error": {"message": message, "type": kind, "param": null, "code": null}}),
+                &json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
             );
         }
         Reply::Answer(value) => value,
         Reply::ByPrompt(pairs) => {
             let text = parsed.to_string();
-            pairs
-                .into_iter()
-                .find(|(needle, _)| text.contains(needle))
-                .map_or_else(
-                    || json!("the fake has no answer for this prompt"),
-                    |(_, v)| v,
-                )
+            let first_request = !parsed["input"]
+                .as_array()
+                .is_some_and(|items| items.iter().any(|i| i["type"] == "function_call_output"));
+            match pairs.into_iter().find(|(needle, _)| text.contains(needle)) {
+                None => json!("the fake has no answer for this prompt"),
+                Some((needle, value)) => match value.get("__sequence").and_then(Value::as_array) {
+                    None => value,
+                    Some(sequence) => {
+                        let mut st = state.lock().expect("lock");
+                        let seen = st.prompt_calls.entry(needle).or_insert(0);
+                        if first_request {
+                            *seen += 1;
+                        }
+                        let at = seen.saturating_sub(1).min(sequence.len().saturating_sub(1));
+                        sequence.get(at).cloned().unwrap_or(Value::Null)
+                    }
+                },
+            }
         }
     };
     // An answer may script tool calls first: `{"__tools": [{"name": .., "arguments": ..}],
