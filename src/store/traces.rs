@@ -258,13 +258,22 @@ fn file_stems(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// `traces.json`, or the same list rebuilt from the root spans when it is missing (a store
+/// written by another implementation of the format, or the cache deleted) or unreadable; the
+/// flag says whether the file needs writing.
+pub(super) fn load_cache(store: &AutopilotStore) -> Result<(TracesCache, bool)> {
+    match read_json::<TracesCache>(&store.traces_path()) {
+        Ok(Some(cache)) => Ok((cache, false)),
+        Ok(None) if file_stems(&store.spans_dir())?.is_empty() => {
+            Ok((TracesCache::new(Utc::now()), true))
+        }
+        Ok(None) | Err(StoreError::Unreadable { .. }) => Ok((rebuild_cache(store)?, true)),
+        Err(e) => Err(e),
+    }
+}
+
 pub(super) fn recent(store: &AutopilotStore, limit: usize) -> Result<Vec<TraceEntry>> {
-    let cache = match read_json::<TracesCache>(&store.traces_path()) {
-        Ok(Some(cache)) => cache,
-        Ok(None) => TracesCache::new(Utc::now()),
-        Err(StoreError::Unreadable { .. }) => rebuild_cache(store)?,
-        Err(e) => return Err(e),
-    };
+    let (cache, _) = load_cache(store)?;
     let mut entries = if limit > cache.traces.len() && cache.traces.len() >= TRACES_CACHE_CAPACITY {
         all_entries(store)?
     } else {
@@ -306,9 +315,26 @@ fn all_entries(store: &AutopilotStore) -> Result<Vec<TraceEntry>> {
     Ok(entries)
 }
 
+/// The traces cache from the root spans, the source of truth (the per-trace indexes may be
+/// missing too).
 pub(super) fn rebuild_cache(store: &AutopilotStore) -> Result<TracesCache> {
     let mut cache = TracesCache::new(Utc::now());
-    let entries = all_entries(store)?;
+    let mut entries = Vec::new();
+    for stem in file_stems(&store.spans_dir())? {
+        let Ok(id) = Uuid::parse_str(&stem) else {
+            continue;
+        };
+        if let Some(root) =
+            read_json::<Span>(&store.span_path(id))?.filter(|s| s.parent_id.is_none())
+        {
+            entries.push(TraceEntry {
+                trace_id: root.id,
+                created_at: root.timestamp,
+                event: event_label(&root),
+            });
+        }
+    }
+    entries.sort_by_key(|e| e.created_at);
     let skip = entries.len().saturating_sub(TRACES_CACHE_CAPACITY);
     cache.traces = entries.into_iter().skip(skip).collect();
     Ok(cache)

@@ -152,17 +152,8 @@ impl<'a> Txn<'a> {
             event,
         };
         if self.cache.is_none() {
-            let path = self.store.traces_path();
-            let value = match read_json::<TracesCache>(&path) {
-                Ok(Some(v)) => v,
-                Ok(None) => TracesCache::new(Utc::now()),
-                Err(StoreError::Unreadable { .. }) => traces::rebuild_cache(self.store)?,
-                Err(e) => return Err(e),
-            };
-            self.cache = Some(Loaded {
-                value,
-                dirty: false,
-            });
+            let (value, dirty) = traces::load_cache(self.store)?;
+            self.cache = Some(Loaded { value, dirty });
         }
         let cache = self.cache.as_mut().expect("just loaded");
         cache.dirty |= cache.value.add(entry, Utc::now());

@@ -227,6 +227,26 @@ fn traces_lists_newest_first_with_outcomes() {
     );
     assert_eq!(traces[1]["spans"], 3);
     assert_eq!(traces[1]["lastStep"], "noop");
+
+    // A store without its caches (another implementation of the format, or the caches deleted)
+    // lists the same traces, rebuilt from the spans: never "no traces yet".
+    let listed = stdout(&env.rover(&["autopilot", "traces", "--json"]));
+    std::fs::remove_file(store.traces_path()).unwrap();
+    for cache in [store.trace_index_dir(), store.ids_dir()] {
+        if cache.exists() {
+            std::fs::remove_dir_all(cache).unwrap();
+        }
+    }
+    assert!(!store.trace_index_dir().exists());
+    let out = env.rover(&["autopilot", "traces", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        listed,
+        "the same list, rebuilt from the spans"
+    );
+    let text = stdout(&env.rover(&["autopilot", "traces"]));
+    assert!(!text.contains("no traces yet"), "{text}");
 }
 
 #[test]
