@@ -645,12 +645,37 @@ impl Inner {
         if !self.mark_stopped(trace_id, reason) {
             return;
         }
+        // Stopped before a restart: its budget notify is already in the store, so the trace
+        // is not answered twice.
+        if self.has_budget_notify(trace_id).await {
+            if let Some(s) = self
+                .stopped
+                .lock()
+                .expect("stopped lock")
+                .get_mut(&trace_id)
+            {
+                s.notified = true;
+            }
+        }
         for step in self.steps.values() {
             let n = step.stop_detached(&self.ctx, trace_id).await;
             if n > 0 {
                 tracing::warn!(trace = %trace_id, step = %step.kind(), runs = n, "stopped detached runs for a budget");
             }
         }
+    }
+
+    /// Whether the trace already holds a budget notify (from before a restart).
+    async fn has_budget_notify(&self, trace_id: Uuid) -> bool {
+        let store = self.ctx.store.clone();
+        let purpose = serde_json::to_value(NotifyPurpose::Budget).expect("an enum serializes");
+        blocking(store, move |s| s.load_trace(trace_id))
+            .await
+            .is_ok_and(|view| {
+                view.actions.iter().any(|a| {
+                    a.action == StepKind::Notify && a.meta.get("purpose") == Some(&purpose)
+                })
+            })
     }
 
     /// Mark a trace stopped and cancel its in-process runs; returns whether it was new.

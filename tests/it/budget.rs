@@ -14,7 +14,7 @@ use rover::sandbox::image::RootfsImage;
 use rover::sandbox::{DockerSandbox, Sandbox, SandboxSettings};
 use rover::steps::workflow::WorkflowStep;
 use rover::steps::{build_steps, NoopStep, Services};
-use rover::store::{Action, Span, SpanStatus, StepKind, TraceView};
+use rover::store::{Action, Meta, Span, SpanStatus, StepKind, TraceView};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -52,7 +52,15 @@ impl World {
     /// A pipeline with this `rover.json`; codex (the fake, given only `OPENAI_API_KEY`) when
     /// `autopilot.agent.agent` says so.
     fn with(rover_json: &Value) -> World {
-        let p = Pipeline::new();
+        World::on(Pipeline::new(), rover_json)
+    }
+
+    /// A new orchestrator on the same store and checkout: rover restarted.
+    fn restart(self, rover_json: &Value) -> World {
+        World::on(self.p, rover_json)
+    }
+
+    fn on(p: Pipeline, rover_json: &Value) -> World {
         let text = rover_json.to_string();
         std::fs::write(p.repo.checkout.join("rover.json"), &text).expect("write rover.json");
         let config = RoverConfig::parse(&text).expect("valid config");
@@ -298,6 +306,42 @@ async fn a_trace_token_limit_stops_the_trace_with_a_budget_notify() {
     let notify = notify_action(&view).expect("a notify");
     assert_eq!(notify.meta["purpose"], json!("budget"), "{:?}", notify.meta);
     assert!(notify.reason.contains("tokens"), "{}", notify.reason);
+}
+
+/// The trace answered once: after a restart, a late action of a trace a budget stopped is
+/// closed without a second budget notify (the first is in the store).
+#[tokio::test]
+async fn a_stopped_trace_gets_no_second_budget_notify_after_a_restart() {
+    let budget = json!({"trace": {"tokens": 1, "action": "stop"}});
+    let w = World::new(&budget);
+    let trace = w.p.submit("a question");
+    w.settle().await;
+    let view = w.p.trace(trace);
+    let coordinate = span_of(&view, StepKind::Coordinate);
+    assert_eq!(coordinate.meta["budgetStopped"], json!(true));
+    // A late action of the stopped trace (e.g. a detached run's result) is still queued when
+    // rover restarts.
+    let late = Action::new(
+        StepKind::Plan,
+        coordinate,
+        "a late plan".to_owned(),
+        Meta::new(),
+        chrono::Utc::now(),
+    );
+    w.p.store.enqueue(&late, trace).unwrap();
+    let w = w.restart(&json!({"autopilot": {"budget": budget}}));
+    w.settle().await;
+    let view = w.p.trace(trace);
+    let notifies: Vec<_> = view
+        .actions
+        .iter()
+        .filter(|a| a.action == StepKind::Notify)
+        .collect();
+    assert_eq!(notifies.len(), 1, "{:?}", w.chain(trace));
+    let plan = span_of(&view, StepKind::Plan);
+    assert_eq!(plan.status, SpanStatus::Error);
+    assert_eq!(plan.meta["budgetStopped"], json!(true));
+    assert!(view.pending.is_empty(), "{:?}", view.pending);
 }
 
 #[tokio::test]
