@@ -3,6 +3,7 @@
 
 mod budget;
 mod inspect;
+mod intervene;
 mod output;
 mod submit;
 
@@ -48,6 +49,26 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum DeadLetterCommand {
+    /// Remove a dead letter from the queue (recorded in its trace)
+    Drop {
+        /// The action id (or a prefix of 8+ characters)
+        id: String,
+        /// Who drops it (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Put a dead letter back in line with a fresh attempt budget (for a rover that now handles its type)
+    Requeue {
+        /// The action id (or a prefix of 8+ characters)
+        id: String,
+        /// Who requeues it (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AutopilotCommand {
     /// Watch the repository and react to its events until stopped (SIGINT/SIGTERM)
     Start {
@@ -85,6 +106,44 @@ pub enum AutopilotCommand {
     },
     /// Close the circuit breaker so rover takes new work again
     Resume,
+    /// Cancel a trace: take its queued work off the queue, stop its agents and containers, and say so on its channel
+    Cancel {
+        /// A trace, span or action id, or an unambiguous prefix of one (8+ characters)
+        id: String,
+        /// Why (shown in the trace and the answer)
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who cancels it (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Mark a trace failed: like cancel, and the answer says it failed and why
+    Fail {
+        /// A trace, span or action id, or an unambiguous prefix of one (8+ characters)
+        id: String,
+        /// Why it failed (shown in the trace and the answer)
+        #[arg(long)]
+        reason: String,
+        /// Who fails it (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Run a failed action again with a fresh attempt budget (a trace id retries its latest failed action)
+    Retry {
+        /// An action id, or a trace id (or an id in it, or a prefix of 8+ characters)
+        id: String,
+        /// Who retries it (default: $USER)
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// List queued actions no step handles, or drop or requeue one
+    DeadLetters {
+        #[command(subcommand)]
+        command: Option<DeadLetterCommand>,
+        /// Print the list as JSON
+        #[arg(long)]
+        json: bool,
+    },
     /// Show whether a daemon runs, the queue, running steps, task mappings, spend and pauses
     Status {
         /// Print the status as JSON
@@ -168,6 +227,22 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
             AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),
             AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),
             AutopilotCommand::Resume => budget::resume(&ctx, out),
+            AutopilotCommand::Cancel { id, reason, by } => {
+                intervene::close(&ctx, out, &id, "cancel", reason, by)
+            }
+            AutopilotCommand::Fail { id, reason, by } => {
+                intervene::close(&ctx, out, &id, "fail", Some(reason), by)
+            }
+            AutopilotCommand::Retry { id, by } => intervene::retry(&ctx, out, &id, by),
+            AutopilotCommand::DeadLetters { command, json } => match command {
+                None => intervene::dead_letters(&ctx, out, json),
+                Some(DeadLetterCommand::Drop { id, by }) => {
+                    intervene::dead_letter(&ctx, out, &id, true, by)
+                }
+                Some(DeadLetterCommand::Requeue { id, by }) => {
+                    intervene::dead_letter(&ctx, out, &id, false, by)
+                }
+            },
         },
     }
 }

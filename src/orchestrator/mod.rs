@@ -27,8 +27,8 @@ pub use step::{
 use crate::budget::{Budget, Ledger, BREAKER_KEY};
 use crate::steps::meta::{NotifyMeta, NotifyPurpose};
 use crate::store::{
-    Action, AutopilotStore, Meta, PendingAction, Recovery, Span, SpanStatus, StepKind, StepRun,
-    StoreError,
+    Action, AutopilotStore, ClosedTrace, Meta, PendingAction, Recovery, Span, SpanStatus, StepKind,
+    StepRun, StoreError,
 };
 
 /// Tunables of the orchestrator.
@@ -70,6 +70,8 @@ struct Running {
 struct Stopped {
     reason: String,
     notified: bool,
+    /// Closed by a person (`rover autopilot cancel`/`fail`), who also queued its answer.
+    human: bool,
 }
 
 #[derive(Default)]
@@ -268,6 +270,11 @@ impl StepOrchestrator {
                 .check_running_traces(budget, ledger, detached, now)
                 .await;
         }
+        // Closed by a person: stop what still runs (only traces with work left can have any).
+        let live: HashSet<Uuid> = state.pending.iter().map(|p| p.trace_id).collect();
+        for (trace_id, closed) in state.closed.iter().filter(|(t, _)| live.contains(t)) {
+            self.inner.close_trace(*trace_id, &closed.describe()).await;
+        }
         let mut candidates: Vec<&PendingAction> = state
             .pending
             .iter()
@@ -300,8 +307,13 @@ impl StepOrchestrator {
             if claimed {
                 continue;
             }
-            let mut skip = None;
-            if let (Some(budget), Some(ledger)) = (&self.inner.budget, ledger.as_mut()) {
+            let mut skip = state
+                .closed
+                .get(&pending.trace_id)
+                .filter(|_| !pending.action.is_terminal())
+                .map(ClosedTrace::describe);
+            if let (None, Some(budget), Some(ledger)) = (&skip, &self.inner.budget, ledger.as_mut())
+            {
                 match self.inner.budget_gate(budget, ledger, pending, now).await {
                     Gate::Go => {}
                     Gate::Wait(reason) => {
@@ -501,6 +513,15 @@ fn is_new_trace(pending: &PendingAction) -> bool {
     pending.action == StepKind::Coordinate && pending.span_id == pending.trace_id
 }
 
+/// The span meta key marking a run closed because its trace was stopped.
+fn stop_key(human: bool) -> &'static str {
+    if human {
+        "closedByHand"
+    } else {
+        "budgetStopped"
+    }
+}
+
 fn budget_notify(reason: &str) -> NextAction {
     let meta = NotifyMeta {
         purpose: NotifyPurpose::Budget,
@@ -678,19 +699,41 @@ impl Inner {
             })
     }
 
+    /// A trace a person closed (`state.json`'s `closed`): its runs stop like a budget's, and
+    /// nothing but its answer (queued by the command) runs.
+    async fn close_trace(&self, trace_id: Uuid, reason: &str) {
+        if !self.mark_stopped_by(trace_id, reason, true) {
+            return;
+        }
+        for step in self.steps.values() {
+            let n = step.stop_detached(&self.ctx, trace_id).await;
+            if n > 0 {
+                tracing::warn!(trace = %trace_id, step = %step.kind(), runs = n, "stopped detached runs of a closed trace");
+            }
+        }
+    }
+
     /// Mark a trace stopped and cancel its in-process runs; returns whether it was new.
     fn mark_stopped(&self, trace_id: Uuid, reason: &str) -> bool {
+        self.mark_stopped_by(trace_id, reason, false)
+    }
+
+    fn mark_stopped_by(&self, trace_id: Uuid, reason: &str, human: bool) -> bool {
         let fresh = match self.stopped.lock().expect("stopped lock").entry(trace_id) {
             std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(Stopped {
                     reason: reason.to_owned(),
-                    notified: false,
+                    notified: human,
+                    human,
                 });
                 true
             }
         };
-        if fresh {
+        if fresh && human {
+            tracing::warn!(trace = %trace_id, %reason, "the trace was closed by hand");
+            self.notice(format!("trace {} {reason}", crate::trace::short(trace_id)));
+        } else if fresh {
             tracing::warn!(trace = %trace_id, %reason, "a budget stops the trace");
             self.notice(format!(
                 "budget: trace {} stopped: {reason}",
@@ -736,9 +779,23 @@ impl Inner {
         Some(budget_notify(&entry.reason))
     }
 
+    /// Whether a person closed the trace (rather than a budget stopping it).
+    fn closed_by_hand(&self, trace_id: Uuid) -> bool {
+        self.stopped
+            .lock()
+            .expect("stopped lock")
+            .get(&trace_id)
+            .is_some_and(|s| s.human)
+    }
+
     /// Close a run of a stopped trace: an error span that says so, and the budget notify.
     async fn finish_stopped(&self, run: &StepRun, reason: &str) {
-        let message = format!("stopped by a budget: {reason}");
+        let human = self.closed_by_hand(run.pending.trace_id);
+        let message = if human {
+            format!("not run: the trace was {reason}")
+        } else {
+            format!("stopped by a budget: {reason}")
+        };
         let mut finished = Finished {
             status: SpanStatus::Error,
             summary: message.clone(),
@@ -748,7 +805,7 @@ impl Inner {
                 .into_iter()
                 .collect(),
         };
-        finished.meta.insert("budgetStopped".into(), true.into());
+        finished.meta.insert(stop_key(human).into(), true.into());
         finished.meta.insert(
             "error".into(),
             serde_json::json!({"message": message, "retryable": false}),
@@ -827,11 +884,15 @@ impl Inner {
             .lock()
             .expect("stopped lock")
             .contains_key(&trace_id);
-        if stopped && !span.step.is_terminal() && !span.meta.contains_key("budgetStopped") {
-            // The trace goes no further: its next steps give way to the budget notify.
+        let already =
+            span.meta.contains_key(stop_key(false)) || span.meta.contains_key(stop_key(true));
+        if stopped && !span.step.is_terminal() && !already {
+            // The trace goes no further: its next steps give way to the budget notify (or,
+            // closed by a person, to the answer the command queued).
             next.clear();
             next.extend(self.claim_budget_notify(trace_id));
-            span.meta.insert("budgetStopped".into(), true.into());
+            span.meta
+                .insert(stop_key(self.closed_by_hand(trace_id)).into(), true.into());
         }
         if let Some(tripped) = verdict.tripped {
             let text = format!(

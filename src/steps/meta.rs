@@ -8,6 +8,14 @@ use uuid::Uuid;
 use crate::github::{Channel, NormalizedEvent, Visibility};
 use crate::store::{Action, Meta, Span, StepKind};
 
+/// A typed record as an action's meta.
+pub fn to_meta<T: Serialize>(record: &T) -> Meta {
+    match serde_json::to_value(record) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => Meta::new(),
+    }
+}
+
 /// Read an action's meta as the typed record of its type.
 pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_json::Error> {
     serde_json::from_value(serde_json::Value::Object(action.meta.clone()))

@@ -26,8 +26,8 @@ pub use error::{Result, StoreError};
 pub use ids::IdKind;
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
-    Action, Cursor, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, Span, SpanStatus,
-    State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    Action, ClosedTrace, Cursor, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, Span,
+    SpanStatus, State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use txn::Txn;
@@ -413,6 +413,65 @@ impl AutopilotStore {
             let ids: Vec<Uuid> = produced.iter().map(|a| a.id).collect();
             txn.add_to_trace(trace_id, &[span.id], &ids, now)?;
             Ok(())
+        })
+    }
+
+    /// A person's intervention in a trace (`rover autopilot cancel`, `fail`, `retry`, ...):
+    /// write the produced actions and the finished span naming them, then in one locked update
+    /// take the queued (not running) actions `remove` selects off the queue, queue the produced
+    /// ones and, with `close`, mark the trace closed. Returns the actions taken off the queue.
+    pub fn intervene(
+        &self,
+        span: &Span,
+        produced: &[Action],
+        remove: impl Fn(&PendingAction) -> bool,
+        close: Option<ClosedTrace>,
+    ) -> Result<Vec<PendingAction>> {
+        let trace_id = span
+            .trace()
+            .expect("an intervention span carries its trace id");
+        for action in produced {
+            self.write_action(action)?;
+        }
+        let mut span = span.clone();
+        span.meta.insert(
+            PRODUCED_KEY.into(),
+            serde_json::to_value(produced.iter().map(|a| a.id).collect::<Vec<_>>())
+                .expect("uuids serialize"),
+        );
+        self.write_span(&span)?;
+        self.transact(|txn| {
+            let now = Utc::now();
+            let taken: Vec<Uuid> = txn
+                .state()?
+                .pending
+                .iter()
+                .filter(|p| p.running_span_id.is_none() && remove(p))
+                .map(|p| p.action_id)
+                .collect();
+            let mut removed = Vec::new();
+            for id in taken {
+                removed.extend(txn.remove_pending(id)?);
+            }
+            for action in produced {
+                txn.push_pending(action.pending(trace_id, now))?;
+            }
+            if let Some(closed) = close {
+                let state = txn.state_mut()?;
+                state.closed.insert(trace_id, closed);
+                while state.closed.len() > records::CLOSED_CAPACITY {
+                    let oldest = state
+                        .closed
+                        .iter()
+                        .min_by_key(|(_, c)| c.at)
+                        .map(|(id, _)| *id)
+                        .expect("not empty");
+                    state.closed.remove(&oldest);
+                }
+            }
+            let ids: Vec<Uuid> = produced.iter().map(|a| a.id).collect();
+            txn.add_to_trace(trace_id, &[span.id], &ids, now)?;
+            Ok(removed)
         })
     }
 

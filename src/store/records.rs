@@ -435,8 +435,43 @@ pub struct State {
     pub pending: Vec<PendingAction>,
     /// Keyed by the workflow action id.
     pub task_mappings: BTreeMap<String, TaskMapping>,
+    /// Traces a person closed (`rover autopilot cancel` / `fail`): nothing more of them runs
+    /// but their answer (rover's addition).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub closed: BTreeMap<Uuid, ClosedTrace>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// How many closed traces `state.json` remembers (the oldest are forgotten: their work ended).
+pub const CLOSED_CAPACITY: usize = 200;
+
+/// A trace a person closed, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClosedTrace {
+    /// `cancel` or `fail`.
+    pub command: String,
+    pub by: String,
+    pub reason: String,
+    #[serde(with = "iso")]
+    pub at: DateTime<Utc>,
+}
+
+impl ClosedTrace {
+    /// One line for spans and logs: `cancelled by alice: no longer needed`.
+    pub fn describe(&self) -> String {
+        let verb = if self.command == "cancel" {
+            "cancelled"
+        } else {
+            "failed"
+        };
+        if self.reason.is_empty() {
+            format!("{verb} by {}", self.by)
+        } else {
+            format!("{verb} by {}: {}", self.by, self.reason)
+        }
+    }
 }
 
 impl State {
@@ -446,6 +481,7 @@ impl State {
             updated_at: now,
             pending: Vec::new(),
             task_mappings: BTreeMap::new(),
+            closed: BTreeMap::new(),
             extra: Map::new(),
         }
     }

@@ -38,29 +38,29 @@ fn rules() -> Value {
     ]})
 }
 
-struct World {
-    p: Pipeline,
-    orch: StepOrchestrator,
+pub(crate) struct World {
+    pub(crate) p: Pipeline,
+    pub(crate) orch: StepOrchestrator,
 }
 
 impl World {
     /// A pipeline whose `rover.json` has `budget` as `autopilot.budget`.
-    fn new(budget: &Value) -> World {
+    pub(crate) fn new(budget: &Value) -> World {
         World::with(&json!({"autopilot": {"budget": budget}}))
     }
 
     /// A pipeline with this `rover.json`; codex (the fake, given only `OPENAI_API_KEY`) when
     /// `autopilot.agent.agent` says so.
-    fn with(rover_json: &Value) -> World {
+    pub(crate) fn with(rover_json: &Value) -> World {
         World::on(Pipeline::new(), rover_json)
     }
 
     /// A new orchestrator on the same store and checkout: rover restarted.
-    fn restart(self, rover_json: &Value) -> World {
+    pub(crate) fn restart(self, rover_json: &Value) -> World {
         World::on(self.p, rover_json)
     }
 
-    fn on(p: Pipeline, rover_json: &Value) -> World {
+    pub(crate) fn on(p: Pipeline, rover_json: &Value) -> World {
         let text = rover_json.to_string();
         std::fs::write(p.repo.checkout.join("rover.json"), &text).expect("write rover.json");
         let config = RoverConfig::parse(&text).expect("valid config");
@@ -76,7 +76,7 @@ impl World {
     }
 
     /// Drain until nothing runs and nothing more can start (queued work may wait).
-    async fn settle(&self) {
+    pub(crate) async fn settle(&self) {
         tokio::time::timeout(Duration::from_secs(120), async {
             loop {
                 let report = self.orch.drain().await.expect("drain");
@@ -93,12 +93,12 @@ impl World {
         .expect("the pipeline settles within two minutes");
     }
 
-    fn chain(&self, trace: Uuid) -> Vec<String> {
+    pub(crate) fn chain(&self, trace: Uuid) -> Vec<String> {
         self.p.chain(trace)
     }
 
     /// `rover autopilot <args>` on this pipeline's store and checkout.
-    fn rover(&self, args: &[&str]) -> Output {
+    pub(crate) fn rover(&self, args: &[&str]) -> Output {
         std::process::Command::new(rover_bin())
             .arg("autopilot")
             .args(args)
@@ -110,7 +110,7 @@ impl World {
             .expect("run rover")
     }
 
-    fn rover_ok(&self, args: &[&str]) -> String {
+    pub(crate) fn rover_ok(&self, args: &[&str]) -> String {
         let out = self.rover(args);
         assert!(
             out.status.success(),
@@ -121,16 +121,16 @@ impl World {
         stdout(&out)
     }
 
-    fn waiting_reasons(&self) -> Vec<String> {
+    pub(crate) fn waiting_reasons(&self) -> Vec<String> {
         self.orch.waiting().into_values().collect()
     }
 }
 
-fn notify_action(view: &TraceView) -> Option<&Action> {
+pub(crate) fn notify_action(view: &TraceView) -> Option<&Action> {
     view.actions.iter().find(|a| a.action == StepKind::Notify)
 }
 
-fn span_of(view: &TraceView, step: StepKind) -> &Span {
+pub(crate) fn span_of(view: &TraceView, step: StepKind) -> &Span {
     view.spans
         .iter()
         .find(|s| s.step == step)

@@ -1,0 +1,322 @@
+//! A person steering rover: `cancel`, `fail` and `retry` a trace, and the dead letters. Each
+//! writes a span in the trace saying who did what, through the store lock, so they work with the
+//! daemon running (it is woken and stops the trace's running agents and containers) or stopped.
+
+use std::process::ExitCode;
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{CliError, Context, Output};
+use crate::budget::BREAKER_KEY;
+use crate::steps::meta::{NotifyMeta, NotifyPurpose};
+use crate::store::{
+    Action, AutopilotStore, ClosedTrace, Meta, Span, SpanStatus, StepKind, TraceView,
+};
+
+fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
+    let project_id = ctx.project_id()?;
+    Ok(AutopilotStore::open_existing(
+        &crate::project::data_dir()?,
+        &project_id,
+    )?)
+}
+
+/// Who is acting: `--by`, else the login name.
+fn actor(by: Option<String>) -> String {
+    by.filter(|b| !b.trim().is_empty())
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "someone".into())
+}
+
+/// A finished span recording a person's command in the trace, under its root.
+fn human_span(trace_id: Uuid, command: &str, summary: String, meta: Meta) -> Span {
+    let now = Utc::now();
+    let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
+    span.step = StepKind::Other(command.to_owned());
+    span.parent_id = Some(trace_id);
+    span.trace_id = Some(trace_id);
+    span.finish(SpanStatus::Completed, summary, meta, now)
+        .expect("a new span finishes");
+    span
+}
+
+/// Wake a running daemon so it acts on the change now; says what happens otherwise.
+fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(), CliError> {
+    match store.daemon_pid().and_then(|p| p.parse::<i32>().ok()) {
+        Some(pid) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGUSR1,
+            );
+            out.print(&format!("the daemon (pid {pid}) {then} now\n"))
+        }
+        None => out.print(&format!(
+            "no daemon is running: the next `rover autopilot start` (or `start --once`) {then}\n"
+        )),
+    }
+}
+
+/// Whether anything of the trace is queued or running.
+fn has_work(view: &TraceView) -> bool {
+    !view.pending.is_empty()
+}
+
+/// `cancel` and `fail`: close the trace, take its queued work off the queue, stop what runs,
+/// and answer on its channel saying who did it.
+pub fn close(
+    ctx: &Context,
+    out: &mut Output,
+    id: &str,
+    command: &str,
+    reason: Option<String>,
+    by: Option<String>,
+) -> Result<ExitCode, CliError> {
+    let store = open_store(ctx)?;
+    let trace_id = store.resolve_trace_id(id)?;
+    let view = store.load_trace(trace_id)?;
+    let short = crate::trace::short(trace_id);
+    if let Some(closed) = store.read_state()?.closed.get(&trace_id) {
+        return Err(CliError::Refused(format!(
+            "trace {short} was already {}",
+            closed.describe()
+        )));
+    }
+    if !has_work(&view) {
+        return Err(CliError::Refused(format!(
+            "trace {short} has ended (nothing queued or running): nothing to {command}; `rover autopilot trace {short}` shows how"
+        )));
+    }
+    let closed = ClosedTrace {
+        command: command.to_owned(),
+        by: actor(by),
+        reason: reason.unwrap_or_default().trim().to_owned(),
+        at: Utc::now(),
+    };
+    let what = closed.describe();
+    let mut meta = Meta::new();
+    meta.insert("by".into(), closed.by.clone().into());
+    meta.insert("reason".into(), closed.reason.clone().into());
+    let mut span = human_span(trace_id, command, what.clone(), meta);
+    let notify = NotifyMeta {
+        purpose: if command == "fail" {
+            NotifyPurpose::Failure
+        } else {
+            NotifyPurpose::Flag
+        },
+        message: Some(format!("This work was {what}.")),
+        failed_step: None,
+        error: (command == "fail").then(|| what.clone()),
+        pr_url: None,
+    };
+    let mut notify_meta = crate::steps::meta::to_meta(&notify);
+    // A person's decision, not a failure of rover's: the circuit breaker does not count it.
+    notify_meta.insert(BREAKER_KEY.into(), true.into());
+    let answer = Action::new(
+        StepKind::Notify,
+        &span,
+        what.clone(),
+        notify_meta,
+        Utc::now(),
+    );
+    let running: Vec<String> = store
+        .read_state()?
+        .pending
+        .iter()
+        .filter(|p| p.trace_id == trace_id && p.running_span_id.is_some())
+        .map(|p| format!("{} ({})", p.action, crate::trace::short(p.action_id)))
+        .collect();
+    span.meta
+        .insert("stopping".into(), serde_json::json!(running));
+    let removed = store.intervene(
+        &span,
+        std::slice::from_ref(&answer),
+        |p| p.trace_id == trace_id && !p.action.is_terminal(),
+        Some(closed),
+    )?;
+    out.print(&format!("trace {short} {what}\n"))?;
+    for p in &removed {
+        out.print(&format!(
+            "  took {} ({}) off the queue\n",
+            p.action,
+            crate::trace::short(p.action_id)
+        ))?;
+    }
+    for r in &running {
+        out.print(&format!("  stopping {r}\n"))?;
+    }
+    wake_daemon(&store, out, "stops what still runs and posts the answer")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The action a `retry <id>` means: the action itself, or the trace's latest failed action.
+fn failed_action(store: &AutopilotStore, view: &TraceView, id: &str) -> Result<Action, CliError> {
+    let short = crate::trace::short(view.trace_id());
+    let named = view
+        .actions
+        .iter()
+        .find(|a| a.id.to_string() == id || (id.len() >= 8 && a.id.to_string().starts_with(id)));
+    if let Some(action) = named {
+        return Ok(action.clone());
+    }
+    let failed = view
+        .spans
+        .iter()
+        .filter(|s| s.status == SpanStatus::Error && s.action_id.is_some())
+        .filter(|s| !s.meta.contains_key("budgetStopped") && !s.meta.contains_key("closedByHand"))
+        .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
+        .ok_or_else(|| {
+            CliError::Refused(format!(
+                "trace {short} has no failed step to retry; `rover autopilot trace {short}` shows it"
+            ))
+        })?;
+    Ok(store.read_action(failed.action_id.expect("filtered"))?)
+}
+
+/// `retry <trace|action>`: queue the failed action again (a new action with a fresh attempt
+/// budget, from the same producer), recorded by a `retry` span.
+pub fn retry(
+    ctx: &Context,
+    out: &mut Output,
+    id: &str,
+    by: Option<String>,
+) -> Result<ExitCode, CliError> {
+    let store = open_store(ctx)?;
+    let trace_id = store.resolve_trace_id(id)?;
+    let view = store.load_trace(trace_id)?;
+    let short = crate::trace::short(trace_id);
+    if let Some(closed) = store.read_state()?.closed.get(&trace_id) {
+        return Err(CliError::Refused(format!(
+            "trace {short} was {}; it is not retried",
+            closed.describe()
+        )));
+    }
+    let original = failed_action(&store, &view, id)?;
+    if let Some(p) = view.pending.iter().find(|p| p.action_id == original.id) {
+        return Err(CliError::Refused(format!(
+            "action {} ({}) is still queued (attempt {}): nothing to retry yet",
+            crate::trace::short(original.id),
+            original.action,
+            p.attempts
+        )));
+    }
+    let by = actor(by);
+    let mut meta = Meta::new();
+    meta.insert("by".into(), by.clone().into());
+    meta.insert("retried".into(), original.id.to_string().into());
+    let summary = format!(
+        "{} ({}) retried by {by}",
+        original.action,
+        crate::trace::short(original.id)
+    );
+    let span = human_span(trace_id, "retry", summary.clone(), meta);
+    // Same producer and meta as the original, so the step sees the same input; a new id, so
+    // a fresh attempt budget.
+    let mut again = original.clone();
+    again.id = Uuid::new_v4();
+    again.timestamp = Utc::now();
+    again.reason = format!("retried by {by}: {}", original.reason);
+    let mut recorded = span.clone();
+    recorded
+        .meta
+        .insert("action".into(), again.id.to_string().into());
+    store.intervene(&recorded, std::slice::from_ref(&again), |_| false, None)?;
+    out.print(&format!(
+        "{summary}: queued as action {}\n",
+        crate::trace::short(again.id)
+    ))?;
+    wake_daemon(&store, out, "runs it")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dead-letters [--json]`: queued actions no step of this rover handles.
+pub fn dead_letters(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, CliError> {
+    let store = open_store(ctx)?;
+    let letters: Vec<_> = store
+        .read_state()?
+        .pending
+        .into_iter()
+        .filter(|p| !StepKind::ALL.contains(&p.action))
+        .collect();
+    if json {
+        out.print(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({"deadLetters": letters}))
+                .expect("records serialize")
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if letters.is_empty() {
+        out.print("no dead letters\n")?;
+    }
+    for p in &letters {
+        out.print(&format!(
+            "{}  {:?} in trace {} since {}: {}\n",
+            crate::trace::short(p.action_id),
+            p.action.as_str(),
+            crate::trace::short(p.trace_id),
+            p.created_at.format("%Y-%m-%d %H:%M"),
+            p.summary
+        ))?;
+    }
+    if !letters.is_empty() {
+        out.print("`rover autopilot dead-letters drop <action>` removes one (recorded in its trace); `requeue <action>` puts it back in line once a rover that handles its type runs\n")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dead-letters drop|requeue <action>`.
+pub fn dead_letter(
+    ctx: &Context,
+    out: &mut Output,
+    id: &str,
+    drop: bool,
+    by: Option<String>,
+) -> Result<ExitCode, CliError> {
+    let store = open_store(ctx)?;
+    let pending = store
+        .read_state()?
+        .pending
+        .into_iter()
+        .filter(|p| !StepKind::ALL.contains(&p.action))
+        .find(|p| {
+            let full = p.action_id.to_string();
+            full == id || (id.len() >= 8 && full.starts_with(id))
+        })
+        .ok_or_else(|| {
+            CliError::Refused(format!(
+                "no dead letter {id:?}: `rover autopilot dead-letters` lists them"
+            ))
+        })?;
+    let by = actor(by);
+    let command = if drop { "drop" } else { "requeue" };
+    let mut meta = Meta::new();
+    meta.insert("by".into(), by.clone().into());
+    meta.insert("action".into(), pending.action_id.to_string().into());
+    meta.insert("actionType".into(), pending.action.as_str().into());
+    let summary = format!(
+        "dead letter {} ({:?}) {} by {by}",
+        crate::trace::short(pending.action_id),
+        pending.action.as_str(),
+        if drop { "dropped" } else { "requeued" }
+    );
+    let span = human_span(pending.trace_id, command, summary.clone(), meta);
+    if drop {
+        store.intervene(&span, &[], |p| p.action_id == pending.action_id, None)?;
+    } else {
+        // Back in line with a fresh attempt budget, behind what is queued now.
+        let original = store.read_action(pending.action_id)?;
+        let mut again = original.clone();
+        again.id = Uuid::new_v4();
+        again.timestamp = Utc::now();
+        again.reason = format!("requeued by {by}: {}", original.reason);
+        store.intervene(
+            &span,
+            std::slice::from_ref(&again),
+            |p| p.action_id == pending.action_id,
+            None,
+        )?;
+    }
+    out.print(&format!("{summary}\n"))?;
+    Ok(ExitCode::SUCCESS)
+}
