@@ -276,6 +276,16 @@ impl Ledger {
         Some(tripped)
     }
 
+    /// Whether the failed end of `trace_id` would trip the breaker (`max` > 0), and why.
+    pub fn would_trip(&self, trace_id: Uuid, max: u32) -> Option<String> {
+        let failures = self.breaker.consecutive_failures + 1;
+        (max > 0
+            && failures >= max
+            && self.breaker.tripped.is_none()
+            && !self.failed_traces.contains(&trace_id))
+        .then(|| format!("{failures} traces failed in a row"))
+    }
+
     /// Lift the breaker; returns whether it was tripped.
     pub fn resume(&mut self) -> bool {
         let was = self.breaker.tripped.is_some();

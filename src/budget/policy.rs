@@ -262,6 +262,34 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// The breaker's announcement to add to a failure notify that is about to end its trace
+    /// and will trip the breaker, so the trace is answered once (`circuitBreaker.notify`).
+    pub fn breaker_note(
+        &self,
+        ledger: &Ledger,
+        trace_id: Uuid,
+        action_meta: &Meta,
+    ) -> Option<String> {
+        let breaker = &self.settings.circuit_breaker;
+        let failure = action_meta.get("purpose").and_then(Value::as_str) == Some("failure")
+            && action_meta.get(BREAKER_KEY).and_then(Value::as_bool) != Some(true);
+        if !breaker.notify || !failure {
+            return None;
+        }
+        ledger
+            .would_trip(trace_id, breaker.max_consecutive_failures)
+            .map(|reason| breaker_message(&reason))
+    }
+}
+
+/// What rover says when the circuit breaker opens.
+pub fn breaker_message(reason: &str) -> String {
+    format!(
+        "circuit breaker open: {reason}; rover takes no new work until `rover autopilot resume`"
+    )
+}
+
 /// The key marking rover's own notifies (breaker, budget) in an action's meta: they are not a
 /// trace's outcome for the breaker.
 pub const BREAKER_KEY: &str = "circuitBreaker";

@@ -108,6 +108,7 @@ pub fn close(
         failed_step: None,
         error: (command == "fail").then(|| what.clone()),
         pr_url: None,
+        breaker_note: None,
     };
     let mut notify_meta = crate::steps::meta::to_meta(&notify);
     // A person's decision, not a failure of rover's: the circuit breaker does not count it.

@@ -531,6 +531,7 @@ fn budget_notify(reason: &str) -> NextAction {
         failed_step: None,
         error: Some(reason.to_owned()),
         pr_url: None,
+        breaker_note: None,
     };
     NextAction::new(
         StepKind::Notify,
@@ -813,6 +814,18 @@ impl Inner {
         self.finish(run, finished).await;
     }
 
+    /// A failure notify that will trip the circuit breaker carries the breaker's announcement
+    /// (in this run's copy of the action), so its trace is answered once.
+    async fn add_breaker_note(&self, run: &mut StepRun) {
+        let Some(budget) = &self.budget else { return };
+        let Some(ledger) = self.load_ledger().await else {
+            return;
+        };
+        if let Some(note) = budget.breaker_note(&ledger, run.pending.trace_id, &run.action.meta) {
+            run.action.meta.insert("breakerNote".into(), note.into());
+        }
+    }
+
     /// Count a finished span in the budget ledger and act on what it means: warnings noted in
     /// the span, traces stopped, the circuit breaker tripped.
     async fn account(&self, run: &StepRun, span: &mut Span, next: &mut Vec<NextAction>) {
@@ -895,21 +908,21 @@ impl Inner {
                 .insert(stop_key(self.closed_by_hand(trace_id)).into(), true.into());
         }
         if let Some(tripped) = verdict.tripped {
-            let text = format!(
-                "circuit breaker open: {}; rover takes no new work until `rover autopilot resume`",
-                tripped.reason
-            );
+            let text = crate::budget::breaker_message(&tripped.reason);
+            // Announced by the failure notify that tripped it: no second answer.
+            let announced = run.action.meta.contains_key("breakerNote");
             tracing::error!(trace = %trace_id, reason = %tripped.reason, "circuit breaker open: no new traces until `rover autopilot resume`");
             self.notice(text.clone());
             span.meta
                 .insert("circuitBreakerTripped".into(), true.into());
-            if breaker_notify {
+            if breaker_notify && !announced {
                 let meta = NotifyMeta {
                     purpose: NotifyPurpose::Flag,
                     message: Some(format!("rover paused itself: {text}.")),
                     failed_step: None,
                     error: None,
                     pr_url: None,
+                    breaker_note: None,
                 };
                 let mut action = NextAction::new(StepKind::Notify, text).with_meta(&meta);
                 action.meta.insert(BREAKER_KEY.into(), true.into());
@@ -952,7 +965,7 @@ impl Inner {
         let store = self.ctx.store.clone();
         let action_id = pending.action_id;
         let begin_kind = kind.clone();
-        let run = match blocking(store, move |s| s.begin_step(action_id, &begin_kind)).await {
+        let mut run = match blocking(store, move |s| s.begin_step(action_id, &begin_kind)).await {
             Ok(run) => run,
             Err(StoreError::NotPending(_)) => return, // taken by another process meanwhile
             Err(e) => {
@@ -981,6 +994,9 @@ impl Inner {
         if let Some(reason) = skip {
             self.finish_stopped(&run, &reason).await;
             return;
+        }
+        if kind == StepKind::Notify {
+            self.add_breaker_note(&mut run).await;
         }
         if self.budget.is_some() && is_new_trace(&run.pending) && run.pending.attempts == 1 {
             let store = self.ctx.store.clone();

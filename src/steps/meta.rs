@@ -153,6 +153,10 @@ pub struct NotifyMeta {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pr_url: Option<String>,
+    /// Added by the orchestrator to the failure notify that trips the circuit breaker: posted
+    /// after the message, so the trace is answered once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker_note: Option<String>,
 }
 
 impl NotifyMeta {
@@ -163,6 +167,7 @@ impl NotifyMeta {
             failed_step: Some(step.to_string()),
             error: Some(error.to_owned()),
             pr_url: None,
+            breaker_note: None,
         }
     }
 }

@@ -221,7 +221,10 @@ impl Step for NotifyStep {
                 serde_json::json!({"error": crate::cli::error_chain(&e), "errorClass": e.class()}),
             ),
         };
-        let message = with_pr_link(redactor.redact(&draft, visibility), &notify);
+        let mut message = with_pr_link(redactor.redact(&draft, visibility), &notify);
+        if let Some(note) = &notify.breaker_note {
+            message = format!("{message}\n\nrover paused itself: {note}.");
+        }
         let base = Finished::completed(String::new())
             .meta("purpose", purpose_name(notify.purpose))
             .meta("visibility", visibility)
@@ -286,6 +289,7 @@ mod tests {
     fn the_pr_link_is_added_when_the_message_lacks_it() {
         let meta = NotifyMeta {
             pr_url: Some("https://github.com/o/r/pull/3".into()),
+            breaker_note: None,
             ..NotifyMeta::default()
         };
         assert_eq!(
@@ -339,6 +343,7 @@ mod tests {
         let pushed = NotifyMeta {
             purpose: NotifyPurpose::Pushed,
             pr_url: Some("https://github.com/o/r/pull/3".into()),
+            breaker_note: None,
             message: Some("Adds retries.".into()),
             ..NotifyMeta::default()
         };

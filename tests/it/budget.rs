@@ -417,18 +417,27 @@ async fn the_circuit_breaker_trips_after_n_failed_traces_and_resume_lifts_it() {
             SpanStatus::Error
         );
     }
-    // The second failure tripped it, and said so with a notify in that trace.
+    // The second failure tripped it, and its failure answer said so: one answer per trace.
     let view = w.p.trace(b);
-    let flag = view
-        .actions
+    let notifies: Vec<_> = view
+        .spans
         .iter()
-        .find(|a| a.meta.get("circuitBreaker") == Some(&json!(true)))
-        .expect("a breaker notify");
+        .filter(|s| s.step == StepKind::Notify)
+        .collect();
+    assert_eq!(notifies.len(), 1, "{:?}", w.chain(b));
+    let message = notifies[0].meta["message"].as_str().unwrap_or_default();
     assert!(
-        flag.reason.contains("rover autopilot resume"),
-        "{}",
-        flag.reason
+        message.contains("rover paused itself: circuit breaker open: 2 traces failed in a row")
+            && message.contains("rover autopilot resume"),
+        "{message}"
     );
+    assert_eq!(notifies[0].meta["circuitBreakerTripped"], json!(true));
+    let first = w.p.trace(a);
+    let message = span_of(&first, StepKind::Notify).meta["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!message.contains("paused itself"), "{message}");
     let status = w.rover_ok(&["status"]);
     assert!(status.contains("breaker  OPEN since"), "{status}");
     assert!(status.contains("2 traces failed in a row"), "{status}");
