@@ -138,11 +138,16 @@ pub fn mapping_worktree(mapping: &TaskMapping) -> Option<PathBuf> {
 }
 
 /// Whether a queued or running action of `kind` belongs to the trace (other than `except`).
-fn busy(view: &TraceView, kinds: &[StepKind], except: Uuid) -> Option<String> {
+fn busy(
+    view: &TraceView,
+    kinds: &[StepKind],
+    except: Uuid,
+    ignore: impl Fn(&PendingAction) -> bool,
+) -> Option<String> {
     let queued = view
         .pending
         .iter()
-        .find(|p| p.action_id != except && kinds.contains(&p.action));
+        .find(|p| p.action_id != except && kinds.contains(&p.action) && !ignore(p));
     if let Some(p) = queued {
         let state = if p.running_span_id.is_some() {
             "running"
@@ -158,6 +163,27 @@ fn busy(view: &TraceView, kinds: &[StepKind], except: Uuid) -> Option<String> {
         .iter()
         .find(|s| s.status == SpanStatus::Running && kinds.contains(&s.step))
         .map(|s| format!("waiting for the running {} span {}", s.step, s.id))
+}
+
+/// Whether queued workflow `action_id` waits on a failed dependency the resolver may iterate.
+fn waits_for_the_resolver(state: &TraceState, action_id: Uuid) -> bool {
+    let Some(meta) = state
+        .view
+        .actions
+        .iter()
+        .find(|a| a.id == action_id)
+        .and_then(|a| meta::read::<WorkflowMeta>(a).ok())
+    else {
+        return false;
+    };
+    let mut queue = crate::store::State::new(chrono::Utc::now());
+    queue.task_mappings.clone_from(&state.mappings);
+    meta.depends_on.iter().any(|dep| {
+        matches!(
+            super::workflow::dependency_state(&state.view, &queue, *dep),
+            super::workflow::Dependency::Blocked(_)
+        )
+    })
 }
 
 fn action_of<'v>(view: &'v TraceView, span: &Span) -> Option<&'v Action> {
@@ -277,11 +303,15 @@ fn failed_workflow(view: &TraceView) -> Option<(Uuid, WorkflowMeta)> {
             _ => None,
         }
     };
+    // A task that never started because its dependency failed is not the one to iterate: the
+    // dependency is (it has the worktree and the failure).
+    let never_started = |span: &Span| span.meta.contains_key("dependencyFailed");
     let candidate = view
         .spans
         .iter()
         .rev()
         .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
+        .filter(|s| !never_started(s))
         .find_map(from_span)
         .or_else(|| {
             view.spans
@@ -563,6 +593,8 @@ impl Step for ResolveStep {
                 &state.view,
                 &[StepKind::Workflow, StepKind::Commit],
                 pending.action_id,
+                // A task whose dependency failed waits for this resolver to iterate on it.
+                |p| p.running_span_id.is_none() && waits_for_the_resolver(&state, p.action_id),
             ) {
                 Some(why) => Readiness::Wait(why),
                 None => Readiness::Ready,

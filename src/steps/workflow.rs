@@ -167,12 +167,51 @@ pub enum Dependency {
         title: String,
         summary: String,
     },
-    /// It failed (or is unknown): this task cannot run.
+    /// It failed, and the resolver may still iterate on it (its commit or a resolve is queued
+    /// or running): this task waits, and the resolver does not wait for it.
+    Blocked(String),
+    /// It failed for good (or is unknown): this task cannot run.
     Failed(String),
 }
 
-/// Where dependency `dep` of a task in trace `view` stands.
+/// The latest iteration of workflow action `dep` (the resolver's `iterate`/`retry` make a new
+/// workflow action with `iterateOn` naming the one before): what a dependent builds on.
+fn latest_iteration(view: &TraceView, dep: Uuid) -> Uuid {
+    let mut latest = dep;
+    // Bounded by the number of actions, so a cycle in foreign data cannot loop.
+    for _ in 0..view.actions.len() {
+        let next = view.actions.iter().find(|a| {
+            a.action == StepKind::Workflow
+                && meta::read::<WorkflowMeta>(a).is_ok_and(|m| m.iterate_on == Some(latest))
+        });
+        match next {
+            Some(a) => latest = a.id,
+            None => break,
+        }
+    }
+    latest
+}
+
+/// Where dependency `dep` of a task in trace `view` stands: its latest iteration's state, and a
+/// failure is only final once no commit or resolve of the trace that could iterate it is left.
 pub fn dependency_state(view: &TraceView, state: &crate::store::State, dep: Uuid) -> Dependency {
+    match iteration_state(view, state, latest_iteration(view, dep)) {
+        Dependency::Failed(reason) if resolver_pending(view) => {
+            Dependency::Blocked(format!("{reason}; waiting for the resolver"))
+        }
+        other => other,
+    }
+}
+
+/// Whether a commit or resolve of the trace is queued or running (the resolver may still
+/// iterate on a failed task).
+fn resolver_pending(view: &TraceView) -> bool {
+    view.pending
+        .iter()
+        .any(|p| matches!(p.action, StepKind::Commit | StepKind::Resolve))
+}
+
+fn iteration_state(view: &TraceView, state: &crate::store::State, dep: Uuid) -> Dependency {
     let title = view
         .actions
         .iter()
@@ -531,7 +570,7 @@ impl WorkflowStep {
         let mut dependencies = Vec::new();
         for dep in &meta.depends_on {
             match dependency_state(&view, &state, *dep) {
-                Dependency::Waiting(reason) => {
+                Dependency::Waiting(reason) | Dependency::Blocked(reason) => {
                     return Err(StepError::retryable(format!(
                         "a dependency is not done yet: {reason}"
                     )))
@@ -1048,7 +1087,9 @@ impl Step for WorkflowStep {
         .map_err(|e| store_error("cannot read the workflow action", &e))?;
         if let Some((meta, view)) = deps {
             for dep in &meta.depends_on {
-                if let Dependency::Waiting(reason) = dependency_state(&view, &state, *dep) {
+                if let Dependency::Waiting(reason) | Dependency::Blocked(reason) =
+                    dependency_state(&view, &state, *dep)
+                {
                     return Ok(Readiness::Wait(reason));
                 }
             }

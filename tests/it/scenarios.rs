@@ -828,6 +828,108 @@ async fn a_failed_workflow_is_iterated_with_new_instructions_and_then_succeeds()
     );
 }
 
+/// Two tasks, the second building on the first; the first fails. The dependent waits (it
+/// neither fails nor runs) while the resolver iterates the failed task in its worktree, then
+/// builds on the iteration's branch, and one PR holds both.
+#[tokio::test]
+async fn a_dependent_task_waits_while_the_resolver_iterates_its_failed_dependency() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github
+        .add_issue(23, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a --json flag"})),
+    );
+    s.answer(
+        PLAN,
+        json!({"analysis": "Implement, then test.", "clarification": null, "tasks": [
+            task("impl", "Implement the json flag", &[], "swe"),
+            task("tests", "Test the json flag", &["impl"], "swe"),
+        ]}),
+    );
+    // The iteration's prompt carries the resolver's instructions: that run succeeds.
+    s.rules.push(json!({"prompt_contains": "serialize with serde_json", "write": {"export.txt": "export --json\n"},
+        "structured": {"status": "completed", "summary": "implemented with serde_json", "files_changed": ["export.txt"]}}));
+    s.rules.push(workflow_rule(
+        "Implement the json flag",
+        json!({}),
+        "failed",
+    ));
+    s.rules.push(workflow_rule(
+        "Test the json flag",
+        json!({"export_test.txt": "tests for --json\n"}),
+        "completed",
+    ));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Add the --json flag", "body": null}),
+    );
+    push_once_committed(&mut s);
+    s.answer(
+        RESOLVE,
+        resolve(
+            "iterate",
+            json!({"instructions": "The hand-written JSON broke: serialize with serde_json."}),
+        ),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "I opened a pull request with the --json flag and its tests."}),
+    );
+    s.run_until_settled(20).await;
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    assert_eq!(
+        steps.iter().filter(|x| *x == "workflow:failed").count(),
+        1,
+        "only the first run of the dependency failed; the dependent never did: {steps:?}"
+    );
+    assert_eq!(
+        steps.iter().filter(|x| *x == "workflow:completed").count(),
+        2,
+        "{steps:?}"
+    );
+    assert_eq!(steps.last().unwrap(), "notify:completed", "{steps:?}");
+    assert_eq!(
+        steps.iter().filter(|x| *x == "push:completed").count(),
+        1,
+        "{steps:?}"
+    );
+    // The resolver iterated the failed task (the one with a worktree), not the dependent.
+    let workflows: Vec<_> = trace
+        .actions
+        .iter()
+        .filter(|a| a.action.as_str() == "workflow")
+        .collect();
+    assert_eq!(workflows.len(), 3, "two tasks and one iteration");
+    let iteration = workflows
+        .iter()
+        .find(|a| a.meta.get("iterateOn").is_some())
+        .expect("an iteration");
+    assert_eq!(iteration.meta["title"], "Implement the json flag");
+    // The dependent ran once, after the iteration, on top of its branch: the PR has both.
+    let runs: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|sp| sp.step.as_str() == "workflow")
+        .collect();
+    let dependent = runs.last().unwrap();
+    let iterated = runs
+        .iter()
+        .find(|sp| sp.action_id == Some(iteration.id))
+        .unwrap();
+    assert!(dependent.timestamp >= iterated.completed.unwrap());
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let files = git(&s.origin, &["ls-tree", "--name-only", "-r", &pulls[0].1]);
+    assert!(
+        files.contains("export.txt") && files.contains("export_test.txt"),
+        "{files}"
+    );
+}
+
 #[tokio::test]
 async fn a_commit_hook_missing_its_tool_is_fixed_by_the_resolver_and_retried() {
     let mut s = Scenario::new().await;
