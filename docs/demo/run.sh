@@ -13,7 +13,7 @@ top="$(cd "$here/../.." && pwd)"
 
 if [ -z "${ROVER_DEMO_BIN_DIR:-}" ]; then
   echo "== building rover"
-  (cd "$top" && cargo build --quiet --bins)
+  (cd "$top" && cargo build --quiet --bins --features test-support)
   ROVER_DEMO_BIN_DIR="$top/target/debug"
 fi
 rover="$ROVER_DEMO_BIN_DIR/rover"
