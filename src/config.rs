@@ -63,6 +63,9 @@ pub struct PipelineConfig {
     pub max_retries: u32,
     /// The safety-net drain interval, seconds.
     pub fallback_interval_secs: u64,
+    /// First backoff after a retryable error, seconds; doubled each attempt (at most five
+    /// minutes), later when GitHub names a rate limit's reset.
+    pub retry_backoff_secs: u64,
     /// How long running steps get at shutdown, seconds.
     pub shutdown_grace_secs: u64,
 }
@@ -73,6 +76,7 @@ impl Default for PipelineConfig {
             max_attempts: 3,
             max_retries: 3,
             fallback_interval_secs: 30,
+            retry_backoff_secs: 5,
             shutdown_grace_secs: 20,
         }
     }
@@ -84,7 +88,7 @@ impl PipelineConfig {
             fallback_interval: Duration::from_secs(self.fallback_interval_secs.max(1)),
             max_attempts: self.max_attempts.max(1),
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-            ..OrchestratorSettings::default()
+            retry_backoff: Duration::from_secs(self.retry_backoff_secs),
         }
     }
 }

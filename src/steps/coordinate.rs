@@ -1,7 +1,7 @@
 //! The `coordinate` step: decides what rover does about a trace's root event.
 //!
-//! Trust first, without AI: a GitHub event from an author without write access ends in `noop`
-//! (a failing lookup denies). A merged pull request rover opened ends in `cleanup` by rule.
+//! Trust first, without AI: a GitHub event from an author without write access ends in `noop`;
+//! a lookup that fails transiently is retried with the orchestrator's backoff. A merged pull request rover opened ends in `cleanup` by rule.
 //! Everything else goes to the agent (read-only tools in the checkout) with the event, the
 //! GitHub context, the trace so far, rover's task mappings and the open waits of the same issue
 //! or PR; its decision becomes exactly one action with typed meta (never `coordinate`).
@@ -109,6 +109,55 @@ impl CoordinateStep {
         CoordinateStep { services, trust }
     }
 
+    /// The permission lookup gave no definite answer. A transient failure (rate limit, 5xx,
+    /// network) is a retryable error: the orchestrator keeps the action queued and runs it again
+    /// after its backoff (not before a rate limit's reset), the error recorded in this span.
+    /// When the attempts are spent, or the failure is not transient (a token GitHub refuses),
+    /// the trace ends in a failed span and a `noop` that says so: an author rover could not
+    /// verify never makes it act, not even by a notify.
+    fn trust_unknown(
+        &self,
+        login: &str,
+        error: &crate::github::GitHubError,
+        attempt: u32,
+    ) -> Result<Result<Gathered, Finished>, StepError> {
+        let max = self
+            .services
+            .config
+            .autopilot
+            .pipeline
+            .orchestrator()
+            .max_attempts;
+        if error.is_retryable() && attempt < max {
+            return Err(StepError::from_error(error, true)
+                .not_before(error.retry_at())
+                .detail("what", format!("looking up the permission of {login}"))
+                .detail("login", login)
+                .detail("decidedBy", "trust"));
+        }
+        let why = if error.is_retryable() {
+            format!("after {attempt} attempts")
+        } else {
+            "and the failure is not transient".to_owned()
+        };
+        let reason = format!(
+            "could not verify that {login} may make rover work ({why}): {}; nothing was done",
+            crate::cli::error_chain(error)
+        );
+        tracing::error!(%login, %reason, "trust lookup failed for good");
+        Ok(Err(Finished::failed(format!("decided noop: {reason}"))
+            .meta("decision", "noop")
+            .meta("decidedBy", "trust")
+            .meta(
+                "error",
+                serde_json::json!({"message": crate::cli::error_chain(error), "retryable": error.is_retryable(), "login": login}),
+            )
+            .then(NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                untrusted: true,
+                ..NoopMeta::default()
+            }))))
+    }
+
     /// Trust, context and rover-PR detection for a GitHub event; `Err(finished)` when the
     /// author is not trusted (the run ends there, without AI).
     async fn gather_github(
@@ -116,13 +165,17 @@ impl CoordinateStep {
         meta: &EventMeta,
         event: &NormalizedEvent,
         mappings: &[(String, TaskMapping)],
+        attempt: u32,
     ) -> Result<Result<Gathered, Finished>, StepError> {
         let github = self.services.github.as_ref().ok_or_else(|| {
             StepError::fatal(
                 "this trace is a GitHub event but rover has no GitHub client: set GITHUB_TOKEN and the repository",
             )
         })?;
-        let trust = self.trust.decide(github.as_ref(), &event.actor).await;
+        let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
+            Ok(trust) => trust,
+            Err(e) => return self.trust_unknown(&event.actor, &e, attempt),
+        };
         if !trust.trusted {
             let reason = format!("untrusted author: {}", trust.reason);
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
@@ -407,7 +460,10 @@ impl Step for CoordinateStep {
         let mappings = task_mappings(ctx).await?;
         let mut gathered = match (meta.source, &meta.event) {
             (EventSource::Github, Some(event)) => {
-                match self.gather_github(&meta, event, &mappings).await? {
+                match self
+                    .gather_github(&meta, event, &mappings, run.pending.attempts)
+                    .await?
+                {
                     Ok(g) => g,
                     Err(untrusted) => return Ok(Outcome::Finished(untrusted)),
                 }
