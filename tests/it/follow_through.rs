@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::scenarios::{chain, Scenario, COORDINATE, NOTIFY};
 use crate::support::env::stdout;
-use crate::support::fake_github::{Fault, FaultKind};
+use crate::support::fake_github::{Fault, FaultKind, BOT};
 
 /// alice asks a question on issue 5; the coordinator answers it.
 fn a_question(s: &mut Scenario) {
@@ -201,5 +201,75 @@ async fn a_definite_answer_ends_in_noop_with_its_reason() {
             .count(&Method::GET, "/collaborators/mallory/permission"),
         1,
         "a definite answer is not retried"
+    );
+}
+
+// ---- rover's own identity ------------------------------------------------------------------------
+
+/// An event by `author` on issue 5 that carries no rover marker (as a push or a PR rover made
+/// shows up in the feed).
+fn an_event_by(s: &Scenario, author: &str) {
+    s.github.seed_event("IssueCommentEvent", author, json!({"action": "created", "issue": {"number": 5}, "comment": {"id": 78, "body": "Pushed a fix for the export.", "html_url": "https://github.com/octo-org/widgets/issues/5#issuecomment-78"}}));
+}
+
+#[tokio::test]
+async fn the_bot_login_is_learned_from_the_token_and_its_events_are_not_work() {
+    let mut s = Scenario::new().await;
+    s.extra_config = json!({"autopilot": {"github": {"botLogin": null}}});
+    a_question(&mut s);
+    an_event_by(&s, BOT);
+    let out = s.run_once().await;
+
+    assert!(
+        stdout(&out)
+            .contains("identity: rover acts as rover-bot (the token's user, from GET /user)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(s.github.count(&Method::GET, "/user"), 1);
+    // Only alice's question became a trace; the bot's own comment was not taken as work.
+    let trace = s.the_trace();
+    assert!(trace.index.event.contains("alice"), "{}", trace.index.event);
+    assert_eq!(ours(&s, 5), 1);
+}
+
+#[tokio::test]
+async fn an_app_installation_token_falls_back_to_the_configured_app_slug() {
+    let mut s = Scenario::new().await;
+    s.github.use_installation_token("rover-app");
+    s.extra_config = json!({"autopilot": {"github": {"botLogin": null, "appSlug": "rover-app"}}});
+    a_question(&mut s);
+    an_event_by(&s, "rover-app[bot]");
+    let out = s.run_once().await;
+
+    assert!(
+        stdout(&out).contains("identity: rover acts as rover-app[bot] (github.appSlug"),
+        "{}",
+        stdout(&out)
+    );
+    let user = s
+        .github
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/user")
+        .expect("GET /user was asked");
+    assert_eq!(user.status, 403, "an installation token has no user");
+    let trace = s.the_trace();
+    assert!(trace.index.event.contains("alice"), "{}", trace.index.event);
+    assert_eq!(ours(&s, 5), 1);
+}
+
+#[tokio::test]
+async fn without_a_login_or_an_app_slug_the_start_warns_what_to_set() {
+    let mut s = Scenario::new().await;
+    s.github.use_installation_token("rover-app");
+    s.extra_config = json!({"autopilot": {"github": {"botLogin": null}}});
+    let out = s.run_once().await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("warning: rover does not know its own login")
+            && text.contains("installation token has no user")
+            && text.contains("set github.botLogin or github.appSlug"),
+        "{text}"
     );
 }
