@@ -68,6 +68,11 @@ pub struct PipelineConfig {
     pub retry_backoff_secs: u64,
     /// How long running steps get at shutdown, seconds.
     pub shutdown_grace_secs: u64,
+    /// How long a coordinator `wait` lasts before the trace is re-evaluated, seconds (a newer
+    /// event about the same issue or pull request takes it over earlier).
+    pub wait_secs: u64,
+    /// How many waits one trace may decide; one more ends it in `noop`.
+    pub max_waits: u32,
 }
 
 impl Default for PipelineConfig {
@@ -78,6 +83,8 @@ impl Default for PipelineConfig {
             fallback_interval_secs: 30,
             retry_backoff_secs: 5,
             shutdown_grace_secs: 20,
+            wait_secs: 1800,
+            max_waits: 6,
         }
     }
 }

@@ -4,7 +4,12 @@
 //! a lookup that fails transiently is retried with the orchestrator's backoff. A merged pull request rover opened ends in `cleanup` by rule.
 //! Everything else goes to the agent (read-only tools in the checkout) with the event, the
 //! GitHub context, the trace so far, rover's task mappings and the open waits of the same issue
-//! or PR; its decision becomes exactly one action with typed meta (never `coordinate`).
+//! or PR; its decision becomes exactly one action with typed meta.
+//!
+//! A `wait` is a scheduled re-evaluation: a `coordinate` action of the same trace that runs at
+//! its deadline (`pipeline.waitSecs`), at most `pipeline.maxWaits` times. A newer trusted event
+//! about the same issue or pull request takes it over at once: the newer trace decides, with the
+//! wait among its open waits, and the waiting action ends saying which trace took over.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -16,8 +21,8 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    subject_key, CleanupMeta, EventMeta, EventSource, NoopMeta, NotifyMeta, NotifyPurpose,
-    PlanMeta, WAIT_PREFIX,
+    subject_key, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta, NotifyMeta,
+    NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;
@@ -26,12 +31,15 @@ use crate::github::{
     build_context, EventAction, EventKind, NormalizedEvent, TrustDecision, TrustPolicy, Visibility,
 };
 use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::records::SUPERSEDED_BY_KEY;
 use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
 
 /// How many recent traces are searched for open waits of the same issue or PR.
 const WAIT_LOOKBACK: usize = 50;
 /// How many open waits are shown to the agent.
 const MAX_WAITS: usize = 5;
+/// The prompt heading of a run that re-evaluates the trace's own wait.
+pub const REEVALUATION_HEADING: &str = "## Re-evaluating a wait";
 
 /// A wait recorded by an earlier trace about the same issue or pull request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -95,6 +103,16 @@ struct Gathered {
     merged: bool,
     open_waits: Vec<OpenWait>,
     trust: Option<TrustDecision>,
+    /// How many waits this trace decided before this run.
+    wait_round: u32,
+}
+
+/// How long a wait lasts and how many one trace may decide (from `pipeline`).
+#[derive(Debug, Clone, Copy)]
+struct WaitPolicy {
+    secs: u64,
+    max: u32,
+    now: DateTime<Utc>,
 }
 
 pub struct CoordinateStep {
@@ -221,6 +239,7 @@ impl CoordinateStep {
             merged,
             open_waits: Vec::new(),
             trust: Some(trust),
+            wait_round: 0,
         }))
     }
 }
@@ -295,6 +314,44 @@ pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Ve
     waits
 }
 
+/// Take over the scheduled waits of other traces about `subject` (see the module docs): each
+/// becomes due now, marked superseded by `this_trace`. Returns them as open waits.
+pub fn take_over_waits(
+    store: &AutopilotStore,
+    this_trace: Uuid,
+    subject: &str,
+) -> Result<Vec<OpenWait>, crate::store::StoreError> {
+    let state = store.read_state()?;
+    let mut taken = Vec::new();
+    for pending in state.pending.iter().filter(|p| {
+        p.action == StepKind::Coordinate
+            && p.trace_id != this_trace
+            && p.running_span_id.is_none()
+            && !p.extra.contains_key(SUPERSEDED_BY_KEY)
+    }) {
+        let Ok(action) = store.read_action(pending.action_id) else {
+            continue;
+        };
+        let Some(wait) = super::meta::read::<CoordinateMeta>(&action)
+            .ok()
+            .and_then(|m| m.wait)
+        else {
+            continue;
+        };
+        if wait.subject.as_deref() != Some(subject) {
+            continue;
+        }
+        if store.supersede_pending(pending.action_id, this_trace)? {
+            taken.push(OpenWait {
+                trace_id: pending.trace_id,
+                at: wait.since,
+                condition: wait.condition,
+            });
+        }
+    }
+    Ok(taken)
+}
+
 fn render_mappings(mappings: &[(String, TaskMapping)], rover_pr: Option<&RoverPr>) -> String {
     let mut out = String::new();
     if let Some(pr) = rover_pr {
@@ -345,6 +402,7 @@ fn route(
     result: &CoordinateResult,
     gathered: &Gathered,
     mappings: &[(String, TaskMapping)],
+    policy: WaitPolicy,
 ) -> NextAction {
     let reasoning = result.reasoning.trim();
     let text = |v: &Option<String>| v.as_deref().unwrap_or_default().trim().to_owned();
@@ -398,13 +456,43 @@ fn route(
         }),
         CoordinateDecision::Wait => {
             let condition = text(&result.condition);
-            NextAction::new(StepKind::Noop, format!("{WAIT_PREFIX} {condition}")).with_meta(
-                &NoopMeta {
+            let round = gathered.wait_round + 1;
+            if round > policy.max {
+                return NextAction::new(
+                    StepKind::Noop,
+                    format!(
+                        "{WAIT_PREFIX} {condition} (not re-evaluated again: this trace already waited {} time(s), the most `pipeline.maxWaits` allows)",
+                        gathered.wait_round
+                    ),
+                )
+                .with_meta(&NoopMeta {
                     waiting_for: Some(condition),
                     subject: gathered.subject.clone(),
                     untrusted: false,
-                },
+                });
+            }
+            let secs = i64::try_from(policy.secs).unwrap_or(i64::MAX);
+            let at =
+                policy.now + chrono::Duration::try_seconds(secs).unwrap_or(chrono::Duration::MAX);
+            let woken_by = gathered.subject.as_deref().map_or_else(String::new, |s| {
+                format!(", or sooner by the next event about {s}")
+            });
+            NextAction::new(
+                StepKind::Coordinate,
+                format!(
+                    "{WAIT_PREFIX} {condition} (re-evaluated at {}{woken_by})",
+                    at.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
             )
+            .with_meta(&CoordinateMeta {
+                wait: Some(WaitMeta {
+                    condition,
+                    subject: gathered.subject.clone(),
+                    since: policy.now,
+                    round,
+                }),
+                not_before: Some(at),
+            })
         }
         CoordinateDecision::Cleanup => {
             let wanted = text(&result.task_id);
@@ -455,6 +543,30 @@ impl Step for CoordinateStep {
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let trace_id = run.pending.trace_id;
+        let scheduled: CoordinateMeta = super::meta::read(&run.action).unwrap_or_default();
+        if let Some(by) = run
+            .pending
+            .extra
+            .get(SUPERSEDED_BY_KEY)
+            .and_then(serde_json::Value::as_str)
+        {
+            let reason = format!(
+                "a newer event about the same subject took over this wait: trace {by} decides"
+            );
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("decided noop: {reason}"))
+                    .meta("decision", "noop")
+                    .meta("decidedBy", "wait")
+                    .meta("supersededBy", by)
+                    .meta("wait", &scheduled.wait)
+                    .then(
+                        NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                            subject: scheduled.wait.as_ref().and_then(|w| w.subject.clone()),
+                            ..NoopMeta::default()
+                        }),
+                    ),
+            ));
+        }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;
         let mappings = task_mappings(ctx).await?;
@@ -485,6 +597,7 @@ impl Step for CoordinateStep {
                 merged: false,
                 open_waits: Vec::new(),
                 trust: None,
+                wait_round: 0,
             },
         };
 
@@ -509,19 +622,42 @@ impl Step for CoordinateStep {
             ));
         }
 
+        gathered.wait_round = scheduled.wait.as_ref().map_or(0, |w| w.round);
         if let Some(subject) = gathered.subject.clone() {
-            gathered.open_waits = blocking(ctx.store.clone(), move |s| {
+            let taken = blocking(ctx.store.clone(), {
+                let subject = subject.clone();
+                move |s| take_over_waits(s, trace_id, &subject)
+            })
+            .await
+            .map_err(|e| {
+                StepError::from_error(&e, true)
+                    .detail("what", "taking over the waits on the same subject")
+            })?;
+            let older = blocking(ctx.store.clone(), move |s| {
                 Ok(open_waits(s, trace_id, &subject))
             })
             .await
             .unwrap_or_default();
+            gathered.open_waits = taken;
+            gathered.open_waits.extend(older);
+            gathered.open_waits.truncate(MAX_WAITS);
         }
-        let context = format!(
+        let mut context = format!(
             "{}\n\n## Trace so far\n{}\n## Open waits on the same issue, pull request or branch\n{}",
             gathered.context,
             render_trace(&view),
             render_waits(&gathered.open_waits)
         );
+        if let Some(wait) = &scheduled.wait {
+            let _ = write!(
+                context,
+                "\n\n{REEVALUATION_HEADING}\nThis trace decided to wait (wait {} of at most {}) since {} for: {}\nThe wait is over: decide again from the current state above.",
+                wait.round,
+                self.services.config.autopilot.pipeline.max_waits,
+                wait.since.to_rfc3339(),
+                wait.condition
+            );
+        }
         // Secrets never reach a prompt, even when someone pasted one into the thread.
         let redactor = &self.services.redactor;
         let mut vars = PromptVars::new();
@@ -547,7 +683,13 @@ impl Step for CoordinateStep {
         .await
         .map_err(|e| agent_error(AgentStep::Coordinate, &e))?;
         let result = &answer.value;
-        let action = route(result, &gathered, &mappings);
+        let pipeline = &self.services.config.autopilot.pipeline;
+        let policy = WaitPolicy {
+            secs: pipeline.wait_secs,
+            max: pipeline.max_waits,
+            now: Utc::now(),
+        };
+        let action = route(result, &gathered, &mappings, policy);
         let decision = decision_name(result.decision);
         Ok(Outcome::Finished(
             Finished::completed(format!(
@@ -563,6 +705,7 @@ impl Step for CoordinateStep {
             .meta("trust", &gathered.trust)
             .meta("roverPr", &gathered.rover_pr)
             .meta("openWaits", &gathered.open_waits)
+            .meta("wait", &scheduled.wait)
             .meta("agent", super::agent_call::usage_meta(&answer))
             .then(action),
         ))
@@ -606,6 +749,17 @@ mod tests {
             merged: false,
             open_waits: Vec::new(),
             trust: None,
+            wait_round: 0,
+        }
+    }
+
+    fn policy() -> WaitPolicy {
+        WaitPolicy {
+            secs: 1800,
+            max: 2,
+            now: DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+                .unwrap()
+                .with_timezone(&Utc),
         }
     }
 
@@ -636,37 +790,73 @@ mod tests {
     }
 
     #[test]
-    fn every_decision_routes_to_one_action_and_never_coordinate() {
+    fn every_decision_routes_to_one_action_and_only_a_wait_to_coordinate() {
         let mappings = vec![(Uuid::new_v4().to_string(), mapping("t-9", "rover/t9"))];
         for (decision, kind) in [
             (CoordinateDecision::Noop, StepKind::Noop),
             (CoordinateDecision::Plan, StepKind::Plan),
             (CoordinateDecision::Notify, StepKind::Notify),
             (CoordinateDecision::Flag, StepKind::Notify),
-            (CoordinateDecision::Wait, StepKind::Noop),
+            (CoordinateDecision::Wait, StepKind::Coordinate),
             (CoordinateDecision::Cleanup, StepKind::Cleanup),
             // Without a task the workflow decision cannot be followed.
             (CoordinateDecision::Workflow, StepKind::Noop),
         ] {
-            let action = route(&answer(decision), &gathered(None), &mappings);
+            let action = route(&answer(decision), &gathered(None), &mappings, policy());
             assert_eq!(action.kind, kind, "{decision:?}");
         }
         let wait = route(
             &answer(CoordinateDecision::Wait),
             &gathered(None),
             &mappings,
+            policy(),
         );
-        assert_eq!(wait.reason, "waiting: CI to finish");
-        assert_eq!(wait.meta["subject"], "refs/heads/main");
-        assert_eq!(wait.meta["waitingFor"], "CI to finish");
+        assert_eq!(
+            wait.reason,
+            "waiting: CI to finish (re-evaluated at 2026-01-02 03:34:05 UTC, or sooner by the next event about refs/heads/main)"
+        );
+        assert_eq!(wait.meta["notBefore"], "2026-01-02T03:34:05Z");
+        assert_eq!(wait.meta["wait"]["subject"], "refs/heads/main");
+        assert_eq!(wait.meta["wait"]["condition"], "CI to finish");
+        assert_eq!(wait.meta["wait"]["round"], 1);
+        // The scheduled action is queued not before its deadline.
+        let span = crate::store::Span::root(Uuid::new_v4(), Utc::now(), crate::store::Meta::new());
+        let action =
+            crate::store::Action::new(wait.kind.clone(), &span, wait.reason, wait.meta, Utc::now());
+        assert_eq!(
+            action.pending(span.id, Utc::now()).not_before,
+            Some(policy().now + chrono::Duration::seconds(1800))
+        );
+        // Past `maxWaits` a wait ends the trace, still recording what it waited for.
+        let mut waited = gathered(None);
+        waited.wait_round = 2;
+        let last = route(
+            &answer(CoordinateDecision::Wait),
+            &waited,
+            &mappings,
+            policy(),
+        );
+        assert_eq!(last.kind, StepKind::Noop);
+        assert_eq!(last.meta["waitingFor"], "CI to finish");
+        assert!(
+            last.reason.contains("already waited 2 time(s)"),
+            "{}",
+            last.reason
+        );
         let cleanup = route(
             &answer(CoordinateDecision::Cleanup),
             &gathered(None),
             &mappings,
+            policy(),
         );
         assert_eq!(cleanup.meta["branch"], "rover/t9");
         // Cleanup of a task rover does not know ends in noop.
-        let unknown = route(&answer(CoordinateDecision::Cleanup), &gathered(None), &[]);
+        let unknown = route(
+            &answer(CoordinateDecision::Cleanup),
+            &gathered(None),
+            &[],
+            policy(),
+        );
         assert_eq!(unknown.kind, StepKind::Noop);
         assert!(
             unknown.reason.contains("does not know"),

@@ -16,7 +16,30 @@ pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_js
 /// `coordinate`: decide what to do about the trace's root event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CoordinateMeta {}
+pub struct CoordinateMeta {
+    /// Set when this run re-evaluates an earlier `wait` of the same trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitMeta>,
+    /// Not to run before this time (the store queues the action so): a wait's deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "notBefore")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A coordinator `wait`, scheduled as a later `coordinate` of the same trace: it runs at its
+/// deadline, or a newer trusted event about the same issue or pull request takes it over.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitMeta {
+    /// What the coordinator waits for, in its words.
+    pub condition: String,
+    /// What it is about, as [`subject_key`] gives it (`#12`, `refs/heads/main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// When the wait was decided.
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// How many waits this trace decided so far (1 for the first).
+    pub round: u32,
+}
 
 /// `plan`: decompose a directive into workflow tasks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

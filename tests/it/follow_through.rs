@@ -273,3 +273,86 @@ async fn without_a_login_or_an_app_slug_the_start_warns_what_to_set() {
         "{text}"
     );
 }
+
+// ---- waits that wake ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() {
+    let mut s = Scenario::new().await;
+    let sha = crate::scenarios::head_sha(&s.checkout);
+    s.github.add_pull(
+        12,
+        "Speed up the build",
+        "alice",
+        "feature/fast",
+        &sha,
+        "main",
+    );
+    s.github
+        .add_check_run(&sha, "ci / test", "in_progress", None);
+    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "opened", "number": 12, "pull_request": {"number": 12, "head": {"ref": "feature/fast", "sha": sha}, "base": {"ref": "main"}}}));
+    // The first coordinator waits; the one after the comment answers.
+    s.answer(
+        "is CI green yet?",
+        json!({"decision": "notify", "confidence": 0.9, "reasoning": "CI is green.", "directive": null, "task": null, "message": "CI passed; ready for review.", "condition": null, "task_id": null}),
+    );
+    s.answer(COORDINATE, json!({"decision": "wait", "confidence": 0.8, "reasoning": "CI is still running.", "directive": null, "task": null, "message": null, "condition": "CI on the PR to finish", "task_id": null}));
+    s.answer(NOTIFY, json!({"message": "CI passed; ready for review."}));
+    s.answer(
+        crate::scenarios::SUMMARIZE,
+        json!({"summary": "A newer comment took over the wait."}),
+    );
+    s.run_once().await;
+
+    let first = s.the_trace();
+    assert_eq!(chain(&first), ["event:completed", "coordinate:completed"]);
+    let status = stdout(&s.env.rover(&["autopilot", "status"]));
+    assert!(
+        status.contains("later    coordinate")
+            && status.contains("runs in 29m")
+            && status.contains("waiting: CI on the PR to finish"),
+        "{status}"
+    );
+    let tree = stdout(
+        &s.env
+            .rover(&["autopilot", "trace", &first.trace_id().to_string()]),
+    );
+    assert!(tree.contains("[pending, runs in 29m"), "{tree}");
+
+    // alice asks on the PR: her trace decides now, the wait ends naming it.
+    s.github.add_comment(12, "alice", "is CI green yet?");
+    s.github
+        .add_check_run(&sha, "ci / lint", "completed", Some("success"));
+    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created", "issue": {"number": 12, "pull_request": {"url": "https://api.github.com/repos/octo-org/widgets/pulls/12"}}, "comment": {"id": 91, "body": "is CI green yet?", "html_url": "https://github.com/octo-org/widgets/pull/12#issuecomment-91"}}));
+    s.run_once().await;
+
+    let traces = s.traces();
+    assert_eq!(traces.len(), 2);
+    assert_eq!(
+        chain(&traces[0]),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "noop:completed"
+        ]
+    );
+    assert_eq!(
+        traces[0].spans[2].meta["supersededBy"],
+        traces[1].trace_id().to_string()
+    );
+    assert_eq!(
+        chain(&traces[1]),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    assert_eq!(
+        traces[1].spans[1].meta["openWaits"][0]["condition"],
+        "CI on the PR to finish"
+    );
+    assert!(s.store().read_state().unwrap().pending.is_empty());
+    assert_eq!(ours(&s, 12), 1);
+}
