@@ -73,6 +73,13 @@ pub struct PipelineConfig {
     pub wait_secs: u64,
     /// How many waits one trace may decide; one more ends it in `noop`.
     pub max_waits: u32,
+    /// Follow the CI of the pull requests rover pushes: red → the resolver, green → a notify.
+    pub follow_ci: bool,
+    /// How often rover looks at the CI of a pull request it pushed, seconds (a check run or
+    /// status delivered by webhook for its head looks at once).
+    pub ci_poll_secs: u64,
+    /// How many looks at a pull request's CI before rover stops following it.
+    pub ci_max_polls: u32,
 }
 
 impl Default for PipelineConfig {
@@ -85,6 +92,9 @@ impl Default for PipelineConfig {
             shutdown_grace_secs: 20,
             wait_secs: 1800,
             max_waits: 6,
+            follow_ci: true,
+            ci_poll_secs: 300,
+            ci_max_polls: 36,
         }
     }
 }

@@ -21,14 +21,15 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    subject_key, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta, NotifyMeta,
-    NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
+    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta,
+    NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, CoordinateDecision, CoordinateResult, PromptVars};
 use crate::github::{
-    build_context, EventAction, EventKind, NormalizedEvent, TrustDecision, TrustPolicy, Visibility,
+    build_context, CiState, CiStatus, EventAction, EventKind, NormalizedEvent, TrustDecision,
+    TrustPolicy, Visibility,
 };
 use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::records::SUPERSEDED_BY_KEY;
@@ -125,6 +126,117 @@ impl CoordinateStep {
     pub fn new(services: Arc<Services>) -> CoordinateStep {
         let trust = TrustPolicy::new(&services.config.autopilot.github.trust);
         CoordinateStep { services, trust }
+    }
+
+    /// One look at the CI of a pull request rover pushed (no AI): red hands over to the
+    /// resolver with the failing checks as this span's error, green to a `ready` notify,
+    /// pending to the next look; a pull request no longer open is not followed further.
+    async fn look_at_ci(&self, watch: CiWatchMeta) -> Result<Outcome, StepError> {
+        let github = self.services.github.as_ref().ok_or_else(|| {
+            StepError::fatal("rover has no GitHub client to look at the pull request's CI")
+        })?;
+        let gh_error = |what: &str, e: &crate::github::GitHubError| {
+            StepError::from_error(e, e.is_retryable())
+                .not_before(e.retry_at())
+                .detail("what", what)
+                .detail("prNumber", watch.pr_number)
+        };
+        let pipeline = &self.services.config.autopilot.pipeline;
+        let pr = github
+            .get_pull_request(watch.pr_number)
+            .await
+            .map_err(|e| gh_error("reading the pull request", &e))?;
+        let base = |summary: String| {
+            Finished::completed(summary)
+                .meta("decidedBy", "ci")
+                .meta("ci", &watch)
+        };
+        if pr.state != crate::github::IssueState::Open {
+            let reason = format!(
+                "pull request #{} is {}: its CI is no longer followed",
+                pr.number,
+                if pr.merged { "merged" } else { "closed" }
+            );
+            return Ok(Outcome::Finished(
+                base(format!("decided noop: {reason}")).meta("decision", "noop"),
+            ));
+        }
+        let status = github
+            .ci_status(&watch.sha)
+            .await
+            .map_err(|e| gh_error("reading the CI status", &e))?;
+        let verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
+        let sha = short_sha(&watch.sha);
+        let done = match verdict {
+            CiVerdict::Again => {
+                let next = CiWatchMeta {
+                    round: watch.round + 1,
+                    ..watch.clone()
+                };
+                base(format!(
+                    "CI of pull request #{} at {sha} is still running ({} pending of {}): looking again later",
+                    watch.pr_number,
+                    status.pending.len(),
+                    status.total
+                ))
+                .meta("decision", "wait")
+                .then(ci_watch_action(next, pipeline, Utc::now()))
+            }
+            CiVerdict::GiveUp => base(format!(
+                "decided noop: CI of pull request #{} at {sha} had no outcome after {} looks; rover stops following it",
+                watch.pr_number, watch.round
+            ))
+            .meta("decision", "noop"),
+            CiVerdict::NoCi => base(format!(
+                "decided noop: no check or status was reported for pull request #{} at {sha} in {} looks: the repository seems to have no CI",
+                watch.pr_number, watch.round
+            ))
+            .meta("decision", "noop"),
+            CiVerdict::Green => {
+                let reason = format!(
+                    "CI passed on pull request #{} at {sha} ({} checks)",
+                    watch.pr_number, status.total
+                );
+                base(format!("decided notify: {reason}"))
+                    .meta("decision", "notify")
+                    .then(
+                        NextAction::new(StepKind::Notify, format!("{reason}: it is ready"))
+                            .with_meta(&NotifyMeta {
+                                purpose: NotifyPurpose::Ready,
+                                message: Some(format!(
+                                    "CI passed on pull request #{}; it is ready for review.",
+                                    watch.pr_number
+                                )),
+                                pr_url: Some(watch.pr_url.clone()),
+                                ..NotifyMeta::default()
+                            }),
+                    )
+            }
+            CiVerdict::Red(failing) => {
+                // Check names come from the repository's CI: data for the resolver, not orders.
+                let message = format!(
+                    "CI failed on rover's pull request #{} at {sha}: {}",
+                    watch.pr_number,
+                    failing.join(", ")
+                );
+                let mut finished = Finished::failed(message.clone())
+                    .meta("decidedBy", "ci")
+                    .meta("decision", "resolve")
+                    .meta("ci", &watch)
+                    .meta(
+                        "error",
+                        serde_json::json!({"message": message, "retryable": false,
+                            "failingChecks": failing, "prNumber": watch.pr_number,
+                            "prUrl": watch.pr_url, "sha": watch.sha, "branch": watch.branch}),
+                    );
+                finished = finished.then(NextAction::new(
+                    StepKind::Resolve,
+                    format!("{message}: decide how to fix it on `{}`", watch.branch),
+                ));
+                finished
+            }
+        };
+        Ok(Outcome::Finished(done.meta("ciStatus", &status)))
     }
 
     /// The permission lookup gave no definite answer. A transient failure (rate limit, 5xx,
@@ -314,6 +426,89 @@ pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Ve
     waits
 }
 
+/// The scheduled look at a pull request's CI (see [`CiWatchMeta`]), `ci_poll_secs` from `now`.
+pub fn ci_watch_action(
+    watch: CiWatchMeta,
+    pipeline: &crate::config::PipelineConfig,
+    now: DateTime<Utc>,
+) -> NextAction {
+    let secs = i64::try_from(pipeline.ci_poll_secs).unwrap_or(i64::MAX);
+    let at = now + chrono::Duration::try_seconds(secs).unwrap_or(chrono::Duration::MAX);
+    NextAction::new(
+        StepKind::Coordinate,
+        format!(
+            "follow the CI of pull request #{} at {} (look {} of at most {})",
+            watch.pr_number,
+            short_sha(&watch.sha),
+            watch.round,
+            pipeline.ci_max_polls
+        ),
+    )
+    .with_meta(&CoordinateMeta {
+        wait: None,
+        ci: Some(watch),
+        not_before: Some(at),
+    })
+}
+
+fn short_sha(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// What a look at a pull request's CI leads to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CiVerdict {
+    /// Red: the resolver decides (iterate on the same branch, within `maxRetries`).
+    Red(Vec<String>),
+    /// Green: tell the channel the pull request is ready.
+    Green,
+    /// Still running (or nothing reported yet): look again later.
+    Again,
+    /// Looked often enough without an outcome.
+    GiveUp,
+    /// No check or status reported for the commit after a few looks: the repository has no CI.
+    NoCi,
+}
+
+/// Looks without a single check or status before rover concludes there is no CI.
+const NO_CI_LOOKS: u32 = 3;
+
+/// The verdict for `status` at look `round` of at most `max`.
+pub fn ci_verdict(status: &CiStatus, round: u32, max: u32) -> CiVerdict {
+    match status.state {
+        CiState::Failure => CiVerdict::Red(status.failing.clone()),
+        CiState::Success if status.total > 0 => CiVerdict::Green,
+        _ if status.total == 0 && round >= NO_CI_LOOKS.min(max) => CiVerdict::NoCi,
+        _ if round >= max => CiVerdict::GiveUp,
+        _ => CiVerdict::Again,
+    }
+}
+
+/// A check run, check suite or status reported for `sha`: the CI watches of that commit look
+/// now instead of at their next scheduled time. Returns how many were woken.
+pub fn wake_ci_watches(
+    store: &AutopilotStore,
+    sha: &str,
+) -> Result<usize, crate::store::StoreError> {
+    let state = store.read_state()?;
+    let mut woken = 0;
+    for pending in state.pending.iter().filter(|p| {
+        p.action == StepKind::Coordinate && p.running_span_id.is_none() && p.not_before.is_some()
+    }) {
+        let Ok(action) = store.read_action(pending.action_id) else {
+            continue;
+        };
+        let watches_sha = super::meta::read::<CoordinateMeta>(&action)
+            .ok()
+            .and_then(|m| m.ci)
+            .is_some_and(|ci| ci.sha.eq_ignore_ascii_case(sha));
+        if watches_sha && store.wake_pending(pending.action_id)? {
+            woken += 1;
+        }
+    }
+    Ok(woken)
+}
+
 /// Take over the scheduled waits of other traces about `subject` (see the module docs): each
 /// becomes due now, marked superseded by `this_trace`. Returns them as open waits.
 pub fn take_over_waits(
@@ -491,6 +686,7 @@ fn route(
                     since: policy.now,
                     round,
                 }),
+                ci: None,
                 not_before: Some(at),
             })
         }
@@ -566,6 +762,9 @@ impl Step for CoordinateStep {
                         }),
                     ),
             ));
+        }
+        if let Some(watch) = scheduled.ci {
+            return self.look_at_ci(watch).await;
         }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;
@@ -761,6 +960,50 @@ mod tests {
                 .unwrap()
                 .with_timezone(&Utc),
         }
+    }
+
+    fn ci(state: CiState, failing: &[&str], total: usize) -> CiStatus {
+        CiStatus {
+            sha: "abc".into(),
+            state,
+            failing: failing.iter().map(|s| (*s).to_owned()).collect(),
+            pending: Vec::new(),
+            total,
+        }
+    }
+
+    #[test]
+    fn ci_red_goes_to_the_resolver_green_notifies_pending_looks_again() {
+        assert_eq!(
+            ci_verdict(&ci(CiState::Failure, &["ci / test"], 2), 1, 5),
+            CiVerdict::Red(vec!["ci / test".into()])
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Success, &[], 2), 1, 5),
+            CiVerdict::Green
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 2), 1, 5),
+            CiVerdict::Again
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 2), 5, 5),
+            CiVerdict::GiveUp
+        );
+        // Nothing reported: looked at a few times, then no CI is concluded.
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 0), 2, 36),
+            CiVerdict::Again
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 0), 3, 36),
+            CiVerdict::NoCi
+        );
+        // "success" with nothing behind it is no green light.
+        assert_eq!(
+            ci_verdict(&ci(CiState::Success, &[], 0), 1, 36),
+            CiVerdict::Again
+        );
     }
 
     #[test]

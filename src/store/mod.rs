@@ -392,6 +392,21 @@ impl AutopilotStore {
         })
     }
 
+    /// Make the scheduled action `action_id` due now (an event it waited for arrived). False
+    /// when it is no longer queued or a run has it.
+    pub fn wake_pending(&self, action_id: Uuid) -> Result<bool> {
+        self.transact(|txn| {
+            let Some(p) = txn.pending_mut(action_id)? else {
+                return Ok(false);
+            };
+            if p.running_span_id.is_some() {
+                return Ok(false);
+            }
+            p.not_before = None;
+            Ok(true)
+        })
+    }
+
     /// Release a pending action without consuming it (the run was interrupted, or failed in a
     /// way worth retrying): it stays queued for a later run, not before `not_before`. The run's
     /// finished span is kept in the trace.

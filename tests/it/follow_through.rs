@@ -356,3 +356,133 @@ async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() 
     assert!(s.store().read_state().unwrap().pending.is_empty());
     assert_eq!(ours(&s, 12), 1);
 }
+
+// ---- CI of rover's own pull requests -----------------------------------------------------------
+
+/// Rover follows its PRs' CI, looking at once (`ciPollSecs: 0`).
+fn follow_ci(s: &mut Scenario) {
+    crate::scenarios::merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 0}}}),
+    );
+}
+
+fn notify_purposes(trace: &rover::store::TraceView) -> Vec<String> {
+    trace
+        .spans
+        .iter()
+        .filter(|sp| sp.step.as_str() == "notify")
+        .map(|sp| sp.meta["purpose"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn green_ci_on_a_rover_pr_is_told_as_ready() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    follow_ci(&mut s);
+    s.github.ci_on_new_commits(&["success"]);
+    crate::scenarios::one_task_issue(
+        &mut s,
+        30,
+        "Add a --csv flag",
+        "Please add --csv.",
+        "Add the csv flag",
+        "csv.txt",
+    );
+    s.answer(NOTIFY, json!({"message": "The pull request is up."}));
+    s.run_until_settled(12).await;
+
+    let trace = s.the_trace();
+    let ci: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|sp| sp.meta.get("decidedBy").and_then(|v| v.as_str()) == Some("ci"))
+        .collect();
+    assert_eq!(ci.len(), 1, "{:?}", chain(&trace));
+    assert_eq!(ci[0].status.to_string(), "completed");
+    assert_eq!(ci[0].meta["decision"], "notify");
+    let push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push")
+        .unwrap();
+    assert_eq!(ci[0].meta["ci"]["sha"], push.meta["headSha"]);
+    let (number, branch) = {
+        let pulls = s.github.pulls();
+        assert_eq!(pulls.len(), 1);
+        (pulls[0].0, pulls[0].1.clone())
+    };
+    assert_eq!(ci[0].meta["ci"]["prNumber"], number);
+    assert_eq!(ci[0].meta["ci"]["branch"], branch.as_str());
+    let mut purposes = notify_purposes(&trace);
+    purposes.sort();
+    assert_eq!(purposes, ["pushed", "ready"]);
+    assert_eq!(ours(&s, 30), 2);
+}
+
+#[tokio::test]
+async fn red_ci_on_a_rover_pr_is_iterated_on_the_same_branch_until_green() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    follow_ci(&mut s);
+    // CI fails on rover's first commit and passes on the fix.
+    s.github.ci_on_new_commits(&["failure", "success"]);
+    s.rules.push(json!({"prompt_contains": "1 of at most 3 iterate/retry decisions used", "structured": crate::scenarios::resolve("push", json!({}))}));
+    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::scenarios::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
+    s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
+    crate::scenarios::one_task_issue(
+        &mut s,
+        30,
+        "Add a --csv flag",
+        "Please add --csv.",
+        "Add the csv flag",
+        "csv.txt",
+    );
+    s.answer(NOTIFY, json!({"message": "The pull request is up."}));
+    s.run_until_settled(16).await;
+
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    let ci: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|sp| sp.meta.get("decidedBy").and_then(|v| v.as_str()) == Some("ci"))
+        .collect();
+    assert_eq!(ci.len(), 2, "{steps:?}");
+    assert_eq!(ci[0].status.to_string(), "failed", "{steps:?}");
+    assert_eq!(ci[0].meta["error"]["failingChecks"], json!(["ci / test"]));
+    assert_eq!(ci[1].meta["decision"], "notify", "{steps:?}");
+    assert_ne!(
+        ci[0].meta["ci"]["sha"], ci[1].meta["ci"]["sha"],
+        "a new commit"
+    );
+    let iterate = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "resolve" && sp.meta["decision"] == "iterate")
+        .expect("the resolver iterated");
+    assert!(iterate.timestamp > ci[0].timestamp);
+    let workflows: Vec<_> = trace
+        .actions
+        .iter()
+        .filter(|a| a.action.as_str() == "workflow")
+        .collect();
+    assert_eq!(workflows.len(), 2);
+    assert_eq!(
+        workflows[1].meta["iterateOn"],
+        workflows[0].id.to_string(),
+        "same task"
+    );
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1, "the same pull request");
+    let branch = &pulls[0].1;
+    assert!(git_show(&s, branch, "csv.txt").contains("quoting"));
+    let mut purposes = notify_purposes(&trace);
+    purposes.sort();
+    assert_eq!(purposes, ["pushed", "pushed", "ready"]);
+}
+
+fn git_show(s: &Scenario, branch: &str, file: &str) -> String {
+    crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:{file}")])
+}

@@ -139,6 +139,10 @@ struct FakeState {
     /// When set, the token is a GitHub App installation token of this app: `GET /user` is
     /// refused (403) and rover's posts are authored by `<slug>[bot]`.
     app_slug: Option<String>,
+    /// A CI that runs on every commit without scripted checks: the n-th such commit asked
+    /// about gets the n-th conclusion (the last repeats) as one completed check run.
+    ci_program: Vec<String>,
+    ci_assigned: Vec<String>,
     events: Vec<Value>,
     next_id: u64,
     next_event_id: u64,
@@ -345,6 +349,12 @@ impl FakeGitHub {
             status.into(),
             conclusion.map(Into::into),
         ));
+    }
+
+    /// A CI for every commit pushed (see `FakeState::ci_program`): `ci / test` concludes
+    /// `conclusions[n]` on the n-th commit asked about.
+    pub fn ci_on_new_commits(&self, conclusions: &[&str]) {
+        self.st().ci_program = conclusions.iter().map(|c| (*c).to_owned()).collect();
     }
 
     /// Make the token an installation token of the GitHub App `slug` (see `FakeState`).
@@ -1059,6 +1069,15 @@ fn route(
             )
         }
         ("GET", ["commits", git_ref, "check-runs"]) => {
+            if !st.check_runs.contains_key(*git_ref) && !st.ci_program.is_empty() {
+                let n = st.ci_assigned.len().min(st.ci_program.len() - 1);
+                let conclusion = st.ci_program[n].clone();
+                st.ci_assigned.push((*git_ref).to_owned());
+                st.check_runs.insert(
+                    (*git_ref).to_owned(),
+                    vec![("ci / test".into(), "completed".into(), Some(conclusion))],
+                );
+            }
             let runs = st.check_runs.get(*git_ref).cloned().unwrap_or_default();
             reply(
                 200,
