@@ -106,6 +106,8 @@ struct Gathered {
     trust: Option<TrustDecision>,
     /// How many waits this trace decided before this run.
     wait_round: u32,
+    /// The pull request's head commit (or the pushed commit): a CI outcome for it wakes a wait.
+    head_sha: Option<String>,
 }
 
 /// How long a wait lasts and how many one trace may decide (from `pipeline`).
@@ -352,6 +354,10 @@ impl CoordinateStep {
             open_waits: Vec::new(),
             trust: Some(trust),
             wait_round: 0,
+            head_sha: pull
+                .map(|p| p.head_sha.clone())
+                .or_else(|| event.commit_sha.clone())
+                .filter(|s| !s.is_empty()),
         }))
     }
 }
@@ -485,7 +491,8 @@ pub fn ci_verdict(status: &CiStatus, round: u32, max: u32) -> CiVerdict {
 }
 
 /// A check run, check suite or status reported for `sha`: the CI watches of that commit look
-/// now instead of at their next scheduled time. Returns how many were woken.
+/// now, and the coordinator waits on a pull request whose head it is re-evaluate now, instead
+/// of at their scheduled time. Returns how many were woken.
 pub fn wake_ci_watches(
     store: &AutopilotStore,
     sha: &str,
@@ -498,10 +505,13 @@ pub fn wake_ci_watches(
         let Ok(action) = store.read_action(pending.action_id) else {
             continue;
         };
-        let watches_sha = super::meta::read::<CoordinateMeta>(&action)
-            .ok()
-            .and_then(|m| m.ci)
-            .is_some_and(|ci| ci.sha.eq_ignore_ascii_case(sha));
+        let scheduled = super::meta::read::<CoordinateMeta>(&action).unwrap_or_default();
+        let same = |s: &str| s.eq_ignore_ascii_case(sha);
+        let watches_sha = scheduled.ci.is_some_and(|ci| same(&ci.sha))
+            || scheduled
+                .wait
+                .and_then(|w| w.head_sha)
+                .is_some_and(|s| same(&s));
         if watches_sha && store.wake_pending(pending.action_id)? {
             woken += 1;
         }
@@ -683,6 +693,7 @@ fn route(
                 wait: Some(WaitMeta {
                     condition,
                     subject: gathered.subject.clone(),
+                    head_sha: gathered.head_sha.clone(),
                     since: policy.now,
                     round,
                 }),
@@ -797,6 +808,7 @@ impl Step for CoordinateStep {
                 open_waits: Vec::new(),
                 trust: None,
                 wait_round: 0,
+                head_sha: None,
             },
         };
 
@@ -949,6 +961,7 @@ mod tests {
             open_waits: Vec::new(),
             trust: None,
             wait_round: 0,
+            head_sha: Some("abc123".into()),
         }
     }
 
@@ -1062,6 +1075,7 @@ mod tests {
         assert_eq!(wait.meta["wait"]["subject"], "refs/heads/main");
         assert_eq!(wait.meta["wait"]["condition"], "CI to finish");
         assert_eq!(wait.meta["wait"]["round"], 1);
+        assert_eq!(wait.meta["wait"]["headSha"], "abc123");
         // The scheduled action is queued not before its deadline.
         let span = crate::store::Span::root(Uuid::new_v4(), Utc::now(), crate::store::Meta::new());
         let action =

@@ -52,6 +52,10 @@ pub struct WaitMeta {
     /// What it is about, as [`subject_key`] gives it (`#12`, `refs/heads/main`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
+    /// The head commit of the pull request (or the pushed commit) when the wait was decided: a
+    /// CI outcome for it ends the wait early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_sha: Option<String>,
     /// When the wait was decided.
     pub since: chrono::DateTime<chrono::Utc>,
     /// How many waits this trace decided so far (1 for the first).

@@ -549,6 +549,64 @@ async fn an_untrusted_event_does_not_take_over_a_wait() {
     assert!(state.pending[0].extra.is_empty(), "{:?}", state.pending[0]);
 }
 
+#[tokio::test]
+async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
+    fake.add_check_run(SHA, "ci / test", "in_progress", None);
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
+        {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
+    ]);
+    // The wait lasts 30 minutes (the default).
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = submit_github(
+        &p,
+        &event(
+            EventKind::PullRequest,
+            Some(EventAction::Opened),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(p.chain(trace), ["event:completed", "coordinate:completed"]);
+    let wait = &produced(&p.trace(trace), "coordinate")[0];
+    assert_eq!(wait.meta["wait"]["headSha"], SHA);
+
+    // A CI outcome for another commit wakes nothing; one for the PR's head wakes the wait.
+    let other = "0123456789abcdef0123456789abcdef01234567";
+    assert_eq!(
+        rover::steps::coordinate::wake_ci_watches(&p.store, other).unwrap(),
+        0
+    );
+    fake.add_check_run(SHA, "ci / lint", "completed", Some("success"));
+    assert_eq!(
+        rover::steps::coordinate::wake_ci_watches(&p.store, &SHA.to_uppercase()).unwrap(),
+        1
+    );
+    assert_eq!(p.store.read_state().unwrap().pending[0].not_before, None);
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    assert_eq!(
+        last_span(&p.trace(trace), "coordinate").meta["wait"]["condition"],
+        "CI to finish"
+    );
+}
+
 /// A coordinator that waits, then re-evaluates at the deadline (`waitSecs: 0`: due at once).
 fn waiting_config(max_waits: u32) -> RoverConfig {
     let mut c = config();
