@@ -9,7 +9,12 @@
 //! A `wait` is a scheduled re-evaluation: a `coordinate` action of the same trace that runs at
 //! its deadline (`pipeline.waitSecs`), at most `pipeline.maxWaits` times. A newer trusted event
 //! about the same issue or pull request takes it over at once: the newer trace decides, with the
-//! wait among its open waits, and the waiting action ends saying which trace took over.
+//! wait among its open waits, and the waiting action ends saying which trace took over; a CI
+//! outcome for the pull request's head (webhook) makes it re-evaluate at once.
+//!
+//! After a push, a scheduled `coordinate` with `meta.ci` looks at the pushed commit's CI without
+//! AI: red → `resolve` (at most `maxRetries` red looks per trace, then a failure notify), green →
+//! a `ready` notify, still running → another look.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -131,9 +136,14 @@ impl CoordinateStep {
     }
 
     /// One look at the CI of a pull request rover pushed (no AI): red hands over to the
-    /// resolver with the failing checks as this span's error, green to a `ready` notify,
-    /// pending to the next look; a pull request no longer open is not followed further.
-    async fn look_at_ci(&self, watch: CiWatchMeta) -> Result<Outcome, StepError> {
+    /// resolver with the failing checks as this span's error (after `maxRetries` red looks in
+    /// the trace, to a failure notify instead, whatever the resolver would say), green to a
+    /// `ready` notify, pending to the next look; a pull request no longer open is not followed.
+    async fn look_at_ci(
+        &self,
+        watch: CiWatchMeta,
+        view: &crate::store::TraceView,
+    ) -> Result<Outcome, StepError> {
         let github = self.services.github.as_ref().ok_or_else(|| {
             StepError::fatal("rover has no GitHub client to look at the pull request's CI")
         })?;
@@ -231,7 +241,27 @@ impl CoordinateStep {
                             "failingChecks": failing, "prNumber": watch.pr_number,
                             "prUrl": watch.pr_url, "sha": watch.sha, "branch": watch.branch}),
                     );
-                finished = finished.then(NextAction::new(
+                let earlier = red_looks(view);
+                let max = pipeline.max_retries;
+                if earlier >= max {
+                    let why = format!(
+                        "{message}; CI was red {} time(s) in this trace, the most `pipeline.maxRetries` ({max}) allows",
+                        earlier + 1
+                    );
+                    return Ok(Outcome::Finished(
+                        finished
+                            .meta("redLooks", earlier + 1)
+                            .meta("ciStatus", &status)
+                            .then(
+                                NextAction::new(StepKind::Notify, format!("the trace failed: {why}"))
+                                    .with_meta(&NotifyMeta {
+                                        pr_url: Some(watch.pr_url.clone()),
+                                        ..NotifyMeta::failure(&StepKind::Coordinate, &why)
+                                    }),
+                            ),
+                    ));
+                }
+                finished = finished.meta("redLooks", earlier + 1).then(NextAction::new(
                     StepKind::Resolve,
                     format!("{message}: decide how to fix it on `{}`", watch.branch),
                 ));
@@ -474,6 +504,20 @@ pub enum CiVerdict {
     GiveUp,
     /// No check or status reported for the commit after a few looks: the repository has no CI.
     NoCi,
+}
+
+/// How many earlier looks at CI in the trace were red.
+fn red_looks(view: &crate::store::TraceView) -> u32 {
+    let n = view
+        .spans
+        .iter()
+        .filter(|s| {
+            s.step == StepKind::Coordinate
+                && s.status == crate::store::SpanStatus::Failed
+                && s.meta.get("decidedBy").and_then(serde_json::Value::as_str) == Some("ci")
+        })
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Looks without a single check or status before rover concludes there is no CI.
@@ -775,7 +819,8 @@ impl Step for CoordinateStep {
             ));
         }
         if let Some(watch) = scheduled.ci {
-            return self.look_at_ci(watch).await;
+            let view = load_trace(ctx, trace_id).await?;
+            return self.look_at_ci(watch, &view).await;
         }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;

@@ -486,3 +486,50 @@ async fn red_ci_on_a_rover_pr_is_iterated_on_the_same_branch_until_green() {
 fn git_show(s: &Scenario, branch: &str, file: &str) -> String {
     crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:{file}")])
 }
+
+#[tokio::test]
+async fn ci_that_stays_red_ends_in_a_failure_notice_even_if_the_resolver_keeps_pushing() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    follow_ci(&mut s);
+    crate::scenarios::merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"maxRetries": 2}}}),
+    );
+    s.github.ci_on_new_commits(&["failure"]);
+    // After one iteration the resolver only ever pushes again: the red looks bound the trace.
+    s.rules.push(json!({"prompt_contains": "1 of at most 2 iterate/retry decisions used", "structured": crate::scenarios::resolve("push", json!({}))}));
+    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::scenarios::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
+    s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
+    crate::scenarios::one_task_issue(
+        &mut s,
+        30,
+        "Add a --csv flag",
+        "Please add --csv.",
+        "Add the csv flag",
+        "csv.txt",
+    );
+    s.answer(NOTIFY, json!({"message": "About the pull request."}));
+    s.run_until_settled(16).await;
+
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    let red: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|sp| sp.meta.get("decidedBy").and_then(|v| v.as_str()) == Some("ci"))
+        .filter(|sp| sp.status.to_string() == "failed")
+        .collect();
+    assert_eq!(red.len(), 3, "{steps:?}");
+    assert_eq!(red[2].meta["redLooks"], 3);
+    let last_notify = trace
+        .spans
+        .iter()
+        .rev()
+        .find(|sp| sp.step.as_str() == "notify")
+        .unwrap();
+    assert_eq!(last_notify.meta["purpose"], "failure", "{steps:?}");
+    let resolves = steps.iter().filter(|st| st.starts_with("resolve")).count();
+    assert_eq!(resolves, 4, "{steps:?}");
+    assert_eq!(s.github.pulls().len(), 1);
+}
