@@ -63,8 +63,23 @@ pub struct PipelineConfig {
     pub max_retries: u32,
     /// The safety-net drain interval, seconds.
     pub fallback_interval_secs: u64,
+    /// First backoff after a retryable error, seconds; doubled each attempt (at most five
+    /// minutes), later when GitHub names a rate limit's reset.
+    pub retry_backoff_secs: u64,
     /// How long running steps get at shutdown, seconds.
     pub shutdown_grace_secs: u64,
+    /// How long a coordinator `wait` lasts before the trace is re-evaluated, seconds (a newer
+    /// event about the same issue or pull request takes it over earlier).
+    pub wait_secs: u64,
+    /// How many waits one trace may decide; one more ends it in `noop`.
+    pub max_waits: u32,
+    /// Follow the CI of the pull requests rover pushes: red → the resolver, green → a notify.
+    pub follow_ci: bool,
+    /// How often rover looks at the CI of a pull request it pushed, seconds (a check run or
+    /// status delivered by webhook for its head looks at once).
+    pub ci_poll_secs: u64,
+    /// How many looks at a pull request's CI before rover stops following it.
+    pub ci_max_polls: u32,
 }
 
 impl Default for PipelineConfig {
@@ -73,7 +88,13 @@ impl Default for PipelineConfig {
             max_attempts: 3,
             max_retries: 3,
             fallback_interval_secs: 30,
+            retry_backoff_secs: 5,
             shutdown_grace_secs: 20,
+            wait_secs: 1800,
+            max_waits: 6,
+            follow_ci: true,
+            ci_poll_secs: 300,
+            ci_max_polls: 36,
         }
     }
 }
@@ -84,7 +105,7 @@ impl PipelineConfig {
             fallback_interval: Duration::from_secs(self.fallback_interval_secs.max(1)),
             max_attempts: self.max_attempts.max(1),
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
-            ..OrchestratorSettings::default()
+            retry_backoff: Duration::from_secs(self.retry_backoff_secs),
         }
     }
 }

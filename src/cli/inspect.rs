@@ -54,6 +54,13 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
     let mut per_step: BTreeMap<String, usize> = BTreeMap::new();
     let mut dead_letters = Vec::new();
     let mut running = Vec::new();
+    let now = Utc::now();
+    // Actions that run later: backed off after an error, or a scheduled re-evaluation (a wait).
+    let later: Vec<_> = state
+        .pending
+        .iter()
+        .filter(|p| p.running_span_id.is_none() && p.not_before.is_some_and(|t| t > now))
+        .collect();
     for p in &state.pending {
         *per_step.entry(p.action.to_string()).or_default() += 1;
         if matches!(p.action, StepKind::Other(_) | StepKind::Event) {
@@ -76,6 +83,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "pendingTotal": state.pending.len(),
             "running": running.iter().map(|s| json!({"spanId": s.id, "step": s.step, "traceId": s.trace_id, "since": s.timestamp})).collect::<Vec<Value>>(),
             "deadLetters": dead_letters,
+            "later": later.iter().map(|p| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "notBefore": p.not_before, "attempts": p.attempts, "reason": p.summary})).collect::<Vec<Value>>(),
             "taskMappings": state.task_mappings,
             "budget": super::budget::standing_json(&standing),
         }))?;
@@ -108,6 +116,24 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             short(span.id),
             span.trace_id.map(short).unwrap_or_default(),
             trace::human_age(span.timestamp, Utc::now())
+        );
+    }
+    for p in &later {
+        let at = p.not_before.unwrap_or(now);
+        let _ = writeln!(
+            text,
+            "later    {} {} of trace {} runs {} ({}){}: {}",
+            p.action,
+            short(p.action_id),
+            short(p.trace_id),
+            trace::human_until(at, now),
+            at.format("%Y-%m-%d %H:%M:%S UTC"),
+            if p.attempts > 0 {
+                format!(", after {} attempt(s)", p.attempts)
+            } else {
+                String::new()
+            },
+            p.summary.lines().next().unwrap_or_default()
         );
     }
     for p in &dead_letters {

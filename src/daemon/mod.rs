@@ -64,9 +64,39 @@ pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError>
     code
 }
 
+/// Rover's own login (see `github::identity`): configured, else learned from the token. A
+/// token GitHub rejects stops the start; any other failure falls back and says so.
+async fn bot_identity(
+    client: &OctoGitHub,
+    settings: &crate::github::GitHubSettings,
+) -> Result<crate::github::BotIdentity, CliError> {
+    let configured = settings
+        .bot_login
+        .as_deref()
+        .filter(|l| !l.trim().is_empty());
+    let learned = match configured {
+        Some(_) => None,
+        None => Some(client.token_login().await),
+    };
+    if let Some(Err(e @ crate::github::GitHubError::BadCredentials { .. })) = &learned {
+        return Err(CliError::Refused(crate::cli::error_chain(e)));
+    }
+    let identity =
+        crate::github::identity::resolve(configured, settings.app_slug.as_deref(), learned);
+    let text = identity.describe();
+    if identity.login().is_some() {
+        println!("identity: {text}");
+        tracing::info!(identity = %text, "own login");
+    } else {
+        println!("warning: {text}");
+        tracing::warn!(identity = %text, "own login unknown");
+    }
+    Ok(identity)
+}
+
 async fn run(
     project: crate::project::Project,
-    config: RoverConfig,
+    mut config: RoverConfig,
     store: AutopilotStore,
     options: StartOptions,
     shutdown: CancellationToken,
@@ -96,13 +126,16 @@ async fn run(
         ))?;
         let repo =
             RepoRef::parse(&repo.to_string()).map_err(|e| CliError::Refused(e.to_string()))?;
-        let client = OctoGitHub::new(
+        let mut client = OctoGitHub::new(
             &crate::github::octo::api_url_from_env(),
             &token,
             repo,
             &config.autopilot.github,
         )
         .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+        let identity = bot_identity(&client, &config.autopilot.github).await?;
+        config.autopilot.github.bot_login = identity.login().map(str::to_owned);
+        client.set_bot_login(config.autopilot.github.bot_login.clone());
         normalize = Some(client.normalize_options().clone());
         Some(Arc::new(client))
     };

@@ -3,7 +3,9 @@
 //! A delivery is verified (`X-Hub-Signature-256`), normalized like a polled event and written to
 //! the store (root span and `coordinate` action, through the poller's own `ingest_event`) before
 //! the 2xx goes out, so a crash after the answer loses nothing and a store error (500) makes
-//! GitHub's redelivery worth trying. Plain HTTP: put it behind a TLS-terminating proxy.
+//! GitHub's redelivery worth trying. A CI outcome (`check_run`, `check_suite`, `status`) makes
+//! no trace: it wakes the CI watches of rover's pull requests at that commit. Plain HTTP: put it
+//! behind a TLS-terminating proxy.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -157,6 +159,32 @@ async fn github(
         Err(why) => {
             tracing::warn!(delivery = %delivery, event = %event, reason = %why, "malformed webhook delivery");
             return (StatusCode::BAD_REQUEST, format!("malformed: {why}\n"));
+        }
+        Ok(Delivery::Ci { sha, what }) => {
+            // Only a hint: the CI watches of that commit look at GitHub now.
+            let store = st.store.clone();
+            let woken = {
+                let sha = sha.clone();
+                tokio::task::spawn_blocking(move || {
+                    crate::steps::coordinate::wake_ci_watches(&store, &sha)
+                })
+                .await
+            };
+            if let Ok(Ok(n)) = woken {
+                tracing::info!(delivery = %delivery, %sha, %what, woken = n, "webhook ci outcome");
+                if n > 0 {
+                    st.wake.notify_one();
+                }
+                return (
+                    StatusCode::ACCEPTED,
+                    format!("{what} for {sha}: {n} ci watch(es) look now\n"),
+                );
+            }
+            tracing::error!(delivery = %delivery, %sha, "cannot wake the ci watches");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "cannot read the store; redeliver it later\n".into(),
+            );
         }
         Ok(Delivery::Event(normalized)) => normalized,
     };

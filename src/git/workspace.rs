@@ -131,6 +131,21 @@ impl Workspace {
         .await?
     }
 
+    /// The commit a local branch `name` points at (its full sha).
+    pub async fn branch_head(&self, name: &str) -> Result<String, GitError> {
+        let path = self.repo.clone();
+        let name = name.to_string();
+        blocking(move || {
+            let repo = Repository::open(&path).map_err(GitError::git2("open", &path))?;
+            let commit = repo
+                .find_branch(&name, BranchType::Local)
+                .and_then(|b| b.get().peel_to_commit())
+                .map_err(GitError::git2("read the head of a branch", &path))?;
+            Ok(commit.id().to_string())
+        })
+        .await?
+    }
+
     /// Makes sure `branch` exists (created from `base` when missing) and is checked out in a
     /// worktree at `path` (created when missing, reused when it is already that branch's worktree).
     ///

@@ -5,6 +5,7 @@
 //! - `api`: the `GitHub` trait and its records; `octo`: its octocrab implementation.
 //! - `trust`: who may make rover work. `context`: what the coordinator reads.
 //! - `deliver`: posting answers once, with the footer marker. `redact`: what may leave.
+//! - `identity`: rover's own login (configured, or learned from the token at start).
 //! - `webhook`: webhook deliveries: the signature check and the events-feed envelope.
 
 pub mod api;
@@ -12,6 +13,7 @@ pub mod context;
 pub mod deliver;
 pub mod error;
 pub mod events;
+pub mod identity;
 pub mod octo;
 pub mod poll;
 pub mod redact;
@@ -31,6 +33,7 @@ pub use events::{
     parse_events_page, Channel, EventAction, EventKind, EventPage, NormalizeOptions,
     NormalizedEvent, SkipReason, SkippedEvent, Visibility,
 };
+pub use identity::BotIdentity;
 pub use octo::{token_from_env, OctoGitHub};
 pub use poll::{
     next_poll_at, poll_once, PollCursor, PollResult, PollSettings, Poller, ResponseMeta,

@@ -157,6 +157,25 @@ impl OctoGitHub {
         })
     }
 
+    /// The login the token belongs to (`GET /user`). An installation token of a GitHub App
+    /// has no user: GitHub answers 403 (`Forbidden`).
+    pub async fn token_login(&self) -> Result<String, GitHubError> {
+        #[derive(Deserialize)]
+        struct RawUser {
+            #[serde(default)]
+            login: String,
+        }
+        let (user, _) = self
+            .call::<RawUser>("the token's user", Method::GET, "/user", None)
+            .await?;
+        Ok(user.login)
+    }
+
+    /// Take `login` as rover's own when normalizing events (see `github::identity`).
+    pub fn set_bot_login(&mut self, login: Option<String>) {
+        self.normalize.bot_login = login;
+    }
+
     /// How this client normalizes events (bot login, visibility, web URL); webhook deliveries
     /// are normalized the same way.
     pub fn normalize_options(&self) -> &NormalizeOptions {

@@ -20,8 +20,12 @@ pub const DEFAULT_API_URL: &str = "https://api.github.com";
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GitHubSettings {
-    /// The bot's login: its events are ignored so rover never answers itself.
+    /// The bot's login: its events are ignored so rover never answers itself. Learned from the
+    /// token at start (`GET /user`) when unset.
     pub bot_login: Option<String>,
+    /// The slug of the GitHub App whose installation token rover uses: its login is
+    /// `<slug>[bot]` (such a token cannot learn it from `GET /user`).
+    pub app_slug: Option<String>,
     /// Visibility recorded on GitHub events (public unless configured).
     pub visibility: Visibility,
     /// Human-facing base URL; derived from the API URL when unset.
@@ -37,6 +41,7 @@ impl Default for GitHubSettings {
     fn default() -> Self {
         Self {
             bot_login: None,
+            app_slug: None,
             visibility: Visibility::Public,
             web_url: None,
             request_timeout_secs: 30,

@@ -1,7 +1,9 @@
 //! Who may make rover work: an allow-list plus write access looked up on GitHub, cached.
 //!
 //! Since late 2025 event payloads carry no `author_association`, so trust is decided from the
-//! collaborator permission endpoint. A failing lookup denies and says why.
+//! collaborator permission endpoint. Only a definite answer decides: a permission, or 404 (not a
+//! collaborator). A lookup that fails otherwise (rate limit, 5xx, network, a refused token) is
+//! no decision: the error goes back to the caller, which retries a transient one later.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::api::{GitHub, Permission};
+use super::error::GitHubError;
 
 /// Trust settings, part of the GitHub settings in `rover.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -100,19 +103,28 @@ impl TrustPolicy {
         }
     }
 
-    /// Decide for `login` now.
-    pub async fn decide(&self, github: &dyn GitHub, login: &str) -> TrustDecision {
+    /// Decide for `login` now; `Err` when GitHub gave no definite answer (see the module docs).
+    pub async fn decide(
+        &self,
+        github: &dyn GitHub,
+        login: &str,
+    ) -> Result<TrustDecision, GitHubError> {
         self.decide_at(github, login, Instant::now()).await
     }
 
     /// Decide for `login` as of `now` (the cache's clock).
-    pub async fn decide_at(&self, github: &dyn GitHub, login: &str, now: Instant) -> TrustDecision {
+    pub async fn decide_at(
+        &self,
+        github: &dyn GitHub,
+        login: &str,
+        now: Instant,
+    ) -> Result<TrustDecision, GitHubError> {
         let key = login.to_ascii_lowercase();
         if key.is_empty() {
-            return TrustDecision::no("the event has no author".into());
+            return Ok(TrustDecision::no("the event has no author".into()));
         }
         if self.allow.contains(&key) {
-            return TrustDecision::yes(format!("{login} is on the allow-list"));
+            return Ok(TrustDecision::yes(format!("{login} is on the allow-list")));
         }
         let cached = self
             .cache
@@ -132,14 +144,18 @@ impl TrustPolicy {
                         .insert(key, (now, p));
                     p
                 }
-                Err(e) => {
-                    return TrustDecision::no(format!(
-                        "could not look up the permission of {login}, so it is denied: {e}"
-                    ))
+                // A definite answer: GitHub knows no such collaborator. Not cached, so an
+                // invitation accepted meanwhile counts at the next event.
+                Err(GitHubError::NotFound { .. }) => {
+                    return Ok(TrustDecision::no(format!(
+                        "{login} is not a collaborator on {} (the permission lookup answered 404); rover only works for authors with write access or on the allow-list",
+                        github.repo()
+                    )))
                 }
+                Err(e) => return Err(e),
             }
         };
-        if self.accepted.contains(&permission) {
+        Ok(if self.accepted.contains(&permission) {
             TrustDecision::yes(format!(
                 "{login} has {} permission on {}",
                 permission.as_str(),
@@ -151,6 +167,6 @@ impl TrustPolicy {
                 permission.as_str(),
                 github.repo()
             ))
-        }
+        })
     }
 }

@@ -118,6 +118,42 @@ pub enum Delivery {
     Event(Box<NormalizedEvent>),
     /// Not for rover: another event type, an action it ignores, its own doing, another repo.
     Skipped(String),
+    /// A CI outcome (`check_run` or `check_suite` completed, a final `status`) for commit `sha`
+    /// of the watched repository: no work by itself, it makes rover look at the CI of its own
+    /// pull request at that commit now (the look reads GitHub, not this payload).
+    Ci { sha: String, what: String },
+}
+
+/// The commit a CI delivery reports an outcome for; `None` when it is not a final outcome.
+pub fn ci_outcome_sha(github_event: &str, payload: &Value) -> Option<(String, String)> {
+    let text = |p: &str| payload.pointer(p).and_then(Value::as_str);
+    let (sha, what) = match github_event {
+        "check_run" | "check_suite" => {
+            let object = if github_event == "check_run" {
+                "check_run"
+            } else {
+                "check_suite"
+            };
+            if text("/action") != Some("completed") {
+                return None;
+            }
+            let conclusion = text(&format!("/{object}/conclusion")).unwrap_or("none");
+            (
+                text(&format!("/{object}/head_sha"))?,
+                format!("{github_event} completed ({conclusion})"),
+            )
+        }
+        "status" => {
+            let state = text("/state")?;
+            if state == "pending" {
+                return None;
+            }
+            (text("/sha")?, format!("status {state}"))
+        }
+        _ => return None,
+    };
+    let valid = sha.len() >= 7 && sha.chars().all(|c| c.is_ascii_hexdigit());
+    valid.then(|| (sha.to_ascii_lowercase(), what))
 }
 
 /// Turn a verified delivery into what rover does with it.
@@ -136,6 +172,23 @@ pub fn parse_delivery(
 ) -> Result<Delivery, String> {
     if github_event == "ping" {
         return Ok(Delivery::Ping);
+    }
+    if matches!(github_event, "check_run" | "check_suite" | "status") {
+        let payload: Value =
+            serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let full_name = payload
+            .pointer("/repository/full_name")
+            .and_then(Value::as_str)
+            .ok_or("no repository.full_name")?;
+        if let Some(repo) = repo.filter(|r| !full_name.eq_ignore_ascii_case(r)) {
+            return Ok(Delivery::Skipped(format!(
+                "repository {full_name} is not the watched {repo}"
+            )));
+        }
+        return Ok(match ci_outcome_sha(github_event, &payload) {
+            Some((sha, what)) => Delivery::Ci { sha, what },
+            None => Delivery::Skipped(format!("`{github_event}` without a final outcome")),
+        });
     }
     let Some(kind) = feed_type(github_event) else {
         return Ok(Delivery::Skipped(format!(
@@ -204,6 +257,66 @@ mod tests {
     use crate::github::{Channel, EventAction, EventKind};
 
     const SECRET: &[u8] = b"It's a Secret to Everybody";
+
+    #[test]
+    fn a_completed_check_run_or_a_final_status_names_its_commit() {
+        let sha = "6dcb09b5b57875f334f61aebed695e2e4193db5e";
+        let run = serde_json::json!({"action": "completed",
+            "check_run": {"id": 4, "head_sha": sha, "status": "completed", "conclusion": "failure", "name": "ci / test"},
+            "repository": {"full_name": "octo-org/widgets"}, "sender": {"login": "github-actions[bot]"}});
+        let body = serde_json::to_vec(&run).unwrap();
+        let options = NormalizeOptions::default();
+        match parse_delivery(
+            "check_run",
+            "d1",
+            &body,
+            Some("octo-org/widgets"),
+            &options,
+            Utc::now(),
+        ) {
+            Ok(Delivery::Ci { sha: got, what }) => {
+                assert_eq!(got, sha);
+                assert_eq!(what, "check_run completed (failure)");
+            }
+            other => panic!("expected a ci delivery, got {other:?}"),
+        }
+        // Not yet an outcome, or another repository: skipped.
+        let mut created = run.clone();
+        created["action"] = "created".into();
+        let body = serde_json::to_vec(&created).unwrap();
+        assert!(matches!(
+            parse_delivery(
+                "check_run",
+                "d2",
+                &body,
+                Some("octo-org/widgets"),
+                &options,
+                Utc::now()
+            ),
+            Ok(Delivery::Skipped(_))
+        ));
+        let body = serde_json::to_vec(&run).unwrap();
+        assert!(matches!(
+            parse_delivery(
+                "check_run",
+                "d3",
+                &body,
+                Some("octo-org/other"),
+                &options,
+                Utc::now()
+            ),
+            Ok(Delivery::Skipped(_))
+        ));
+        let status = serde_json::json!({"sha": sha, "state": "success", "context": "ci/build"});
+        assert_eq!(
+            ci_outcome_sha("status", &status),
+            Some((sha.to_owned(), "status success".to_owned()))
+        );
+        let pending = serde_json::json!({"sha": sha, "state": "pending"});
+        assert_eq!(ci_outcome_sha("status", &pending), None);
+        let bogus = serde_json::json!({"sha": "../../etc", "state": "failure"});
+        assert_eq!(ci_outcome_sha("status", &bogus), None);
+    }
 
     #[test]
     fn github_documented_signature_verifies() {

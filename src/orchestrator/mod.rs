@@ -1074,7 +1074,14 @@ impl Inner {
         if error.retryable && run.pending.attempts < self.settings.max_attempts {
             let exp = 2u32.saturating_pow(run.pending.attempts.saturating_sub(1));
             let delay = (self.settings.retry_backoff * exp).min(Duration::from_secs(300));
-            let not_before = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
+            let now = Utc::now();
+            let backoff = now + chrono::Duration::from_std(delay).unwrap_or_default();
+            // A time GitHub named (a rate limit's reset) wins over a shorter backoff, within
+            // an hour (GitHub's limits reset hourly; a wrong clock must not park work for days).
+            let not_before = match error.retry_not_before {
+                Some(at) => backoff.max(at.min(now + chrono::Duration::hours(1))),
+                None => backoff,
+            };
             let mut span = run.span.clone();
             let mut meta = Meta::new();
             meta.insert("error".into(), error.to_meta());

@@ -133,6 +133,9 @@ pub struct StepError {
     pub message: String,
     pub retryable: bool,
     pub details: Meta,
+    /// For a retryable error: not to be retried before this (a rate limit's reset), even when
+    /// the orchestrator's backoff would come sooner.
+    pub retry_not_before: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl StepError {
@@ -141,6 +144,7 @@ impl StepError {
             message: message.into(),
             retryable: false,
             details: Meta::new(),
+            retry_not_before: None,
         }
     }
 
@@ -149,6 +153,7 @@ impl StepError {
             message: message.into(),
             retryable: true,
             details: Meta::new(),
+            retry_not_before: None,
         }
     }
 
@@ -158,6 +163,7 @@ impl StepError {
             message: crate::cli::error_chain(e),
             retryable,
             details: Meta::new(),
+            retry_not_before: None,
         }
     }
 
@@ -167,6 +173,13 @@ impl StepError {
             key.to_owned(),
             serde_json::to_value(value).unwrap_or(Value::Null),
         );
+        self
+    }
+
+    /// Not to be retried before `at` (GitHub said when a rate limit resets).
+    #[must_use]
+    pub fn not_before(mut self, at: Option<chrono::DateTime<chrono::Utc>>) -> StepError {
+        self.retry_not_before = at;
         self
     }
 

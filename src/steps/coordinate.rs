@@ -1,10 +1,20 @@
 //! The `coordinate` step: decides what rover does about a trace's root event.
 //!
-//! Trust first, without AI: a GitHub event from an author without write access ends in `noop`
-//! (a failing lookup denies). A merged pull request rover opened ends in `cleanup` by rule.
+//! Trust first, without AI: a GitHub event from an author without write access ends in `noop`;
+//! a lookup that fails transiently is retried with the orchestrator's backoff. A merged pull request rover opened ends in `cleanup` by rule.
 //! Everything else goes to the agent (read-only tools in the checkout) with the event, the
 //! GitHub context, the trace so far, rover's task mappings and the open waits of the same issue
-//! or PR; its decision becomes exactly one action with typed meta (never `coordinate`).
+//! or PR; its decision becomes exactly one action with typed meta.
+//!
+//! A `wait` is a scheduled re-evaluation: a `coordinate` action of the same trace that runs at
+//! its deadline (`pipeline.waitSecs`), at most `pipeline.maxWaits` times. A newer trusted event
+//! about the same issue or pull request takes it over at once: the newer trace decides, with the
+//! wait among its open waits, and the waiting action ends saying which trace took over; a CI
+//! outcome for the pull request's head (webhook) makes it re-evaluate at once.
+//!
+//! After a push, a scheduled `coordinate` with `meta.ci` looks at the pushed commit's CI without
+//! AI: red → `resolve` (at most `maxRetries` red looks per trace, then a failure notify), green →
+//! a `ready` notify, still running → another look.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -16,22 +26,26 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    subject_key, CleanupMeta, EventMeta, EventSource, NoopMeta, NotifyMeta, NotifyPurpose,
-    PlanMeta, WAIT_PREFIX,
+    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta,
+    NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, CoordinateDecision, CoordinateResult, PromptVars};
 use crate::github::{
-    build_context, EventAction, EventKind, NormalizedEvent, TrustDecision, TrustPolicy, Visibility,
+    build_context, CiState, CiStatus, EventAction, EventKind, NormalizedEvent, TrustDecision,
+    TrustPolicy, Visibility,
 };
 use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::records::SUPERSEDED_BY_KEY;
 use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
 
 /// How many recent traces are searched for open waits of the same issue or PR.
 const WAIT_LOOKBACK: usize = 50;
 /// How many open waits are shown to the agent.
 const MAX_WAITS: usize = 5;
+/// The prompt heading of a run that re-evaluates the trace's own wait.
+pub const REEVALUATION_HEADING: &str = "## Re-evaluating a wait";
 
 /// A wait recorded by an earlier trace about the same issue or pull request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -95,6 +109,18 @@ struct Gathered {
     merged: bool,
     open_waits: Vec<OpenWait>,
     trust: Option<TrustDecision>,
+    /// How many waits this trace decided before this run.
+    wait_round: u32,
+    /// The pull request's head commit (or the pushed commit): a CI outcome for it wakes a wait.
+    head_sha: Option<String>,
+}
+
+/// How long a wait lasts and how many one trace may decide (from `pipeline`).
+#[derive(Debug, Clone, Copy)]
+struct WaitPolicy {
+    secs: u64,
+    max: u32,
+    now: DateTime<Utc>,
 }
 
 pub struct CoordinateStep {
@@ -109,6 +135,191 @@ impl CoordinateStep {
         CoordinateStep { services, trust }
     }
 
+    /// One look at the CI of a pull request rover pushed (no AI): red hands over to the
+    /// resolver with the failing checks as this span's error (after `maxRetries` red looks in
+    /// the trace, to a failure notify instead, whatever the resolver would say), green to a
+    /// `ready` notify, pending to the next look; a pull request no longer open is not followed.
+    async fn look_at_ci(
+        &self,
+        watch: CiWatchMeta,
+        view: &crate::store::TraceView,
+    ) -> Result<Outcome, StepError> {
+        let github = self.services.github.as_ref().ok_or_else(|| {
+            StepError::fatal("rover has no GitHub client to look at the pull request's CI")
+        })?;
+        let gh_error = |what: &str, e: &crate::github::GitHubError| {
+            StepError::from_error(e, e.is_retryable())
+                .not_before(e.retry_at())
+                .detail("what", what)
+                .detail("prNumber", watch.pr_number)
+        };
+        let pipeline = &self.services.config.autopilot.pipeline;
+        let pr = github
+            .get_pull_request(watch.pr_number)
+            .await
+            .map_err(|e| gh_error("reading the pull request", &e))?;
+        let base = |summary: String| {
+            Finished::completed(summary)
+                .meta("decidedBy", "ci")
+                .meta("ci", &watch)
+        };
+        if pr.state != crate::github::IssueState::Open {
+            let reason = format!(
+                "pull request #{} is {}: its CI is no longer followed",
+                pr.number,
+                if pr.merged { "merged" } else { "closed" }
+            );
+            return Ok(Outcome::Finished(
+                base(format!("decided noop: {reason}")).meta("decision", "noop"),
+            ));
+        }
+        let status = github
+            .ci_status(&watch.sha)
+            .await
+            .map_err(|e| gh_error("reading the CI status", &e))?;
+        let verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
+        let sha = short_sha(&watch.sha);
+        let done = match verdict {
+            CiVerdict::Again => {
+                let next = CiWatchMeta {
+                    round: watch.round + 1,
+                    ..watch.clone()
+                };
+                base(format!(
+                    "CI of pull request #{} at {sha} is still running ({} pending of {}): looking again later",
+                    watch.pr_number,
+                    status.pending.len(),
+                    status.total
+                ))
+                .meta("decision", "wait")
+                .then(ci_watch_action(next, pipeline, Utc::now()))
+            }
+            CiVerdict::GiveUp => base(format!(
+                "decided noop: CI of pull request #{} at {sha} had no outcome after {} looks; rover stops following it",
+                watch.pr_number, watch.round
+            ))
+            .meta("decision", "noop"),
+            CiVerdict::NoCi => base(format!(
+                "decided noop: no check or status was reported for pull request #{} at {sha} in {} looks: the repository seems to have no CI",
+                watch.pr_number, watch.round
+            ))
+            .meta("decision", "noop"),
+            CiVerdict::Green => {
+                let reason = format!(
+                    "CI passed on pull request #{} at {sha} ({} checks)",
+                    watch.pr_number, status.total
+                );
+                base(format!("decided notify: {reason}"))
+                    .meta("decision", "notify")
+                    .then(
+                        NextAction::new(StepKind::Notify, format!("{reason}: it is ready"))
+                            .with_meta(&NotifyMeta {
+                                purpose: NotifyPurpose::Ready,
+                                message: Some(format!(
+                                    "CI passed on pull request #{}; it is ready for review.",
+                                    watch.pr_number
+                                )),
+                                pr_url: Some(watch.pr_url.clone()),
+                                ..NotifyMeta::default()
+                            }),
+                    )
+            }
+            CiVerdict::Red(failing) => {
+                // Check names come from the repository's CI: data for the resolver, not orders.
+                let message = format!(
+                    "CI failed on rover's pull request #{} at {sha}: {}",
+                    watch.pr_number,
+                    failing.join(", ")
+                );
+                let mut finished = Finished::failed(message.clone())
+                    .meta("decidedBy", "ci")
+                    .meta("decision", "resolve")
+                    .meta("ci", &watch)
+                    .meta(
+                        "error",
+                        serde_json::json!({"message": message, "retryable": false,
+                            "failingChecks": failing, "prNumber": watch.pr_number,
+                            "prUrl": watch.pr_url, "sha": watch.sha, "branch": watch.branch}),
+                    );
+                let earlier = red_looks(view);
+                let max = pipeline.max_retries;
+                if earlier >= max {
+                    let why = format!(
+                        "{message}; CI was red {} time(s) in this trace, the most `pipeline.maxRetries` ({max}) allows",
+                        earlier + 1
+                    );
+                    return Ok(Outcome::Finished(
+                        finished
+                            .meta("redLooks", earlier + 1)
+                            .meta("ciStatus", &status)
+                            .then(
+                                NextAction::new(StepKind::Notify, format!("the trace failed: {why}"))
+                                    .with_meta(&NotifyMeta {
+                                        pr_url: Some(watch.pr_url.clone()),
+                                        ..NotifyMeta::failure(&StepKind::Coordinate, &why)
+                                    }),
+                            ),
+                    ));
+                }
+                finished = finished.meta("redLooks", earlier + 1).then(NextAction::new(
+                    StepKind::Resolve,
+                    format!("{message}: decide how to fix it on `{}`", watch.branch),
+                ));
+                finished
+            }
+        };
+        Ok(Outcome::Finished(done.meta("ciStatus", &status)))
+    }
+
+    /// The permission lookup gave no definite answer. A transient failure (rate limit, 5xx,
+    /// network) is a retryable error: the orchestrator keeps the action queued and runs it again
+    /// after its backoff (not before a rate limit's reset), the error recorded in this span.
+    /// When the attempts are spent, or the failure is not transient (a token GitHub refuses),
+    /// the trace ends in a failed span and a `noop` that says so: an author rover could not
+    /// verify never makes it act, not even by a notify.
+    fn trust_unknown(
+        &self,
+        login: &str,
+        error: &crate::github::GitHubError,
+        attempt: u32,
+    ) -> Result<Result<Gathered, Finished>, StepError> {
+        let max = self
+            .services
+            .config
+            .autopilot
+            .pipeline
+            .orchestrator()
+            .max_attempts;
+        if error.is_retryable() && attempt < max {
+            return Err(StepError::from_error(error, true)
+                .not_before(error.retry_at())
+                .detail("what", format!("looking up the permission of {login}"))
+                .detail("login", login)
+                .detail("decidedBy", "trust"));
+        }
+        let why = if error.is_retryable() {
+            format!("after {attempt} attempts")
+        } else {
+            "and the failure is not transient".to_owned()
+        };
+        let reason = format!(
+            "could not verify that {login} may make rover work ({why}): {}; nothing was done",
+            crate::cli::error_chain(error)
+        );
+        tracing::error!(%login, %reason, "trust lookup failed for good");
+        Ok(Err(Finished::failed(format!("decided noop: {reason}"))
+            .meta("decision", "noop")
+            .meta("decidedBy", "trust")
+            .meta(
+                "error",
+                serde_json::json!({"message": crate::cli::error_chain(error), "retryable": error.is_retryable(), "login": login}),
+            )
+            .then(NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                untrusted: true,
+                ..NoopMeta::default()
+            }))))
+    }
+
     /// Trust, context and rover-PR detection for a GitHub event; `Err(finished)` when the
     /// author is not trusted (the run ends there, without AI).
     async fn gather_github(
@@ -116,13 +327,17 @@ impl CoordinateStep {
         meta: &EventMeta,
         event: &NormalizedEvent,
         mappings: &[(String, TaskMapping)],
+        attempt: u32,
     ) -> Result<Result<Gathered, Finished>, StepError> {
         let github = self.services.github.as_ref().ok_or_else(|| {
             StepError::fatal(
                 "this trace is a GitHub event but rover has no GitHub client: set GITHUB_TOKEN and the repository",
             )
         })?;
-        let trust = self.trust.decide(github.as_ref(), &event.actor).await;
+        let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
+            Ok(trust) => trust,
+            Err(e) => return self.trust_unknown(&event.actor, &e, attempt),
+        };
         if !trust.trusted {
             let reason = format!("untrusted author: {}", trust.reason);
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
@@ -168,6 +383,11 @@ impl CoordinateStep {
             merged,
             open_waits: Vec::new(),
             trust: Some(trust),
+            wait_round: 0,
+            head_sha: pull
+                .map(|p| p.head_sha.clone())
+                .or_else(|| event.commit_sha.clone())
+                .filter(|s| !s.is_empty()),
         }))
     }
 }
@@ -242,6 +462,145 @@ pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Ve
     waits
 }
 
+/// The scheduled look at a pull request's CI (see [`CiWatchMeta`]), `ci_poll_secs` from `now`.
+pub fn ci_watch_action(
+    watch: CiWatchMeta,
+    pipeline: &crate::config::PipelineConfig,
+    now: DateTime<Utc>,
+) -> NextAction {
+    let secs = i64::try_from(pipeline.ci_poll_secs).unwrap_or(i64::MAX);
+    let at = now + chrono::Duration::try_seconds(secs).unwrap_or(chrono::Duration::MAX);
+    NextAction::new(
+        StepKind::Coordinate,
+        format!(
+            "follow the CI of pull request #{} at {} (look {} of at most {})",
+            watch.pr_number,
+            short_sha(&watch.sha),
+            watch.round,
+            pipeline.ci_max_polls
+        ),
+    )
+    .with_meta(&CoordinateMeta {
+        wait: None,
+        ci: Some(watch),
+        not_before: Some(at),
+    })
+}
+
+fn short_sha(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// What a look at a pull request's CI leads to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CiVerdict {
+    /// Red: the resolver decides (iterate on the same branch, within `maxRetries`).
+    Red(Vec<String>),
+    /// Green: tell the channel the pull request is ready.
+    Green,
+    /// Still running (or nothing reported yet): look again later.
+    Again,
+    /// Looked often enough without an outcome.
+    GiveUp,
+    /// No check or status reported for the commit after a few looks: the repository has no CI.
+    NoCi,
+}
+
+/// How many earlier looks at CI in the trace were red.
+fn red_looks(view: &crate::store::TraceView) -> u32 {
+    let n = view
+        .spans
+        .iter()
+        .filter(|s| {
+            s.step == StepKind::Coordinate
+                && s.status == crate::store::SpanStatus::Failed
+                && s.meta.get("decidedBy").and_then(serde_json::Value::as_str) == Some("ci")
+        })
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Looks without a single check or status before rover concludes there is no CI.
+const NO_CI_LOOKS: u32 = 3;
+
+/// The verdict for `status` at look `round` of at most `max`.
+pub fn ci_verdict(status: &CiStatus, round: u32, max: u32) -> CiVerdict {
+    match status.state {
+        CiState::Failure => CiVerdict::Red(status.failing.clone()),
+        CiState::Success if status.total > 0 => CiVerdict::Green,
+        _ if status.total == 0 && round >= NO_CI_LOOKS.min(max) => CiVerdict::NoCi,
+        _ if round >= max => CiVerdict::GiveUp,
+        _ => CiVerdict::Again,
+    }
+}
+
+/// A check run, check suite or status reported for `sha`: the CI watches of that commit look
+/// now, and the coordinator waits on a pull request whose head it is re-evaluate now, instead
+/// of at their scheduled time. Returns how many were woken.
+pub fn wake_ci_watches(
+    store: &AutopilotStore,
+    sha: &str,
+) -> Result<usize, crate::store::StoreError> {
+    let state = store.read_state()?;
+    let mut woken = 0;
+    for pending in state.pending.iter().filter(|p| {
+        p.action == StepKind::Coordinate && p.running_span_id.is_none() && p.not_before.is_some()
+    }) {
+        let Ok(action) = store.read_action(pending.action_id) else {
+            continue;
+        };
+        let scheduled = super::meta::read::<CoordinateMeta>(&action).unwrap_or_default();
+        let same = |s: &str| s.eq_ignore_ascii_case(sha);
+        let watches_sha = scheduled.ci.is_some_and(|ci| same(&ci.sha))
+            || scheduled
+                .wait
+                .and_then(|w| w.head_sha)
+                .is_some_and(|s| same(&s));
+        if watches_sha && store.wake_pending(pending.action_id)? {
+            woken += 1;
+        }
+    }
+    Ok(woken)
+}
+
+/// Take over the scheduled waits of other traces about `subject` (see the module docs): each
+/// becomes due now, marked superseded by `this_trace`. Returns them as open waits.
+pub fn take_over_waits(
+    store: &AutopilotStore,
+    this_trace: Uuid,
+    subject: &str,
+) -> Result<Vec<OpenWait>, crate::store::StoreError> {
+    let state = store.read_state()?;
+    let mut taken = Vec::new();
+    for pending in state.pending.iter().filter(|p| {
+        p.action == StepKind::Coordinate
+            && p.trace_id != this_trace
+            && p.running_span_id.is_none()
+            && !p.extra.contains_key(SUPERSEDED_BY_KEY)
+    }) {
+        let Ok(action) = store.read_action(pending.action_id) else {
+            continue;
+        };
+        let Some(wait) = super::meta::read::<CoordinateMeta>(&action)
+            .ok()
+            .and_then(|m| m.wait)
+        else {
+            continue;
+        };
+        if wait.subject.as_deref() != Some(subject) {
+            continue;
+        }
+        if store.supersede_pending(pending.action_id, this_trace)? {
+            taken.push(OpenWait {
+                trace_id: pending.trace_id,
+                at: wait.since,
+                condition: wait.condition,
+            });
+        }
+    }
+    Ok(taken)
+}
+
 fn render_mappings(mappings: &[(String, TaskMapping)], rover_pr: Option<&RoverPr>) -> String {
     let mut out = String::new();
     if let Some(pr) = rover_pr {
@@ -292,6 +651,7 @@ fn route(
     result: &CoordinateResult,
     gathered: &Gathered,
     mappings: &[(String, TaskMapping)],
+    policy: WaitPolicy,
 ) -> NextAction {
     let reasoning = result.reasoning.trim();
     let text = |v: &Option<String>| v.as_deref().unwrap_or_default().trim().to_owned();
@@ -345,13 +705,45 @@ fn route(
         }),
         CoordinateDecision::Wait => {
             let condition = text(&result.condition);
-            NextAction::new(StepKind::Noop, format!("{WAIT_PREFIX} {condition}")).with_meta(
-                &NoopMeta {
+            let round = gathered.wait_round + 1;
+            if round > policy.max {
+                return NextAction::new(
+                    StepKind::Noop,
+                    format!(
+                        "{WAIT_PREFIX} {condition} (not re-evaluated again: this trace already waited {} time(s), the most `pipeline.maxWaits` allows)",
+                        gathered.wait_round
+                    ),
+                )
+                .with_meta(&NoopMeta {
                     waiting_for: Some(condition),
                     subject: gathered.subject.clone(),
                     untrusted: false,
-                },
+                });
+            }
+            let secs = i64::try_from(policy.secs).unwrap_or(i64::MAX);
+            let at =
+                policy.now + chrono::Duration::try_seconds(secs).unwrap_or(chrono::Duration::MAX);
+            let woken_by = gathered.subject.as_deref().map_or_else(String::new, |s| {
+                format!(", or sooner by the next event about {s}")
+            });
+            NextAction::new(
+                StepKind::Coordinate,
+                format!(
+                    "{WAIT_PREFIX} {condition} (re-evaluated at {}{woken_by})",
+                    at.format("%Y-%m-%d %H:%M:%S UTC")
+                ),
             )
+            .with_meta(&CoordinateMeta {
+                wait: Some(WaitMeta {
+                    condition,
+                    subject: gathered.subject.clone(),
+                    head_sha: gathered.head_sha.clone(),
+                    since: policy.now,
+                    round,
+                }),
+                ci: None,
+                not_before: Some(at),
+            })
         }
         CoordinateDecision::Cleanup => {
             let wanted = text(&result.task_id);
@@ -402,12 +794,43 @@ impl Step for CoordinateStep {
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let trace_id = run.pending.trace_id;
+        let scheduled: CoordinateMeta = super::meta::read(&run.action).unwrap_or_default();
+        if let Some(by) = run
+            .pending
+            .extra
+            .get(SUPERSEDED_BY_KEY)
+            .and_then(serde_json::Value::as_str)
+        {
+            let reason = format!(
+                "a newer event about the same subject took over this wait: trace {by} decides"
+            );
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("decided noop: {reason}"))
+                    .meta("decision", "noop")
+                    .meta("decidedBy", "wait")
+                    .meta("supersededBy", by)
+                    .meta("wait", &scheduled.wait)
+                    .then(
+                        NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                            subject: scheduled.wait.as_ref().and_then(|w| w.subject.clone()),
+                            ..NoopMeta::default()
+                        }),
+                    ),
+            ));
+        }
+        if let Some(watch) = scheduled.ci {
+            let view = load_trace(ctx, trace_id).await?;
+            return self.look_at_ci(watch, &view).await;
+        }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;
         let mappings = task_mappings(ctx).await?;
         let mut gathered = match (meta.source, &meta.event) {
             (EventSource::Github, Some(event)) => {
-                match self.gather_github(&meta, event, &mappings).await? {
+                match self
+                    .gather_github(&meta, event, &mappings, run.pending.attempts)
+                    .await?
+                {
                     Ok(g) => g,
                     Err(untrusted) => return Ok(Outcome::Finished(untrusted)),
                 }
@@ -429,6 +852,8 @@ impl Step for CoordinateStep {
                 merged: false,
                 open_waits: Vec::new(),
                 trust: None,
+                wait_round: 0,
+                head_sha: None,
             },
         };
 
@@ -453,19 +878,42 @@ impl Step for CoordinateStep {
             ));
         }
 
+        gathered.wait_round = scheduled.wait.as_ref().map_or(0, |w| w.round);
         if let Some(subject) = gathered.subject.clone() {
-            gathered.open_waits = blocking(ctx.store.clone(), move |s| {
+            let taken = blocking(ctx.store.clone(), {
+                let subject = subject.clone();
+                move |s| take_over_waits(s, trace_id, &subject)
+            })
+            .await
+            .map_err(|e| {
+                StepError::from_error(&e, true)
+                    .detail("what", "taking over the waits on the same subject")
+            })?;
+            let older = blocking(ctx.store.clone(), move |s| {
                 Ok(open_waits(s, trace_id, &subject))
             })
             .await
             .unwrap_or_default();
+            gathered.open_waits = taken;
+            gathered.open_waits.extend(older);
+            gathered.open_waits.truncate(MAX_WAITS);
         }
-        let context = format!(
+        let mut context = format!(
             "{}\n\n## Trace so far\n{}\n## Open waits on the same issue, pull request or branch\n{}",
             gathered.context,
             render_trace(&view),
             render_waits(&gathered.open_waits)
         );
+        if let Some(wait) = &scheduled.wait {
+            let _ = write!(
+                context,
+                "\n\n{REEVALUATION_HEADING}\nThis trace decided to wait (wait {} of at most {}) since {} for: {}\nThe wait is over: decide again from the current state above.",
+                wait.round,
+                self.services.config.autopilot.pipeline.max_waits,
+                wait.since.to_rfc3339(),
+                wait.condition
+            );
+        }
         // Secrets never reach a prompt, even when someone pasted one into the thread.
         let redactor = &self.services.redactor;
         let mut vars = PromptVars::new();
@@ -491,7 +939,13 @@ impl Step for CoordinateStep {
         .await
         .map_err(|e| agent_error(AgentStep::Coordinate, &e))?;
         let result = &answer.value;
-        let action = route(result, &gathered, &mappings);
+        let pipeline = &self.services.config.autopilot.pipeline;
+        let policy = WaitPolicy {
+            secs: pipeline.wait_secs,
+            max: pipeline.max_waits,
+            now: Utc::now(),
+        };
+        let action = route(result, &gathered, &mappings, policy);
         let decision = decision_name(result.decision);
         Ok(Outcome::Finished(
             Finished::completed(format!(
@@ -507,6 +961,7 @@ impl Step for CoordinateStep {
             .meta("trust", &gathered.trust)
             .meta("roverPr", &gathered.rover_pr)
             .meta("openWaits", &gathered.open_waits)
+            .meta("wait", &scheduled.wait)
             .meta("agent", super::agent_call::usage_meta(&answer))
             .then(action),
         ))
@@ -550,7 +1005,63 @@ mod tests {
             merged: false,
             open_waits: Vec::new(),
             trust: None,
+            wait_round: 0,
+            head_sha: Some("abc123".into()),
         }
+    }
+
+    fn policy() -> WaitPolicy {
+        WaitPolicy {
+            secs: 1800,
+            max: 2,
+            now: DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+                .unwrap()
+                .with_timezone(&Utc),
+        }
+    }
+
+    fn ci(state: CiState, failing: &[&str], total: usize) -> CiStatus {
+        CiStatus {
+            sha: "abc".into(),
+            state,
+            failing: failing.iter().map(|s| (*s).to_owned()).collect(),
+            pending: Vec::new(),
+            total,
+        }
+    }
+
+    #[test]
+    fn ci_red_goes_to_the_resolver_green_notifies_pending_looks_again() {
+        assert_eq!(
+            ci_verdict(&ci(CiState::Failure, &["ci / test"], 2), 1, 5),
+            CiVerdict::Red(vec!["ci / test".into()])
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Success, &[], 2), 1, 5),
+            CiVerdict::Green
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 2), 1, 5),
+            CiVerdict::Again
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 2), 5, 5),
+            CiVerdict::GiveUp
+        );
+        // Nothing reported: looked at a few times, then no CI is concluded.
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 0), 2, 36),
+            CiVerdict::Again
+        );
+        assert_eq!(
+            ci_verdict(&ci(CiState::Pending, &[], 0), 3, 36),
+            CiVerdict::NoCi
+        );
+        // "success" with nothing behind it is no green light.
+        assert_eq!(
+            ci_verdict(&ci(CiState::Success, &[], 0), 1, 36),
+            CiVerdict::Again
+        );
     }
 
     #[test]
@@ -580,37 +1091,74 @@ mod tests {
     }
 
     #[test]
-    fn every_decision_routes_to_one_action_and_never_coordinate() {
+    fn every_decision_routes_to_one_action_and_only_a_wait_to_coordinate() {
         let mappings = vec![(Uuid::new_v4().to_string(), mapping("t-9", "rover/t9"))];
         for (decision, kind) in [
             (CoordinateDecision::Noop, StepKind::Noop),
             (CoordinateDecision::Plan, StepKind::Plan),
             (CoordinateDecision::Notify, StepKind::Notify),
             (CoordinateDecision::Flag, StepKind::Notify),
-            (CoordinateDecision::Wait, StepKind::Noop),
+            (CoordinateDecision::Wait, StepKind::Coordinate),
             (CoordinateDecision::Cleanup, StepKind::Cleanup),
             // Without a task the workflow decision cannot be followed.
             (CoordinateDecision::Workflow, StepKind::Noop),
         ] {
-            let action = route(&answer(decision), &gathered(None), &mappings);
+            let action = route(&answer(decision), &gathered(None), &mappings, policy());
             assert_eq!(action.kind, kind, "{decision:?}");
         }
         let wait = route(
             &answer(CoordinateDecision::Wait),
             &gathered(None),
             &mappings,
+            policy(),
         );
-        assert_eq!(wait.reason, "waiting: CI to finish");
-        assert_eq!(wait.meta["subject"], "refs/heads/main");
-        assert_eq!(wait.meta["waitingFor"], "CI to finish");
+        assert_eq!(
+            wait.reason,
+            "waiting: CI to finish (re-evaluated at 2026-01-02 03:34:05 UTC, or sooner by the next event about refs/heads/main)"
+        );
+        assert_eq!(wait.meta["notBefore"], "2026-01-02T03:34:05Z");
+        assert_eq!(wait.meta["wait"]["subject"], "refs/heads/main");
+        assert_eq!(wait.meta["wait"]["condition"], "CI to finish");
+        assert_eq!(wait.meta["wait"]["round"], 1);
+        assert_eq!(wait.meta["wait"]["headSha"], "abc123");
+        // The scheduled action is queued not before its deadline.
+        let span = crate::store::Span::root(Uuid::new_v4(), Utc::now(), crate::store::Meta::new());
+        let action =
+            crate::store::Action::new(wait.kind.clone(), &span, wait.reason, wait.meta, Utc::now());
+        assert_eq!(
+            action.pending(span.id, Utc::now()).not_before,
+            Some(policy().now + chrono::Duration::seconds(1800))
+        );
+        // Past `maxWaits` a wait ends the trace, still recording what it waited for.
+        let mut waited = gathered(None);
+        waited.wait_round = 2;
+        let last = route(
+            &answer(CoordinateDecision::Wait),
+            &waited,
+            &mappings,
+            policy(),
+        );
+        assert_eq!(last.kind, StepKind::Noop);
+        assert_eq!(last.meta["waitingFor"], "CI to finish");
+        assert!(
+            last.reason.contains("already waited 2 time(s)"),
+            "{}",
+            last.reason
+        );
         let cleanup = route(
             &answer(CoordinateDecision::Cleanup),
             &gathered(None),
             &mappings,
+            policy(),
         );
         assert_eq!(cleanup.meta["branch"], "rover/t9");
         // Cleanup of a task rover does not know ends in noop.
-        let unknown = route(&answer(CoordinateDecision::Cleanup), &gathered(None), &[]);
+        let unknown = route(
+            &answer(CoordinateDecision::Cleanup),
+            &gathered(None),
+            &[],
+            policy(),
+        );
         assert_eq!(unknown.kind, StepKind::Noop);
         assert!(
             unknown.reason.contains("does not know"),

@@ -24,7 +24,51 @@ pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_js
 /// `coordinate`: decide what to do about the trace's root event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CoordinateMeta {}
+pub struct CoordinateMeta {
+    /// Set when this run re-evaluates an earlier `wait` of the same trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitMeta>,
+    /// Set when this run looks at the CI of a pull request rover pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci: Option<CiWatchMeta>,
+    /// Not to run before this time (the store queues the action so): a wait's deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "notBefore")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// A look at the CI of a pull request rover pushed, scheduled after the push: red → the
+/// resolver, green → a notify that the pull request is ready, pending → look again later.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CiWatchMeta {
+    pub pr_number: u64,
+    pub pr_url: String,
+    pub branch: String,
+    /// The commit rover pushed: its checks and statuses are what counts.
+    pub sha: String,
+    /// How many looks so far, this one included.
+    pub round: u32,
+}
+
+/// A coordinator `wait`, scheduled as a later `coordinate` of the same trace: it runs at its
+/// deadline, or a newer trusted event about the same issue or pull request takes it over.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitMeta {
+    /// What the coordinator waits for, in its words.
+    pub condition: String,
+    /// What it is about, as [`subject_key`] gives it (`#12`, `refs/heads/main`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The head commit of the pull request (or the pushed commit) when the wait was decided: a
+    /// CI outcome for it ends the wait early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_sha: Option<String>,
+    /// When the wait was decided.
+    pub since: chrono::DateTime<chrono::Utc>,
+    /// How many waits this trace decided so far (1 for the first).
+    pub round: u32,
+}
 
 /// `plan`: decompose a directive into workflow tasks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -137,6 +181,8 @@ pub enum NotifyPurpose {
     Failure,
     /// A budget stopped the trace.
     Budget,
+    /// CI passed on rover's pull request: it is ready for review.
+    Ready,
 }
 
 /// `notify`: answer on the channel the root event came from.

@@ -73,6 +73,10 @@ pub fn intent(meta: &NotifyMeta) -> String {
             "Rover could not finish: say what went wrong and what would help.".to_owned()
         }
         NotifyPurpose::Budget => "A budget limit stopped the work: say so.".to_owned(),
+        NotifyPurpose::Ready => {
+            "CI passed on rover's pull request: say it is ready for review, with the link."
+                .to_owned()
+        }
     };
     let _ = write!(out, "\n\n- purpose: {}", purpose_name(meta.purpose));
     if let Some(message) = &meta.message {
@@ -133,6 +137,16 @@ pub fn fallback_message(meta: &NotifyMeta, visibility: Visibility, trace_id: &st
                         let _ = write!(out, "\n\nError: {error}");
                     }
                 }
+            }
+            out
+        }
+        NotifyPurpose::Ready => {
+            let mut out = match &meta.pr_url {
+                Some(url) => format!("CI passed: the pull request is ready for review: {url}"),
+                None => "CI passed: the pull request is ready for review.".to_owned(),
+            };
+            if let Some(m) = drafted {
+                let _ = write!(out, "\n\n{m}");
             }
             out
         }

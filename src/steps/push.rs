@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::meta::{
-    self, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
+    self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
 };
 use super::resolve::mapping_worktree;
 use super::Services;
@@ -158,6 +158,8 @@ fn first_line(text: &str) -> &str {
 /// What the push did, for the span.
 struct Pushed {
     target: String,
+    /// The commit pushed (None when the branch head could not be read back).
+    head_sha: Option<String>,
     merged: Vec<String>,
     rebased: bool,
     worktree: PathBuf,
@@ -271,8 +273,16 @@ impl PushStep {
                     .detail("branch", &target)
                     .detail("merged", &merged)
             })?;
+        let head_sha = match ws.branch_head(&target).await {
+            Ok(sha) => Some(sha),
+            Err(e) => {
+                tracing::warn!(branch = %target, error = %e, "cannot read the pushed head; its CI is not followed");
+                None
+            }
+        };
         Ok(Pushed {
             target,
+            head_sha,
             merged,
             rebased: report.rebased,
             worktree,
@@ -353,6 +363,7 @@ impl Step for PushStep {
             message: Some(format!("Pushed branch `{}`.", pushed.target)),
             ..NotifyMeta::default()
         };
+        let mut ci_watch = None;
         if let Some(gh) = github {
             let pr = find_or_open(
                 gh.as_ref(),
@@ -378,7 +389,21 @@ impl Step for PushStep {
             finished = finished
                 .meta("prUrl", &pr.0.html_url)
                 .meta("prNumber", pr.0.number)
-                .meta("prCreated", pr.1);
+                .meta("prCreated", pr.1)
+                .meta("headSha", &pushed.head_sha);
+            // Rover follows the CI of what it pushed (see `coordinate`): the commit is its own.
+            let follow = self.services.config.autopilot.pipeline.follow_ci;
+            ci_watch = pushed
+                .head_sha
+                .clone()
+                .filter(|_| follow)
+                .map(|sha| CiWatchMeta {
+                    pr_number: pr.0.number,
+                    pr_url: pr.0.html_url.clone(),
+                    branch: pushed.target.clone(),
+                    sha,
+                    round: 1,
+                });
         } else {
             finished = finished.meta("prUrl", Option::<String>::None).meta(
                 "pullRequest",
@@ -390,9 +415,16 @@ impl Step for PushStep {
             );
         }
         let reason = format!("tell the channel about the push of {}", pushed.target);
-        Ok(Outcome::Finished(finished.then(
-            NextAction::new(StepKind::Notify, reason).with_meta(&notify),
-        )))
+        let mut finished =
+            finished.then(NextAction::new(StepKind::Notify, reason).with_meta(&notify));
+        if let Some(watch) = ci_watch {
+            finished = finished.then(super::coordinate::ci_watch_action(
+                watch,
+                &self.services.config.autopilot.pipeline,
+                chrono::Utc::now(),
+            ));
+        }
+        Ok(Outcome::Finished(finished))
     }
 }
 

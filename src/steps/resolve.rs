@@ -4,8 +4,8 @@
 //! running keeps the action queued (`ready` → `Wait`); a resolve that finds another resolve of
 //! the trace already decided after the last commit finishes as superseded (several commits of
 //! one trace each produce a resolve, only one decides); retries exhausted → `fail`. Otherwise
-//! the agent (no tools, in rover's empty host dir) reads the trace with its error output and the
-//! failed task's change, and answers `push | notify | iterate | retry | fail`. A `retry` may ask
+//! the agent (no tools, in rover's empty host dir) reads the trace with its error output (a red
+//! CI of the pushed pull request among them) and the failed task's change, and answers `push | notify | iterate | retry | fail`. A `retry` may ask
 //! for corrective commands: rover runs them in a sandbox container over the task's worktree,
 //! never on the host. A worktree a sandbox tampered with ends the trace without an agent.
 
@@ -195,12 +195,18 @@ fn decision_of(span: &Span) -> Option<&str> {
     span.meta.get("decision").and_then(Value::as_str)
 }
 
-/// A resolve of the trace (not `current`) that decided after the last commit finished.
+/// A resolve of the trace (not `current`) that decided after the last commit finished, or
+/// after the last red CI of a pushed pull request (which calls for a new decision).
 fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
     let last_commit = view
         .spans
         .iter()
-        .filter(|s| s.step == StepKind::Commit && s.status.is_final())
+        .filter(|s| {
+            (s.step == StepKind::Commit && s.status.is_final())
+                || (s.step == StepKind::Coordinate
+                    && s.status == SpanStatus::Failed
+                    && s.meta.get("decidedBy").and_then(Value::as_str) == Some("ci"))
+        })
         .filter_map(|s| s.completed)
         .max()?;
     view.spans

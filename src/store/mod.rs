@@ -372,6 +372,41 @@ impl AutopilotStore {
         self.hand_over(&span, produced)
     }
 
+    /// A newer trace (`by`) takes over the scheduled action `action_id`: it becomes due now and
+    /// records `supersededBy`, so its step ends it at once, saying so. False when it is no
+    /// longer queued or a run has it.
+    pub fn supersede_pending(&self, action_id: Uuid, by: Uuid) -> Result<bool> {
+        self.transact(|txn| {
+            let Some(p) = txn.pending_mut(action_id)? else {
+                return Ok(false);
+            };
+            if p.running_span_id.is_some() {
+                return Ok(false);
+            }
+            p.not_before = None;
+            p.extra.insert(
+                records::SUPERSEDED_BY_KEY.into(),
+                serde_json::Value::String(by.to_string()),
+            );
+            Ok(true)
+        })
+    }
+
+    /// Make the scheduled action `action_id` due now (an event it waited for arrived). False
+    /// when it is no longer queued or a run has it.
+    pub fn wake_pending(&self, action_id: Uuid) -> Result<bool> {
+        self.transact(|txn| {
+            let Some(p) = txn.pending_mut(action_id)? else {
+                return Ok(false);
+            };
+            if p.running_span_id.is_some() {
+                return Ok(false);
+            }
+            p.not_before = None;
+            Ok(true)
+        })
+    }
+
     /// Release a pending action without consuming it (the run was interrupted, or failed in a
     /// way worth retrying): it stays queued for a later run, not before `not_before`. The run's
     /// finished span is kept in the trace.

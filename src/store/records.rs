@@ -364,8 +364,15 @@ impl Action {
         }
     }
 
-    /// The queue entry that hands this action to its step.
+    /// The queue entry that hands this action to its step; an action whose meta names a
+    /// [`NOT_BEFORE_KEY`] time (a scheduled re-evaluation) is not run before it.
     pub fn pending(&self, trace_id: Uuid, now: DateTime<Utc>) -> PendingAction {
+        let not_before = self
+            .meta
+            .get(NOT_BEFORE_KEY)
+            .and_then(Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
         PendingAction {
             trace_id,
             action_id: self.id,
@@ -375,11 +382,18 @@ impl Action {
             created_at: now,
             attempts: 0,
             running_span_id: None,
-            not_before: None,
+            not_before,
             extra: Map::new(),
         }
     }
 }
+
+/// The key of an action's meta that schedules it: not to run before this RFC 3339 time.
+pub const NOT_BEFORE_KEY: &str = "notBefore";
+
+/// The key of a pending entry (in `extra`) that says a newer trace took over a scheduled
+/// re-evaluation: its value is that trace's id.
+pub const SUPERSEDED_BY_KEY: &str = "supersededBy";
 
 /// An entry of the pending queue: which step should process which action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -31,6 +31,18 @@ pub fn human_age(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
+/// How far ahead `then` is: `in 42s`, `in 5m`, `in 2h`, `in 1d` (`now` when it is due).
+pub fn human_until(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let s = (then - now).num_seconds();
+    match s {
+        i64::MIN..=0 => "now".to_owned(),
+        1..=59 => format!("in {s}s"),
+        60..=3599 => format!("in {}m", s / 60),
+        3600..=86_399 => format!("in {}h", s / 3600),
+        _ => format!("in {}d", s / 86_400),
+    }
+}
+
 /// The first 8 characters of an id, as shown in tables and trees.
 pub fn short(id: uuid::Uuid) -> String {
     id.simple().to_string()[..8].to_owned()
@@ -40,6 +52,16 @@ pub fn short(id: uuid::Uuid) -> String {
 mod tests {
     use super::*;
     use chrono::Duration;
+
+    #[test]
+    fn times_ahead_read_naturally() {
+        let t = Utc::now();
+        assert_eq!(human_until(t, t), "now");
+        assert_eq!(human_until(t - Duration::seconds(5), t), "now");
+        assert_eq!(human_until(t + Duration::seconds(42), t), "in 42s");
+        assert_eq!(human_until(t + Duration::minutes(30), t), "in 30m");
+        assert_eq!(human_until(t + Duration::hours(3), t), "in 3h");
+    }
 
     #[test]
     fn durations_read_naturally() {

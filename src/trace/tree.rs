@@ -230,6 +230,13 @@ impl<'a> Renderer<'a> {
         } else if let Some(p) = self.view.pending.iter().find(|p| p.action_id == action.id) {
             if p.running_span_id.is_some() {
                 "  [in progress]".to_owned()
+            } else if let Some(at) = p.not_before.filter(|at| *at > self.now) {
+                // Backed off after an error, or a wait: says when it runs again.
+                format!(
+                    "  [pending, runs {} at {}]",
+                    crate::trace::human_until(at, self.now),
+                    at.format("%Y-%m-%d %H:%M:%S UTC")
+                )
             } else {
                 "  [pending]".to_owned()
             }

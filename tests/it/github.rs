@@ -335,7 +335,7 @@ async fn the_bots_own_comment_and_marked_comments_are_ignored() {
 }
 
 #[tokio::test]
-async fn trust_allows_writers_denies_readers_and_denies_on_lookup_failure() {
+async fn trust_allows_writers_denies_readers_and_strangers_and_leaves_failed_lookups_undecided() {
     let fake = FakeGitHub::start().await;
     fake.set_permission("alice", "write");
     fake.set_permission("mallory", "read");
@@ -345,13 +345,13 @@ async fn trust_allows_writers_denies_readers_and_denies_on_lookup_failure() {
         allow_logins: vec!["friend".into()],
         ..TrustSettings::default()
     });
-    let yes = policy.decide(&gh, "alice").await;
+    let yes = policy.decide(&gh, "alice").await.unwrap();
     assert!(yes.trusted, "{}", yes.reason);
-    assert!(policy.decide(&gh, "maya").await.trusted);
-    let no = policy.decide(&gh, "mallory").await;
+    assert!(policy.decide(&gh, "maya").await.unwrap().trusted);
+    let no = policy.decide(&gh, "mallory").await.unwrap();
     assert!(!no.trusted);
     assert!(no.reason.contains("read permission"), "{}", no.reason);
-    assert!(policy.decide(&gh, "friend").await.trusted);
+    assert!(policy.decide(&gh, "friend").await.unwrap().trusted);
     assert_eq!(
         fake.count(&Method::GET, "/collaborators/friend/"),
         0,
@@ -359,7 +359,7 @@ async fn trust_allows_writers_denies_readers_and_denies_on_lookup_failure() {
     );
 
     // Cached: a second decision makes no request.
-    policy.decide(&gh, "alice").await;
+    policy.decide(&gh, "alice").await.unwrap();
     assert_eq!(
         fake.count(&Method::GET, "/collaborators/alice/permission"),
         1
@@ -368,7 +368,7 @@ async fn trust_allows_writers_denies_readers_and_denies_on_lookup_failure() {
     // Expired after the TTL: looked up again, and a downgrade takes effect.
     fake.set_permission("alice", "read");
     let later = std::time::Instant::now() + Duration::from_secs(601);
-    assert!(!policy.decide_at(&gh, "alice", later).await.trusted);
+    assert!(!policy.decide_at(&gh, "alice", later).await.unwrap().trusted);
     assert_eq!(
         fake.count(&Method::GET, "/collaborators/alice/permission"),
         2
@@ -380,12 +380,25 @@ async fn trust_allows_writers_denies_readers_and_denies_on_lookup_failure() {
         times: 1,
         kind: FaultKind::Server(502),
     });
-    let failed = policy.decide(&gh, "carol").await;
-    assert!(!failed.trusted);
+    // A 5xx is no answer: an error the caller may retry, not a denial, and nothing cached.
+    let failed = policy.decide(&gh, "carol").await.unwrap_err();
+    assert!(failed.is_retryable(), "{failed}");
+    fake.set_permission("carol", "write");
+    assert!(policy.decide(&gh, "carol").await.unwrap().trusted);
+
+    // 404 is a definite answer: not a collaborator.
+    fake.fault(Fault {
+        method: None,
+        path_contains: "/collaborators/stranger/".into(),
+        times: 1,
+        kind: FaultKind::NotFound,
+    });
+    let stranger = policy.decide(&gh, "stranger").await.unwrap();
+    assert!(!stranger.trusted);
     assert!(
-        failed.reason.contains("could not look up"),
+        stranger.reason.contains("not a collaborator"),
         "{}",
-        failed.reason
+        stranger.reason
     );
 }
 

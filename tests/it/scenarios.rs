@@ -82,7 +82,7 @@ impl Scenario {
             "autopilot": {
                 "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG"]},
                 "github": {"botLogin": BOT, "poll": {"minIntervalSecs": 0, "skipBacklog": false}},
-                "pipeline": {"fallbackIntervalSecs": 1}
+                "pipeline": {"fallbackIntervalSecs": 1, "followCi": false}
             }
         });
         merge(&mut config, &self.extra_config);

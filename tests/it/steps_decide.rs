@@ -12,7 +12,7 @@ use rover::github::{
 };
 use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use rover::steps::meta::{
-    self, CleanupMeta, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
+    self, CleanupMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
 };
 use rover::steps::{CoordinateStep, NoopStep, NotifyStep, PlanStep, Services, SummarizingNoopStep};
 use rover::store::{Action, StepKind, StepRun, TaskMapping, TraceView};
@@ -382,7 +382,7 @@ async fn coordinator_flag_becomes_a_notify_asking_a_human() {
 }
 
 #[tokio::test]
-async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
+async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
     let fake = FakeGitHub::start().await;
     fake.add_pull(
         12,
@@ -395,14 +395,11 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
     fake.add_check_run(SHA, "ci / test", "in_progress", None);
     fake.set_permission("alice", "write");
     let p = Pipeline::new();
-    // Invocations: 1 coordinate (wait), 2 summarize, 3 coordinate (noop), 4 summarize,
-    // 5 coordinate (notify), 6 notify, 7 coordinate (noop), 8 summarize.
     let script = json!([
         {"invocation": 1, "structured": coordinate_answer("wait", &json!({"condition": "CI on the PR to finish"}))},
-        {"invocation": 5, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
         {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waiting for CI."}},
         {"prompt_contains": NOTIFY, "structured": {"message": "CI passed."}},
-        {"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))},
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
     ]);
     let services = p.services(&script, config(), Some(github_client(&fake)), None);
     let orch = p.orchestrator(steps(&services));
@@ -416,23 +413,36 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
             Channel::PrComment { number: 12 },
         ),
     );
+    let before = Utc::now();
     p.run(&orch).await;
-    assert_eq!(
-        p.chain(first),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
+    // The wait is a `coordinate` of the same trace, queued for its deadline (30 minutes).
+    assert_eq!(p.chain(first), ["event:completed", "coordinate:completed"]);
     let view = p.trace(first);
-    let noop_action = &produced(&view, "coordinate")[0];
-    assert_eq!(noop_action.reason, "waiting: CI on the PR to finish");
-    let recorded: NoopMeta = meta::read(noop_action).expect("noop meta");
-    assert_eq!(
-        recorded.waiting_for.as_deref(),
-        Some("CI on the PR to finish")
+    let wait_action = &produced(&view, "coordinate")[0];
+    assert_eq!(wait_action.action, StepKind::Coordinate);
+    assert!(
+        wait_action
+            .reason
+            .starts_with("waiting: CI on the PR to finish (re-evaluated at "),
+        "{}",
+        wait_action.reason
     );
-    assert_eq!(recorded.subject.as_deref(), Some("#12"));
-    let noop = last_span(&view, "noop");
-    assert_eq!(noop.meta["waitingFor"], "CI on the PR to finish");
+    let scheduled: meta::CoordinateMeta = meta::read(wait_action).expect("coordinate meta");
+    let wait = scheduled.wait.expect("a wait");
+    assert_eq!(wait.subject.as_deref(), Some("#12"));
+    assert_eq!(wait.round, 1);
+    let state = p.store.read_state().unwrap();
+    assert_eq!(state.pending.len(), 1);
+    let due = state.pending[0].not_before.expect("scheduled");
+    assert!(due >= before + chrono::Duration::seconds(1800), "{due}");
+    // The queue keeps milliseconds.
+    assert_eq!(
+        scheduled.not_before.map(|t| t.timestamp_millis()),
+        Some(due.timestamp_millis())
+    );
 
+    // A trusted comment on the same PR: its trace decides now, with the wait among its open
+    // waits, and the waiting action ends saying which trace took over.
     let second = submit_github(
         &p,
         &event(
@@ -453,6 +463,14 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
         coordinate.meta["openWaits"][0]["traceId"],
         first.to_string()
     );
+    assert_eq!(
+        p.chain(second),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
     let calls = p.agents.calls();
     let prompt = calls
         .iter()
@@ -463,30 +481,230 @@ async fn coordinator_wait_ends_the_trace_and_the_next_event_sees_it() {
         prompt.contains("waiting for CI on the PR to finish"),
         "{prompt}"
     );
+    assert_eq!(
+        p.chain(first),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "noop:completed"
+        ]
+    );
+    let taken = last_span(&p.trace(first), "coordinate");
+    assert_eq!(taken.meta["supersededBy"], second.to_string());
+    assert_eq!(taken.meta["decidedBy"], "wait");
+    assert!(p.store.read_state().unwrap().pending.is_empty());
 
-    // A noop does not settle the wait; a trace that acts on the PR does.
-    let comment = || {
-        event(
+    // Settled: the next event sees no open wait.
+    let third = submit_github(
+        &p,
+        &event(
             EventKind::IssueComment,
             Some(EventAction::Created),
             Some(12),
             "alice",
             Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        last_span(&p.trace(third), "coordinate").meta["openWaits"],
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn an_untrusted_event_does_not_take_over_a_wait() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
+    fake.set_permission("alice", "write");
+    fake.set_permission("mallory", "read");
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
+    ]);
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let pr = |who: &str| {
+        event(
+            EventKind::IssueComment,
+            Some(EventAction::Created),
+            Some(12),
+            who,
+            Channel::PrComment { number: 12 },
         )
     };
-    let third = submit_github(&p, &comment());
+    let first = submit_github(&p, &pr("alice"));
     p.run(&orch).await;
-    let view = p.trace(third);
+    let mallory = submit_github(&p, &pr("mallory"));
+    p.run(&orch).await;
     assert_eq!(
-        last_span(&view, "coordinate").meta["openWaits"][0]["traceId"],
-        first.to_string()
+        p.chain(mallory),
+        ["event:completed", "coordinate:completed", "noop:completed"]
     );
-    assert_eq!(last_span(&view, "notify").meta["message"], "CI passed.");
-    let fourth = submit_github(&p, &comment());
+    assert_eq!(p.chain(first), ["event:completed", "coordinate:completed"]);
+    let state = p.store.read_state().unwrap();
+    assert_eq!(state.pending.len(), 1);
+    assert!(state.pending[0].not_before.is_some());
+    assert!(state.pending[0].extra.is_empty(), "{:?}", state.pending[0]);
+}
+
+#[tokio::test]
+async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
+    fake.add_check_run(SHA, "ci / test", "in_progress", None);
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
+        {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
+    ]);
+    // The wait lasts 30 minutes (the default).
+    let services = p.services(&script, config(), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = submit_github(
+        &p,
+        &event(
+            EventKind::PullRequest,
+            Some(EventAction::Opened),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(p.chain(trace), ["event:completed", "coordinate:completed"]);
+    let wait = &produced(&p.trace(trace), "coordinate")[0];
+    assert_eq!(wait.meta["wait"]["headSha"], SHA);
+
+    // A CI outcome for another commit wakes nothing; one for the PR's head wakes the wait.
+    let other = "0123456789abcdef0123456789abcdef01234567";
+    assert_eq!(
+        rover::steps::coordinate::wake_ci_watches(&p.store, other).unwrap(),
+        0
+    );
+    fake.add_check_run(SHA, "ci / lint", "completed", Some("success"));
+    assert_eq!(
+        rover::steps::coordinate::wake_ci_watches(&p.store, &SHA.to_uppercase()).unwrap(),
+        1
+    );
+    assert_eq!(p.store.read_state().unwrap().pending[0].not_before, None);
     p.run(&orch).await;
     assert_eq!(
-        last_span(&p.trace(fourth), "coordinate").meta["openWaits"],
-        json!([])
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    assert_eq!(
+        last_span(&p.trace(trace), "coordinate").meta["wait"]["condition"],
+        "CI to finish"
+    );
+}
+
+/// A coordinator that waits, then re-evaluates at the deadline (`waitSecs: 0`: due at once).
+fn waiting_config(max_waits: u32) -> RoverConfig {
+    let mut c = config();
+    c.autopilot.pipeline.wait_secs = 0;
+    c.autopilot.pipeline.max_waits = max_waits;
+    c
+}
+
+#[tokio::test]
+async fn a_wait_is_re_evaluated_at_its_deadline_with_what_it_waited_for() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
+        {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
+    ]);
+    let services = p.services(&script, waiting_config(3), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = submit_github(
+        &p,
+        &event(
+            EventKind::PullRequest,
+            Some(EventAction::Opened),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let again = last_span(&view, "coordinate");
+    assert_eq!(again.meta["wait"]["condition"], "CI to finish");
+    assert_eq!(again.meta["decision"], "notify");
+    let calls = p.agents.calls();
+    let prompt = calls
+        .iter()
+        .filter_map(|c| c["prompt"].as_str())
+        .find(|t| t.contains(rover::steps::coordinate::REEVALUATION_HEADING))
+        .expect("a re-evaluation prompt");
+    assert!(
+        prompt.contains("(wait 1 of at most 3)") && prompt.contains("for: CI to finish"),
+        "{prompt}"
+    );
+}
+
+#[tokio::test]
+async fn waits_stop_at_max_waits_with_a_noop_that_says_so() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
+    fake.set_permission("alice", "write");
+    let p = Pipeline::new();
+    let script = json!([
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
+        {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waited twice for CI."}},
+    ]);
+    let services = p.services(&script, waiting_config(2), Some(github_client(&fake)), None);
+    let orch = p.orchestrator(steps(&services));
+    let trace = submit_github(
+        &p,
+        &event(
+            EventKind::PullRequest,
+            Some(EventAction::Opened),
+            Some(12),
+            "alice",
+            Channel::PrComment { number: 12 },
+        ),
+    );
+    p.run(&orch).await;
+    assert_eq!(
+        p.chain(trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "coordinate:completed",
+            "noop:completed"
+        ]
+    );
+    let view = p.trace(trace);
+    let noop = view.actions.last().unwrap();
+    assert!(
+        noop.reason.starts_with(
+            "waiting: CI to finish (not re-evaluated again: this trace already waited 2 time(s)"
+        ),
+        "{}",
+        noop.reason
     );
 }
 

@@ -403,3 +403,77 @@ async fn webhook_needs_its_secret_and_does_not_combine_with_once() {
         stderr(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completed_check_run_wakes_the_ci_watch_of_rovers_pr() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    // Rover would look at its PR's CI only in an hour; the check run says so sooner.
+    crate::scenarios::merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 3600}}}),
+    );
+    s.github.ci_on_new_commits(&["success"]);
+    crate::scenarios::one_task_issue(
+        &mut s,
+        30,
+        "Add a --csv flag",
+        "Please add --csv.",
+        "Add the csv flag",
+        "csv.txt",
+    );
+    s.answer(NOTIFY, json!({"message": "Done."}));
+    let daemon = Daemon::start(&s);
+    let store = s.store();
+    let scheduled = || {
+        store.read_state().unwrap().pending.iter().any(|p| {
+            p.action.as_str() == "coordinate"
+                && p.not_before.is_some_and(|t| t > chrono::Utc::now())
+        })
+    };
+    wait_for("the push and its scheduled ci watch", scheduled);
+    let trace = s.the_trace();
+    let push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push")
+        .unwrap();
+    let sha = push.meta["headSha"].as_str().unwrap().to_owned();
+
+    // A check run still running is no outcome: nothing wakes.
+    let mut run = json!({"action": "created", "check_run": {"id": 7, "name": "ci / test", "head_sha": sha,
+        "status": "in_progress", "conclusion": null}});
+    let (code, text) = daemon.signed(
+        "check_run",
+        "ci-1",
+        &webhook_body("github-actions[bot]", &run),
+    );
+    assert_eq!(code, 202, "{text}");
+    assert!(text.contains("skipped"), "{text}");
+    assert!(scheduled());
+
+    run["action"] = json!("completed");
+    run["check_run"]["status"] = json!("completed");
+    run["check_run"]["conclusion"] = json!("success");
+    let (code, text) = daemon.signed(
+        "check_run",
+        "ci-2",
+        &webhook_body("github-actions[bot]", &run),
+    );
+    assert_eq!(code, 202, "{text}");
+    assert!(text.contains("1 ci watch(es) look now"), "{text}");
+    let ready = || {
+        s.the_trace().spans.iter().any(|sp| {
+            sp.step.as_str() == "notify"
+                && sp.meta.get("purpose").and_then(Value::as_str) == Some("ready")
+        })
+    };
+    wait_for("the ready notify", ready);
+    let (code, _) = daemon.stop();
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        s.traces().len(),
+        1,
+        "a ci delivery makes no trace of its own"
+    );
+}

@@ -136,6 +136,13 @@ struct FakeState {
     statuses: HashMap<String, Vec<(String, String)>>,
     check_runs: HashMap<String, Vec<(String, String, Option<String>)>>,
     permissions: HashMap<String, String>,
+    /// When set, the token is a GitHub App installation token of this app: `GET /user` is
+    /// refused (403) and rover's posts are authored by `<slug>[bot]`.
+    app_slug: Option<String>,
+    /// A CI that runs on every commit without scripted checks: the n-th such commit asked
+    /// about gets the n-th conclusion (the last repeats) as one completed check run.
+    ci_program: Vec<String>,
+    ci_assigned: Vec<String>,
     events: Vec<Value>,
     next_id: u64,
     next_event_id: u64,
@@ -146,6 +153,13 @@ struct FakeState {
 }
 
 impl FakeState {
+    /// Who the token posts as: the machine user [`BOT`], or an app's bot.
+    fn poster(&self) -> String {
+        self.app_slug
+            .as_ref()
+            .map_or_else(|| BOT.to_owned(), |slug| format!("{slug}[bot]"))
+    }
+
     fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -335,6 +349,17 @@ impl FakeGitHub {
             status.into(),
             conclusion.map(Into::into),
         ));
+    }
+
+    /// A CI for every commit pushed (see `FakeState::ci_program`): `ci / test` concludes
+    /// `conclusions[n]` on the n-th commit asked about.
+    pub fn ci_on_new_commits(&self, conclusions: &[&str]) {
+        self.st().ci_program = conclusions.iter().map(|c| (*c).to_owned()).collect();
+    }
+
+    /// Make the token an installation token of the GitHub App `slug` (see `FakeState`).
+    pub fn use_installation_token(&self, slug: &str) {
+        self.st().app_slug = Some(slug.into());
     }
 
     pub fn set_poll_interval(&self, secs: u64) {
@@ -760,6 +785,11 @@ fn route(
     headers: &HashMap<String, String>,
     payload: &Value,
 ) -> Reply {
+    if (method.as_str(), path) == ("GET", "/user") {
+        return authenticated_user(st);
+    }
+    // Who rover's writes are authored by (the token's user or app).
+    let me = st.poster();
     let prefix = format!("/repos/{REPO}");
     let Some(rest) = path.strip_prefix(&prefix) else {
         return unknown();
@@ -802,7 +832,7 @@ fn route(
             let c = CommentRec {
                 id,
                 number: i.number,
-                author: BOT.into(),
+                author: me.clone(),
                 body: body.into(),
             };
             let v = comment_json(&c, i.pr.is_some());
@@ -810,7 +840,7 @@ fn route(
             push_event(
                 st,
                 "IssueCommentEvent",
-                BOT,
+                &me,
                 json!({"action": "created", "issue": feed_issue(&i), "comment": v}),
             );
             reply(201, &v)
@@ -855,7 +885,7 @@ fn route(
                 title,
                 body: s("body"),
                 state: "open".into(),
-                author: BOT.into(),
+                author: me.clone(),
                 labels: vec![],
                 pr: Some(PrInfo {
                     head,
@@ -872,7 +902,7 @@ fn route(
             push_event(
                 st,
                 "PullRequestEvent",
-                BOT,
+                &me,
                 json!({"action": "opened", "number": number, "pull_request": minimal_pr(&rec)}),
             );
             st.issues.insert(number, rec);
@@ -909,7 +939,7 @@ fn route(
                 "COMMENT" => "COMMENTED",
                 _ => "PENDING",
             };
-            if i.author == BOT && matches!(event, "APPROVE" | "REQUEST_CHANGES") {
+            if i.author == me && matches!(event, "APPROVE" | "REQUEST_CHANGES") {
                 return fault_reply(&FaultKind::Validation(vec![
                     "Can not request changes on your own pull request".into(),
                 ]));
@@ -918,7 +948,7 @@ fn route(
             let r = ReviewRec {
                 id,
                 number: i.number,
-                author: BOT.into(),
+                author: me.clone(),
                 body: payload
                     .get("body")
                     .and_then(Value::as_str)
@@ -933,7 +963,7 @@ fn route(
             push_event(
                 st,
                 "PullRequestReviewEvent",
-                BOT,
+                &me,
                 json!({"action": "created", "pull_request": minimal_pr(&i), "review": feed_review}),
             );
             reply(200, &v)
@@ -971,7 +1001,7 @@ fn route(
                 number: i.number,
                 review_id: target.review_id,
                 in_reply_to: Some(target.id),
-                author: BOT.into(),
+                author: me.clone(),
                 body: payload
                     .get("body")
                     .and_then(Value::as_str)
@@ -984,7 +1014,7 @@ fn route(
             push_event(
                 st,
                 "PullRequestReviewCommentEvent",
-                BOT,
+                &me,
                 json!({"action": "created", "pull_request": minimal_pr(&i), "comment": v}),
             );
             reply(201, &v)
@@ -1003,7 +1033,7 @@ fn route(
             let c = CommitCommentRec {
                 id,
                 sha: (*sha).to_owned(),
-                author: BOT.into(),
+                author: me.clone(),
                 body: payload
                     .get("body")
                     .and_then(Value::as_str)
@@ -1015,7 +1045,7 @@ fn route(
             push_event(
                 st,
                 "CommitCommentEvent",
-                BOT,
+                &me,
                 json!({"action": "created", "comment": v}),
             );
             reply(201, &v)
@@ -1039,6 +1069,15 @@ fn route(
             )
         }
         ("GET", ["commits", git_ref, "check-runs"]) => {
+            if !st.check_runs.contains_key(*git_ref) && !st.ci_program.is_empty() {
+                let n = st.ci_assigned.len().min(st.ci_program.len() - 1);
+                let conclusion = st.ci_program[n].clone();
+                st.ci_assigned.push((*git_ref).to_owned());
+                st.check_runs.insert(
+                    (*git_ref).to_owned(),
+                    vec![("ci / test".into(), "completed".into(), Some(conclusion))],
+                );
+            }
             let runs = st.check_runs.get(*git_ref).cloned().unwrap_or_default();
             reply(
                 200,
@@ -1066,6 +1105,31 @@ fn route(
         }
         _ => unknown(),
     }
+}
+
+/// `GET /user`: the token's own user, with the private fields a user token sees; an
+/// installation token has no user and is refused as GitHub refuses it.
+fn authenticated_user(st: &FakeState) -> Reply {
+    if st.app_slug.is_some() {
+        return reply(
+            403,
+            &json!({"message": "Resource not accessible by integration",
+                    "documentation_url": "https://docs.github.com/rest/users/users#get-the-authenticated-user",
+                    "status": "403"}),
+        );
+    }
+    let mut me = user(BOT);
+    let extra = json!({"name": "Rover Bot", "company": null, "blog": "", "location": null,
+        "email": null, "hireable": null, "bio": null, "twitter_username": null,
+        "public_repos": 0, "public_gists": 0, "followers": 0, "following": 0,
+        "created_at": "2025-01-02T03:04:05Z", "updated_at": "2025-06-07T08:09:10Z",
+        "private_gists": 0, "total_private_repos": 0, "owned_private_repos": 0,
+        "disk_usage": 0, "collaborators": 0, "two_factor_authentication": true,
+        "plan": {"name": "free", "space": 976_562_499, "collaborators": 0, "private_repos": 10000}});
+    if let (Some(me), Some(extra)) = (me.as_object_mut(), extra.as_object()) {
+        me.extend(extra.clone());
+    }
+    reply(200, &me)
 }
 
 fn unknown() -> Reply {
