@@ -57,6 +57,11 @@ fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(
     }
 }
 
+/// A queued action no step of this rover handles (as `status` counts them).
+fn is_dead_letter(p: &crate::store::PendingAction) -> bool {
+    matches!(p.action, StepKind::Other(_) | StepKind::Event)
+}
+
 /// Whether anything of the trace is queued or running.
 fn has_work(view: &TraceView) -> bool {
     !view.pending.is_empty()
@@ -237,7 +242,7 @@ pub fn dead_letters(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitC
         .read_state()?
         .pending
         .into_iter()
-        .filter(|p| !StepKind::ALL.contains(&p.action))
+        .filter(is_dead_letter)
         .collect();
     if json {
         out.print(&format!(
@@ -279,7 +284,7 @@ pub fn dead_letter(
         .read_state()?
         .pending
         .into_iter()
-        .filter(|p| !StepKind::ALL.contains(&p.action))
+        .filter(is_dead_letter)
         .find(|p| {
             let full = p.action_id.to_string();
             full == id || (id.len() >= 8 && full.starts_with(id))
