@@ -212,7 +212,10 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
     view.spans
         .iter()
         .filter(|s| s.step == StepKind::Resolve && s.id != current && s.status.is_final())
-        .filter(|s| decision_of(s).is_some() && s.meta.get("supersededBy").is_none())
+        // A `wait` asked for another look: it decided nothing this one would repeat.
+        .filter(|s| {
+            decision_of(s).is_some_and(|d| d != "wait") && s.meta.get("supersededBy").is_none()
+        })
         .find(|s| s.timestamp >= last_commit)
         .map(|s| s.id)
 }
@@ -440,6 +443,49 @@ fn fail_finished(view: &TraceView, summary: String, why: &str) -> Finished {
     )
 }
 
+/// The resolver answered `wait` (it runs only when no workflow or commit of the trace is busy,
+/// so it waits on something outside rover, e.g. CI): a decision like the others, and a resolve
+/// of the trace scheduled `secs` later; after `max` waits the trace fails, saying so.
+fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32) -> Finished {
+    let reasoning = result.reasoning.trim();
+    let waits = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Resolve && decision_of(s) == Some("wait"))
+        .count();
+    let round = u32::try_from(waits).unwrap_or(u32::MAX).saturating_add(1);
+    if round > max {
+        let why = format!(
+            "the resolver kept answering wait ({waits} waits, the limit is {max}): {reasoning}"
+        );
+        return fail_finished(view, format!("fail: {why}"), &why)
+            .meta("decision", "fail")
+            .meta("reasoning", reasoning)
+            .meta("quickExit", "maxWaits");
+    }
+    let at = chrono::Utc::now()
+        + chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX).min(86_400 * 30));
+    let at_text = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut next = NextAction::new(
+        StepKind::Resolve,
+        format!("look again after waiting (wait {round} of at most {max}): {reasoning}"),
+    );
+    next.meta.insert(
+        crate::store::records::NOT_BEFORE_KEY.into(),
+        Value::String(at_text.clone()),
+    );
+    Finished::completed(format!("wait until {at_text}: {reasoning}"))
+        .meta("decision", "wait")
+        .meta("reasoning", reasoning)
+        .meta(
+            "wait",
+            serde_json::json!({"round": round, "max": max, "notBefore": at_text}),
+        )
+        .meta("correctiveCommands", Vec::<Value>::new())
+        .then(next)
+}
+
+/// What the resolver's answer leads to (`wait` is scheduled by [`scheduled_wait`] first).
 fn decide(
     view: &TraceView,
     mappings: &BTreeMap<String, TaskMapping>,
@@ -688,6 +734,11 @@ impl Step for ResolveStep {
             })?;
         let usage = super::agent_call::usage_meta(&answer);
         let result = answer.value;
+        if result.decision == ResolveDecision::Wait {
+            let pipeline = &self.services.config.autopilot.pipeline;
+            let finished = scheduled_wait(view, &result, pipeline.wait_secs, pipeline.max_waits);
+            return Ok(Outcome::Finished(finished.meta("agent", usage)));
+        }
         let Decided { finished, decision } = decide(view, &state.mappings, &result)?;
         // The fix the resolver asked for runs in the sandbox over the task's worktree, before
         // the retry it prepares; never on the host.

@@ -757,6 +757,66 @@ async fn resolver_fails_without_the_agent_when_retries_are_exhausted() {
     assert!(notify.error.expect("why").contains("gave up after 1"));
 }
 
+/// A resolver `wait` is a decision like the others (not an error): the span completes saying
+/// so and a resolve of the trace is scheduled; past `maxWaits` the trace fails, saying why.
+#[tokio::test]
+async fn a_resolver_wait_is_a_scheduled_look_again_bounded_by_max_waits() {
+    let mut config = RoverConfig::default();
+    config.autopilot.pipeline.wait_secs = 0;
+    config.autopilot.pipeline.max_waits = 1;
+    let script = resolve_script(&[
+        answer("wait", &json!({"reasoning": "CI is still running"})),
+        answer("wait", &json!({"reasoning": "CI is still running"})),
+    ]);
+    let w = World::new(
+        &script,
+        config,
+        None,
+        vec![task("parser")],
+        &[("parser", write("p.txt", "p\n"))],
+    );
+    let trace = w.p.submit("add a parser");
+    w.p.run_with_retries(&w.orchestrator(0)).await;
+    let view = w.p.trace(trace);
+    assert_eq!(
+        w.p.chain(trace),
+        vec![
+            "event:completed",
+            "coordinate:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "resolve:completed",
+            "notify:completed",
+        ],
+        "{:#?}",
+        view.spans.iter().map(|s| (&s.step, &s.summary)).collect::<Vec<_>>()
+    );
+    let resolves: Vec<_> = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Resolve)
+        .collect();
+    assert_eq!(resolves[0].meta["decision"], json!("wait"));
+    assert_eq!(resolves[0].meta["wait"]["round"], json!(1));
+    assert!(resolves[0].meta.get("error").is_none(), "not an error");
+    let scheduled = view
+        .actions
+        .iter()
+        .find(|a| a.action == StepKind::Resolve && a.span_id == resolves[0].id)
+        .expect("a scheduled resolve");
+    assert!(
+        scheduled.meta.contains_key("notBefore"),
+        "{:?}",
+        scheduled.meta
+    );
+    assert_eq!(resolves[1].meta["decision"], json!("fail"));
+    assert_eq!(resolves[1].meta["quickExit"], json!("maxWaits"));
+    let notify = notify_of(&w.p, trace);
+    assert_eq!(notify.purpose, NotifyPurpose::Failure);
+    assert!(notify.error.expect("why").contains("kept answering wait"));
+}
+
 #[tokio::test]
 async fn resolver_notifies_the_findings_of_a_review() {
     let script = resolve_script(&[answer(
