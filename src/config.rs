@@ -80,6 +80,10 @@ pub struct PipelineConfig {
     pub ci_poll_secs: u64,
     /// How many looks at a pull request's CI before rover stops following it.
     pub ci_max_polls: u32,
+    /// How long the worktrees, branches, containers and task mappings of an ended trace are
+    /// kept (for a person to look, or `retry`) before they are reclaimed, days. Traces with a
+    /// pushed pull request keep theirs until it is merged or closed.
+    pub retain_days: u64,
 }
 
 impl Default for PipelineConfig {
@@ -95,6 +99,7 @@ impl Default for PipelineConfig {
             follow_ci: true,
             ci_poll_secs: 300,
             ci_max_polls: 36,
+            retain_days: 7,
         }
     }
 }

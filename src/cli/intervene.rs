@@ -326,3 +326,87 @@ pub fn dead_letter(
     out.print(&format!("{summary}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `gc [--dry-run] [--json] [--retain-days N]`: what ended traces hold and when it is freed;
+/// without `--dry-run`, queue the cleanup of what is due (the daemon runs it).
+pub fn gc(
+    ctx: &Context,
+    out: &mut Output,
+    dry_run: bool,
+    json: bool,
+    retain_days: Option<u64>,
+) -> Result<ExitCode, CliError> {
+    let store = open_store(ctx)?;
+    let retain_days = retain_days.unwrap_or_else(|| {
+        ctx.project()
+            .ok()
+            .and_then(|p| crate::config::RoverConfig::load(&p.root).ok())
+            .map_or(7, |c| c.autopilot.pipeline.retain_days)
+    });
+    let (plan, queued) = if dry_run {
+        (
+            crate::steps::gc::plan(&store, crate::steps::gc::retention(retain_days), Utc::now())?,
+            Vec::new(),
+        )
+    } else {
+        crate::steps::gc::run(&store, retain_days, &actor(None))?
+    };
+    if json {
+        out.print(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "retainDays": retain_days, "dryRun": dry_run, "plan": plan,
+                "queued": queued.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            }))
+            .expect("records serialize")
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let line = |r: &crate::steps::gc::Reclaim| {
+        format!(
+            "{}  {} task(s) [{}]  ended {}  {}",
+            crate::trace::short(r.trace_id),
+            r.tasks.len(),
+            r.branches.join(", "),
+            r.ended_at.format("%Y-%m-%d %H:%M"),
+            r.label
+        )
+    };
+    let verb = if dry_run { "due now" } else { "reclaiming" };
+    out.print(&format!(
+        "{verb} (ended more than {retain_days} day(s) ago):\n"
+    ))?;
+    if plan.due.is_empty() {
+        out.print("  nothing\n")?;
+    }
+    for r in &plan.due {
+        out.print(&format!("  {}\n", line(r)))?;
+    }
+    for r in &plan.later {
+        out.print(&format!(
+            "kept until {}: {}\n",
+            r.due_at.format("%Y-%m-%d %H:%M"),
+            line(r)
+        ))?;
+    }
+    for r in &plan.open_prs {
+        out.print(&format!(
+            "kept while its pull request is open: {}\n",
+            line(r)
+        ))?;
+    }
+    if !plan.live.is_empty() {
+        out.print(&format!(
+            "{} trace(s) with work queued or running keep theirs\n",
+            plan.live.len()
+        ))?;
+    }
+    if !dry_run && !queued.is_empty() {
+        wake_daemon(
+            &store,
+            out,
+            "removes their worktrees, branches, containers and task mappings",
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

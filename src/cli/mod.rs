@@ -136,6 +136,18 @@ pub enum AutopilotCommand {
         #[arg(long)]
         by: Option<String>,
     },
+    /// Show what ended traces hold (worktrees, branches, containers, task mappings) and reclaim what is past pipeline.retainDays
+    Gc {
+        /// Only show what is due, free nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the plan as JSON
+        #[arg(long)]
+        json: bool,
+        /// Keep ended traces' resources this many days (default: pipeline.retainDays, 7)
+        #[arg(long, value_name = "DAYS")]
+        retain_days: Option<u64>,
+    },
     /// List queued actions no step handles, or drop or requeue one
     DeadLetters {
         #[command(subcommand)]
@@ -234,6 +246,11 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 intervene::close(&ctx, out, &id, "fail", Some(reason), by)
             }
             AutopilotCommand::Retry { id, by } => intervene::retry(&ctx, out, &id, by),
+            AutopilotCommand::Gc {
+                dry_run,
+                json,
+                retain_days,
+            } => intervene::gc(&ctx, out, dry_run, json, retain_days),
             AutopilotCommand::DeadLetters { command, json } => match command {
                 None => intervene::dead_letters(&ctx, out, json),
                 Some(DeadLetterCommand::Drop { id, by }) => {

@@ -235,6 +235,32 @@ async fn run(
         }
     }
 
+    // Resources of ended traces, by `pipeline.retainDays`: now, then every hour.
+    {
+        let store = store.clone();
+        let orch = orchestrator.clone();
+        let stop = shutdown.clone();
+        let retain_days = config.autopilot.pipeline.retain_days;
+        let once = options.once;
+        let first = reclaim_due(store.clone(), retain_days).await;
+        if first > 0 {
+            orch.wake();
+        }
+        if !once {
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    if reclaim_due(store.clone(), retain_days).await > 0 {
+                        orch.wake();
+                    }
+                }
+            });
+        }
+    }
+
     // SIGUSR1 (a new local request) wakes the drain loop.
     {
         let orch = orchestrator.clone();
@@ -370,6 +396,41 @@ async fn poll_loop(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Queue the cleanup of every ended trace past its retention; returns how many were queued.
+async fn reclaim_due(store: AutopilotStore, retain_days: u64) -> usize {
+    let done = tokio::task::spawn_blocking(move || {
+        crate::steps::gc::run(&store, retain_days, "rover (pipeline.retainDays)")
+    })
+    .await;
+    match done {
+        Ok(Ok((plan, queued))) => {
+            for r in &plan.due {
+                println!(
+                    "reclaiming trace {} ({} task(s), ended {}): {}",
+                    crate::trace::short(r.trace_id),
+                    r.tasks.len(),
+                    r.ended_at.format("%Y-%m-%d"),
+                    r.label
+                );
+            }
+            if !queued.is_empty() {
+                tracing::info!(
+                    traces = queued.len(),
+                    retain_days,
+                    "reclaiming ended traces"
+                );
+            }
+            queued.len()
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot plan the reclaiming of ended traces");
+            println!("warning: cannot plan the reclaiming of ended traces: {e}");
+            0
+        }
+        Err(_) => 0,
     }
 }
 

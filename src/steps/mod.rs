@@ -7,6 +7,7 @@ pub mod cleanup;
 pub mod commit;
 pub mod coordinate;
 pub mod event;
+pub mod gc;
 pub mod meta;
 pub mod noop;
 pub mod notify;

@@ -828,6 +828,112 @@ async fn a_failed_workflow_is_iterated_with_new_instructions_and_then_succeeds()
     );
 }
 
+/// What a failed trace holds (worktree, branch, container, task mapping) is kept for
+/// `pipeline.retainDays`, shown by `gc --dry-run`, then reclaimed at the next start with a span
+/// that says so; a trace whose pull request is open keeps its own.
+#[tokio::test]
+async fn an_ended_traces_worktree_branch_container_and_mapping_are_reclaimed_by_policy() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github
+        .add_issue(24, "Speed up export", "Export is slow.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 24, "title": "Speed up export", "body": "Export is slow.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Speed up export"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("speed", "Speed up the export", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Speed up the export",
+        json!({"wip.txt": "half done\n"}),
+        "failed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Speed up export", "body": null}));
+    s.answer(
+        RESOLVE,
+        resolve(
+            "fail",
+            json!({"message": "The export cannot be sped up this way."}),
+        ),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "I could not speed up the export."}),
+    );
+    s.run_until_settled(12).await;
+    let state = s.store().read_state().unwrap();
+    assert_eq!(state.task_mappings.len(), 1);
+    let mapping = state.task_mappings.values().next().unwrap().clone();
+    let worktree =
+        std::path::PathBuf::from(mapping.extra["worktreePath"].as_str().expect("a worktree"));
+    assert!(worktree.is_dir());
+    assert!(
+        !s.containers().is_empty(),
+        "the collected container is kept until then"
+    );
+    let branch_exists = |s: &Scenario| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&s.checkout)
+            .args(["rev-parse", "--verify", "--quiet"])
+            .arg(format!("refs/heads/{}", mapping.branch_name))
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(branch_exists(&s));
+
+    // Within the default retention, nothing is due.
+    let out = s.env.rover(&["autopilot", "gc", "--dry-run"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("nothing") && text.contains("kept until"),
+        "{text}"
+    );
+    let out = s.env.rover(&[
+        "autopilot",
+        "gc",
+        "--dry-run",
+        "--retain-days",
+        "0",
+        "--json",
+    ]);
+    let plan: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(plan["plan"]["due"].as_array().unwrap().len(), 1, "{plan}");
+    assert!(
+        plan["queued"].as_array().unwrap().is_empty(),
+        "a dry run frees nothing"
+    );
+    assert!(worktree.is_dir());
+
+    // With retainDays 0, the next start reclaims it.
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"retainDays": 0}}}),
+    );
+    let out = s.run_once().await;
+    assert!(
+        stdout(&out).contains("reclaiming trace"),
+        "{}",
+        stdout(&out)
+    );
+    let trace = s.the_trace();
+    let gc = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "gc")
+        .expect("a gc span");
+    assert_eq!(gc.meta["retainDays"], json!(0));
+    assert_eq!(chain(&trace).last().unwrap(), "cleanup:completed");
+    assert!(s.store().read_state().unwrap().task_mappings.is_empty());
+    assert!(!worktree.exists(), "{}", worktree.display());
+    assert!(!branch_exists(&s));
+    assert!(s.containers().is_empty(), "{:?}", s.containers());
+    // Nothing left to reclaim: another start queues nothing.
+    let out = s.run_once().await;
+    assert!(!stdout(&out).contains("reclaiming trace"));
+}
+
 /// Two tasks, the second building on the first; the first fails. The dependent waits (it
 /// neither fails nor runs) while the resolver iterates the failed task in its worktree, then
 /// builds on the iteration's branch, and one PR holds both.

@@ -790,7 +790,10 @@ async fn a_resolver_wait_is_a_scheduled_look_again_bounded_by_max_waits() {
             "notify:completed",
         ],
         "{:#?}",
-        view.spans.iter().map(|s| (&s.step, &s.summary)).collect::<Vec<_>>()
+        view.spans
+            .iter()
+            .map(|s| (&s.step, &s.summary))
+            .collect::<Vec<_>>()
     );
     let resolves: Vec<_> = view
         .spans

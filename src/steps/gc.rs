@@ -1,0 +1,174 @@
+//! Reclaiming what ended traces hold (worktrees, branches, containers, task mappings) by policy:
+//! a trace whose work is over (nothing queued or running) and whose last step finished more
+//! than `pipeline.retainDays` ago gets a `gc` span and a `cleanup` action for its tasks; the
+//! cleanup step frees them. A trace that pushed a pull request keeps its tasks while the PR may
+//! still get feedback: its merge or close cleans up (the coordinator's `cleanup`).
+//! `rover autopilot gc` runs this by hand; the daemon runs it every hour.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::meta::{self, CleanupMeta};
+use crate::store::{
+    Action, AutopilotStore, Meta, Span, SpanStatus, StepKind, StoreError, TraceView,
+};
+
+/// A trace whose resources are due (or not yet) for reclaiming.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reclaim {
+    pub trace_id: Uuid,
+    /// The workflow actions whose task mappings (worktree, branch, containers) go.
+    pub tasks: Vec<Uuid>,
+    pub branches: Vec<String>,
+    /// When the trace's last step finished.
+    pub ended_at: DateTime<Utc>,
+    /// When it is due (`ended_at` + retention).
+    pub due_at: DateTime<Utc>,
+    pub label: String,
+}
+
+/// What holds resources, grouped by trace: due now, later, and kept for an open pull request.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub due: Vec<Reclaim>,
+    pub later: Vec<Reclaim>,
+    /// Traces that pushed a pull request (cleaned up when it is merged or closed).
+    pub open_prs: Vec<Reclaim>,
+    /// Traces with work queued or running.
+    pub live: Vec<Uuid>,
+}
+
+/// Whether the trace pushed a pull request that nothing cleaned up yet.
+fn has_open_pr(view: &TraceView) -> bool {
+    let pushed = view.spans.iter().any(|s| {
+        s.step == StepKind::Push
+            && s.status == SpanStatus::Completed
+            && (s.meta.get("prUrl").is_some_and(|v| !v.is_null())
+                || s.meta.get("prNumber").is_some_and(|v| !v.is_null()))
+    });
+    let cleaned = view.spans.iter().any(|s| s.step == StepKind::Cleanup);
+    pushed && !cleaned
+}
+
+/// The retention as a duration (at most a century).
+pub fn retention(days: u64) -> Duration {
+    Duration::days(i64::try_from(days.min(36_500)).expect("bounded"))
+}
+
+/// Plan and queue what is due now, as `by`; returns the plan and the queued cleanup actions.
+pub fn run(
+    store: &AutopilotStore,
+    retain_days: u64,
+    by: &str,
+) -> Result<(Plan, Vec<Uuid>), StoreError> {
+    let plan = plan(store, retention(retain_days), Utc::now())?;
+    let queued = enqueue(store, &plan.due, by, retain_days)?;
+    Ok((plan, queued))
+}
+
+/// Which traces' resources are due for reclaiming at `now` with `retain` of retention.
+pub fn plan(
+    store: &AutopilotStore,
+    retain: Duration,
+    now: DateTime<Utc>,
+) -> Result<Plan, StoreError> {
+    let state = store.read_state()?;
+    let mut by_trace: BTreeMap<Uuid, (Vec<Uuid>, Vec<String>)> = BTreeMap::new();
+    for (key, mapping) in &state.task_mappings {
+        let Ok(action) = Uuid::parse_str(key) else {
+            continue;
+        };
+        let entry = by_trace.entry(mapping.trace_id).or_default();
+        entry.0.push(action);
+        if !entry.1.contains(&mapping.branch_name) {
+            entry.1.push(mapping.branch_name.clone());
+        }
+    }
+    let mut plan = Plan::default();
+    for (trace_id, (tasks, branches)) in by_trace {
+        if state.pending.iter().any(|p| p.trace_id == trace_id) {
+            plan.live.push(trace_id);
+            continue;
+        }
+        let view = match store.load_trace(trace_id) {
+            Ok(view) => view,
+            // A mapping of a trace this store does not hold: not ours to judge.
+            Err(StoreError::UnknownId { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let ended_at = view
+            .spans
+            .iter()
+            .filter_map(|s| s.completed)
+            .max()
+            .unwrap_or(view.index.created_at);
+        let reclaim = Reclaim {
+            trace_id,
+            tasks,
+            branches,
+            ended_at,
+            due_at: ended_at + retain,
+            label: view.index.event.clone(),
+        };
+        if has_open_pr(&view) {
+            plan.open_prs.push(reclaim);
+        } else if reclaim.due_at <= now {
+            plan.due.push(reclaim);
+        } else {
+            plan.later.push(reclaim);
+        }
+    }
+    Ok(plan)
+}
+
+/// Queue the cleanup of each due trace: a `gc` span saying who and why, producing a `cleanup`
+/// action for its tasks (run by the cleanup step). Returns the cleanup action ids.
+pub fn enqueue(
+    store: &AutopilotStore,
+    due: &[Reclaim],
+    by: &str,
+    retain_days: u64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let mut queued = Vec::new();
+    for reclaim in due {
+        let now = Utc::now();
+        let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
+        span.step = StepKind::Other("gc".into());
+        span.parent_id = Some(reclaim.trace_id);
+        span.trace_id = Some(reclaim.trace_id);
+        let summary = format!(
+            "reclaiming {} task(s) by {by}: the trace ended {} (retainDays {retain_days})",
+            reclaim.tasks.len(),
+            reclaim
+                .ended_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+        let mut meta = Meta::new();
+        meta.insert("by".into(), by.into());
+        meta.insert("retainDays".into(), retain_days.into());
+        meta.insert(
+            "tasks".into(),
+            serde_json::to_value(&reclaim.tasks).expect("uuids serialize"),
+        );
+        span.finish(SpanStatus::Completed, summary.clone(), meta, now)
+            .expect("a new span finishes");
+        let cleanup = Action::new(
+            StepKind::Cleanup,
+            &span,
+            summary,
+            meta::to_meta(&CleanupMeta {
+                tasks: reclaim.tasks.clone(),
+                branch: None,
+            }),
+            now,
+        );
+        store.intervene(&span, std::slice::from_ref(&cleanup), |_| false, None)?;
+        queued.push(cleanup.id);
+    }
+    Ok(queued)
+}
