@@ -21,7 +21,7 @@ use crate::config::RoverConfig;
 use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
 use crate::orchestrator::StepOrchestrator;
 use crate::sandbox::{DockerSandbox, Sandbox};
-use crate::steps::event::{poll_github, resume_poller};
+use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock};
 
@@ -33,6 +33,8 @@ pub struct StartOptions {
     pub local: bool,
     /// Also serve GitHub webhook deliveries on this address (`POST /github`).
     pub webhook: Option<SocketAddr>,
+    /// `--backlog N`: the first poll processes the N most recent events of the feed.
+    pub backlog: Option<usize>,
 }
 
 pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
@@ -257,9 +259,10 @@ async fn run(
         let project_id = project.id.clone();
         let settings = config.autopilot.github.poll.clone();
         let once = options.once;
-        tokio::spawn(
-            async move { poll_loop(store, project_id, gh, settings, orch, token, once).await },
-        )
+        let backlog = options.backlog;
+        tokio::spawn(async move {
+            poll_loop(store, project_id, gh, settings, backlog, orch, token, once).await;
+        })
     });
 
     let result = if options.once {
@@ -293,17 +296,22 @@ async fn run(
 }
 
 /// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits).
+#[allow(clippy::too_many_arguments, reason = "the loop's parts, passed once")]
 async fn poll_loop(
     store: AutopilotStore,
     project_id: String,
     github: Arc<dyn GitHub>,
     settings: crate::github::PollSettings,
+    backlog: Option<usize>,
     orchestrator: StepOrchestrator,
     shutdown: CancellationToken,
     once: bool,
 ) {
     let mut poller = match resume_poller(&store, settings) {
-        Ok(p) => p,
+        Ok(p) => match backlog {
+            Some(n) => p.with_backlog(n),
+            None => p,
+        },
         Err(e) => {
             tracing::error!(error = %e, "cannot read the event cursor; not polling");
             println!("error: cannot read the event cursor: {e}; not polling GitHub");
@@ -312,11 +320,21 @@ async fn poll_loop(
     };
     loop {
         match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
-            Ok(report) if !report.new_traces.is_empty() => {
-                println!("{} new event(s) from GitHub", report.new_traces.len());
-                orchestrator.wake();
+            Ok(report) => {
+                if report.backlog_skipped > 0 {
+                    let notice = backlog_notice(report.backlog_skipped);
+                    tracing::info!(skipped = report.backlog_skipped, "{notice}");
+                    println!("{notice}");
+                }
+                if let Some(gap) = &report.gap {
+                    tracing::warn!(gap = %gap, "a gap in the events feed may exist");
+                    println!("warning: a gap in the events feed may exist: {gap}");
+                }
+                if !report.new_traces.is_empty() {
+                    println!("{} new event(s) from GitHub", report.new_traces.len());
+                    orchestrator.wake();
+                }
             }
-            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "polling GitHub failed");
                 println!(

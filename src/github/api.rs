@@ -237,6 +237,9 @@ pub trait GitHub: Send + Sync {
     fn repo(&self) -> &RepoRef;
     /// Poll the events feed; `etag` from the previous page makes an unchanged feed a free 304.
     async fn list_events(&self, etag: Option<&str>) -> Result<EventsFetch, GitHubError>;
+    /// A further page of the events feed: `next` is the previous page's `Link: rel="next"` URL
+    /// (no ETag: it is page 1's).
+    async fn list_events_page(&self, next: &str) -> Result<EventsFetch, GitHubError>;
     /// An issue (pull requests are issues too).
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError>;
     /// A pull request.

@@ -21,7 +21,7 @@ use super::api::{
 };
 use super::error::GitHubError;
 use super::events::{parse_events_page, NormalizeOptions};
-use super::poll::ResponseMeta;
+use super::poll::{link_path, ResponseMeta};
 use super::settings::{
     GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
 };
@@ -360,6 +360,18 @@ impl GitHub for OctoGitHub {
         if meta.status == 304 {
             return Ok(EventsFetch::NotModified { meta });
         }
+        check_status(what, &meta, &text, Utc::now())?;
+        let page = parse_events_page(&text, &self.normalize)?;
+        Ok(EventsFetch::Page { page, meta })
+    }
+
+    async fn list_events_page(&self, next: &str) -> Result<EventsFetch, GitHubError> {
+        let what = "the events feed";
+        let path = link_path(next).ok_or_else(|| GitHubError::Malformed {
+            what: what.into(),
+            detail: format!("the next page link {next:?} is not a URL"),
+        })?;
+        let (meta, text) = self.send(what, Method::GET, &path, None, None).await?;
         check_status(what, &meta, &text, Utc::now())?;
         let page = parse_events_page(&text, &self.normalize)?;
         Ok(EventsFetch::Page { page, meta })

@@ -26,6 +26,8 @@ pub const TOKEN: &str = "ghp_faketoken0123456789abcdefghijklmn";
 pub const REPO: &str = "octo-org/widgets";
 /// The login the token belongs to (what rover posts as).
 pub const BOT: &str = "rover-bot";
+/// The repository's numeric id (what the feed's `Link` header names).
+pub const REPO_ID: u64 = 316_335_970;
 const RATE_LIMIT: u64 = 5000;
 const RESET_EPOCH: i64 = 1_900_000_000;
 
@@ -337,6 +339,16 @@ impl FakeGitHub {
         ));
     }
 
+    /// Set how many requests the rate limit has left.
+    pub fn set_rate_remaining(&self, remaining: u64) {
+        self.st().rate_remaining = remaining;
+    }
+
+    /// Drop every event from the feed (GitHub drops events older than 30 days, and keeps 300).
+    pub fn clear_events(&self) {
+        self.st().events.clear();
+    }
+
     pub fn set_poll_interval(&self, secs: u64) {
         self.st().poll_interval = secs;
     }
@@ -586,6 +598,36 @@ fn error(status: u16, message: &str) -> Reply {
     )
 }
 
+/// GitHub's `Link` header for page `page` of `last`: absolute URLs that keep the request's other
+/// query parameters and put `page` last, in the order `prev`, `next`, `last`, `first`.
+fn link_header(path: &str, query: &str, page: usize, last: usize) -> Option<String> {
+    if last <= 1 {
+        return None;
+    }
+    let others: Vec<&str> = query
+        .split('&')
+        .filter(|kv| !kv.is_empty() && !kv.starts_with("page="))
+        .collect();
+    let url = |p: usize| {
+        let mut q = others.clone();
+        let page = format!("page={p}");
+        q.push(&page);
+        format!("<https://api.github.com{path}?{}>", q.join("&"))
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(format!("{}; rel=\"prev\"", url(page - 1)));
+    }
+    if page < last {
+        links.push(format!("{}; rel=\"next\"", url(page + 1)));
+        links.push(format!("{}; rel=\"last\"", url(last)));
+    }
+    if page > 1 {
+        links.push(format!("{}; rel=\"first\"", url(1)));
+    }
+    Some(links.join(", "))
+}
+
 fn paginate(items: Vec<Value>, query: &str, path: &str) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|p| p.parse().ok())
@@ -602,14 +644,8 @@ fn paginate(items: Vec<Value>, query: &str, path: &str) -> Reply {
         .take(per_page)
         .collect();
     let mut r = reply(200, &Value::Array(slice));
-    if page < last {
-        let link = |p: usize, rel: &str| {
-            format!("<https://api.github.com{path}?per_page={per_page}&page={p}>; rel=\"{rel}\"")
-        };
-        r.headers.push((
-            "link".into(),
-            format!("{}, {}", link(page + 1, "next"), link(last, "last")),
-        ));
+    if let Some(link) = link_header(path, query, page, last) {
+        r.headers.push(("link".into(), link));
     }
     r
 }
@@ -760,6 +796,10 @@ fn route(
     headers: &HashMap<String, String>,
     payload: &Value,
 ) -> Reply {
+    // The feed's `Link` header names the repository by id, as GitHub's does.
+    if method == Method::GET && path == format!("/repositories/{REPO_ID}/events") {
+        return events(st, query, headers, path);
+    }
     let prefix = format!("/repos/{REPO}");
     let Some(rest) = path.strip_prefix(&prefix) else {
         return unknown();
@@ -767,7 +807,12 @@ fn route(
     let seg: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
     let num = |s: &str| s.parse::<u64>().ok();
     match (method.as_str(), seg.as_slice()) {
-        ("GET", ["events"]) => events(st, query, headers, path),
+        ("GET", ["events"]) => events(
+            st,
+            query,
+            headers,
+            &format!("/repositories/{REPO_ID}/events"),
+        ),
         ("GET", ["issues", n]) => match num(n).and_then(|n| st.issues.get(&n)) {
             Some(i) => {
                 let count = st.comments.iter().filter(|c| c.number == i.number).count();
