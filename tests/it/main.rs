@@ -12,6 +12,7 @@ mod demo;
 mod git;
 mod github;
 mod inspect;
+mod intake;
 mod orchestrator;
 mod proof;
 mod real_cli;
