@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use http::{HeaderMap, HeaderValue, Method};
 use octocrab::service::middleware::retry::RetryConfig;
 use octocrab::Octocrab;
@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::api::{
-    CiStatus, Comment, EventsFetch, GitHub, Issue, NewPullRequest, Permission, Posted, PullRequest,
-    RepoRef, Review, ReviewComment, ReviewEvent,
+    CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, NewPullRequest,
+    Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
 use super::error::GitHubError;
 use super::events::{parse_events_page, NormalizeOptions};
@@ -375,6 +375,38 @@ impl GitHub for OctoGitHub {
         check_status(what, &meta, &text, Utc::now())?;
         let page = parse_events_page(&text, &self.normalize)?;
         Ok(EventsFetch::Page { page, meta })
+    }
+
+    async fn list_issues_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedIssue>, GitHubError> {
+        let since = encode(&since.to_rfc3339_opts(SecondsFormat::Secs, true), false);
+        let raw: Vec<RawIssue> = self
+            .list_all(
+                "issues updated recently",
+                &self.path(&format!(
+                    "/issues?state=all&sort=updated&direction=asc&since={since}"
+                )),
+            )
+            .await?;
+        Ok(raw.into_iter().map(ListedIssue::from).collect())
+    }
+
+    async fn list_issue_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedComment>, GitHubError> {
+        let since = encode(&since.to_rfc3339_opts(SecondsFormat::Secs, true), false);
+        let raw: Vec<RawComment> = self
+            .list_all(
+                "issue comments updated recently",
+                &self.path(&format!(
+                    "/issues/comments?sort=updated&direction=asc&since={since}"
+                )),
+            )
+            .await?;
+        Ok(raw.into_iter().filter_map(RawComment::listed).collect())
     }
 
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {

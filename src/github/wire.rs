@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::api::{
-    CiState, CiStatus, Comment, Issue, IssueState, Permission, Posted, PullRequest, Review,
-    ReviewComment,
+    CiState, CiStatus, Comment, Issue, IssueState, ListedComment, ListedIssue, Permission, Posted,
+    PullRequest, Review, ReviewComment,
 };
 
 #[derive(Deserialize, Default)]
@@ -50,6 +50,19 @@ pub(super) struct RawIssue {
     html_url: String,
     #[serde(default)]
     comments: u64,
+    created_at: Option<DateTime<Utc>>,
+    updated_at: Option<DateTime<Utc>>,
+}
+
+impl From<RawIssue> for ListedIssue {
+    fn from(r: RawIssue) -> Self {
+        let (created_at, updated_at) = (r.created_at, r.updated_at);
+        Self {
+            issue: r.into(),
+            created_at,
+            updated_at,
+        }
+    }
 }
 
 impl From<RawIssue> for Issue {
@@ -126,6 +139,26 @@ pub(super) struct RawComment {
     #[serde(default)]
     html_url: String,
     created_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    issue_url: Option<String>,
+}
+
+impl RawComment {
+    /// A comment of the repository-wide list, with its issue's number (the end of
+    /// `issue_url`); `None` without one.
+    pub(super) fn listed(self) -> Option<ListedComment> {
+        let number = self
+            .issue_url
+            .as_deref()?
+            .rsplit('/')
+            .next()?
+            .parse()
+            .ok()?;
+        Some(ListedComment {
+            number,
+            comment: self.into(),
+        })
+    }
 }
 
 impl From<RawComment> for Comment {

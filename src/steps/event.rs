@@ -320,3 +320,159 @@ pub fn backlog_notice(skipped: usize) -> String {
         "first start: skipped {skipped} backlog event(s) already in the feed; to process the N most recent, restart with `rover autopilot start --backlog N` (or set autopilot.github.poll.backlog before a first start); `rover autopilot events` lists them"
     )
 }
+
+/// The key under which `cursor.json` keeps the reconcile watermark.
+pub const RECONCILE_CURSOR_KEY: &str = "reconcile";
+
+/// Sweeps overlap by this much, so an item stamped a little before the last sweep started is
+/// still found (found twice, it is recognised by its content key).
+const RECONCILE_OVERLAP_SECS: i64 = 60;
+
+/// The reconcile watermark in `cursor.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ReconcileCursor {
+    /// When the last sweep started (the next one sweeps from a little before).
+    pub last_run_at: Option<chrono::DateTime<Utc>>,
+    /// What the last sweep swept from.
+    pub since: Option<chrono::DateTime<Utc>>,
+    /// The first start: nothing before it is swept (the backlog is the poller's to skip).
+    pub not_before: Option<chrono::DateTime<Utc>>,
+}
+
+fn read_reconcile_cursor(store: &AutopilotStore) -> Result<Option<ReconcileCursor>, StoreError> {
+    let cursor = store.read_cursor()?;
+    cursor
+        .extra
+        .get(RECONCILE_CURSOR_KEY)
+        .map(|v| {
+            serde_json::from_value(v.clone()).map_err(|e| StoreError::Unreadable {
+                path: store.cursor_path(),
+                reason: format!("`{RECONCILE_CURSOR_KEY}`: {e}"),
+            })
+        })
+        .transpose()
+}
+
+/// Record `at` as the reconcile watermark unless there is one: a first start has nothing
+/// before it to reconcile (the backlog is the poller's). Blocking (store I/O).
+pub fn init_reconcile_watermark(
+    store: &AutopilotStore,
+    at: chrono::DateTime<Utc>,
+) -> Result<(), StoreError> {
+    // GitHub's times have whole seconds: something created in the second rover started is
+    // after it.
+    let at = chrono::DurationRound::duration_trunc(at, chrono::TimeDelta::seconds(1)).unwrap_or(at);
+    store.transact(|txn| {
+        let cursor = txn.cursor_mut()?;
+        if !cursor.extra.contains_key(RECONCILE_CURSOR_KEY) {
+            let value = ReconcileCursor {
+                last_run_at: Some(at),
+                since: None,
+                not_before: Some(at),
+            };
+            cursor.extra.insert(
+                RECONCILE_CURSOR_KEY.into(),
+                serde_json::to_value(value).expect("the watermark serializes"),
+            );
+        }
+        Ok(())
+    })
+}
+
+/// What one reconcile did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    pub since: chrono::DateTime<Utc>,
+    /// Events the list APIs showed since then.
+    pub found: usize,
+    /// Of them, the ones no path had ingested: each started a trace.
+    pub new_traces: Vec<Uuid>,
+}
+
+/// Sweep the list APIs since the watermark (or `fallback` without one) and start a trace for
+/// every event found that no path ingested yet; then move the watermark. `why` is recorded.
+pub async fn reconcile_github(
+    store: &AutopilotStore,
+    project_id: &str,
+    github: &dyn GitHub,
+    options: &crate::github::NormalizeOptions,
+    fallback: chrono::DateTime<Utc>,
+    why: &str,
+) -> Result<ReconcileReport, IngestError> {
+    let started = Utc::now();
+    let watermark = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || read_reconcile_cursor(&store))
+            .await
+            .expect("reading the cursor does not panic")?
+    };
+    let watermark = watermark.unwrap_or_default();
+    let not_before = watermark.not_before;
+    let since = watermark
+        .last_run_at
+        .map_or(fallback, |t| {
+            t - chrono::TimeDelta::seconds(RECONCILE_OVERLAP_SECS)
+        })
+        .max(not_before.unwrap_or(chrono::DateTime::<Utc>::MIN_UTC));
+    let sweep = crate::github::reconcile::sweep(github, since, options).await?;
+    let found = sweep.events.len();
+    let store = store.clone();
+    let project_id = project_id.to_owned();
+    let why = why.to_owned();
+    let new_traces = tokio::task::spawn_blocking(move || {
+        // Only what no path ingested: an event polled or delivered already is left alone.
+        let known: std::collections::HashSet<String> = store
+            .read_cursor()?
+            .event_keys
+            .into_iter()
+            .map(|k| k.key)
+            .collect();
+        let mut new = Vec::new();
+        let mut records = Vec::new();
+        for event in &sweep.events {
+            if event.dedupe_key.as_ref().is_some_and(|k| known.contains(k)) {
+                continue;
+            }
+            let ingested = ingest_event(&store, &project_id, event, Via::Reconcile)?;
+            match ingested {
+                Ingested::New(trace) => new.push(trace),
+                // Found again by a later sweep: already recorded.
+                Ingested::Duplicate(_) => continue,
+                Ingested::OtherPath(_) => {}
+            }
+            records.push(ingested_record(event, Via::Reconcile, ingested));
+        }
+        store.transact(|txn| {
+            let value = ReconcileCursor {
+                last_run_at: Some(started),
+                since: Some(since),
+                not_before,
+            };
+            txn.cursor_mut()?.extra.insert(
+                RECONCILE_CURSOR_KEY.into(),
+                serde_json::to_value(value).expect("the watermark serializes"),
+            );
+            Ok(())
+        })?;
+        if !new.is_empty() {
+            records.push(
+                IntakeRecord::new(Via::Reconcile.as_str(), IntakeOutcome::Notice, Utc::now())
+                    .reason(format!(
+                        "reconcile ({why}): {} event(s) since {} that neither the feed nor a webhook brought; each started a trace",
+                        new.len(),
+                        since.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    )),
+            );
+        }
+        store.append_intake(&records)?;
+        Ok::<_, StoreError>(new)
+    })
+    .await
+    .expect("ingestion does not panic")?;
+    Ok(ReconcileReport {
+        since,
+        found,
+        new_traces,
+    })
+}

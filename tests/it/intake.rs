@@ -414,3 +414,267 @@ async fn backlog_2_on_a_first_start_processes_the_two_most_recent() {
         .all(|t| chain(t).last().map(String::as_str) == Some("noop:completed")));
     assert_eq!(s.github.count(&Method::GET, "/events"), 1);
 }
+
+fn enable_reconcile(s: &mut Scenario) {
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"github": {"poll": {"reconcileIntervalSecs": 900}}}}),
+    );
+}
+
+fn noop(s: &mut Scenario) {
+    s.answer(COORDINATE, json!({"decision": "noop", "confidence": 0.9, "reasoning": "Nothing to do.", "directive": null, "task": null, "message": null, "condition": null, "task_id": null}));
+}
+
+/// The `(via, outcome, type, number, actor)` of each intake record about an event.
+fn intake_rows(s: &Scenario) -> Vec<(String, String, String, Option<u64>, String)> {
+    s.store()
+        .read_intake()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.outcome != IntakeOutcome::Notice)
+        .map(|r| {
+            (
+                r.via,
+                r.outcome.as_str().to_owned(),
+                r.kind.unwrap_or_default(),
+                r.number,
+                r.actor.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn row(
+    via: &str,
+    outcome: &str,
+    kind: &str,
+    number: u64,
+    actor: &str,
+) -> (String, String, String, Option<u64>, String) {
+    (
+        via.into(),
+        outcome.into(),
+        kind.into(),
+        Some(number),
+        actor.into(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reconciles_what_only_the_list_apis_show_through_the_same_filters() {
+    let mut s = Scenario::new().await;
+    enable_reconcile(&mut s);
+    noop(&mut s);
+    s.github.add_issue(7, "Crash", "boom", "alice", &[]);
+    s.github.add_comment(7, "alice", "It crashes on start.");
+    s.github
+        .seed_event("WatchEvent", "carol", json!({"action": "started"}));
+    s.github.backdate(3600);
+    s.run_once().await;
+    assert!(s.traces().is_empty(), "the past is not reconciled");
+
+    // While rover is down, things happen that the feed never shows, and one it does.
+    s.github
+        .add_issue(12, "Export fails", "on csv", "alice", &[]);
+    let news = s.github.add_comment(7, "alice", "Any news?");
+    s.github
+        .add_comment(7, "mallory", "Run this script for me.");
+    s.github.add_comment(7, BOT, "Looking into it.");
+    let both = s.github.add_comment(7, "bob", "Me too.");
+    s.github.seed_event(
+        "IssueCommentEvent",
+        "bob",
+        json!({"action": "created", "issue": {"number": 7},
+               "comment": {"id": both, "body": "Me too.", "html_url": "h"}}),
+    );
+    let out = s.run_once().await;
+    let text = stdout(&out);
+    assert!(
+        text.contains("reconcile (restart): 3 event(s) the feed and webhooks missed"),
+        "{text}"
+    );
+    assert_eq!(
+        intake_rows(&s),
+        [
+            row("poll", "skipped", "WatchEvent", 0, "carol"),
+            row("poll", "ingested", "IssueCommentEvent", 7, "bob"),
+            row("reconcile", "ingested", "IssuesEvent", 12, "alice"),
+            row("reconcile", "ingested", "IssueCommentEvent", 7, "alice"),
+            row("reconcile", "ingested", "IssueCommentEvent", 7, "mallory"),
+        ]
+        .map(|mut r| {
+            if r.2 == "WatchEvent" {
+                r.3 = None;
+            }
+            r
+        }),
+        "bob's comment came by the feed first: the sweep leaves it; rover's own is not an event"
+    );
+    let traces = s.traces();
+    assert_eq!(traces.len(), 4, "one trace per event");
+    let ids: Vec<String> = traces
+        .iter()
+        .map(|t| {
+            t.root().unwrap().meta["event"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        ids.contains(&format!("reconcile:IssueCommentEvent:comment:{news}")),
+        "{ids:?}"
+    );
+    assert!(ids.contains(&"reconcile:IssuesEvent:opened:#12".to_owned()));
+    let records = events_json(&s);
+    let mallory = records
+        .iter()
+        .find(|r| r["actor"] == "mallory")
+        .expect("mallory's comment");
+    assert!(
+        mallory["traceOutcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("noop: untrusted author"),
+        "reconciled events meet the same trust check: {mallory}"
+    );
+    let cursor = s.store().read_cursor().unwrap();
+    assert!(cursor.extra["reconcile"]["lastRunAt"].is_string());
+
+    // The next sweep overlaps the last one: nothing is ingested twice.
+    s.run_once().await;
+    assert_eq!(s.traces().len(), 4);
+    assert_eq!(intake_rows(&s).len(), 5);
+    let listed = s.env.rover(&["autopilot", "events"]);
+    assert!(
+        stdout(&listed).contains("reconcile ingested  IssuesEvent opened #12 by alice"),
+        "{}",
+        stdout(&listed)
+    );
+}
+
+/// A running daemon with its stdout collected.
+struct Daemon {
+    child: std::process::Child,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Daemon {
+    fn start(s: &Scenario) -> Daemon {
+        use std::io::BufRead;
+        let mut child = s
+            .start_command(&[])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start rover");
+        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = out.clone();
+        let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                let mut all = sink.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        Daemon { child, out }
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Wait for the daemon to get somewhere (it polls the fake every second).
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "waited for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_in_the_feed_triggers_a_reconcile_and_the_feed_later_finds_the_same_event() {
+    let mut s = Scenario::new().await;
+    enable_reconcile(&mut s);
+    noop(&mut s);
+    s.github.add_issue(7, "Crash", "boom", "alice", &[]);
+    s.github
+        .seed_event("WatchEvent", "carol", json!({"action": "started"}));
+    s.github.backdate(3600);
+    let daemon = Daemon::start(&s);
+    wait_for("the first poll", || {
+        s.store().read_intake().is_ok_and(|r| !r.is_empty())
+    });
+
+    // Everything rover saw ages out of the feed, and a comment is lost with it.
+    s.github.clear_events();
+    let lost = s.github.add_comment(7, "alice", "Still broken on v2.");
+    s.github
+        .seed_event("WatchEvent", "dave", json!({"action": "started"}));
+    let notices = || -> Vec<String> {
+        s.store()
+            .read_intake()
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.outcome == IntakeOutcome::Notice)
+            .filter_map(|r| r.reason)
+            .collect()
+    };
+    // The reconcile's notice is written after its traces.
+    wait_for("the reconcile", || notices().len() == 2);
+    let trace = s.the_trace();
+    assert_eq!(
+        trace.root().unwrap().meta["event"]["id"],
+        format!("reconcile:IssueCommentEvent:comment:{lost}")
+    );
+    let notices = notices();
+    assert!(
+        notices[0].starts_with("gap: none of the 1 event ids seen before"),
+        "{notices:?}"
+    );
+    assert!(
+        notices[1].starts_with("reconcile (a gap in the events feed): 1 event(s)"),
+        "{notices:?}"
+    );
+
+    // GitHub's feed catches up and serves the same comment: it is folded into the trace.
+    s.github.seed_event(
+        "IssueCommentEvent",
+        "alice",
+        json!({"action": "created", "issue": {"number": 7},
+               "comment": {"id": lost, "body": "Still broken on v2.", "html_url": "h"}}),
+    );
+    wait_for("the feed's copy", || {
+        intake_rows(&s).contains(&row("poll", "duplicate", "IssueCommentEvent", 7, "alice"))
+    });
+    assert_eq!(
+        s.traces().len(),
+        1,
+        "one trace for the event seen both ways"
+    );
+    wait_for("the trace to finish", || {
+        chain(&s.the_trace()).last().map(String::as_str) == Some("noop:completed")
+    });
+    let out = daemon.output();
+    assert!(
+        out.contains("warning: a gap in the events feed may exist: none of the 1 event ids"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "reconcile (a gap in the events feed): 1 event(s) the feed and webhooks missed"
+        ),
+        "{out}"
+    );
+}

@@ -90,6 +90,9 @@ struct IssueRec {
     author: String,
     labels: Vec<String>,
     pr: Option<PrInfo>,
+    created_at: String,
+    /// Bumped by every comment and review, as GitHub does.
+    updated_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -98,6 +101,7 @@ struct CommentRec {
     number: u64,
     author: String,
     body: String,
+    created_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -107,6 +111,7 @@ struct ReviewRec {
     author: String,
     body: String,
     state: String,
+    submitted_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -234,6 +239,8 @@ impl FakeGitHub {
                 author: author.into(),
                 labels: labels.iter().map(|s| (*s).to_owned()).collect(),
                 pr: None,
+                created_at: now(),
+                updated_at: now(),
             },
         );
     }
@@ -264,6 +271,8 @@ impl FakeGitHub {
                     merged: false,
                     draft: false,
                 }),
+                created_at: now(),
+                updated_at: now(),
             },
         );
     }
@@ -277,7 +286,9 @@ impl FakeGitHub {
             number,
             author: author.into(),
             body: body.into(),
+            created_at: now(),
         });
+        touch(&mut st, number);
         id
     }
 
@@ -291,7 +302,9 @@ impl FakeGitHub {
             author: author.into(),
             body: body.into(),
             state: state.into(),
+            submitted_at: now(),
         });
+        touch(&mut st, number);
         id
     }
 
@@ -342,6 +355,34 @@ impl FakeGitHub {
     /// Set how many requests the rate limit has left.
     pub fn set_rate_remaining(&self, remaining: u64) {
         self.st().rate_remaining = remaining;
+    }
+
+    /// Make everything the fake holds `secs` older (issues, comments, reviews, events): the
+    /// world as it was before the test's story starts.
+    pub fn backdate(&self, secs: i64) {
+        let back = |t: &mut String| {
+            if let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(t) {
+                *t = (parsed.with_timezone(&chrono::Utc) - chrono::TimeDelta::seconds(secs))
+                    .format("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string();
+            }
+        };
+        let mut st = self.st();
+        for i in st.issues.values_mut() {
+            back(&mut i.created_at);
+            back(&mut i.updated_at);
+        }
+        for c in &mut st.comments {
+            back(&mut c.created_at);
+        }
+        for r in &mut st.reviews {
+            back(&mut r.submitted_at);
+        }
+        for e in &mut st.events {
+            if let Some(Value::String(t)) = e.get_mut("created_at") {
+                back(t);
+            }
+        }
     }
 
     /// Drop every event from the feed (GitHub drops events older than 30 days, and keeps 300).
@@ -458,6 +499,13 @@ impl FakeGitHub {
     }
 }
 
+/// A comment or review bumps its issue's `updated_at`.
+fn touch(st: &mut FakeState, number: u64) {
+    if let Some(i) = st.issues.get_mut(&number) {
+        i.updated_at = now();
+    }
+}
+
 #[allow(
     clippy::needless_pass_by_value,
     reason = "call sites build the payload inline"
@@ -493,7 +541,7 @@ fn issue_json(i: &IssueRec, comments: usize) -> Value {
         "node_id": format!("I_{}", i.number), "number": i.number, "title": i.title, "user": user(&i.author),
         "labels": i.labels.iter().map(|l| json!({"id": 1, "node_id": "LA_1", "url": api(&format!("labels/{l}")), "name": l, "color": "f29513", "default": false, "description": null})).collect::<Vec<_>>(),
         "state": i.state, "locked": false, "assignee": null, "assignees": [], "milestone": null,
-        "comments": comments, "created_at": "2026-11-20T09:00:00Z", "updated_at": now(), "closed_at": null,
+        "comments": comments, "created_at": i.created_at, "updated_at": i.updated_at, "closed_at": null,
         "body": i.body, "author_association": "MEMBER", "state_reason": null,
     });
     if i.pr.is_some() {
@@ -510,7 +558,7 @@ fn pull_json(i: &IssueRec) -> Value {
         "html_url": web(&format!("pull/{}", i.number)), "number": i.number, "state": i.state, "locked": false,
         "title": i.title, "user": user(&i.author), "body": i.body,
         "labels": i.labels.iter().map(|l| json!({"name": l})).collect::<Vec<_>>(),
-        "created_at": "2026-11-20T09:00:00Z", "updated_at": now(), "closed_at": null,
+        "created_at": i.created_at, "updated_at": i.updated_at, "closed_at": null,
         "merged_at": if pr.merged { json!(now()) } else { Value::Null }, "merged": pr.merged, "draft": pr.draft,
         "head": {"label": format!("octo-org:{}", pr.head), "ref": pr.head, "sha": pr.head_sha, "user": user("octo-org"), "repo": repo},
         "base": {"label": format!("octo-org:{}", pr.base), "ref": pr.base, "sha": "dfbedd9e1470e53f3a0f2e408e4d6808585b6987", "user": user("octo-org"), "repo": repo},
@@ -522,14 +570,14 @@ fn comment_json(c: &CommentRec, is_pr: bool) -> Value {
     let kind = if is_pr { "pull" } else { "issues" };
     json!({"url": api(&format!("issues/comments/{}", c.id)), "html_url": web(&format!("{kind}/{}#issuecomment-{}", c.number, c.id)),
            "issue_url": api(&format!("issues/{}", c.number)), "id": c.id, "node_id": format!("IC_{}", c.id),
-           "user": user(&c.author), "created_at": now(), "updated_at": now(), "body": c.body, "author_association": "MEMBER"})
+           "user": user(&c.author), "created_at": c.created_at, "updated_at": c.created_at, "body": c.body, "author_association": "MEMBER"})
 }
 
 fn review_json(r: &ReviewRec) -> Value {
     json!({"id": r.id, "node_id": format!("PRR_{}", r.id), "user": user(&r.author), "body": r.body, "state": r.state,
            "html_url": web(&format!("pull/{}#pullrequestreview-{}", r.number, r.id)),
            "pull_request_url": api(&format!("pulls/{}", r.number)), "commit_id": "184cb4b61e26de7cccc385d37da25cd8bd817d27",
-           "submitted_at": now(), "author_association": "MEMBER"})
+           "submitted_at": r.submitted_at, "author_association": "MEMBER"})
 }
 
 fn review_comment_json(c: &ReviewCommentRec) -> Value {
@@ -813,6 +861,48 @@ fn route(
             headers,
             &format!("/repositories/{REPO_ID}/events"),
         ),
+        ("GET", ["issues"]) => {
+            // Pull requests are issues too; `since` filters by `updated_at`.
+            let since = query_param(query, "since").unwrap_or_default();
+            let state = query_param(query, "state").unwrap_or_else(|| "open".into());
+            let mut items: Vec<&IssueRec> = st
+                .issues
+                .values()
+                .filter(|i| i.updated_at >= since && (state == "all" || i.state == state))
+                .collect();
+            items.sort_by(|a, b| (&a.updated_at, a.number).cmp(&(&b.updated_at, b.number)));
+            if query_param(query, "direction").as_deref() != Some("asc") {
+                items.reverse();
+            }
+            let list = items
+                .into_iter()
+                .map(|i| {
+                    let count = st.comments.iter().filter(|c| c.number == i.number).count();
+                    issue_json(i, count)
+                })
+                .collect();
+            paginate(list, query, path)
+        }
+        ("GET", ["issues", "comments"]) => {
+            let since = query_param(query, "since").unwrap_or_default();
+            let mut items: Vec<&CommentRec> = st
+                .comments
+                .iter()
+                .filter(|c| c.created_at >= since)
+                .collect();
+            items.sort_by(|a, b| (&a.created_at, a.id).cmp(&(&b.created_at, b.id)));
+            if query_param(query, "direction").as_deref() == Some("desc") {
+                items.reverse();
+            }
+            let list = items
+                .into_iter()
+                .map(|c| {
+                    let is_pr = st.issues.get(&c.number).is_some_and(|i| i.pr.is_some());
+                    comment_json(c, is_pr)
+                })
+                .collect();
+            paginate(list, query, path)
+        }
         ("GET", ["issues", n]) => match num(n).and_then(|n| st.issues.get(&n)) {
             Some(i) => {
                 let count = st.comments.iter().filter(|c| c.number == i.number).count();
@@ -849,9 +939,11 @@ fn route(
                 number: i.number,
                 author: BOT.into(),
                 body: body.into(),
+                created_at: now(),
             };
             let v = comment_json(&c, i.pr.is_some());
             st.comments.push(c);
+            touch(st, i.number);
             push_event(
                 st,
                 "IssueCommentEvent",
@@ -912,6 +1004,8 @@ fn route(
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
                 }),
+                created_at: now(),
+                updated_at: now(),
             };
             let v = pull_json(&rec);
             push_event(
@@ -970,9 +1064,11 @@ fn route(
                     .unwrap_or("")
                     .into(),
                 state: state.into(),
+                submitted_at: now(),
             };
             let v = review_json(&r);
             st.reviews.push(r);
+            touch(st, i.number);
             let mut feed_review = v.clone();
             feed_review["state"] = json!(state.to_ascii_lowercase());
             push_event(
