@@ -203,7 +203,7 @@ async fn github(
         }
         Ok(Ok(Ingested::OtherPath(trace))) => (
             StatusCode::OK,
-            format!("duplicate event: already ingested by polling as trace {trace}\n"),
+            format!("duplicate event: already ingested by polling or reconcile as trace {trace}\n"),
         ),
         Ok(Err(e)) => {
             tracing::error!(delivery = %delivery, error = %e, "cannot store a webhook delivery");

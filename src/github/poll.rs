@@ -43,8 +43,8 @@ pub struct PollSettings {
     /// With `skip_backlog`, still process this many of the most recent backlog events on the
     /// very first poll (`rover autopilot start --backlog N`).
     pub backlog: usize,
-    /// How often to sweep the list APIs for events the feed may have missed (seconds; 0: never
-    /// periodically, still after a restart and after a gap).
+    /// How often to sweep the list APIs for events the feed may have missed (seconds); they are
+    /// swept after a restart and after a gap too. 0 turns reconcile off.
     pub reconcile_interval_secs: u64,
 }
 
