@@ -6,6 +6,7 @@
 //! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
 
 mod console;
+pub mod reconcile;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -21,9 +22,7 @@ use crate::config::RoverConfig;
 use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
 use crate::orchestrator::StepOrchestrator;
 use crate::sandbox::{DockerSandbox, Sandbox};
-use crate::steps::event::{
-    backlog_notice, init_reconcile_watermark, poll_github, reconcile_github, resume_poller,
-};
+use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock};
 
@@ -316,8 +315,6 @@ async fn poll_loop(
     shutdown: CancellationToken,
     once: bool,
 ) {
-    let reconcile_every = Duration::from_secs(settings.reconcile_interval_secs);
-    let reconcile = settings.reconcile_interval_secs > 0;
     let mut poller = match resume_poller(&store, settings) {
         Ok(p) => match backlog {
             Some(n) => p.with_backlog(n),
@@ -332,16 +329,17 @@ async fn poll_loop(
     // A restart sweeps what happened while rover was down; a first start has nothing before it
     // (the backlog is the poller's), so the sweeps start from now.
     let restart = poller.cursor().primed;
-    let mut reconcile_why = (reconcile && restart).then(|| "restart".to_owned());
-    if reconcile && !restart {
+    let mut reconciler = reconcile::Reconciler::new(poller.settings(), restart);
+    if reconciler.enabled() && !restart {
         let store = store.clone();
         let now = chrono::Utc::now();
-        let init = tokio::task::spawn_blocking(move || init_reconcile_watermark(&store, now)).await;
+        let init =
+            tokio::task::spawn_blocking(move || reconcile::init_reconcile_watermark(&store, now))
+                .await;
         if let Ok(Err(e)) = init {
             tracing::warn!(error = %e, "cannot record the reconcile watermark");
         }
     }
-    let mut next_reconcile = std::time::Instant::now() + reconcile_every;
     loop {
         match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
             Ok(report) => {
@@ -353,9 +351,7 @@ async fn poll_loop(
                 if let Some(gap) = &report.gap {
                     tracing::warn!(gap = %gap, "a gap in the events feed may exist");
                     println!("warning: a gap in the events feed may exist: {gap}");
-                    if reconcile {
-                        reconcile_why = Some("a gap in the events feed".into());
-                    }
+                    reconciler.on_gap();
                 }
                 if !report.new_traces.is_empty() {
                     println!("{} new event(s) from GitHub", report.new_traces.len());
@@ -370,42 +366,11 @@ async fn poll_loop(
                 );
             }
         }
-        if reconcile && reconcile_why.is_none() && std::time::Instant::now() >= next_reconcile {
-            reconcile_why = Some("periodic".into());
-        }
-        if let Some(why) = reconcile_why.take() {
-            let fallback = chrono::Utc::now()
-                - chrono::TimeDelta::from_std(reconcile_every).unwrap_or(chrono::TimeDelta::MAX);
-            match reconcile_github(
-                &store,
-                &project_id,
-                github.as_ref(),
-                &normalize,
-                fallback,
-                &why,
-            )
+        if reconciler
+            .run_if_due(&store, &project_id, github.as_ref(), &normalize)
             .await
-            {
-                Ok(report) => {
-                    tracing::info!(why = %why, since = %report.since, found = report.found, new = report.new_traces.len(), "reconciled with the list APIs");
-                    if !report.new_traces.is_empty() {
-                        println!(
-                            "reconcile ({why}): {} event(s) the feed and webhooks missed",
-                            report.new_traces.len()
-                        );
-                        orchestrator.wake();
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, why = %why, "reconciling with GitHub failed");
-                    println!(
-                        "warning: reconciling with GitHub failed: {}; retrying after the next poll",
-                        crate::cli::error_chain(&e)
-                    );
-                    reconcile_why = Some(why);
-                }
-            }
-            next_reconcile = std::time::Instant::now() + reconcile_every;
+        {
+            orchestrator.wake();
         }
         if once {
             return;
@@ -415,12 +380,8 @@ async fn poll_loop(
             .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
             .unwrap_or(Duration::from_secs(60))
             .max(Duration::from_millis(100));
-        if reconcile {
-            wait = wait.min(
-                next_reconcile
-                    .saturating_duration_since(std::time::Instant::now())
-                    .max(Duration::from_millis(100)),
-            );
+        if let Some(until) = reconciler.until_next() {
+            wait = wait.min(until.max(Duration::from_millis(100)));
         }
         tokio::select! {
             () = shutdown.cancelled() => return,
