@@ -168,6 +168,7 @@ pub fn events(
 ) -> Result<ExitCode, CliError> {
     let store = ctx.existing_store()?;
     let records = store.read_intake()?;
+    let total = records.len();
     let skip = records.len().saturating_sub(limit);
     let rows: Vec<_> = records
         .into_iter()
@@ -194,7 +195,7 @@ pub fn events(
         out.json(&Value::Array(items))?;
         return Ok(ExitCode::SUCCESS);
     }
-    if rows.is_empty() {
+    if total == 0 {
         out.print("no events recorded yet\n")?;
         return Ok(ExitCode::SUCCESS);
     }

@@ -254,3 +254,38 @@ pub async fn reconcile_github(
         new_traces,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(secs: u64) -> PollSettings {
+        PollSettings {
+            reconcile_interval_secs: secs,
+            ..PollSettings::default()
+        }
+    }
+
+    #[test]
+    fn a_restart_and_a_gap_make_a_sweep_due_once_each() {
+        let mut r = Reconciler::new(&settings(900), true);
+        assert_eq!(r.due().as_deref(), Some("restart"));
+        assert_eq!(r.due(), None, "not again until the interval passes");
+        r.on_gap();
+        assert_eq!(r.due().as_deref(), Some("a gap in the events feed"));
+        assert_eq!(r.due(), None);
+        assert!(r.until_next().is_some());
+
+        let mut first = Reconciler::new(&settings(900), false);
+        assert_eq!(first.due(), None, "a first start has nothing before it");
+    }
+
+    #[test]
+    fn zero_turns_reconcile_off() {
+        let mut r = Reconciler::new(&settings(0), true);
+        r.on_gap();
+        assert_eq!(r.due(), None);
+        assert_eq!(r.until_next(), None);
+        assert!(!r.enabled());
+    }
+}
