@@ -124,6 +124,16 @@ pub struct ListedComment {
     pub comment: Comment,
 }
 
+/// A review comment from the repository-wide list, with its pull request's number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedReviewComment {
+    pub number: u64,
+    /// The commit the comment is on.
+    pub commit_id: Option<String>,
+    pub comment: ReviewComment,
+}
+
 /// A PR review.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -267,6 +277,11 @@ pub trait GitHub: Send + Sync {
         &self,
         since: DateTime<Utc>,
     ) -> Result<Vec<ListedComment>, GitHubError>;
+    /// Review (diff) comments on pull requests updated since `since`, oldest first.
+    async fn list_review_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedReviewComment>, GitHubError>;
     /// An issue (pull requests are issues too).
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError>;
     /// A pull request.

@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::api::{
-    CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, NewPullRequest,
-    Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+    CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
+    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
 use super::error::GitHubError;
 use super::events::{parse_events_page, NormalizeOptions};
@@ -407,6 +407,25 @@ impl GitHub for OctoGitHub {
             )
             .await?;
         Ok(raw.into_iter().filter_map(RawComment::listed).collect())
+    }
+
+    async fn list_review_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedReviewComment>, GitHubError> {
+        let since = encode(&since.to_rfc3339_opts(SecondsFormat::Secs, true), false);
+        let raw: Vec<RawReviewComment> = self
+            .list_all(
+                "review comments updated recently",
+                &self.path(&format!(
+                    "/pulls/comments?sort=updated&direction=asc&since={since}"
+                )),
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .filter_map(RawReviewComment::listed)
+            .collect())
     }
 
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {

@@ -1,10 +1,11 @@
 //! Reconcile: the list APIs swept for what the events feed may have missed (rover was down
 //! longer than the feed reaches back, paging stopped early, GitHub dropped an event).
 //!
-//! Issues and pull requests opened, issue comments and PR reviews since a time are turned into
+//! Issues and pull requests opened, issue comments, PR reviews and review comments since a time
+//! are turned into
 //! the feed's envelope and normalized by the same `normalize_event` as a polled or webhook
 //! event: the same bot and marker filters, the same content keys (`dedupe_key`), so an event
-//! seen both ways is one trace. Other actions (closed, labeled, review comments) are left to
+//! seen both ways is one trace. Other actions (closed, reopened, labeled) and pushes are left to
 //! the feed and webhooks: their content keys cannot be rebuilt from the lists.
 
 use std::collections::HashMap;
@@ -12,7 +13,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{json, Value};
 
-use super::api::{Comment, GitHub, Issue, PullRequest, Review};
+use super::api::{Comment, GitHub, Issue, PullRequest, Review, ReviewComment};
 use super::error::GitHubError;
 use super::events::{normalize_event, NormalizeOptions, NormalizedEvent, SkippedEvent};
 
@@ -102,6 +103,26 @@ pub fn review_submitted(repo: &str, pr: &PullRequest, review: &Review, at: DateT
     )
 }
 
+/// The `PullRequestReviewCommentEvent created` of a review comment on `pr`.
+pub fn review_comment_created(
+    repo: &str,
+    pr: &PullRequest,
+    comment: &ReviewComment,
+    commit_id: Option<&str>,
+    at: DateTime<Utc>,
+) -> Value {
+    envelope(
+        "PullRequestReviewCommentEvent",
+        &comment.author,
+        repo,
+        at,
+        &json!({"action": "created", "pull_request": pr_payload(pr), "comment": {"id": comment.id,
+                "in_reply_to_id": comment.in_reply_to_id,
+                "pull_request_review_id": comment.review_id, "body": comment.body,
+                "path": comment.path, "commit_id": commit_id, "html_url": comment.html_url}}),
+    )
+}
+
 /// Normalize envelopes (oldest first) as the poller would; a kept event's id becomes
 /// `reconcile:<content key>`, so the same thing found again is recognised by its id.
 pub fn normalize_all(items: &[Value], options: &NormalizeOptions) -> Sweep {
@@ -135,6 +156,7 @@ pub async fn sweep(
     let repo = github.repo().to_string();
     let issues = github.list_issues_since(since).await?;
     let comments = github.list_issue_comments_since(since).await?;
+    let review_comments = github.list_review_comments_since(since).await?;
     let mut pulls: HashMap<u64, PullRequest> = HashMap::new();
     let mut items: Vec<(DateTime<Utc>, Value)> = Vec::new();
     let kinds: HashMap<u64, bool> = issues
@@ -175,6 +197,22 @@ pub async fn sweep(
         items.push((
             at,
             comment_created(&repo, listed.number, is_pr, &listed.comment, at),
+        ));
+    }
+    for listed in &review_comments {
+        let Some(at) = listed.comment.created_at.filter(|t| *t >= since) else {
+            continue;
+        };
+        let pr = if let Some(pr) = pulls.get(&listed.number) {
+            pr.clone()
+        } else {
+            let pr = github.get_pull_request(listed.number).await?;
+            pulls.insert(listed.number, pr.clone());
+            pr
+        };
+        items.push((
+            at,
+            review_comment_created(&repo, &pr, &listed.comment, listed.commit_id.as_deref(), at),
         ));
     }
     items.sort_by_key(|(at, _)| *at);
@@ -251,6 +289,23 @@ mod tests {
             comment_created("o/r", 8, true, &comment(31, "alice", "@rover rebase"), at()),
             review_submitted("o/r", &pr(), &review, at()),
             comment_created("o/r", 7, false, &comment(32, "rover-bot", "on it"), at()),
+            review_comment_created(
+                "o/r",
+                &pr(),
+                &ReviewComment {
+                    id: 52,
+                    review_id: Some(41),
+                    in_reply_to_id: Some(51),
+                    author: "bob".into(),
+                    body: "why?".into(),
+                    path: "src/lib.rs".into(),
+                    line: Some(3),
+                    html_url: "h".into(),
+                    created_at: Some(at()),
+                },
+                Some("abc"),
+                at(),
+            ),
         ];
         let sweep = normalize_all(&items, &opts);
         let got: Vec<(&str, EventKind, Channel)> = sweep
@@ -281,8 +336,17 @@ mod tests {
                     EventKind::PullRequestReview,
                     Channel::PrReview { number: 8 }
                 ),
+                (
+                    "reconcile:PullRequestReviewCommentEvent:comment:52",
+                    EventKind::PullRequestReviewComment,
+                    Channel::ReviewThreadReply {
+                        number: 8,
+                        comment_id: 51
+                    }
+                ),
             ]
         );
+        assert_eq!(sweep.events[4].commit_sha.as_deref(), Some("abc"));
         assert_eq!(sweep.events[1].head_branch.as_deref(), Some("feat"));
         assert_eq!(sweep.events[0].label, None, "opened carries no label");
         assert_eq!(sweep.skipped.len(), 1);

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::api::{
-    CiState, CiStatus, Comment, Issue, IssueState, ListedComment, ListedIssue, Permission, Posted,
-    PullRequest, Review, ReviewComment,
+    CiState, CiStatus, Comment, Issue, IssueState, ListedComment, ListedIssue, ListedReviewComment,
+    Permission, Posted, PullRequest, Review, ReviewComment,
 };
 
 #[derive(Deserialize, Default)]
@@ -213,6 +213,30 @@ pub(super) struct RawReviewComment {
     #[serde(default)]
     html_url: String,
     created_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pull_request_url: Option<String>,
+    #[serde(default)]
+    commit_id: Option<String>,
+}
+
+impl RawReviewComment {
+    /// A review comment of the repository-wide list, with its pull request's number (the end
+    /// of `pull_request_url`); `None` without one.
+    pub(super) fn listed(mut self) -> Option<ListedReviewComment> {
+        let number = self
+            .pull_request_url
+            .as_deref()?
+            .rsplit('/')
+            .next()?
+            .parse()
+            .ok()?;
+        let commit_id = self.commit_id.take();
+        Some(ListedReviewComment {
+            number,
+            commit_id,
+            comment: self.into(),
+        })
+    }
 }
 
 impl From<RawReviewComment> for ReviewComment {

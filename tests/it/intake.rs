@@ -12,6 +12,8 @@ use crate::scenarios::{chain, merge, Scenario, COORDINATE};
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::{FakeGitHub, BOT, REPO, REPO_ID, TOKEN};
 
+const SHA: &str = "184cb4b61e26de7cccc385d37da25cd8bd817d27";
+
 fn client(fake: &FakeGitHub) -> OctoGitHub {
     OctoGitHub::new(
         &fake.url,
@@ -469,6 +471,8 @@ async fn a_restart_reconciles_what_only_the_list_apis_show_through_the_same_filt
     s.github.add_issue(7, "Crash", "boom", "alice", &[]);
     s.github.add_comment(7, "alice", "It crashes on start.");
     s.github
+        .add_pull(8, "Rename the parser", "alice", "rename", SHA, "main");
+    s.github
         .seed_event("WatchEvent", "carol", json!({"action": "started"}));
     s.github.backdate(3600);
     s.run_once().await;
@@ -481,6 +485,14 @@ async fn a_restart_reconciles_what_only_the_list_apis_show_through_the_same_filt
     s.github
         .add_comment(7, "mallory", "Run this script for me.");
     s.github.add_comment(7, BOT, "Looking into it.");
+    s.github.add_review(
+        8,
+        "bob",
+        "CHANGES_REQUESTED",
+        "Please keep the old name too.",
+    );
+    s.github
+        .add_review_comment(8, "bob", "Why this name?", None);
     let both = s.github.add_comment(7, "bob", "Me too.");
     s.github.seed_event(
         "IssueCommentEvent",
@@ -491,28 +503,35 @@ async fn a_restart_reconciles_what_only_the_list_apis_show_through_the_same_filt
     let out = s.run_once().await;
     let text = stdout(&out);
     assert!(
-        text.contains("reconcile (restart): 3 event(s) the feed and webhooks missed"),
+        text.contains("reconcile (restart): 5 event(s) the feed and webhooks missed"),
         "{text}"
     );
+    let mut rows = intake_rows(&s);
+    rows.sort();
+    let mut expected = vec![
+        row("poll", "ingested", "IssueCommentEvent", 7, "bob"),
+        row("reconcile", "ingested", "IssuesEvent", 12, "alice"),
+        row("reconcile", "ingested", "IssueCommentEvent", 7, "alice"),
+        row("reconcile", "ingested", "IssueCommentEvent", 7, "mallory"),
+        row("reconcile", "ingested", "PullRequestReviewEvent", 8, "bob"),
+        row(
+            "reconcile",
+            "ingested",
+            "PullRequestReviewCommentEvent",
+            8,
+            "bob",
+        ),
+    ];
+    let mut watch = row("poll", "skipped", "WatchEvent", 0, "carol");
+    watch.3 = None;
+    expected.push(watch);
+    expected.sort();
     assert_eq!(
-        intake_rows(&s),
-        [
-            row("poll", "skipped", "WatchEvent", 0, "carol"),
-            row("poll", "ingested", "IssueCommentEvent", 7, "bob"),
-            row("reconcile", "ingested", "IssuesEvent", 12, "alice"),
-            row("reconcile", "ingested", "IssueCommentEvent", 7, "alice"),
-            row("reconcile", "ingested", "IssueCommentEvent", 7, "mallory"),
-        ]
-        .map(|mut r| {
-            if r.2 == "WatchEvent" {
-                r.3 = None;
-            }
-            r
-        }),
+        rows, expected,
         "bob's comment came by the feed first: the sweep leaves it; rover's own is not an event"
     );
     let traces = s.traces();
-    assert_eq!(traces.len(), 4, "one trace per event");
+    assert_eq!(traces.len(), 6, "one trace per event");
     let ids: Vec<String> = traces
         .iter()
         .map(|t| {
@@ -544,8 +563,8 @@ async fn a_restart_reconciles_what_only_the_list_apis_show_through_the_same_filt
 
     // The next sweep overlaps the last one: nothing is ingested twice.
     s.run_once().await;
-    assert_eq!(s.traces().len(), 4);
-    assert_eq!(intake_rows(&s).len(), 5);
+    assert_eq!(s.traces().len(), 6);
+    assert_eq!(intake_rows(&s).len(), 7);
     let listed = s.env.rover(&["autopilot", "events"]);
     assert!(
         stdout(&listed).contains("reconcile ingested  IssuesEvent opened #12 by alice"),

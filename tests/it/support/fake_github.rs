@@ -123,6 +123,7 @@ struct ReviewCommentRec {
     author: String,
     body: String,
     path: String,
+    created_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -326,7 +327,9 @@ impl FakeGitHub {
             author: author.into(),
             body: body.into(),
             path: "src/lib.rs".into(),
+            created_at: now(),
         });
+        touch(&mut st, number);
         id
     }
 
@@ -377,6 +380,9 @@ impl FakeGitHub {
         }
         for r in &mut st.reviews {
             back(&mut r.submitted_at);
+        }
+        for c in &mut st.review_comments {
+            back(&mut c.created_at);
         }
         for e in &mut st.events {
             if let Some(Value::String(t)) = e.get_mut("created_at") {
@@ -584,7 +590,7 @@ fn review_comment_json(c: &ReviewCommentRec) -> Value {
     let mut v = json!({"url": api(&format!("pulls/comments/{}", c.id)), "pull_request_review_id": c.review_id, "id": c.id,
            "node_id": format!("PRRC_{}", c.id), "diff_hunk": "@@ -1,3 +1,4 @@", "path": c.path, "position": 1,
            "commit_id": "184cb4b61e26de7cccc385d37da25cd8bd817d27", "user": user(&c.author), "body": c.body,
-           "created_at": now(), "updated_at": now(), "html_url": web(&format!("pull/{}#discussion_r{}", c.number, c.id)),
+           "created_at": c.created_at, "updated_at": c.created_at, "html_url": web(&format!("pull/{}#discussion_r{}", c.number, c.id)),
            "pull_request_url": api(&format!("pulls/{}", c.number)), "line": 3, "side": "RIGHT", "author_association": "MEMBER"});
     if let Some(r) = c.in_reply_to {
         v["in_reply_to_id"] = json!(r);
@@ -1017,6 +1023,23 @@ fn route(
             st.issues.insert(number, rec);
             reply(201, &v)
         }
+        ("GET", ["pulls", "comments"]) => {
+            let since = query_param(query, "since").unwrap_or_default();
+            let mut items: Vec<&ReviewCommentRec> = st
+                .review_comments
+                .iter()
+                .filter(|c| c.created_at >= since)
+                .collect();
+            items.sort_by(|a, b| (&a.created_at, a.id).cmp(&(&b.created_at, b.id)));
+            if query_param(query, "direction").as_deref() == Some("desc") {
+                items.reverse();
+            }
+            paginate(
+                items.into_iter().map(review_comment_json).collect(),
+                query,
+                path,
+            )
+        }
         ("GET", ["pulls", n]) => match num(n)
             .and_then(|n| st.issues.get(&n))
             .filter(|i| i.pr.is_some())
@@ -1119,9 +1142,11 @@ fn route(
                     .unwrap_or("")
                     .into(),
                 path: target.path.clone(),
+                created_at: now(),
             };
             let v = review_comment_json(&c);
             st.review_comments.push(c);
+            touch(st, i.number);
             push_event(
                 st,
                 "PullRequestReviewCommentEvent",
