@@ -171,6 +171,28 @@ mod tests {
     }
 
     #[test]
+    fn poll_backlog_and_reconcile_keys_are_read_and_misspellings_refused() {
+        let c = RoverConfig::parse(
+            r#"{"autopilot": {"github": {"poll": {"backlog": 2, "reconcileIntervalSecs": 0}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.autopilot.github.poll.backlog, 2);
+        assert_eq!(c.autopilot.github.poll.reconcile_interval_secs, 0);
+        assert!(c.autopilot.github.poll.skip_backlog);
+        let d = RoverConfig::parse("{}").unwrap();
+        assert_eq!(
+            (
+                d.autopilot.github.poll.backlog,
+                d.autopilot.github.poll.reconcile_interval_secs
+            ),
+            (0, 900)
+        );
+        let err = RoverConfig::parse(r#"{"autopilot": {"github": {"poll": {"backLog": 2}}}}"#)
+            .unwrap_err();
+        assert!(err.contains("backLog"), "{err}");
+    }
+
+    #[test]
     fn a_wrong_type_names_its_key_path() {
         let err = RoverConfig::parse(r#"{"autopilot": {"pipeline": {"maxRetries": "three"}}}"#)
             .unwrap_err();

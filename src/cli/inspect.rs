@@ -162,3 +162,108 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
     out.print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// What became of a trace an event started, in a few words: its outcome, and for a `noop` the
+/// reason (an untrusted author, a decision not to act).
+fn trace_result(view: &crate::store::TraceView) -> String {
+    let outcome = view.outcome();
+    let label = outcome.label();
+    if let crate::store::TraceOutcome::Finished {
+        step: StepKind::Noop,
+        ..
+    } = outcome
+    {
+        if let Some(noop) = view
+            .actions
+            .iter()
+            .rev()
+            .find(|a| a.action == StepKind::Noop)
+        {
+            return format!("{label}: {}", noop.reason);
+        }
+    }
+    label
+}
+
+/// `rover autopilot events`: the intake log, newest last, with the outcome of each trace.
+pub fn events(
+    ctx: &Context,
+    out: &mut Output,
+    limit: usize,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let store = ctx.existing_store()?;
+    let records = store.read_intake()?;
+    let total = records.len();
+    let skip = records.len().saturating_sub(limit);
+    let rows: Vec<_> = records
+        .into_iter()
+        .skip(skip)
+        .map(|r| {
+            let result = r
+                .trace_id
+                .and_then(|t| store.load_trace(t).ok())
+                .map(|view| trace_result(&view));
+            (r, result)
+        })
+        .collect();
+    if json {
+        let items: Vec<Value> = rows
+            .iter()
+            .map(|(r, result)| {
+                let mut v = serde_json::to_value(r).expect("intake records serialize");
+                if let (Some(result), Some(o)) = (result, v.as_object_mut()) {
+                    o.insert("traceOutcome".into(), json!(result));
+                }
+                v
+            })
+            .collect();
+        out.json(&Value::Array(items))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if total == 0 {
+        out.print("no events recorded yet\n")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = String::new();
+    for (r, result) in &rows {
+        let mut what = Vec::new();
+        if let Some(kind) = &r.kind {
+            what.push(kind.clone());
+        }
+        if let Some(action) = &r.action {
+            what.push(action.clone());
+        }
+        if let Some(n) = r.number {
+            what.push(format!("#{n}"));
+        }
+        if let Some(actor) = &r.actor {
+            what.push(format!("by {actor}"));
+        }
+        let _ = write!(
+            text,
+            "{}  {:<9} {:<9}",
+            r.at.format("%Y-%m-%d %H:%M:%S"),
+            r.via,
+            r.outcome.as_str()
+        );
+        if !what.is_empty() {
+            let _ = write!(text, " {}", what.join(" "));
+        }
+        if let Some(id) = &r.event_id {
+            let _ = write!(text, " (event {id})");
+        }
+        if let Some(trace) = r.trace_id {
+            let _ = write!(text, " -> trace {}", short(trace));
+            if let Some(result) = result {
+                let _ = write!(text, " [{result}]");
+            }
+        }
+        if let Some(reason) = &r.reason {
+            let _ = write!(text, ": {reason}");
+        }
+        text.push('\n');
+    }
+    out.print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -81,6 +81,18 @@ pub enum AutopilotCommand {
         /// Also receive GitHub webhooks: serve `POST /github` on ADDR (plain HTTP; needs ROVER_WEBHOOK_SECRET)
         #[arg(long, value_name = "ADDR")]
         webhook: Option<std::net::SocketAddr>,
+        /// Process the N most recent events already in the feed (the first start skips the backlog)
+        #[arg(long, value_name = "N", conflicts_with = "local")]
+        backlog: Option<usize>,
+    },
+    /// List recent events and what became of each: a trace started, a duplicate, or skipped and why
+    Events {
+        /// How many events to list (newest last)
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print the list as JSON (one array of records, format in docs/cli.md)
+        #[arg(long)]
+        json: bool,
     },
     /// Submit a local request; it runs through the same pipeline as a GitHub event
     Submit {
@@ -226,14 +238,17 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 once,
                 local,
                 webhook,
+                backlog,
             } => crate::daemon::start(
                 &ctx,
                 crate::daemon::StartOptions {
                     once,
                     local,
                     webhook,
+                    backlog,
                 },
             ),
+            AutopilotCommand::Events { limit, json } => inspect::events(&ctx, out, limit, json),
             AutopilotCommand::Submit { text } => submit::submit(&ctx, out, text),
             AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
             AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),

@@ -6,6 +6,7 @@
 //! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
 
 mod console;
+pub mod reconcile;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -21,7 +22,7 @@ use crate::config::RoverConfig;
 use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
 use crate::orchestrator::StepOrchestrator;
 use crate::sandbox::{DockerSandbox, Sandbox};
-use crate::steps::event::{poll_github, resume_poller};
+use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock};
 
@@ -33,6 +34,8 @@ pub struct StartOptions {
     pub local: bool,
     /// Also serve GitHub webhook deliveries on this address (`POST /github`).
     pub webhook: Option<SocketAddr>,
+    /// `--backlog N`: the first poll processes the N most recent events of the feed.
+    pub backlog: Option<usize>,
 }
 
 pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
@@ -316,9 +319,14 @@ async fn run(
         let project_id = project.id.clone();
         let settings = config.autopilot.github.poll.clone();
         let once = options.once;
-        tokio::spawn(
-            async move { poll_loop(store, project_id, gh, settings, orch, token, once).await },
-        )
+        let backlog = options.backlog;
+        let normalize = normalize.clone().unwrap_or_default();
+        tokio::spawn(async move {
+            poll_loop(
+                store, project_id, gh, settings, normalize, backlog, orch, token, once,
+            )
+            .await;
+        })
     });
 
     let result = if options.once {
@@ -351,31 +359,64 @@ async fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits).
+/// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits), and
+/// reconcile with the list APIs after a restart, after a gap in the feed and every
+/// `reconcileIntervalSecs` (0: never).
+#[allow(clippy::too_many_arguments, reason = "the loop's parts, passed once")]
 async fn poll_loop(
     store: AutopilotStore,
     project_id: String,
     github: Arc<dyn GitHub>,
     settings: crate::github::PollSettings,
+    normalize: crate::github::NormalizeOptions,
+    backlog: Option<usize>,
     orchestrator: StepOrchestrator,
     shutdown: CancellationToken,
     once: bool,
 ) {
     let mut poller = match resume_poller(&store, settings) {
-        Ok(p) => p,
+        Ok(p) => match backlog {
+            Some(n) => p.with_backlog(n),
+            None => p,
+        },
         Err(e) => {
             tracing::error!(error = %e, "cannot read the event cursor; not polling");
             println!("error: cannot read the event cursor: {e}; not polling GitHub");
             return;
         }
     };
+    // A restart sweeps what happened while rover was down; a first start has nothing before it
+    // (the backlog is the poller's), so the sweeps start from now.
+    let restart = poller.cursor().primed;
+    let mut reconciler = reconcile::Reconciler::new(poller.settings(), restart);
+    if reconciler.enabled() && !restart {
+        let store = store.clone();
+        let now = chrono::Utc::now();
+        let init =
+            tokio::task::spawn_blocking(move || reconcile::init_reconcile_watermark(&store, now))
+                .await;
+        if let Ok(Err(e)) = init {
+            tracing::warn!(error = %e, "cannot record the reconcile watermark");
+        }
+    }
     loop {
         match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
-            Ok(report) if !report.new_traces.is_empty() => {
-                println!("{} new event(s) from GitHub", report.new_traces.len());
-                orchestrator.wake();
+            Ok(report) => {
+                if report.backlog_skipped > 0 {
+                    let notice = backlog_notice(report.backlog_skipped);
+                    tracing::info!(skipped = report.backlog_skipped, "{notice}");
+                    println!("{notice}");
+                }
+                if let Some(gap) = &report.gap {
+                    tracing::warn!(gap = %gap, "a gap in the events feed may exist");
+                    println!("warning: a gap in the events feed may exist: {gap}");
+                    reconciler.on_gap();
+                }
+                if !report.new_traces.is_empty() {
+                    println!("{} new event(s) from GitHub", report.new_traces.len());
+                    orchestrator.wake();
+                }
             }
-            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "polling GitHub failed");
                 println!(
@@ -384,14 +425,23 @@ async fn poll_loop(
                 );
             }
         }
+        if reconciler
+            .run_if_due(&store, &project_id, github.as_ref(), &normalize)
+            .await
+        {
+            orchestrator.wake();
+        }
         if once {
             return;
         }
-        let wait = poller
+        let mut wait = poller
             .next_poll_at()
             .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
             .unwrap_or(Duration::from_secs(60))
             .max(Duration::from_millis(100));
+        if let Some(until) = reconciler.until_next() {
+            wait = wait.min(until.max(Duration::from_millis(100)));
+        }
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(wait) => {}

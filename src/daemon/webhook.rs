@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::github::webhook::{parse_delivery, verify_signature, Delivery, MAX_BODY_BYTES};
 use crate::github::NormalizeOptions;
-use crate::steps::event::{ingest_event, label, Ingested, Via};
-use crate::store::AutopilotStore;
+use crate::steps::event::{ingest_event, ingested_record, label, Ingested, Via};
+use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord};
 
 /// What the handler needs; shared by every request.
 pub struct WebhookState {
@@ -150,14 +150,30 @@ async fn github(
     let normalized = match parsed {
         Ok(Delivery::Ping) => {
             tracing::info!(delivery = %delivery, "webhook ping");
+            record(
+                &st,
+                skipped_delivery(&event, &delivery, &body, "ping: the webhook says hello"),
+            )
+            .await;
             return (StatusCode::OK, "pong\n".into());
         }
         Ok(Delivery::Skipped(why)) => {
             tracing::info!(delivery = %delivery, event = %event, reason = %why, "webhook delivery skipped");
+            record(&st, skipped_delivery(&event, &delivery, &body, &why)).await;
             return (StatusCode::ACCEPTED, format!("skipped: {why}\n"));
         }
         Err(why) => {
             tracing::warn!(delivery = %delivery, event = %event, reason = %why, "malformed webhook delivery");
+            record(
+                &st,
+                skipped_delivery(
+                    &event,
+                    &delivery,
+                    &body,
+                    &format!("malformed payload: {why}"),
+                ),
+            )
+            .await;
             return (StatusCode::BAD_REQUEST, format!("malformed: {why}\n"));
         }
         Ok(Delivery::Ci { sha, what }) => {
@@ -197,6 +213,9 @@ async fn github(
         })
         .await
     };
+    if let Ok(Ok(ingested)) = &ingested {
+        record(&st, ingested_record(&normalized, Via::Webhook, *ingested)).await;
+    }
     match ingested {
         Ok(Ok(Ingested::New(trace))) => {
             println!("webhook: {} (delivery {delivery})", label(&normalized));
@@ -212,7 +231,7 @@ async fn github(
         }
         Ok(Ok(Ingested::OtherPath(trace))) => (
             StatusCode::OK,
-            format!("duplicate event: already ingested by polling as trace {trace}\n"),
+            format!("duplicate event: already ingested by polling or reconcile as trace {trace}\n"),
         ),
         Ok(Err(e)) => {
             tracing::error!(delivery = %delivery, error = %e, "cannot store a webhook delivery");
@@ -228,6 +247,46 @@ async fn github(
                 "cannot store the event; redeliver it later\n".into(),
             )
         }
+    }
+}
+
+/// The intake record of a verified delivery rover does not act on, with what the payload says
+/// about it (read leniently: it may be the reason it was skipped).
+fn skipped_delivery(event: &str, delivery: &str, body: &[u8], reason: &str) -> IntakeRecord {
+    let payload: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let text = |p: &str| {
+        payload
+            .pointer(p)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let mut r = IntakeRecord::new(
+        Via::Webhook.as_str(),
+        IntakeOutcome::Skipped,
+        chrono::Utc::now(),
+    )
+    .reason(reason);
+    r.event_id = Some(delivery.to_owned());
+    r.kind = Some(event.to_owned());
+    r.action = text("/action");
+    r.actor = text("/sender/login");
+    r.number = ["/issue/number", "/pull_request/number", "/number"]
+        .iter()
+        .find_map(|p| payload.pointer(p).and_then(serde_json::Value::as_u64));
+    r
+}
+
+/// Append to the intake log; a failure is logged, never fails the delivery (the event itself is
+/// already stored, or was never to be).
+async fn record(st: &Arc<WebhookState>, record: IntakeRecord) {
+    let store = st.store.clone();
+    let result = tokio::task::spawn_blocking(move || store.append_intake(&[record])).await;
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot record a webhook delivery in the intake log");
+        }
+        Err(e) => tracing::error!(error = %e, "recording a webhook delivery panicked"),
     }
 }
 

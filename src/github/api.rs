@@ -107,6 +107,33 @@ pub struct Comment {
     pub created_at: Option<DateTime<Utc>>,
 }
 
+/// An issue or pull request from the repository's list, with its times (for reconcile).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedIssue {
+    pub issue: Issue,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// A comment from the repository-wide list of issue comments, with its issue's number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedComment {
+    pub number: u64,
+    pub comment: Comment,
+}
+
+/// A review comment from the repository-wide list, with its pull request's number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedReviewComment {
+    pub number: u64,
+    /// The commit the comment is on.
+    pub commit_id: Option<String>,
+    pub comment: ReviewComment,
+}
+
 /// A PR review.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -237,6 +264,24 @@ pub trait GitHub: Send + Sync {
     fn repo(&self) -> &RepoRef;
     /// Poll the events feed; `etag` from the previous page makes an unchanged feed a free 304.
     async fn list_events(&self, etag: Option<&str>) -> Result<EventsFetch, GitHubError>;
+    /// A further page of the events feed: `next` is the previous page's `Link: rel="next"` URL
+    /// (no ETag: it is page 1's).
+    async fn list_events_page(&self, next: &str) -> Result<EventsFetch, GitHubError>;
+    /// Issues and pull requests updated since `since`, least recently updated first.
+    async fn list_issues_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedIssue>, GitHubError>;
+    /// Comments on issues and pull request conversations updated since `since`, oldest first.
+    async fn list_issue_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedComment>, GitHubError>;
+    /// Review (diff) comments on pull requests updated since `since`, oldest first.
+    async fn list_review_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedReviewComment>, GitHubError>;
     /// An issue (pull requests are issues too).
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError>;
     /// A pull request.

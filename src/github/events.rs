@@ -210,6 +210,51 @@ pub struct SkippedEvent {
     /// The event id when there was one.
     pub id: Option<String>,
     pub reason: SkipReason,
+    /// The feed's `type`, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The payload's `action`, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// The issue or pull request number, when the payload names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    /// The actor's login, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+}
+
+impl SkippedEvent {
+    /// A skipped feed item, with whatever identifies it (all optional: the item may be junk).
+    pub fn of(item: &Value, reason: SkipReason) -> Self {
+        let payload = item.get("payload");
+        let number = payload.and_then(|p| {
+            u64_at(p, &["issue", "number"])
+                .or_else(|| u64_at(p, &["number"]))
+                .or_else(|| u64_at(p, &["pull_request", "number"]))
+        });
+        Self {
+            id: event_id(item),
+            reason,
+            kind: owned(str_at(item, &["type"])),
+            action: payload.and_then(|p| owned(str_at(p, &["action"]))),
+            number,
+            actor: owned(str_at(item, &["actor", "login"])),
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownType(t) if t.is_empty() => write!(f, "no event type"),
+            Self::UnknownType(t) => write!(f, "event type {t} is not one rover reacts to"),
+            Self::IgnoredAction(a) if a.is_empty() => write!(f, "no action"),
+            Self::IgnoredAction(a) => write!(f, "action `{a}` is not one rover reacts to"),
+            Self::Own => write!(f, "rover's own event (the bot login or a rover marker)"),
+            Self::Malformed(why) => write!(f, "malformed payload: {why}"),
+        }
+    }
 }
 
 /// One page of the events feed after normalization, newest first as served.
@@ -249,10 +294,7 @@ pub fn parse_events_page(body: &str, options: &NormalizeOptions) -> Result<Event
     for item in &items {
         match normalize_event(item, options) {
             Ok(event) => page.events.push(event),
-            Err(reason) => page.skipped.push(SkippedEvent {
-                id: event_id(item),
-                reason,
-            }),
+            Err(reason) => page.skipped.push(SkippedEvent::of(item, reason)),
         }
     }
     Ok(page)

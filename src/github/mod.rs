@@ -1,7 +1,9 @@
 //! GitHub: a narrow interface shaped around what the steps need, implemented with octocrab.
 //!
 //! - `events`: lenient parsing of the events feed into `NormalizedEvent` with its `Channel`.
-//! - `poll`: ETag, `X-Poll-Interval`, rate limits and backoff; `poll_once` for the event step.
+//! - `poll`: ETag, `X-Poll-Interval`, rate limits, backoff, `Link` pages and gap detection;
+//!   `poll_once` for the event step.
+//! - `reconcile`: the list APIs swept for what the feed missed.
 //! - `api`: the `GitHub` trait and its records; `octo`: its octocrab implementation.
 //! - `trust`: who may make rover work. `context`: what the coordinator reads.
 //! - `deliver`: posting answers once, with the footer marker. `redact`: what may leave.
@@ -16,6 +18,7 @@ pub mod events;
 pub mod identity;
 pub mod octo;
 pub mod poll;
+pub mod reconcile;
 pub mod redact;
 pub mod settings;
 pub mod trust;

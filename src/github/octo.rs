@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use http::{HeaderMap, HeaderValue, Method};
 use octocrab::service::middleware::retry::RetryConfig;
 use octocrab::Octocrab;
@@ -16,12 +16,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::api::{
-    CiStatus, Comment, EventsFetch, GitHub, Issue, NewPullRequest, Permission, Posted, PullRequest,
-    RepoRef, Review, ReviewComment, ReviewEvent,
+    CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
+    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
 use super::error::GitHubError;
 use super::events::{parse_events_page, NormalizeOptions};
-use super::poll::ResponseMeta;
+use super::poll::{link_path, ResponseMeta};
 use super::settings::{
     GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
 };
@@ -382,6 +382,69 @@ impl GitHub for OctoGitHub {
         check_status(what, &meta, &text, Utc::now())?;
         let page = parse_events_page(&text, &self.normalize)?;
         Ok(EventsFetch::Page { page, meta })
+    }
+
+    async fn list_events_page(&self, next: &str) -> Result<EventsFetch, GitHubError> {
+        let what = "the events feed";
+        let path = link_path(next).ok_or_else(|| GitHubError::Malformed {
+            what: what.into(),
+            detail: format!("the next page link {next:?} is not a URL"),
+        })?;
+        let (meta, text) = self.send(what, Method::GET, &path, None, None).await?;
+        check_status(what, &meta, &text, Utc::now())?;
+        let page = parse_events_page(&text, &self.normalize)?;
+        Ok(EventsFetch::Page { page, meta })
+    }
+
+    async fn list_issues_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedIssue>, GitHubError> {
+        let since = encode(&since.to_rfc3339_opts(SecondsFormat::Secs, true), false);
+        let raw: Vec<RawIssue> = self
+            .list_all(
+                "issues updated recently",
+                &self.path(&format!(
+                    "/issues?state=all&sort=updated&direction=asc&since={since}"
+                )),
+            )
+            .await?;
+        Ok(raw.into_iter().map(ListedIssue::from).collect())
+    }
+
+    async fn list_issue_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedComment>, GitHubError> {
+        let since = encode(&since.to_rfc3339_opts(SecondsFormat::Secs, true), false);
+        let raw: Vec<RawComment> = self
+            .list_all(
+                "issue comments updated recently",
+                &self.path(&format!(
+                    "/issues/comments?sort=updated&direction=asc&since={since}"
+                )),
+            )
+            .await?;
+        Ok(raw.into_iter().filter_map(RawComment::listed).collect())
+    }
+
+    async fn list_review_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedReviewComment>, GitHubError> {
+        let since = encode(&since.to_rfc3339_opts(SecondsFormat::Secs, true), false);
+        let raw: Vec<RawReviewComment> = self
+            .list_all(
+                "review comments updated recently",
+                &self.path(&format!(
+                    "/pulls/comments?sort=updated&direction=asc&since={since}"
+                )),
+            )
+            .await?;
+        Ok(raw
+            .into_iter()
+            .filter_map(RawReviewComment::listed)
+            .collect())
     }
 
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {

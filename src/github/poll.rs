@@ -1,5 +1,12 @@
 //! When to poll the events feed next, and which events are new: ETag, `X-Poll-Interval`,
-//! rate-limit headers and backoff, as pure logic plus one `poll_once` helper.
+//! rate-limit headers and backoff, `Link` pagination and gap detection, as pure logic plus one
+//! `poll_once` helper.
+//!
+//! The feed serves at most 300 events, newest first, in pages of 100. A poll reads page 1 (with
+//! the ETag, so an unchanged feed is a free 304) and follows `rel="next"` until it meets an
+//! event it has seen, the pages run out, or the rate limit runs low. When the cursor had seen
+//! ids and none of them is served any more, events may have been missed: the result says so
+//! (a gap) and the caller sweeps the list APIs (reconcile).
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
@@ -10,10 +17,17 @@ use serde::{Deserialize, Serialize};
 
 use super::api::{EventsFetch, GitHub};
 use super::error::GitHubError;
-use super::events::NormalizedEvent;
+use super::events::{EventPage, NormalizedEvent, SkippedEvent};
 
 /// How many event ids the cursor remembers; the feed never serves more than 300.
 pub const SEEN_CAPACITY: usize = 1000;
+
+/// The most pages of the events feed one poll reads (GitHub serves 3 pages of 100).
+pub const MAX_EVENT_PAGES: usize = 3;
+
+/// Below this many requests left in the rate limit, a poll reads no further page (the rest of
+/// the budget is for answering).
+pub const MIN_RATE_FOR_PAGES: u64 = 100;
 
 /// Polling knobs, part of the GitHub settings in `rover.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -26,6 +40,12 @@ pub struct PollSettings {
     /// On the very first poll (no cursor yet), mark the served backlog as seen instead of
     /// reacting to up to 300 old events.
     pub skip_backlog: bool,
+    /// With `skip_backlog`, still process this many of the most recent backlog events on the
+    /// very first poll (`rover autopilot start --backlog N`).
+    pub backlog: usize,
+    /// How often to sweep the list APIs for events the feed may have missed (seconds); they are
+    /// swept after a restart and after a gap too. 0 turns reconcile off.
+    pub reconcile_interval_secs: u64,
 }
 
 impl Default for PollSettings {
@@ -34,6 +54,8 @@ impl Default for PollSettings {
             min_interval_secs: 60,
             max_backoff_secs: 900,
             skip_backlog: true,
+            backlog: 0,
+            reconcile_interval_secs: 900,
         }
     }
 }
@@ -59,6 +81,8 @@ pub struct ResponseMeta {
     pub retry_after: Option<Duration>,
     /// The `page` of the `Link` header's `rel="last"`, when there are more pages.
     pub last_page: Option<u32>,
+    /// The URL of the `Link` header's `rel="next"`, when there are more pages.
+    pub next: Option<String>,
     pub rate: RateLimit,
 }
 
@@ -79,6 +103,9 @@ impl ResponseMeta {
             poll_interval: header_u64(headers, "x-poll-interval").map(Duration::from_secs),
             retry_after: header_u64(headers, "retry-after").map(Duration::from_secs),
             last_page: header_str(headers, "link").and_then(last_page),
+            next: header_str(headers, "link")
+                .and_then(|l| link_url(l, "next"))
+                .map(str::to_owned),
             rate: RateLimit {
                 limit: header_u64(headers, "x-ratelimit-limit"),
                 remaining: header_u64(headers, "x-ratelimit-remaining"),
@@ -103,18 +130,47 @@ impl ResponseMeta {
     }
 }
 
+/// The URL of the link with relation `rel` in a `Link` header (RFC 8288, as GitHub writes it:
+/// `<url>; rel="next", <url>; rel="last"`).
+pub fn link_url<'a>(link: &'a str, rel: &str) -> Option<&'a str> {
+    let mut rest = link;
+    loop {
+        let start = rest.find('<')?;
+        let end = start + rest[start..].find('>')?;
+        let url = &rest[start + 1..end];
+        let params_end = rest[end..].find('<').map_or(rest.len(), |i| end + i);
+        let params = rest[end + 1..params_end].trim().trim_end_matches(',');
+        let matches = params.split(';').any(|p| {
+            p.trim()
+                .strip_prefix("rel=")
+                .map(|v| v.trim().trim_matches('"'))
+                .is_some_and(|v| v.split_ascii_whitespace().any(|r| r == rel))
+        });
+        if matches {
+            return Some(url);
+        }
+        rest = &rest[params_end..];
+    }
+}
+
 /// The page number of `rel="last"` in a `Link` header.
 fn last_page(link: &str) -> Option<u32> {
-    link.split(',')
-        .find(|part| part.contains("rel=\"last\""))
-        .and_then(|part| {
-            let url = part.split(['<', '>']).nth(1)?;
-            let query = url.split_once('?')?.1;
-            query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("page="))
-                .and_then(|n| n.parse().ok())
-        })
+    let url = link_url(link, "last")?;
+    let query = url.split_once('?')?.1;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("page="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// The path and query of a link, without scheme and host: a further page is asked of the
+/// configured API (the token never goes to a host a header names).
+pub fn link_path(url: &str) -> Option<String> {
+    let rest = match url.split_once("://") {
+        Some((_, rest)) => &rest[rest.find('/')?..],
+        None => url,
+    };
+    rest.starts_with('/').then(|| rest.to_owned())
 }
 
 fn delta(d: Duration) -> TimeDelta {
@@ -148,10 +204,33 @@ pub struct PollResult {
     pub new_events: Vec<NormalizedEvent>,
     /// Whether GitHub answered 304 (nothing new, no rate cost).
     pub not_modified: bool,
-    /// Events of the page skipped for being irrelevant or rover's own.
+    /// Events of the pages skipped for being irrelevant or rover's own.
     pub skipped: usize,
+    /// Those of them not seen before (each is recorded once, with its reason).
+    pub new_skipped: Vec<SkippedEvent>,
     /// Old events already ingested before, served again.
     pub duplicates: usize,
+    /// Relevant events of the backlog not processed on the very first poll, oldest first.
+    pub backlog: Vec<NormalizedEvent>,
+    /// How many pages were read.
+    pub pages: usize,
+    /// Why events may have been missed, when they may have been.
+    pub gap: Option<String>,
+}
+
+impl PollResult {
+    fn not_modified() -> Self {
+        Self {
+            new_events: Vec::new(),
+            not_modified: true,
+            skipped: 0,
+            new_skipped: Vec::new(),
+            duplicates: 0,
+            backlog: Vec::new(),
+            pages: 0,
+            gap: None,
+        }
+    }
 }
 
 /// Pure: when to poll next after a success (`failures == 0`) or after failures.
@@ -200,6 +279,8 @@ pub struct Poller {
     next_at: Option<DateTime<Utc>>,
     interval: Option<Duration>,
     failures: u32,
+    /// `--backlog N`: the next poll processes the N most recent events, seen or not.
+    replay: Option<usize>,
 }
 
 impl Poller {
@@ -211,7 +292,22 @@ impl Poller {
             next_at: None,
             interval: None,
             failures: 0,
+            replay: None,
         }
+    }
+
+    /// Make the next poll process the `n` most recent relevant events of the feed, whether the
+    /// cursor has seen them or not (`rover autopilot start --backlog N`): on a first start they
+    /// are the backlog's newest; later, events skipped as backlog then are ingested now, and
+    /// events already ingested are recognised as duplicates by their ids.
+    #[must_use]
+    pub fn with_backlog(mut self, n: usize) -> Self {
+        self.replay = Some(n);
+        self
+    }
+
+    pub fn settings(&self) -> &PollSettings {
+        &self.settings
     }
 
     /// The state to persist.
@@ -240,41 +336,124 @@ impl Poller {
         self.schedule(now, meta, None);
     }
 
-    /// Record a page: remember its ETag and return the events not seen before, oldest first.
-    pub fn on_page(
+    /// Whether a poll that read `pages` so far should read the next one: until an event seen
+    /// before shows up; on the very first poll, only as far as the backlog to process needs.
+    /// (GitHub's cap of [`MAX_EVENT_PAGES`] is the caller's to obey.)
+    pub fn wants_next_page(&self, pages: &[EventPage]) -> bool {
+        let relevant: usize = pages.iter().map(|p| p.events.len()).sum();
+        if self.replay.is_some_and(|n| relevant < n) {
+            return true;
+        }
+        if !self.cursor.primed {
+            if !self.settings.skip_backlog {
+                return true;
+            }
+            return relevant < self.settings.backlog;
+        }
+        let seen: HashSet<&str> = self.cursor.seen.iter().map(String::as_str).collect();
+        !pages.iter().any(|p| page_has_seen(p, &seen))
+    }
+
+    /// Record the pages of one poll (newest first, as served; the ETag is page 1's): return
+    /// the events not seen before, oldest first, and whether some may have been missed.
+    /// `cut_short` says why no further page was read although one was wanted.
+    pub fn on_pages(
         &mut self,
         now: DateTime<Utc>,
-        events: Vec<NormalizedEvent>,
-        skipped_ids: &[String],
+        pages: Vec<EventPage>,
         meta: &ResponseMeta,
-    ) -> (Vec<NormalizedEvent>, usize) {
+        cut_short: Option<String>,
+    ) -> PollResult {
         self.failures = 0;
         if meta.etag.is_some() {
             self.cursor.etag.clone_from(&meta.etag);
         }
         let seen: HashSet<String> = self.cursor.seen.iter().cloned().collect();
-        let backlog = !self.cursor.primed && self.settings.skip_backlog;
+        let had_seen = self.cursor.primed && !seen.is_empty();
+        let found_seen = {
+            let seen: HashSet<&str> = seen.iter().map(String::as_str).collect();
+            pages.iter().any(|p| page_has_seen(p, &seen))
+        };
+        let first_poll = !self.cursor.primed;
+        let skipping_backlog = first_poll && self.settings.skip_backlog;
+        let replay = self.replay.take();
+        let mut served = 0;
+        let mut skipped = 0;
+        let mut events = Vec::new();
+        let mut skipped_events = Vec::new();
+        for page in pages {
+            served += page.events.len() + page.skipped.len();
+            skipped += page.skipped.len();
+            events.extend(page.events);
+            skipped_events.extend(page.skipped);
+        }
+        // The feed is newest first; ingest oldest first. An event can show up on two pages
+        // when the feed moved between requests: it counts once.
+        let mut taken: HashSet<String> = HashSet::new();
+        let all: Vec<NormalizedEvent> = events
+            .into_iter()
+            .rev()
+            .filter(|e| taken.insert(e.id.clone()))
+            .collect();
+        // The most recent events to process whether seen or not (`--backlog N`), or of the
+        // backlog on the first poll.
+        let keep_recent = replay.or(skipping_backlog.then_some(self.settings.backlog));
+        let recent: HashSet<String> = all
+            .iter()
+            .rev()
+            .take(keep_recent.unwrap_or(0))
+            .map(|e| e.id.clone())
+            .collect();
         let mut fresh = Vec::new();
+        let mut backlog = Vec::new();
         let mut duplicates = 0;
-        // The feed is newest first; ingest oldest first.
-        for event in events.into_iter().rev() {
-            if seen.contains(&event.id) {
+        for event in all {
+            let was_seen = seen.contains(&event.id);
+            if was_seen {
                 duplicates += 1;
-                continue;
+            } else {
+                self.cursor.remember(&event.id);
             }
-            self.cursor.remember(&event.id);
-            if !backlog {
+            if recent.contains(&event.id) {
+                fresh.push(event);
+            } else if skipping_backlog {
+                backlog.push(event);
+            } else if !was_seen {
                 fresh.push(event);
             }
         }
-        for id in skipped_ids.iter().rev() {
-            if !seen.contains(id) {
-                self.cursor.remember(id);
+        let mut new_skipped = Vec::new();
+        for s in skipped_events.into_iter().rev() {
+            match &s.id {
+                Some(id) if seen.contains(id) => {}
+                Some(id) => {
+                    if taken.insert(id.clone()) {
+                        self.cursor.remember(id);
+                        new_skipped.push(s);
+                    }
+                }
+                None => new_skipped.push(s),
             }
         }
+        let gap = (had_seen && !found_seen).then(|| {
+            let why = cut_short.unwrap_or_else(|| "the feed has no more pages".into());
+            format!(
+                "none of the {} event ids seen before is among the {served} events served ({why}): events may have been missed",
+                seen.len()
+            )
+        });
         self.cursor.primed = true;
         self.schedule(now, meta, None);
-        (fresh, duplicates)
+        PollResult {
+            new_events: fresh,
+            not_modified: false,
+            skipped,
+            new_skipped,
+            duplicates,
+            backlog,
+            pages: 0,
+            gap,
+        }
     }
 
     /// Record a failed poll: back off, longer for each failure in a row.
@@ -311,7 +490,16 @@ impl Poller {
     }
 }
 
-/// Poll once if due: fetch with the stored ETag, dedupe, schedule the next poll.
+fn page_has_seen(page: &EventPage, seen: &HashSet<&str>) -> bool {
+    page.events.iter().any(|e| seen.contains(e.id.as_str()))
+        || page
+            .skipped
+            .iter()
+            .any(|s| s.id.as_deref().is_some_and(|id| seen.contains(id)))
+}
+
+/// Poll once if due: page 1 with the stored ETag, further pages as [`Poller::wants_next_page`]
+/// says and the rate limit allows, dedupe, schedule the next poll.
 ///
 /// Returns `Ok(None)` when it is not time yet. Errors are recorded in the poller (backoff)
 /// and returned so the caller can log them; the poller stays usable.
@@ -323,34 +511,60 @@ pub async fn poll_once(
     if !poller.is_due(now) {
         return Ok(None);
     }
-    let etag = poller.cursor.etag.clone();
-    match github.list_events(etag.as_deref()).await {
+    // A replay must see the feed even when it has not changed.
+    let etag = poller
+        .cursor
+        .etag
+        .clone()
+        .filter(|_| poller.replay.is_none());
+    let (first, meta) = match github.list_events(etag.as_deref()).await {
         Ok(EventsFetch::NotModified { meta }) => {
             poller.on_not_modified(now, &meta);
-            Ok(Some(PollResult {
-                new_events: Vec::new(),
-                not_modified: true,
-                skipped: 0,
-                duplicates: 0,
-            }))
+            return Ok(Some(PollResult::not_modified()));
         }
-        Ok(EventsFetch::Page { page, meta }) => {
-            let skipped_ids: Vec<String> =
-                page.skipped.iter().filter_map(|s| s.id.clone()).collect();
-            let skipped = page.skipped.len();
-            let (new_events, duplicates) = poller.on_page(now, page.events, &skipped_ids, &meta);
-            Ok(Some(PollResult {
-                new_events,
-                not_modified: false,
-                skipped,
-                duplicates,
-            }))
-        }
+        Ok(EventsFetch::Page { page, meta }) => (page, meta),
         Err(error) => {
             poller.on_error(now, &error);
-            Err(error)
+            return Err(error);
+        }
+    };
+    let mut pages = vec![first];
+    let mut next = meta.next.clone();
+    let mut rate = meta.rate.clone();
+    let mut cut_short = None;
+    while poller.wants_next_page(&pages) {
+        let Some(url) = next.take() else { break };
+        if pages.len() >= MAX_EVENT_PAGES {
+            cut_short = Some(format!("GitHub serves at most {MAX_EVENT_PAGES} pages"));
+            break;
+        }
+        if let Some(left) = rate.remaining.filter(|r| *r < MIN_RATE_FOR_PAGES) {
+            cut_short = Some(format!(
+                "stopped after page {}: {left} requests left in the rate limit",
+                pages.len()
+            ));
+            break;
+        }
+        match github.list_events_page(&url).await {
+            Ok(EventsFetch::Page { page, meta }) => {
+                pages.push(page);
+                next = meta.next;
+                rate = meta.rate;
+            }
+            Ok(EventsFetch::NotModified { .. }) => break,
+            Err(error) => {
+                // Nothing is recorded: the next poll reads all pages again.
+                poller.on_error(now, &error);
+                return Err(error);
+            }
         }
     }
+    let count = pages.len();
+    // The schedule obeys the last answer's rate limit and the first one's poll interval.
+    let meta = ResponseMeta { rate, ..meta };
+    let mut result = poller.on_pages(now, pages, &meta, cut_short);
+    result.pages = count;
+    Ok(Some(result))
 }
 
 #[cfg(test)]
@@ -419,7 +633,7 @@ mod tests {
         let s = PollSettings {
             min_interval_secs: 60,
             max_backoff_secs: 300,
-            skip_backlog: true,
+            ..PollSettings::default()
         };
         assert_eq!(
             next_poll_at(t0(), None, None, 1, None, &s),
@@ -472,5 +686,134 @@ mod tests {
         assert_eq!(p.next_poll_at(), Some(t0() + TimeDelta::seconds(900)));
         assert!(!p.is_due(t0() + TimeDelta::seconds(899)));
         assert!(p.is_due(t0() + TimeDelta::seconds(900)));
+    }
+
+    #[test]
+    fn link_header_relations_are_found_as_github_writes_them() {
+        let link = "<https://api.github.com/repositories/1/events?per_page=100&page=1>; rel=\"prev\", <https://api.github.com/repositories/1/events?per_page=100&page=3>; rel=\"next\", <https://api.github.com/repositories/1/events?per_page=100&page=3>; rel=\"last\", <https://api.github.com/repositories/1/events?per_page=100&page=1>; rel=\"first\"";
+        assert_eq!(
+            link_url(link, "next"),
+            Some("https://api.github.com/repositories/1/events?per_page=100&page=3")
+        );
+        assert_eq!(
+            link_url(link, "prev"),
+            Some("https://api.github.com/repositories/1/events?per_page=100&page=1")
+        );
+        assert_eq!(last_page(link), Some(3));
+        let last_only = "<https://api.github.com/x?page=1>; rel=\"prev\", <https://api.github.com/x?page=1>; rel=\"first\"";
+        assert_eq!(link_url(last_only, "next"), None);
+        assert_eq!(link_url("", "next"), None);
+        assert_eq!(link_url("garbage <no end", "next"), None);
+    }
+
+    #[test]
+    fn a_link_is_followed_by_its_path_only() {
+        assert_eq!(
+            link_path("https://api.github.com/repositories/1/events?per_page=100&page=2")
+                .as_deref(),
+            Some("/repositories/1/events?per_page=100&page=2")
+        );
+        assert_eq!(
+            link_path("https://ghe.example/api/v3/repositories/1/events?page=2").as_deref(),
+            Some("/api/v3/repositories/1/events?page=2")
+        );
+        assert_eq!(link_path("/x?page=2").as_deref(), Some("/x?page=2"));
+        assert_eq!(link_path("https://evil.example"), None);
+        assert_eq!(link_path("x?page=2"), None);
+    }
+
+    fn ev(id: u64) -> NormalizedEvent {
+        NormalizedEvent::local(&id.to_string(), "alice", "x", t0())
+    }
+
+    /// A page of the feed: ids newest first.
+    fn page(ids: std::ops::RangeInclusive<u64>) -> EventPage {
+        EventPage {
+            events: ids.rev().map(ev).collect(),
+            skipped: Vec::new(),
+        }
+    }
+
+    fn primed(seen: std::ops::RangeInclusive<u64>) -> Poller {
+        Poller::new(
+            PollSettings::default(),
+            PollCursor {
+                etag: None,
+                seen: seen.map(|i| i.to_string()).collect(),
+                primed: true,
+            },
+        )
+    }
+
+    fn ids(events: &[NormalizedEvent]) -> Vec<u64> {
+        events
+            .iter()
+            .map(|e| e.id.parse().expect("numeric"))
+            .collect()
+    }
+
+    #[test]
+    fn pages_are_followed_until_a_seen_id_and_ingested_oldest_first_once() {
+        let mut p = primed(1..=10);
+        let newest = page(111..=210);
+        assert!(p.wants_next_page(std::slice::from_ref(&newest)));
+        // The feed moved between requests: 111 shows up again on page 2.
+        let older = page(5..=111);
+        assert!(!p.wants_next_page(&[newest.clone(), older.clone()]));
+        let r = p.on_pages(t0(), vec![newest, older], &meta(None), None);
+        assert_eq!(ids(&r.new_events), (11..=210).collect::<Vec<_>>());
+        assert_eq!(r.duplicates, 6);
+        assert_eq!(r.gap, None);
+        assert!(p.cursor().seen.contains(&"210".to_owned()));
+    }
+
+    #[test]
+    fn a_gap_is_reported_when_no_seen_id_is_served_any_more() {
+        let mut p = primed(1..=10);
+        let r = p.on_pages(
+            t0(),
+            vec![page(201..=300), page(101..=200), page(20..=100)],
+            &meta(None),
+            Some("GitHub serves at most 3 pages".into()),
+        );
+        assert_eq!(r.new_events.len(), 281);
+        let gap = r.gap.expect("a gap");
+        assert!(
+            gap.contains("none of the 10 event ids") && gap.contains("at most 3 pages"),
+            "{gap}"
+        );
+        // Once the new ids are seen, the next poll finds them again: no gap.
+        let r = p.on_pages(t0(), vec![page(250..=301)], &meta(None), None);
+        assert_eq!(ids(&r.new_events), vec![301]);
+        assert_eq!(r.gap, None);
+    }
+
+    #[test]
+    fn no_gap_on_a_first_poll_and_the_backlog_keeps_the_most_recent() {
+        let mut p = Poller::new(
+            PollSettings {
+                backlog: 2,
+                ..PollSettings::default()
+            },
+            PollCursor::default(),
+        );
+        assert!(!p.wants_next_page(&[page(1..=5)]), "2 relevant are in");
+        let r = p.on_pages(t0(), vec![page(1..=5)], &meta(None), None);
+        assert_eq!(ids(&r.new_events), vec![4, 5]);
+        assert_eq!(ids(&r.backlog), vec![1, 2, 3]);
+        assert_eq!(r.gap, None);
+        assert!(p.cursor().primed);
+    }
+
+    #[test]
+    fn a_replay_processes_the_most_recent_events_even_when_seen() {
+        let mut p = primed(1..=5).with_backlog(3);
+        assert!(p.wants_next_page(&[page(5..=6)]), "3 are wanted");
+        let r = p.on_pages(t0(), vec![page(1..=6)], &meta(None), None);
+        assert_eq!(ids(&r.new_events), vec![4, 5, 6]);
+        assert!(r.backlog.is_empty());
+        // Only once.
+        let r = p.on_pages(t0(), vec![page(1..=6)], &meta(None), None);
+        assert!(r.new_events.is_empty());
     }
 }

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::api::{
-    CiState, CiStatus, Comment, Issue, IssueState, Permission, Posted, PullRequest, Review,
-    ReviewComment,
+    CiState, CiStatus, Comment, Issue, IssueState, ListedComment, ListedIssue, ListedReviewComment,
+    Permission, Posted, PullRequest, Review, ReviewComment,
 };
 
 #[derive(Deserialize, Default)]
@@ -50,6 +50,19 @@ pub(super) struct RawIssue {
     html_url: String,
     #[serde(default)]
     comments: u64,
+    created_at: Option<DateTime<Utc>>,
+    updated_at: Option<DateTime<Utc>>,
+}
+
+impl From<RawIssue> for ListedIssue {
+    fn from(r: RawIssue) -> Self {
+        let (created_at, updated_at) = (r.created_at, r.updated_at);
+        Self {
+            issue: r.into(),
+            created_at,
+            updated_at,
+        }
+    }
 }
 
 impl From<RawIssue> for Issue {
@@ -126,6 +139,26 @@ pub(super) struct RawComment {
     #[serde(default)]
     html_url: String,
     created_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    issue_url: Option<String>,
+}
+
+impl RawComment {
+    /// A comment of the repository-wide list, with its issue's number (the end of
+    /// `issue_url`); `None` without one.
+    pub(super) fn listed(self) -> Option<ListedComment> {
+        let number = self
+            .issue_url
+            .as_deref()?
+            .rsplit('/')
+            .next()?
+            .parse()
+            .ok()?;
+        Some(ListedComment {
+            number,
+            comment: self.into(),
+        })
+    }
 }
 
 impl From<RawComment> for Comment {
@@ -180,6 +213,30 @@ pub(super) struct RawReviewComment {
     #[serde(default)]
     html_url: String,
     created_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pull_request_url: Option<String>,
+    #[serde(default)]
+    commit_id: Option<String>,
+}
+
+impl RawReviewComment {
+    /// A review comment of the repository-wide list, with its pull request's number (the end
+    /// of `pull_request_url`); `None` without one.
+    pub(super) fn listed(mut self) -> Option<ListedReviewComment> {
+        let number = self
+            .pull_request_url
+            .as_deref()?
+            .rsplit('/')
+            .next()?
+            .parse()
+            .ok()?;
+        let commit_id = self.commit_id.take();
+        Some(ListedReviewComment {
+            number,
+            commit_id,
+            comment: self.into(),
+        })
+    }
 }
 
 impl From<RawReviewComment> for ReviewComment {

@@ -12,10 +12,13 @@ use uuid::Uuid;
 
 use super::meta::{EventMeta, EventSource};
 use crate::github::{
-    poll_once, Channel, GitHub, GitHubError, NormalizedEvent, PollCursor, Poller, Visibility,
+    poll_once, Channel, GitHub, GitHubError, NormalizedEvent, PollCursor, Poller, SkippedEvent,
+    Visibility,
 };
+
 use crate::store::{
-    Action, AutopilotStore, Meta, Span, SpanStatus, StepKind, StoreError, TraceCreated,
+    Action, AutopilotStore, IntakeOutcome, IntakeRecord, Meta, Span, SpanStatus, StepKind,
+    StoreError, TraceCreated,
 };
 
 /// The key under which `cursor.json` keeps the poller's ETag and seen ids.
@@ -51,10 +54,7 @@ pub fn github_trace(project_id: &str, event: &NormalizedEvent) -> (Span, Action)
         source: EventSource::Github,
         label: label(event),
         kind: event.kind.as_str().to_owned(),
-        action: event
-            .action
-            .and_then(|a| serde_json::to_value(a).ok())
-            .and_then(|v| v.as_str().map(str::to_owned)),
+        action: action_str(event),
         channel: event.channel.clone(),
         visibility: event.visibility,
         event: Some(event.clone()),
@@ -99,6 +99,8 @@ fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {
 pub enum Via {
     Poll,
     Webhook,
+    /// The list APIs, swept for what the feed missed.
+    Reconcile,
 }
 
 impl Via {
@@ -106,8 +108,60 @@ impl Via {
         match self {
             Self::Poll => "poll",
             Self::Webhook => "webhook",
+            Self::Reconcile => "reconcile",
         }
     }
+}
+
+fn action_str(event: &NormalizedEvent) -> Option<String> {
+    event
+        .action
+        .and_then(|a| serde_json::to_value(a).ok())
+        .and_then(|v| v.as_str().map(str::to_owned))
+}
+
+/// The intake record of an event rover normalized (`outcome` and `reason` to fill in).
+pub fn event_record(event: &NormalizedEvent, via: Via, outcome: IntakeOutcome) -> IntakeRecord {
+    let mut r = IntakeRecord::new(via.as_str(), outcome, Utc::now());
+    r.event_id = Some(event.id.clone());
+    r.kind = Some(event.kind.as_str().to_owned());
+    r.action = action_str(event);
+    r.number = event.number;
+    r.actor = Some(event.actor.clone());
+    r
+}
+
+/// The intake record of what [`ingest_event`] did with an event.
+pub fn ingested_record(event: &NormalizedEvent, via: Via, ingested: Ingested) -> IntakeRecord {
+    let (outcome, reason, trace) = match ingested {
+        Ingested::New(t) => (IntakeOutcome::Ingested, None, t),
+        Ingested::Duplicate(t) => (
+            IntakeOutcome::Duplicate,
+            Some("already ingested: this event started a trace before".to_owned()),
+            t,
+        ),
+        Ingested::OtherPath(t) => (
+            IntakeOutcome::Duplicate,
+            Some("already ingested: the same event came by another path".to_owned()),
+            t,
+        ),
+    };
+    let mut r = event_record(event, via, outcome);
+    r.reason = reason;
+    r.trace_id = Some(trace);
+    r
+}
+
+/// The intake record of a feed item skipped by normalization.
+pub fn skipped_record(skipped: &SkippedEvent, via: Via) -> IntakeRecord {
+    let mut r = IntakeRecord::new(via.as_str(), IntakeOutcome::Skipped, Utc::now())
+        .reason(skipped.reason.to_string());
+    r.event_id.clone_from(&skipped.id);
+    r.kind.clone_from(&skipped.kind);
+    r.action.clone_from(&skipped.action);
+    r.number = skipped.number;
+    r.actor.clone_from(&skipped.actor);
+    r
 }
 
 /// What ingesting one GitHub event did.
@@ -157,6 +211,12 @@ pub struct IngestReport {
     pub not_modified: bool,
     pub new_traces: Vec<Uuid>,
     pub skipped: usize,
+    /// How many pages of the feed were read.
+    pub pages: usize,
+    /// Relevant events of the backlog not processed on the first start.
+    pub backlog_skipped: usize,
+    /// Why events may have been missed, when they may have been (a reconcile is due).
+    pub gap: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,15 +233,18 @@ pub fn resume_poller(
     settings: crate::github::PollSettings,
 ) -> Result<Poller, StoreError> {
     let cursor = store.read_cursor()?;
-    let poll: PollCursor = cursor
-        .extra
-        .get(POLL_CURSOR_KEY)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default();
+    let poll: PollCursor = match cursor.extra.get(POLL_CURSOR_KEY) {
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| StoreError::Unreadable {
+            path: store.cursor_path(),
+            reason: format!("`{POLL_CURSOR_KEY}`: {e}"),
+        })?,
+        None => PollCursor::default(),
+    };
     Ok(Poller::new(settings, poll))
 }
 
-/// Poll GitHub once if due and start a trace for every new relevant event.
+/// Poll GitHub once if due and start a trace for every new relevant event; every event not
+/// acted on is recorded in `intake.jsonl` with its reason.
 pub async fn poll_github(
     store: &AutopilotStore,
     project_id: &str,
@@ -195,18 +258,45 @@ pub async fn poll_github(
         polled: true,
         not_modified: result.not_modified,
         skipped: result.skipped,
+        pages: result.pages,
+        backlog_skipped: result.backlog.len(),
+        gap: result.gap.clone(),
         ..IngestReport::default()
     };
     let poll_cursor = serde_json::to_value(poller.cursor()).unwrap_or_default();
     let store = store.clone();
     let project_id = project_id.to_owned();
-    let events = result.new_events;
     report.new_traces = tokio::task::spawn_blocking(move || {
         let mut new = Vec::new();
-        for event in &events {
-            if let Ingested::New(trace) = ingest_event(&store, &project_id, event, Via::Poll)? {
+        let mut records: Vec<IntakeRecord> = result
+            .new_skipped
+            .iter()
+            .map(|s| skipped_record(s, Via::Poll))
+            .collect();
+        if !result.backlog.is_empty() {
+            let reason = "backlog: already in the feed at the first start (`rover autopilot start --backlog N` processes the N most recent)";
+            for event in &result.backlog {
+                records.push(
+                    event_record(event, Via::Poll, IntakeOutcome::Skipped).reason(reason),
+                );
+            }
+            records.push(
+                IntakeRecord::new(Via::Poll.as_str(), IntakeOutcome::Notice, Utc::now())
+                    .reason(backlog_notice(result.backlog.len())),
+            );
+        }
+        if let Some(gap) = &result.gap {
+            records.push(
+                IntakeRecord::new(Via::Poll.as_str(), IntakeOutcome::Notice, Utc::now())
+                    .reason(format!("gap: {gap}")),
+            );
+        }
+        for event in &result.new_events {
+            let ingested = ingest_event(&store, &project_id, event, Via::Poll)?;
+            if let Ingested::New(trace) = ingested {
                 new.push(trace);
             }
+            records.push(ingested_record(event, Via::Poll, ingested));
         }
         // The poller's ETag and seen ids go with the cursor, after the traces exist.
         store.transact(|txn| {
@@ -215,9 +305,18 @@ pub async fn poll_github(
                 .insert(POLL_CURSOR_KEY.into(), poll_cursor);
             Ok(())
         })?;
+        // Then what became of each event (a crash before this loses only the record).
+        store.append_intake(&records)?;
         Ok::<_, StoreError>(new)
     })
     .await
     .expect("ingestion does not panic")?;
     Ok(report)
+}
+
+/// What the first start says about the backlog it skipped.
+pub fn backlog_notice(skipped: usize) -> String {
+    format!(
+        "first start: skipped {skipped} backlog event(s) already in the feed; to process the N most recent, restart with `rover autopilot start --backlog N` (or set autopilot.github.poll.backlog before a first start); `rover autopilot events` lists them"
+    )
 }

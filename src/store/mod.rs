@@ -10,6 +10,7 @@
 mod error;
 pub mod fsio;
 mod ids;
+pub mod intake;
 mod lock;
 pub mod log;
 pub mod records;
@@ -24,6 +25,7 @@ use uuid::Uuid;
 
 pub use error::{Result, StoreError};
 pub use ids::IdKind;
+pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     Action, ClosedTrace, Cursor, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, Span,

@@ -566,8 +566,11 @@ impl Cursor {
 
     /// Match an event's content key against the keys recorded, and record it if it is new.
     ///
-    /// A key recorded by the other path matches once (it is then marked paired), so two distinct
-    /// events that share a key and each come by both paths still make two traces.
+    /// The entries of one key that share a trace are one event seen by one or more paths
+    /// (`poll`, `webhook`, `reconcile`). An arrival by a path that event has not come by yet is
+    /// folded into its trace (the oldest such event first); so each path matches an event once,
+    /// and two distinct events that share a key and each come by several paths still make two
+    /// traces.
     pub fn match_event_key(
         &mut self,
         key: &str,
@@ -582,14 +585,27 @@ impl Cursor {
         {
             return KeyMatch::Same(e.trace_id);
         }
-        let other = self
-            .event_keys
-            .iter_mut()
-            .find(|e| e.key == key && e.via != via && !e.paired)
-            .map(|e| {
+        let mut traces: Vec<Uuid> = Vec::new();
+        for e in self.event_keys.iter().filter(|e| e.key == key) {
+            if !traces.contains(&e.trace_id) {
+                traces.push(e.trace_id);
+            }
+        }
+        let other = traces.into_iter().find(|t| {
+            !self
+                .event_keys
+                .iter()
+                .any(|e| e.key == key && e.trace_id == *t && e.via == via)
+        });
+        if let Some(t) = other {
+            for e in self
+                .event_keys
+                .iter_mut()
+                .filter(|e| e.key == key && e.trace_id == t)
+            {
                 e.paired = true;
-                e.trace_id
-            });
+            }
+        }
         // Recorded either way, so this path's id is known next time (`Same`).
         self.event_keys.push(EventKeyEntry {
             key: key.to_owned(),
@@ -771,6 +787,27 @@ mod tests {
         assert_eq!(json["eventKeys"][0]["paired"], true);
         let back: Cursor = serde_json::from_value(json).unwrap();
         assert_eq!(back.event_keys, c.event_keys);
+    }
+
+    #[test]
+    fn an_event_seen_by_three_paths_is_one_trace() {
+        let mut c = Cursor::new(Utc::now());
+        let (t1, t2, t3) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        assert_eq!(c.match_event_key("k", "reconcile", "r1", t1), KeyMatch::New);
+        assert_eq!(
+            c.match_event_key("k", "poll", "e1", t2),
+            KeyMatch::OtherPath(t1)
+        );
+        assert_eq!(
+            c.match_event_key("k", "webhook", "d1", t3),
+            KeyMatch::OtherPath(t1)
+        );
+        // A second event with the key, by any path, is another trace.
+        assert_eq!(c.match_event_key("k", "poll", "e2", t2), KeyMatch::New);
+        assert_eq!(
+            c.match_event_key("k", "reconcile", "r1", t3),
+            KeyMatch::Same(t1)
+        );
     }
 
     #[test]

@@ -43,6 +43,7 @@ fn poller() -> Poller {
             min_interval_secs: 1,
             max_backoff_secs: 600,
             skip_backlog: false,
+            ..PollSettings::default()
         },
         PollCursor::default(),
     )
@@ -258,6 +259,7 @@ async fn restart_from_saved_cursor_does_not_reingest_and_new_ids_come_through() 
             min_interval_secs: 1,
             max_backoff_secs: 600,
             skip_backlog: false,
+            ..PollSettings::default()
         },
         cursor,
     );
@@ -812,6 +814,7 @@ async fn each_event_type_starts_a_trace_with_its_channel_and_a_coordinate_action
         min_interval_secs: 0,
         max_backoff_secs: 60,
         skip_backlog: false,
+        ..PollSettings::default()
     };
     let mut poller = resume_poller(&store, poll.clone()).unwrap();
     let report = poll_github(&store, "ingest", &gh, &mut poller)

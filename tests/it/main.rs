@@ -13,6 +13,7 @@ mod follow_through;
 mod git;
 mod github;
 mod inspect;
+mod intake;
 mod intervene;
 mod orchestrator;
 mod proof;

@@ -81,7 +81,9 @@ impl Scenario {
         let mut config = json!({
             "autopilot": {
                 "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG"]},
-                "github": {"botLogin": BOT, "poll": {"minIntervalSecs": 0, "skipBacklog": false}},
+                // No reconcile: the scenarios seed feed events without the matching list records
+                // (tests/it/intake.rs covers reconcile against a consistent fake).
+                "github": {"botLogin": BOT, "poll": {"minIntervalSecs": 0, "skipBacklog": false, "reconcileIntervalSecs": 0}},
                 "pipeline": {"fallbackIntervalSecs": 1, "followCi": false}
             }
         });

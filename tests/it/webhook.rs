@@ -288,6 +288,39 @@ async fn bad_or_missing_signatures_are_refused_and_nothing_is_stored() {
         std::fs::read_dir(s.store().root().join("spans")).map_or(0, Iterator::count) == 0,
         "no span written"
     );
+    // The ping and the skipped event are in the intake log with their reasons; refused
+    // deliveries (unauthenticated) are not.
+    let records = s.store().read_intake().unwrap();
+    let got: Vec<[&str; 4]> = records
+        .iter()
+        .map(|r| {
+            [
+                r.event_id.as_deref().unwrap_or(""),
+                r.kind.as_deref().unwrap_or(""),
+                r.outcome.as_str(),
+                r.reason.as_deref().unwrap_or(""),
+            ]
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ["d-ping", "ping", "skipped", "ping: the webhook says hello"],
+            [
+                "d-star",
+                "star",
+                "skipped",
+                "event type `star` is not one rover reacts to"
+            ],
+        ]
+    );
+    assert!(records.iter().all(|r| r.via == "webhook"));
+    let out = s.env.rover(&["autopilot", "events"]);
+    assert!(
+        stdout(&out).contains("webhook   skipped   star created by alice (event d-star)"),
+        "{}",
+        stdout(&out)
+    );
     let log = std::fs::read_to_string(s.store().log_path()).unwrap();
     assert!(log.contains("webhook delivery refused"), "{log}");
     assert!(!log.contains("It crashes."), "the body is never logged");
@@ -364,6 +397,24 @@ async fn the_same_event_by_webhook_and_by_polling_is_one_trace() {
             ("IssueCommentEvent:comment:501", "poll", true),
             ("IssueCommentEvent:comment:601", "poll", true),
             ("IssueCommentEvent:comment:601", "webhook", true),
+        ]
+    );
+    // Each arrival is in the intake log: the second one of each event as a duplicate.
+    let intake: Vec<(String, String, Option<u64>)> = s
+        .store()
+        .read_intake()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind.as_deref() == Some("IssueCommentEvent"))
+        .map(|r| (r.via, r.outcome.as_str().to_owned(), r.number))
+        .collect();
+    assert_eq!(
+        intake,
+        [
+            ("webhook".to_owned(), "ingested".to_owned(), Some(5)),
+            ("poll".to_owned(), "duplicate".to_owned(), Some(5)),
+            ("poll".to_owned(), "ingested".to_owned(), Some(6)),
+            ("webhook".to_owned(), "duplicate".to_owned(), Some(6)),
         ]
     );
     let (code, out) = daemon.stop();

@@ -26,6 +26,8 @@ pub const TOKEN: &str = "ghp_faketoken0123456789abcdefghijklmn";
 pub const REPO: &str = "octo-org/widgets";
 /// The login the token belongs to (what rover posts as).
 pub const BOT: &str = "rover-bot";
+/// The repository's numeric id (what the feed's `Link` header names).
+pub const REPO_ID: u64 = 316_335_970;
 const RATE_LIMIT: u64 = 5000;
 const RESET_EPOCH: i64 = 1_900_000_000;
 
@@ -88,6 +90,9 @@ struct IssueRec {
     author: String,
     labels: Vec<String>,
     pr: Option<PrInfo>,
+    created_at: String,
+    /// Bumped by every comment and review, as GitHub does.
+    updated_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +101,7 @@ struct CommentRec {
     number: u64,
     author: String,
     body: String,
+    created_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +111,7 @@ struct ReviewRec {
     author: String,
     body: String,
     state: String,
+    submitted_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +123,7 @@ struct ReviewCommentRec {
     author: String,
     body: String,
     path: String,
+    created_at: String,
 }
 
 #[derive(Debug, Clone)]
@@ -246,6 +254,8 @@ impl FakeGitHub {
                 author: author.into(),
                 labels: labels.iter().map(|s| (*s).to_owned()).collect(),
                 pr: None,
+                created_at: now(),
+                updated_at: now(),
             },
         );
     }
@@ -276,6 +286,8 @@ impl FakeGitHub {
                     merged: false,
                     draft: false,
                 }),
+                created_at: now(),
+                updated_at: now(),
             },
         );
     }
@@ -289,7 +301,9 @@ impl FakeGitHub {
             number,
             author: author.into(),
             body: body.into(),
+            created_at: now(),
         });
+        touch(&mut st, number);
         id
     }
 
@@ -303,7 +317,9 @@ impl FakeGitHub {
             author: author.into(),
             body: body.into(),
             state: state.into(),
+            submitted_at: now(),
         });
+        touch(&mut st, number);
         id
     }
 
@@ -325,7 +341,9 @@ impl FakeGitHub {
             author: author.into(),
             body: body.into(),
             path: "src/lib.rs".into(),
+            created_at: now(),
         });
+        touch(&mut st, number);
         id
     }
 
@@ -360,6 +378,47 @@ impl FakeGitHub {
     /// Make the token an installation token of the GitHub App `slug` (see `FakeState`).
     pub fn use_installation_token(&self, slug: &str) {
         self.st().app_slug = Some(slug.into());
+    }
+
+    /// Set how many requests the rate limit has left.
+    pub fn set_rate_remaining(&self, remaining: u64) {
+        self.st().rate_remaining = remaining;
+    }
+
+    /// Make everything the fake holds `secs` older (issues, comments, reviews, events): the
+    /// world as it was before the test's story starts.
+    pub fn backdate(&self, secs: i64) {
+        let back = |t: &mut String| {
+            if let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(t) {
+                *t = (parsed.with_timezone(&chrono::Utc) - chrono::TimeDelta::seconds(secs))
+                    .format("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string();
+            }
+        };
+        let mut st = self.st();
+        for i in st.issues.values_mut() {
+            back(&mut i.created_at);
+            back(&mut i.updated_at);
+        }
+        for c in &mut st.comments {
+            back(&mut c.created_at);
+        }
+        for r in &mut st.reviews {
+            back(&mut r.submitted_at);
+        }
+        for c in &mut st.review_comments {
+            back(&mut c.created_at);
+        }
+        for e in &mut st.events {
+            if let Some(Value::String(t)) = e.get_mut("created_at") {
+                back(t);
+            }
+        }
+    }
+
+    /// Drop every event from the feed (GitHub drops events older than 30 days, and keeps 300).
+    pub fn clear_events(&self) {
+        self.st().events.clear();
     }
 
     pub fn set_poll_interval(&self, secs: u64) {
@@ -471,6 +530,13 @@ impl FakeGitHub {
     }
 }
 
+/// A comment or review bumps its issue's `updated_at`.
+fn touch(st: &mut FakeState, number: u64) {
+    if let Some(i) = st.issues.get_mut(&number) {
+        i.updated_at = now();
+    }
+}
+
 #[allow(
     clippy::needless_pass_by_value,
     reason = "call sites build the payload inline"
@@ -506,7 +572,7 @@ fn issue_json(i: &IssueRec, comments: usize) -> Value {
         "node_id": format!("I_{}", i.number), "number": i.number, "title": i.title, "user": user(&i.author),
         "labels": i.labels.iter().map(|l| json!({"id": 1, "node_id": "LA_1", "url": api(&format!("labels/{l}")), "name": l, "color": "f29513", "default": false, "description": null})).collect::<Vec<_>>(),
         "state": i.state, "locked": false, "assignee": null, "assignees": [], "milestone": null,
-        "comments": comments, "created_at": "2026-11-20T09:00:00Z", "updated_at": now(), "closed_at": null,
+        "comments": comments, "created_at": i.created_at, "updated_at": i.updated_at, "closed_at": null,
         "body": i.body, "author_association": "MEMBER", "state_reason": null,
     });
     if i.pr.is_some() {
@@ -523,7 +589,7 @@ fn pull_json(i: &IssueRec) -> Value {
         "html_url": web(&format!("pull/{}", i.number)), "number": i.number, "state": i.state, "locked": false,
         "title": i.title, "user": user(&i.author), "body": i.body,
         "labels": i.labels.iter().map(|l| json!({"name": l})).collect::<Vec<_>>(),
-        "created_at": "2026-11-20T09:00:00Z", "updated_at": now(), "closed_at": null,
+        "created_at": i.created_at, "updated_at": i.updated_at, "closed_at": null,
         "merged_at": if pr.merged { json!(now()) } else { Value::Null }, "merged": pr.merged, "draft": pr.draft,
         "head": {"label": format!("octo-org:{}", pr.head), "ref": pr.head, "sha": pr.head_sha, "user": user("octo-org"), "repo": repo},
         "base": {"label": format!("octo-org:{}", pr.base), "ref": pr.base, "sha": "dfbedd9e1470e53f3a0f2e408e4d6808585b6987", "user": user("octo-org"), "repo": repo},
@@ -535,21 +601,21 @@ fn comment_json(c: &CommentRec, is_pr: bool) -> Value {
     let kind = if is_pr { "pull" } else { "issues" };
     json!({"url": api(&format!("issues/comments/{}", c.id)), "html_url": web(&format!("{kind}/{}#issuecomment-{}", c.number, c.id)),
            "issue_url": api(&format!("issues/{}", c.number)), "id": c.id, "node_id": format!("IC_{}", c.id),
-           "user": user(&c.author), "created_at": now(), "updated_at": now(), "body": c.body, "author_association": "MEMBER"})
+           "user": user(&c.author), "created_at": c.created_at, "updated_at": c.created_at, "body": c.body, "author_association": "MEMBER"})
 }
 
 fn review_json(r: &ReviewRec) -> Value {
     json!({"id": r.id, "node_id": format!("PRR_{}", r.id), "user": user(&r.author), "body": r.body, "state": r.state,
            "html_url": web(&format!("pull/{}#pullrequestreview-{}", r.number, r.id)),
            "pull_request_url": api(&format!("pulls/{}", r.number)), "commit_id": "184cb4b61e26de7cccc385d37da25cd8bd817d27",
-           "submitted_at": now(), "author_association": "MEMBER"})
+           "submitted_at": r.submitted_at, "author_association": "MEMBER"})
 }
 
 fn review_comment_json(c: &ReviewCommentRec) -> Value {
     let mut v = json!({"url": api(&format!("pulls/comments/{}", c.id)), "pull_request_review_id": c.review_id, "id": c.id,
            "node_id": format!("PRRC_{}", c.id), "diff_hunk": "@@ -1,3 +1,4 @@", "path": c.path, "position": 1,
            "commit_id": "184cb4b61e26de7cccc385d37da25cd8bd817d27", "user": user(&c.author), "body": c.body,
-           "created_at": now(), "updated_at": now(), "html_url": web(&format!("pull/{}#discussion_r{}", c.number, c.id)),
+           "created_at": c.created_at, "updated_at": c.created_at, "html_url": web(&format!("pull/{}#discussion_r{}", c.number, c.id)),
            "pull_request_url": api(&format!("pulls/{}", c.number)), "line": 3, "side": "RIGHT", "author_association": "MEMBER"});
     if let Some(r) = c.in_reply_to {
         v["in_reply_to_id"] = json!(r);
@@ -611,6 +677,36 @@ fn error(status: u16, message: &str) -> Reply {
     )
 }
 
+/// GitHub's `Link` header for page `page` of `last`: absolute URLs that keep the request's other
+/// query parameters and put `page` last, in the order `prev`, `next`, `last`, `first`.
+fn link_header(path: &str, query: &str, page: usize, last: usize) -> Option<String> {
+    if last <= 1 {
+        return None;
+    }
+    let others: Vec<&str> = query
+        .split('&')
+        .filter(|kv| !kv.is_empty() && !kv.starts_with("page="))
+        .collect();
+    let url = |p: usize| {
+        let mut q = others.clone();
+        let page = format!("page={p}");
+        q.push(&page);
+        format!("<https://api.github.com{path}?{}>", q.join("&"))
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(format!("{}; rel=\"prev\"", url(page - 1)));
+    }
+    if page < last {
+        links.push(format!("{}; rel=\"next\"", url(page + 1)));
+        links.push(format!("{}; rel=\"last\"", url(last)));
+    }
+    if page > 1 {
+        links.push(format!("{}; rel=\"first\"", url(1)));
+    }
+    Some(links.join(", "))
+}
+
 fn paginate(items: Vec<Value>, query: &str, path: &str) -> Reply {
     let per_page = query_param(query, "per_page")
         .and_then(|p| p.parse().ok())
@@ -627,14 +723,8 @@ fn paginate(items: Vec<Value>, query: &str, path: &str) -> Reply {
         .take(per_page)
         .collect();
     let mut r = reply(200, &Value::Array(slice));
-    if page < last {
-        let link = |p: usize, rel: &str| {
-            format!("<https://api.github.com{path}?per_page={per_page}&page={p}>; rel=\"{rel}\"")
-        };
-        r.headers.push((
-            "link".into(),
-            format!("{}, {}", link(page + 1, "next"), link(last, "last")),
-        ));
+    if let Some(link) = link_header(path, query, page, last) {
+        r.headers.push(("link".into(), link));
     }
     r
 }
@@ -788,6 +878,10 @@ fn route(
     if (method.as_str(), path) == ("GET", "/user") {
         return authenticated_user(st);
     }
+    // The feed's `Link` header names the repository by id, as GitHub's does.
+    if method == Method::GET && path == format!("/repositories/{REPO_ID}/events") {
+        return events(st, query, headers, path);
+    }
     // Who rover's writes are authored by (the token's user or app).
     let me = st.poster();
     let prefix = format!("/repos/{REPO}");
@@ -797,7 +891,54 @@ fn route(
     let seg: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
     let num = |s: &str| s.parse::<u64>().ok();
     match (method.as_str(), seg.as_slice()) {
-        ("GET", ["events"]) => events(st, query, headers, path),
+        ("GET", ["events"]) => events(
+            st,
+            query,
+            headers,
+            &format!("/repositories/{REPO_ID}/events"),
+        ),
+        ("GET", ["issues"]) => {
+            // Pull requests are issues too; `since` filters by `updated_at`.
+            let since = query_param(query, "since").unwrap_or_default();
+            let state = query_param(query, "state").unwrap_or_else(|| "open".into());
+            let mut items: Vec<&IssueRec> = st
+                .issues
+                .values()
+                .filter(|i| i.updated_at >= since && (state == "all" || i.state == state))
+                .collect();
+            items.sort_by(|a, b| (&a.updated_at, a.number).cmp(&(&b.updated_at, b.number)));
+            if query_param(query, "direction").as_deref() != Some("asc") {
+                items.reverse();
+            }
+            let list = items
+                .into_iter()
+                .map(|i| {
+                    let count = st.comments.iter().filter(|c| c.number == i.number).count();
+                    issue_json(i, count)
+                })
+                .collect();
+            paginate(list, query, path)
+        }
+        ("GET", ["issues", "comments"]) => {
+            let since = query_param(query, "since").unwrap_or_default();
+            let mut items: Vec<&CommentRec> = st
+                .comments
+                .iter()
+                .filter(|c| c.created_at >= since)
+                .collect();
+            items.sort_by(|a, b| (&a.created_at, a.id).cmp(&(&b.created_at, b.id)));
+            if query_param(query, "direction").as_deref() == Some("desc") {
+                items.reverse();
+            }
+            let list = items
+                .into_iter()
+                .map(|c| {
+                    let is_pr = st.issues.get(&c.number).is_some_and(|i| i.pr.is_some());
+                    comment_json(c, is_pr)
+                })
+                .collect();
+            paginate(list, query, path)
+        }
         ("GET", ["issues", n]) => match num(n).and_then(|n| st.issues.get(&n)) {
             Some(i) => {
                 let count = st.comments.iter().filter(|c| c.number == i.number).count();
@@ -834,9 +975,11 @@ fn route(
                 number: i.number,
                 author: me.clone(),
                 body: body.into(),
+                created_at: now(),
             };
             let v = comment_json(&c, i.pr.is_some());
             st.comments.push(c);
+            touch(st, i.number);
             push_event(
                 st,
                 "IssueCommentEvent",
@@ -897,6 +1040,8 @@ fn route(
                         .and_then(Value::as_bool)
                         .unwrap_or(false),
                 }),
+                created_at: now(),
+                updated_at: now(),
             };
             let v = pull_json(&rec);
             push_event(
@@ -907,6 +1052,23 @@ fn route(
             );
             st.issues.insert(number, rec);
             reply(201, &v)
+        }
+        ("GET", ["pulls", "comments"]) => {
+            let since = query_param(query, "since").unwrap_or_default();
+            let mut items: Vec<&ReviewCommentRec> = st
+                .review_comments
+                .iter()
+                .filter(|c| c.created_at >= since)
+                .collect();
+            items.sort_by(|a, b| (&a.created_at, a.id).cmp(&(&b.created_at, b.id)));
+            if query_param(query, "direction").as_deref() == Some("desc") {
+                items.reverse();
+            }
+            paginate(
+                items.into_iter().map(review_comment_json).collect(),
+                query,
+                path,
+            )
         }
         ("GET", ["pulls", n]) => match num(n)
             .and_then(|n| st.issues.get(&n))
@@ -955,9 +1117,11 @@ fn route(
                     .unwrap_or("")
                     .into(),
                 state: state.into(),
+                submitted_at: now(),
             };
             let v = review_json(&r);
             st.reviews.push(r);
+            touch(st, i.number);
             let mut feed_review = v.clone();
             feed_review["state"] = json!(state.to_ascii_lowercase());
             push_event(
@@ -1008,9 +1172,11 @@ fn route(
                     .unwrap_or("")
                     .into(),
                 path: target.path.clone(),
+                created_at: now(),
             };
             let v = review_comment_json(&c);
             st.review_comments.push(c);
+            touch(st, i.number);
             push_event(
                 st,
                 "PullRequestReviewCommentEvent",

@@ -1,0 +1,221 @@
+//! `autopilot/intake.jsonl`: what became of every GitHub event rover was told about, one
+//! [`IntakeRecord`] a line: a trace started, a duplicate, or skipped and why (plus notices: a
+//! possible gap in the feed, the backlog skipped on first start). `rover autopilot events`
+//! reads it.
+//!
+//! Bounded: once the file holds [`FILE_RECORDS`] records it becomes `intake.jsonl.1` (the older
+//! one dropped), so at most twice that many are kept. Each append rewrites the live file
+//! atomically under the store lock, so a line is never torn and a line that does not parse is
+//! corruption: an error naming the file and the line, never skipped or reset.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::error::{Result, StoreError};
+use super::fsio::{ensure_dir, sync_dir, write_atomic};
+use super::lock::StoreLock;
+use super::AutopilotStore;
+
+/// Records per file before it is rotated.
+pub const FILE_RECORDS: usize = 500;
+
+/// What became of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum IntakeOutcome {
+    /// A new trace started.
+    Ingested,
+    /// The event had already started a trace (same id again, or the same event by the other
+    /// path).
+    Duplicate,
+    /// Not acted on, for `reason`.
+    Skipped,
+    /// Not about one event: a possible gap, the backlog skipped, a reconcile.
+    Notice,
+}
+
+impl IntakeOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ingested => "ingested",
+            Self::Duplicate => "duplicate",
+            Self::Skipped => "skipped",
+            Self::Notice => "notice",
+        }
+    }
+}
+
+/// One line of `intake.jsonl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IntakeRecord {
+    #[serde(with = "super::records::iso")]
+    pub at: DateTime<Utc>,
+    /// `poll`, `webhook` or `reconcile`.
+    pub via: String,
+    pub outcome: IntakeOutcome,
+    /// Why (skips, duplicates and notices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The GitHub event id (the delivery id for a webhook).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    /// The feed's event type (`IssuesEvent`) or the webhook's event (`issues`).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// The trace the event started or was folded into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<Uuid>,
+}
+
+impl IntakeRecord {
+    /// A record with only the time, the path and the outcome set.
+    pub fn new(via: &str, outcome: IntakeOutcome, at: DateTime<Utc>) -> Self {
+        Self {
+            at,
+            via: via.to_owned(),
+            outcome,
+            reason: None,
+            event_id: None,
+            kind: None,
+            action: None,
+            number: None,
+            actor: None,
+            trace_id: None,
+        }
+    }
+
+    #[must_use]
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+impl AutopilotStore {
+    pub fn intake_path(&self) -> PathBuf {
+        self.autopilot_dir().join("intake.jsonl")
+    }
+
+    fn intake_backup_path(&self) -> PathBuf {
+        self.autopilot_dir().join("intake.jsonl.1")
+    }
+
+    /// Append records to `intake.jsonl` under the store lock (atomic rewrite of the live file,
+    /// rotated at [`FILE_RECORDS`]). Must not be called inside [`AutopilotStore::transact`].
+    pub fn append_intake(&self, records: &[IntakeRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        ensure_dir(&self.autopilot_dir())?;
+        let _lock = StoreLock::acquire(&self.lock_path())?;
+        let path = self.intake_path();
+        let existing = read_text(&path)?;
+        // A live file that does not parse is not appended to (nor rotated away): the error
+        // names it until a person looks.
+        let count = parse_lines(&path, &existing)?.len();
+        let mut text = if count >= FILE_RECORDS {
+            fs::rename(&path, self.intake_backup_path())
+                .map_err(StoreError::io("rotate", path.clone()))?;
+            sync_dir(&self.autopilot_dir())?;
+            String::new()
+        } else {
+            existing
+        };
+        for record in records {
+            text.push_str(&serde_json::to_string(record).expect("intake records serialize"));
+            text.push('\n');
+        }
+        write_atomic(&path, text.as_bytes())
+    }
+
+    /// The records kept, oldest first (the rotated file, then the live one).
+    pub fn read_intake(&self) -> Result<Vec<IntakeRecord>> {
+        let mut out = Vec::new();
+        for path in [self.intake_backup_path(), self.intake_path()] {
+            let text = read_text(&path)?;
+            out.extend(parse_lines(&path, &text)?);
+        }
+        Ok(out)
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    match fs::read_to_string(path) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(StoreError::io("read", path)(e)),
+    }
+}
+
+fn parse_lines(path: &Path, text: &str) -> Result<Vec<IntakeRecord>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(n, line)| {
+            serde_json::from_str(line).map_err(|e| StoreError::Unreadable {
+                path: path.to_owned(),
+                reason: format!("line {}: {e}", n + 1),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: u64) -> IntakeRecord {
+        let mut r = IntakeRecord::new("poll", IntakeOutcome::Skipped, Utc::now()).reason("own");
+        r.number = Some(n);
+        r
+    }
+
+    #[test]
+    fn appends_rotate_and_keep_at_most_two_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        for n in 0..(FILE_RECORDS as u64 * 2 + 10) {
+            store.append_intake(&[record(n)]).unwrap();
+        }
+        let all = store.read_intake().unwrap();
+        // The first 500 were dropped with the second rotation; the order is kept.
+        assert_eq!(all.len(), FILE_RECORDS + 10);
+        assert_eq!(all[0].number, Some(FILE_RECORDS as u64));
+        assert_eq!(
+            all.last().unwrap().number,
+            Some(FILE_RECORDS as u64 * 2 + 9)
+        );
+        assert!(all.windows(2).all(|w| w[0].number < w[1].number));
+    }
+
+    #[test]
+    fn a_corrupt_line_is_an_error_naming_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        store.append_intake(&[record(1)]).unwrap();
+        let path = store.intake_path();
+        let mut text = fs::read_to_string(&path).unwrap();
+        text.push_str("{not json\n");
+        fs::write(&path, text).unwrap();
+        let err = store.read_intake().unwrap_err().to_string();
+        assert!(
+            err.contains("intake.jsonl") && err.contains("line 2"),
+            "{err}"
+        );
+        let err = store.append_intake(&[record(2)]).unwrap_err().to_string();
+        assert!(err.contains("intake.jsonl"), "{err}");
+        assert!(fs::read_to_string(&path).unwrap().contains("{not json"));
+    }
+}
