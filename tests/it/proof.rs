@@ -8,4 +8,4 @@ mod chaos;
 mod concurrency;
 pub mod escape;
 mod security;
-mod world;
+pub mod world;

@@ -528,3 +528,156 @@ async fn a_completed_check_run_wakes_the_ci_watch_of_rovers_pr() {
         "a ci delivery makes no trace of its own"
     );
 }
+
+/// One delivery attempt that may meet a daemon being killed: the status, or `None` when the
+/// connection failed or was cut before an answer (GitHub then shows it as failed, to redeliver).
+fn try_deliver(addr: SocketAddr, event: &str, delivery: &str, body: &Value) -> Option<u16> {
+    let body = serde_json::to_vec(body).unwrap();
+    let head = format!(
+        "POST /github HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: GitHub-Hookshot/test\r\nContent-Type: application/json\r\nX-GitHub-Event: {event}\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        sign(SECRET.as_bytes(), &body),
+        body.len()
+    );
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    conn.write_all(head.as_bytes()).ok()?;
+    conn.write_all(&body).ok()?;
+    let mut raw = Vec::new();
+    let _ = conn.read_to_end(&mut raw);
+    String::from_utf8_lossy(&raw)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+}
+
+/// SIGKILLs of a daemon taking webhooks and reconciling at random moments: every event that
+/// came by webhook (redelivered until acknowledged, as GitHub's "Redeliver" does, and replayed
+/// once more at the end) or only through the list APIs (reconcile) starts exactly one trace and
+/// is answered exactly once; the store parses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_webhook_intake_and_reconcile_loses_nothing_and_duplicates_nothing() {
+    use crate::proof::world::{assert_trace_sound, every_file_parses};
+    use crate::scenarios::{coordinate, merge};
+    use crate::support::child::Rng;
+    let mut s = Scenario::new().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"github": {"poll": {"reconcileIntervalSecs": 1}},
+                "pipeline": {"maxAttempts": 100}}}),
+    );
+    s.rules
+        .push(json!({"prompt_contains": COORDINATE, "delay_ms": 150,
+        "structured": coordinate("notify", json!({"message": "Use export."}))}));
+    s.rules
+        .push(json!({"prompt_contains": NOTIFY, "delay_ms": 150,
+        "structured": {"message": "Use `widgets export --json`."}}));
+    // The issues are old; the first start: nothing before it is rover's business.
+    let issues: Vec<u64> = (201..213).collect();
+    for n in &issues {
+        s.github
+            .add_issue(*n, &format!("Question {n}"), "How?", "alice", &[]);
+    }
+    s.github.backdate(3600);
+    s.run_once().await;
+    assert!(s.traces().is_empty());
+    // While rover runs (and is killed), a comment on each: only in the list APIs, or also
+    // delivered by webhook.
+    let mut deliveries = Vec::new();
+    for &n in &issues {
+        let text = format!("How do I export {n}?");
+        let id = s.github.add_comment(n, "alice", &text);
+        // Two in three come by webhook too (and are in the lists): one trace either way.
+        if n % 3 != 0 {
+            deliveries.push((
+                format!("d-{n}"),
+                webhook_body("alice", &comment_payload(n, id, &text)),
+            ));
+        }
+    }
+    let seed = u64::from(std::process::id()) ^ 0x7e6b;
+    let mut rng = Rng::new(seed);
+    let mut acknowledged = std::collections::BTreeSet::new();
+    let (mut kills, mut unanswered) = (0, 0);
+    for _ in 0..8 {
+        let mut daemon = Daemon::start(&s);
+        let addr = daemon.addr;
+        let pending: Vec<(String, Value)> = deliveries
+            .iter()
+            .filter(|(d, _)| !acknowledged.contains(d))
+            .cloned()
+            .collect();
+        let sender = std::thread::spawn(move || {
+            let (mut acked, mut failed) = (Vec::new(), 0);
+            // Spread out, so that kills land in the middle of intake.
+            for (delivery, body) in pending {
+                if try_deliver(addr, "issue_comment", &delivery, &body) == Some(200) {
+                    acked.push(delivery);
+                } else {
+                    failed += 1;
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            (acked, failed)
+        });
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(1200))).await;
+        if daemon.child.try_wait().unwrap().is_none() {
+            kills += 1;
+        }
+        let _ = daemon.child.kill(); // SIGKILL
+        let _ = daemon.child.wait();
+        let (acked, failed) = sender.join().unwrap();
+        acknowledged.extend(acked);
+        unanswered += failed;
+    }
+    // A last run that is not killed: GitHub redelivers what got no answer, and replays
+    // everything once more; the daemon works until all is answered.
+    let daemon = Daemon::start(&s);
+    for (delivery, body) in &deliveries {
+        let status = daemon.signed("issue_comment", delivery, body).0;
+        assert!(
+            status == 200 || status == 202,
+            "delivery {delivery}: {status}"
+        );
+    }
+    wait_for("every event answered", || {
+        let traces = s.traces();
+        traces.len() >= issues.len()
+            && traces
+                .iter()
+                .all(|t| matches!(t.outcome(), rover::store::TraceOutcome::Finished { .. }))
+            && s.store().read_state().unwrap().pending.is_empty()
+    });
+    let (code, _) = daemon.stop();
+    assert_eq!(code, Some(0));
+    assert!(
+        kills >= 3,
+        "daemons cut off mid-run ({kills} kills, seed {seed})"
+    );
+    let traces = s.traces();
+    assert_eq!(
+        traces.len(),
+        issues.len(),
+        "one trace per event, whichever path and however often it came (seed {seed})"
+    );
+    let mut actions = 0;
+    for t in &traces {
+        actions += assert_trace_sound(t, true);
+    }
+    for n in &issues {
+        let ours = s
+            .github
+            .comment_bodies(*n)
+            .iter()
+            .filter(|b| b.contains("Generated by Rover"))
+            .count();
+        assert_eq!(ours, 1, "issue {n} answered exactly once (seed {seed})");
+    }
+    let files = every_file_parses(s.store().root());
+    eprintln!(
+        "proof chaos (webhook + reconcile): {kills} SIGKILLs of `start --webhook` survived (seed {seed}), {} events ({} also by webhook, {} acknowledged before the last run, {unanswered} attempts cut off by a kill) → {} traces, {actions} actions, {files} store files parsed, 0 lost, 0 duplicated",
+        issues.len(),
+        deliveries.len(),
+        acknowledged.len(),
+        traces.len()
+    );
+}
