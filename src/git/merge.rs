@@ -1,4 +1,5 @@
-//! Consolidating parallel task branches into one: `git merge`, aborted on conflict.
+//! Consolidating parallel task branches into one: `git merge`, aborted on conflict; and a merge
+//! left open with its conflicts, for an agent to resolve.
 
 use std::path::Path;
 
@@ -87,5 +88,72 @@ impl Workspace {
             merged,
             head: head.stdout.trim().to_string(),
         })
+    }
+
+    /// Starts a merge of `source` into the branch checked out in `worktree` without committing
+    /// it (`git merge --no-ff --no-commit`): conflicts are left in the files, with `MERGE_HEAD`
+    /// set, so that whoever resolves them and commits records a merge commit. Returns the
+    /// conflicting files (none for a clean merge). A merge already in progress (a rerun) is left
+    /// as it is.
+    pub async fn merge_leaving_conflicts(
+        &self,
+        worktree: &Path,
+        source: &str,
+    ) -> Result<Vec<String>, GitError> {
+        let wg = self.verify_worktree(worktree).await?;
+        let plan = self.hook_plan(worktree, self.hook_mode()).await?;
+        let target = Target::Worktree {
+            wg: &wg,
+            hooks: plan.host_dir(),
+        };
+        let unmerged = || async {
+            run_git(
+                target,
+                &[
+                    "diff",
+                    "--no-ext-diff",
+                    "--no-textconv",
+                    "--name-only",
+                    "--diff-filter=U",
+                    "-z",
+                ],
+                self.envs(),
+            )
+            .await
+            .map(|out| {
+                out.stdout
+                    .split('\0')
+                    .filter(|f| !f.is_empty())
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+            })
+        };
+        let in_progress = run_git(
+            target,
+            &["rev-parse", "-q", "--verify", "MERGE_HEAD"],
+            self.envs(),
+        )
+        .await
+        .is_ok();
+        if in_progress {
+            return unmerged().await;
+        }
+        match run_git(
+            target,
+            &["merge", "--no-ff", "--no-commit", "--", source],
+            self.envs(),
+        )
+        .await
+        {
+            Ok(_) => Ok(Vec::new()),
+            Err(err) => {
+                let conflicts = unmerged().await.unwrap_or_default();
+                if conflicts.is_empty() {
+                    Err(err)
+                } else {
+                    Ok(conflicts)
+                }
+            }
+        }
     }
 }

@@ -114,6 +114,10 @@ pub struct WorkflowMeta {
     /// New instructions for an iteration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// A branch to merge into the task's worktree before the agent runs, conflicts left in the
+    /// files for the agent to resolve (the resolver's answer to a consolidation conflict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_from: Option<String>,
 }
 
 /// How a workflow ended, as the committer is told.

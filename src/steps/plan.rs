@@ -35,6 +35,7 @@ pub fn workflow_meta(task: &TaskSpec, depends_on: Vec<Uuid>) -> WorkflowMeta {
         iterate_on: None,
         branch: None,
         instructions: None,
+        merge_from: None,
     }
 }
 

@@ -42,6 +42,43 @@ struct Task {
     meta: Option<WorkflowMeta>,
 }
 
+/// A consolidation conflict: the push span fails naming the branches and files, and the
+/// resolver gets the decision.
+fn conflict_to_resolver(error: &StepError) -> Finished {
+    let detail = |key: &str| error.details.get(key).cloned().unwrap_or_default();
+    let files: Vec<String> = detail("conflicts")
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let source = detail("sourceBranch")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let target = detail("target").as_str().unwrap_or_default().to_owned();
+    let summary = format!(
+        "merge conflict: `{source}` conflicts with `{target}` in {}",
+        files.join(", ")
+    );
+    Finished::failed(summary.clone())
+        .meta("status", "conflict")
+        .meta(
+            CONFLICT_KEY,
+            serde_json::json!({"sourceBranch": source, "target": target, "files": files}),
+        )
+        .meta("error", error.to_meta())
+        .then(
+            NextAction::new(StepKind::Resolve, format!("decide about the {summary}"))
+                .with_meta(&super::meta::ResolveMeta {}),
+        )
+}
+
+/// The push span meta key of a consolidation conflict: `{sourceBranch, target, files}`.
+pub const CONFLICT_KEY: &str = "conflict";
+
 /// A git error as a step error (command, exit code, output: `tasks::git_error`), plus the
 /// conflicting files of a failed consolidation.
 fn git_step_error(context: &str, err: &GitError) -> StepError {
@@ -330,9 +367,15 @@ impl Step for PushStep {
                 "nothing to push: the push action names no branch and the trace has no task branches",
             ));
         }
-        let pushed = self
-            .consolidate_and_push(ctx, run, &branches, &tasks)
-            .await?;
+        let pushed = match self.consolidate_and_push(ctx, run, &branches, &tasks).await {
+            Ok(pushed) => pushed,
+            // Parallel tasks that touch the same lines: the resolver decides (it can iterate on
+            // the conflicting task with the conflict as input) instead of the trace failing.
+            Err(e) if e.details.contains_key("conflicts") => {
+                return Ok(Outcome::Finished(conflict_to_resolver(&e)));
+            }
+            Err(e) => return Err(e),
+        };
         let included: Vec<&Task> = tasks
             .iter()
             .filter(|t| branches.contains(&t.mapping.branch_name))

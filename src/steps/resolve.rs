@@ -195,8 +195,9 @@ fn decision_of(span: &Span) -> Option<&str> {
     span.meta.get("decision").and_then(Value::as_str)
 }
 
-/// A resolve of the trace (not `current`) that decided after the last commit finished, or
-/// after the last red CI of a pushed pull request (which calls for a new decision).
+/// A resolve of the trace (not `current`) that decided after the last commit finished, after
+/// the last red CI of a pushed pull request, or after a consolidation conflict (each calls for
+/// a new decision).
 fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
     let last_commit = view
         .spans
@@ -206,6 +207,8 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
                 || (s.step == StepKind::Coordinate
                     && s.status == SpanStatus::Failed
                     && s.meta.get("decidedBy").and_then(Value::as_str) == Some("ci"))
+                // A consolidation conflict also calls for a new decision.
+                || (s.step == StepKind::Push && s.meta.contains_key(super::push::CONFLICT_KEY))
         })
         .filter_map(|s| s.completed)
         .max()?;
@@ -485,6 +488,118 @@ fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32)
         .then(next)
 }
 
+/// A consolidation conflict of the push step: which task branch conflicts with which.
+struct Conflict {
+    source: String,
+    target: String,
+    files: Vec<String>,
+}
+
+/// The conflict of the trace's latest failure, when that failure is a push that could not
+/// consolidate the task branches.
+fn latest_conflict(view: &TraceView) -> Option<Conflict> {
+    let latest = view
+        .spans
+        .iter()
+        .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
+        .max_by_key(|s| s.completed.unwrap_or(s.timestamp))?;
+    let conflict = latest.meta.get(super::push::CONFLICT_KEY)?;
+    let text = |key: &str| conflict.get(key).and_then(Value::as_str).map(str::to_owned);
+    Some(Conflict {
+        source: text("sourceBranch")?,
+        target: text("target")?,
+        files: conflict
+            .get("files")
+            .and_then(Value::as_array)
+            .map(|f| {
+                f.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// Whether the trace's latest failure is a consolidation conflict with no commit after it
+/// (a push would meet the same conflict).
+fn conflict_unchanged(view: &TraceView) -> bool {
+    if latest_conflict(view).is_none() {
+        return false;
+    }
+    let conflict_at = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Push && s.meta.contains_key(super::push::CONFLICT_KEY))
+        .filter_map(|s| s.completed)
+        .max();
+    !view.spans.iter().any(|s| {
+        s.step == StepKind::Commit
+            && s.status == SpanStatus::Completed
+            && s.completed.zip(conflict_at).is_some_and(|(c, at)| c > at)
+    })
+}
+
+/// Iterate on the task whose branch conflicts: rover merges the other side into its worktree
+/// (conflict markers left in the files) and the agent resolves them, keeping both changes.
+fn iterate_on_conflict(
+    view: &TraceView,
+    mappings: &BTreeMap<String, TaskMapping>,
+    conflict: &Conflict,
+    result: &ResolveResult,
+) -> Option<Finished> {
+    let reasoning = result.reasoning.trim();
+    // The latest workflow on the conflicting branch (an iteration reuses its branch).
+    let (id, original) = view
+        .spans
+        .iter()
+        .rev()
+        .filter(|s| s.step == StepKind::Workflow)
+        .filter_map(|s| s.action_id)
+        .find_map(|id| {
+            let mapping = mappings.get(&id.to_string())?;
+            (mapping.branch_name == conflict.source).then_some(id)
+        })
+        .and_then(|id| {
+            let action = view.actions.iter().find(|a| a.id == id)?;
+            Some((id, meta::read::<WorkflowMeta>(action).ok()?))
+        })?;
+    let mut instructions = result.instructions.clone().unwrap_or_default();
+    if !instructions.is_empty() {
+        instructions.push_str("\n\n");
+    }
+    let _ = write!(
+        instructions,
+        "This task's branch `{}` conflicts with `{}`, which holds the other tasks' work. rover has merged `{}` into this worktree; the conflicting files are: {}. Resolve every conflict marker so that both changes are kept, and make sure the result still does what this task asks.",
+        conflict.source,
+        conflict.target,
+        conflict.target,
+        conflict.files.join(", ")
+    );
+    let workflow = WorkflowMeta {
+        depends_on: Vec::new(),
+        iterate_on: Some(id),
+        branch: Some(conflict.source.clone()),
+        instructions: Some(instructions),
+        merge_from: Some(conflict.target.clone()),
+        ..original
+    };
+    Some(
+        Finished::completed(format!("iterate: {reasoning}"))
+            .meta("iterateOn", id)
+            .meta("conflict", serde_json::json!({"sourceBranch": conflict.source, "target": conflict.target, "files": conflict.files}))
+            .then(
+                NextAction::new(
+                    StepKind::Workflow,
+                    format!(
+                        "resolve the conflict of {} with {}: {reasoning}",
+                        workflow.title, conflict.target
+                    ),
+                )
+                .with_meta(&workflow),
+            ),
+    )
+}
+
 /// What the resolver's answer leads to (`wait` is scheduled by [`scheduled_wait`] first).
 fn decide(
     view: &TraceView,
@@ -498,6 +613,19 @@ fn decide(
                 "the resolver agent answered `wait` although no workflow or commit of the trace is queued or running; asking again later",
             )
             .detail("reasoning", &reasoning));
+        }
+        ResolveDecision::Push if conflict_unchanged(view) => {
+            let files = latest_conflict(view)
+                .map(|c| c.files.join(", "))
+                .unwrap_or_default();
+            let why = format!(
+                "the task branches still conflict (in {files}) and nothing was committed since: pushing again cannot succeed ({reasoning})"
+            );
+            return Ok(Decided {
+                finished: fail_finished(view, format!("fail: {why}"), &why)
+                    .meta("quickExit", "conflictUnchanged"),
+                decision: ResolveDecision::Fail,
+            });
         }
         ResolveDecision::Push => {
             let branches = committed_branches(view, mappings);
@@ -526,6 +654,14 @@ fn decide(
             )
         }
         ResolveDecision::Iterate => {
+            if let Some(conflict) = latest_conflict(view) {
+                if let Some(finished) = iterate_on_conflict(view, mappings, &conflict, result) {
+                    return Ok(Decided {
+                        finished,
+                        decision: ResolveDecision::Iterate,
+                    });
+                }
+            }
             let Some((failed_id, original)) = failed_workflow(view) else {
                 return Ok(Decided {
                     finished: fail_finished(
@@ -545,6 +681,7 @@ fn decide(
                 iterate_on: Some(failed_id),
                 branch,
                 instructions: result.instructions.clone(),
+                merge_from: None,
                 ..original
             };
             Finished::completed(format!("iterate: {reasoning}"))

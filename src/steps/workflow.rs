@@ -660,6 +660,29 @@ impl WorkflowStep {
             }
         }
 
+        // The resolver's answer to a consolidation conflict: the other side merged in, the
+        // conflicts left in the files for the agent (the commit step then records the merge).
+        let mut merged_in: Option<(String, Vec<String>)> = None;
+        if let Some(from) = &meta.merge_from {
+            match ws.merge_leaving_conflicts(&prepared.path, from).await {
+                Ok(conflicts) => merged_in = Some((from.clone(), conflicts)),
+                Err(e) => {
+                    tasks::save_task(&ctx.store, &task)
+                        .await
+                        .map_err(|e| store_error("cannot record the task mapping", &e))?;
+                    let error = git_error(&format!("cannot merge `{from}` into the task"), &e);
+                    let summary = format!("not started: {}", error.message);
+                    return Ok(Outcome::Finished(
+                        Finished::failed(summary.clone())
+                            .meta("branchName", &task.branch)
+                            .meta("worktreePath", prepared.path.display().to_string())
+                            .meta("error", error.to_meta())
+                            .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
+                    ));
+                }
+            }
+        }
+
         // The agent's command; custom instructions come from the default branch, never from
         // the worktree (an earlier run could have planted some there).
         let agent_settings = self.services.agent_settings().clone();
@@ -729,6 +752,13 @@ impl WorkflowStep {
                 fresh.as_ref().and_then(|f| f.review.as_ref()).map_or(
                     Value::Null,
                     |r| json!({"number": r.number, "head": r.head, "base": r.base}),
+                ),
+            ),
+            (
+                "mergedIn",
+                merged_in.as_ref().map_or(
+                    Value::Null,
+                    |(from, conflicts)| json!({"branch": from, "conflicts": conflicts}),
                 ),
             ),
             ("container", json!(container)),

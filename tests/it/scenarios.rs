@@ -830,6 +830,101 @@ async fn a_failed_workflow_is_iterated_with_new_instructions_and_then_succeeds()
     );
 }
 
+/// Two parallel tasks change the same lines: consolidating their branches conflicts. The trace
+/// does not fail: the resolver iterates on the conflicting task, rover merges the other side
+/// into its worktree, the agent resolves the markers, the commit records the merge, and the
+/// push consolidates cleanly into one PR holding both changes.
+#[tokio::test]
+async fn a_merge_conflict_between_tasks_goes_to_the_resolver_and_ships_both_changes() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github.add_issue(
+        25,
+        "Export flags",
+        "Please add --json and --csv.",
+        "alice",
+        &[],
+    );
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 25, "title": "Export flags", "body": "Please add --json and --csv.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add --json and --csv"})),
+    );
+    s.answer(
+        PLAN,
+        json!({"analysis": "Two independent flags.", "clarification": null, "tasks": [
+            task("json", "Add the json flag", &[], "swe"),
+            task("csv", "Add the csv flag", &[], "swe"),
+        ]}),
+    );
+    // The iteration sees the conflict markers rover left and writes both flags.
+    s.rules.push(json!({"prompt_contains": "Resolve every conflict marker", "write": {"flags.txt": "--json\n--csv\n"},
+        "structured": {"status": "completed", "summary": "kept both flags", "files_changed": ["flags.txt"]}}));
+    s.rules.push(workflow_rule(
+        "Add the json flag",
+        json!({"flags.txt": "--json\n"}),
+        "completed",
+    ));
+    s.rules.push(workflow_rule(
+        "Add the csv flag",
+        json!({"flags.txt": "--csv\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add export flags", "body": null}));
+    // After the conflict's iteration: push; on the conflict: iterate; once committed: push.
+    s.rules.push(
+        json!({"prompt_contains": "kept both flags", "structured": resolve("push", json!({}))}),
+    );
+    s.rules.push(json!({"prompt_contains": "merge conflict", "structured": resolve("iterate", json!({"instructions": "Both flags belong in flags.txt."}))}));
+    push_once_committed(&mut s);
+    s.answer(
+        NOTIFY,
+        json!({"message": "I opened a pull request with both flags."}),
+    );
+    s.run_until_settled(20).await;
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    assert_eq!(steps.last().unwrap(), "notify:completed", "{steps:?}");
+    assert!(steps.contains(&"push:failed".to_owned()), "{steps:?}");
+    assert_eq!(
+        steps.iter().filter(|x| *x == "push:completed").count(),
+        1,
+        "{steps:?}"
+    );
+    let failed_push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push" && sp.status.to_string() == "failed")
+        .unwrap();
+    assert_eq!(failed_push.meta["conflict"]["files"], json!(["flags.txt"]));
+    let iteration = trace
+        .actions
+        .iter()
+        .find(|a| a.action.as_str() == "workflow" && a.meta.get("mergeFrom").is_some())
+        .expect("an iteration that merges the other side in");
+    let run = trace
+        .spans
+        .iter()
+        .find(|sp| sp.action_id == Some(iteration.id))
+        .unwrap();
+    assert_eq!(run.meta["mergedIn"]["conflicts"], json!(["flags.txt"]));
+    // One PR whose branch holds both changes, with the merge recorded.
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let head = &pulls[0].1;
+    let shipped = git(&s.origin, &["show", &format!("{head}:flags.txt")]);
+    assert_eq!(shipped, "--json\n--csv");
+    let parents = git(&s.origin, &["log", "--format=%P", head]);
+    assert!(
+        parents.lines().any(|l| l.split(' ').count() == 2),
+        "a merge commit: {parents}"
+    );
+    assert!(
+        !git(&s.origin, &["show", &format!("{head}:flags.txt")]).contains("<<<<<<<"),
+        "no conflict marker shipped"
+    );
+}
+
 /// What a failed trace holds (worktree, branch, container, task mapping) is kept for
 /// `pipeline.retainDays`, shown by `gc --dry-run`, then reclaimed at the next start with a span
 /// that says so; a trace whose pull request is open keeps its own.

@@ -1111,7 +1111,10 @@ async fn pusher_rebases_onto_a_diverged_remote_and_never_forces() {
 }
 
 #[tokio::test]
-async fn pusher_fails_on_a_merge_conflict_listing_the_files() {
+/// A consolidation conflict fails the push (listing the files) and goes to the resolver; a
+/// resolver that only answers `push` again, with nothing committed since, fails the trace
+/// instead of looping.
+async fn a_merge_conflict_goes_to_the_resolver_and_a_blind_push_fails_the_trace() {
     let w = World::new(
         &push_script(),
         RoverConfig::default(),
@@ -1124,20 +1127,23 @@ async fn pusher_fails_on_a_merge_conflict_listing_the_files() {
     );
     let trace = w.run_local("add a parser and a lexer").await;
     let chain = w.p.chain(trace);
-    assert!(chain.contains(&"push:error".to_owned()), "{chain:?}");
+    assert!(chain.contains(&"push:failed".to_owned()), "{chain:?}");
     assert_eq!(chain.last().map(String::as_str), Some("notify:completed"));
     let view = w.p.trace(trace);
     let push = last_span(&view, "push");
-    assert_eq!(push.status, SpanStatus::Error);
+    assert_eq!(push.status, SpanStatus::Failed);
+    assert_eq!(push.meta["conflict"]["files"], json!(["shared.txt"]));
     let error = &push.meta["error"];
     assert_eq!(error["conflicts"], json!(["shared.txt"]), "{error}");
     assert!(error["message"]
         .as_str()
         .expect("message")
         .contains("shared.txt"));
+    let resolve = last_span(&view, "resolve");
+    assert_eq!(resolve.meta["quickExit"], json!("conflictUnchanged"));
     let notify = notify_of(&w.p, trace);
     assert_eq!(notify.purpose, NotifyPurpose::Failure);
-    assert_eq!(notify.failed_step.as_deref(), Some("push"));
+    assert!(notify.error.expect("why").contains("still conflict"));
     // Nothing was pushed.
     assert!(!w.origin_has("rover/parser"));
     assert!(!w.origin_has("rover/lexer"));
