@@ -8,6 +8,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod error;
 pub mod git;
 pub mod github;
 pub mod logging;

@@ -46,11 +46,41 @@ struct JsonLines {
     writer: NonBlocking,
 }
 
-impl<S: tracing::Subscriber> Layer<S> for JsonLines {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+/// The fields a span was opened with (e.g. a step run's trace, step, span and action ids),
+/// kept in its extensions so every event inside it carries them.
+struct SpanFields(Map<String, Value>);
+
+impl<S> Layer<S> for JsonLines
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        let mut fields = FieldMap(Map::new());
+        attrs.record(&mut fields);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(fields.0));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
         let mut fields = FieldMap(Map::new());
         event.record(&mut fields);
         let mut fields = fields.0;
+        // The enclosing spans' fields, innermost winning; the event's own fields win over all.
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope {
+                if let Some(outer) = span.extensions().get::<SpanFields>() {
+                    for (k, v) in &outer.0 {
+                        fields.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+            }
+        }
         let message = match fields.remove("message") {
             Some(Value::String(s)) => s,
             Some(other) => other.to_string(),

@@ -41,7 +41,7 @@ pub struct StartOptions {
 pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
     let project = ctx.project()?;
     let config = RoverConfig::load(&project.root)
-        .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
     let data_dir = crate::project::data_dir()?;
     let store = AutopilotStore::open(&data_dir, &project.id)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -82,7 +82,7 @@ async fn bot_identity(
         None => Some(client.token_login().await),
     };
     if let Some(Err(e @ crate::github::GitHubError::BadCredentials { .. })) = &learned {
-        return Err(CliError::Refused(crate::cli::error_chain(e)));
+        return Err(CliError::Refused(crate::error::error_chain(e)));
     }
     let identity =
         crate::github::identity::resolve(configured, settings.app_slug.as_deref(), learned);
@@ -135,7 +135,7 @@ async fn run(
             repo,
             &config.autopilot.github,
         )
-        .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
         let identity = bot_identity(&client, &config.autopilot.github).await?;
         config.autopilot.github.bot_login = identity.login().map(str::to_owned);
         client.set_bot_login(config.autopilot.github.bot_login.clone());
@@ -148,7 +148,7 @@ async fn run(
     let version = agent
         .check()
         .await
-        .map_err(|e| CliError::Refused(crate::cli::error_chain(&e)))?;
+        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
     tracing::info!(agent = %version, "agent ready");
 
     // Docker is needed by workflows only: without it rover still answers, and workflows fail
@@ -159,7 +159,7 @@ async fn run(
             Err(e) => {
                 println!(
                     "warning: {}; workflows will fail until Docker answers",
-                    crate::cli::error_chain(&e)
+                    crate::error::error_chain(&e)
                 );
                 tracing::warn!(error = %e, "no Docker engine");
                 None
@@ -221,7 +221,7 @@ async fn run(
                 println!("paused: new traces wait: {reason}");
             }
         }
-        Err(e) => println!("warning: {}", crate::cli::error_chain(&e)),
+        Err(e) => println!("warning: {}", crate::error::error_chain(&e)),
     }
     // Containers and worktrees no task mapping names (left by a crash between creating them
     // and recording them, or by a removed mapping): reported, then removed.
@@ -421,7 +421,7 @@ async fn poll_loop(
                 tracing::warn!(error = %e, "polling GitHub failed");
                 println!(
                     "warning: polling GitHub failed: {}",
-                    crate::cli::error_chain(&e)
+                    crate::error::error_chain(&e)
                 );
             }
         }

@@ -90,7 +90,7 @@ impl Reconciler {
                 tracing::warn!(error = %e, why = %why, "reconciling with GitHub failed");
                 println!(
                     "warning: reconciling with GitHub failed: {}; retrying after the next poll",
-                    crate::cli::error_chain(&e)
+                    crate::error::error_chain(&e)
                 );
                 self.why = Some(why);
                 false

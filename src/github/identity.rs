@@ -75,7 +75,7 @@ pub fn resolve(
             || {
                 BotIdentity::Unknown(format!(
                     "{}{}",
-                    crate::cli::error_chain(&e),
+                    crate::error::error_chain(&e),
                     if matches!(e, GitHubError::Forbidden { .. }) {
                         "; a GitHub App installation token has no user"
                     } else {

@@ -24,6 +24,8 @@ pub use step::{
     Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 
+use tracing::Instrument;
+
 use crate::budget::{Budget, Ledger, BREAKER_KEY};
 use crate::steps::meta::{NotifyMeta, NotifyPurpose};
 use crate::store::{
@@ -1026,7 +1028,33 @@ impl Inner {
         let task_step = step.clone();
         let ctx = self.ctx.clone();
         let task_run = run.clone();
-        let mut handle = tokio::spawn(async move { task_step.process(&ctx, &task_run).await });
+        // Every log line of the run carries its trace, step, span and action ids, so that
+        // `log.jsonl` joins with `rover autopilot trace`.
+        let log_span = tracing::info_span!(
+            "step",
+            trace = %run.pending.trace_id,
+            step = %kind,
+            span = %run.span.id,
+            action = %action_id,
+            attempt = run.pending.attempts,
+        );
+        let mut handle = tokio::spawn(
+            async move {
+                tracing::info!("step started");
+                let result = task_step.process(&ctx, &task_run).await;
+                match &result {
+                    Ok(Outcome::Finished(f)) => {
+                        tracing::info!(status = %f.status, summary = %f.summary, "step finished");
+                    }
+                    Ok(Outcome::Detached { .. }) => tracing::info!("step detached"),
+                    Err(e) => {
+                        tracing::warn!(error = %e.message, retryable = e.retryable, "step failed");
+                    }
+                }
+                result
+            }
+            .instrument(log_span),
+        );
         let joined = tokio::select! {
             joined = &mut handle => joined,
             () = stop.cancelled() => {

@@ -160,7 +160,7 @@ impl StepError {
     /// From any error, keeping its whole chain of causes in the message.
     pub fn from_error(e: &(dyn std::error::Error + 'static), retryable: bool) -> StepError {
         StepError {
-            message: crate::cli::error_chain(e),
+            message: crate::error::error_chain(e),
             retryable,
             details: Meta::new(),
             retry_not_before: None,

@@ -304,7 +304,7 @@ impl CoordinateStep {
         };
         let reason = format!(
             "could not verify that {login} may make rover work ({why}): {}; nothing was done",
-            crate::cli::error_chain(error)
+            crate::error::error_chain(error)
         );
         tracing::error!(%login, %reason, "trust lookup failed for good");
         Ok(Err(Finished::failed(format!("decided noop: {reason}"))
@@ -312,7 +312,7 @@ impl CoordinateStep {
             .meta("decidedBy", "trust")
             .meta(
                 "error",
-                serde_json::json!({"message": crate::cli::error_chain(error), "retryable": error.is_retryable(), "login": login}),
+                serde_json::json!({"message": crate::error::error_chain(error), "retryable": error.is_retryable(), "login": login}),
             )
             .then(NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
                 untrusted: true,

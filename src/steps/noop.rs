@@ -122,7 +122,7 @@ impl Step for SummarizingNoopStep {
                 .meta("agent", usage_meta(&answer)),
             Err(e) => finished(run, &chain_summary(&view), "span summaries").meta(
                 "agent",
-                serde_json::json!({"error": crate::cli::error_chain(&e), "errorClass": e.class()}),
+                serde_json::json!({"error": crate::error::error_chain(&e), "errorClass": e.class()}),
             ),
         };
         Ok(Outcome::Finished(done))

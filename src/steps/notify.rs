@@ -232,7 +232,7 @@ impl Step for NotifyStep {
             Err(e) => (
                 fallback_message(&notify, visibility, &trace_id.to_string()),
                 "fallback",
-                serde_json::json!({"error": crate::cli::error_chain(&e), "errorClass": e.class()}),
+                serde_json::json!({"error": crate::error::error_chain(&e), "errorClass": e.class()}),
             ),
         };
         let mut message = with_pr_link(redactor.redact(&draft, visibility), &notify);

@@ -102,6 +102,37 @@ fn start_runs_until_sigterm_and_stops_cleanly() {
         "log.jsonl is JSON lines"
     );
     assert!(log.contains("agent ready"), "{log}");
+    // Each step run's lines carry its trace, step, span and action: they join with `trace`.
+    let entries: Vec<rover::store::LogEntry> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for trace in &traces {
+        let view = store.load_trace(*trace).unwrap();
+        for span in view.spans.iter().filter(|s| s.action_id.is_some()) {
+            let lines: Vec<&str> = entries
+                .iter()
+                .filter(|e| {
+                    e.fields.get("span").and_then(|v| v.as_str()) == Some(&span.id.to_string())
+                })
+                .map(|e| {
+                    assert_eq!(e.fields["trace"].as_str(), Some(trace.to_string().as_str()));
+                    assert_eq!(e.fields["step"].as_str(), Some(span.step.as_str()));
+                    assert_eq!(
+                        e.fields["action"].as_str(),
+                        Some(span.action_id.unwrap().to_string().as_str())
+                    );
+                    e.message.as_str()
+                })
+                .collect();
+            assert!(
+                lines.contains(&"step started") && lines.contains(&"step finished"),
+                "{} {}: {lines:?}",
+                span.step,
+                span.id
+            );
+        }
+    }
 }
 
 fn wait_output(child: &mut Child) -> (Option<i32>, String, String) {
