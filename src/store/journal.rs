@@ -436,18 +436,30 @@ pub fn compact(store: &AutopilotStore, c: &mut Cached) -> Result<()> {
     Ok(())
 }
 
-/// CRC-32 (IEEE), bitwise: journal lines are short.
+/// CRC-32 (IEEE), table-driven: a cold reader checks every line of the journal.
 fn crc32(bytes: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut table = [0u32; 256];
+        let mut i: u32 = 0;
+        while i < 256 {
+            let mut crc = i;
+            let mut bit = 0;
+            while bit < 8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+                bit += 1;
+            }
+            table[i as usize] = crc;
+            i += 1;
+        }
+        table
+    };
     let mut crc = !0u32;
     for b in bytes {
-        crc ^= u32::from(*b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
+        crc = TABLE[((crc ^ u32::from(*b)) & 0xFF) as usize] ^ (crc >> 8);
     }
     !crc
 }

@@ -219,6 +219,7 @@ impl<'a> Txn<'a> {
         }
         save(&self.store.traces_path(), self.cache.as_ref())?;
         let mut kept = self.state.or(self.cached);
+        let mut stale = false;
         if let Some(c) = kept.as_mut() {
             let mut ops = self.ops;
             for id in &self.touched {
@@ -226,16 +227,22 @@ impl<'a> Txn<'a> {
                     ops.push(Op::Put(p.clone()));
                 }
             }
-            let mut compact = self.compact;
-            if self.whole {
-                c.state.updated_at = now;
-                compact = true;
-            } else if !ops.is_empty() {
-                compact |= journal::append(self.store, c, ops, now)?;
-            }
-            if compact {
+            if self.whole || self.compact {
+                if self.whole {
+                    c.state.updated_at = now;
+                }
                 journal::compact(self.store, c)?;
+            } else if !ops.is_empty() && journal::append(self.store, c, ops, now)? {
+                // The operation is durable in the journal: a compaction that fails now is
+                // retried by the next one, and this handle reads the files afresh.
+                if let Err(e) = journal::compact(self.store, c) {
+                    tracing::warn!(error = %e, "cannot fold the queue journal into state.json");
+                    stale = true;
+                }
             }
+        }
+        if stale {
+            kept = None;
         }
         let mut cursor = self.cursor;
         if let Some(l) = cursor.as_mut().filter(|l| l.dirty) {
