@@ -60,8 +60,12 @@ pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError>
             store.log_path().display()
         ))
     })?;
-    let code = runtime.block_on(run(project, config, store, options, shutdown, wake));
+    let code = runtime.block_on(run(project, config, store.clone(), options, shutdown, wake));
     runtime.shutdown_timeout(Duration::from_secs(2));
+    // `state.json` whole for whoever reads it alone while the daemon is stopped.
+    if let Err(e) = store.compact_state() {
+        tracing::warn!(error = %e, "cannot fold the queue journal into state.json");
+    }
     drop(log);
     drop(lock);
     code
@@ -205,6 +209,13 @@ async fn run(
         if n > 0 {
             tracing::info!(files = n, "removed temp files of interrupted writes");
         }
+    }
+    // The queue journal folded into `state.json`, so each start begins with a short journal.
+    {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.compact_state())
+            .await
+            .map_err(|e| CliError::Refused(format!("compaction panicked: {e}")))??;
     }
     let recovered = orchestrator.recover().await?;
     if !recovered.is_empty() {

@@ -11,6 +11,7 @@ mod error;
 pub mod fsio;
 mod ids;
 pub mod intake;
+mod journal;
 mod lock;
 pub mod log;
 pub mod records;
@@ -19,6 +20,7 @@ mod txn;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -44,6 +46,10 @@ pub const PRODUCED_KEY: &str = "actionIds";
 #[derive(Debug, Clone)]
 pub struct AutopilotStore {
     root: PathBuf,
+    /// The state as this handle (and its clones) last wrote it, reused by the next transaction
+    /// when the files have not changed since: a queue operation then reads only the journal
+    /// records appended since, whatever the queue's length.
+    cached: Arc<Mutex<Option<journal::Cached>>>,
 }
 
 /// What [`AutopilotStore::create_event_trace`] did.
@@ -70,6 +76,7 @@ impl AutopilotStore {
     pub fn open(data_dir: &Path, project_id: &str) -> Result<AutopilotStore> {
         let store = AutopilotStore {
             root: data_dir.join("projects").join(project_id),
+            cached: Arc::default(),
         };
         for dir in [
             store.spans_dir(),
@@ -87,7 +94,10 @@ impl AutopilotStore {
         if !root.join("autopilot").is_dir() && !root.join("spans").is_dir() {
             return Err(StoreError::MissingStore { path: root });
         }
-        Ok(AutopilotStore { root })
+        Ok(AutopilotStore {
+            root,
+            cached: Arc::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -113,6 +123,10 @@ impl AutopilotStore {
     }
     pub fn traces_path(&self) -> PathBuf {
         self.autopilot_dir().join("traces.json")
+    }
+    /// The queue journal beside `state.json` (see `journal`).
+    pub fn journal_path(&self) -> PathBuf {
+        self.autopilot_dir().join("state.journal")
     }
     pub fn lock_path(&self) -> PathBuf {
         self.autopilot_dir().join("lock")
@@ -201,16 +215,29 @@ impl AutopilotStore {
     pub fn transact<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {
         ensure_dir(&self.autopilot_dir())?;
         let _lock = StoreLock::acquire(&self.lock_path())?;
-        let mut txn = Txn::new(self);
+        // Held with the store lock: threads of this process take that lock too, so this never
+        // waits on more than the lock already does. A failed transaction drops the state.
+        let mut cached = self
+            .cached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut txn = Txn::new(self, cached.take());
         let out = f(&mut txn)?;
-        txn.commit()?;
+        *cached = txn.commit()?;
         Ok(out)
     }
 
-    /// The state as it is on disk now (atomic files need no lock to read). A missing file is an
-    /// empty state; a corrupt one is an error naming it.
+    /// The state as it is now: `state.json` with the journal's records applied (atomic files
+    /// and checked appends need no lock to read). Every reader of the queue comes here. A
+    /// missing file is an empty state; a corrupt one is an error naming it.
     pub fn read_state(&self) -> Result<State> {
-        Ok(read_json(&self.state_path())?.unwrap_or_else(|| State::new(Utc::now())))
+        Ok(journal::load(self, false, None)?.state)
+    }
+
+    /// Fold the journal into `state.json` (the daemon does at start and stop), so that a reader
+    /// of `state.json` alone sees the whole queue.
+    pub fn compact_state(&self) -> Result<()> {
+        self.transact(|txn: &mut Txn<'_>| txn.compact())
     }
 
     pub fn read_cursor(&self) -> Result<Cursor> {

@@ -1,8 +1,12 @@
 //! A read-modify-write of the shared files under the store lock. Files are loaded on first use
-//! and written back on commit only if they changed: caches first, `state.json` and `cursor.json`
+//! and written back on commit only if they changed: caches first, the state and `cursor.json`
 //! last, so a crash in between leaves caches ahead of the queue, never the queue ahead of them.
+//!
+//! Queue changes made through [`Txn::push_pending`], [`Txn::remove_pending`] and
+//! [`Txn::pending_mut`] are appended to the journal as one record; any other change to the state
+//! ([`Txn::state_mut`]) rewrites `state.json` whole (a compaction).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -12,6 +16,7 @@ use uuid::Uuid;
 
 use super::error::{Result, StoreError};
 use super::fsio::{quarantine, read_json, write_json_atomic};
+use super::journal::{self, Cached, Op};
 use super::records::{Cursor, PendingAction, Span, State, TraceEntry, TraceIndex, TracesCache};
 use super::{traces, AutopilotStore};
 
@@ -23,7 +28,15 @@ struct Loaded<T> {
 /// Open transaction; see [`AutopilotStore::transact`].
 pub struct Txn<'a> {
     store: &'a AutopilotStore,
-    state: Option<Loaded<State>>,
+    /// The handle's state from its last transaction, until this one loads the state.
+    cached: Option<Cached>,
+    state: Option<Cached>,
+    /// Queue changes to journal, in order; entries changed in place are put at commit.
+    ops: Vec<Op>,
+    touched: BTreeSet<Uuid>,
+    /// The state changed otherwise: write it whole.
+    whole: bool,
+    compact: bool,
     cursor: Option<Loaded<Cursor>>,
     cache: Option<Loaded<TracesCache>>,
     indexes: BTreeMap<Uuid, Loaded<Option<TraceIndex>>>,
@@ -48,10 +61,15 @@ fn save<T: Serialize>(path: &Path, loaded: Option<&Loaded<T>>) -> Result<()> {
 }
 
 impl<'a> Txn<'a> {
-    pub(super) fn new(store: &'a AutopilotStore) -> Txn<'a> {
+    pub(super) fn new(store: &'a AutopilotStore, cached: Option<Cached>) -> Txn<'a> {
         Txn {
             store,
+            cached,
             state: None,
+            ops: Vec::new(),
+            touched: BTreeSet::new(),
+            whole: false,
+            compact: false,
             cursor: None,
             cache: None,
             indexes: BTreeMap::new(),
@@ -60,23 +78,27 @@ impl<'a> Txn<'a> {
 
     /// The state, for reading.
     pub fn state(&mut self) -> Result<&State> {
-        Ok(&self.state_loaded()?.value)
+        Ok(&self.loaded()?.state)
     }
 
-    /// The state, for changing (written back on commit).
+    /// The state, for changing anything (written back whole on commit). Queue changes go through
+    /// [`Txn::push_pending`], [`Txn::remove_pending`] and [`Txn::pending_mut`], which journal.
     pub fn state_mut(&mut self) -> Result<&mut State> {
-        let l = self.state_loaded()?;
-        l.dirty = true;
-        Ok(&mut l.value)
+        self.whole = true;
+        Ok(&mut self.loaded()?.state)
     }
 
-    fn state_loaded(&mut self) -> Result<&mut Loaded<State>> {
+    /// Write the whole state to `state.json` on commit and start the journal afresh.
+    pub fn compact(&mut self) -> Result<()> {
+        self.loaded()?;
+        self.compact = true;
+        Ok(())
+    }
+
+    fn loaded(&mut self) -> Result<&mut Cached> {
         if self.state.is_none() {
-            let value = load_shared(&self.store.state_path(), || State::new(Utc::now()))?;
-            self.state = Some(Loaded {
-                value,
-                dirty: false,
-            });
+            let cached = self.cached.take();
+            self.state = Some(journal::load(self.store, true, cached)?);
         }
         Ok(self.state.as_mut().expect("just loaded"))
     }
@@ -99,7 +121,9 @@ impl<'a> Txn<'a> {
         if self.state()?.pending_for(pending.action_id).is_some() {
             return Ok(false);
         }
-        self.state_mut()?.pending.push(pending);
+        self.loaded()?.state.pending.push(pending.clone());
+        self.touched.remove(&pending.action_id);
+        self.ops.push(Op::Put(pending));
         Ok(true)
     }
 
@@ -112,11 +136,17 @@ impl<'a> Txn<'a> {
         else {
             return Ok(None);
         };
-        Ok(Some(self.state_mut()?.pending.remove(at)))
+        self.touched.remove(&action_id);
+        self.ops.push(Op::Remove(action_id));
+        Ok(Some(self.loaded()?.state.pending.remove(at)))
     }
 
     pub fn pending_mut(&mut self, action_id: Uuid) -> Result<Option<&mut PendingAction>> {
-        Ok(self.state_mut()?.pending_for_mut(action_id))
+        if self.state()?.pending_for(action_id).is_none() {
+            return Ok(None);
+        }
+        self.touched.insert(action_id);
+        Ok(self.loaded()?.state.pending_for_mut(action_id))
     }
 
     /// A trace's index, loading it (or rebuilding it if it is unreadable: it is a cache).
@@ -178,7 +208,9 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    pub(super) fn commit(self) -> Result<()> {
+    /// Write back what changed; returns the state for the handle to keep (`None` if this
+    /// transaction never loaded it).
+    pub(super) fn commit(self) -> Result<Option<Cached>> {
         let now = Utc::now();
         for (id, l) in &self.indexes {
             if let (true, Some(index)) = (l.dirty, &l.value) {
@@ -186,15 +218,37 @@ impl<'a> Txn<'a> {
             }
         }
         save(&self.store.traces_path(), self.cache.as_ref())?;
-        let mut state = self.state;
-        if let Some(l) = state.as_mut().filter(|l| l.dirty) {
-            l.value.updated_at = now;
+        let mut kept = self.state.or(self.cached);
+        let mut stale = false;
+        if let Some(c) = kept.as_mut() {
+            let mut ops = self.ops;
+            for id in &self.touched {
+                if let Some(p) = c.state.pending_for(*id) {
+                    ops.push(Op::Put(p.clone()));
+                }
+            }
+            if self.whole || self.compact {
+                if self.whole {
+                    c.state.updated_at = now;
+                }
+                journal::compact(self.store, c)?;
+            } else if !ops.is_empty() && journal::append(self.store, c, ops, now)? {
+                // The operation is durable in the journal: a compaction that fails now is
+                // retried by the next one, and this handle reads the files afresh.
+                if let Err(e) = journal::compact(self.store, c) {
+                    tracing::warn!(error = %e, "cannot fold the queue journal into state.json");
+                    stale = true;
+                }
+            }
         }
-        save(&self.store.state_path(), state.as_ref())?;
+        if stale {
+            kept = None;
+        }
         let mut cursor = self.cursor;
         if let Some(l) = cursor.as_mut().filter(|l| l.dirty) {
             l.value.updated_at = now;
         }
-        save(&self.store.cursor_path(), cursor.as_ref())
+        save(&self.store.cursor_path(), cursor.as_ref())?;
+        Ok(kept)
     }
 }

@@ -1,6 +1,7 @@
 //! Store figures: the atomic-write floor, durable queue operations against it, and `trace <id>`
 //! on a store of 100,000 spans in 20,000 traces.
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -31,6 +32,7 @@ pub fn run() -> f64 {
     println!("\n== store (data in {})", dir.path().display());
     let floor = atomic_write_floor(dir.path());
     queue_ops(dir.path(), floor);
+    queue_depth(dir.path());
     trace_lookup(dir.path());
     floor
 }
@@ -117,6 +119,70 @@ fn queue_ops(dir: &Path, floor: f64) {
     let (p50, _) = percentiles(samples);
     println!(
         "enqueue with its action file     p50 {p50:>8.0} us   (2 durable writes: action + state)"
+    );
+}
+
+/// One queue operation (a locked enqueue, then a locked dequeue, each timed) on queues of 0,
+/// 100, 1,000 and 10,000 pending actions: the bar is that its cost does not grow with the queue.
+/// "warm" reuses one store handle (the daemon); "cold" opens a fresh handle per operation, as a
+/// separate `rover autopilot submit` process does.
+fn queue_depth(dir: &Path) {
+    const OPS: usize = 60;
+    let mut warm_at = Vec::new();
+    for depth in [0usize, 100, 1_000, 10_000] {
+        let project = format!("bench-depth-{depth}");
+        let store = AutopilotStore::open(dir, &project).unwrap();
+        let root = Span::root(Uuid::new_v4(), Utc::now(), Meta::new());
+        store
+            .transact(|txn| {
+                for _ in 0..depth {
+                    let a = Action::new(StepKind::Notify, &root, "depth", Meta::new(), Utc::now());
+                    txn.push_pending(a.pending(root.id, Utc::now()))?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let mut line = format!("queue op at {depth:>6} pending     ");
+        for cold in [false, true] {
+            let mut samples = Vec::with_capacity(OPS * 2);
+            for _ in 0..OPS {
+                let a = Action::new(
+                    StepKind::Coordinate,
+                    &root,
+                    "bench",
+                    Meta::new(),
+                    Utc::now(),
+                );
+                let handle = |s: &AutopilotStore| {
+                    if cold {
+                        AutopilotStore::open(dir, &project).unwrap()
+                    } else {
+                        s.clone()
+                    }
+                };
+                let s = handle(&store);
+                let t = Instant::now();
+                s.transact(|txn| txn.push_pending(a.pending(root.id, Utc::now())))
+                    .unwrap();
+                samples.push(t.elapsed().as_secs_f64() * 1e6);
+                let s = handle(&store);
+                let t = Instant::now();
+                s.dequeue(a.id).unwrap().expect("was queued");
+                samples.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            let (p50, p99) = percentiles(samples);
+            if !cold {
+                warm_at.push(p50);
+            }
+            let label = if cold { "cold" } else { "warm" };
+            let _ = write!(line, "{label} p50 {p50:>7.0} us p99 {p99:>7.0} us   ");
+        }
+        println!("{}", line.trim_end());
+    }
+    println!(
+        "queue op at 1,000 vs 0 pending   {:.2}x (bar: at most 1.3x); at 10,000: {:.2}x",
+        warm_at[2] / warm_at[0],
+        warm_at[3] / warm_at[0]
     );
 }
 

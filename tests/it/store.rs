@@ -796,3 +796,110 @@ fn stale_temp_files_of_interrupted_writes_are_swept_and_fresh_ones_kept() {
     assert!(fresh.exists(), "a fresh one may be a write in progress");
     assert!(kept.exists(), "nothing but temp files is touched");
 }
+
+/// A queue with `n` queued actions in one trace, written through the journal.
+fn journaled_queue(store: &AutopilotStore, n: usize) -> Vec<Uuid> {
+    let (root, _first) = new_trace(store, "journal");
+    (0..n)
+        .map(|_| {
+            let a = Action::new(StepKind::Notify, &root, "queued", Meta::new(), Utc::now());
+            store.enqueue(&a, root.id).unwrap();
+            a.id
+        })
+        .collect()
+}
+
+fn queued(state: &State) -> BTreeSet<Uuid> {
+    state.pending.iter().map(|p| p.action_id).collect()
+}
+
+#[test]
+fn queue_operations_are_journaled_and_every_reader_sees_them() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let ids = journaled_queue(&store, 3);
+    let journal = fs::read_to_string(store.journal_path()).unwrap();
+    assert!(journal.lines().count() > 3, "{journal}");
+    // Another handle (another process) and the lock-free reader see the appended records.
+    let other = env.store();
+    for state in [store.read_state().unwrap(), other.read_state().unwrap()] {
+        assert!(ids.iter().all(|id| queued(&state).contains(id)));
+    }
+    other.dequeue(ids[0]).unwrap().expect("queued");
+    // The first handle's kept state is brought up to date by the other's record.
+    assert!(store.dequeue(ids[0]).unwrap().is_none());
+    assert!(!queued(&store.read_state().unwrap()).contains(&ids[0]));
+
+    // Compaction folds the journal into state.json, which then holds the queue alone.
+    let before = queued(&store.read_state().unwrap());
+    store.compact_state().unwrap();
+    let on_disk: State =
+        serde_json::from_str(&fs::read_to_string(store.state_path()).unwrap()).unwrap();
+    assert_eq!(queued(&on_disk), before);
+    assert_eq!(
+        fs::read_to_string(store.journal_path())
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_torn_last_journal_record_is_ignored_and_cut_off_by_the_next_write() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let ids = journaled_queue(&store, 2);
+    let mut bytes = fs::read(store.journal_path()).unwrap();
+    let acknowledged = bytes.len();
+    bytes.extend_from_slice(b"1234abcd {\"seq\":99,\"ops\":[{\"remove\":");
+    fs::write(store.journal_path(), &bytes).unwrap();
+
+    let fresh = env.store();
+    assert_eq!(queued(&fresh.read_state().unwrap()).len(), 3);
+    fresh.dequeue(ids[1]).unwrap().expect("queued");
+    let after = fs::read(store.journal_path()).unwrap();
+    assert_eq!(&after[..acknowledged], &bytes[..acknowledged]);
+    assert!(after.ends_with(b"\n"), "the torn record was cut off");
+    let state = store.read_state().unwrap();
+    assert!(queued(&state).contains(&ids[0]) && !queued(&state).contains(&ids[1]));
+}
+
+#[test]
+fn a_damaged_journal_record_before_the_last_is_an_error_naming_the_file() {
+    let env = TestEnv::new();
+    let store = env.store();
+    journaled_queue(&store, 3);
+    let text = fs::read_to_string(store.journal_path()).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[1] = lines[1].replacen("\"seq\"", "\"sEq\"", 1);
+    fs::write(store.journal_path(), lines.join("\n") + "\n").unwrap();
+
+    let fresh = env.store();
+    let err = fresh.read_state().unwrap_err().to_string();
+    assert!(
+        err.contains("state.journal") && err.contains("record 2"),
+        "{err}"
+    );
+    let err = fresh.dequeue(Uuid::new_v4()).unwrap_err().to_string();
+    assert!(err.contains("state.journal"), "{err}");
+}
+
+#[test]
+fn a_crash_between_writing_state_json_and_replacing_the_journal_duplicates_nothing() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let ids = journaled_queue(&store, 3);
+    let journal = fs::read(store.journal_path()).unwrap();
+    store.compact_state().unwrap();
+    // The old journal back: as if the compaction stopped after writing state.json.
+    fs::write(store.journal_path(), &journal).unwrap();
+
+    let fresh = env.store();
+    let state = fresh.read_state().unwrap();
+    assert_eq!(state.pending.len(), 4, "each action once");
+    fresh.dequeue(ids[2]).unwrap().expect("queued");
+    let state = store.read_state().unwrap();
+    assert_eq!(state.pending.len(), 3);
+    assert!(!queued(&state).contains(&ids[2]));
+}
