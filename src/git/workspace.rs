@@ -333,10 +333,19 @@ fn prepare(
             created_worktree: false,
         });
     }
+    let name = worktree_name(branch);
     if path.exists() && std::fs::read_dir(path).map_or(true, |mut d| d.next().is_some()) {
-        return Err(GitError::WorktreePathInUse {
+        // The debris of an add of this very worktree cut off by a crash (its gitfile names
+        // this repository's registration of it, which does not validate): made again.
+        if !interrupted_add(&repo, path, &name) {
+            return Err(GitError::WorktreePathInUse {
+                path: path.to_path_buf(),
+            });
+        }
+        std::fs::remove_dir_all(path).map_err(|source| GitError::Io {
             path: path.to_path_buf(),
-        });
+            source,
+        })?;
     }
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|source| GitError::Io {
@@ -348,7 +357,6 @@ fn prepare(
     if path.exists() {
         let _ = std::fs::remove_dir(path);
     }
-    let name = worktree_name(branch);
     // A stale registration under the same name (directory deleted by hand) is pruned first.
     if let Ok(stale) = repo.find_worktree(&name) {
         let mut opts = git2::WorktreePruneOptions::new();
@@ -379,6 +387,27 @@ fn prepare(
         created_branch,
         created_worktree: true,
     })
+}
+
+/// Whether `path` holds a worktree add of `name` that a crash cut off: its `.git` file points
+/// at this repository's registration `worktrees/<name>`, and that registration is missing or
+/// does not validate (an add that completed would have been found by `find_worktree_at`).
+fn interrupted_add(repo: &Repository, path: &Path, name: &str) -> bool {
+    let Ok(gitfile) = std::fs::read_to_string(path.join(".git")) else {
+        return false;
+    };
+    let Some(target) = gitfile.trim().strip_prefix("gitdir:").map(str::trim) else {
+        return false;
+    };
+    let registration = repo.commondir().join("worktrees").join(name);
+    let same = Path::new(target) == registration
+        || matches!(
+            (Path::new(target).canonicalize(), registration.canonicalize()),
+            (Ok(a), Ok(b)) if a == b
+        );
+    same && repo
+        .find_worktree(name)
+        .map_or(true, |w| w.validate().is_err())
 }
 
 /// `path` made absolute through its nearest existing ancestor (it may not exist yet).

@@ -97,6 +97,45 @@ async fn task_branch_forks_from_default_and_commits_through_the_cli() {
     assert_eq!(again.fork_point, main_sha);
 }
 
+/// A worktree add cut off by a crash (its registration gone or broken, its directory half
+/// made) is made again on the next prepare; a directory that is not rover's stays an error.
+#[tokio::test]
+async fn an_interrupted_worktree_add_is_made_again_and_a_foreign_directory_is_refused() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let path = repo.worktree_path("cut");
+    ws.prepare_worktree("rover/cut-off", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    // The kill came after the gitfile and some files, before the registration was complete.
+    let registration = repo.checkout.join(".git/worktrees/rover-cut-off");
+    std::fs::remove_dir_all(&registration).unwrap();
+    assert!(path.join(".git").is_file());
+    let again = ws
+        .prepare_worktree("rover/cut-off", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("made again");
+    assert!(again.created_worktree);
+    assert!(registration.is_dir());
+    assert!(path.join("README.md").exists() || std::fs::read_dir(&path).unwrap().count() > 1);
+
+    let foreign = repo.worktree_path("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    write(&foreign.join("notes.txt"), "mine\n");
+    let refused = ws
+        .prepare_worktree("rover/foreign", BranchBase::DefaultBranch, &foreign)
+        .await
+        .expect_err("not rover's directory");
+    assert!(
+        matches!(refused, GitError::WorktreePathInUse { .. }),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(foreign.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+}
+
 #[tokio::test]
 async fn dependent_branch_forks_from_the_dependency_branch() {
     let repo = TestRepo::new();

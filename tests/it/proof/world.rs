@@ -387,9 +387,12 @@ pub fn assert_trace_sound(view: &TraceView, exactly_once: bool) -> usize {
             .count();
         assert!(
             outcomes <= 1 && (!exactly_once || outcomes == 1),
-            "trace {id}: action {} ({}) ran to an outcome {outcomes} times: {chain:?}",
+            "trace {id}: action {} ({}) ran to an outcome {outcomes} times: {chain:?}\nits runs: {:#?}",
             action.id,
-            action.action
+            action.action,
+            runs.iter()
+                .map(|s| (s.status, s.summary.clone(), s.meta.get("error").cloned()))
+                .collect::<Vec<_>>()
         );
     }
     view.actions.len()
