@@ -29,18 +29,6 @@ fn actor(by: Option<String>) -> String {
         .unwrap_or_else(|| "someone".into())
 }
 
-/// A finished span recording a person's command in the trace, under its root.
-fn human_span(trace_id: Uuid, command: &str, summary: String, meta: Meta) -> Span {
-    let now = Utc::now();
-    let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
-    span.step = StepKind::Other(command.to_owned());
-    span.parent_id = Some(trace_id);
-    span.trace_id = Some(trace_id);
-    span.finish(SpanStatus::Completed, summary, meta, now)
-        .expect("a new span finishes");
-    span
-}
-
 /// Wake a running daemon so it acts on the change now; says what happens otherwise.
 fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(), CliError> {
     match store.daemon_pid().and_then(|p| p.parse::<i32>().ok()) {
@@ -102,7 +90,7 @@ pub fn close(
     let mut meta = Meta::new();
     meta.insert("by".into(), closed.by.clone().into());
     meta.insert("reason".into(), closed.reason.clone().into());
-    let mut span = human_span(trace_id, command, what.clone(), meta);
+    let mut span = Span::intervention(trace_id, command, what.clone(), meta);
     let notify = NotifyMeta {
         purpose: if command == "fail" {
             NotifyPurpose::Failure
@@ -215,7 +203,7 @@ pub fn retry(
         original.action,
         crate::trace::short(original.id)
     );
-    let span = human_span(trace_id, "retry", summary.clone(), meta);
+    let span = Span::intervention(trace_id, "retry", summary.clone(), meta);
     // Same producer and meta as the original, so the step sees the same input; a new id, so
     // a fresh attempt budget.
     let mut again = original.clone();
@@ -306,7 +294,7 @@ pub fn dead_letter(
         pending.action.as_str(),
         if drop { "dropped" } else { "requeued" }
     );
-    let span = human_span(pending.trace_id, command, summary.clone(), meta);
+    let span = Span::intervention(pending.trace_id, command, summary.clone(), meta);
     if drop {
         store.intervene(&span, &[], |p| p.action_id == pending.action_id, None)?;
     } else {

@@ -137,10 +137,6 @@ pub fn enqueue(
     let mut queued = Vec::new();
     for reclaim in due {
         let now = Utc::now();
-        let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
-        span.step = StepKind::Other("gc".into());
-        span.parent_id = Some(reclaim.trace_id);
-        span.trace_id = Some(reclaim.trace_id);
         let summary = format!(
             "reclaiming {} task(s) by {by}: the trace ended {} (retainDays {retain_days})",
             reclaim.tasks.len(),
@@ -155,8 +151,7 @@ pub fn enqueue(
             "tasks".into(),
             serde_json::to_value(&reclaim.tasks).expect("uuids serialize"),
         );
-        span.finish(SpanStatus::Completed, summary.clone(), meta, now)
-            .expect("a new span finishes");
+        let span = Span::intervention(reclaim.trace_id, "gc", summary.clone(), meta);
         let cleanup = Action::new(
             StepKind::Cleanup,
             &span,

@@ -258,6 +258,19 @@ pub enum SpanLifecycleError {
 }
 
 impl Span {
+    /// A finished span recording an intervention in trace `trace_id` that is no step run (a
+    /// person's `cancel`/`retry`, the `gc` policy): step `command`, under the root span.
+    pub fn intervention(trace_id: Uuid, command: &str, summary: String, meta: Meta) -> Span {
+        let now = Utc::now();
+        let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
+        span.step = StepKind::Other(command.to_owned());
+        span.parent_id = Some(trace_id);
+        span.trace_id = Some(trace_id);
+        span.finish(SpanStatus::Completed, summary, meta, now)
+            .expect("a new span finishes");
+        span
+    }
+
     /// A root `event` span: the start of a trace, whose id is the trace id.
     pub fn root(id: Uuid, now: DateTime<Utc>, meta: Meta) -> Span {
         Span {

@@ -434,6 +434,24 @@ fn real_codex() -> std::path::PathBuf {
     cached
 }
 
+/// The daemon of scenario `s` with the real codex against `api`: `OPENAI_API_KEY` alone (rover
+/// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
+fn real_codex_env(api: &FakeOpenAi, s: &mut crate::scenarios::Scenario) {
+    let codex_home = s.env.path().join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    for (k, v) in [
+        (
+            "OPENAI_API_KEY",
+            "sk-proj-fake-key-for-tests-0123456789".to_owned(),
+        ),
+        ("OPENAI_BASE_URL", api.url.clone()),
+        ("CODEX_HOME", codex_home.display().to_string()),
+        ("ROVER_CODEX_BIN", real_codex().display().to_string()),
+    ] {
+        s.env_vars.push((k.to_owned(), v));
+    }
+}
+
 /// rover's codex adapter with the real CLI against `api`: only `OPENAI_API_KEY` is set (rover
 /// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
 fn real_codex_agent(api: &FakeOpenAi, codex_home: &std::path::Path) -> rover::agents::CodexAgent {
@@ -671,8 +689,6 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
-    let codex_home = s.env.path().join("codex-home");
-    std::fs::create_dir_all(&codex_home).unwrap();
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {"agent": {"agent": "codex"},
@@ -686,17 +702,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
         json!({"json.txt": "--json\n"}),
         "completed",
     ));
-    for (k, v) in [
-        (
-            "OPENAI_API_KEY",
-            "sk-proj-fake-key-for-tests-0123456789".to_owned(),
-        ),
-        ("OPENAI_BASE_URL", api.url.clone()),
-        ("CODEX_HOME", codex_home.display().to_string()),
-        ("ROVER_CODEX_BIN", real_codex().display().to_string()),
-    ] {
-        s.env_vars.push((k.to_owned(), v));
-    }
+    real_codex_env(&api, &mut s);
     s.run_until_settled(12).await;
     let trace = s.the_trace();
     let workflow = trace
@@ -755,8 +761,6 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
         "answer": {"status": "completed", "summary": "Added json.txt describing --json.", "files_changed": ["json.txt"]}});
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(Some(workflow)))]).await;
     let mut s = Scenario::new().await;
-    let codex_home = s.env.path().join("codex-home");
-    std::fs::create_dir_all(&codex_home).unwrap();
     // The container shares the host's loopback to reach the fake model API (tests only).
     merge(
         &mut s.extra_config,
@@ -768,17 +772,7 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
     s.github
         .add_issue(75, "Add a --json flag", "Please add --json.", "alice", &[]);
     s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 75, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
-    for (k, v) in [
-        (
-            "OPENAI_API_KEY",
-            "sk-proj-fake-key-for-tests-0123456789".to_owned(),
-        ),
-        ("OPENAI_BASE_URL", api.url.clone()),
-        ("CODEX_HOME", codex_home.display().to_string()),
-        ("ROVER_CODEX_BIN", real_codex().display().to_string()),
-    ] {
-        s.env_vars.push((k.to_owned(), v));
-    }
+    real_codex_env(&api, &mut s);
     s.run_until_settled(20).await;
     let trace = s.the_trace();
     let workflow = trace
@@ -833,24 +827,12 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
 async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_failed_task() {
     use crate::scenarios::{chain, merge, workflow_rule, Scenario};
     let codex_scenario = |api: &FakeOpenAi, s: &mut Scenario| {
-        let codex_home = s.env.path().join("codex-home");
-        std::fs::create_dir_all(&codex_home).unwrap();
         merge(
             &mut s.extra_config,
             &json!({"autopilot": {"agent": {"agent": "codex"},
                 "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "OPENAI_API_KEY", "CODEX_API_KEY"]}}}),
         );
-        for (k, v) in [
-            (
-                "OPENAI_API_KEY",
-                "sk-proj-fake-key-for-tests-0123456789".to_owned(),
-            ),
-            ("OPENAI_BASE_URL", api.url.clone()),
-            ("CODEX_HOME", codex_home.display().to_string()),
-            ("ROVER_CODEX_BIN", real_codex().display().to_string()),
-        ] {
-            s.env_vars.push((k.to_owned(), v));
-        }
+        real_codex_env(api, s);
     };
     // A vague issue: the planner asks which format.
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(vec![
