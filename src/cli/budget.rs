@@ -102,11 +102,6 @@ pub fn resume(ctx: &Context, out: &mut Output) -> Result<ExitCode, CliError> {
     for reason in &standing.new_traces_wait {
         out.print(&format!("still waiting: {reason}\n"))?;
     }
-    if let Some(pid) = store.daemon_pid().and_then(|p| p.parse::<i32>().ok()) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGUSR1,
-        );
-    }
+    super::wake_daemon(&store);
     Ok(ExitCode::SUCCESS)
 }

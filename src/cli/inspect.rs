@@ -63,7 +63,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
         .collect();
     for p in &state.pending {
         *per_step.entry(p.action.to_string()).or_default() += 1;
-        if matches!(p.action, StepKind::Other(_) | StepKind::Event) {
+        if super::is_dead_letter(p) {
             dead_letters.push(p);
         }
         if let Some(span_id) = p.running_span_id {

@@ -31,23 +31,12 @@ fn actor(by: Option<String>) -> String {
 
 /// Wake a running daemon so it acts on the change now; says what happens otherwise.
 fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(), CliError> {
-    match store.daemon_pid().and_then(|p| p.parse::<i32>().ok()) {
-        Some(pid) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGUSR1,
-            );
-            out.print(&format!("the daemon (pid {pid}) {then} now\n"))
-        }
+    match super::wake_daemon(store) {
+        Some(pid) => out.print(&format!("the daemon (pid {pid}) {then} now\n")),
         None => out.print(&format!(
             "no daemon is running: the next `rover autopilot start` (or `start --once`) {then}\n"
         )),
     }
-}
-
-/// A queued action no step of this rover handles (as `status` counts them).
-fn is_dead_letter(p: &crate::store::PendingAction) -> bool {
-    matches!(p.action, StepKind::Other(_) | StepKind::Event)
 }
 
 /// Whether anything of the trace is queued or running.
@@ -230,7 +219,7 @@ pub fn dead_letters(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitC
         .read_state()?
         .pending
         .into_iter()
-        .filter(is_dead_letter)
+        .filter(super::is_dead_letter)
         .collect();
     if json {
         out.print(&format!(
@@ -272,7 +261,7 @@ pub fn dead_letter(
         .read_state()?
         .pending
         .into_iter()
-        .filter(is_dead_letter)
+        .filter(super::is_dead_letter)
         .find(|p| {
             let full = p.action_id.to_string();
             full == id || (id.len() >= 8 && full.starts_with(id))

@@ -215,6 +215,23 @@ pub fn main() -> ExitCode {
 
 pub use crate::error::error_chain;
 
+/// Wake the project's running daemon (SIGUSR1) so it drains now; its pid, or `None` when no
+/// daemon runs.
+pub(crate) fn wake_daemon(store: &crate::store::AutopilotStore) -> Option<i32> {
+    let pid = store.daemon_pid().and_then(|p| p.parse::<i32>().ok())?;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGUSR1,
+    );
+    Some(pid)
+}
+
+/// A queued action no step of this rover handles: a dead letter (`status`, `dead-letters`).
+pub(crate) fn is_dead_letter(p: &crate::store::PendingAction) -> bool {
+    use crate::store::StepKind;
+    matches!(p.action, StepKind::Other(_) | StepKind::Event)
+}
+
 pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
     let ctx = Context {
         global: args.global,

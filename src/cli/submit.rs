@@ -27,12 +27,8 @@ pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<E
     let (root, first) = crate::steps::event::local_trace(&request, &actor);
     store.create_trace(&root, Some(&first), &[])?;
     out.print(&format!("submitted trace {}\n", root.id))?;
-    match store.daemon_pid().and_then(|p| p.parse::<i32>().ok()) {
+    match super::wake_daemon(&store) {
         Some(pid) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGUSR1,
-            );
             out.print(&format!("the daemon (pid {pid}) picks it up now; follow it with `rover autopilot trace {}`\n", crate::trace::short(root.id)))?;
         }
         None => out.print(
