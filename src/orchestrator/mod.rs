@@ -820,6 +820,16 @@ impl Inner {
     /// (in this run's copy of the action), so its trace is answered once.
     async fn add_breaker_note(&self, run: &mut StepRun) {
         let Some(budget) = &self.budget else { return };
+        // Only a failure notify can trip the breaker: no ledger read for the others.
+        if run
+            .action
+            .meta
+            .get("purpose")
+            .and_then(serde_json::Value::as_str)
+            != Some("failure")
+        {
+            return;
+        }
         let Some(ledger) = self.load_ledger().await else {
             return;
         };
