@@ -149,7 +149,7 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
     let created = world.container_events("create");
     let creates: usize = created.values().sum();
     // A container created but never started (SIGKILL between the two) is replaced by design:
-    // only then may an action see a second create, and still only one start. The record of
+    // only then may an action see more than one create, and still only one start. The record of
     // the replacement is lost when the kill comes before its span is written, so the engine's
     // start count (checked below) is what proves nothing ran twice.
     for (action, n) in &created {
@@ -163,8 +163,10 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
             })
         });
         let started = starts.get(action).copied().unwrap_or(0);
+        // Each kill between a create and its start leaves one more unstarted container to
+        // replace (two kills in a row there make three creates): still exactly one start.
         assert!(
-            *n == 1 || (*n == 2 && (replaced || started == 1)),
+            *n == 1 || replaced || started == 1,
             "action {action}: {n} containers created, {started} started (replaced unstarted: {replaced})"
         );
     }
