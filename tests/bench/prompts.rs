@@ -15,6 +15,8 @@ use serde_json::json;
 
 #[path = "../it/support/fake_anthropic.rs"]
 mod fake_anthropic;
+#[path = "../it/support/fake_server.rs"]
+mod fake_server;
 
 use fake_anthropic::FakeAnthropic;
 

@@ -6,7 +6,6 @@
 
 #![allow(dead_code, reason = "each test uses a different part of the fake")]
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
@@ -14,6 +13,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Response, StatusCode, Uri};
 use axum::Router;
 use serde_json::{json, Value};
+
+use super::fake_server::{serve, sse, Needles, Script, Served};
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -37,13 +38,10 @@ pub enum Reply {
     BySystem(Vec<(&'static str, Value)>),
 }
 
-#[derive(Default)]
 struct FakeState {
-    /// Replies in order; the last one repeats.
-    replies: Vec<Reply>,
-    turns: usize,
+    replies: Script<Reply>,
     /// Fresh turns seen per role line of `BySystem`.
-    role_turns: std::collections::HashMap<&'static str, usize>,
+    roles: Needles,
     requests: Vec<Recorded>,
 }
 
@@ -52,13 +50,7 @@ type Shared = Arc<Mutex<FakeState>>;
 pub struct FakeAnthropic {
     pub url: String,
     state: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FakeAnthropic {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: Served,
 }
 
 impl FakeAnthropic {
@@ -70,42 +62,22 @@ impl FakeAnthropic {
     /// Serves `replies` turn by turn (the last one repeats).
     pub async fn scripted(replies: Vec<Reply>) -> FakeAnthropic {
         let state: Shared = Arc::new(Mutex::new(FakeState {
-            replies,
-            ..FakeState::default()
+            replies: Script::new(replies),
+            roles: Needles::default(),
+            requests: Vec::new(),
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .await
-                .expect("fake anthropic serves");
-        });
+        let served = serve(app, "the fake Anthropic API").await;
         FakeAnthropic {
-            url: format!("http://{addr}"),
+            url: format!("http://{}", served.addr),
             state,
-            task,
+            _served: served,
         }
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().expect("lock").requests.clone()
     }
-}
-
-fn sse(events: &[Value]) -> String {
-    let mut out = String::new();
-    for event in events {
-        let _ = write!(
-            out,
-            "event: {}\ndata: {}\n\n",
-            event["type"].as_str().unwrap_or("message"),
-            event
-        );
-    }
-    out
 }
 
 async fn handle(
@@ -144,16 +116,9 @@ async fn handle(
             bytes: body.len(),
             body: parsed.clone(),
         });
-        let reply = st
-            .replies
-            .get(st.turns)
-            .or_else(|| st.replies.last())
-            .cloned()
-            .unwrap_or(Reply::Answer(Value::Null));
-        if fresh_turn {
-            st.turns += 1;
-        }
-        reply
+        st.replies
+            .next(fresh_turn)
+            .unwrap_or(Reply::Answer(Value::Null))
     };
     if fresh_turn {
         if let Reply::Error(status, kind, message) = reply {
@@ -177,27 +142,12 @@ async fn handle(
     let answer = match reply {
         Reply::Answer(value) => value,
         Reply::Error(..) => Value::Null,
-        Reply::BySystem(pairs) => {
-            let system = parsed["system"].to_string();
-            match pairs
-                .into_iter()
-                .find(|(needle, _)| system.contains(needle))
-            {
-                None => json!({"error": "the fake has no answer for this system prompt"}),
-                Some((needle, value)) => match value.get("__sequence").and_then(Value::as_array) {
-                    None => value,
-                    Some(sequence) => {
-                        let mut st = state.lock().expect("lock");
-                        let seen = st.role_turns.entry(needle).or_insert(0);
-                        if fresh_turn {
-                            *seen += 1;
-                        }
-                        let at = seen.saturating_sub(1).min(sequence.len().saturating_sub(1));
-                        sequence.get(at).cloned().unwrap_or(Value::Null)
-                    }
-                },
-            }
-        }
+        Reply::BySystem(pairs) => state
+            .lock()
+            .expect("lock")
+            .roles
+            .pick(pairs, &parsed["system"].to_string(), fresh_turn)
+            .unwrap_or_else(|| json!({"error": "the fake has no answer for this system prompt"})),
     };
     if uri.path() != "/v1/messages" {
         return Response::builder()
@@ -248,6 +198,6 @@ async fn handle(
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream")
         .header("request-id", "req_fake1")
-        .body(Body::from(sse(&events)))
+        .body(Body::from(sse(&events, "message")))
         .expect("response")
 }

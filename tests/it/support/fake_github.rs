@@ -20,6 +20,8 @@ use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 use axum::Router;
 use serde_json::{json, Value};
 
+use super::fake_server::{serve, Served};
+
 /// The token the fake accepts.
 pub const TOKEN: &str = "ghp_faketoken0123456789abcdefghijklmn";
 /// The repository the fake hosts.
@@ -180,13 +182,7 @@ type Shared = Arc<Mutex<FakeState>>;
 pub struct FakeGitHub {
     pub url: String,
     state: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FakeGitHub {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: Served,
 }
 
 fn now() -> String {
@@ -222,19 +218,11 @@ impl FakeGitHub {
             ..FakeState::default()
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .await
-                .expect("fake github serves");
-        });
+        let served = serve(app, "the fake GitHub API").await;
         Self {
-            url: format!("http://{addr}"),
+            url: format!("http://{}", served.addr),
             state,
-            task,
+            _served: served,
         }
     }
 

@@ -6,7 +6,6 @@
 
 #![allow(dead_code, reason = "each test uses a different part of the fake")]
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use axum::body::{Body, Bytes};
@@ -14,6 +13,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 use axum::Router;
 use serde_json::{json, Value};
+
+use super::fake_server::{serve, sse, Needles, Script, Served};
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -38,12 +39,10 @@ pub enum Reply {
     ByPrompt(Vec<(&'static str, Value)>),
 }
 
-#[derive(Default)]
 struct FakeState {
-    replies: Vec<Reply>,
-    turns: usize,
+    replies: Script<Reply>,
     /// Calls seen per prompt needle of `ByPrompt` (a call's first request, not tool turns).
-    prompt_calls: std::collections::HashMap<&'static str, usize>,
+    prompts: Needles,
     requests: Vec<Recorded>,
 }
 
@@ -53,36 +52,23 @@ pub struct FakeOpenAi {
     /// The base URL codex takes (`.../v1`).
     pub url: String,
     state: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FakeOpenAi {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: Served,
 }
 
 impl FakeOpenAi {
     /// Serves `replies` request by request (the last one repeats).
     pub async fn start(replies: Vec<Reply>) -> FakeOpenAi {
         let state: Shared = Arc::new(Mutex::new(FakeState {
-            replies,
-            ..FakeState::default()
+            replies: Script::new(replies),
+            prompts: Needles::default(),
+            requests: Vec::new(),
         }));
         let app = Router::new().fallback(handle).with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .await
-                .expect("fake openai serves");
-        });
+        let served = serve(app, "the fake OpenAI API").await;
         FakeOpenAi {
-            url: format!("http://{addr}/v1"),
+            url: format!("http://{}/v1", served.addr),
             state,
-            task,
+            _served: served,
         }
     }
 
@@ -129,16 +115,9 @@ async fn handle(
             bytes: body.len(),
             body: parsed.clone(),
         });
-        let reply = st
-            .replies
-            .get(st.turns)
-            .or_else(|| st.replies.last())
-            .cloned()
-            .unwrap_or(Reply::Answer(Value::Null));
-        if is_model {
-            st.turns += 1;
-        }
-        reply
+        st.replies
+            .next(is_model)
+            .unwrap_or(Reply::Answer(Value::Null))
     };
     if headers.contains_key("upgrade") {
         return Response::builder()
@@ -176,21 +155,12 @@ async fn handle(
             let first_request = !parsed["input"]
                 .as_array()
                 .is_some_and(|items| items.iter().any(|i| i["type"] == "function_call_output"));
-            match pairs.into_iter().find(|(needle, _)| text.contains(needle)) {
-                None => json!("the fake has no answer for this prompt"),
-                Some((needle, value)) => match value.get("__sequence").and_then(Value::as_array) {
-                    None => value,
-                    Some(sequence) => {
-                        let mut st = state.lock().expect("lock");
-                        let seen = st.prompt_calls.entry(needle).or_insert(0);
-                        if first_request {
-                            *seen += 1;
-                        }
-                        let at = seen.saturating_sub(1).min(sequence.len().saturating_sub(1));
-                        sequence.get(at).cloned().unwrap_or(Value::Null)
-                    }
-                },
-            }
+            state
+                .lock()
+                .expect("lock")
+                .prompts
+                .pick(pairs, &text, first_request)
+                .unwrap_or_else(|| json!("the fake has no answer for this prompt"))
         }
     };
     // An answer may script tool calls first: `{"__tools": [{"name": .., "arguments": ..}],
@@ -224,18 +194,9 @@ async fn handle(
             "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 20,
             "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 120}}}),
     ];
-    let mut out = String::new();
-    for event in events {
-        let _ = write!(
-            out,
-            "event: {}\ndata: {}\n\n",
-            event["type"].as_str().unwrap_or(""),
-            event
-        );
-    }
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream")
-        .body(Body::from(out))
+        .body(Body::from(sse(&events, "")))
         .expect("response")
 }

@@ -7,6 +7,7 @@ pub mod fake_agent;
 pub mod fake_anthropic;
 pub mod fake_github;
 pub mod fake_openai;
+pub mod fake_server;
 pub mod gitrepo;
 pub mod pipeline;
 pub mod storegen;
