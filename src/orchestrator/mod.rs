@@ -456,8 +456,15 @@ impl StepOrchestrator {
     /// For `--once`: drain until nothing is runnable now and no run is in progress.
     pub async fn run_until_idle(&self, shutdown: CancellationToken) -> Result<(), StoreError> {
         loop {
+            // Idle only if nothing ran while the drain read the queue: a run that finishes
+            // during the drain queues its next actions after that read.
+            let busy = self.in_flight();
             let report = self.drain().await?;
-            if report.started == 0 && self.in_flight() == 0 && report.completed_detached == 0 {
+            if busy == 0
+                && report.started == 0
+                && self.in_flight() == 0
+                && report.completed_detached == 0
+            {
                 break;
             }
             tokio::select! {

@@ -12,6 +12,7 @@ mod demo;
 mod follow_through;
 mod git;
 mod github;
+mod idle;
 mod inspect;
 mod intake;
 mod intervene;
