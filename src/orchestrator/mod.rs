@@ -1289,12 +1289,6 @@ pub fn fail_forward(step: &StepKind, action_id: Uuid, error: &StepError) -> Vec<
     }
 }
 
-/// Run blocking store work off the async runtime.
-pub async fn blocking<T: Send + 'static>(
-    store: AutopilotStore,
-    f: impl FnOnce(&AutopilotStore) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .expect("store work does not panic")
-}
+/// Store work off the async runtime: it lives with the store; re-exported for the steps that
+/// still import it from here.
+pub use crate::store::blocking;
