@@ -16,6 +16,7 @@ mod idle;
 mod inspect;
 mod intake;
 mod intervene;
+mod layers;
 mod orchestrator;
 mod proof;
 mod real_cli;
