@@ -169,3 +169,60 @@ async fn a_run_that_finishes_during_a_drain_is_not_mistaken_for_idle() {
     let left = store.read_state().unwrap().pending;
     assert!(left.is_empty(), "nothing left queued: {left:?}");
 }
+
+/// The other suspect: a store handle keeps the queue between transactions and reads only what
+/// was appended since. Two handles (as the daemon and a CLI command) take turns appending,
+/// removing and compacting, quickly (compactions in one timestamp tick can reuse an inode);
+/// after every operation each handle's locked view equals a fresh read of the files.
+#[test]
+fn a_store_handle_sees_every_queue_change_another_handle_makes() {
+    use rover::store::{Action, Meta};
+
+    let env = TestEnv::new();
+    let handles = [env.store(), env.store()];
+    let (root, first) = rover::steps::event::local_trace("two handles", "tester");
+    handles[0].create_trace(&root, Some(&first), &[]).unwrap();
+    let mut queued = vec![first.id];
+    let view = |h: &rover::store::AutopilotStore| {
+        let mut ids: Vec<uuid::Uuid> = h
+            .transact(|t| Ok(t.state()?.pending.iter().map(|p| p.action_id).collect()))
+            .unwrap();
+        ids.sort();
+        ids
+    };
+    for i in 0..120usize {
+        let h = &handles[i % 2];
+        match i % 5 {
+            0 | 1 | 3 => {
+                let a = Action::new(
+                    StepKind::Notify,
+                    &root,
+                    "queued",
+                    Meta::new(),
+                    chrono::Utc::now(),
+                );
+                h.enqueue(&a, root.id).unwrap();
+                queued.push(a.id);
+            }
+            2 => {
+                let id = queued.remove(i % queued.len());
+                assert!(h.dequeue(id).unwrap().is_some(), "step {i}: {id} queued");
+            }
+            _ => h.compact_state().unwrap(),
+        }
+        let mut want = queued.clone();
+        want.sort();
+        let mut fresh: Vec<uuid::Uuid> = handles[0]
+            .read_state()
+            .unwrap()
+            .pending
+            .iter()
+            .map(|p| p.action_id)
+            .collect();
+        fresh.sort();
+        assert_eq!(fresh, want, "step {i}: the files");
+        for (n, other) in handles.iter().enumerate() {
+            assert_eq!(view(other), want, "step {i}: handle {n}'s kept state");
+        }
+    }
+}
