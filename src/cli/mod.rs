@@ -5,6 +5,7 @@ mod budget;
 mod inspect;
 mod intervene;
 mod output;
+mod start;
 mod submit;
 
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use clap::{Parser, Subcommand};
 
 pub use output::Output;
 
+use crate::error::error_chain;
 use crate::project::{self, Project, ProjectError, RepoSlug};
 use crate::store::{AutopilotStore, StoreError};
 
@@ -213,8 +215,6 @@ pub fn main() -> ExitCode {
     }
 }
 
-pub use crate::error::error_chain;
-
 /// Wake the project's running daemon (SIGUSR1) so it drains now; its pid, or `None` when no
 /// daemon runs.
 pub(crate) fn wake_daemon(store: &crate::store::AutopilotStore) -> Option<i32> {
@@ -243,7 +243,7 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 local,
                 webhook,
                 backlog,
-            } => crate::daemon::start(
+            } => start::start(
                 &ctx,
                 crate::daemon::StartOptions {
                     once,

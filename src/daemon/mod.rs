@@ -17,14 +17,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::agent_from_settings;
-use crate::cli::{CliError, Context};
 use crate::config::RoverConfig;
 use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
 use crate::orchestrator::StepOrchestrator;
+use crate::project::{Project, ProjectError};
 use crate::sandbox::{DockerSandbox, Sandbox};
 use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
-use crate::store::{AutopilotStore, DaemonLock};
+use crate::store::{AutopilotStore, DaemonLock, StoreError};
 
 /// How `start` runs.
 #[derive(Debug, Clone, Copy)]
@@ -38,24 +38,37 @@ pub struct StartOptions {
     pub backlog: Option<usize>,
 }
 
-pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
-    let project = ctx.project()?;
+/// Why the daemon did not start, or stopped on an error (the command line says it and exits 1).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Project(#[from] ProjectError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A start that cannot go on, with what to do about it.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Run the daemon for `project` (resolved by the command line, `cli::start`) until it is
+/// stopped, or once with `--once`.
+pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartError> {
     let config = RoverConfig::load(&project.root)
-        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
+        .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
     let data_dir = crate::project::data_dir()?;
     let store = AutopilotStore::open(&data_dir, &project.id)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| CliError::Refused(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| StartError::Refused(format!("cannot start the async runtime: {e}")))?;
     // Signals before the lock: once the lock names this pid, a SIGTERM is a graceful stop.
     let shutdown = CancellationToken::new();
     let wake = Arc::new(tokio::sync::Notify::new());
     runtime.block_on(async { spawn_signals(shutdown.clone(), wake.clone()) });
     let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
     let log = crate::logging::init(&store.log_path()).map_err(|e| {
-        CliError::Refused(format!(
+        StartError::Refused(format!(
             "cannot open the log {}: {e}",
             store.log_path().display()
         ))
@@ -76,7 +89,7 @@ pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError>
 async fn bot_identity(
     client: &OctoGitHub,
     settings: &crate::github::GitHubSettings,
-) -> Result<crate::github::BotIdentity, CliError> {
+) -> Result<crate::github::BotIdentity, StartError> {
     let configured = settings
         .bot_login
         .as_deref()
@@ -86,7 +99,7 @@ async fn bot_identity(
         None => Some(client.token_login().await),
     };
     if let Some(Err(e @ crate::github::GitHubError::BadCredentials { .. })) = &learned {
-        return Err(CliError::Refused(crate::error::error_chain(e)));
+        return Err(StartError::Refused(crate::error::error_chain(e)));
     }
     let identity =
         crate::github::identity::resolve(configured, settings.app_slug.as_deref(), learned);
@@ -102,17 +115,17 @@ async fn bot_identity(
 }
 
 async fn run(
-    project: crate::project::Project,
+    project: Project,
     mut config: RoverConfig,
     store: AutopilotStore,
     options: StartOptions,
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
-) -> Result<ExitCode, CliError> {
+) -> Result<ExitCode, StartError> {
     // The webhook secret, when webhooks are served: checked first, it is the newest requirement.
     let webhook_secret = match options.webhook {
         Some(_) => Some(crate::github::webhook::secret_from_env().ok_or_else(|| {
-            CliError::Refused(format!(
+            StartError::Refused(format!(
                 "--webhook needs the webhook's secret: set {} to the secret configured in the repository's webhook settings (docs/webhooks.md)",
                 crate::github::webhook::SECRET_ENV
             ))
@@ -125,21 +138,21 @@ async fn run(
     let github: Option<Arc<dyn GitHub>> = if options.local {
         None
     } else {
-        let token = token.clone().ok_or_else(|| CliError::Refused(
+        let token = token.clone().ok_or_else(|| StartError::Refused(
             "no GitHub token: set GITHUB_TOKEN (or GH_TOKEN) to a token that can read the repository and write issues and pull requests, or run `rover autopilot start --local` for local requests only".into(),
         ))?;
-        let repo = project.repo.clone().ok_or_else(|| CliError::Refused(
+        let repo = project.repo.clone().ok_or_else(|| StartError::Refused(
             "cannot tell which GitHub repository to watch: the `origin` remote is not a GitHub URL; pass --repo OWNER/NAME".into(),
         ))?;
         let repo =
-            RepoRef::parse(&repo.to_string()).map_err(|e| CliError::Refused(e.to_string()))?;
+            RepoRef::parse(&repo.to_string()).map_err(|e| StartError::Refused(e.to_string()))?;
         let mut client = OctoGitHub::new(
             &crate::github::octo::api_url_from_env(),
             &token,
             repo,
             &config.autopilot.github,
         )
-        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
+        .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
         let identity = bot_identity(&client, &config.autopilot.github).await?;
         config.autopilot.github.bot_login = identity.login().map(str::to_owned);
         client.set_bot_login(config.autopilot.github.bot_login.clone());
@@ -152,7 +165,7 @@ async fn run(
     let version = agent
         .check()
         .await
-        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
+        .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
     tracing::info!(agent = %version, "agent ready");
 
     // Docker is needed by workflows only: without it rover still answers, and workflows fail
@@ -215,7 +228,7 @@ async fn run(
         let store = store.clone();
         tokio::task::spawn_blocking(move || store.compact_state())
             .await
-            .map_err(|e| CliError::Refused(format!("compaction panicked: {e}")))??;
+            .map_err(|e| StartError::Refused(format!("compaction panicked: {e}")))??;
     }
     let recovered = orchestrator.recover().await?;
     if !recovered.is_empty() {
@@ -237,7 +250,7 @@ async fn run(
     // Containers and worktrees no task mapping names (left by a crash between creating them
     // and recording them, or by a removed mapping): reported, then removed.
     if services.sandbox.is_some() {
-        let orphans = crate::steps::workflow::sweep_orphans(&services, &store).await;
+        let orphans = crate::steps::sweep_orphans(&services, &store).await;
         for c in &orphans.containers {
             println!("removed orphan container {c}");
         }
@@ -305,11 +318,11 @@ async fn run(
             let server = webhook::WebhookServer::bind(addr, state)
                 .await
                 .map_err(|e| {
-                    CliError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
+                    StartError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
                 })?;
             let bound = server
                 .local_addr()
-                .map_err(|e| CliError::Refused(format!("cannot listen for webhooks: {e}")))?;
+                .map_err(|e| StartError::Refused(format!("cannot listen for webhooks: {e}")))?;
             println!("webhook listening on {bound}");
             tracing::info!(addr = %bound, "webhook listening");
             let stop = shutdown.clone();

@@ -456,8 +456,15 @@ impl StepOrchestrator {
     /// For `--once`: drain until nothing is runnable now and no run is in progress.
     pub async fn run_until_idle(&self, shutdown: CancellationToken) -> Result<(), StoreError> {
         loop {
+            // Idle only if nothing ran while the drain read the queue: a run that finishes
+            // during the drain queues its next actions after that read.
+            let busy = self.in_flight();
             let report = self.drain().await?;
-            if report.started == 0 && self.in_flight() == 0 && report.completed_detached == 0 {
+            if busy == 0
+                && report.started == 0
+                && self.in_flight() == 0
+                && report.completed_detached == 0
+            {
                 break;
             }
             tokio::select! {
@@ -1282,12 +1289,6 @@ pub fn fail_forward(step: &StepKind, action_id: Uuid, error: &StepError) -> Vec<
     }
 }
 
-/// Run blocking store work off the async runtime.
-pub async fn blocking<T: Send + 'static>(
-    store: AutopilotStore,
-    f: impl FnOnce(&AutopilotStore) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(move || f(&store))
-        .await
-        .expect("store work does not panic")
-}
+/// Store work off the async runtime: it lives with the store; re-exported for the steps that
+/// still import it from here.
+pub use crate::store::blocking;

@@ -29,7 +29,7 @@ pub use notify::NotifyStep;
 pub use plan::PlanStep;
 pub use push::PushStep;
 pub use resolve::ResolveStep;
-pub use workflow::WorkflowStep;
+pub use workflow::{sweep_orphans, OrphanReport, WorkflowStep};
 
 use crate::agents::{Agent, AgentSettings};
 use crate::config::RoverConfig;

@@ -7,6 +7,7 @@
 //! ordered so that a crash leaves at worst a duplicate recognised by its id, never a lost pending
 //! action.
 
+mod blocking;
 mod error;
 pub mod fsio;
 mod ids;
@@ -25,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+pub use blocking::blocking;
 pub use error::{Result, StoreError};
 pub use ids::IdKind;
 pub use intake::{IntakeOutcome, IntakeRecord};

@@ -79,8 +79,11 @@ impl World {
     pub(crate) async fn settle(&self) {
         tokio::time::timeout(Duration::from_secs(120), async {
             loop {
+                // Busy before the drain: a run finishing during it queues work the drain missed.
+                let busy = self.orch.in_flight();
                 let report = self.orch.drain().await.expect("drain");
-                if report.started == 0
+                if busy == 0
+                    && report.started == 0
                     && self.orch.in_flight() == 0
                     && report.completed_detached == 0
                 {

@@ -1125,10 +1125,7 @@ async fn a_merge_conflict_goes_to_the_resolver_and_a_blind_push_fails_the_trace(
             ("lexer", write("shared.txt", "lexer version")),
         ],
     );
-    // Until the queue is empty (not merely idle once): under load the two commits finish close
-    // together and an idle check can fall between a finish and the resolve it queues.
-    let trace = w.p.submit("add a parser and a lexer");
-    w.p.run_with_retries(&w.orchestrator(0)).await;
+    let trace = w.run_local("add a parser and a lexer").await;
     let chain = w.p.chain(trace);
     assert!(chain.contains(&"push:failed".to_owned()), "{chain:?}");
     assert_eq!(chain.last().map(String::as_str), Some("notify:completed"));

@@ -1,0 +1,331 @@
+//! The layering check (docs/architecture.md): every `crate::<module>` path in `src/` is an edge
+//! between two top-level modules, and an edge may only point to the same layer or a lower one:
+//!
+//! ```text
+//! foundation (error, project) → store (store, logging) → edges (agents, github, git, sandbox)
+//!   → orchestrator (budget, trace, orchestrator) → pipeline (config, steps) → top (daemon, cli)
+//! ```
+//!
+//! and no two top-level modules may import each other, directly or round a loop. Edges against
+//! the layering that are known and being removed are listed in `KNOWN`, each with the fix it
+//! needs; the check fails on any other, and on a listed one that is gone (so the list only
+//! shrinks). Reads the source text only: `cargo test --test it layers` runs it in a second.
+//!
+//! It sees `crate::` paths (the project's style for reaching another module: `use crate::x::..`,
+//! `use crate::{x::.., y::..}` and inline `crate::x::f()`), in code and comments alike except
+//! line comments; `super::` never leaves a top-level module in this crate.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The layers, lowest first; a module may use modules of its own layer and of lower ones.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("foundation", &["error", "project"]),
+    ("store", &["store", "logging"]),
+    ("edges", &["agents", "github", "git", "sandbox"]),
+    ("orchestrator", &["budget", "trace", "orchestrator"]),
+    ("pipeline", &["config", "steps"]),
+    ("top", &["daemon", "cli"]),
+];
+
+/// Edges against the layering that are known, with the change that removes each.
+const KNOWN: &[(&str, &str, &str)] = &[(
+    "orchestrator",
+    "steps",
+    "fail_forward builds NotifyMeta/CommitMeta from steps::meta: move those metas below the \
+     orchestrator, or let the steps supply the fail-forward policy (issue 14 item 2)",
+)];
+
+/// Files of the crate root that are not a module of a layer.
+const ROOT_FILES: &[&str] = &["lib.rs", "main.rs"];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`None` for the crate root and the extra binaries).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts = rel.iter().map(|p| p.to_string_lossy().into_owned());
+    let first = parts.next()?;
+    if rel.components().count() == 1 {
+        if ROOT_FILES.contains(&first.as_str()) {
+            return None;
+        }
+        return Some(first.trim_end_matches(".rs").to_owned());
+    }
+    (first != "bin").then_some(first)
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The modules named by `crate::` paths in `text`, with the line of each mention.
+fn mentions(text: &str) -> Vec<(String, usize)> {
+    let code: String = text
+        .lines()
+        .map(|l| l.find("//").map_or(l, |at| &l[..at]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(hit) = code[from..].find("crate::") {
+        let start = from + hit;
+        from = start + "crate::".len();
+        // `$crate::` and `rover_crate::` are other things.
+        if code[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| is_ident(c) || c == '$')
+        {
+            continue;
+        }
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `crate::{a::b, c, d::{e, f}}`: the first name of each entry at depth one.
+            let mut depth = 1;
+            let mut entry_start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => entry_start = true,
+                    c if depth == 1 && entry_start && is_ident(c) => {
+                        let name: String =
+                            group[i..].chars().take_while(|c| is_ident(*c)).collect();
+                        found.push((name, line_at(from + 1 + i)));
+                        entry_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+            if !name.is_empty() {
+                found.push((name, line_at(start)));
+            }
+        }
+    }
+    found
+}
+
+/// Edges between top-level modules, each with the places (`file:line`) that make it.
+fn edges(src: &Path) -> BTreeMap<(String, String), Vec<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for file in files {
+        let Some(from) = module_of(src, &file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for (to, line) in mentions(&text) {
+            if to == from || to == "self" || to == "super" {
+                continue;
+            }
+            let rel = file.strip_prefix(src).expect("under src").display();
+            edges
+                .entry((from.clone(), to))
+                .or_default()
+                .push(format!("src/{rel}:{line}"));
+        }
+    }
+    edges
+}
+
+/// Strongly connected sets of more than one module (import cycles between modules).
+fn cycles(edges: &BTreeSet<(String, String)>) -> Vec<BTreeSet<String>> {
+    let nodes: BTreeSet<&String> = edges.iter().flat_map(|(a, b)| [a, b]).collect();
+    let reach = |from: &String| {
+        let mut seen: BTreeSet<&String> = BTreeSet::new();
+        let mut todo = vec![from];
+        while let Some(n) = todo.pop() {
+            for (a, b) in edges {
+                if a == n && seen.insert(b) {
+                    todo.push(b);
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<&String>> =
+        nodes.iter().map(|n| (*n, reach(n))).collect();
+    let mut out: Vec<BTreeSet<String>> = Vec::new();
+    for n in &nodes {
+        let set: BTreeSet<String> = nodes
+            .iter()
+            .filter(|m| reaches[*n].contains(*m) && reaches[*m].contains(*n))
+            .map(|m| (*m).clone())
+            .collect();
+        if set.len() > 1 && !out.contains(&set) {
+            out.push(set);
+        }
+    }
+    out
+}
+
+/// The shortest loop through the modules of `set` (first module repeated at the end).
+fn shortest_loop(edges: &BTreeSet<(String, String)>, set: &BTreeSet<String>) -> Vec<String> {
+    let mut best: Option<Vec<String>> = None;
+    for start in set {
+        let mut came: BTreeMap<&String, &String> = BTreeMap::new();
+        let mut todo = std::collections::VecDeque::from([start]);
+        'search: while let Some(n) = todo.pop_front() {
+            for (a, b) in edges {
+                if a != n || !set.contains(b) {
+                    continue;
+                }
+                if b == start {
+                    let mut path = vec![start.clone()];
+                    let mut at = n;
+                    while at != start {
+                        path.push(at.clone());
+                        at = came[at];
+                    }
+                    path[1..].reverse();
+                    path.push(start.clone());
+                    if best.as_ref().is_none_or(|p| path.len() < p.len()) {
+                        best = Some(path);
+                    }
+                    break 'search;
+                }
+                if !came.contains_key(b) {
+                    came.insert(b, n);
+                    todo.push_back(b);
+                }
+            }
+        }
+    }
+    best.expect("a strongly connected set has a loop")
+}
+
+#[test]
+fn no_module_imports_a_higher_layer_and_no_modules_import_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layer_of: BTreeMap<&str, usize> = LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, mods))| mods.iter().map(move |m| (*m, i)))
+        .collect();
+    let edges = edges(&src);
+    let mut problems = String::new();
+
+    let mut modules: BTreeSet<String> = BTreeSet::new();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    modules.extend(files.iter().filter_map(|f| module_of(&src, f)));
+    for m in &modules {
+        if !layer_of.contains_key(m.as_str()) {
+            let _ = writeln!(
+                problems,
+                "module `{m}` has no layer: add it to LAYERS (and to docs/architecture.md)"
+            );
+        }
+    }
+
+    let known = |from: &str, to: &str| KNOWN.iter().any(|(a, b, _)| *a == from && *b == to);
+    for ((from, to), places) in &edges {
+        let (Some(f), Some(t)) = (layer_of.get(from.as_str()), layer_of.get(to.as_str())) else {
+            continue;
+        };
+        if t > f && !known(from, to) {
+            let _ = writeln!(
+                problems,
+                "`{from}` ({} layer) uses `{to}` ({} layer), a higher layer: {}",
+                LAYERS[*f].0,
+                LAYERS[*t].0,
+                places.join(", ")
+            );
+        }
+    }
+    for (from, to, fix) in KNOWN {
+        if !edges.contains_key(&((*from).to_owned(), (*to).to_owned())) {
+            let _ = writeln!(
+                problems,
+                "`{from}` no longer uses `{to}`: take the edge off KNOWN (it was: {fix})"
+            );
+        }
+    }
+
+    let allowed: BTreeSet<(String, String)> = edges
+        .keys()
+        .filter(|(a, b)| !known(a, b))
+        .cloned()
+        .collect();
+    for cycle in cycles(&allowed) {
+        let path = shortest_loop(&allowed, &cycle);
+        let steps: Vec<String> = path
+            .windows(2)
+            .map(|w| {
+                let places = &edges[&(w[0].clone(), w[1].clone())];
+                let more = places.len().saturating_sub(3);
+                let shown = places
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                format!("{} → {} ({shown}{more})", w[0], w[1])
+            })
+            .collect();
+        let _ = writeln!(
+            problems,
+            "an import cycle between {cycle:?}, e.g. {}: {}",
+            path.join(" → "),
+            steps.join("; ")
+        );
+    }
+    assert!(problems.is_empty(), "layering:\n{problems}");
+}
+
+#[test]
+fn the_check_sees_grouped_inline_and_nested_crate_paths_and_skips_comments() {
+    let text = "use crate::store::Span;\n\
+                use crate::{\n    git::Workspace,\n    orchestrator::{blocking, Step},\n    steps,\n};\n\
+                fn f() { crate::trace::short(x); $crate::no; my_crate::no; }\n\
+                // crate::cli in a comment\n";
+    let names: Vec<(String, usize)> = mentions(text);
+    let got: Vec<(&str, usize)> = names.iter().map(|(n, l)| (n.as_str(), *l)).collect();
+    assert_eq!(
+        got,
+        [
+            ("store", 1),
+            ("git", 3),
+            ("orchestrator", 4),
+            ("steps", 5),
+            ("trace", 7)
+        ]
+    );
+    let edges: BTreeSet<(String, String)> = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+    let found = cycles(&edges);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0],
+        ["a", "b", "c"].iter().map(|s| (*s).to_owned()).collect()
+    );
+    assert_eq!(shortest_loop(&edges, &found[0]), ["a", "b", "c", "a"]);
+}
