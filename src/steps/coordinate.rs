@@ -775,13 +775,6 @@ fn route(
     }
 }
 
-fn decision_name(decision: CoordinateDecision) -> String {
-    serde_json::to_value(decision)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 #[async_trait]
 impl Step for CoordinateStep {
     fn kind(&self) -> StepKind {
@@ -946,7 +939,7 @@ impl Step for CoordinateStep {
             now: Utc::now(),
         };
         let action = route(result, &gathered, &mappings, policy);
-        let decision = decision_name(result.decision);
+        let decision = result.decision.as_str();
         Ok(Outcome::Finished(
             Finished::completed(format!(
                 "decided {decision} ({:.2}): {}",
@@ -974,13 +967,7 @@ mod tests {
     use crate::github::Channel;
 
     fn mapping(task: &str, branch: &str) -> TaskMapping {
-        TaskMapping {
-            task_id: task.into(),
-            branch_name: branch.into(),
-            trace_id: Uuid::new_v4(),
-            workflow_span_id: Uuid::new_v4(),
-            extra: serde_json::Map::new(),
-        }
+        TaskMapping::new(task, branch, Uuid::new_v4(), Uuid::new_v4())
     }
 
     fn answer(decision: CoordinateDecision) -> CoordinateResult {

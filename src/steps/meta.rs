@@ -156,7 +156,11 @@ impl CommitMeta {
 /// `resolve`: decide how the trace goes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ResolveMeta {}
+pub struct ResolveMeta {
+    /// The workflow action a commit's resolve is about (for people reading the action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_action_id: Option<Uuid>,
+}
 
 /// `push`: push the trace's branches and open or update the PR.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -187,6 +191,22 @@ pub enum NotifyPurpose {
     Budget,
     /// CI passed on rover's pull request: it is ready for review.
     Ready,
+}
+
+impl NotifyPurpose {
+    /// The name as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyPurpose::Answer => "answer",
+            NotifyPurpose::Clarify => "clarify",
+            NotifyPurpose::Flag => "flag",
+            NotifyPurpose::Pushed => "pushed",
+            NotifyPurpose::Review => "review",
+            NotifyPurpose::Failure => "failure",
+            NotifyPurpose::Budget => "budget",
+            NotifyPurpose::Ready => "ready",
+        }
+    }
 }
 
 /// `notify`: answer on the channel the root event came from.
@@ -305,5 +325,103 @@ impl EventMeta {
     /// Read the root span's meta back.
     pub fn of(root: &Span) -> Result<EventMeta, serde_json::Error> {
         serde_json::from_value(serde_json::Value::Object(root.meta.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::CoordinateDecision;
+    use crate::github::EventAction;
+
+    fn serialized<T: Serialize>(v: T) -> String {
+        serde_json::to_value(v)
+            .expect("serializes")
+            .as_str()
+            .expect("a string")
+            .to_owned()
+    }
+
+    #[test]
+    fn as_str_names_each_variant_as_serialized() {
+        use CoordinateDecision as C;
+        for d in [
+            C::Noop,
+            C::Plan,
+            C::Workflow,
+            C::Notify,
+            C::Wait,
+            C::Flag,
+            C::Cleanup,
+        ] {
+            assert_eq!(d.as_str(), serialized(d));
+        }
+        use NotifyPurpose as P;
+        for p in [
+            P::Answer,
+            P::Clarify,
+            P::Flag,
+            P::Pushed,
+            P::Review,
+            P::Failure,
+            P::Budget,
+            P::Ready,
+        ] {
+            assert_eq!(p.as_str(), serialized(p));
+        }
+        use EventAction as A;
+        for a in [
+            A::Opened,
+            A::Closed,
+            A::Reopened,
+            A::Labeled,
+            A::ReadyForReview,
+            A::ReviewRequested,
+            A::Created,
+            A::Submitted,
+        ] {
+            assert_eq!(a.as_str(), serialized(a));
+        }
+    }
+
+    #[test]
+    fn a_task_mapping_keeps_unknown_keys_and_reads_the_legacy_worktree_key() {
+        let legacy = serde_json::json!({
+            "taskId": "t1",
+            "branchName": "rover/abc-x",
+            "traceId": Uuid::nil(),
+            "workflowSpanId": Uuid::nil(),
+            "worktree": "/data/worktrees/abc",
+            "otherTool": {"x": 1}
+        });
+        let m: crate::store::TaskMapping = serde_json::from_value(legacy).expect("parses");
+        assert_eq!(
+            m.worktree_path.as_deref(),
+            Some(std::path::Path::new("/data/worktrees/abc"))
+        );
+        let back = serde_json::to_value(&m).expect("serializes");
+        assert_eq!(back["otherTool"], serde_json::json!({"x": 1}));
+        assert_eq!(back["worktreePath"], "/data/worktrees/abc");
+        assert!(back.get("containerId").is_none(), "{back}");
+    }
+
+    #[test]
+    fn the_store_reads_the_label_the_event_step_writes() {
+        let meta = EventMeta {
+            source: EventSource::Local,
+            label: "local request by me: x".into(),
+            kind: "LocalRequest".into(),
+            action: None,
+            channel: Channel::Local,
+            visibility: Visibility::Private,
+            event: None,
+            request: Some("x".into()),
+        };
+        let root = Span::root(Uuid::nil(), chrono::Utc::now(), meta.to_meta());
+        assert_eq!(crate::store::event_label(&root), meta.label);
+        let mut bare = root.clone();
+        bare.meta.remove("label");
+        bare.meta.insert("action".into(), serde_json::json!(7));
+        assert_eq!(crate::store::event_label(&bare), "LocalRequest");
     }
 }

@@ -21,20 +21,17 @@ use uuid::Uuid;
 use super::meta::{
     self, CommitMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta, WorkflowType,
 };
-use super::Services;
+use super::{agent_call, Services};
 use crate::agents::{
-    run_structured, truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision,
-    ResolveResult, RetryStep,
+    truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult,
+    RetryStep,
 };
 use crate::orchestrator::{
     blocking, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 use crate::store::{
-    Action, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
+    Action, ErrorMeta, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
 };
-
-/// The task-mapping key under which the workflow step records the task's worktree directory.
-pub const MAPPING_WORKTREE_KEY: &str = "worktreePath";
 
 /// Longest error detail of one span quoted in the prompt.
 const MAX_ERROR_CHARS: usize = 16 * 1024;
@@ -128,13 +125,7 @@ async fn load_state(ctx: &StepContext, trace_id: Uuid) -> Result<TraceState, Ste
 
 /// The worktree directory a task mapping records, when it still exists.
 pub fn mapping_worktree(mapping: &TaskMapping) -> Option<PathBuf> {
-    mapping
-        .extra
-        .get(MAPPING_WORKTREE_KEY)
-        .or_else(|| mapping.extra.get("worktree"))
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir())
+    mapping.worktree_path.clone().filter(|p| p.is_dir())
 }
 
 /// Whether a queued or running action of `kind` belongs to the trace (other than `except`).
@@ -352,22 +343,14 @@ fn task_worktree(
                 .rev()
                 .find(|m| mapping_worktree(m).is_some())
         })?;
-    let fork = mapping
-        .extra
-        .get(super::tasks::KEY_FORK_POINT)
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Some((mapping_worktree(mapping)?, fork))
+    Some((mapping_worktree(mapping)?, mapping.fork_point.clone()))
 }
 
 /// A span that recorded a worktree tampered with by its sandbox.
 fn tampered_span(view: &TraceView) -> Option<&Span> {
     view.spans.iter().find(|s| {
         s.meta.get("tampered").and_then(Value::as_bool) == Some(true)
-            || s.meta
-                .get("error")
-                .and_then(|e| e.get("tampered"))
-                .and_then(Value::as_bool)
+            || ErrorMeta::of(s).and_then(|e| e.detail("tampered").and_then(Value::as_bool))
                 == Some(true)
     })
 }
@@ -850,26 +833,17 @@ impl Step for ResolveStep {
             "retries".into(),
             format!("{retries} of at most {max} iterate/retry decisions used."),
         );
-        let request = super::agent_call::host_request(
+        let dir = agent_call::host_workdir_path(&ctx.store);
+        let answer = agent_call::ask::<ResolveResult>(
             &self.services,
-            &ctx.store,
+            ctx,
             run.span.id,
             AgentStep::Resolve,
             vars,
-            "resolve-agent.jsonl".to_owned(),
         )
         .await
-        .map_err(|e| StepError::from_error(&e, e.is_retryable()))?;
-        let dir = request.workdir.clone();
-
-        let answer = run_structured::<ResolveResult>(self.services.agent.as_ref(), request)
-            .await
-            .map_err(|e| {
-                StepError::from_error(&e, e.is_retryable())
-                    .detail("agentError", e.class())
-                    .detail("workdir", &dir)
-            })?;
-        let usage = super::agent_call::usage_meta(&answer);
+        .map_err(|e| agent_call::agent_error(AgentStep::Resolve, &e).detail("workdir", &dir))?;
+        let usage = agent_call::usage_meta(&answer);
         let result = answer.value;
         if result.decision == ResolveDecision::Wait {
             let pipeline = &self.services.config.autopilot.pipeline;
@@ -979,13 +953,7 @@ mod tests {
     }
 
     fn mapping(trace: Uuid, branch: &str) -> TaskMapping {
-        TaskMapping {
-            task_id: branch.into(),
-            branch_name: branch.into(),
-            trace_id: trace,
-            workflow_span_id: Uuid::new_v4(),
-            extra: serde_json::Map::new(),
-        }
+        TaskMapping::new(branch, branch, trace, Uuid::new_v4())
     }
 
     #[test]

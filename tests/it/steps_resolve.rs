@@ -156,14 +156,14 @@ impl Step for FakeWorkflowStep {
             .prepare_worktree(&branch, base, &path)
             .await
             .expect("prepare worktree");
-        let mut extra = serde_json::Map::new();
-        extra.insert("worktreePath".into(), json!(prepared.path));
         let mapping = TaskMapping {
-            task_id: run.action.id.to_string(),
-            branch_name: branch.clone(),
-            trace_id: run.pending.trace_id,
-            workflow_span_id: run.span.id,
-            extra,
+            worktree_path: Some(prepared.path.clone()),
+            ..TaskMapping::new(
+                &run.action.id.to_string(),
+                &branch,
+                run.pending.trace_id,
+                run.span.id,
+            )
         };
         let key = run.action.id.to_string();
         ctx.store
