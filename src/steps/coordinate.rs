@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta,
+    subject_key, CiWatchMeta, DecidedBy, DecisionSpanMeta, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta,
     NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
@@ -160,7 +160,7 @@ impl CoordinateStep {
             .map_err(|e| gh_error("reading the pull request", &e))?;
         let base = |summary: String| {
             Finished::completed(summary)
-                .meta("decidedBy", "ci")
+                .meta("decidedBy", DecidedBy::Ci)
                 .meta("ci", &watch)
         };
         if pr.state != crate::github::IssueState::Open {
@@ -232,7 +232,7 @@ impl CoordinateStep {
                     failing.join(", ")
                 );
                 let mut finished = Finished::failed(message.clone())
-                    .meta("decidedBy", "ci")
+                    .meta("decidedBy", DecidedBy::Ci)
                     .meta("decision", "resolve")
                     .meta("ci", &watch)
                     .meta(
@@ -295,7 +295,7 @@ impl CoordinateStep {
                 .not_before(error.retry_at())
                 .detail("what", format!("looking up the permission of {login}"))
                 .detail("login", login)
-                .detail("decidedBy", "trust"));
+                .detail("decidedBy", DecidedBy::Trust));
         }
         let why = if error.is_retryable() {
             format!("after {attempt} attempts")
@@ -309,7 +309,7 @@ impl CoordinateStep {
         tracing::error!(%login, %reason, "trust lookup failed for good");
         Ok(Err(Finished::failed(format!("decided noop: {reason}"))
             .meta("decision", "noop")
-            .meta("decidedBy", "trust")
+            .meta("decidedBy", DecidedBy::Trust)
             .meta(
                 "error",
                 serde_json::json!({"message": crate::error::error_chain(error), "retryable": error.is_retryable(), "login": login}),
@@ -342,7 +342,7 @@ impl CoordinateStep {
             let reason = format!("untrusted author: {}", trust.reason);
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
                 .meta("decision", "noop")
-                .meta("decidedBy", "trust")
+                .meta("decidedBy", DecidedBy::Trust)
                 .meta("trust", &trust)
                 .then(NextAction::new(StepKind::Noop, reason).with_meta(
                     &NoopMeta {
@@ -406,10 +406,9 @@ fn acted(view: &crate::store::TraceView) -> bool {
     view.spans.iter().any(|s| {
         s.step == StepKind::Coordinate
             && s.status == crate::store::SpanStatus::Completed
-            && s.meta
-                .get("decision")
-                .and_then(serde_json::Value::as_str)
-                .is_some_and(|d| !matches!(d, "noop" | "wait"))
+            && DecisionSpanMeta::of(s)
+                .decision
+                .is_some_and(|d| !matches!(d.as_str(), "noop" | "wait"))
     })
 }
 
@@ -511,11 +510,7 @@ fn red_looks(view: &crate::store::TraceView) -> u32 {
     let n = view
         .spans
         .iter()
-        .filter(|s| {
-            s.step == StepKind::Coordinate
-                && s.status == crate::store::SpanStatus::Failed
-                && s.meta.get("decidedBy").and_then(serde_json::Value::as_str) == Some("ci")
-        })
+        .filter(|s| DecisionSpanMeta::is_red_ci(s))
         .count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -800,7 +795,7 @@ impl Step for CoordinateStep {
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided noop: {reason}"))
                     .meta("decision", "noop")
-                    .meta("decidedBy", "wait")
+                    .meta("decidedBy", DecidedBy::Wait)
                     .meta("supersededBy", by)
                     .meta("wait", &scheduled.wait)
                     .then(
@@ -862,7 +857,7 @@ impl Step for CoordinateStep {
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided cleanup: {reason}"))
                     .meta("decision", "cleanup")
-                    .meta("decidedBy", "rule")
+                    .meta("decidedBy", DecidedBy::Rule)
                     .meta("confidence", 1.0)
                     .meta("reasoning", &reason)
                     .meta("roverPr", pr)
@@ -947,7 +942,7 @@ impl Step for CoordinateStep {
                 result.reasoning.lines().next().unwrap_or_default()
             ))
             .meta("decision", &decision)
-            .meta("decidedBy", "agent")
+            .meta("decidedBy", DecidedBy::Agent)
             .meta("confidence", result.confidence)
             .meta("reasoning", &result.reasoning)
             .meta("answer", result)

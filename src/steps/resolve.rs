@@ -19,7 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta, WorkflowType,
+    self, CommitMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta, WorkflowType,
 };
 use super::{agent_call, Services};
 use crate::agents::{
@@ -182,8 +182,8 @@ fn action_of<'v>(view: &'v TraceView, span: &Span) -> Option<&'v Action> {
     view.actions.iter().find(|a| a.id == id)
 }
 
-fn decision_of(span: &Span) -> Option<&str> {
-    span.meta.get("decision").and_then(Value::as_str)
+fn decision_of(span: &Span) -> Option<String> {
+    DecisionSpanMeta::of(span).decision
 }
 
 /// A resolve of the trace (not `current`) that decided after the last commit finished, after
@@ -195,9 +195,7 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
         .iter()
         .filter(|s| {
             (s.step == StepKind::Commit && s.status.is_final())
-                || (s.step == StepKind::Coordinate
-                    && s.status == SpanStatus::Failed
-                    && s.meta.get("decidedBy").and_then(Value::as_str) == Some("ci"))
+                || DecisionSpanMeta::is_red_ci(s)
                 // A consolidation conflict also calls for a new decision.
                 || (s.step == StepKind::Push && s.meta.contains_key(super::push::CONFLICT_KEY))
         })
@@ -208,7 +206,8 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
         .filter(|s| s.step == StepKind::Resolve && s.id != current && s.status.is_final())
         // A `wait` asked for another look: it decided nothing this one would repeat.
         .filter(|s| {
-            decision_of(s).is_some_and(|d| d != "wait") && s.meta.get("supersededBy").is_none()
+            let decided = DecisionSpanMeta::of(s);
+            decided.decision.is_some_and(|d| d != "wait") && decided.superseded_by.is_none()
         })
         .find(|s| s.timestamp >= last_commit)
         .map(|s| s.id)
@@ -220,7 +219,7 @@ pub fn retries_so_far(view: &TraceView) -> u32 {
         .spans
         .iter()
         .filter(|s| s.step == StepKind::Resolve)
-        .filter(|s| matches!(decision_of(s), Some("iterate" | "retry")))
+        .filter(|s| matches!(decision_of(s).as_deref(), Some("iterate" | "retry")))
         .count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -437,7 +436,7 @@ fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32)
     let waits = view
         .spans
         .iter()
-        .filter(|s| s.step == StepKind::Resolve && decision_of(s) == Some("wait"))
+        .filter(|s| s.step == StepKind::Resolve && decision_of(s).as_deref() == Some("wait"))
         .count();
     let round = u32::try_from(waits).unwrap_or(u32::MAX).saturating_add(1);
     if round > max {

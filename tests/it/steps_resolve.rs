@@ -238,11 +238,10 @@ impl Step for FakeCommitStep {
         }
         let state = ctx.store.read_state().expect("state");
         let id = commit.workflow_action_id.expect("workflow id").to_string();
-        let dir = PathBuf::from(
-            state.task_mappings[&id].extra["worktreePath"]
-                .as_str()
-                .expect("worktree path"),
-        );
+        let dir = state.task_mappings[&id]
+            .worktree_path
+            .clone()
+            .expect("worktree path");
         let title = commit.summary.unwrap_or_default();
         tokio::task::spawn_blocking(move || {
             git(&dir, &["add", "-A"]);
