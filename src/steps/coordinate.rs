@@ -26,8 +26,8 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    subject_key, CiWatchMeta, DecidedBy, DecisionSpanMeta, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta,
-    NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
+    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, DecidedBy, DecisionSpanMeta, EventMeta,
+    EventSource, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;

@@ -19,7 +19,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta, WorkflowType,
+    self, CommitMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
+    WorkflowType,
 };
 use super::{agent_call, Services};
 use crate::agents::{
