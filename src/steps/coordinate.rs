@@ -941,7 +941,7 @@ impl Step for CoordinateStep {
                 result.confidence,
                 result.reasoning.lines().next().unwrap_or_default()
             ))
-            .meta("decision", &decision)
+            .meta("decision", decision)
             .meta("decidedBy", DecidedBy::Agent)
             .meta("confidence", result.confidence)
             .meta("reasoning", &result.reasoning)

@@ -395,6 +395,8 @@ mod tests {
     #[test]
     fn as_str_names_each_variant_as_serialized() {
         use CoordinateDecision as C;
+        use EventAction as A;
+        use NotifyPurpose as P;
         for d in [
             C::Noop,
             C::Plan,
@@ -406,7 +408,6 @@ mod tests {
         ] {
             assert_eq!(d.as_str(), serialized(d));
         }
-        use NotifyPurpose as P;
         for p in [
             P::Answer,
             P::Clarify,
@@ -419,7 +420,6 @@ mod tests {
         ] {
             assert_eq!(p.as_str(), serialized(p));
         }
-        use EventAction as A;
         for a in [
             A::Opened,
             A::Closed,
