@@ -32,9 +32,9 @@ pub use prompts::{
     CustomInstructions, PromptVars, RenderedPrompt, MAX_CUSTOM_BYTES, ROVER_TRAILER,
 };
 pub use results::{
-    contains_ai_attribution, CommitMessageResult, CoordinateDecision, CoordinateResult,
-    CorrectiveCommand, NotifyResult, PlanResult, PullRequestRef, PushResult, PushStatus,
-    ResolveDecision, ResolveResult, RetryStep, StepResult, SummarizeResult, TaskSpec,
+    check_dependencies, contains_ai_attribution, CommitMessageResult, CoordinateDecision,
+    CoordinateResult, CorrectiveCommand, NotifyResult, PlanResult, PullRequestRef, PushResult,
+    PushStatus, ResolveDecision, ResolveResult, RetryStep, StepResult, SummarizeResult, TaskSpec,
     WorkflowResult, WorkflowStatus, WorkflowType,
 };
 pub use runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};

@@ -1,6 +1,6 @@
 //! Typed results of the AI steps; their JSON schemas are generated from these types.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -68,6 +68,21 @@ pub enum CoordinateDecision {
     Flag,
     /// A Rover PR was merged: tear down its workspace.
     Cleanup,
+}
+
+impl CoordinateDecision {
+    /// The name as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CoordinateDecision::Noop => "noop",
+            CoordinateDecision::Plan => "plan",
+            CoordinateDecision::Workflow => "workflow",
+            CoordinateDecision::Notify => "notify",
+            CoordinateDecision::Wait => "wait",
+            CoordinateDecision::Flag => "flag",
+            CoordinateDecision::Cleanup => "cleanup",
+        }
+    }
 }
 
 /// The kinds of workflow a task can run.
@@ -186,36 +201,49 @@ impl StepResult for PlanResult {
                 ));
             }
         }
-        let graph: BTreeMap<&str, Vec<&str>> = self
-            .tasks
-            .iter()
-            .map(|t| {
-                (
-                    t.id.as_str(),
-                    t.depends_on.iter().map(String::as_str).collect(),
-                )
-            })
-            .collect();
-        for (id, deps) in &graph {
-            if let Some(missing) = deps.iter().find(|dep| !graph.contains_key(*dep)) {
-                return Err(format!("task `{id}` depends on unknown task `{missing}`"));
-            }
-        }
-        // Kahn's algorithm: whatever cannot be ordered is on a cycle.
-        let mut done: BTreeSet<&str> = BTreeSet::new();
-        while done.len() < graph.len() {
-            let ready: Vec<&str> = graph
-                .iter()
-                .filter(|(id, deps)| !done.contains(*id) && deps.iter().all(|d| done.contains(d)))
-                .map(|(id, _)| *id)
-                .collect();
-            if ready.is_empty() {
-                return Err("task dependencies form a cycle".to_owned());
-            }
-            done.extend(ready);
-        }
-        Ok(())
+        check_dependencies(&self.tasks)
     }
+}
+
+/// Why a plan's task graph is unusable: unknown references and cycles, naming the task ids.
+pub fn check_dependencies(tasks: &[TaskSpec]) -> Result<(), String> {
+    let ids: BTreeSet<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+    if ids.len() != tasks.len() {
+        return Err("task ids are not unique".to_owned());
+    }
+    for task in tasks {
+        if let Some(missing) = task.depends_on.iter().find(|d| !ids.contains(d.as_str())) {
+            return Err(format!(
+                "task `{}` depends on unknown task `{missing}`",
+                task.id
+            ));
+        }
+    }
+    // Kahn's algorithm: whatever cannot be ordered is on a cycle.
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    while done.len() < tasks.len() {
+        let ready: Vec<&str> = tasks
+            .iter()
+            .filter(|t| {
+                !done.contains(t.id.as_str())
+                    && t.depends_on.iter().all(|d| done.contains(d.as_str()))
+            })
+            .map(|t| t.id.as_str())
+            .collect();
+        if ready.is_empty() {
+            let stuck: Vec<&str> = tasks
+                .iter()
+                .map(|t| t.id.as_str())
+                .filter(|id| !done.contains(id))
+                .collect();
+            return Err(format!(
+                "task dependencies form a cycle among `{}`",
+                stuck.join("`, `")
+            ));
+        }
+        done.extend(ready);
+    }
+    Ok(())
 }
 
 /// A commit message.

@@ -304,7 +304,7 @@ mod tests {
 
     fn spent(at: DateTime<Utc>, usd: f64) -> Span {
         let serde_json::Value::Object(meta) =
-            json!({"costUsd": usd, "usage": {"input": 1, "output": 2}})
+            json!({"agent": {"costUsd": usd, "inputTokens": 1, "outputTokens": 2}})
         else {
             unreachable!()
         };

@@ -1,13 +1,10 @@
-//! Agent usage as one typed shape: tokens and USD of the agent calls a span recorded. The steps
-//! write it in three places (`meta.agent` of the deciding steps, `meta.usage` + `meta.costUsd`
-//! of workflows, `meta.costUsd` of the resolver); [`SpanUsage::of`] reads all of them.
+//! Agent usage as one typed shape: tokens and USD of the agent calls a span recorded. Every step
+//! that calls an agent records it under `meta.agent` ([`AgentMeta`]); [`SpanUsage::of`] reads it.
 
 use std::ops::AddAssign;
 
+use crate::store::{AgentMeta, Span, TraceView};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::store::{Span, TraceView};
 
 /// Tokens and USD of one or more agent calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -21,44 +18,17 @@ pub struct SpanUsage {
     pub calls: u32,
 }
 
-fn num(v: Option<&Value>) -> Option<u64> {
-    v.and_then(Value::as_u64)
-}
-
 impl SpanUsage {
     /// The usage a span recorded, if it recorded an agent call.
     pub fn of(span: &Span) -> Option<SpanUsage> {
-        let meta = &span.meta;
-        if let Some(agent) = meta.get("agent").filter(|v| v.is_object()) {
-            return Some(SpanUsage {
-                input_tokens: num(agent.get("inputTokens")).unwrap_or(0),
-                output_tokens: num(agent.get("outputTokens")).unwrap_or(0),
-                cost_usd: agent.get("costUsd").and_then(Value::as_f64).unwrap_or(0.0),
-                calls: 1,
-            });
-        }
-        let cost = meta.get("costUsd").and_then(Value::as_f64);
-        let usage = meta.get("usage").filter(|v| v.is_object());
-        if cost.is_none() && usage.is_none() {
-            return None;
-        }
+        let agent = AgentMeta::of(span)?;
+        let usage = agent.usage().cloned().unwrap_or_default();
         Some(SpanUsage {
-            input_tokens: num(usage.and_then(|u| u.get("input"))).unwrap_or(0),
-            output_tokens: num(usage.and_then(|u| u.get("output"))).unwrap_or(0),
-            cost_usd: cost.unwrap_or(0.0),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cost_usd: usage.cost_usd.unwrap_or(0.0),
             calls: 1,
         })
-    }
-
-    /// One agent call's usage, as the steps should write it (under `meta.agent`, the shape
-    /// [`SpanUsage::of`] reads first).
-    pub fn from_response(response: &crate::agents::AgentResponse) -> SpanUsage {
-        SpanUsage {
-            input_tokens: response.usage.input,
-            output_tokens: response.usage.output,
-            cost_usd: response.cost_usd.unwrap_or(0.0),
-            calls: 1,
-        }
     }
 
     pub fn tokens(&self) -> u64 {
@@ -105,7 +75,7 @@ mod tests {
     use super::*;
     use crate::store::Meta;
     use chrono::Utc;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn span(meta: Value) -> Span {
         let Value::Object(m) = meta else { panic!() };
@@ -115,16 +85,18 @@ mod tests {
     #[test]
     fn reads_every_shape_the_steps_write() {
         let a = SpanUsage::of(&span(
-            json!({"agent": {"costUsd": 0.5, "inputTokens": 10, "outputTokens": 5}}),
+            json!({"agent": {"turns": 2, "costUsd": 0.5, "inputTokens": 10, "outputTokens": 5, "cachedTokens": 0, "attempts": 1, "firstError": null}}),
         ))
         .unwrap();
-        assert_eq!((a.tokens(), a.cost_usd), (15, 0.5));
-        let w = SpanUsage::of(&span(
-            json!({"usage": {"input": 3, "output": 4, "cached": 1}, "costUsd": 0.25}),
+        assert_eq!((a.tokens(), a.cost_usd, a.calls), (15, 0.5, 1));
+        // A call that failed counts as a call that cost nothing.
+        let f = SpanUsage::of(&span(
+            json!({"agent": {"error": "auth: not logged in", "errorClass": "auth"}}),
         ))
         .unwrap();
-        assert_eq!((w.tokens(), w.cost_usd), (7, 0.25));
-        let r = SpanUsage::of(&span(json!({"costUsd": null, "other": 1})));
+        assert_eq!((f.tokens(), f.cost_usd, f.calls), (0, 0.0, 1));
+        // No agent call: no usage (a top-level `costUsd` is no shape any step writes).
+        let r = SpanUsage::of(&span(json!({"costUsd": 0.25, "agent": null})));
         assert!(r.is_none());
         assert!(SpanUsage::of(&Span::root(uuid::Uuid::nil(), Utc::now(), Meta::new())).is_none());
         assert_eq!(usd(0.000_235), "$0.0002");

@@ -106,6 +106,22 @@ pub enum EventAction {
     Submitted,
 }
 
+impl EventAction {
+    /// The name as serialized (GitHub's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventAction::Opened => "opened",
+            EventAction::Closed => "closed",
+            EventAction::Reopened => "reopened",
+            EventAction::Labeled => "labeled",
+            EventAction::ReadyForReview => "ready_for_review",
+            EventAction::ReviewRequested => "review_requested",
+            EventAction::Created => "created",
+            EventAction::Submitted => "submitted",
+        }
+    }
+}
+
 /// One relevant event, with everything the later steps need to decide and to answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -521,11 +537,7 @@ pub fn normalize_event(
 /// the action is `labeled`.
 pub fn dedupe_key(ev: &NormalizedEvent, payload: &Value) -> Option<String> {
     let kind = ev.kind.as_str();
-    let action = ev
-        .action
-        .and_then(|a| serde_json::to_value(a).ok())
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
+    let action = ev.action.map(EventAction::as_str).unwrap_or_default();
     let label = ev.label.as_deref().unwrap_or("");
     match ev.kind {
         EventKind::IssueComment => Some(format!("{kind}:comment:{}", ev.comment_id?)),

@@ -8,7 +8,7 @@
 //! ids and none of them is served any more, events may have been missed: the result says so
 //! (a gap) and the caller sweeps the list APIs (reconcile).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -177,23 +177,14 @@ fn delta(d: Duration) -> TimeDelta {
     TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
 }
 
-/// What the poller persists between runs: the ETag and the ids already ingested.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct PollCursor {
-    pub etag: Option<String>,
-    /// Most recent last.
-    pub seen: VecDeque<String>,
-    /// Whether a first page was ever taken (the backlog was dealt with).
-    pub primed: bool,
-}
+/// What the poller persists between runs (`cursor.json` `poll`): a store record.
+pub use crate::store::PollCursor;
 
-impl PollCursor {
-    fn remember(&mut self, id: &str) {
-        self.seen.push_back(id.to_owned());
-        while self.seen.len() > SEEN_CAPACITY {
-            self.seen.pop_front();
-        }
+/// Remember an ingested event id, the oldest forgotten past [`SEEN_CAPACITY`].
+fn remember(cursor: &mut PollCursor, id: &str) {
+    cursor.seen.push_back(id.to_owned());
+    while cursor.seen.len() > SEEN_CAPACITY {
+        cursor.seen.pop_front();
     }
 }
 
@@ -412,7 +403,7 @@ impl Poller {
             if was_seen {
                 duplicates += 1;
             } else {
-                self.cursor.remember(&event.id);
+                remember(&mut self.cursor, &event.id);
             }
             if recent.contains(&event.id) {
                 fresh.push(event);
@@ -428,7 +419,7 @@ impl Poller {
                 Some(id) if seen.contains(id) => {}
                 Some(id) => {
                     if taken.insert(id.clone()) {
-                        self.cursor.remember(id);
+                        remember(&mut self.cursor, id);
                         new_skipped.push(s);
                     }
                 }

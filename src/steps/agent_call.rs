@@ -15,7 +15,9 @@ use crate::agents::{
     StepResult, Structured,
 };
 use crate::orchestrator::{blocking, StepContext, StepError};
-use crate::store::{AutopilotStore, Span, TaskMapping, TraceView};
+use crate::store::{
+    AgentFailure, AgentMeta, AgentUsage, AutopilotStore, ErrorMeta, Span, TaskMapping, TraceView,
+};
 
 /// Longest trace text handed to a prompt.
 const MAX_TRACE_CHARS: usize = 12_000;
@@ -24,7 +26,7 @@ const MAX_TRACE_CHARS: usize = 12_000;
 /// never a worktree or the checkout, so the CLI finds no repository file to read as its
 /// configuration. Made when missing; emptied when anything appeared in it.
 pub(crate) fn host_workdir(store: &AutopilotStore) -> Result<PathBuf, AgentError> {
-    let dir = store.root().join("agent-cwd");
+    let dir = host_workdir_path(store);
     let io = |source| AgentError::Io {
         path: dir.clone(),
         source,
@@ -37,6 +39,11 @@ pub(crate) fn host_workdir(store: &AutopilotStore) -> Result<PathBuf, AgentError
     }
     std::fs::create_dir_all(&dir).map_err(io)?;
     Ok(dir)
+}
+
+/// The directory [`host_workdir`] makes.
+pub(crate) fn host_workdir_path(store: &AutopilotStore) -> PathBuf {
+    store.root().join("agent-cwd")
 }
 
 /// The repository's custom instructions from its default branch (none when it cannot be read:
@@ -98,8 +105,10 @@ pub(crate) async fn host_request(
     })?
 }
 
-/// Run `step`'s prompt with `vars` in the host workdir, asking for a `T`. The transcript goes
-/// to the span's artifacts dir (`<step>.transcript.jsonl`).
+/// Run `step`'s prompt with `vars` in the host workdir, asking for a `T`: the one agent call of
+/// every AI step on the host. The transcript goes to the span's artifacts dir
+/// (`<step>.transcript.jsonl`); a failure becomes a step error with [`agent_error`], and the
+/// answer's figures go under `meta.agent` with [`usage_meta`].
 pub(crate) async fn ask<T: StepResult + 'static>(
     services: &Arc<Services>,
     ctx: &StepContext,
@@ -119,7 +128,8 @@ pub(crate) async fn ask<T: StepResult + 'static>(
     run_structured::<T>(services.agent.as_ref(), request).await
 }
 
-/// A step error for a failed agent call, with its class and the raw answer when there is one.
+/// A step error for a failed agent call, with its step, its class and the raw answer when there
+/// is one (the keys every AI step's `meta.error` uses).
 pub(crate) fn agent_error(step: AgentStep, e: &AgentError) -> StepError {
     let mut err = StepError::from_error(e, e.is_retryable())
         .detail("agentStep", step.name())
@@ -132,24 +142,39 @@ pub(crate) fn agent_error(step: AgentStep, e: &AgentError) -> StepError {
     err
 }
 
-/// An agent call's figures as every step records them, under the span's `meta.agent` (the
-/// shape `budget::SpanUsage::of` reads): turns, cost, tokens.
-pub(crate) fn response_usage(response: &crate::agents::AgentResponse) -> serde_json::Value {
-    serde_json::json!({
-        "turns": response.turns,
-        "costUsd": response.cost_usd,
-        "inputTokens": response.usage.input,
-        "outputTokens": response.usage.output,
-        "cachedTokens": response.usage.cached,
+/// An agent call's figures as every step records them under the span's `meta.agent` (what
+/// `budget::SpanUsage::of` reads): turns, cost, tokens.
+pub(crate) fn response_usage(response: &crate::agents::AgentResponse) -> AgentMeta {
+    AgentMeta::Used(AgentUsage {
+        turns: response.turns,
+        cost_usd: response.cost_usd,
+        input_tokens: response.usage.input,
+        output_tokens: response.usage.output,
+        cached_tokens: response.usage.cached,
+        attempts: None,
+        first_error: None,
     })
 }
 
 /// [`response_usage`] of a structured answer, plus how many tries it took.
-pub(crate) fn usage_meta<T>(answer: &Structured<T>) -> serde_json::Value {
-    let mut usage = response_usage(&answer.response);
-    usage["attempts"] = serde_json::json!(answer.attempts);
-    usage["firstError"] = serde_json::json!(answer.first_error);
-    usage
+pub(crate) fn usage_meta<T>(answer: &Structured<T>) -> AgentMeta {
+    match response_usage(&answer.response) {
+        AgentMeta::Used(usage) => AgentMeta::Used(AgentUsage {
+            attempts: Some(answer.attempts),
+            first_error: answer.first_error.clone(),
+            ..usage
+        }),
+        failed @ AgentMeta::Failed(_) => failed,
+    }
+}
+
+/// `meta.agent` of a step that went on without the agent it called (a fallback, a plain
+/// message): the error with its causes and its class.
+pub(crate) fn failure_meta(e: &AgentError) -> AgentMeta {
+    AgentMeta::Failed(AgentFailure {
+        error: crate::error::error_chain(e),
+        error_class: e.class().to_owned(),
+    })
 }
 
 /// Load a trace off the runtime.
@@ -194,8 +219,8 @@ fn span_line(out: &mut String, span: &Span, view: &TraceView) {
         .next()
         .unwrap_or_default();
     let _ = writeln!(out, "- {} [{}]: {}", span.step, span.status, summary);
-    if let Some(error) = span.meta.get("error").and_then(|e| e.get("message")) {
-        let _ = writeln!(out, "  error: {}", error.as_str().unwrap_or_default());
+    if let Some(error) = ErrorMeta::of(span) {
+        let _ = writeln!(out, "  error: {}", error.message);
     }
     for action in view.actions_of(span.id) {
         let _ = writeln!(out, "  → {}: {}", action.action, action.reason);

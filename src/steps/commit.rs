@@ -15,17 +15,14 @@ use async_trait::async_trait;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::meta::{self, CommitMeta, TaskStatus, WorkflowMeta};
+use super::meta::{self, CommitMeta, ResolveMeta, TaskStatus, WorkflowMeta};
 use super::tasks::{self, git_error, short, store_error, TaskRecord};
 use super::{agent_call, sandboxed, Services};
-use crate::agents::{self, untrusted_block, AgentStep, CommitMessageResult, PromptVars};
+use crate::agents::{untrusted_block, AgentStep, CommitMessageResult, PromptVars};
 use crate::git::{self, CommitOutcome, DiffSummary, GitError, HookLocation, HookPlan, Workspace};
 use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::sandbox::hooks::HookVerdict;
-use crate::store::{Meta, SpanStatus, StepKind, StepRun};
-
-/// Key of the resolve action's meta naming the workflow action.
-pub const RESOLVE_WORKFLOW_KEY: &str = "workflowActionId";
+use crate::store::{AgentMeta, Meta, SpanStatus, StepKind, StepRun};
 
 pub struct CommitStep {
     services: Arc<Services>,
@@ -37,13 +34,9 @@ impl CommitStep {
     }
 
     fn resolve(workflow: Option<Uuid>, reason: &str) -> NextAction {
-        let mut action = NextAction::new(StepKind::Resolve, reason);
-        if let Some(id) = workflow {
-            action
-                .meta
-                .insert(RESOLVE_WORKFLOW_KEY.into(), json!(id.to_string()));
-        }
-        action
+        NextAction::new(StepKind::Resolve, reason).with_meta(&ResolveMeta {
+            workflow_action_id: workflow,
+        })
     }
 
     /// The workflow action this commit is about: from the meta, else the producing span's action.
@@ -71,12 +64,7 @@ impl CommitStep {
         change: &Change,
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
-    ) -> (
-        String,
-        &'static str,
-        Option<String>,
-        Option<serde_json::Value>,
-    ) {
+    ) -> (String, &'static str, AgentMeta) {
         let title = workflow
             .map(|w| w.title.clone())
             .or_else(|| task.title.clone())
@@ -120,29 +108,21 @@ impl CommitStep {
                 untrusted_block("the repository's history", &change.subjects.join("\n")),
             ),
         ]);
-        let request = agent_call::host_request(
+        match agent_call::ask::<CommitMessageResult>(
             &self.services,
-            &ctx.store,
+            ctx,
             span_id,
             AgentStep::Commit,
             vars,
-            "commit.transcript.jsonl".to_owned(),
         )
-        .await;
-        let request = match request {
-            Ok(r) => r,
-            Err(e) => return (fallback, "fallback", Some(e.to_string()), None),
-        };
-        match agents::run_structured::<CommitMessageResult>(self.services.agent.as_ref(), request)
-            .await
+        .await
         {
             Ok(answer) => (
                 answer.value.message(),
                 "agent",
-                None,
-                Some(agent_call::usage_meta(&answer)),
+                agent_call::usage_meta(&answer),
             ),
-            Err(e) => (fallback, "fallback", Some(e.to_string()), None),
+            Err(e) => (fallback, "fallback", agent_call::failure_meta(&e)),
         }
     }
 
@@ -335,7 +315,7 @@ impl Step for CommitStep {
             patch,
             subjects,
         };
-        let (raw, source, agent_error, usage) = self
+        let (raw, source, agent) = self
             .message(
                 ctx,
                 run.span.id,
@@ -352,8 +332,7 @@ impl Step for CommitStep {
             .map_err(|e| git_error("cannot tell where the git hooks run", &e))?;
         let base = base
             .meta("messageSource", source)
-            .meta("messageAgentError", &agent_error)
-            .meta("agent", &usage)
+            .meta("agent", &agent)
             .meta("hooks", &plan);
         if let HookPlan::Sandbox { location, .. } = &plan {
             match self

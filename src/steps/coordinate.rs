@@ -26,8 +26,8 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 use super::meta::{
-    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, EventMeta, EventSource, NoopMeta,
-    NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
+    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, DecidedBy, DecisionSpanMeta, EventMeta,
+    EventSource, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;
@@ -160,7 +160,7 @@ impl CoordinateStep {
             .map_err(|e| gh_error("reading the pull request", &e))?;
         let base = |summary: String| {
             Finished::completed(summary)
-                .meta("decidedBy", "ci")
+                .meta("decidedBy", DecidedBy::Ci)
                 .meta("ci", &watch)
         };
         if pr.state != crate::github::IssueState::Open {
@@ -232,7 +232,7 @@ impl CoordinateStep {
                     failing.join(", ")
                 );
                 let mut finished = Finished::failed(message.clone())
-                    .meta("decidedBy", "ci")
+                    .meta("decidedBy", DecidedBy::Ci)
                     .meta("decision", "resolve")
                     .meta("ci", &watch)
                     .meta(
@@ -295,7 +295,7 @@ impl CoordinateStep {
                 .not_before(error.retry_at())
                 .detail("what", format!("looking up the permission of {login}"))
                 .detail("login", login)
-                .detail("decidedBy", "trust"));
+                .detail("decidedBy", DecidedBy::Trust));
         }
         let why = if error.is_retryable() {
             format!("after {attempt} attempts")
@@ -309,7 +309,7 @@ impl CoordinateStep {
         tracing::error!(%login, %reason, "trust lookup failed for good");
         Ok(Err(Finished::failed(format!("decided noop: {reason}"))
             .meta("decision", "noop")
-            .meta("decidedBy", "trust")
+            .meta("decidedBy", DecidedBy::Trust)
             .meta(
                 "error",
                 serde_json::json!({"message": crate::error::error_chain(error), "retryable": error.is_retryable(), "login": login}),
@@ -342,7 +342,7 @@ impl CoordinateStep {
             let reason = format!("untrusted author: {}", trust.reason);
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
                 .meta("decision", "noop")
-                .meta("decidedBy", "trust")
+                .meta("decidedBy", DecidedBy::Trust)
                 .meta("trust", &trust)
                 .then(NextAction::new(StepKind::Noop, reason).with_meta(
                     &NoopMeta {
@@ -406,10 +406,9 @@ fn acted(view: &crate::store::TraceView) -> bool {
     view.spans.iter().any(|s| {
         s.step == StepKind::Coordinate
             && s.status == crate::store::SpanStatus::Completed
-            && s.meta
-                .get("decision")
-                .and_then(serde_json::Value::as_str)
-                .is_some_and(|d| !matches!(d, "noop" | "wait"))
+            && DecisionSpanMeta::of(s)
+                .decision
+                .is_some_and(|d| !matches!(d.as_str(), "noop" | "wait"))
     })
 }
 
@@ -511,11 +510,7 @@ fn red_looks(view: &crate::store::TraceView) -> u32 {
     let n = view
         .spans
         .iter()
-        .filter(|s| {
-            s.step == StepKind::Coordinate
-                && s.status == crate::store::SpanStatus::Failed
-                && s.meta.get("decidedBy").and_then(serde_json::Value::as_str) == Some("ci")
-        })
+        .filter(|s| DecisionSpanMeta::is_red_ci(s))
         .count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -775,13 +770,6 @@ fn route(
     }
 }
 
-fn decision_name(decision: CoordinateDecision) -> String {
-    serde_json::to_value(decision)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 #[async_trait]
 impl Step for CoordinateStep {
     fn kind(&self) -> StepKind {
@@ -807,7 +795,7 @@ impl Step for CoordinateStep {
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided noop: {reason}"))
                     .meta("decision", "noop")
-                    .meta("decidedBy", "wait")
+                    .meta("decidedBy", DecidedBy::Wait)
                     .meta("supersededBy", by)
                     .meta("wait", &scheduled.wait)
                     .then(
@@ -869,7 +857,7 @@ impl Step for CoordinateStep {
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided cleanup: {reason}"))
                     .meta("decision", "cleanup")
-                    .meta("decidedBy", "rule")
+                    .meta("decidedBy", DecidedBy::Rule)
                     .meta("confidence", 1.0)
                     .meta("reasoning", &reason)
                     .meta("roverPr", pr)
@@ -946,15 +934,15 @@ impl Step for CoordinateStep {
             now: Utc::now(),
         };
         let action = route(result, &gathered, &mappings, policy);
-        let decision = decision_name(result.decision);
+        let decision = result.decision.as_str();
         Ok(Outcome::Finished(
             Finished::completed(format!(
                 "decided {decision} ({:.2}): {}",
                 result.confidence,
                 result.reasoning.lines().next().unwrap_or_default()
             ))
-            .meta("decision", &decision)
-            .meta("decidedBy", "agent")
+            .meta("decision", decision)
+            .meta("decidedBy", DecidedBy::Agent)
             .meta("confidence", result.confidence)
             .meta("reasoning", &result.reasoning)
             .meta("answer", result)
@@ -974,13 +962,7 @@ mod tests {
     use crate::github::Channel;
 
     fn mapping(task: &str, branch: &str) -> TaskMapping {
-        TaskMapping {
-            task_id: task.into(),
-            branch_name: branch.into(),
-            trace_id: Uuid::new_v4(),
-            workflow_span_id: Uuid::new_v4(),
-            extra: serde_json::Map::new(),
-        }
+        TaskMapping::new(task, branch, Uuid::new_v4(), Uuid::new_v4())
     }
 
     fn answer(decision: CoordinateDecision) -> CoordinateResult {

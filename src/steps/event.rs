@@ -12,8 +12,7 @@ use uuid::Uuid;
 
 use super::meta::{EventMeta, EventSource};
 use crate::github::{
-    poll_once, Channel, GitHub, GitHubError, NormalizedEvent, PollCursor, Poller, SkippedEvent,
-    Visibility,
+    poll_once, Channel, GitHub, GitHubError, NormalizedEvent, Poller, SkippedEvent, Visibility,
 };
 
 use crate::store::{
@@ -21,14 +20,11 @@ use crate::store::{
     StoreError, TraceCreated,
 };
 
-/// The key under which `cursor.json` keeps the poller's ETag and seen ids.
-pub const POLL_CURSOR_KEY: &str = "poll";
-
 /// A one-line label: `IssuesEvent opened #12 by alice`.
 pub fn label(event: &NormalizedEvent) -> String {
     let mut parts = vec![event.kind.as_str().to_owned()];
-    if let Some(action) = event.action.and_then(|a| serde_json::to_value(a).ok()) {
-        parts.push(action.as_str().unwrap_or_default().to_owned());
+    if let Some(action) = event.action {
+        parts.push(action.as_str().to_owned());
     }
     match (event.number, &event.git_ref) {
         (Some(n), _) => parts.push(format!("#{n}")),
@@ -114,10 +110,7 @@ impl Via {
 }
 
 fn action_str(event: &NormalizedEvent) -> Option<String> {
-    event
-        .action
-        .and_then(|a| serde_json::to_value(a).ok())
-        .and_then(|v| v.as_str().map(str::to_owned))
+    event.action.map(|a| a.as_str().to_owned())
 }
 
 /// The intake record of an event rover normalized (`outcome` and `reason` to fill in).
@@ -232,14 +225,8 @@ pub fn resume_poller(
     store: &AutopilotStore,
     settings: crate::github::PollSettings,
 ) -> Result<Poller, StoreError> {
-    let cursor = store.read_cursor()?;
-    let poll: PollCursor = match cursor.extra.get(POLL_CURSOR_KEY) {
-        Some(v) => serde_json::from_value(v.clone()).map_err(|e| StoreError::Unreadable {
-            path: store.cursor_path(),
-            reason: format!("`{POLL_CURSOR_KEY}`: {e}"),
-        })?,
-        None => PollCursor::default(),
-    };
+    // A `poll` that does not parse fails the read of `cursor.json`, naming the file.
+    let poll = store.read_cursor()?.poll.unwrap_or_default();
     Ok(Poller::new(settings, poll))
 }
 
@@ -263,7 +250,7 @@ pub async fn poll_github(
         gap: result.gap.clone(),
         ..IngestReport::default()
     };
-    let poll_cursor = serde_json::to_value(poller.cursor()).unwrap_or_default();
+    let poll_cursor = poller.cursor().clone();
     let store = store.clone();
     let project_id = project_id.to_owned();
     report.new_traces = tokio::task::spawn_blocking(move || {
@@ -300,9 +287,7 @@ pub async fn poll_github(
         }
         // The poller's ETag and seen ids go with the cursor, after the traces exist.
         store.transact(|txn| {
-            txn.cursor_mut()?
-                .extra
-                .insert(POLL_CURSOR_KEY.into(), poll_cursor);
+            txn.cursor_mut()?.poll = Some(poll_cursor);
             Ok(())
         })?;
         // Then what became of each event (a crash before this loses only the record).

@@ -156,7 +156,11 @@ impl CommitMeta {
 /// `resolve`: decide how the trace goes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ResolveMeta {}
+pub struct ResolveMeta {
+    /// The workflow action a commit's resolve is about (for people reading the action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_action_id: Option<Uuid>,
+}
 
 /// `push`: push the trace's branches and open or update the PR.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -189,6 +193,22 @@ pub enum NotifyPurpose {
     Ready,
 }
 
+impl NotifyPurpose {
+    /// The name as serialized.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyPurpose::Answer => "answer",
+            NotifyPurpose::Clarify => "clarify",
+            NotifyPurpose::Flag => "flag",
+            NotifyPurpose::Pushed => "pushed",
+            NotifyPurpose::Review => "review",
+            NotifyPurpose::Failure => "failure",
+            NotifyPurpose::Budget => "budget",
+            NotifyPurpose::Ready => "ready",
+        }
+    }
+}
+
 /// `notify`: answer on the channel the root event came from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -219,6 +239,56 @@ impl NotifyMeta {
             pr_url: None,
             breaker_note: None,
         }
+    }
+}
+
+/// What decided a `coordinate` run's outcome (`meta.decidedBy` of its span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedBy {
+    /// The coordinator agent.
+    Agent,
+    /// A fixed rule (a merged rover pull request is cleaned up).
+    Rule,
+    /// The trust check: an untrusted author's event is a `noop`.
+    Trust,
+    /// A look at the CI of a pull request rover pushed.
+    Ci,
+    /// A scheduled re-evaluation of a wait that a newer trace took over.
+    Wait,
+    /// A value this rover does not write (another implementation's).
+    #[serde(other)]
+    Other,
+}
+
+/// The part of a deciding span's meta (`coordinate`, `resolve`, `plan`) that later runs read
+/// back: what was decided, by what, and whether a newer trace took the decision over. The
+/// steps write these keys with the rest of their span meta.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionSpanMeta {
+    /// `noop`, `plan`, ... for the coordinator; `push`, `fail`, ... for the resolver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<DecidedBy>,
+    /// The trace that took a scheduled re-evaluation over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
+}
+
+impl DecisionSpanMeta {
+    /// What a span recorded of its decision (nothing, for a span whose meta has other shapes
+    /// under these keys).
+    pub fn of(span: &Span) -> DecisionSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+
+    /// Whether a coordinator's look at CI found it red (a failed `coordinate` decided by CI).
+    pub fn is_red_ci(span: &Span) -> bool {
+        span.step == StepKind::Coordinate
+            && span.status == crate::store::SpanStatus::Failed
+            && DecisionSpanMeta::of(span).decided_by == Some(DecidedBy::Ci)
     }
 }
 
@@ -305,5 +375,103 @@ impl EventMeta {
     /// Read the root span's meta back.
     pub fn of(root: &Span) -> Result<EventMeta, serde_json::Error> {
         serde_json::from_value(serde_json::Value::Object(root.meta.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::CoordinateDecision;
+    use crate::github::EventAction;
+
+    fn serialized<T: Serialize>(v: T) -> String {
+        serde_json::to_value(v)
+            .expect("serializes")
+            .as_str()
+            .expect("a string")
+            .to_owned()
+    }
+
+    #[test]
+    fn as_str_names_each_variant_as_serialized() {
+        use CoordinateDecision as C;
+        use EventAction as A;
+        use NotifyPurpose as P;
+        for d in [
+            C::Noop,
+            C::Plan,
+            C::Workflow,
+            C::Notify,
+            C::Wait,
+            C::Flag,
+            C::Cleanup,
+        ] {
+            assert_eq!(d.as_str(), serialized(d));
+        }
+        for p in [
+            P::Answer,
+            P::Clarify,
+            P::Flag,
+            P::Pushed,
+            P::Review,
+            P::Failure,
+            P::Budget,
+            P::Ready,
+        ] {
+            assert_eq!(p.as_str(), serialized(p));
+        }
+        for a in [
+            A::Opened,
+            A::Closed,
+            A::Reopened,
+            A::Labeled,
+            A::ReadyForReview,
+            A::ReviewRequested,
+            A::Created,
+            A::Submitted,
+        ] {
+            assert_eq!(a.as_str(), serialized(a));
+        }
+    }
+
+    #[test]
+    fn a_task_mapping_keeps_unknown_keys_and_reads_the_legacy_worktree_key() {
+        let legacy = serde_json::json!({
+            "taskId": "t1",
+            "branchName": "rover/abc-x",
+            "traceId": Uuid::nil(),
+            "workflowSpanId": Uuid::nil(),
+            "worktree": "/data/worktrees/abc",
+            "otherTool": {"x": 1}
+        });
+        let m: crate::store::TaskMapping = serde_json::from_value(legacy).expect("parses");
+        assert_eq!(
+            m.worktree_path.as_deref(),
+            Some(std::path::Path::new("/data/worktrees/abc"))
+        );
+        let back = serde_json::to_value(&m).expect("serializes");
+        assert_eq!(back["otherTool"], serde_json::json!({"x": 1}));
+        assert_eq!(back["worktreePath"], "/data/worktrees/abc");
+        assert!(back.get("containerId").is_none(), "{back}");
+    }
+
+    #[test]
+    fn the_store_reads_the_label_the_event_step_writes() {
+        let meta = EventMeta {
+            source: EventSource::Local,
+            label: "local request by me: x".into(),
+            kind: "LocalRequest".into(),
+            action: None,
+            channel: Channel::Local,
+            visibility: Visibility::Private,
+            event: None,
+            request: Some("x".into()),
+        };
+        let root = Span::root(Uuid::nil(), chrono::Utc::now(), meta.to_meta());
+        assert_eq!(crate::store::event_label(&root), meta.label);
+        let mut bare = root.clone();
+        bare.meta.remove("label");
+        bare.meta.insert("action".into(), serde_json::json!(7));
+        assert_eq!(crate::store::event_label(&bare), "LocalRequest");
     }
 }

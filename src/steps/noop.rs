@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::agent_call::{ask, load_trace, render_trace, usage_meta};
+use super::agent_call::{ask, failure_meta, load_trace, render_trace, usage_meta};
 use super::meta::{self, NoopMeta};
 use super::Services;
 use crate::agents::{AgentStep, PromptVars, SummarizeResult};
@@ -120,10 +120,8 @@ impl Step for SummarizingNoopStep {
         let done = match answer {
             Ok(answer) => finished(run, answer.value.summary.trim(), "agent")
                 .meta("agent", usage_meta(&answer)),
-            Err(e) => finished(run, &chain_summary(&view), "span summaries").meta(
-                "agent",
-                serde_json::json!({"error": crate::error::error_chain(&e), "errorClass": e.class()}),
-            ),
+            Err(e) => finished(run, &chain_summary(&view), "span summaries")
+                .meta("agent", failure_meta(&e)),
         };
         Ok(Outcome::Finished(done))
     }

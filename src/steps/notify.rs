@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::agent_call::{ask, event_meta, load_trace, render_trace, usage_meta};
+use super::agent_call::{ask, event_meta, failure_meta, load_trace, render_trace, usage_meta};
 use super::meta::{self, NotifyMeta, NotifyPurpose};
 use super::Services;
 use crate::agents::{AgentStep, NotifyResult, PromptVars};
@@ -48,13 +48,6 @@ pub fn describe(channel: &Channel) -> String {
     }
 }
 
-fn purpose_name(purpose: NotifyPurpose) -> String {
-    serde_json::to_value(purpose)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 /// What the message must say, for the prompt.
 pub fn intent(meta: &NotifyMeta) -> String {
     let mut out = match meta.purpose {
@@ -78,7 +71,7 @@ pub fn intent(meta: &NotifyMeta) -> String {
                 .to_owned()
         }
     };
-    let _ = write!(out, "\n\n- purpose: {}", purpose_name(meta.purpose));
+    let _ = write!(out, "\n\n- purpose: {}", meta.purpose.as_str());
     if let Some(message) = &meta.message {
         let _ = write!(out, "\n- drafted message:\n\n{message}\n");
     }
@@ -219,28 +212,23 @@ impl Step for NotifyStep {
             "trace".into(),
             redactor.redact(&render_trace(&view), Visibility::Private),
         );
-        let (draft, source, agent_meta) = match ask::<NotifyResult>(
-            &self.services,
-            ctx,
-            run.span.id,
-            AgentStep::Notify,
-            vars,
-        )
-        .await
-        {
-            Ok(answer) => (answer.value.message.clone(), "agent", usage_meta(&answer)),
-            Err(e) => (
-                fallback_message(&notify, visibility, &trace_id.to_string()),
-                "fallback",
-                serde_json::json!({"error": crate::error::error_chain(&e), "errorClass": e.class()}),
-            ),
-        };
+        let (draft, source, agent_meta) =
+            match ask::<NotifyResult>(&self.services, ctx, run.span.id, AgentStep::Notify, vars)
+                .await
+            {
+                Ok(answer) => (answer.value.message.clone(), "agent", usage_meta(&answer)),
+                Err(e) => (
+                    fallback_message(&notify, visibility, &trace_id.to_string()),
+                    "fallback",
+                    failure_meta(&e),
+                ),
+            };
         let mut message = with_pr_link(redactor.redact(&draft, visibility), &notify);
         if let Some(note) = &notify.breaker_note {
             message = format!("{message}\n\nrover paused itself: {note}.");
         }
         let base = Finished::completed(String::new())
-            .meta("purpose", purpose_name(notify.purpose))
+            .meta("purpose", notify.purpose.as_str())
             .meta("visibility", visibility)
             .meta("message", &message)
             .meta("messageSource", source)

@@ -3,7 +3,7 @@
 //! clarification `notify`, or — when there is nothing to do — a `noop`. Cycles and unknown
 //! references are rejected with the offending ids in the error.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -15,7 +15,9 @@ use super::meta::{
     self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
 };
 use super::Services;
-use crate::agents::{self, AgentStep, PlanResult, PromptVars, StepResult, TaskSpec};
+use crate::agents::{
+    self, check_dependencies, AgentStep, PlanResult, PromptVars, StepResult, TaskSpec,
+};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::{StepKind, StepRun};
 
@@ -37,46 +39,6 @@ pub fn workflow_meta(task: &TaskSpec, depends_on: Vec<Uuid>) -> WorkflowMeta {
         instructions: None,
         merge_from: None,
     }
-}
-
-/// Why a plan's task graph is unusable: unknown references and cycles, naming the task ids.
-pub fn check_dependencies(tasks: &[TaskSpec]) -> Result<(), String> {
-    let ids: BTreeSet<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-    if ids.len() != tasks.len() {
-        return Err("task ids are not unique".to_owned());
-    }
-    for task in tasks {
-        if let Some(missing) = task.depends_on.iter().find(|d| !ids.contains(d.as_str())) {
-            return Err(format!(
-                "task `{}` depends on unknown task `{missing}`",
-                task.id
-            ));
-        }
-    }
-    let mut done: BTreeSet<&str> = BTreeSet::new();
-    while done.len() < tasks.len() {
-        let ready: Vec<&str> = tasks
-            .iter()
-            .filter(|t| {
-                !done.contains(t.id.as_str())
-                    && t.depends_on.iter().all(|d| done.contains(d.as_str()))
-            })
-            .map(|t| t.id.as_str())
-            .collect();
-        if ready.is_empty() {
-            let stuck: Vec<&str> = tasks
-                .iter()
-                .map(|t| t.id.as_str())
-                .filter(|id| !done.contains(id))
-                .collect();
-            return Err(format!(
-                "task dependencies form a cycle among `{}`",
-                stuck.join("`, `")
-            ));
-        }
-        done.extend(ready);
-    }
-    Ok(())
 }
 
 /// The workflow actions of a plan: preset ids, `dependsOn` mapped from task ids to action ids,

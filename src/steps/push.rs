@@ -72,7 +72,7 @@ fn conflict_to_resolver(error: &StepError) -> Finished {
         .meta("error", error.to_meta())
         .then(
             NextAction::new(StepKind::Resolve, format!("decide about the {summary}"))
-                .with_meta(&super::meta::ResolveMeta {}),
+                .with_meta(&super::meta::ResolveMeta::default()),
         )
 }
 
@@ -542,13 +542,7 @@ mod tests {
 
     fn task(title: &str, branch: &str) -> Task {
         Task {
-            mapping: TaskMapping {
-                task_id: branch.into(),
-                branch_name: branch.into(),
-                trace_id: Uuid::new_v4(),
-                workflow_span_id: Uuid::new_v4(),
-                extra: serde_json::Map::new(),
-            },
+            mapping: TaskMapping::new(branch, branch, Uuid::new_v4(), Uuid::new_v4()),
             meta: Some(WorkflowMeta {
                 title: title.into(),
                 description: format!("\n{title} in detail\nmore"),

@@ -19,22 +19,20 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta, WorkflowType,
+    self, CommitMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
+    WorkflowType,
 };
-use super::Services;
+use super::{agent_call, Services};
 use crate::agents::{
-    run_structured, truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision,
-    ResolveResult, RetryStep,
+    truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult,
+    RetryStep,
 };
 use crate::orchestrator::{
     blocking, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 use crate::store::{
-    Action, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
+    Action, ErrorMeta, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
 };
-
-/// The task-mapping key under which the workflow step records the task's worktree directory.
-pub const MAPPING_WORKTREE_KEY: &str = "worktreePath";
 
 /// Longest error detail of one span quoted in the prompt.
 const MAX_ERROR_CHARS: usize = 16 * 1024;
@@ -128,13 +126,7 @@ async fn load_state(ctx: &StepContext, trace_id: Uuid) -> Result<TraceState, Ste
 
 /// The worktree directory a task mapping records, when it still exists.
 pub fn mapping_worktree(mapping: &TaskMapping) -> Option<PathBuf> {
-    mapping
-        .extra
-        .get(MAPPING_WORKTREE_KEY)
-        .or_else(|| mapping.extra.get("worktree"))
-        .and_then(Value::as_str)
-        .map(PathBuf::from)
-        .filter(|p| p.is_dir())
+    mapping.worktree_path.clone().filter(|p| p.is_dir())
 }
 
 /// Whether a queued or running action of `kind` belongs to the trace (other than `except`).
@@ -191,8 +183,8 @@ fn action_of<'v>(view: &'v TraceView, span: &Span) -> Option<&'v Action> {
     view.actions.iter().find(|a| a.id == id)
 }
 
-fn decision_of(span: &Span) -> Option<&str> {
-    span.meta.get("decision").and_then(Value::as_str)
+fn decision_of(span: &Span) -> Option<String> {
+    DecisionSpanMeta::of(span).decision
 }
 
 /// A resolve of the trace (not `current`) that decided after the last commit finished, after
@@ -204,9 +196,7 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
         .iter()
         .filter(|s| {
             (s.step == StepKind::Commit && s.status.is_final())
-                || (s.step == StepKind::Coordinate
-                    && s.status == SpanStatus::Failed
-                    && s.meta.get("decidedBy").and_then(Value::as_str) == Some("ci"))
+                || DecisionSpanMeta::is_red_ci(s)
                 // A consolidation conflict also calls for a new decision.
                 || (s.step == StepKind::Push && s.meta.contains_key(super::push::CONFLICT_KEY))
         })
@@ -217,7 +207,8 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
         .filter(|s| s.step == StepKind::Resolve && s.id != current && s.status.is_final())
         // A `wait` asked for another look: it decided nothing this one would repeat.
         .filter(|s| {
-            decision_of(s).is_some_and(|d| d != "wait") && s.meta.get("supersededBy").is_none()
+            let decided = DecisionSpanMeta::of(s);
+            decided.decision.is_some_and(|d| d != "wait") && decided.superseded_by.is_none()
         })
         .find(|s| s.timestamp >= last_commit)
         .map(|s| s.id)
@@ -229,7 +220,7 @@ pub fn retries_so_far(view: &TraceView) -> u32 {
         .spans
         .iter()
         .filter(|s| s.step == StepKind::Resolve)
-        .filter(|s| matches!(decision_of(s), Some("iterate" | "retry")))
+        .filter(|s| matches!(decision_of(s).as_deref(), Some("iterate" | "retry")))
         .count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
@@ -352,22 +343,14 @@ fn task_worktree(
                 .rev()
                 .find(|m| mapping_worktree(m).is_some())
         })?;
-    let fork = mapping
-        .extra
-        .get(super::tasks::KEY_FORK_POINT)
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    Some((mapping_worktree(mapping)?, fork))
+    Some((mapping_worktree(mapping)?, mapping.fork_point.clone()))
 }
 
 /// A span that recorded a worktree tampered with by its sandbox.
 fn tampered_span(view: &TraceView) -> Option<&Span> {
     view.spans.iter().find(|s| {
         s.meta.get("tampered").and_then(Value::as_bool) == Some(true)
-            || s.meta
-                .get("error")
-                .and_then(|e| e.get("tampered"))
-                .and_then(Value::as_bool)
+            || ErrorMeta::of(s).and_then(|e| e.detail("tampered").and_then(Value::as_bool))
                 == Some(true)
     })
 }
@@ -454,7 +437,7 @@ fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32)
     let waits = view
         .spans
         .iter()
-        .filter(|s| s.step == StepKind::Resolve && decision_of(s) == Some("wait"))
+        .filter(|s| s.step == StepKind::Resolve && decision_of(s).as_deref() == Some("wait"))
         .count();
     let round = u32::try_from(waits).unwrap_or(u32::MAX).saturating_add(1);
     if round > max {
@@ -850,26 +833,17 @@ impl Step for ResolveStep {
             "retries".into(),
             format!("{retries} of at most {max} iterate/retry decisions used."),
         );
-        let request = super::agent_call::host_request(
+        let dir = agent_call::host_workdir_path(&ctx.store);
+        let answer = agent_call::ask::<ResolveResult>(
             &self.services,
-            &ctx.store,
+            ctx,
             run.span.id,
             AgentStep::Resolve,
             vars,
-            "resolve-agent.jsonl".to_owned(),
         )
         .await
-        .map_err(|e| StepError::from_error(&e, e.is_retryable()))?;
-        let dir = request.workdir.clone();
-
-        let answer = run_structured::<ResolveResult>(self.services.agent.as_ref(), request)
-            .await
-            .map_err(|e| {
-                StepError::from_error(&e, e.is_retryable())
-                    .detail("agentError", e.class())
-                    .detail("workdir", &dir)
-            })?;
-        let usage = super::agent_call::usage_meta(&answer);
+        .map_err(|e| agent_call::agent_error(AgentStep::Resolve, &e).detail("workdir", &dir))?;
+        let usage = agent_call::usage_meta(&answer);
         let result = answer.value;
         if result.decision == ResolveDecision::Wait {
             let pipeline = &self.services.config.autopilot.pipeline;
@@ -979,13 +953,7 @@ mod tests {
     }
 
     fn mapping(trace: Uuid, branch: &str) -> TaskMapping {
-        TaskMapping {
-            task_id: branch.into(),
-            branch_name: branch.into(),
-            trace_id: trace,
-            workflow_span_id: Uuid::new_v4(),
-            extra: serde_json::Map::new(),
-        }
+        TaskMapping::new(branch, branch, trace, Uuid::new_v4())
     }
 
     #[test]

@@ -4,19 +4,12 @@
 
 use std::path::PathBuf;
 
-use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::Services;
 use crate::git::{GitError, Workspace};
 use crate::orchestrator::{blocking, StepError};
 use crate::store::{AutopilotStore, State, StoreError, TaskMapping};
-
-/// Keys the workflow step adds to a mapping besides the four the store names.
-pub const KEY_CONTAINER: &str = "containerId";
-pub const KEY_WORKTREE: &str = "worktreePath";
-pub const KEY_FORK_POINT: &str = "forkPoint";
-pub const KEY_TITLE: &str = "title";
 
 /// One task mapping, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,46 +30,31 @@ pub struct TaskRecord {
 
 impl TaskRecord {
     pub fn from_mapping(action_id: Uuid, mapping: &TaskMapping) -> TaskRecord {
-        let text = |key: &str| {
-            mapping
-                .extra
-                .get(key)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
         TaskRecord {
             action_id,
             task_id: mapping.task_id.clone(),
             branch: mapping.branch_name.clone(),
             trace_id: mapping.trace_id,
             workflow_span_id: mapping.workflow_span_id,
-            container: text(KEY_CONTAINER),
-            worktree: text(KEY_WORKTREE).map(PathBuf::from),
-            fork_point: text(KEY_FORK_POINT),
-            title: text(KEY_TITLE),
+            container: mapping.container_id.clone(),
+            worktree: mapping.worktree_path.clone(),
+            fork_point: mapping.fork_point.clone(),
+            title: mapping.title.clone(),
         }
     }
 
     pub fn to_mapping(&self) -> TaskMapping {
-        let mut extra = Map::new();
-        let mut put = |key: &str, value: Option<String>| {
-            if let Some(v) = value {
-                extra.insert(key.to_owned(), Value::String(v));
-            }
-        };
-        put(KEY_CONTAINER, self.container.clone());
-        put(
-            KEY_WORKTREE,
-            self.worktree.as_ref().map(|p| p.display().to_string()),
-        );
-        put(KEY_FORK_POINT, self.fork_point.clone());
-        put(KEY_TITLE, self.title.clone());
         TaskMapping {
-            task_id: self.task_id.clone(),
-            branch_name: self.branch.clone(),
-            trace_id: self.trace_id,
-            workflow_span_id: self.workflow_span_id,
-            extra,
+            container_id: self.container.clone(),
+            worktree_path: self.worktree.clone(),
+            fork_point: self.fork_point.clone(),
+            title: self.title.clone(),
+            ..TaskMapping::new(
+                &self.task_id,
+                &self.branch,
+                self.trace_id,
+                self.workflow_span_id,
+            )
         }
     }
 }

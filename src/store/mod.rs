@@ -32,8 +32,9 @@ pub use ids::IdKind;
 pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
-    Action, ClosedTrace, Cursor, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, Span,
-    SpanStatus, State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor, ErrorMeta, EventHeader,
+    EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, PollCursor, Span, SpanStatus, State,
+    StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use txn::Txn;
@@ -691,16 +692,5 @@ pub enum Recovery {
 
 /// A one-line label of a root event span, from the fields the event step records.
 pub fn event_label(root: &Span) -> String {
-    if let Some(label) = root.meta.get("label").and_then(|v| v.as_str()) {
-        return label.to_owned();
-    }
-    let kind = root
-        .meta
-        .get("type")
-        .and_then(|v| v.as_str())
-        .unwrap_or("event");
-    match root.meta.get("action").and_then(|v| v.as_str()) {
-        Some(action) => format!("{kind}.{action}"),
-        None => kind.to_owned(),
-    }
+    EventHeader::of(root).label()
 }

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -401,6 +402,154 @@ impl Action {
     }
 }
 
+/// What the store reads of a root `event` span's meta to list the trace: the part of the event
+/// step's `EventMeta` (`steps::meta`) that names the event. Every field is optional: a root
+/// written by another implementation may lack them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventHeader {
+    /// One line for lists: `IssuesEvent opened #12 by alice: title`.
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub label: Option<String>,
+    /// `IssuesEvent`, ..., or `LocalRequest`.
+    #[serde(
+        default,
+        rename = "type",
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kind: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub action: Option<String>,
+}
+
+/// A string, or none for a value of any other type.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
+impl EventHeader {
+    /// The header of a root span's meta (a field of another type reads as missing).
+    pub fn of(root: &Span) -> EventHeader {
+        serde_json::from_value(Value::Object(root.meta.clone())).unwrap_or_default()
+    }
+
+    /// The label, else `<type>.<action>`, else `<type>`, else `event`.
+    pub fn label(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.clone();
+        }
+        let kind = self.kind.as_deref().unwrap_or("event");
+        match &self.action {
+            Some(action) => format!("{kind}.{action}"),
+            None => kind.to_owned(),
+        }
+    }
+}
+
+/// `meta.agent` of a span whose step called an agent: the call's figures, or why it failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AgentMeta {
+    /// The call could not be made or gave no usable answer (the step went on without it).
+    Failed(AgentFailure),
+    Used(AgentUsage),
+}
+
+impl AgentMeta {
+    const KEY: &'static str = "agent";
+
+    /// What a span recorded of its agent call, if it made one (a value that is no object is
+    /// no call).
+    pub fn of(span: &Span) -> Option<AgentMeta> {
+        span.meta
+            .get(Self::KEY)
+            .filter(|v| v.is_object())
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// The figures of a call that answered.
+    pub fn usage(&self) -> Option<&AgentUsage> {
+        match self {
+            AgentMeta::Used(u) => Some(u),
+            AgentMeta::Failed(_) => None,
+        }
+    }
+}
+
+/// One agent call's figures as every step records them under `meta.agent`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentUsage {
+    /// Model round trips, when the CLI reports them.
+    #[serde(default)]
+    pub turns: Option<u32>,
+    /// USD as the CLI reports it (claude), else none.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// How many answers a structured call took (1, or 2 after a rejected first answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// Why the first answer of a structured call was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+/// An agent call that failed, as a step that goes on without it records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentFailure {
+    /// The error with its causes.
+    pub error: String,
+    /// The agent error's class (`auth`, `invalidAnswer`, ...).
+    pub error_class: String,
+}
+
+/// `meta.error` of a span that failed or errored: the message, whether a retry may help, and
+/// the step's details (command, exit code, error class, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorMeta {
+    pub message: String,
+    #[serde(default)]
+    pub retryable: bool,
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
+}
+
+impl ErrorMeta {
+    const KEY: &'static str = "error";
+
+    /// The error a span recorded, if any.
+    pub fn of(span: &Span) -> Option<ErrorMeta> {
+        span.meta
+            .get(Self::KEY)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    /// A detail by name, as the step recorded it.
+    pub fn detail(&self, key: &str) -> Option<&Value> {
+        self.details.get(key)
+    }
+}
+
 /// The key of an action's meta that schedules it: not to run before this RFC 3339 time.
 pub const NOT_BEFORE_KEY: &str = "notBefore";
 
@@ -438,17 +587,92 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// What rover knows about the workspace of a workflow action.
+/// What rover knows about the workspace of a workflow action (`state.json` `taskMappings`,
+/// keyed by the workflow action id): the spec's four fields, what rover's workflow step adds,
+/// and any other key (another implementation's) kept as it was.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", from = "TaskMappingWire")]
 pub struct TaskMapping {
     pub task_id: String,
     pub branch_name: String,
     pub trace_id: Uuid,
     pub workflow_span_id: Uuid,
-    /// Everything else the workflow step records (container id, worktree path, ...).
+    /// The sandbox container's name (names work wherever the engine takes an id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The task's git worktree (read from the legacy `worktree` key when this one is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_path: Option<PathBuf>,
+    /// The commit the branch forked from (diff summaries are taken against it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_point: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Keys rover does not know, written back unchanged.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl TaskMapping {
+    /// A mapping with the spec's four fields and nothing else.
+    pub fn new(task_id: &str, branch_name: &str, trace_id: Uuid, workflow_span_id: Uuid) -> Self {
+        TaskMapping {
+            task_id: task_id.to_owned(),
+            branch_name: branch_name.to_owned(),
+            trace_id,
+            workflow_span_id,
+            container_id: None,
+            worktree_path: None,
+            fork_point: None,
+            title: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// [`TaskMapping`] as stored, before the legacy `worktree` key is read as `worktreePath`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskMappingWire {
+    task_id: String,
+    branch_name: String,
+    trace_id: Uuid,
+    workflow_span_id: Uuid,
+    #[serde(default)]
+    container_id: Option<String>,
+    #[serde(default)]
+    worktree_path: Option<PathBuf>,
+    #[serde(default)]
+    fork_point: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+/// The key older stores wrote the worktree under (kept in `extra`, read as `worktreePath`).
+const LEGACY_WORKTREE_KEY: &str = "worktree";
+
+impl From<TaskMappingWire> for TaskMapping {
+    fn from(w: TaskMappingWire) -> Self {
+        let legacy = || {
+            w.extra
+                .get(LEGACY_WORKTREE_KEY)
+                .and_then(Value::as_str)
+                .map(PathBuf::from)
+        };
+        TaskMapping {
+            worktree_path: w.worktree_path.clone().or_else(legacy),
+            task_id: w.task_id,
+            branch_name: w.branch_name,
+            trace_id: w.trace_id,
+            workflow_span_id: w.workflow_span_id,
+            container_id: w.container_id,
+            fork_point: w.fork_point,
+            title: w.title,
+            extra: w.extra,
+        }
+    }
 }
 
 /// `autopilot/state.json`: the pending queue and the task mappings.
@@ -535,8 +759,22 @@ pub struct Cursor {
     /// paths (webhook and polling, with different ids) starts one trace (rover's addition).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_keys: Vec<EventKeyEntry>,
+    /// The GitHub poller's ETag and seen ids (rover's addition; absent before the first poll).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<PollCursor>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// What the GitHub poller persists between runs: the ETag and the ids already ingested.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PollCursor {
+    pub etag: Option<String>,
+    /// Most recent last.
+    pub seen: std::collections::VecDeque<String>,
+    /// Whether a first page was ever taken (the backlog was dealt with).
+    pub primed: bool,
 }
 
 /// One GitHub event's content key in the cursor: what it is, how it came, which trace it started.
@@ -573,6 +811,7 @@ impl Cursor {
             updated_at: now,
             processed_event_ids: Vec::new(),
             event_keys: Vec::new(),
+            poll: None,
             extra: Map::new(),
         }
     }

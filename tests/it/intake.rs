@@ -697,3 +697,34 @@ async fn a_gap_in_the_feed_triggers_a_reconcile_and_the_feed_later_finds_the_sam
         "{out}"
     );
 }
+
+/// A poll cursor that does not parse is an error naming `cursor.json`, never a silent restart
+/// of the feed (which would re-read the backlog); a good one survives a restart.
+#[test]
+fn a_poll_cursor_that_does_not_parse_is_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = AutopilotStore::open(dir.path(), "poll-cursor").unwrap();
+    store
+        .transact(|txn| {
+            txn.cursor_mut()?.poll = Some(rover::store::PollCursor {
+                etag: Some("\"e1\"".into()),
+                seen: ["1".to_owned()].into(),
+                primed: true,
+            });
+            Ok(())
+        })
+        .unwrap();
+    let poller = resume_poller(&store, settings()).unwrap();
+    assert_eq!(poller.cursor().etag.as_deref(), Some("\"e1\""));
+    assert!(poller.cursor().primed);
+
+    let path = store.cursor_path();
+    let mut cursor: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(cursor["poll"]["etag"], "\"e1\"", "{cursor}");
+    cursor["poll"] = json!({"etag": 7, "seen": "not a list"});
+    std::fs::write(&path, serde_json::to_vec(&cursor).unwrap()).unwrap();
+    let err = resume_poller(&store, settings())
+        .map(|_| ())
+        .expect_err("a cursor that does not parse");
+    assert!(err.to_string().contains("cursor.json"), "{err}");
+}

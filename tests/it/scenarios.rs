@@ -961,8 +961,7 @@ async fn an_ended_traces_worktree_branch_container_and_mapping_are_reclaimed_by_
     let state = s.store().read_state().unwrap();
     assert_eq!(state.task_mappings.len(), 1);
     let mapping = state.task_mappings.values().next().unwrap().clone();
-    let worktree =
-        std::path::PathBuf::from(mapping.extra["worktreePath"].as_str().expect("a worktree"));
+    let worktree = mapping.worktree_path.clone().expect("a worktree");
     assert!(worktree.is_dir());
     assert!(
         !s.containers().is_empty(),

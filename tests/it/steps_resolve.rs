@@ -156,14 +156,14 @@ impl Step for FakeWorkflowStep {
             .prepare_worktree(&branch, base, &path)
             .await
             .expect("prepare worktree");
-        let mut extra = serde_json::Map::new();
-        extra.insert("worktreePath".into(), json!(prepared.path));
         let mapping = TaskMapping {
-            task_id: run.action.id.to_string(),
-            branch_name: branch.clone(),
-            trace_id: run.pending.trace_id,
-            workflow_span_id: run.span.id,
-            extra,
+            worktree_path: Some(prepared.path.clone()),
+            ..TaskMapping::new(
+                &run.action.id.to_string(),
+                &branch,
+                run.pending.trace_id,
+                run.span.id,
+            )
         };
         let key = run.action.id.to_string();
         ctx.store
@@ -238,11 +238,10 @@ impl Step for FakeCommitStep {
         }
         let state = ctx.store.read_state().expect("state");
         let id = commit.workflow_action_id.expect("workflow id").to_string();
-        let dir = PathBuf::from(
-            state.task_mappings[&id].extra["worktreePath"]
-                .as_str()
-                .expect("worktree path"),
-        );
+        let dir = state.task_mappings[&id]
+            .worktree_path
+            .clone()
+            .expect("worktree path");
         let title = commit.summary.unwrap_or_default();
         tokio::task::spawn_blocking(move || {
             git(&dir, &["add", "-A"]);

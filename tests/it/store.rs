@@ -84,8 +84,14 @@ fn every_record_round_trips_through_the_spec_format() {
         json!({"kept": true})
     );
     assert_eq!(
-        extras.task_mappings.values().next().unwrap().extra["containerId"],
-        "d1e2f3a4b5c6"
+        extras
+            .task_mappings
+            .values()
+            .next()
+            .unwrap()
+            .container_id
+            .as_deref(),
+        Some("d1e2f3a4b5c6")
     );
 
     let cursor: Cursor = round_trip("cursor.json");

@@ -216,10 +216,9 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
         .task_mappings
         .values()
         .filter_map(|m| {
-            m.extra
-                .get("worktreePath")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned)
+            m.worktree_path
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
         })
         .collect();
     let mut worktrees = 0;
