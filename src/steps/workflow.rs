@@ -132,6 +132,17 @@ pub struct WorkflowStep {
     launching: Mutex<HashMap<Uuid, Instant>>,
     /// Last activity (log output, file change) of each running container, for stuck detection.
     stuck: crate::budget::StuckWatch,
+    /// Containers collected into a span (logs durable in its artifacts) whose finish was not
+    /// yet seen recorded: removed by a later `monitor` once their span is final, never before
+    /// (a crash in between leaves the container for the restarted daemon to collect again).
+    collected: Mutex<Vec<Collected>>,
+}
+
+/// A collected container waiting for its span's finish to be recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Collected {
+    span_id: Uuid,
+    container: String,
 }
 
 /// At most this many workflow sandboxes run at once (detached ones included).
@@ -287,6 +298,7 @@ impl WorkflowStep {
             fixed_env: Vec::new(),
             launching: Mutex::new(HashMap::new()),
             stuck: crate::budget::StuckWatch::default(),
+            collected: Mutex::new(Vec::new()),
         }
     }
 
@@ -800,7 +812,9 @@ impl WorkflowStep {
         }
     }
 
-    /// Collects one exited (or vanished, or overdue) container into a finished span.
+    /// Collects one exited (or vanished, or overdue) container into a finished span; also says
+    /// whether its logs are durably in the artifacts (so the container may go once the span is
+    /// recorded).
     async fn collect(
         &self,
         ctx: &StepContext,
@@ -810,7 +824,7 @@ impl WorkflowStep {
         status: ContainerStatus,
         timed_out: bool,
         stuck: bool,
-    ) -> Finished {
+    ) -> (Finished, bool) {
         let container = task.container.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
         let log = artifacts.join(AGENT_LOG);
@@ -819,9 +833,16 @@ impl WorkflowStep {
         if let Err(e) = tokio::fs::create_dir_all(&artifacts).await {
             notes.push(format!("cannot create {}: {e}", artifacts.display()));
         }
+        // The container may go once its logs are durably in the artifacts (and its span is
+        // recorded final, see `remove_collected`).
+        let mut logs_saved = false;
         if status != ContainerStatus::Gone {
-            if let Err(e) = sandbox.logs_to_file(&container, &log).await {
-                notes.push(format!("cannot read the container's logs: {e}"));
+            match sandbox.logs_to_file(&container, &log).await {
+                Ok(_) => match sync_files(&[log.clone(), sandbox::stderr_path(&log)]).await {
+                    Ok(()) => logs_saved = true,
+                    Err(e) => notes.push(format!("cannot make the container's logs durable: {e}")),
+                },
+                Err(e) => notes.push(format!("cannot read the container's logs: {e}")),
             }
         }
         let stdout = tokio::fs::read(&log).await.unwrap_or_default();
@@ -1011,11 +1032,47 @@ impl WorkflowStep {
         if !notes.is_empty() {
             finished = finished.meta("notes", &notes);
         }
-        finished.then(Self::commit_action(task.action_id, task_status, &summary))
+        let finished = finished.then(Self::commit_action(task.action_id, task_status, &summary));
+        (finished, logs_saved)
     }
 }
 
 impl WorkflowStep {
+    /// Removes the containers collected earlier whose span is now recorded final (their logs
+    /// are in the artifacts). One whose span still runs (its finish was not recorded) stays:
+    /// `monitor` collects it again.
+    async fn remove_collected(&self, ctx: &StepContext, sandbox: &dyn Sandbox) {
+        let entries = self
+            .collected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for entry in entries {
+            let span_id = entry.span_id;
+            let recorded = blocking(ctx.store.clone(), move |s| s.read_span(span_id))
+                .await
+                .map(|span| span.status.is_final());
+            match recorded {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(span = %span_id, error = %e, "cannot read a collected workflow span; its container stays for now");
+                    continue;
+                }
+            }
+            match sandbox.remove(&entry.container).await {
+                Ok(_) => self
+                    .collected
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .retain(|c| *c != entry),
+                Err(e) => {
+                    tracing::warn!(container = %entry.container, error = %e, "cannot remove a collected workflow container; trying again later");
+                }
+            }
+        }
+    }
+
     /// How long a running container has shown no activity (log output, a changed file in its
     /// worktree), when that is past `autopilot.budget.stuckAfterSecs`.
     async fn stuck_for(
@@ -1061,6 +1118,24 @@ impl WorkflowStep {
         let idle = self.stuck.observe(task.action_id, log_bytes, newest);
         (idle >= Duration::from_secs(after)).then_some(idle)
     }
+}
+
+/// Makes written files durable (data and their directory entries).
+async fn sync_files(paths: &[PathBuf]) -> std::io::Result<()> {
+    let paths = paths.to_vec();
+    tokio::task::spawn_blocking(move || {
+        for path in &paths {
+            std::fs::File::open(path)?.sync_all()?;
+        }
+        let mut dirs: Vec<&Path> = paths.iter().filter_map(|p| p.parent()).collect();
+        dirs.dedup();
+        for dir in dirs {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 fn gates_meta(report: &GatesReport) -> Value {
@@ -1168,6 +1243,7 @@ impl Step for WorkflowStep {
         let Some(sandbox) = self.services.sandbox.clone() else {
             return Ok(Vec::new());
         };
+        self.remove_collected(ctx, sandbox.as_ref()).await;
         let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
             .await
             .map_err(|e| store_error("cannot read the state", &e))?;
@@ -1269,7 +1345,7 @@ impl Step for WorkflowStep {
                 timed_out = true;
             }
             self.stuck.forget(task.action_id);
-            let finished = self
+            let (finished, logs_saved) = self
                 .collect(
                     ctx,
                     sandbox.as_ref(),
@@ -1280,6 +1356,19 @@ impl Step for WorkflowStep {
                     stuck,
                 )
                 .await;
+            if logs_saved {
+                let collected = Collected {
+                    span_id: span.id,
+                    container: container.clone(),
+                };
+                let mut list = self
+                    .collected
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if !list.contains(&collected) {
+                    list.push(collected);
+                }
+            }
             done.push(Completion {
                 action_id: task.action_id,
                 finished,
@@ -1344,6 +1433,9 @@ impl Step for WorkflowStep {
 pub struct OrphanReport {
     /// Containers of this project that no task mapping names (removed).
     pub containers: Vec<String>,
+    /// Containers whose run's result is already recorded (a finished span) but that were left
+    /// behind (by a crash after recording, or by an older version): removed.
+    pub collected: Vec<String>,
     /// Worktrees under the worktrees dir that no task mapping names (removed).
     pub worktrees: Vec<PathBuf>,
     /// What could not be removed, and why.
@@ -1351,7 +1443,8 @@ pub struct OrphanReport {
 }
 
 /// At daemon start: containers labelled with the project and worktrees under the worktrees dir
-/// that no task mapping names are reported (logged) and removed.
+/// that no task mapping names are reported (logged) and removed; so are mapped containers whose
+/// run already ended with a recorded span (their logs are in its artifacts).
 pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> OrphanReport {
     let mut report = OrphanReport::default();
     let state = match blocking(store.clone(), AutopilotStore::read_state).await {
@@ -1370,7 +1463,15 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
             Ok(found) => {
                 for c in found {
                     let action = c.labels.get(LABEL_ACTION).cloned().unwrap_or_default();
-                    if known.iter().any(|t| t.action_id.to_string() == action) {
+                    if let Some(task) = known.iter().find(|t| t.action_id.to_string() == action) {
+                        if collected_already(store, &state, task).await {
+                            let name = c.name.clone().unwrap_or_else(|| c.id.clone());
+                            tracing::info!(container = %name, action = %action, "removing a workflow container whose result is recorded");
+                            match sandbox.remove(&c.id).await {
+                                Ok(_) => report.collected.push(name),
+                                Err(e) => report.errors.push(format!("container {name}: {e}")),
+                            }
+                        }
                         continue;
                     }
                     let name = c.name.clone().unwrap_or_else(|| c.id.clone());
@@ -1420,6 +1521,26 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
         }
     }
     report
+}
+
+/// Whether the workflow run of `task` has a recorded end (its span is final and it is not
+/// running detached), so its container holds nothing rover still needs. Gate containers carry
+/// the same action label and are covered too.
+async fn collected_already(
+    store: &AutopilotStore,
+    state: &crate::store::State,
+    task: &TaskRecord,
+) -> bool {
+    let running = state
+        .pending_for(task.action_id)
+        .is_some_and(|p| p.running_span_id.is_some());
+    if running {
+        return false;
+    }
+    let span_id = task.workflow_span_id;
+    blocking(store.clone(), move |s| s.read_span(span_id))
+        .await
+        .is_ok_and(|span| span.status.is_final())
 }
 
 impl std::fmt::Debug for WorkflowStep {
