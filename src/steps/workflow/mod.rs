@@ -252,6 +252,9 @@ pub fn label(action_id: Uuid) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use super::launch::agent_argv;
     use super::*;
     use crate::agents::{AgentKind, AgentRequest, AgentSettings, ClaudeAgent};
     use crate::config::RoverConfig;

@@ -87,11 +87,10 @@ mod tests {
     use super::*;
 
     fn result(status: WorkflowStatus, summary: &str) -> Result<WorkflowResult, String> {
-        Ok(WorkflowResult {
-            status,
-            summary: summary.to_owned(),
-            files_changed: Vec::new(),
-        })
+        serde_json::from_value(serde_json::json!({
+            "status": status, "summary": summary, "files_changed": []
+        }))
+        .map_err(|e| e.to_string())
     }
 
     fn end<'a>(
