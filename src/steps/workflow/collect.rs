@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{run_limit, verdict, Collected, RunEnd, WorkflowStep, AGENT_LOG};
+use super::{run_limit, verdict, Collected, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::orchestrator::{blocking, Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::{run_gates, GatesReport};
@@ -71,10 +71,7 @@ impl WorkflowStep {
                         meta: crate::store::Meta::new(),
                         actions: Vec::new(),
                     }
-                    .meta("taskId", &task.task_id)
-                    .meta("branchName", &task.branch)
-                    .meta("worktreePath", &task.worktree)
-                    .meta("containerId", &container)
+                    .span_meta(&task_meta(&task, &container, None))
                     .meta(
                         "error",
                         json!({"message": summary, "retryable": e.is_retryable(), "container": container}),
@@ -365,11 +362,7 @@ impl WorkflowStep {
             _ => (None, false),
         };
         finished = finished
-            .meta("taskId", &task.task_id)
-            .meta("branchName", &task.branch)
-            .meta("worktreePath", &task.worktree)
-            .meta("containerId", &container)
-            .meta("container", status)
+            .span_meta(&task_meta(task, &container, Some(status)))
             .meta("exitCode", exit_code)
             .meta("oomKilled", oom)
             .meta("timedOut", timed_out)
@@ -520,4 +513,32 @@ pub(super) fn tail(text: &str, max: usize) -> String {
         start += 1;
     }
     format!("[... cut by rover ...]{}", &text[start..])
+}
+
+/// The workflow span's typed keys for `task` and its container.
+fn task_meta(
+    task: &TaskRecord,
+    container: &str,
+    status: Option<ContainerStatus>,
+) -> WorkflowSpanMeta {
+    WorkflowSpanMeta {
+        task_id: Some(task.task_id.clone()),
+        branch_name: Some(task.branch.clone()),
+        worktree_path: task.worktree.clone(),
+        container_id: Some(container.to_owned()),
+        container_status: status,
+        legacy_container: None,
+    }
+}
+
+/// Merging the typed span meta into a finished span's meta.
+trait WithSpanMeta {
+    fn span_meta(self, meta: &WorkflowSpanMeta) -> Self;
+}
+
+impl WithSpanMeta for Finished {
+    fn span_meta(mut self, meta: &WorkflowSpanMeta) -> Finished {
+        self.meta.extend(meta.to_meta());
+        self
+    }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{dependency_state, Dependency, WorkflowStep};
+use super::{dependency_state, Dependency, WorkflowSpanMeta, WorkflowStep};
 use crate::agents::{self, AgentStep, PromptVars, WorkflowResult};
 use crate::git::{self, BranchBase};
 use crate::orchestrator::{blocking, Finished, Outcome, StepContext, StepError};
@@ -464,11 +464,16 @@ impl WorkflowStep {
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
 
         let started = self.start(sandbox.as_ref(), &spec).await?;
-        let mut detached = crate::store::Meta::new();
+        let mut detached = WorkflowSpanMeta {
+            task_id: Some(task.task_id.clone()),
+            branch_name: Some(task.branch.clone()),
+            worktree_path: Some(prepared.path.clone()),
+            container_id: Some(container.clone()),
+            container_status: None,
+            legacy_container: None,
+        }
+        .to_meta();
         for (k, v) in [
-            ("taskId", json!(task.task_id)),
-            ("branchName", json!(task.branch)),
-            ("worktreePath", json!(prepared.path.display().to_string())),
             ("forkPoint", json!(prepared.fork_point)),
             ("baseSha", json!(prepared.fork_point)),
             (
@@ -489,7 +494,6 @@ impl WorkflowStep {
                     |(from, conflicts)| json!({"branch": from, "conflicts": conflicts}),
                 ),
             ),
-            ("container", json!(container)),
             ("image", json!(spec.image)),
             ("started", started),
             (

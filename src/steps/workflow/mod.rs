@@ -8,11 +8,13 @@ mod deps;
 mod launch;
 mod orphans;
 mod slots;
+mod span_meta;
 mod verdict;
 
 pub use deps::{dependency_state, Dependency};
 pub use orphans::{sweep_orphans, OrphanReport};
 pub use slots::MAX_SANDBOXES;
+pub use span_meta::WorkflowSpanMeta;
 pub use verdict::{verdict, RunEnd};
 
 use std::sync::{Arc, Mutex};
