@@ -30,7 +30,7 @@ pub use spec::{
 };
 
 /// Where a container is in its life, as far as the workflow step cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", tag = "state")]
 pub enum ContainerStatus {
     /// Created but never started (a crash between create and start).

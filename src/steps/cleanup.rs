@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::meta::{self, CleanupMeta};
 use super::tasks::{self, TaskRecord};
+use super::workflow::WorkflowSpanMeta;
 use super::Services;
 use crate::git::{Removal, Workspace};
 use crate::orchestrator::{blocking, Finished, Outcome, Step, StepContext, StepError};
@@ -252,27 +253,28 @@ async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<TaskRecor
             return Ok(None);
         };
         let view = s.load_trace(trace_id)?;
-        let text = |span: &crate::store::Span, key: &str| {
-            span.meta
-                .get(key)
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned)
-        };
         Ok(view
             .spans
             .iter()
             .rev()
-            .find(|sp| sp.action_id == Some(action_id) && text(sp, "branchName").is_some())
-            .map(|sp| TaskRecord {
-                action_id,
-                task_id: text(sp, "taskId").unwrap_or_else(|| action_id.to_string()),
-                branch: text(sp, "branchName").unwrap_or_default(),
-                trace_id,
-                workflow_span_id: sp.id,
-                container: text(sp, "containerId").or_else(|| text(sp, "container")),
-                worktree: text(sp, "worktreePath").map(std::path::PathBuf::from),
-                fork_point: None,
-                title: None,
+            .filter(|sp| sp.action_id == Some(action_id))
+            .find_map(|sp| {
+                let meta = WorkflowSpanMeta::read(&sp.meta).ok()?;
+                let branch = meta.branch_name.clone()?;
+                Some(TaskRecord {
+                    action_id,
+                    task_id: meta
+                        .task_id
+                        .clone()
+                        .unwrap_or_else(|| action_id.to_string()),
+                    branch,
+                    trace_id,
+                    workflow_span_id: sp.id,
+                    container: meta.container_name().map(str::to_owned),
+                    worktree: meta.worktree_path,
+                    fork_point: None,
+                    title: None,
+                })
             }))
     })
     .await

@@ -22,6 +22,7 @@ mod proof;
 mod real_cli;
 mod sandbox;
 mod scenarios;
+mod soak;
 mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;

@@ -243,7 +243,7 @@ impl Scenario {
 }
 
 impl Drop for Scenario {
-    /// Containers outlive the test (rover removes them only in `cleanup`): remove this test's.
+    /// Containers a test leaves (a run cut off before collecting): remove this test's.
     fn drop(&mut self) {
         remove_containers(&format!("rover.project={}", self.env.project_id));
     }
@@ -625,11 +625,20 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
             || answer[0].contains(&format!("/pull/{number}")),
         "the answer links the PR: {answer:?}"
     );
-    assert_eq!(
-        s.containers().len(),
-        2,
-        "exactly one container per workflow action"
-    );
+    // One container per workflow action, each removed once collected (logs in its artifacts).
+    let containers: std::collections::BTreeSet<&str> = workflows
+        .iter()
+        .map(|sp| sp.meta["containerId"].as_str().expect("a container"))
+        .collect();
+    assert_eq!(containers.len(), 2, "one container per workflow action");
+    for sp in &workflows {
+        let log = PathBuf::from(sp.meta["logPath"].as_str().expect("a log"));
+        assert!(
+            std::fs::metadata(&log).is_ok_and(|m| m.len() > 0),
+            "{log:?}"
+        );
+    }
+    assert!(s.containers().is_empty(), "{:?}", s.containers());
 }
 
 pub fn resolve(decision: &str, extra: Value) -> Value {
@@ -964,8 +973,8 @@ async fn an_ended_traces_worktree_branch_container_and_mapping_are_reclaimed_by_
     let worktree = mapping.worktree_path.clone().expect("a worktree");
     assert!(worktree.is_dir());
     assert!(
-        !s.containers().is_empty(),
-        "the collected container is kept until then"
+        s.containers().is_empty(),
+        "the container goes once collected; the worktree waits for the policy"
     );
     let branch_exists = |s: &Scenario| {
         std::process::Command::new("git")

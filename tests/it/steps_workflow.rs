@@ -146,6 +146,53 @@ impl Sandbox for FlakySandbox {
     }
 }
 
+/// The real engine, inspecting each container as it starts (workflow containers are removed
+/// once collected): the env each one really got.
+struct InspectingSandbox {
+    inner: Arc<DockerSandbox>,
+    envs: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+#[async_trait]
+impl Sandbox for InspectingSandbox {
+    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
+        self.inner.ensure_image(image).await
+    }
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
+        let id = self.inner.run(spec).await?;
+        let inspect = self
+            .inner
+            .client()
+            .inspect_container(&id, None)
+            .await
+            .expect("inspect a started container");
+        let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
+        self.envs.lock().expect("envs").push(env);
+        Ok(id)
+    }
+    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.inner.status(id).await
+    }
+    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.inner.wait(id).await
+    }
+    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
+        self.inner.logs_to_file(id, path).await
+    }
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        self.inner.kill(id).await
+    }
+    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
+        self.inner.remove(id).await
+    }
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        self.inner.list_by_labels(labels).await
+    }
+}
+
 fn env_allow() -> Vec<String> {
     [SCRIPT_ENV, "IS_SANDBOX", "ANTHROPIC_API_KEY"]
         .map(String::from)
@@ -367,10 +414,14 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
     let w = World::new();
     let docker = docker().await;
     let image = agent_image(&docker).await;
+    let inspecting = Arc::new(InspectingSandbox {
+        inner: docker.clone(),
+        envs: std::sync::Mutex::new(Vec::new()),
+    });
     let services = w.services(
         &commit_rule(),
         config(&image, 300, Vec::new()),
-        Some(docker.clone()),
+        Some(inspecting.clone()),
     );
     let sandbox_script = json!([writes(
         "Greeting",
@@ -423,15 +474,15 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
         json!(wf.id.to_string())
     );
 
-    // Exactly one container, and no GitHub token in its environment (by name or value).
-    let found = w.containers(&docker, wf.id).await;
-    assert_eq!(found.len(), 1, "{found:?}");
-    let inspect = docker
-        .client()
-        .inspect_container(&found[0].id, None)
-        .await
-        .expect("inspect");
-    let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
+    // Exactly one container ran, with no GitHub token in its environment (by name or value);
+    // collected (its logs are in the artifacts, read above), it is gone.
+    let envs = inspecting.envs.lock().expect("envs").clone();
+    assert_eq!(envs.len(), 1, "one container started: {envs:?}");
+    let env = &envs[0];
+    assert!(
+        w.containers(&docker, wf.id).await.is_empty(),
+        "the collected container was removed"
+    );
     assert!(
         env.iter()
             .any(|e| e.starts_with("ROVER_FAKE_AGENT_SCRIPT=")),
@@ -444,7 +495,7 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
         "{env:?}"
     );
 
-    // Cleanup removes container, worktree, branch and mapping...
+    // Cleanup removes worktree, branch and mapping (the container is already gone)...
     let worktree = PathBuf::from(wf_span.meta["worktreePath"].as_str().expect("worktree"));
     assert!(worktree.exists());
     let cleanup_meta = serde_json::to_value(CleanupMeta {
@@ -457,7 +508,12 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
     let span = span_of(&w.p, trace, first.id);
     assert_eq!(span.status, SpanStatus::Completed);
     let report = &span.meta["tasks"][0];
-    for key in ["containers", "worktree", "branchRemoval", "mapping"] {
+    assert_eq!(
+        report["containers"]["result"],
+        json!("alreadyGone"),
+        "{report}"
+    );
+    for key in ["worktree", "branchRemoval", "mapping"] {
         assert_eq!(report[key]["result"], json!("removed"), "{key}: {report}");
     }
     assert!(w.containers(&docker, wf.id).await.is_empty());
@@ -788,6 +844,14 @@ async fn restart_with_container(exited_while_down: bool) {
         );
     }
 
+    // The daemon's start sweep leaves a container whose result is not recorded yet.
+    let swept = sweep_orphans(&services, &w.p.store).await;
+    assert!(
+        swept.containers.is_empty() && swept.collected.is_empty(),
+        "{swept:?}"
+    );
+    assert_eq!(w.containers(&docker, wf.id).await.len(), 1);
+
     let second = w.p.orchestrator(World::steps(&services, &sandbox_script));
     let recovered = second.recover().await.expect("recover");
     assert_eq!(recovered, vec![Recovery::StillRunning { span: running }]);
@@ -804,7 +868,58 @@ async fn restart_with_container(exited_while_down: bool) {
     let span = span_of(&w.p, trace, wf.id);
     assert_eq!(span.id, running);
     assert_eq!(span.meta["diff"]["files"], json!(["long.txt"]));
-    assert_eq!(w.containers(&docker, wf.id).await.len(), 1);
+    // Collected from the first run's container (no second run), which is then removed.
+    let log = PathBuf::from(span.meta["logPath"].as_str().expect("log path"));
+    assert!(std::fs::read_to_string(&log)
+        .expect("agent log")
+        .contains("\"type\":\"result\""));
+    assert!(w.containers(&docker, wf.id).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_collected_container_left_behind_is_removed_by_the_start_sweep() {
+    // A crash after the result was recorded but before the container was removed (or a store
+    // of an older version, which kept every container): the start sweep removes it.
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let sandbox_script = json!([writes("Left", &[("left.txt", "x\n")])]);
+    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
+    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Left", &[]));
+    settle(&w.p, &orch).await;
+    assert_eq!(span_of(&w.p, trace, wf.id).status, SpanStatus::Completed);
+    assert!(w.containers(&docker, wf.id).await.is_empty());
+    // Its container as a crash or an older version leaves it: exited, still there.
+    let task = tasks::load_task(&w.p.store, wf.id)
+        .await
+        .expect("state")
+        .expect("mapping");
+    let mut spec = SandboxSpec::from_settings(
+        &services.config.autopilot.sandbox,
+        vec!["/bin/true".into()],
+        task.worktree.as_deref().expect("worktree"),
+        SandboxLabels {
+            project: w.project.clone(),
+            trace: trace.to_string(),
+            action: wf.id.to_string(),
+        },
+    );
+    spec.env.clear();
+    let id = docker.run(&spec).await.expect("leftover container");
+    docker.wait(&id).await.expect("exits");
+
+    let report = sweep_orphans(&services, &w.p.store).await;
+    assert_eq!(report.collected, vec![spec.container_name()], "{report:?}");
+    assert!(report.containers.is_empty(), "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(w.containers(&docker, wf.id).await.is_empty());
+    // The mapping and worktree stay (reclaimed by cleanup/gc).
+    assert!(task.worktree.expect("worktree").exists());
 }
 
 #[tokio::test]

@@ -166,7 +166,18 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
         json!({"message": format!("Done. For the record, ANTHROPIC_API_KEY={MODEL_KEY} and my token is ghp_lookalike0123456789abcdefghijkl; also sk-proj-abcdefghijklmnop0123.")}),
     );
     s.answer(RESOLVE, resolve("push", json!({})));
+    // The agent takes two seconds, so its container (removed once collected) is seen running.
+    for rule in &mut s.rules {
+        if rule["prompt_contains"]
+            .as_str()
+            .is_some_and(|p| p.contains("## Task: Add the yaml flag"))
+        {
+            rule["delay_ms"] = json!(2000);
+        }
+    }
+    let watcher = EnvWatcher::start(&s.env.project_id);
     s.run_until_settled(12).await;
+    let envs = watcher.stop();
     let trace = s.the_trace();
     assert_eq!(
         chain(&trace).last().unwrap(),
@@ -176,13 +187,9 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
     );
 
     // The sandbox: the model key (allowed) but never a GitHub credential, by name or value.
-    let containers = s.containers();
-    assert_eq!(containers.len(), 1);
-    let out = std::process::Command::new("docker")
-        .args(["inspect", "-f", "{{json .Config.Env}}", &containers[0]])
-        .output()
-        .unwrap();
-    let env: Vec<String> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envs.len(), 1, "one container: {envs:?}");
+    assert!(s.containers().is_empty(), "removed once collected");
+    let env = envs.into_values().next().expect("one container");
     assert!(
         env.iter()
             .any(|e| e == &format!("ANTHROPIC_API_KEY={MODEL_KEY}")),
@@ -433,4 +440,48 @@ async fn a_token_echoed_by_a_failing_push_reaches_no_prompt_and_no_public_body()
         "proof security: a remote echoing the credential: {store_files} store files, {prompts} agent calls and {} public bodies scanned, 0 tokens found",
         bodies.len()
     );
+}
+
+/// Inspects the env of every container of a project while it exists (workflow containers are
+/// removed once collected), polling the engine from a thread.
+struct EnvWatcher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<std::collections::BTreeMap<String, Vec<String>>>,
+}
+
+impl EnvWatcher {
+    fn start(project: &str) -> EnvWatcher {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let filter = format!("label=rover.project={project}");
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut envs = std::collections::BTreeMap::new();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = std::process::Command::new("docker")
+                    .args(["ps", "-aq", "--filter", &filter])
+                    .output()
+                    .expect("docker ps");
+                for id in String::from_utf8_lossy(&out.stdout).lines() {
+                    if envs.contains_key(id) {
+                        continue;
+                    }
+                    let out = std::process::Command::new("docker")
+                        .args(["inspect", "-f", "{{json .Config.Env}}", id])
+                        .output()
+                        .expect("docker inspect");
+                    if let Ok(env) = serde_json::from_slice::<Vec<String>>(&out.stdout) {
+                        envs.insert(id.to_owned(), env);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            envs
+        });
+        EnvWatcher { stop, thread }
+    }
+
+    fn stop(self) -> std::collections::BTreeMap<String, Vec<String>> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().expect("the watcher")
+    }
 }

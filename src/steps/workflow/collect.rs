@@ -1,0 +1,544 @@
+//! Collecting detached runs: watching their containers (limits, stuck agents), reading an
+//! exited one's logs into the artifacts, gates and diff, the span's outcome, and removing the
+//! container once that outcome is recorded.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{run_limit, verdict, Collected, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
+use crate::agents::{self, AgentStep, WorkflowResult};
+use crate::orchestrator::{blocking, Completion, Finished, StepContext, StepError};
+use crate::sandbox::gates::{run_gates, GatesReport};
+use crate::sandbox::{self, ContainerStatus, Sandbox};
+use crate::steps::meta::TaskStatus;
+use crate::steps::tasks::{self, store_error, TaskRecord};
+use crate::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind};
+
+impl WorkflowStep {
+    pub(super) async fn monitor_runs(
+        &self,
+        ctx: &StepContext,
+    ) -> Result<Vec<Completion>, StepError> {
+        let Some(sandbox) = self.services.sandbox.clone() else {
+            return Ok(Vec::new());
+        };
+        self.remove_collected(ctx, sandbox.as_ref()).await;
+        let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
+            .await
+            .map_err(|e| store_error("cannot read the state", &e))?;
+        let launching = self.launching.launching();
+        let mut done = Vec::new();
+        for task in tasks::all_tasks(&state) {
+            let Some(pending) = state.pending_for(task.action_id) else {
+                continue;
+            };
+            if pending.action != StepKind::Workflow
+                || pending.running_span_id != Some(task.workflow_span_id)
+                || launching.contains(&task.action_id)
+            {
+                continue;
+            }
+            let Some(container) = task.container.clone() else {
+                continue;
+            };
+            let span_id = task.workflow_span_id;
+            let Ok(span) = blocking(ctx.store.clone(), move |s| s.read_span(span_id)).await else {
+                continue;
+            };
+            if span.status != SpanStatus::Running {
+                continue;
+            }
+            let mut status = match sandbox.status(&container).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(container = %container, error = %e, "cannot check a workflow container");
+                    let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
+                    if elapsed < run_limit(&self.services) {
+                        continue;
+                    }
+                    // Past the run limit and still no engine: end the run rather than wait forever.
+                    let summary = format!(
+                        "cannot check the sandbox container {container} and its time is up: {e}"
+                    );
+                    let finished = Finished {
+                        status: SpanStatus::Error,
+                        summary: summary.clone(),
+                        meta: crate::store::Meta::new(),
+                        actions: Vec::new(),
+                    }
+                    .span_meta(&task_meta(&task, &container, None))
+                    .meta(
+                        "error",
+                        json!({"message": summary, "retryable": e.is_retryable(), "container": container}),
+                    )
+                    .then(Self::commit_action(task.action_id, TaskStatus::Error, &summary));
+                    done.push(Completion {
+                        action_id: task.action_id,
+                        finished,
+                    });
+                    continue;
+                }
+            };
+            let mut timed_out = false;
+            let mut stuck = false;
+            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
+                if let Some(idle) = self.stuck_for(ctx, &sandbox, &task, &container).await {
+                    tracing::warn!(container = %container, idle_secs = idle.as_secs(), "workflow agent is stuck; stopping it");
+                    if let Err(e) = sandbox.kill(&container).await {
+                        tracing::warn!(container = %container, error = %e, "cannot kill a stuck container");
+                        continue;
+                    }
+                    status = sandbox
+                        .wait(&container)
+                        .await
+                        .unwrap_or(ContainerStatus::Gone);
+                    stuck = true;
+                }
+            }
+            if matches!(status, ContainerStatus::Exited { .. }) {
+                // `wait` on an exited container answers at once and looks again for a late OOM flag.
+                status = sandbox.wait(&container).await.unwrap_or(status);
+            }
+            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
+                let limit = run_limit(&self.services);
+                let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
+                if elapsed < limit {
+                    continue;
+                }
+                tracing::warn!(container = %container, ?limit, "workflow sandbox exceeded its limit; killing it");
+                if let Err(e) = sandbox.kill(&container).await {
+                    tracing::warn!(container = %container, error = %e, "cannot kill an overdue container");
+                    continue;
+                }
+                status = sandbox
+                    .wait(&container)
+                    .await
+                    .unwrap_or(ContainerStatus::Gone);
+                timed_out = true;
+            }
+            self.stuck.forget(task.action_id);
+            let (finished, logs_saved) = self
+                .collect(
+                    ctx,
+                    sandbox.as_ref(),
+                    &task,
+                    &span,
+                    status,
+                    timed_out,
+                    stuck,
+                )
+                .await;
+            if logs_saved {
+                let collected = Collected {
+                    span_id: span.id,
+                    container: container.clone(),
+                };
+                let mut list = self
+                    .collected
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if !list.contains(&collected) {
+                    list.push(collected);
+                }
+            }
+            done.push(Completion {
+                action_id: task.action_id,
+                finished,
+            });
+        }
+        Ok(done)
+    }
+
+    pub(super) async fn stop_runs(&self, ctx: &StepContext, trace_id: Uuid) -> usize {
+        let Some(sandbox) = self.services.sandbox.clone() else {
+            return 0;
+        };
+        let Ok(state) = blocking(ctx.store.clone(), AutopilotStore::read_state).await else {
+            return 0;
+        };
+        let mut stopped = 0;
+        for task in tasks::all_tasks(&state) {
+            let running = state
+                .pending_for(task.action_id)
+                .is_some_and(|p| p.running_span_id == Some(task.workflow_span_id));
+            if task.trace_id != trace_id || !running {
+                continue;
+            }
+            if let Some(container) = &task.container {
+                match sandbox.kill(container).await {
+                    Ok(()) => stopped += 1,
+                    Err(e) => {
+                        tracing::warn!(container = %container, error = %e, "cannot stop a workflow container for a budget");
+                    }
+                }
+            }
+        }
+        stopped
+    }
+
+    pub(super) async fn run_alive(
+        &self,
+        ctx: &StepContext,
+        pending: &PendingAction,
+        span: &Span,
+    ) -> bool {
+        let Some(sandbox) = self.services.sandbox.clone() else {
+            return false;
+        };
+        let Ok(Some(task)) = tasks::load_task(&ctx.store, pending.action_id).await else {
+            return false;
+        };
+        let Some(container) = task.container else {
+            return false;
+        };
+        if task.workflow_span_id != span.id {
+            return false;
+        }
+        // An exited container still holds the work: `monitor` collects it, never a second run.
+        // A container created but never started (a kill between create and start) holds
+        // nothing: the run starts over, and `start` replaces it.
+        matches!(
+            sandbox.status(&container).await,
+            Ok(ContainerStatus::Running | ContainerStatus::Exited { .. })
+        )
+    }
+
+    /// Collects one exited (or vanished, or overdue) container into a finished span; also says
+    /// whether its logs are durably in the artifacts (so the container may go once the span is
+    /// recorded).
+    pub(super) async fn collect(
+        &self,
+        ctx: &StepContext,
+        sandbox: &dyn Sandbox,
+        task: &TaskRecord,
+        span: &Span,
+        status: ContainerStatus,
+        timed_out: bool,
+        stuck: bool,
+    ) -> (Finished, bool) {
+        let container = task.container.clone().unwrap_or_default();
+        let artifacts = ctx.store.artifacts_dir(span.id);
+        let log = artifacts.join(AGENT_LOG);
+        let err_log = sandbox::stderr_path(&log);
+        let mut notes: Vec<String> = Vec::new();
+        if let Err(e) = tokio::fs::create_dir_all(&artifacts).await {
+            notes.push(format!("cannot create {}: {e}", artifacts.display()));
+        }
+        // The container may go once its logs are durably in the artifacts (and its span is
+        // recorded final, see `remove_collected`).
+        let mut logs_saved = false;
+        if status != ContainerStatus::Gone {
+            match sandbox.logs_to_file(&container, &log).await {
+                Ok(_) => match sync_files(&[log.clone(), sandbox::stderr_path(&log)]).await {
+                    Ok(()) => logs_saved = true,
+                    Err(e) => notes.push(format!("cannot make the container's logs durable: {e}")),
+                },
+                Err(e) => notes.push(format!("cannot read the container's logs: {e}")),
+            }
+        }
+        let stdout = tokio::fs::read(&log).await.unwrap_or_default();
+        let stderr = tokio::fs::read(&err_log).await.unwrap_or_default();
+        let stderr_tail = tail(&String::from_utf8_lossy(&stderr), 2000);
+        let agent_settings = self.services.agent_settings();
+        let kind = agent_settings.agent;
+        let mut parsed = agents::parse_output(kind, &stdout, true);
+        if let (Ok(response), agents::AgentKind::Codex) = (&mut parsed, kind) {
+            // codex reports tokens only: priced here so the budgets see USD.
+            let model = agent_settings.model_for(AgentStep::Workflow);
+            agent_settings
+                .codex_prices
+                .fill_cost(model.as_deref(), response);
+        }
+        let result = parsed
+            .as_ref()
+            .map_err(ToString::to_string)
+            .and_then(agents::extract::<WorkflowResult>);
+
+        let (mut task_status, mut summary) = verdict(&RunEnd {
+            container: &container,
+            status,
+            result: &result,
+            stuck,
+            timed_out,
+            stuck_after_secs: self.services.config.autopilot.budget.stuck_after_secs,
+            limit: run_limit(&self.services),
+            memory_mb: self.services.config.autopilot.sandbox.memory_mb,
+            stderr_tail: &stderr_tail,
+        });
+
+        let mut finished = Finished::failed(String::new());
+        // Gates, only for work the agent calls done.
+        if task_status == TaskStatus::Completed {
+            if let Some(worktree) = &task.worktree {
+                let gates = &self.services.config.autopilot.sandbox.gates;
+                let base = self.base_spec(
+                    vec!["true".into()],
+                    worktree,
+                    self.labels(task.trace_id, task.action_id),
+                );
+                match run_gates(sandbox, &base, gates, &artifacts.join("gates")).await {
+                    Ok(report) => {
+                        if report.failed_required() {
+                            task_status = TaskStatus::Failed;
+                            let failed: Vec<String> = report
+                                .results()
+                                .iter()
+                                .filter(|r| r.required && !r.passed())
+                                .map(|r| r.command.join(" "))
+                                .collect();
+                            summary = format!(
+                                "a required gate did not pass ({}); the agent said: {summary}",
+                                failed.join("; ")
+                            );
+                        }
+                        let warnings: Vec<String> = report
+                            .warnings()
+                            .iter()
+                            .map(|r| {
+                                format!("optional gate `{}` did not pass", r.command.join(" "))
+                            })
+                            .collect();
+                        finished = finished.meta("gateWarnings", warnings);
+                        finished = finished.meta("gates", gates_meta(&report));
+                    }
+                    Err(e) => {
+                        task_status = TaskStatus::Error;
+                        summary = format!("the verification gates could not run: {e}");
+                    }
+                }
+            }
+        }
+
+        // Every container over the worktree has exited: its git metadata must still be rover's,
+        // or nothing of this task is trusted (and nothing of it is committed).
+        let mut tampered = None;
+        if let Some(worktree) = &task.worktree {
+            if let Ok(ws) = tasks::workspace(&self.services).await {
+                if let Err(e) = ws.verify_worktree(worktree).await {
+                    if crate::steps::sandboxed::is_tampered(&e) {
+                        tracing::warn!(worktree = %worktree.display(), error = %e, "a sandbox tampered with the worktree's git metadata");
+                        task_status = TaskStatus::Failed;
+                        summary = e.to_string();
+                        tampered = Some(crate::steps::sandboxed::tampered(
+                            "the sandbox tampered with the worktree",
+                            &e,
+                        ));
+                    }
+                }
+            }
+        }
+        let scratch = ctx.store.artifacts_dir(task.workflow_span_id).join("git");
+        let _ = tokio::fs::remove_dir_all(&scratch).await;
+
+        let diff = match (&task.worktree, &task.fork_point) {
+            _ if tampered.is_some() => None,
+            (Some(worktree), Some(fork)) => match tasks::workspace(&self.services).await {
+                Ok(ws) => ws
+                    .diff_summary(worktree, fork)
+                    .await
+                    .map_err(|e| notes.push(format!("no diff summary: {e}")))
+                    .ok(),
+                Err(e) => {
+                    notes.push(format!("no diff summary: {e}"));
+                    None
+                }
+            },
+            _ => None,
+        };
+
+        finished.status = match task_status {
+            TaskStatus::Completed => SpanStatus::Completed,
+            TaskStatus::Failed => SpanStatus::Failed,
+            TaskStatus::Error => SpanStatus::Error,
+        };
+        finished.summary.clone_from(&summary);
+        let (exit_code, oom) = match status {
+            ContainerStatus::Exited { code, oom_killed } => (Some(code), oom_killed),
+            _ => (None, false),
+        };
+        finished = finished
+            .span_meta(&task_meta(task, &container, Some(status)))
+            .meta("exitCode", exit_code)
+            .meta("oomKilled", oom)
+            .meta("timedOut", timed_out)
+            .meta("stuck", stuck)
+            .meta("logPath", log.display().to_string())
+            .meta("stderrPath", err_log.display().to_string())
+            .meta("stderrTail", &stderr_tail)
+            .meta("diff", &diff)
+            .meta("taskStatus", task_status);
+        if let Ok(r) = &result {
+            finished = finished.meta("result", r);
+        }
+        if let Ok(response) = &parsed {
+            finished = finished.meta("agent", crate::steps::agent_call::response_usage(response));
+        }
+        if let Some(error) = &tampered {
+            finished = finished
+                .meta("tampered", true)
+                .meta("error", error.to_meta());
+        } else if task_status == TaskStatus::Error {
+            finished = finished.meta(
+                "error",
+                json!({"message": summary, "retryable": false, "container": container}),
+            );
+        }
+        if !notes.is_empty() {
+            finished = finished.meta("notes", &notes);
+        }
+        let finished = finished.then(Self::commit_action(task.action_id, task_status, &summary));
+        (finished, logs_saved)
+    }
+}
+
+impl WorkflowStep {
+    /// Removes the containers collected earlier whose span is now recorded final (their logs
+    /// are in the artifacts). One whose span still runs (its finish was not recorded) stays:
+    /// `monitor` collects it again.
+    pub(super) async fn remove_collected(&self, ctx: &StepContext, sandbox: &dyn Sandbox) {
+        let entries = self
+            .collected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for entry in entries {
+            let span_id = entry.span_id;
+            let recorded = blocking(ctx.store.clone(), move |s| s.read_span(span_id))
+                .await
+                .map(|span| span.status.is_final());
+            match recorded {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(span = %span_id, error = %e, "cannot read a collected workflow span; its container stays for now");
+                    continue;
+                }
+            }
+            match sandbox.remove(&entry.container).await {
+                Ok(_) => self
+                    .collected
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .retain(|c| *c != entry),
+                Err(e) => {
+                    tracing::warn!(container = %entry.container, error = %e, "cannot remove a collected workflow container; trying again later");
+                }
+            }
+        }
+    }
+
+    /// How long a running container has shown no activity (log output, a changed file in its
+    /// worktree), when that is past `autopilot.budget.stuckAfterSecs`.
+    pub(super) async fn stuck_for(
+        &self,
+        ctx: &StepContext,
+        sandbox: &Arc<dyn Sandbox>,
+        task: &TaskRecord,
+        container: &str,
+    ) -> Option<Duration> {
+        let after = self.services.config.autopilot.budget.stuck_after_secs;
+        if after == 0 {
+            return None;
+        }
+        let probe = ctx
+            .store
+            .artifacts_dir(task.workflow_span_id)
+            .join("activity.log");
+        if let Some(dir) = probe.parent() {
+            let _ = tokio::fs::create_dir_all(dir).await;
+        }
+        // A follower copies the log as it grows; its size is the output seen so far.
+        {
+            let sandbox = sandbox.clone();
+            let container = container.to_owned();
+            let probe = probe.clone();
+            self.stuck.follow(task.action_id, async move {
+                let _ = sandbox.logs_to_file(&container, &probe).await;
+            });
+        }
+        let mut log_bytes = 0;
+        for path in [probe.clone(), crate::sandbox::stderr_path(&probe)] {
+            log_bytes += tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
+        }
+        let newest = match task.worktree.clone() {
+            Some(dir) => {
+                tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            None => None,
+        };
+        let idle = self.stuck.observe(task.action_id, log_bytes, newest);
+        (idle >= Duration::from_secs(after)).then_some(idle)
+    }
+}
+
+/// Makes written files durable (data and their directory entries).
+pub(super) async fn sync_files(paths: &[PathBuf]) -> std::io::Result<()> {
+    let paths = paths.to_vec();
+    tokio::task::spawn_blocking(move || {
+        for path in &paths {
+            std::fs::File::open(path)?.sync_all()?;
+        }
+        let mut dirs: Vec<&Path> = paths.iter().filter_map(|p| p.parent()).collect();
+        dirs.dedup();
+        for dir in dirs {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+pub(super) fn gates_meta(report: &GatesReport) -> Value {
+    match report {
+        GatesReport::NoneConfigured => json!("none configured"),
+        GatesReport::Ran { .. } => serde_json::to_value(report).unwrap_or(Value::Null),
+    }
+}
+
+pub(super) fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[... cut by rover ...]{}", &text[start..])
+}
+
+/// The workflow span's typed keys for `task` and its container.
+fn task_meta(
+    task: &TaskRecord,
+    container: &str,
+    status: Option<ContainerStatus>,
+) -> WorkflowSpanMeta {
+    WorkflowSpanMeta {
+        task_id: Some(task.task_id.clone()),
+        branch_name: Some(task.branch.clone()),
+        worktree_path: task.worktree.clone(),
+        container_id: Some(container.to_owned()),
+        container_status: status,
+        legacy_container: None,
+    }
+}
+
+/// Merging the typed span meta into a finished span's meta.
+trait WithSpanMeta {
+    fn span_meta(self, meta: &WorkflowSpanMeta) -> Self;
+}
+
+impl WithSpanMeta for Finished {
+    fn span_meta(mut self, meta: &WorkflowSpanMeta) -> Finished {
+        self.meta.extend(meta.to_meta());
+        self
+    }
+}

@@ -1,0 +1,370 @@
+//! The `workflow` step (no AI of its own): resolves `dependsOn`, makes the task's branch and
+//! worktree, records the task mapping, starts the coding agent in a Docker sandbox and detaches;
+//! `monitor` collects the exited container (logs, parsed result, gates, diff) and always hands
+//! over to `commit` (fail forward). One container per action, re-attached after a restart.
+
+mod collect;
+mod deps;
+mod launch;
+mod orphans;
+mod slots;
+mod span_meta;
+mod verdict;
+
+pub use deps::{dependency_state, Dependency};
+pub use orphans::{sweep_orphans, OrphanReport};
+pub use slots::MAX_SANDBOXES;
+pub use span_meta::WorkflowSpanMeta;
+pub use verdict::{verdict, RunEnd};
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::meta::{self, CommitMeta, TaskStatus, WorkflowMeta};
+use super::tasks::{short, store_error};
+use super::Services;
+use crate::agents;
+use crate::orchestrator::{
+    blocking, Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+};
+use crate::sandbox::{Sandbox, SandboxLabels, ALWAYS_REFUSED_ENV};
+use crate::store::{PendingAction, Span, StepKind, StepRun};
+use slots::Slots;
+
+/// The agent's stdout inside the span's artifacts dir (stderr next to it, `.stderr`).
+pub const AGENT_LOG: &str = "agent.log";
+
+/// Env names of the model credentials and endpoints a sandboxed agent may get (when set in
+/// rover's environment and allowed by `autopilot.sandbox.envAllow`).
+pub const MODEL_ENV: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "CODEX_API_KEY",
+];
+
+/// How long an agent may run in its container: the shorter of the sandbox and agent limits.
+fn run_limit(services: &Services) -> Duration {
+    let sandbox = services.config.autopilot.sandbox.timeout();
+    let agent = Duration::from_secs(services.agent_settings().workflow_timeout_secs);
+    sandbox.min(agent)
+}
+
+pub struct WorkflowStep {
+    services: Arc<Services>,
+    /// Fixed env pairs for every sandbox (names must be in `envAllow`; tests: the fake agent's script).
+    fixed_env: Vec<(String, String)>,
+    /// Sandbox slots: actions launching now (see `slots`).
+    launching: Slots,
+    /// Last activity (log output, file change) of each running container, for stuck detection.
+    stuck: crate::budget::StuckWatch,
+    /// Containers collected into a span (logs durable in its artifacts) whose finish was not
+    /// yet seen recorded: removed by a later `monitor` once their span is final, never before
+    /// (a crash in between leaves the container for the restarted daemon to collect again).
+    collected: Mutex<Vec<Collected>>,
+}
+
+/// A collected container waiting for its span's finish to be recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Collected {
+    span_id: Uuid,
+    container: String,
+}
+
+impl WorkflowStep {
+    pub fn new(services: Arc<Services>) -> WorkflowStep {
+        WorkflowStep {
+            services,
+            fixed_env: Vec::new(),
+            launching: Slots::default(),
+            stuck: crate::budget::StuckWatch::default(),
+            collected: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Passes `name=value` into every sandbox (the name must be in `envAllow`; GitHub and git
+    /// credentials are dropped whatever the name).
+    #[must_use]
+    pub fn with_sandbox_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.fixed_env.push((name.into(), value.into()));
+        self
+    }
+
+    /// The env of a sandbox: allowed model credentials from rover's environment, the agent's
+    /// extra names, `IS_SANDBOX=1`, the fixed pairs; never a GitHub token (by name or value).
+    /// For codex, `OPENAI_API_KEY` alone is also passed as `CODEX_API_KEY` (when that is allowed).
+    pub fn sandbox_env(&self) -> Vec<(String, String)> {
+        let allow = &self.services.config.autopilot.sandbox.env_allow;
+        let token = self.services.github_token.clone().filter(|t| t.len() >= 8);
+        let refused = |name: &str, value: &str| {
+            ALWAYS_REFUSED_ENV
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(name))
+                || agents::ALWAYS_DENIED_ENV.contains(&name)
+                || token.as_deref().is_some_and(|t| value.contains(t))
+                || !allow.iter().any(|a| a == name)
+        };
+        let mut env: Vec<(String, String)> = Vec::new();
+        let names = MODEL_ENV
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(self.services.agent_settings().extra_env.iter().cloned());
+        for name in names {
+            if let Ok(value) = std::env::var(&name) {
+                if !refused(&name, &value) && !env.iter().any(|(n, _)| *n == name) {
+                    env.push((name, value));
+                }
+            }
+        }
+        if !refused("IS_SANDBOX", "1") {
+            env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        for (name, value) in &self.fixed_env {
+            if !refused(name, value) {
+                env.retain(|(n, _)| n != name);
+                env.push((name.clone(), value.clone()));
+            }
+        }
+        if self.services.agent_settings().agent == agents::AgentKind::Codex {
+            let mut mapped = env.clone();
+            if agents::map_codex_key(&mut mapped) && !refused(agents::CODEX_API_KEY, "") {
+                env = mapped;
+            }
+        }
+        env
+    }
+
+    fn labels(&self, trace_id: Uuid, action_id: Uuid) -> SandboxLabels {
+        SandboxLabels {
+            project: self.services.project_id.clone(),
+            trace: trace_id.to_string(),
+            action: action_id.to_string(),
+        }
+    }
+
+    fn sandbox(&self) -> Result<Arc<dyn Sandbox>, StepError> {
+        self.services.sandbox.clone().ok_or_else(|| {
+            StepError::fatal(
+                "no Docker sandbox is configured, so the workflow cannot run; start a Docker engine (or set DOCKER_HOST) and restart the daemon",
+            )
+        })
+    }
+
+    fn commit_action(action_id: Uuid, status: TaskStatus, summary: &str) -> NextAction {
+        NextAction::new(
+            StepKind::Commit,
+            match status {
+                TaskStatus::Completed => "the workflow completed; commit its changes",
+                TaskStatus::Failed => "the workflow failed; the committer records that",
+                TaskStatus::Error => "the workflow could not finish; the committer records that",
+            },
+        )
+        .with_meta(&CommitMeta {
+            workflow_action_id: Some(action_id),
+            task_status: status,
+            summary: Some(summary.to_owned()),
+        })
+    }
+}
+
+#[async_trait]
+impl Step for WorkflowStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Workflow
+    }
+
+    fn max_parallel(&self) -> usize {
+        3
+    }
+
+    async fn ready(
+        &self,
+        ctx: &StepContext,
+        pending: &PendingAction,
+    ) -> Result<Readiness, StepError> {
+        let action_id = pending.action_id;
+        let trace_id = pending.trace_id;
+        let (state, deps) = blocking(ctx.store.clone(), move |s| {
+            let action = s.read_action(action_id)?;
+            let state = s.read_state()?;
+            let meta: Option<WorkflowMeta> = meta::read(&action).ok();
+            match meta {
+                Some(m) if !m.depends_on.is_empty() => {
+                    Ok((state, Some((m, s.load_trace(trace_id)?))))
+                }
+                _ => Ok((state, None)),
+            }
+        })
+        .await
+        .map_err(|e| store_error("cannot read the workflow action", &e))?;
+        if let Some((meta, view)) = deps {
+            for dep in &meta.depends_on {
+                if let Dependency::Waiting(reason) | Dependency::Blocked(reason) =
+                    dependency_state(&view, &state, *dep)
+                {
+                    return Ok(Readiness::Wait(reason));
+                }
+            }
+        }
+        // A sandbox slot: detached runs hold theirs until `monitor` collects them.
+        if let Err(reason) = self.launching.reserve(action_id, &state) {
+            return Ok(Readiness::Wait(reason));
+        }
+        Ok(Readiness::Ready)
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let _slot = self.launching.hold(run.action.id);
+        self.launch(ctx, run).await
+    }
+
+    async fn monitor(&self, ctx: &StepContext) -> Result<Vec<Completion>, StepError> {
+        self.monitor_runs(ctx).await
+    }
+
+    async fn stop_detached(&self, ctx: &StepContext, trace_id: Uuid) -> usize {
+        self.stop_runs(ctx, trace_id).await
+    }
+
+    async fn still_running(&self, ctx: &StepContext, pending: &PendingAction, span: &Span) -> bool {
+        self.run_alive(ctx, pending, span).await
+    }
+}
+
+impl std::fmt::Debug for WorkflowStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowStep")
+            .field(
+                "fixed_env",
+                &self.fixed_env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// For summaries: `workflow 1a2b3c4d`.
+pub fn label(action_id: Uuid) -> String {
+    format!("workflow {}", short(action_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::launch::agent_argv;
+    use super::*;
+    use crate::agents::{AgentKind, AgentRequest, AgentSettings, ClaudeAgent};
+    use crate::config::RoverConfig;
+
+    fn services(allow: &[&str], token: Option<&str>) -> Arc<Services> {
+        services_for(AgentKind::Claude, allow, token)
+    }
+
+    fn services_for(kind: AgentKind, allow: &[&str], token: Option<&str>) -> Arc<Services> {
+        let mut config = RoverConfig::default();
+        config.autopilot.agent.agent = kind;
+        config.autopilot.sandbox.env_allow = allow.iter().map(|s| (*s).to_owned()).collect();
+        Arc::new(Services {
+            repo_root: PathBuf::from("/nonexistent"),
+            repo: None,
+            project_id: "p".into(),
+            agent: Arc::new(ClaudeAgent::new(None, &AgentSettings::default())),
+            config,
+            github: None,
+            sandbox: None,
+            redactor: crate::github::Redactor::new(Vec::<String>::new()),
+            github_token: token.map(str::to_owned),
+            git_env: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn sandbox_env_never_carries_a_github_token_and_keeps_to_the_allow_list() {
+        let token = "ghp_0123456789abcdefTOKEN";
+        let step = WorkflowStep::new(services(
+            &["GITHUB_TOKEN", "GH_TOKEN", "IS_SANDBOX", "SCRIPT", "LEAKY"],
+            Some(token),
+        ))
+        .with_sandbox_env("GITHUB_TOKEN", "x")
+        .with_sandbox_env("gh_token", "x")
+        .with_sandbox_env("LEAKY", format!("prefix-{token}"))
+        .with_sandbox_env("SCRIPT", "[]")
+        .with_sandbox_env("NOT_ALLOWED", "1");
+        let env = step.sandbox_env();
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(names.contains(&"SCRIPT"), "{names:?}");
+        assert!(names.contains(&"IS_SANDBOX"), "{names:?}");
+        for refused in ["GITHUB_TOKEN", "gh_token", "LEAKY", "NOT_ALLOWED"] {
+            assert!(!names.contains(&refused), "{refused} in {names:?}");
+        }
+        assert!(!env.iter().any(|(_, v)| v.contains(token)));
+    }
+
+    #[test]
+    fn without_is_sandbox_allowed_it_is_not_set() {
+        let step = WorkflowStep::new(services(&[], None)).with_sandbox_env("SCRIPT", "[]");
+        assert!(step.sandbox_env().is_empty());
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_codex_sandbox_gets_openai_api_key_as_codex_api_key_when_allowed() {
+        let allow = ["OPENAI_API_KEY", "CODEX_API_KEY"];
+        let codex = WorkflowStep::new(services_for(AgentKind::Codex, &allow, None))
+            .with_sandbox_env("OPENAI_API_KEY", "sk-o")
+            .with_sandbox_env("CODEX_API_KEY", "");
+        let env = codex.sandbox_env();
+        assert_eq!(
+            agents::env_value(&env, "CODEX_API_KEY"),
+            Some("sk-o"),
+            "{env:?}"
+        );
+        assert_eq!(env.iter().filter(|(n, _)| n == "CODEX_API_KEY").count(), 1);
+        // Not for claude, and not past the allow-list.
+        let claude = WorkflowStep::new(services_for(AgentKind::Claude, &allow, None))
+            .with_sandbox_env("OPENAI_API_KEY", "sk-o")
+            .with_sandbox_env("CODEX_API_KEY", "");
+        assert_eq!(
+            agents::env_value(&claude.sandbox_env(), "CODEX_API_KEY"),
+            None
+        );
+        let narrow = WorkflowStep::new(services_for(AgentKind::Codex, &["OPENAI_API_KEY"], None))
+            .with_sandbox_env("OPENAI_API_KEY", "sk-o");
+        let names: Vec<String> = narrow.sandbox_env().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["OPENAI_API_KEY"]);
+    }
+
+    #[test]
+    fn a_codex_sandbox_gets_the_base_url_as_a_config_override() {
+        let mut request = AgentRequest::new("/workspace", "do it");
+        request.tools = agents::ToolPolicy::FullEdit;
+        let env = pairs(&[("OPENAI_BASE_URL", "http://models.internal:8080/v1")]);
+        let argv = agent_argv(AgentKind::Codex, &request, &env);
+        assert_eq!(
+            argv[..4],
+            [
+                "codex",
+                "exec",
+                "-c",
+                "openai_base_url=\"http://models.internal:8080/v1\""
+            ]
+        );
+        assert_eq!(
+            agent_argv(AgentKind::Codex, &request, &[]),
+            agents::sandbox_argv(AgentKind::Codex, &request)
+        );
+        assert!(!agent_argv(AgentKind::Claude, &request, &env)
+            .iter()
+            .any(|a| a.contains("openai_base_url")));
+    }
+}

@@ -1,0 +1,128 @@
+//! The start sweep: containers and worktrees no task mapping names, and containers whose
+//! result is already recorded, are removed.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::orchestrator::blocking;
+use crate::sandbox::{LABEL_ACTION, LABEL_PROJECT};
+use crate::steps::tasks::{self, TaskRecord};
+use crate::steps::Services;
+use crate::store::AutopilotStore;
+
+/// What `sweep_orphans` found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanReport {
+    /// Containers of this project that no task mapping names (removed).
+    pub containers: Vec<String>,
+    /// Containers whose run's result is already recorded (a finished span) but that were left
+    /// behind (by a crash after recording, or by an older version): removed.
+    pub collected: Vec<String>,
+    /// Worktrees under the worktrees dir that no task mapping names (removed).
+    pub worktrees: Vec<PathBuf>,
+    /// What could not be removed, and why.
+    pub errors: Vec<String>,
+}
+
+/// At daemon start: containers labelled with the project and worktrees under the worktrees dir
+/// that no task mapping names are reported (logged) and removed; so are mapped containers whose
+/// run already ended with a recorded span (their logs are in its artifacts).
+pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> OrphanReport {
+    let mut report = OrphanReport::default();
+    let state = match blocking(store.clone(), AutopilotStore::read_state).await {
+        Ok(s) => s,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("cannot read the task mappings, nothing swept: {e}"));
+            return report;
+        }
+    };
+    let known = tasks::all_tasks(&state);
+    if let Some(sandbox) = &services.sandbox {
+        let labels = [(LABEL_PROJECT.to_owned(), services.project_id.clone())];
+        match sandbox.list_by_labels(&labels).await {
+            Ok(found) => {
+                for c in found {
+                    let action = c.labels.get(LABEL_ACTION).cloned().unwrap_or_default();
+                    if let Some(task) = known.iter().find(|t| t.action_id.to_string() == action) {
+                        if collected_already(store, &state, task).await {
+                            let name = c.name.clone().unwrap_or_else(|| c.id.clone());
+                            tracing::info!(container = %name, action = %action, "removing a workflow container whose result is recorded");
+                            match sandbox.remove(&c.id).await {
+                                Ok(_) => report.collected.push(name),
+                                Err(e) => report.errors.push(format!("container {name}: {e}")),
+                            }
+                        }
+                        continue;
+                    }
+                    let name = c.name.clone().unwrap_or_else(|| c.id.clone());
+                    tracing::warn!(container = %name, action = %action, "removing an orphan sandbox container");
+                    match sandbox.remove(&c.id).await {
+                        Ok(_) => report.containers.push(name),
+                        Err(e) => report.errors.push(format!("container {name}: {e}")),
+                    }
+                }
+            }
+            Err(e) => report.errors.push(format!("cannot list containers: {e}")),
+        }
+    }
+    let dir = Services::worktrees_dir(store);
+    let named: Vec<PathBuf> = known.iter().filter_map(|t| t.worktree.clone()).collect();
+    let is_named = |p: &Path| named.iter().any(|n| n == p);
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        candidates.extend(entries.flatten().map(|e| e.path()));
+    }
+    let ws = match tasks::workspace(services).await {
+        Ok(ws) => ws,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("cannot open the repository: {e}"));
+            return report;
+        }
+    };
+    if let Ok(listed) = ws.list_worktrees().await {
+        candidates.extend(
+            listed
+                .into_iter()
+                .map(|w| w.path)
+                .filter(|p| p.starts_with(&dir)),
+        );
+    }
+    candidates.sort();
+    candidates.dedup();
+    for path in candidates.into_iter().filter(|p| !is_named(p)) {
+        tracing::warn!(path = %path.display(), "removing an orphan worktree");
+        match ws.remove_worktree(&path).await {
+            Ok(_) => report.worktrees.push(path),
+            Err(e) => report
+                .errors
+                .push(format!("worktree {}: {e}", path.display())),
+        }
+    }
+    report
+}
+
+/// Whether the workflow run of `task` has a recorded end (its span is final and it is not
+/// running detached), so its container holds nothing rover still needs. Gate containers carry
+/// the same action label and are covered too.
+async fn collected_already(
+    store: &AutopilotStore,
+    state: &crate::store::State,
+    task: &TaskRecord,
+) -> bool {
+    let running = state
+        .pending_for(task.action_id)
+        .is_some_and(|p| p.running_span_id.is_some());
+    if running {
+        return false;
+    }
+    let span_id = task.workflow_span_id;
+    blocking(store.clone(), move |s| s.read_span(span_id))
+        .await
+        .is_ok_and(|span| span.status.is_final())
+}

@@ -1,0 +1,175 @@
+//! The verdict of a collected run: from the container's end and the agent's parsed result to
+//! the task's status and summary. Pure (no Docker, no store): gates and tamper checks come
+//! after it, in `collect`.
+
+use std::time::Duration;
+
+use crate::agents::{WorkflowResult, WorkflowStatus};
+use crate::sandbox::ContainerStatus;
+use crate::steps::meta::TaskStatus;
+
+/// How a run's container ended, and what its agent said.
+#[derive(Debug, Clone)]
+pub struct RunEnd<'a> {
+    pub container: &'a str,
+    pub status: ContainerStatus,
+    /// The agent's structured result, or why there is none.
+    pub result: &'a Result<WorkflowResult, String>,
+    /// Stopped for showing no activity.
+    pub stuck: bool,
+    /// Killed past its time limit.
+    pub timed_out: bool,
+    pub stuck_after_secs: u64,
+    pub limit: Duration,
+    pub memory_mb: u64,
+    /// The end of the agent's stderr.
+    pub stderr_tail: &'a str,
+}
+
+/// The task's status and summary for a run that ended as `end` says.
+pub fn verdict(end: &RunEnd<'_>) -> (TaskStatus, String) {
+    let container = end.container;
+    match (end.status, end.result) {
+        (ContainerStatus::Gone, _) => (
+            TaskStatus::Error,
+            format!("the sandbox container {container} disappeared before rover read its result (removed by hand?)"),
+        ),
+        (_, _) if end.stuck => (
+            TaskStatus::Failed,
+            format!(
+                "stuck: the agent wrote no output and changed no file for {}s (autopilot.budget.stuckAfterSecs); it was stopped",
+                end.stuck_after_secs
+            ),
+        ),
+        (_, _) if end.timed_out => (
+            TaskStatus::Failed,
+            format!(
+                "the agent ran past its {}s limit and was killed",
+                end.limit.as_secs()
+            ),
+        ),
+        (ContainerStatus::Exited { oom_killed: true, .. }, _) => (
+            TaskStatus::Failed,
+            format!(
+                "the agent was killed: out of memory (limit {} MiB)",
+                end.memory_mb
+            ),
+        ),
+        (ContainerStatus::Exited { code, .. }, _) if code != 0 => (
+            TaskStatus::Failed,
+            format!(
+                "the agent exited with code {code}: {}",
+                last_line(end.stderr_tail).unwrap_or("no error output")
+            ),
+        ),
+        (ContainerStatus::Exited { .. }, Err(reason)) => (
+            TaskStatus::Failed,
+            format!("the agent gave no valid result: {reason}"),
+        ),
+        (ContainerStatus::Exited { .. }, Ok(r)) if r.status == WorkflowStatus::Failed => (
+            TaskStatus::Failed,
+            format!("the agent could not do the task: {}", r.summary),
+        ),
+        (ContainerStatus::Exited { .. }, Ok(r)) => (TaskStatus::Completed, r.summary.clone()),
+        (ContainerStatus::Created | ContainerStatus::Running, _) => (
+            TaskStatus::Error,
+            format!("the sandbox container {container} did not finish"),
+        ),
+    }
+}
+
+fn last_line(text: &str) -> Option<&str> {
+    text.lines().rev().find(|l| !l.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(status: WorkflowStatus, summary: &str) -> Result<WorkflowResult, String> {
+        serde_json::from_value(serde_json::json!({
+            "status": status, "summary": summary, "files_changed": []
+        }))
+        .map_err(|e| e.to_string())
+    }
+
+    fn end<'a>(
+        status: ContainerStatus,
+        result: &'a Result<WorkflowResult, String>,
+        stderr_tail: &'a str,
+    ) -> RunEnd<'a> {
+        RunEnd {
+            container: "rover-c",
+            status,
+            result,
+            stuck: false,
+            timed_out: false,
+            stuck_after_secs: 600,
+            limit: Duration::from_secs(1800),
+            memory_mb: 256,
+            stderr_tail,
+        }
+    }
+
+    const EXITED_OK: ContainerStatus = ContainerStatus::Exited {
+        code: 0,
+        oom_killed: false,
+    };
+
+    #[test]
+    fn the_agents_own_word_decides_a_clean_exit() {
+        let done = result(WorkflowStatus::Completed, "added the flag");
+        assert_eq!(
+            verdict(&end(EXITED_OK, &done, "")),
+            (TaskStatus::Completed, "added the flag".to_owned())
+        );
+        let failed = result(WorkflowStatus::Failed, "no such file");
+        let (status, summary) = verdict(&end(EXITED_OK, &failed, ""));
+        assert_eq!(status, TaskStatus::Failed);
+        assert_eq!(summary, "the agent could not do the task: no such file");
+        let invalid: Result<WorkflowResult, String> = Err("not json".into());
+        let (status, summary) = verdict(&end(EXITED_OK, &invalid, ""));
+        assert_eq!(status, TaskStatus::Failed);
+        assert!(summary.contains("no valid result: not json"), "{summary}");
+    }
+
+    #[test]
+    fn a_bad_exit_a_kill_or_a_lost_container_overrides_what_the_agent_said() {
+        let done = result(WorkflowStatus::Completed, "done");
+        let crashed = ContainerStatus::Exited {
+            code: 3,
+            oom_killed: false,
+        };
+        let (status, summary) = verdict(&end(crashed, &done, "warn\npanic: boom\n\n"));
+        assert_eq!(status, TaskStatus::Failed);
+        assert_eq!(summary, "the agent exited with code 3: panic: boom");
+        let oom = ContainerStatus::Exited {
+            code: 137,
+            oom_killed: true,
+        };
+        let (status, summary) = verdict(&end(oom, &done, ""));
+        assert_eq!(status, TaskStatus::Failed);
+        assert!(
+            summary.contains("out of memory (limit 256 MiB)"),
+            "{summary}"
+        );
+        let mut overdue = end(crashed, &done, "");
+        overdue.timed_out = true;
+        assert!(verdict(&overdue).1.contains("past its 1800s limit"));
+        let mut stuck = end(EXITED_OK, &done, "");
+        stuck.stuck = true;
+        stuck.timed_out = true;
+        let (status, summary) = verdict(&stuck);
+        assert_eq!(status, TaskStatus::Failed);
+        assert!(
+            summary.starts_with("stuck: ") && summary.contains("600s"),
+            "{summary}"
+        );
+        let (status, summary) = verdict(&end(ContainerStatus::Gone, &done, ""));
+        assert_eq!(status, TaskStatus::Error);
+        assert!(summary.contains("rover-c disappeared"), "{summary}");
+        let (status, summary) = verdict(&end(ContainerStatus::Running, &done, ""));
+        assert_eq!(status, TaskStatus::Error);
+        assert!(summary.contains("did not finish"), "{summary}");
+    }
+}
