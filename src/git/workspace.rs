@@ -324,14 +324,27 @@ fn prepare(
         (created, fork.to_string())
     };
 
-    if let Some(reused) = find_worktree_at(&repo, path, branch)? {
-        return Ok(PreparedWorktree {
-            path: reused,
-            branch: branch.to_string(),
-            fork_point,
-            created_branch,
-            created_worktree: false,
-        });
+    match find_worktree_at(&repo, path, branch)? {
+        Registered::Complete => {
+            return Ok(PreparedWorktree {
+                path: path.to_path_buf(),
+                branch: branch.to_string(),
+                fork_point,
+                created_branch,
+                created_worktree: false,
+            });
+        }
+        Registered::CheckoutCutOff { registration } => {
+            // Nothing ran in it: it is handed out only once its checkout completed.
+            tracing::warn!(path = %path.display(), "a worktree whose checkout was cut off is made again");
+            for dir in [path, registration.as_path()] {
+                std::fs::remove_dir_all(dir).map_err(|source| GitError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+            }
+        }
+        Registered::No => {}
     }
     let name = worktree_name(branch);
     if path.exists() && std::fs::read_dir(path).map_or(true, |mut d| d.next().is_some()) {
@@ -357,21 +370,34 @@ fn prepare(
     if path.exists() {
         let _ = std::fs::remove_dir(path);
     }
-    // A stale registration under the same name (directory deleted by hand) is pruned first.
-    if let Ok(stale) = repo.find_worktree(&name) {
-        let mut opts = git2::WorktreePruneOptions::new();
-        if stale.validate().is_err() {
-            stale
-                .prune(Some(&mut opts))
-                .map_err(GitError::git2("prune worktree", repo_path))?;
-        } else {
-            return Err(GitError::WorktreePathInUse {
-                path: stale.path().to_path_buf(),
-            });
-        }
-    }
     // libgit2 races on creating `.git/worktrees` when tasks start together; make it first.
     let registry = repo.commondir().join("worktrees");
+    // A stale registration under the same name (directory deleted by hand) is pruned first.
+    match repo.find_worktree(&name) {
+        Ok(stale) => {
+            let mut opts = git2::WorktreePruneOptions::new();
+            if stale.validate().is_err() {
+                stale
+                    .prune(Some(&mut opts))
+                    .map_err(GitError::git2("prune worktree", repo_path))?;
+            } else {
+                return Err(GitError::WorktreePathInUse {
+                    path: stale.path().to_path_buf(),
+                });
+            }
+        }
+        Err(_) => {
+            // A registration directory git does not recognise (an add cut off before it wrote
+            // its files) would make the add fail with "directory exists".
+            let debris = registry.join(&name);
+            if debris.is_dir() {
+                std::fs::remove_dir_all(&debris).map_err(|source| GitError::Io {
+                    path: debris.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
     std::fs::create_dir_all(&registry).map_err(|source| GitError::Io {
         path: registry,
         source,
@@ -437,13 +463,21 @@ fn worktree_name(branch: &str) -> String {
 }
 
 /// The path of an existing, valid worktree at `path` that has `branch` checked out.
-fn find_worktree_at(
-    repo: &Repository,
-    path: &Path,
-    branch: &str,
-) -> Result<Option<PathBuf>, GitError> {
+/// What is registered at a worktree path.
+enum Registered {
+    No,
+    /// A worktree of the branch, checked out: reused as it is.
+    Complete,
+    /// A worktree of the branch whose checkout a crash cut off (libgit2 writes the worktree's
+    /// index last, once every file is out): its files may be missing, so it is made again.
+    CheckoutCutOff {
+        registration: PathBuf,
+    },
+}
+
+fn find_worktree_at(repo: &Repository, path: &Path, branch: &str) -> Result<Registered, GitError> {
     let Ok(wanted) = path.canonicalize() else {
-        return Ok(None);
+        return Ok(Registered::No);
     };
     let names = repo
         .worktrees()
@@ -465,12 +499,17 @@ fn find_worktree_at(
             .ok()
             .and_then(|h| h.shorthand().ok().map(ToString::to_string))
             .is_some_and(|h| h == branch);
-        if on_branch {
-            return Ok(Some(path.to_path_buf()));
+        if !on_branch {
+            return Err(GitError::WorktreePathInUse {
+                path: path.to_path_buf(),
+            });
         }
-        return Err(GitError::WorktreePathInUse {
-            path: path.to_path_buf(),
+        if wt_repo.path().join("index").is_file() {
+            return Ok(Registered::Complete);
+        }
+        return Ok(Registered::CheckoutCutOff {
+            registration: wt_repo.path().to_path_buf(),
         });
     }
-    Ok(None)
+    Ok(Registered::No)
 }

@@ -136,6 +136,51 @@ async fn an_interrupted_worktree_add_is_made_again_and_a_foreign_directory_is_re
     );
 }
 
+/// A kill during a worktree add's checkout leaves a registered worktree with files missing
+/// (libgit2 writes its index last): it is made again, never handed out half checked out. A
+/// kill before the registration's files were written leaves a directory git does not
+/// recognise: the next add still succeeds.
+#[tokio::test]
+async fn a_worktree_add_cut_off_during_checkout_or_registration_is_made_again() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let path = repo.worktree_path("half");
+    ws.prepare_worktree("rover/half", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    let registration = repo.checkout.join(".git/worktrees/rover-half");
+    assert!(
+        registration.join("index").is_file(),
+        "a complete add has its index"
+    );
+    // Cut off during the checkout: README.md not out yet, no index.
+    std::fs::remove_file(registration.join("index")).unwrap();
+    std::fs::remove_file(path.join("README.md")).unwrap();
+    let again = ws
+        .prepare_worktree("rover/half", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("made again");
+    assert!(again.created_worktree);
+    assert!(path.join("README.md").is_file(), "the checkout is whole");
+    assert_eq!(git(&path, &["status", "--porcelain"]), "");
+
+    // Cut off before the registration's files: only its directory and one file exist.
+    let path = repo.worktree_path("early");
+    let early = repo.checkout.join(".git/worktrees/rover-early");
+    std::fs::create_dir_all(&early).unwrap();
+    write(
+        &early.join("gitdir"),
+        &format!("{}\n", path.join(".git").display()),
+    );
+    let made = ws
+        .prepare_worktree("rover/early", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("an add after registration debris");
+    assert!(made.created_worktree);
+    assert!(path.join("README.md").is_file());
+    assert!(early.join("HEAD").is_file());
+}
+
 #[tokio::test]
 async fn dependent_branch_forks_from_the_dependency_branch() {
     let repo = TestRepo::new();
