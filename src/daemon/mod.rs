@@ -201,6 +201,7 @@ async fn run(
         build_steps(&services),
         config.autopilot.pipeline.orchestrator(),
     )
+    .with_pipeline(crate::steps::pipeline::pipeline())
     .with_budget(crate::budget::Budget::new(config.autopilot.budget.clone()));
     let console = tokio::spawn(console::run(orchestrator.subscribe(), store.clone()));
     println!(

@@ -3,10 +3,13 @@
 //! running span) and what it returns (a finished span and the next actions, or work that goes on
 //! outside the process).
 
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::InFlight;
 use crate::store::{AutopilotStore, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun};
 
 /// What every step run may use.
@@ -15,6 +18,23 @@ pub struct StepContext {
     pub store: AutopilotStore,
     /// Cancelled when the daemon shuts down (after the grace period) or a budget stops work.
     pub cancel: CancellationToken,
+    /// The orchestrator's runs in progress (see [`StepContext::in_process`]).
+    pub(super) in_flight: Arc<Mutex<InFlight>>,
+}
+
+impl StepContext {
+    /// Whether a run of `action_id` is in progress in this process: claimed and its `process`
+    /// not yet returned. A step's `monitor` leaves such a run alone (its detached work, if any,
+    /// is not handed over yet).
+    pub fn in_process(&self, action_id: uuid::Uuid) -> bool {
+        self.flight().contains(action_id)
+    }
+
+    pub(super) fn flight(&self) -> MutexGuard<'_, InFlight> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Whether a queued action can run now.
@@ -203,6 +223,14 @@ pub trait Step: Send + Sync + 'static {
 
     /// At most one run per trace at a time (resolve, push).
     fn exclusive_per_trace(&self) -> bool {
+        false
+    }
+
+    /// Whether its detached runs (`Outcome::Detached`, still running outside the process, also
+    /// across a restart) count against `max_parallel` until `monitor` collects them. Then the
+    /// orchestrator starts a run only while in-process plus detached runs stay below
+    /// `max_parallel`, and says why the others wait. Off by default.
+    fn detached_holds_slot(&self) -> bool {
         false
     }
 

@@ -11,6 +11,7 @@ pub mod gc;
 pub mod meta;
 pub mod noop;
 pub mod notify;
+pub mod pipeline;
 pub mod plan;
 pub mod push;
 pub mod resolve;

@@ -1,14 +1,17 @@
 //! Durable file primitives: atomic JSON writes (temp file in the same directory, fsync, rename,
 //! fsync of the directory) and reads whose errors name the file.
 
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::error::{Result, StoreError};
+use super::stats;
 
 /// Write `value` as pretty JSON to `path` so that readers see the old or the new content, never a
 /// torn file, and the new content survives a power cut once this returns.
@@ -30,13 +33,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.as_file()
         .sync_data()
         .map_err(StoreError::io("fsync", tmp.path().to_owned()))?;
+    stats::fsync();
     set_readable(tmp.as_file(), tmp.path())?;
     tmp.persist(path).map_err(|e| StoreError::Io {
         op: "rename over",
         path: path.to_owned(),
         source: e.error,
     })?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    stats::durable_write();
+    Ok(())
 }
 
 /// Make the file readable by the group and others like any other file (tempfiles are 0600).
@@ -46,11 +52,89 @@ fn set_readable(file: &File, path: &Path) -> Result<()> {
         .map_err(StoreError::io("set permissions of", path))
 }
 
-/// Make a rename or a new file in `dir` durable.
+/// Make a rename or a new file in `dir` durable: when this returns, an fsync of `dir` that
+/// started after the call has completed.
+///
+/// Group commit: concurrent callers for one directory share fsyncs. A caller that finds an fsync
+/// of `dir` in progress (which may have started before its rename) waits for the next one, which
+/// the first waiter starts once the current one is done, for every caller waiting by then. So a
+/// burst of renames in one directory (step runs finishing together) costs two fsyncs, not one
+/// each, and none returns before a sync that covers it.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(StoreError::io("fsync directory", dir))
+    let group = dir_group(dir);
+    let mut state = group.state.lock().unwrap_or_else(PoisonError::into_inner);
+    // The first fsync that starts from now on covers this caller's changes.
+    let needed = state.started + 1;
+    loop {
+        if state.completed >= needed {
+            return state.outcome(needed, dir);
+        }
+        if !state.running {
+            break;
+        }
+        state = group
+            .done
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+    state.running = true;
+    state.started += 1;
+    let ticket = state.started;
+    drop(state);
+    let result = File::open(dir).and_then(|d| d.sync_all());
+    stats::fsync();
+    let mut state = group.state.lock().unwrap_or_else(PoisonError::into_inner);
+    state.running = false;
+    state.completed = ticket;
+    state.failed = result
+        .as_ref()
+        .err()
+        .map(|e| (ticket, e.kind(), e.to_string()));
+    group.done.notify_all();
+    drop(state);
+    result.map_err(StoreError::io("fsync directory", dir))
+}
+
+/// The fsyncs of one directory (see [`sync_dir`]).
+#[derive(Default)]
+struct DirGroup {
+    state: Mutex<DirSyncs>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct DirSyncs {
+    /// Fsyncs started and completed (each numbered by the order it started in).
+    started: u64,
+    completed: u64,
+    running: bool,
+    /// The last fsync, if it failed: its number and error (waiters it covered fail too).
+    failed: Option<(u64, io::ErrorKind, String)>,
+}
+
+impl DirSyncs {
+    fn outcome(&self, needed: u64, dir: &Path) -> Result<()> {
+        match &self.failed {
+            Some((ticket, kind, text)) if *ticket >= needed => {
+                Err(StoreError::io("fsync directory", dir)(io::Error::new(
+                    *kind,
+                    text.clone(),
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn dir_group(dir: &Path) -> Arc<DirGroup> {
+    static GROUPS: OnceLock<Mutex<HashMap<PathBuf, Arc<DirGroup>>>> = OnceLock::new();
+    GROUPS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(dir.to_owned())
+        .or_default()
+        .clone()
 }
 
 /// Read a JSON file. `Ok(None)` when it does not exist; a parse failure names the file.

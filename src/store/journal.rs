@@ -156,6 +156,28 @@ pub fn load(store: &AutopilotStore, locked: bool, cached: Option<Cached>) -> Res
     load(store, true, None)
 }
 
+/// Read the state without the store lock, from the handle's cached state when it is free (no
+/// transaction of this handle runs) and the files are the ones it knows: then only the records
+/// appended since are read, whatever the queue's length. Otherwise a full read, as [`load`].
+///
+/// A lock-free refresh sees a consistent state: a compaction replaces `state.json` before the
+/// journal, and either change sends it to the full read; a record still being appended is left
+/// out as a torn line until it is whole.
+pub fn read(store: &AutopilotStore, cache: &std::sync::Mutex<Option<Cached>>) -> Result<State> {
+    if let Ok(mut guard) = cache.try_lock() {
+        if let Some(c) = guard.take() {
+            if let Some(c) = refresh(store, c)? {
+                let state = c.state.clone();
+                *guard = Some(c);
+                return Ok(state);
+            }
+        }
+    }
+    // Never while holding the handle's cache: a full read may wait for the store lock, which a
+    // transaction takes before the cache.
+    Ok(load(store, false, None)?.state)
+}
+
 /// Bring a cached state up to date by reading only the records appended since; `None` when the
 /// files changed otherwise (another process compacted) and a full load is needed.
 fn refresh(store: &AutopilotStore, mut c: Cached) -> Result<Option<Cached>> {
@@ -407,6 +429,8 @@ pub fn append(
     file.write_all(&line)
         .map_err(StoreError::io("append to", &path))?;
     file.sync_data().map_err(StoreError::io("fsync", &path))?;
+    super::stats::fsync();
+    super::stats::journal_append();
     // The transaction changed `c.state` already: replaying would only scan the queue again.
     c.state.updated_at = record.at;
     c.pos.seq = record.seq;

@@ -8,12 +8,17 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use std::time::Instant;
+
 use super::error::{Result, StoreError};
+use super::stats;
 
 /// An exclusive hold on `autopilot/lock`, released on drop (or when the process dies).
 #[derive(Debug)]
 pub struct StoreLock {
     file: File,
+    /// When the lock was taken (for the hold-time counter).
+    since: Instant,
 }
 
 impl StoreLock {
@@ -26,14 +31,18 @@ impl StoreLock {
             .write(true)
             .open(path)
             .map_err(StoreError::io("open the lock file", path))?;
+        let asked = Instant::now();
         fs2::FileExt::lock_exclusive(&file).map_err(StoreError::io("lock", path))?;
-        Ok(StoreLock { file })
+        let since = Instant::now();
+        stats::lock_waited(since - asked);
+        Ok(StoreLock { file, since })
     }
 }
 
 impl Drop for StoreLock {
     fn drop(&mut self) {
         let _ = fs2::FileExt::unlock(&self.file);
+        stats::lock_held(self.since.elapsed());
     }
 }
 

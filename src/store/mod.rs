@@ -16,6 +16,7 @@ mod journal;
 mod lock;
 pub mod log;
 pub mod records;
+pub mod stats;
 mod traces;
 mod txn;
 
@@ -232,9 +233,11 @@ impl AutopilotStore {
 
     /// The state as it is now: `state.json` with the journal's records applied (atomic files
     /// and checked appends need no lock to read). Every reader of the queue comes here. A
-    /// missing file is an empty state; a corrupt one is an error naming it.
+    /// missing file is an empty state; a corrupt one is an error naming it. The handle's cached
+    /// state is reused when the files are the ones it knows (the daemon's drain reads the queue
+    /// after every step: it then reads only the records appended since).
     pub fn read_state(&self) -> Result<State> {
-        Ok(journal::load(self, false, None)?.state)
+        journal::read(self, &self.cached)
     }
 
     /// Fold the journal into `state.json` (the daemon does at start and stop), so that a reader

@@ -1,5 +1,7 @@
 //! Orchestrator figures: dispatch latency (enqueue → step start) under load, step transitions per
-//! second with instant steps next to the durable-write floor, and the idle daemon's CPU and memory.
+//! second with instant steps next to the durable-write floor (with the store's durable writes,
+//! fsyncs and lock wait per transition, from `rover::store::stats`), and the idle daemon's CPU and
+//! memory. Each figure is taken `ROVER_BENCH_ROUNDS` times (default 5): median and min–max.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,18 +13,24 @@ use rover::orchestrator::{
     Finished, NextAction, OrchestratorSettings, Outcome, Step, StepContext, StepError,
     StepOrchestrator,
 };
+use rover::store::stats::{io_stats, IoStats};
 use rover::store::{AutopilotStore, StepKind, StepRun};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::percentiles;
 
-/// Durable writes per transition (begin: queue entry, running span; finish: produced action,
-/// finished span, trace index, queue): the floor for transitions/s is the write rate / 6.
-const WRITES_PER_TRANSITION: f64 = 6.0;
-
 /// Traces pushed through the loop for the latency and throughput figures.
 const TRACES: usize = 200;
+
+/// How many times each figure is taken; the median and the spread (min–max) are printed.
+fn rounds() -> usize {
+    std::env::var("ROVER_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+        .max(1)
+}
 
 struct Instant0 {
     kind: StepKind,
@@ -52,41 +60,114 @@ impl Step for Instant0 {
     }
 }
 
+/// Median and min–max of a few rounds' figures.
+fn spread(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
+/// The store's durable I/O per transition over a window.
+fn per_transition(io: IoStats, transitions: usize) -> String {
+    let n = transitions as f64;
+    format!(
+        "{:.2} durable writes ({:.2} journal appends), {:.2} fsyncs, {:.2} store locks: waited {:.3} ms, held {:.3} ms",
+        io.durable_writes as f64 / n,
+        io.journal_appends as f64 / n,
+        io.fsyncs as f64 / n,
+        io.locks as f64 / n,
+        io.lock_wait.as_secs_f64() * 1e3 / n,
+        io.lock_hold.as_secs_f64() * 1e3 / n,
+    )
+}
+
 pub fn run(floor_us: f64) {
-    println!("\n== orchestrator");
+    println!("\n== orchestrator ({} rounds; median [min–max])", rounds());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    let claim = rt.block_on(claim_cost());
+    let claim_ms = claim.0 / 1e3;
+    println!(
+        "the claim alone (begin_step)      p50 {claim_ms:>6.2} ms: {} durable writes, {} fsyncs",
+        claim.1.durable_writes, claim.1.fsyncs
+    );
+
     // A sustainable load: a trace every 25 ms (80 transitions/s, below the write-bound capacity),
     // so the latency is the dispatch itself, not queueing.
-    let (samples, _) = rt.block_on(drive(Duration::from_millis(25), TRACES / 4));
-    let (p50, p99) = percentiles(samples);
-    println!("dispatch latency, a trace every 25 ms  p50 {:>6.2} ms  p99 {:>6.2} ms  (the claim itself is 2 durable writes ≈ {:.1} ms; bar: 2 ms plus those)", p50 / 1e3, p99 / 1e3, 2.0 * floor_us / 1e3);
-    // Saturated: a trace every 2 ms, far above capacity; the latency is queueing.
-    let (samples, elapsed) = rt.block_on(drive(Duration::from_millis(2), TRACES));
-    let (p50, p99) = percentiles(samples);
-    println!("dispatch latency, saturated (every 2 ms) p50 {:>6.2} ms  p99 {:>6.2} ms  (queueing behind the disk)", p50 / 1e3, p99 / 1e3);
-    let transitions = (TRACES * 2) as f64;
-    let bound = 1e6 / floor_us / WRITES_PER_TRANSITION;
+    let mut p50s = Vec::new();
+    let mut p99s = Vec::new();
+    let mut io = IoStats::default();
+    let mut transitions = 0;
+    for _ in 0..rounds() {
+        let r = rt.block_on(drive(Duration::from_millis(25), TRACES / 4));
+        let (p50, p99) = percentiles(r.samples);
+        p50s.push(p50 / 1e3);
+        p99s.push(p99 / 1e3);
+        io = r.io;
+        transitions = r.transitions;
+    }
+    let (p50, lo, hi) = spread(p50s);
+    let (p99, _, _) = spread(p99s);
+    println!("dispatch latency, a trace every 25 ms  p50 {p50:>6.2} ms [{lo:.2}–{hi:.2}]  p99 {p99:>6.2} ms  (bar: 2 ms plus the claim's {claim_ms:.2} ms = {:.2} ms)", 2.0 + claim_ms);
     println!(
-        "transitions/s with instant steps  {:>7.0}   (durable-write floor allows {:.0}/s at {} writes each; ratio {:.2}, bar: within 2x)",
-        transitions / elapsed,
-        bound,
-        WRITES_PER_TRANSITION,
-        bound / (transitions / elapsed)
+        "  per transition, trace creation included: {}",
+        per_transition(io, transitions)
     );
+
+    // Saturated: a trace every 2 ms, far above capacity; the latency is queueing.
+    let mut p50s = Vec::new();
+    let mut rates = Vec::new();
+    for _ in 0..rounds() {
+        let r = rt.block_on(drive(Duration::from_millis(2), TRACES));
+        let (p50, _) = percentiles(r.samples);
+        p50s.push(p50 / 1e3);
+        rates.push(r.transitions as f64 / r.elapsed);
+    }
+    let (p50, lo, hi) = spread(p50s);
+    let (rate, rlo, rhi) = spread(rates);
+    println!("dispatch latency, saturated (every 2 ms) p50 {p50:>6.2} ms [{lo:.2}–{hi:.2}]  (queueing behind the disk); {rate:.0}/s [{rlo:.0}–{rhi:.0}] transitions while the traces are submitted");
+
+    // Throughput: a queue of traces, then the loop runs until it is empty.
+    let mut rates = Vec::new();
+    let mut bounds = Vec::new();
+    let mut ratios = Vec::new();
+    let mut io = IoStats::default();
+    let mut transitions = 0;
+    for _ in 0..rounds() {
+        let r = rt.block_on(throughput(TRACES));
+        let rate = r.transitions as f64 / r.elapsed;
+        let writes = r.io.durable_writes as f64 / r.transitions as f64;
+        let bound = 1e6 / floor_us / writes;
+        rates.push(rate);
+        bounds.push(bound);
+        ratios.push(bound / rate);
+        io = r.io;
+        transitions = r.transitions;
+    }
+    let (rate, rlo, rhi) = spread(rates);
+    let (bound, _, _) = spread(bounds);
+    let (ratio, qlo, qhi) = spread(ratios);
+    println!(
+        "transitions/s with instant steps  {rate:>7.0} [{rlo:.0}–{rhi:.0}]   (the durable-write floor allows {bound:.0}/s; ratio {ratio:.2} [{qlo:.2}–{qhi:.2}], bar: within 2x)"
+    );
+    println!("  per transition: {}", per_transition(io, transitions));
     idle_daemon();
 }
 
-/// Submit `traces` traces one every `every` through a running orchestrator with instant steps;
-/// returns each trace's enqueue → first step start, in microseconds, and the seconds it all took.
-async fn drive(every: Duration, traces: usize) -> (Vec<f64>, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = AutopilotStore::open(dir.path(), "bench-orch").unwrap();
-    let started = Arc::new(Mutex::new(HashMap::new()));
-    let steps: Vec<Arc<dyn Step>> = vec![
+/// What one run of the loop measured.
+struct Drive {
+    /// Each trace's enqueue → first step start, in microseconds.
+    samples: Vec<f64>,
+    elapsed: f64,
+    transitions: usize,
+    /// The store's I/O while the loop ran.
+    io: IoStats,
+}
+
+fn instant_steps(started: &Arc<Mutex<HashMap<Uuid, Instant>>>) -> Vec<Arc<dyn Step>> {
+    vec![
         Arc::new(Instant0 {
             kind: StepKind::Coordinate,
             next: Some(StepKind::Noop),
@@ -97,27 +178,21 @@ async fn drive(every: Duration, traces: usize) -> (Vec<f64>, f64) {
             next: None,
             started: Arc::new(Mutex::new(HashMap::new())),
         }),
-    ];
-    let orch = StepOrchestrator::new(store.clone(), steps, OrchestratorSettings::default());
-    let token = CancellationToken::new();
-    let runner = orch.clone();
-    let t = token.clone();
-    let task = tokio::spawn(async move { runner.run(t).await });
+    ]
+}
 
-    let mut enqueued = HashMap::new();
-    let begin = Instant::now();
-    for i in 0..traces {
-        let (root, first) = rover::steps::event::local_trace(&format!("bench {i}"), "bench");
-        let s = store.clone();
-        let trace_id = root.id;
-        tokio::task::spawn_blocking(move || s.create_trace(&root, Some(&first), &[]))
-            .await
-            .unwrap()
-            .unwrap();
-        enqueued.insert(trace_id, Instant::now());
-        orch.wake();
-        tokio::time::sleep(every).await;
-    }
+async fn create_trace(store: &AutopilotStore, i: usize) -> Uuid {
+    let (root, first) = rover::steps::event::local_trace(&format!("bench {i}"), "bench");
+    let s = store.clone();
+    let trace_id = root.id;
+    tokio::task::spawn_blocking(move || s.create_trace(&root, Some(&first), &[]))
+        .await
+        .unwrap()
+        .unwrap();
+    trace_id
+}
+
+async fn until_empty(store: &AutopilotStore, orch: &StepOrchestrator) {
     loop {
         let s = store.clone();
         let pending = tokio::task::spawn_blocking(move || s.read_state().unwrap().pending.len())
@@ -126,9 +201,38 @@ async fn drive(every: Duration, traces: usize) -> (Vec<f64>, f64) {
         if pending == 0 && orch.in_flight() == 0 {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Submit `traces` traces one every `every` through a running orchestrator with instant steps.
+/// The I/O window holds the traces' creation too (one per two transitions).
+async fn drive(every: Duration, traces: usize) -> Drive {
+    let dir = tempfile::tempdir().unwrap();
+    let store = AutopilotStore::open(dir.path(), "bench-orch").unwrap();
+    let started = Arc::new(Mutex::new(HashMap::new()));
+    let orch = StepOrchestrator::new(
+        store.clone(),
+        instant_steps(&started),
+        OrchestratorSettings::default(),
+    );
+    let token = CancellationToken::new();
+    let runner = orch.clone();
+    let t = token.clone();
+    let task = tokio::spawn(async move { runner.run(t).await });
+
+    let mut enqueued = HashMap::new();
+    let begin = Instant::now();
+    let before = io_stats();
+    for i in 0..traces {
+        let trace_id = create_trace(&store, i).await;
+        enqueued.insert(trace_id, Instant::now());
+        orch.wake();
+        tokio::time::sleep(every).await;
+    }
+    until_empty(&store, &orch).await;
     let elapsed = begin.elapsed().as_secs_f64();
+    let io = io_stats() - before;
     token.cancel();
     task.await.unwrap().unwrap();
     let started = started.lock().unwrap();
@@ -140,7 +244,68 @@ async fn drive(every: Duration, traces: usize) -> (Vec<f64>, f64) {
                 .map(|s| s.duration_since(*at).as_secs_f64() * 1e6)
         })
         .collect();
-    (samples, elapsed)
+    Drive {
+        samples,
+        elapsed,
+        transitions: traces * 2,
+        io,
+    }
+}
+
+/// `traces` traces queued first, then the loop started and run until the queue is empty.
+async fn throughput(traces: usize) -> Drive {
+    let dir = tempfile::tempdir().unwrap();
+    let store = AutopilotStore::open(dir.path(), "bench-orch").unwrap();
+    for i in 0..traces {
+        create_trace(&store, i).await;
+    }
+    let started = Arc::new(Mutex::new(HashMap::new()));
+    let orch = StepOrchestrator::new(
+        store.clone(),
+        instant_steps(&started),
+        OrchestratorSettings::default(),
+    );
+    let token = CancellationToken::new();
+    let runner = orch.clone();
+    let t = token.clone();
+    let before = io_stats();
+    let begin = Instant::now();
+    let task = tokio::spawn(async move { runner.run(t).await });
+    until_empty(&store, &orch).await;
+    let elapsed = begin.elapsed().as_secs_f64();
+    let io = io_stats() - before;
+    token.cancel();
+    task.await.unwrap().unwrap();
+    Drive {
+        samples: Vec::new(),
+        elapsed,
+        transitions: traces * 2,
+        io,
+    }
+}
+
+/// The claim alone: `begin_step` on queued actions, one at a time.
+async fn claim_cost() -> (f64, IoStats) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = AutopilotStore::open(dir.path(), "bench-claim").unwrap();
+    let mut samples = Vec::new();
+    let mut io = IoStats::default();
+    for i in 0..50 {
+        let (root, first) = rover::steps::event::local_trace(&format!("claim {i}"), "bench");
+        let s = store.clone();
+        let (t, delta) = tokio::task::spawn_blocking(move || {
+            s.create_trace(&root, Some(&first), &[]).unwrap();
+            let before = io_stats();
+            let t = Instant::now();
+            s.begin_step(first.id, &StepKind::Coordinate).unwrap();
+            (t.elapsed().as_secs_f64() * 1e6, io_stats() - before)
+        })
+        .await
+        .unwrap();
+        samples.push(t);
+        io = delta;
+    }
+    (percentiles(samples).0, io)
 }
 
 /// The real binary, idle: CPU time used over a window and resident memory.

@@ -118,6 +118,7 @@ fn orchestrator(
             ..OrchestratorSettings::default()
         },
     )
+    .with_pipeline(rover::steps::pipeline::pipeline())
 }
 
 fn submit(store: &AutopilotStore, text: &str) -> Uuid {
@@ -634,6 +635,149 @@ async fn detached_work_is_finished_by_monitor_and_survives_a_restart() {
         workflow.meta["containerId"], "rover-test",
         "meta recorded at detach is kept"
     );
+}
+
+/// A step whose runs go on outside the process; `monitor` collects up to `release` of them
+/// (never one whose `process` has not returned) and reports every claimed entry it saw
+/// in process.
+struct SlotStep {
+    holds: bool,
+    release: Arc<AtomicUsize>,
+    seen_in_process: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Step for SlotStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Workflow
+    }
+    fn max_parallel(&self) -> usize {
+        2
+    }
+    fn detached_holds_slot(&self) -> bool {
+        self.holds
+    }
+    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
+        Ok(Outcome::Detached {
+            meta: rover::store::Meta::new(),
+        })
+    }
+    async fn monitor(&self, ctx: &StepContext) -> Result<Vec<Completion>, StepError> {
+        let state = ctx
+            .store
+            .read_state()
+            .map_err(|e| StepError::from_error(&e, true))?;
+        let mut done = Vec::new();
+        for p in state
+            .pending
+            .iter()
+            .filter(|p| p.action == StepKind::Workflow && p.running_span_id.is_some())
+        {
+            if ctx.in_process(p.action_id) {
+                self.seen_in_process.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            let left = self.release.load(Ordering::SeqCst);
+            if left == 0 {
+                break;
+            }
+            self.release.store(left - 1, Ordering::SeqCst);
+            done.push(Completion {
+                action_id: p.action_id,
+                finished: Finished::completed("the container finished"),
+            });
+        }
+        Ok(done)
+    }
+    async fn still_running(&self, _ctx: &StepContext, _p: &PendingAction, _s: &Span) -> bool {
+        true
+    }
+}
+
+fn workflow_runs(store: &AutopilotStore) -> (usize, usize) {
+    let state = store.read_state().unwrap();
+    let workflows = state
+        .pending
+        .iter()
+        .filter(|p| p.action == StepKind::Workflow);
+    let running = workflows.clone().filter(|p| p.running_span_id.is_some());
+    (running.count(), workflows.count())
+}
+
+#[tokio::test]
+async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let release = Arc::new(AtomicUsize::new(0));
+    let seen_in_process = Arc::new(AtomicUsize::new(0));
+    let steps = |holds: bool| -> Vec<Arc<dyn Step>> {
+        vec![
+            Arc::new(TestStep::passing(
+                StepKind::Coordinate,
+                5,
+                vec![StepKind::Workflow],
+            )),
+            Arc::new(SlotStep {
+                holds,
+                release: release.clone(),
+                seen_in_process: seen_in_process.clone(),
+            }),
+        ]
+    };
+    for i in 0..5 {
+        submit(&store, &format!("task {i}"));
+    }
+    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    settle(&orch).await;
+    assert_eq!(
+        workflow_runs(&store),
+        (2, 5),
+        "two detached runs hold both slots; three wait"
+    );
+    let waiting = orch.waiting();
+    assert_eq!(waiting.len(), 3, "{waiting:?}");
+    assert!(
+        waiting
+            .values()
+            .all(|r| r.contains("detached") && r.contains("maxParallel 2")),
+        "{waiting:?}"
+    );
+
+    // A restart while both run: they still hold their slots.
+    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let recovered = orch.recover().await.unwrap();
+    assert_eq!(recovered.len(), 2, "{recovered:?}");
+    let report = orch.drain().await.unwrap();
+    assert_eq!(report.started, 0, "{report:?}");
+    assert_eq!(workflow_runs(&store), (2, 5));
+
+    // Each collected run frees one slot, never more runs than slots.
+    let mut completed = 0;
+    while workflow_runs(&store).1 > 0 {
+        release.store(1, Ordering::SeqCst);
+        let report = orch.drain().await.unwrap();
+        completed += report.completed_detached;
+        // The runs it started detach; wait for their `process` to return.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while orch.in_flight() > 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("runs detach");
+        let (running, queued) = workflow_runs(&store);
+        assert!(running <= 2, "{running} detached runs with maxParallel 2");
+        assert!(running == 2 || running == queued, "a free slot is used");
+    }
+    assert_eq!(completed, 5);
+
+    // Without the flag (the default), detached runs give their slot back when they detach.
+    for i in 0..3 {
+        submit(&store, &format!("more {i}"));
+    }
+    let orch = orchestrator(&store, steps(false), Duration::from_secs(3600));
+    settle(&orch).await;
+    assert_eq!(workflow_runs(&store), (3, 3));
 }
 
 #[tokio::test]

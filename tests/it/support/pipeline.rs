@@ -124,6 +124,7 @@ impl Pipeline {
                 ..OrchestratorSettings::default()
             },
         )
+        .with_pipeline(rover::steps::pipeline::pipeline())
     }
 
     /// Start a trace from a local request; returns the trace id.

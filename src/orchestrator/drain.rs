@@ -1,0 +1,287 @@
+//! Draining the queue: restart recovery, `monitor()`s, then every runnable queued action that has
+//! a free slot (its step's `maxParallel`, detached runs included where the step says so, and
+//! per-trace exclusivity) and that the budget admits is started.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::budget::Gate;
+use super::step::Readiness;
+use super::{blocking, placeholder_span, DrainReport, InFlight, Inner, Running, StepOrchestrator};
+use crate::store::{
+    AutopilotStore, ClosedTrace, PendingAction, Recovery, SpanStatus, State, StepKind, StoreError,
+};
+
+impl StepOrchestrator {
+    /// Restart recovery, before the first drain: finish cut-off hand-overs, close interrupted
+    /// spans as `error` (their actions run again), leave detached work that still runs alone.
+    pub async fn recover(&self) -> Result<Vec<Recovery>, StoreError> {
+        let store = self.store().clone();
+        let state = blocking(store.clone(), AutopilotStore::read_state).await?;
+        let mut alive = HashSet::new();
+        for pending in &state.pending {
+            let Some(span_id) = pending.running_span_id else {
+                continue;
+            };
+            let Ok(span) = blocking(store.clone(), move |s| s.read_span(span_id)).await else {
+                continue;
+            };
+            if span.status != SpanStatus::Running {
+                continue;
+            }
+            if let Some(step) = self.inner.steps.get(&pending.action) {
+                if step.still_running(&self.inner.ctx, pending, &span).await {
+                    alive.insert(span_id);
+                }
+            }
+        }
+        let done = blocking(store, move |s| {
+            s.recover(|_, span| alive.contains(&span.id))
+        })
+        .await?;
+        for r in &done {
+            self.inner.notice(format!("recovered: {r:?}"));
+        }
+        Ok(done)
+    }
+
+    /// Run `monitor()`s, then start every runnable queued action that has a free slot.
+    pub async fn drain(&self) -> Result<DrainReport, StoreError> {
+        let inner = &self.inner;
+        let mut report = DrainReport::default();
+        for step in inner.steps.values() {
+            match step.monitor(&inner.ctx).await {
+                Ok(done) => {
+                    for completion in done {
+                        report.completed_detached += 1;
+                        inner.clone().finish_detached(step.kind(), completion).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(step = %step.kind(), error = %e, "monitor failed");
+                    inner.notice(format!("{} monitor failed: {e}", step.kind()));
+                }
+            }
+        }
+        let state = blocking(self.store().clone(), AutopilotStore::read_state).await?;
+        let now = Utc::now();
+        // Traces with runs in flight here or detached: a budget may stop them.
+        let running: HashSet<Uuid> = state
+            .pending
+            .iter()
+            .filter(|p| p.running_span_id.is_some())
+            .map(|p| p.trace_id)
+            .chain(inner.flight().runs.values().map(|r| r.trace_id))
+            .collect();
+        let (mut ledger, halt) = inner.gate.begin_drain(running, now).await;
+        inner.halt(halt).await;
+        // Closed by a person: stop what still runs (only traces with work left can have any).
+        let live: HashSet<Uuid> = state.pending.iter().map(|p| p.trace_id).collect();
+        for (trace_id, closed) in state.closed.iter().filter(|(t, _)| live.contains(t)) {
+            let halt = inner.gate.close_by_hand(*trace_id, &closed.describe());
+            inner.halt(halt).await;
+        }
+        let detached = inner.detached_runs(&state);
+        // Fair across traces: entries of traces with fewer runs in flight go first, FIFO within.
+        let mut candidates: Vec<&PendingAction> = state
+            .pending
+            .iter()
+            .filter(|p| p.running_span_id.is_none())
+            .collect();
+        {
+            let flight = inner.flight();
+            let mut per_trace: HashMap<Uuid, usize> = HashMap::new();
+            for run in flight.runs.values() {
+                *per_trace.entry(run.trace_id).or_default() += 1;
+            }
+            candidates.sort_by_key(|p| per_trace.get(&p.trace_id).copied().unwrap_or(0));
+        }
+        for pending in candidates {
+            if let Some(at) = pending.not_before.filter(|t| *t > now) {
+                report.next_due = Some(report.next_due.map_or(at, |d| d.min(at)));
+                continue;
+            }
+            let Some(step) = inner.steps.get(&pending.action).cloned() else {
+                inner.report_dead_letter(pending);
+                continue;
+            };
+            if inner.flight().runs.contains_key(&pending.action_id) {
+                continue;
+            }
+            let mut skip = state
+                .closed
+                .get(&pending.trace_id)
+                .filter(|_| !pending.action.is_terminal())
+                .map(ClosedTrace::describe);
+            if let (None, Some(ledger)) = (&skip, ledger.as_mut()) {
+                let (gate, halt) = inner.gate.admit(ledger, pending, now).await;
+                inner.halt(halt).await;
+                match gate {
+                    Gate::Go => {}
+                    Gate::Wait(reason) => {
+                        inner.set_waiting(pending.action_id, Some(reason));
+                        continue;
+                    }
+                    Gate::Skip(reason) => skip = Some(reason),
+                }
+            }
+            // Detached runs that hold their step's slots (`Step::detached_holds_slot`).
+            let permits = &inner.permits[&pending.action];
+            let held = if step.detached_holds_slot() {
+                Some(inner.flight().slots_taken(&pending.action, &detached))
+            } else {
+                None
+            };
+            if let Some(held) = held.filter(|(busy, _)| *busy >= step.max_parallel().max(1)) {
+                let held = held.1;
+                report.deferred += 1;
+                inner.set_waiting(
+                    pending.action_id,
+                    Some(format!(
+                        "{held} detached {} run(s) still running (maxParallel {}); waiting for one to finish",
+                        pending.action,
+                        step.max_parallel().max(1)
+                    )),
+                );
+                continue;
+            }
+            // A slot first, then readiness: a step may reserve something when it says it is
+            // ready (the workflow step, a sandbox), and must then really run.
+            let Ok(permit) = permits.clone().try_acquire_owned() else {
+                report.deferred += 1;
+                continue;
+            };
+            let key = (pending.action.clone(), pending.trace_id);
+            if step.exclusive_per_trace() && inner.flight().exclusive.contains(&key) {
+                report.deferred += 1;
+                continue;
+            }
+            // Not ready (the resolver's `wait`, unmet dependencies): stays queued, no span.
+            let readiness = if skip.is_some() {
+                Ok(Readiness::Ready)
+            } else {
+                step.ready(&inner.ctx, pending).await
+            };
+            match readiness {
+                Ok(Readiness::Ready) => inner.set_waiting(pending.action_id, None),
+                Ok(Readiness::Wait(reason)) => {
+                    inner.set_waiting(pending.action_id, Some(reason));
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(step = %step.kind(), error = %e, "readiness check failed; running the step anyway");
+                }
+            }
+            {
+                let mut flight = inner.flight();
+                if flight.runs.contains_key(&pending.action_id) {
+                    continue;
+                }
+                if step.exclusive_per_trace() && flight.exclusive.contains(&key) {
+                    report.deferred += 1;
+                    continue;
+                }
+                if step.exclusive_per_trace() {
+                    flight.exclusive.insert(key);
+                }
+                flight.runs.insert(
+                    pending.action_id,
+                    Running {
+                        step: pending.action.clone(),
+                        trace_id: pending.trace_id,
+                        span: placeholder_span(pending),
+                        abort: None,
+                        stop: CancellationToken::new(),
+                    },
+                );
+            }
+            report.started += 1;
+            let task_inner = inner.clone();
+            let action_id = pending.action_id;
+            let pending = pending.clone();
+            let handle = inner.tracker.spawn(async move {
+                task_inner.clone().run_action(step, pending, skip).await;
+                drop(permit);
+                task_inner.release_in_flight(action_id);
+                task_inner.wake.notify_one();
+            });
+            // The task may already be done; then there is nothing left to abort.
+            if let Some(run) = inner.flight().runs.get_mut(&action_id) {
+                run.abort = Some(handle.abort_handle());
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl InFlight {
+    /// How many slots of `step` are taken, and by how many detached runs: its runs in this
+    /// process, plus its detached runs, known from the queue read (`claimed`: entries claimed
+    /// by a run, also from before a restart) or recorded when they detached here (the queue
+    /// read may predate them).
+    fn slots_taken(&self, step: &StepKind, claimed: &HashMap<Uuid, StepKind>) -> (usize, usize) {
+        let here = self.runs.values().filter(|r| &r.step == step).count();
+        let detached: HashSet<&Uuid> = claimed
+            .iter()
+            .chain(&self.detached)
+            .filter(|(id, kind)| *kind == step && !self.runs.contains_key(id))
+            .map(|(id, _)| id)
+            .collect();
+        (here + detached.len(), detached.len())
+    }
+}
+
+impl Inner {
+    /// Of the steps whose detached runs hold their slots, the queue entries claimed by a run (a
+    /// running span) that no run in this process holds: detached work, until `monitor` collects
+    /// it. Forgets recorded detached runs whose action has left the queue.
+    fn detached_runs(&self, state: &State) -> HashMap<Uuid, StepKind> {
+        let mut flight = self.flight();
+        let queued: HashSet<Uuid> = state.pending.iter().map(|p| p.action_id).collect();
+        flight.detached.retain(|id, _| queued.contains(id));
+        state
+            .pending
+            .iter()
+            .filter(|p| {
+                p.running_span_id.is_some()
+                    && !flight.runs.contains_key(&p.action_id)
+                    && self
+                        .steps
+                        .get(&p.action)
+                        .is_some_and(|s| s.detached_holds_slot())
+            })
+            .map(|p| (p.action_id, p.action.clone()))
+            .collect()
+    }
+
+    fn set_waiting(&self, action_id: Uuid, reason: Option<String>) {
+        let mut waiting = self
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match reason {
+            Some(reason) => waiting.insert(action_id, reason),
+            None => waiting.remove(&action_id),
+        };
+    }
+
+    fn report_dead_letter(&self, pending: &PendingAction) {
+        if self
+            .reported_dead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(pending.action_id)
+        {
+            tracing::warn!(action = %pending.action_id, kind = %pending.action, trace = %pending.trace_id, "dead letter: no step handles this action type");
+            self.notice(format!(
+                "dead letter: action {} of type {:?} in trace {} has no step; it stays queued (see `rover autopilot status`)",
+                crate::trace::short(pending.action_id),
+                pending.action.as_str(),
+                crate::trace::short(pending.trace_id)
+            ));
+        }
+    }
+}

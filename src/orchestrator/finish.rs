@@ -1,0 +1,100 @@
+//! Finishing a run: the finished span and the actions it produced, counted by the budget gate and
+//! recorded in one hand-over (`complete_step`); for detached runs, once `monitor` found them done.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use super::progress::Progress;
+use super::step::{Completion, Finished};
+use super::{blocking, Inner};
+use crate::store::{Action, StepKind, StepRun, StoreError};
+
+impl Inner {
+    pub(super) async fn finish(&self, run: &StepRun, finished: Finished) {
+        let mut span = run.span.clone();
+        let now = Utc::now();
+        let summary = finished.summary.clone();
+        if let Err(e) = span.finish(finished.status, finished.summary, finished.meta, now) {
+            tracing::error!(error = %e, "cannot finish a span");
+            return;
+        }
+        let trace_id = run.pending.trace_id;
+        let mut next = finished.actions;
+        let halt = self
+            .gate
+            .account(run, &mut span, &mut next, || {
+                self.flight()
+                    .runs
+                    .values()
+                    .map(|r| r.trace_id)
+                    .collect::<HashSet<_>>()
+            })
+            .await;
+        self.halt(halt).await;
+        let actions: Vec<Action> = next
+            .into_iter()
+            .map(|a| {
+                let mut action = Action::new(a.kind, &span, a.reason, a.meta, now);
+                if let Some(id) = a.id {
+                    action.id = id;
+                }
+                action
+            })
+            .collect();
+        let store = self.ctx.store.clone();
+        let written = span.clone();
+        if let Err(e) = blocking(store, move |s| s.complete_step(&written, &actions)).await {
+            self.internal_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(error = %e, "cannot record a finished step; it will be recovered at the next start");
+            self.notice(format!("cannot record a finished {}: {e}", span.step));
+            return;
+        }
+        let _ = self.progress.send(Progress::Finished {
+            trace_id,
+            step: span.step.clone(),
+            span_id: span.id,
+            status: span.status,
+            summary,
+        });
+    }
+
+    /// Close a run of a stopped trace: an error span that says so, and the budget notify.
+    pub(super) async fn finish_stopped(&self, run: &StepRun, reason: &str) {
+        let finished = self.gate.stopped_run(run.pending.trace_id, reason);
+        self.finish(run, finished).await;
+    }
+
+    pub(super) async fn finish_detached(self: Arc<Self>, kind: StepKind, completion: Completion) {
+        let store = self.ctx.store.clone();
+        let action_id = completion.action_id;
+        let found = blocking(store.clone(), move |s| {
+            let state = s.read_state()?;
+            let pending = state
+                .pending_for(action_id)
+                .cloned()
+                .ok_or(StoreError::NotPending(action_id))?;
+            let span_id = pending
+                .running_span_id
+                .ok_or(StoreError::NotPending(action_id))?;
+            let span = s.read_span(span_id)?;
+            let action = s.read_action(action_id)?;
+            Ok::<_, StoreError>(StepRun {
+                pending,
+                action,
+                span,
+            })
+        })
+        .await;
+        match found {
+            Ok(run) => self.finish(&run, completion.finished).await,
+            Err(e) => {
+                tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed");
+            }
+        }
+        // Its slot is free (the hand-over is recorded, or the run was no longer claimed).
+        self.flight().detached.remove(&action_id);
+    }
+}

@@ -1,0 +1,105 @@
+//! rover's pipeline as the scheduler sees it ([`crate::orchestrator::Pipeline`]): where a step
+//! that could not finish hands over, and the notifies that answer a stopped trace. The shape of
+//! the pipeline lives here, with the steps and their metas, not in the orchestrator.
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::meta::{CommitMeta, NotifyMeta, NotifyPurpose};
+use crate::budget::BREAKER_KEY;
+use crate::orchestrator::{NextAction, Pipeline, StepError};
+use crate::store::{Action, Meta, StepKind};
+
+/// The key of [`NotifyMeta::breaker_note`] in an action's meta.
+const BREAKER_NOTE_KEY: &str = "breakerNote";
+
+/// See the module documentation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RoverPipeline;
+
+impl Pipeline for RoverPipeline {
+    /// A workflow still goes to commit → resolve, a commit to resolve, a deciding step to a
+    /// notify that says why. Terminal steps end the trace with their error span.
+    fn fail_forward(&self, step: &StepKind, action_id: Uuid, error: &StepError) -> Vec<NextAction> {
+        match step {
+            StepKind::Workflow => vec![NextAction::new(
+                StepKind::Commit,
+                "the workflow could not finish; the committer records that and hands over to the resolver",
+            )
+            .with_meta(&CommitMeta::after_error(action_id))],
+            StepKind::Commit => vec![NextAction::new(
+                StepKind::Resolve,
+                "the commit step could not finish; the resolver decides what to do",
+            )],
+            StepKind::Coordinate
+            | StepKind::Plan
+            | StepKind::Resolve
+            | StepKind::Push
+            | StepKind::Event => vec![NextAction::new(
+                StepKind::Notify,
+                format!("the {step} step failed: {}", error.message),
+            )
+            .with_meta(&NotifyMeta::failure(step, &error.message))],
+            StepKind::Notify | StepKind::Noop | StepKind::Cleanup | StepKind::Other(_) => {
+                Vec::new()
+            }
+        }
+    }
+
+    fn budget_stopped(&self, reason: &str) -> Option<NextAction> {
+        let meta = NotifyMeta {
+            purpose: NotifyPurpose::Budget,
+            message: Some(format!(
+                "rover stopped this work because a budget limit was reached: {reason}"
+            )),
+            error: Some(reason.to_owned()),
+            ..NotifyMeta::default()
+        };
+        Some(
+            NextAction::new(
+                StepKind::Notify,
+                format!("a budget stopped the trace: {reason}"),
+            )
+            .with_meta(&meta),
+        )
+    }
+
+    fn is_budget_answer(&self, action: &Action) -> bool {
+        action.action == StepKind::Notify && purpose(&action.meta) == Some(NotifyPurpose::Budget)
+    }
+
+    fn breaker_tripped(&self, text: &str) -> Option<NextAction> {
+        let meta = NotifyMeta {
+            purpose: NotifyPurpose::Flag,
+            message: Some(format!("rover paused itself: {text}.")),
+            ..NotifyMeta::default()
+        };
+        let mut action = NextAction::new(StepKind::Notify, text).with_meta(&meta);
+        action.meta.insert(BREAKER_KEY.into(), true.into());
+        Some(action)
+    }
+
+    fn is_failure_answer(&self, action: &Action) -> bool {
+        action.action == StepKind::Notify && purpose(&action.meta) == Some(NotifyPurpose::Failure)
+    }
+
+    fn add_breaker_note(&self, meta: &mut Meta, note: String) {
+        meta.insert(BREAKER_NOTE_KEY.into(), note.into());
+    }
+
+    fn has_breaker_note(&self, meta: &Meta) -> bool {
+        meta.contains_key(BREAKER_NOTE_KEY)
+    }
+}
+
+/// A notify's purpose, read from its meta alone.
+fn purpose(meta: &Meta) -> Option<NotifyPurpose> {
+    meta.get("purpose")
+        .cloned()
+        .and_then(|v: Value| serde_json::from_value(v).ok())
+}
+
+/// The policy as the orchestrator takes it.
+pub fn pipeline() -> std::sync::Arc<dyn Pipeline> {
+    std::sync::Arc::new(RoverPipeline)
+}
