@@ -373,29 +373,26 @@ fn prepare(
     // libgit2 races on creating `.git/worktrees` when tasks start together; make it first.
     let registry = repo.commondir().join("worktrees");
     // A stale registration under the same name (directory deleted by hand) is pruned first.
-    match repo.find_worktree(&name) {
-        Ok(stale) => {
-            let mut opts = git2::WorktreePruneOptions::new();
-            if stale.validate().is_err() {
-                stale
-                    .prune(Some(&mut opts))
-                    .map_err(GitError::git2("prune worktree", repo_path))?;
-            } else {
-                return Err(GitError::WorktreePathInUse {
-                    path: stale.path().to_path_buf(),
-                });
-            }
+    if let Ok(stale) = repo.find_worktree(&name) {
+        let mut opts = git2::WorktreePruneOptions::new();
+        if stale.validate().is_err() {
+            stale
+                .prune(Some(&mut opts))
+                .map_err(GitError::git2("prune worktree", repo_path))?;
+        } else {
+            return Err(GitError::WorktreePathInUse {
+                path: stale.path().to_path_buf(),
+            });
         }
-        Err(_) => {
-            // A registration directory git does not recognise (an add cut off before it wrote
-            // its files) would make the add fail with "directory exists".
-            let debris = registry.join(&name);
-            if debris.is_dir() {
-                std::fs::remove_dir_all(&debris).map_err(|source| GitError::Io {
-                    path: debris.clone(),
-                    source,
-                })?;
-            }
+    } else {
+        // A registration directory git does not recognise (an add cut off before it wrote its
+        // files) would make the add fail with "directory exists".
+        let debris = registry.join(&name);
+        if debris.is_dir() {
+            std::fs::remove_dir_all(&debris).map_err(|source| GitError::Io {
+                path: debris.clone(),
+                source,
+            })?;
         }
     }
     std::fs::create_dir_all(&registry).map_err(|source| GitError::Io {

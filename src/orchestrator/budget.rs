@@ -11,11 +11,11 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
-use super::blocking;
 use super::pipeline::Pipeline;
 use super::progress::Progress;
 use super::step::{Finished, NextAction};
 use crate::budget::{Budget, Ledger};
+use crate::store::blocking;
 use crate::store::{AutopilotStore, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun};
 
 /// What the budget says about a queued action.

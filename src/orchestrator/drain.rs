@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use super::budget::Gate;
 use super::step::Readiness;
-use super::{blocking, placeholder_span, DrainReport, InFlight, Inner, Running, StepOrchestrator};
+use super::{placeholder_span, DrainReport, InFlight, Inner, Running, StepOrchestrator};
+use crate::store::blocking;
 use crate::store::{
     AutopilotStore, ClosedTrace, PendingAction, Recovery, SpanStatus, State, StepKind, StoreError,
 };

@@ -9,7 +9,8 @@ use chrono::Utc;
 
 use super::progress::Progress;
 use super::step::{Completion, Finished};
-use super::{blocking, Inner};
+use super::Inner;
+use crate::store::blocking;
 use crate::store::{Action, StepKind, StepRun, StoreError};
 
 impl Inner {

@@ -346,7 +346,3 @@ impl Inner {
         }
     }
 }
-
-/// Store work off the async runtime: it lives with the store; re-exported for the steps that
-/// still import it from here.
-pub use crate::store::blocking;

@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::progress::Progress;
 use super::step::{Finished, Outcome, Step, StepError};
-use super::{blocking, Inner};
+use super::Inner;
+use crate::store::blocking;
 use crate::store::{Meta, PendingAction, Span, SpanStatus, StepRun, StoreError};
 
 impl Inner {

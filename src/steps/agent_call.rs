@@ -14,7 +14,8 @@ use crate::agents::{
     run_structured, step_request, AgentError, AgentStep, CustomInstructions, PromptVars,
     StepResult, Structured,
 };
-use crate::orchestrator::{blocking, StepContext, StepError};
+use crate::orchestrator::{StepContext, StepError};
+use crate::store::blocking;
 use crate::store::{
     AgentFailure, AgentMeta, AgentUsage, AutopilotStore, ErrorMeta, Span, TaskMapping, TraceView,
 };

@@ -14,8 +14,9 @@ use super::tasks::{self, TaskRecord};
 use super::workflow::WorkflowSpanMeta;
 use super::Services;
 use crate::git::{Removal, Workspace};
-use crate::orchestrator::{blocking, Finished, Outcome, Step, StepContext, StepError};
+use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use crate::sandbox::LABEL_ACTION;
+use crate::store::blocking;
 use crate::store::{AutopilotStore, StepKind, StepRun};
 
 /// What happened to one resource.

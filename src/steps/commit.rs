@@ -20,8 +20,9 @@ use super::tasks::{self, git_error, short, store_error, TaskRecord};
 use super::{agent_call, sandboxed, Services};
 use crate::agents::{untrusted_block, AgentStep, CommitMessageResult, PromptVars};
 use crate::git::{self, CommitOutcome, DiffSummary, GitError, HookLocation, HookPlan, Workspace};
-use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::sandbox::hooks::HookVerdict;
+use crate::store::blocking;
 use crate::store::{AgentMeta, Meta, SpanStatus, StepKind, StepRun};
 
 pub struct CommitStep {

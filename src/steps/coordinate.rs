@@ -36,7 +36,8 @@ use crate::github::{
     build_context, CiState, CiStatus, EventAction, EventKind, NormalizedEvent, TrustDecision,
     TrustPolicy, Visibility,
 };
-use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::blocking;
 use crate::store::records::SUPERSEDED_BY_KEY;
 use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
 

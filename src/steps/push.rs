@@ -22,7 +22,8 @@ use super::resolve::mapping_worktree;
 use super::Services;
 use crate::git::{BranchBase, GitError, Workspace};
 use crate::github::{compose, EventKind, GitHubError, NewPullRequest, PullRequest};
-use crate::orchestrator::{blocking, Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::blocking;
 use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
 
 /// The pusher step.

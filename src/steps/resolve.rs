@@ -27,9 +27,8 @@ use crate::agents::{
     truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult,
     RetryStep,
 };
-use crate::orchestrator::{
-    blocking, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
-};
+use crate::orchestrator::{Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError};
+use crate::store::blocking;
 use crate::store::{
     Action, ErrorMeta, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
 };

@@ -8,7 +8,8 @@ use uuid::Uuid;
 
 use super::Services;
 use crate::git::{GitError, Workspace};
-use crate::orchestrator::{blocking, StepError};
+use crate::orchestrator::StepError;
+use crate::store::blocking;
 use crate::store::{AutopilotStore, State, StoreError, TaskMapping};
 
 /// One task mapping, typed.

@@ -12,11 +12,12 @@ use uuid::Uuid;
 
 use super::{run_limit, verdict, Collected, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agents::{self, AgentStep, WorkflowResult};
-use crate::orchestrator::{blocking, Completion, Finished, StepContext, StepError};
+use crate::orchestrator::{Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::{run_gates, GatesReport};
 use crate::sandbox::{self, ContainerStatus, Sandbox};
 use crate::steps::meta::TaskStatus;
 use crate::steps::tasks::{self, store_error, TaskRecord};
+use crate::store::blocking;
 use crate::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind};
 
 impl WorkflowStep {

@@ -10,11 +10,12 @@ use uuid::Uuid;
 use super::{dependency_state, Dependency, WorkflowSpanMeta, WorkflowStep};
 use crate::agents::{self, AgentStep, PromptVars, WorkflowResult};
 use crate::git::{self, BranchBase};
-use crate::orchestrator::{blocking, Finished, Outcome, StepContext, StepError};
+use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
 use crate::sandbox::{ContainerStatus, Sandbox, SandboxError, SandboxLabels, SandboxSpec};
 use crate::steps::meta::{self, TaskStatus, WorkflowMeta};
 use crate::steps::tasks::{self, git_error, store_error, TaskRecord};
 use crate::steps::Services;
+use crate::store::blocking;
 use crate::store::{StepRun, TraceView};
 
 /// The agent's argv in the container. Codex ignores `OPENAI_BASE_URL` as a variable, so a base

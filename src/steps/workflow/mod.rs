@@ -28,9 +28,10 @@ use super::tasks::{short, store_error};
 use super::Services;
 use crate::agents;
 use crate::orchestrator::{
-    blocking, Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+    Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 use crate::sandbox::{Sandbox, SandboxLabels, ALWAYS_REFUSED_ENV};
+use crate::store::blocking;
 use crate::store::{PendingAction, Span, StepKind, StepRun};
 use slots::Slots;
 

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::orchestrator::blocking;
 use crate::sandbox::{LABEL_ACTION, LABEL_PROJECT};
 use crate::steps::tasks::{self, TaskRecord};
 use crate::steps::Services;
+use crate::store::blocking;
 use crate::store::AutopilotStore;
 
 /// What `sweep_orphans` found and did.
