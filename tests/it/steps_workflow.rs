@@ -1260,10 +1260,7 @@ async fn at_most_three_sandboxes_run_at_once() {
     tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             orch.drain().await.expect("drain");
-            saw_wait |= orch
-                .waiting()
-                .values()
-                .any(|r| r.contains("sandboxes are running"));
+            saw_wait |= orch.waiting().values().any(|r| r.contains("still running"));
             let pending = w.p.store.read_state().expect("state").pending.len();
             if pending == 0 && orch.in_flight() == 0 {
                 break;

@@ -32,7 +32,6 @@ impl WorkflowStep {
         let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
             .await
             .map_err(|e| store_error("cannot read the state", &e))?;
-        let launching = self.launching.launching();
         let mut done = Vec::new();
         for task in tasks::all_tasks(&state) {
             let Some(pending) = state.pending_for(task.action_id) else {
@@ -40,7 +39,7 @@ impl WorkflowStep {
             };
             if pending.action != StepKind::Workflow
                 || pending.running_span_id != Some(task.workflow_span_id)
-                || launching.contains(&task.action_id)
+                || ctx.in_process(task.action_id)
             {
                 continue;
             }

@@ -7,13 +7,11 @@ mod collect;
 mod deps;
 mod launch;
 mod orphans;
-mod slots;
 mod span_meta;
 mod verdict;
 
 pub use deps::{dependency_state, Dependency};
 pub use orphans::{sweep_orphans, OrphanReport};
-pub use slots::MAX_SANDBOXES;
 pub use span_meta::WorkflowSpanMeta;
 pub use verdict::{verdict, RunEnd};
 
@@ -33,7 +31,6 @@ use crate::orchestrator::{
 use crate::sandbox::{Sandbox, SandboxLabels, ALWAYS_REFUSED_ENV};
 use crate::store::blocking;
 use crate::store::{PendingAction, Span, StepKind, StepRun};
-use slots::Slots;
 
 /// The agent's stdout inside the span's artifacts dir (stderr next to it, `.stderr`).
 pub const AGENT_LOG: &str = "agent.log";
@@ -60,8 +57,6 @@ pub struct WorkflowStep {
     services: Arc<Services>,
     /// Fixed env pairs for every sandbox (names must be in `envAllow`; tests: the fake agent's script).
     fixed_env: Vec<(String, String)>,
-    /// Sandbox slots: actions launching now (see `slots`).
-    launching: Slots,
     /// Last activity (log output, file change) of each running container, for stuck detection.
     stuck: crate::budget::StuckWatch,
     /// Containers collected into a span (logs durable in its artifacts) whose finish was not
@@ -82,7 +77,6 @@ impl WorkflowStep {
         WorkflowStep {
             services,
             fixed_env: Vec::new(),
-            launching: Slots::default(),
             stuck: crate::budget::StuckWatch::default(),
             collected: Mutex::new(Vec::new()),
         }
@@ -173,14 +167,24 @@ impl WorkflowStep {
     }
 }
 
+/// At most this many workflow sandboxes run at once (detached ones included): the step's
+/// `maxParallel`, which the orchestrator counts detached runs against.
+pub const MAX_SANDBOXES: usize = 3;
+
 #[async_trait]
 impl Step for WorkflowStep {
     fn kind(&self) -> StepKind {
         StepKind::Workflow
     }
 
+    /// At most this many workflow sandboxes run at once, detached ones included.
     fn max_parallel(&self) -> usize {
-        3
+        MAX_SANDBOXES
+    }
+
+    /// A detached run's container holds its sandbox slot until `monitor` collects it.
+    fn detached_holds_slot(&self) -> bool {
+        true
     }
 
     async fn ready(
@@ -190,20 +194,19 @@ impl Step for WorkflowStep {
     ) -> Result<Readiness, StepError> {
         let action_id = pending.action_id;
         let trace_id = pending.trace_id;
-        let (state, deps) = blocking(ctx.store.clone(), move |s| {
+        let deps = blocking(ctx.store.clone(), move |s| {
             let action = s.read_action(action_id)?;
-            let state = s.read_state()?;
             let meta: Option<WorkflowMeta> = meta::read(&action).ok();
             match meta {
                 Some(m) if !m.depends_on.is_empty() => {
-                    Ok((state, Some((m, s.load_trace(trace_id)?))))
+                    Ok(Some((m, s.read_state()?, s.load_trace(trace_id)?)))
                 }
-                _ => Ok((state, None)),
+                _ => Ok(None),
             }
         })
         .await
         .map_err(|e| store_error("cannot read the workflow action", &e))?;
-        if let Some((meta, view)) = deps {
+        if let Some((meta, state, view)) = deps {
             for dep in &meta.depends_on {
                 if let Dependency::Waiting(reason) | Dependency::Blocked(reason) =
                     dependency_state(&view, &state, *dep)
@@ -212,15 +215,10 @@ impl Step for WorkflowStep {
                 }
             }
         }
-        // A sandbox slot: detached runs hold theirs until `monitor` collects them.
-        if let Err(reason) = self.launching.reserve(action_id, &state) {
-            return Ok(Readiness::Wait(reason));
-        }
         Ok(Readiness::Ready)
     }
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
-        let _slot = self.launching.hold(run.action.id);
         self.launch(ctx, run).await
     }
 
