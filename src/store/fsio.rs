@@ -128,13 +128,16 @@ impl DirSyncs {
 
 fn dir_group(dir: &Path) -> Arc<DirGroup> {
     static GROUPS: OnceLock<Mutex<HashMap<PathBuf, Arc<DirGroup>>>> = OnceLock::new();
-    GROUPS
+    let mut groups = GROUPS
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(dir.to_owned())
-        .or_default()
-        .clone()
+        .unwrap_or_else(PoisonError::into_inner);
+    // A daemon writes into a new directory per trace for weeks: groups no caller holds are
+    // dropped now and then, so the map stays as small as the directories in use.
+    if groups.len() >= 256 {
+        groups.retain(|_, group| Arc::strong_count(group) > 1);
+    }
+    groups.entry(dir.to_owned()).or_default().clone()
 }
 
 /// Read a JSON file. `Ok(None)` when it does not exist; a parse failure names the file.

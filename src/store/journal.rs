@@ -166,7 +166,9 @@ pub fn load(store: &AutopilotStore, locked: bool, cached: Option<Cached>) -> Res
 pub fn read(store: &AutopilotStore, cache: &std::sync::Mutex<Option<Cached>>) -> Result<State> {
     if let Ok(mut guard) = cache.try_lock() {
         if let Some(c) = guard.take() {
-            if let Some(c) = refresh(store, c)? {
+            // An error here may be a compaction racing this lock-free read (files replaced
+            // between two looks): the full read below decides, and names a file truly corrupt.
+            if let Ok(Some(c)) = refresh(store, c) {
                 let state = c.state.clone();
                 *guard = Some(c);
                 return Ok(state);
