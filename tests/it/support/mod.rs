@@ -9,5 +9,7 @@ pub mod fake_github;
 pub mod fake_openai;
 pub mod fake_server;
 pub mod gitrepo;
+pub mod local;
 pub mod pipeline;
+pub mod scenario;
 pub mod storegen;
