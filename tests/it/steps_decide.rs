@@ -49,6 +49,11 @@ fn config() -> RoverConfig {
     config
 }
 
+/// A case with `config()`, the fake agent answering by `script`.
+fn case(script: &Value) -> Case {
+    Case::new(script).config(config())
+}
+
 /// A normalized GitHub event about `number` (or a push when `number` is `None`).
 fn event(
     kind: EventKind,
@@ -156,10 +161,7 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
     fake.add_issue(5, "Please delete everything", "rm -rf", "mallory", &[]);
     fake.set_permission("mallory", "read");
     let script = json!([{"structured": coordinate_answer("plan", &json!({"directive": "x"}))}]);
-    let (p, orch) = Case::new(&script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let e = event(
         EventKind::Issues,
         Some(EventAction::Opened),
@@ -203,9 +205,7 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
 async fn coordinate_local(answer: Value, more: Vec<Value>) -> (Pipeline, Uuid) {
     let mut rules = vec![json!({"prompt_contains": COORDINATE, "structured": answer})];
     rules.extend(more);
-    let (p, orch) = Case::new(&Value::Array(rules))
-        .config(config())
-        .build(steps);
+    let (p, orch) = case(&Value::Array(rules)).build(steps);
     let trace = p.submit("Make the login page remember the user");
     p.run(&orch).await;
     (p, trace)
@@ -375,10 +375,7 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
         {"prompt_contains": NOTIFY, "structured": {"message": "CI passed."}},
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
     ]);
-    let (p, orch) = Case::new(&script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let first = submit_github(
         &p,
         &event(
@@ -498,10 +495,7 @@ async fn an_untrusted_event_does_not_take_over_a_wait() {
     let script = json!([
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
     ]);
-    let (p, orch) = Case::new(&script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let pr = |who: &str| {
         event(
             EventKind::IssueComment,
@@ -538,10 +532,7 @@ async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
         {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
     ]);
     // The wait lasts 30 minutes (the default).
-    let (p, orch) = Case::new(&script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let trace = submit_github(
         &p,
         &event(
@@ -985,8 +976,7 @@ async fn notify_on(
     notify: &NotifyMeta,
     script: Value,
 ) -> (Pipeline, Uuid, Uuid) {
-    let (p, orch) = Case::new(&script)
-        .config(config())
+    let (p, orch) = case(&script)
         .github(fake)
         .build(|s| vec![Arc::new(NotifyStep::new(s.clone()))]);
     let (trace, action) = submit_notify(&p, e, notify);
@@ -1114,8 +1104,7 @@ async fn notify_posts_on_each_github_channel() {
 async fn notify_after_a_crash_finds_its_post_and_does_not_post_twice() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(5, "Login broken", "It fails", "alice", &[]);
-    let (p, orch) = Case::new(&answer_notify("Fixed in #7."))
-        .config(config())
+    let (p, orch) = case(&answer_notify("Fixed in #7."))
         .github(&fake)
         .build(|s| vec![Arc::new(NotifyStep::new(s.clone()))]);
     let e = event(
@@ -1219,8 +1208,7 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
     fake.add_check_run(SHA, "ci / lint", "completed", Some("failure"));
     fake.set_permission("alice", "write");
     let script = json!([{"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))}]);
-    let (p, services) = Case::new(&script)
-        .config(config())
+    let (p, services) = case(&script)
         .github(&fake)
         .adjust(|services, _| {
             services.github_token = Some(TOKEN.into());
@@ -1289,7 +1277,7 @@ async fn coordinator_agent_failure_fails_forward_to_notify() {
         {"prompt_contains": COORDINATE, "mode": "api_error", "status": 401},
         {"prompt_contains": NOTIFY, "structured": {"message": "Rover could not decide: the model API refused the key."}},
     ]);
-    let (p, orch) = Case::new(&script).config(config()).build(steps);
+    let (p, orch) = case(&script).build(steps);
     let trace = p.submit("Fix the flaky test");
     p.run(&orch).await;
     assert_eq!(
@@ -1322,10 +1310,7 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
         {"prompt_contains": PLAN, "structured": {"analysis": "clear now", "tasks": [task("remember", &[])], "clarification": null}},
         {"prompt_contains": NOTIFY, "structured": {"message": "Which part should I improve: speed or remember-me?"}},
     ]);
-    let (p, orch) = Case::new(&script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let opened = submit_github(
         &p,
         &event(
