@@ -3,146 +3,28 @@
 //! `rover` binary for `status`, `resume` and `trace`, and a real Docker engine for a workflow
 //! container that sleeps silently.
 
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rover::budget::{Budget, Ledger};
-use rover::config::RoverConfig;
 use rover::orchestrator::StepOrchestrator;
-use rover::sandbox::image::RootfsImage;
-use rover::sandbox::{DockerSandbox, Sandbox, SandboxSettings};
+use rover::sandbox::Sandbox;
 use rover::steps::workflow::WorkflowStep;
-use rover::steps::{build_steps, NoopStep, Services};
-use rover::store::{Action, Meta, Span, SpanStatus, StepKind, TraceView};
+use rover::steps::NoopStep;
+use rover::store::{Action, Meta, Span, SpanStatus, StepKind};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::env::{rover_bin, stderr, stdout};
-use crate::support::pipeline::Pipeline;
-
-const COORDINATE: &str = "## Event";
-const NOTIFY: &str = "## What to communicate";
-
-/// The fake agent: notifies answer, `FAILME` requests fail (a fatal API error), `SLOWME`
-/// requests hang in the coordinator, everything else is answered with a notify.
-fn rules() -> Value {
-    json!({"rules": [
-        {"prompt_contains": NOTIFY, "structured": {"message": "done"}},
-        {"prompt_contains": "FAILME", "mode": "api_error", "status": 401},
-        {"prompt_contains": "SLOWME", "mode": "hang"},
-        {"prompt_contains": COORDINATE, "structured": {"decision": "notify", "confidence": 0.9,
-            "reasoning": "answer it", "directive": null, "task": null, "message": "Here it is.",
-            "condition": null, "task_id": null}},
-    ]})
-}
-
-pub(crate) struct World {
-    pub(crate) p: Pipeline,
-    pub(crate) orch: StepOrchestrator,
-}
-
-impl World {
-    /// A pipeline whose `rover.json` has `budget` as `autopilot.budget`.
-    pub(crate) fn new(budget: &Value) -> World {
-        World::with(&json!({"autopilot": {"budget": budget}}))
-    }
-
-    /// A pipeline with this `rover.json`; codex (the fake, given only `OPENAI_API_KEY`) when
-    /// `autopilot.agent.agent` says so.
-    pub(crate) fn with(rover_json: &Value) -> World {
-        World::on(Pipeline::new(), rover_json)
-    }
-
-    /// A new orchestrator on the same store and checkout: rover restarted.
-    pub(crate) fn restart(self, rover_json: &Value) -> World {
-        World::on(self.p, rover_json)
-    }
-
-    pub(crate) fn on(p: Pipeline, rover_json: &Value) -> World {
-        let text = rover_json.to_string();
-        std::fs::write(p.repo.checkout.join("rover.json"), &text).expect("write rover.json");
-        let config = RoverConfig::parse(&text).expect("valid config");
-        let agent = match config.autopilot.agent.agent {
-            rover::agents::AgentKind::Claude => p.agent(&rules(), &config),
-            rover::agents::AgentKind::Codex => p.codex_agent(&rules(), &config),
-        };
-        let services = p.services_with(agent, config.clone(), None, None);
-        let orch = p
-            .orchestrator(build_steps(&services))
-            .with_budget(Budget::new(config.autopilot.budget));
-        World { p, orch }
-    }
-
-    /// Drain until nothing runs and nothing more can start (queued work may wait).
-    pub(crate) async fn settle(&self) {
-        tokio::time::timeout(Duration::from_secs(120), async {
-            loop {
-                // Busy before the drain: a run finishing during it queues work the drain missed.
-                let busy = self.orch.in_flight();
-                let report = self.orch.drain().await.expect("drain");
-                if busy == 0
-                    && report.started == 0
-                    && self.orch.in_flight() == 0
-                    && report.completed_detached == 0
-                {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await
-        .expect("the pipeline settles within two minutes");
-    }
-
-    pub(crate) fn chain(&self, trace: Uuid) -> Vec<String> {
-        self.p.chain(trace)
-    }
-
-    /// `rover autopilot <args>` on this pipeline's store and checkout.
-    pub(crate) fn rover(&self, args: &[&str]) -> Output {
-        std::process::Command::new(rover_bin())
-            .arg("autopilot")
-            .args(args)
-            .args(["--project-id", &self.p.project_id])
-            .env("ROVER_DATA_DIR", &self.p.repo.data)
-            .env("NO_COLOR", "1")
-            .current_dir(&self.p.repo.checkout)
-            .output()
-            .expect("run rover")
-    }
-
-    pub(crate) fn rover_ok(&self, args: &[&str]) -> String {
-        let out = self.rover(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}{}",
-            stdout(&out),
-            stderr(&out)
-        );
-        stdout(&out)
-    }
-
-    pub(crate) fn waiting_reasons(&self) -> Vec<String> {
-        self.orch.waiting().into_values().collect()
-    }
-}
-
-pub(crate) fn notify_action(view: &TraceView) -> Option<&Action> {
-    view.actions.iter().find(|a| a.action == StepKind::Notify)
-}
-
-pub(crate) fn span_of(view: &TraceView, step: StepKind) -> &Span {
-    view.spans
-        .iter()
-        .find(|s| s.step == step)
-        .expect("a span of the step")
-}
+use crate::support::docker::{connect, fake_agent_image};
+use crate::support::env::{stderr, stdout};
+use crate::support::pipeline::{
+    first_span, notify_action, sandbox_config, Sandboxed, StepsWorld, SCRIPT_ENV,
+};
 
 #[tokio::test]
 async fn trace_shows_per_step_cost_and_the_total_and_status_shows_the_spend() {
-    let w = World::new(&json!({"day": {"usd": 5.0}, "month": {"usd": 50.0}}));
+    let w = StepsWorld::new(&json!({"day": {"usd": 5.0}, "month": {"usd": 50.0}}));
     let trace = w.p.submit("what is the export format?");
     w.settle().await;
     assert_eq!(
@@ -198,14 +80,14 @@ async fn trace_shows_per_step_cost_and_the_total_and_status_shows_the_spend() {
 #[tokio::test]
 async fn codex_calls_are_priced_from_the_price_table_so_a_usd_limit_stops_the_trace() {
     // The fake codex reports 100 input tokens (40 cached) and 20 output per call, no USD.
-    let w = World::with(&json!({"autopilot": {
+    let w = StepsWorld::with(&json!({"autopilot": {
         "agent": {"agent": "codex", "codexPrices": {
             "default": {"inputPerMTok": 1000, "cachedInputPerMTok": 100, "outputPerMTok": 10000}}},
         "budget": {"trace": {"usd": 0.1, "action": "stop"}}}}));
     let trace = w.p.submit("a question");
     w.settle().await;
     let view = w.p.trace(trace);
-    let coordinate = span_of(&view, StepKind::Coordinate);
+    let coordinate = first_span(&view, "coordinate");
     // (60 × 1000 + 40 × 100 + 20 × 10000) / 1e6 = 0.264.
     let cost = coordinate.meta["agent"]["costUsd"]
         .as_f64()
@@ -231,12 +113,12 @@ async fn codex_calls_are_priced_from_the_price_table_so_a_usd_limit_stops_the_tr
 
 #[tokio::test]
 async fn a_daily_warn_notes_the_trace_and_work_goes_on() {
-    let w = World::new(&json!({"day": {"usd": 0.0003, "action": "warn"}}));
+    let w = StepsWorld::new(&json!({"day": {"usd": 0.0003, "action": "warn"}}));
     let trace = w.p.submit("first question");
     w.settle().await;
     let view = w.p.trace(trace);
     // The notify's call crossed the limit: noted in its span; the trace ended normally.
-    let notify = span_of(&view, StepKind::Notify);
+    let notify = first_span(&view, "notify");
     let warnings = notify.meta["budgetWarnings"].to_string();
     assert!(warnings.contains("daily budget"), "{warnings}");
     let tree = w.rover_ok(&["trace", &trace.to_string()]);
@@ -259,7 +141,7 @@ async fn a_daily_warn_notes_the_trace_and_work_goes_on() {
 
 #[tokio::test]
 async fn a_daily_pause_holds_new_traces_in_the_queue_and_status_says_why() {
-    let w = World::new(&json!({"day": {"usd": 0.0003, "action": "pause"}}));
+    let w = StepsWorld::new(&json!({"day": {"usd": 0.0003, "action": "pause"}}));
     let first = w.p.submit("first question");
     w.settle().await;
     // Running work finished although it crossed the limit.
@@ -292,7 +174,7 @@ async fn a_daily_pause_holds_new_traces_in_the_queue_and_status_says_why() {
 
 #[tokio::test]
 async fn a_trace_token_limit_stops_the_trace_with_a_budget_notify() {
-    let w = World::new(&json!({"trace": {"tokens": 1, "action": "stop"}}));
+    let w = StepsWorld::new(&json!({"trace": {"tokens": 1, "action": "stop"}}));
     let trace = w.p.submit("a question");
     w.settle().await;
     let view = w.p.trace(trace);
@@ -304,7 +186,7 @@ async fn a_trace_token_limit_stops_the_trace_with_a_budget_notify() {
             "notify:completed"
         ]
     );
-    let coordinate = span_of(&view, StepKind::Coordinate);
+    let coordinate = first_span(&view, "coordinate");
     assert_eq!(coordinate.meta["budgetStopped"], json!(true));
     let notify = notify_action(&view).expect("a notify");
     assert_eq!(notify.meta["purpose"], json!("budget"), "{:?}", notify.meta);
@@ -316,11 +198,11 @@ async fn a_trace_token_limit_stops_the_trace_with_a_budget_notify() {
 #[tokio::test]
 async fn a_stopped_trace_gets_no_second_budget_notify_after_a_restart() {
     let budget = json!({"trace": {"tokens": 1, "action": "stop"}});
-    let w = World::new(&budget);
+    let w = StepsWorld::new(&budget);
     let trace = w.p.submit("a question");
     w.settle().await;
     let view = w.p.trace(trace);
-    let coordinate = span_of(&view, StepKind::Coordinate);
+    let coordinate = first_span(&view, "coordinate");
     assert_eq!(coordinate.meta["budgetStopped"], json!(true));
     // A late action of the stopped trace (e.g. a detached run's result) is still queued when
     // rover restarts.
@@ -341,7 +223,7 @@ async fn a_stopped_trace_gets_no_second_budget_notify_after_a_restart() {
         .filter(|a| a.action == StepKind::Notify)
         .collect();
     assert_eq!(notifies.len(), 1, "{:?}", w.chain(trace));
-    let plan = span_of(&view, StepKind::Plan);
+    let plan = first_span(&view, "plan");
     assert_eq!(plan.status, SpanStatus::Error);
     assert_eq!(plan.meta["budgetStopped"], json!(true));
     assert!(view.pending.is_empty(), "{:?}", view.pending);
@@ -349,14 +231,14 @@ async fn a_stopped_trace_gets_no_second_budget_notify_after_a_restart() {
 
 #[tokio::test]
 async fn a_daily_stop_cancels_a_running_agent_and_its_trace_ends_with_a_budget_notify() {
-    let w = World::new(&json!({"day": {"usd": 0.0001, "action": "stop"}}));
+    let w = StepsWorld::new(&json!({"day": {"usd": 0.0001, "action": "stop"}}));
     let slow = w.p.submit("SLOWME please");
     // Start the slow trace's coordinator (its agent hangs), then a fast one that spends.
     w.orch.drain().await.unwrap();
     let fast = w.p.submit("a quick question");
     w.settle().await;
     let view = w.p.trace(slow);
-    let coordinate = span_of(&view, StepKind::Coordinate);
+    let coordinate = first_span(&view, "coordinate");
     assert_eq!(coordinate.status, SpanStatus::Error);
     assert_eq!(coordinate.meta["budgetStopped"], json!(true));
     assert!(coordinate
@@ -383,7 +265,7 @@ async fn a_daily_stop_cancels_a_running_agent_and_its_trace_ends_with_a_budget_n
 
 #[tokio::test]
 async fn a_trace_wall_time_limit_stops_a_hanging_agent() {
-    let w = World::new(&json!({"trace": {"wallSecs": 1, "action": "stop"}}));
+    let w = StepsWorld::new(&json!({"trace": {"wallSecs": 1, "action": "stop"}}));
     let trace = w.p.submit("SLOWME please");
     tokio::time::timeout(
         Duration::from_secs(60),
@@ -393,7 +275,7 @@ async fn a_trace_wall_time_limit_stops_a_hanging_agent() {
     .expect("the stop ends the hanging run")
     .unwrap();
     let view = w.p.trace(trace);
-    let coordinate = span_of(&view, StepKind::Coordinate);
+    let coordinate = first_span(&view, "coordinate");
     assert_eq!(coordinate.meta["budgetStopped"], json!(true));
     assert!(
         coordinate.summary.as_deref().unwrap().contains("wallSecs"),
@@ -408,17 +290,15 @@ async fn a_trace_wall_time_limit_stops_a_hanging_agent() {
 
 #[tokio::test]
 async fn the_circuit_breaker_trips_after_n_failed_traces_and_resume_lifts_it() {
-    let w = World::new(&json!({"circuitBreaker": {"maxConsecutiveFailures": 2, "notify": true}}));
+    let w =
+        StepsWorld::new(&json!({"circuitBreaker": {"maxConsecutiveFailures": 2, "notify": true}}));
     let a = w.p.submit("FAILME one");
     w.settle().await;
     let b = w.p.submit("FAILME two");
     w.settle().await;
     for t in [a, b] {
         let view = w.p.trace(t);
-        assert_eq!(
-            span_of(&view, StepKind::Coordinate).status,
-            SpanStatus::Error
-        );
+        assert_eq!(first_span(&view, "coordinate").status, SpanStatus::Error);
     }
     // The second failure tripped it, and its failure answer said so: one answer per trace.
     let view = w.p.trace(b);
@@ -436,7 +316,7 @@ async fn the_circuit_breaker_trips_after_n_failed_traces_and_resume_lifts_it() {
     );
     assert_eq!(notifies[0].meta["circuitBreakerTripped"], json!(true));
     let first = w.p.trace(a);
-    let message = span_of(&first, StepKind::Notify).meta["message"]
+    let message = first_span(&first, "notify").meta["message"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
@@ -479,7 +359,7 @@ async fn the_circuit_breaker_trips_after_n_failed_traces_and_resume_lifts_it() {
 
 #[tokio::test]
 async fn a_success_between_failures_keeps_the_breaker_closed() {
-    let w = World::new(&json!({"circuitBreaker": {"maxConsecutiveFailures": 2}}));
+    let w = StepsWorld::new(&json!({"circuitBreaker": {"maxConsecutiveFailures": 2}}));
     for request in ["FAILME one", "fine", "FAILME two"] {
         w.p.submit(request);
         w.settle().await;
@@ -491,7 +371,7 @@ async fn a_success_between_failures_keeps_the_breaker_closed() {
 
 #[tokio::test]
 async fn the_traces_per_hour_cap_holds_work_with_the_reason_in_status() {
-    let w = World::new(&json!({"caps": {"tracesPerHour": 1}}));
+    let w = StepsWorld::new(&json!({"caps": {"tracesPerHour": 1}}));
     let a = w.p.submit("one");
     let b = w.p.submit("two");
     w.settle().await;
@@ -513,7 +393,7 @@ async fn the_traces_per_hour_cap_holds_work_with_the_reason_in_status() {
 
 #[tokio::test]
 async fn the_prs_per_hour_cap_holds_pushes() {
-    let w = World::new(&json!({"caps": {"prsPerHour": 1}}));
+    let w = StepsWorld::new(&json!({"caps": {"prsPerHour": 1}}));
     // A PR opened a minute ago (as the push step records it) fills the cap.
     Ledger::update(&w.p.store, |l| l.prs_opened.push(chrono::Utc::now())).unwrap();
     let (root, _) = rover::steps::event::local_trace("push it", "tester");
@@ -539,95 +419,35 @@ async fn the_prs_per_hour_cap_holds_pushes() {
 
 // ---- stuck detection ------------------------------------------------------------------------
 
-const SCRIPT_ENV: &str = "ROVER_FAKE_AGENT_SCRIPT";
-
-async fn agent_image(docker: &DockerSandbox) -> String {
-    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _guard = BUILD.lock().await;
-    RootfsImage::new("rover-wf-test")
-        .binary(
-            env!("CARGO_BIN_EXE_rover-fake-agent"),
-            "/usr/local/bin/claude",
-        )
-        .ensure(docker)
-        .await
-        .expect("build the fake-agent image")
-}
-
-fn remove_containers(project: &str) {
-    let filter = format!("label={}={project}", rover::sandbox::LABEL_PROJECT);
-    if let Ok(out) = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &filter])
-        .output()
-    {
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(String::from)
-            .collect();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
-    }
-}
-
 /// A pipeline with the workflow step over a real engine whose container agent hangs silently
 /// (it prints its init line, then sleeps: no output, no file change), and one workflow queued.
 struct WorkflowWorld {
-    p: Pipeline,
+    s: Sandboxed,
     orch: StepOrchestrator,
-    project: String,
     trace: Uuid,
     workflow: Uuid,
 }
 
-impl Drop for WorkflowWorld {
-    fn drop(&mut self) {
-        remove_containers(&self.project);
+impl std::ops::Deref for WorkflowWorld {
+    type Target = Sandboxed;
+    fn deref(&self) -> &Sandboxed {
+        &self.s
     }
 }
 
 impl WorkflowWorld {
     async fn new(budget: rover::budget::BudgetSettings) -> WorkflowWorld {
-        let docker = Arc::new(
-            DockerSandbox::connect(vec![SCRIPT_ENV.into(), "IS_SANDBOX".into()])
-                .await
-                .expect(
-                    "a Docker engine must answer: run `bash tests/setup-docker.sh` as root first",
-                ),
-        );
-        let image = agent_image(&docker).await;
-        let p = Pipeline::new();
-        let project = format!("budget-wf-{}", &Uuid::new_v4().simple().to_string()[..10]);
-        let mut config = RoverConfig::default();
-        config.autopilot.sandbox = SandboxSettings {
-            image,
-            memory_mb: 256,
-            cpus: 1.0,
-            pids_limit: 128,
-            timeout_secs: 300,
-            network: "none".into(),
-            env_allow: vec![SCRIPT_ENV.into(), "IS_SANDBOX".into()],
-            ..SandboxSettings::default()
-        };
+        let env_allow = vec![SCRIPT_ENV.to_owned(), "IS_SANDBOX".to_owned()];
+        let docker = Arc::new(connect(env_allow.clone()).await);
+        let image = fake_agent_image(&docker).await;
+        let s = Sandboxed::new("budget-wf");
+        let mut config = sandbox_config(&image, 300, env_allow, Vec::new());
         config.autopilot.budget = budget;
-        let services = Arc::new(Services {
-            repo_root: p.repo.checkout.clone(),
-            repo: None,
-            project_id: project.clone(),
-            agent: p.agent(&json!([]), &config),
-            config: config.clone(),
-            github: None,
-            sandbox: Some(docker.clone() as Arc<dyn Sandbox>),
-            redactor: rover::github::Redactor::new(Vec::<String>::new()),
-            github_token: None,
-            git_env: crate::support::gitrepo::HERMETIC_ENV
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        });
+        let services = s.services(
+            &json!([]),
+            config.clone(),
+            Some(docker.clone() as Arc<dyn Sandbox>),
+        );
         let sandbox_script = json!([{"prompt_contains": "## Task: Silent", "mode": "hang"}]);
         let steps: Vec<Arc<dyn rover::orchestrator::Step>> = vec![
             Arc::new(
@@ -636,10 +456,9 @@ impl WorkflowWorld {
             ),
             Arc::new(NoopStep),
         ];
-        let orch = p
-            .orchestrator(steps)
-            .with_budget(Budget::new(config.autopilot.budget));
-        let (root, _) = rover::steps::event::local_trace("workflow budget test", "tester");
+        let orch =
+            s.p.orchestrator(steps)
+                .with_budget(Budget::new(config.autopilot.budget));
         let meta = serde_json::to_value(rover::steps::meta::WorkflowMeta {
             title: "Silent".into(),
             description: "do it".into(),
@@ -647,14 +466,12 @@ impl WorkflowWorld {
             ..rover::steps::meta::WorkflowMeta::default()
         })
         .unwrap();
-        let Value::Object(meta) = meta else { panic!() };
-        let wf = Action::new(StepKind::Workflow, &root, "test", meta, chrono::Utc::now());
-        p.store.create_trace(&root, Some(&wf), &[]).unwrap();
+        let (trace, wf) =
+            s.p.trace_with("workflow budget test", StepKind::Workflow, &meta);
         WorkflowWorld {
-            p,
+            s,
             orch,
-            project,
-            trace: root.id,
+            trace,
             workflow: wf.id,
         }
     }

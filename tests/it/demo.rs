@@ -24,7 +24,7 @@ fn the_demo_script_runs_the_whole_pipeline_and_shows_the_trace() {
         .lines()
         .find_map(|l| l.strip_prefix("submitted trace "))
     {
-        crate::scenarios::remove_containers(&format!("rover.trace={}", trace.trim()));
+        crate::support::docker::remove_containers(&format!("rover.trace={}", trace.trim()));
     }
     assert!(out.status.success(), "the demo failed:\n{text}");
     assert!(text.contains("outcome  notify (completed)"), "{text}");

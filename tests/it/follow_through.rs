@@ -5,9 +5,9 @@
 use axum::http::Method;
 use serde_json::json;
 
-use crate::scenarios::{chain, Scenario, COORDINATE, NOTIFY};
 use crate::support::env::stdout;
 use crate::support::fake_github::{Fault, FaultKind, BOT};
+use crate::support::scenario::{chain, Scenario, COORDINATE, NOTIFY};
 
 /// alice asks a question on issue 5; the coordinator answers it.
 fn a_question(s: &mut Scenario) {
@@ -279,7 +279,7 @@ async fn without_a_login_or_an_app_slug_the_start_warns_what_to_set() {
 #[tokio::test]
 async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() {
     let mut s = Scenario::new().await;
-    let sha = crate::scenarios::head_sha(&s.checkout);
+    let sha = crate::support::scenario::head_sha(&s.checkout);
     s.github.add_pull(
         12,
         "Speed up the build",
@@ -299,7 +299,7 @@ async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() 
     s.answer(COORDINATE, json!({"decision": "wait", "confidence": 0.8, "reasoning": "CI is still running.", "directive": null, "task": null, "message": null, "condition": "CI on the PR to finish", "task_id": null}));
     s.answer(NOTIFY, json!({"message": "CI passed; ready for review."}));
     s.answer(
-        crate::scenarios::SUMMARIZE,
+        crate::support::scenario::SUMMARIZE,
         json!({"summary": "A newer comment took over the wait."}),
     );
     s.run_once().await;
@@ -361,7 +361,7 @@ async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() 
 
 /// Rover follows its PRs' CI, looking at once (`ciPollSecs: 0`).
 fn follow_ci(s: &mut Scenario) {
-    crate::scenarios::merge(
+    crate::support::scenario::merge(
         &mut s.extra_config,
         &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 0}}}),
     );
@@ -382,7 +382,7 @@ async fn green_ci_on_a_rover_pr_is_told_as_ready() {
     s.with_sandbox().await;
     follow_ci(&mut s);
     s.github.ci_on_new_commits(&["success"]);
-    crate::scenarios::one_task_issue(
+    crate::support::scenario::one_task_issue(
         &mut s,
         30,
         "Add a --csv flag",
@@ -428,10 +428,10 @@ async fn red_ci_on_a_rover_pr_is_iterated_on_the_same_branch_until_green() {
     follow_ci(&mut s);
     // CI fails on rover's first commit and passes on the fix.
     s.github.ci_on_new_commits(&["failure", "success"]);
-    s.rules.push(json!({"prompt_contains": "1 of at most 3 iterate/retry decisions used", "structured": crate::scenarios::resolve("push", json!({}))}));
-    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::scenarios::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
+    s.rules.push(json!({"prompt_contains": "1 of at most 3 iterate/retry decisions used", "structured": crate::support::scenario::resolve("push", json!({}))}));
+    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::scenarios::one_task_issue(
+    crate::support::scenario::one_task_issue(
         &mut s,
         30,
         "Add a --csv flag",
@@ -492,16 +492,16 @@ async fn ci_that_stays_red_ends_in_a_failure_notice_even_if_the_resolver_keeps_p
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     follow_ci(&mut s);
-    crate::scenarios::merge(
+    crate::support::scenario::merge(
         &mut s.extra_config,
         &json!({"autopilot": {"pipeline": {"maxRetries": 2}}}),
     );
     s.github.ci_on_new_commits(&["failure"]);
     // After one iteration the resolver only ever pushes again: the red looks bound the trace.
-    s.rules.push(json!({"prompt_contains": "1 of at most 2 iterate/retry decisions used", "structured": crate::scenarios::resolve("push", json!({}))}));
-    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::scenarios::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
+    s.rules.push(json!({"prompt_contains": "1 of at most 2 iterate/retry decisions used", "structured": crate::support::scenario::resolve("push", json!({}))}));
+    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::scenarios::one_task_issue(
+    crate::support::scenario::one_task_issue(
         &mut s,
         30,
         "Add a --csv flag",

@@ -28,13 +28,7 @@ fn settings() -> GitHubSettings {
 }
 
 fn client(fake: &FakeGitHub) -> OctoGitHub {
-    OctoGitHub::new(
-        &fake.url,
-        TOKEN,
-        RepoRef::parse(REPO).expect("repo"),
-        &settings(),
-    )
-    .expect("client")
+    fake.client_with(&settings())
 }
 
 fn poller() -> Poller {

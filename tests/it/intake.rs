@@ -3,29 +3,19 @@
 //! in `rover autopilot events` with its reason; the first start says what backlog it skipped.
 
 use axum::http::Method;
-use rover::github::{GitHubSettings, OctoGitHub, PollSettings, RepoRef};
+use rover::github::{OctoGitHub, PollSettings};
 use rover::steps::event::{poll_github, resume_poller};
 use rover::store::{AutopilotStore, IntakeOutcome};
 use serde_json::{json, Value};
 
-use crate::scenarios::{chain, merge, Scenario, COORDINATE};
 use crate::support::env::{stderr, stdout};
-use crate::support::fake_github::{FakeGitHub, BOT, REPO, REPO_ID, TOKEN};
+use crate::support::fake_github::{FakeGitHub, BOT, REPO, REPO_ID};
+use crate::support::scenario::{chain, merge, Scenario, COORDINATE};
 
 const SHA: &str = "184cb4b61e26de7cccc385d37da25cd8bd817d27";
 
 fn client(fake: &FakeGitHub) -> OctoGitHub {
-    OctoGitHub::new(
-        &fake.url,
-        TOKEN,
-        RepoRef::parse(REPO).expect("repo"),
-        &GitHubSettings {
-            bot_login: Some(BOT.into()),
-            request_timeout_secs: 5,
-            ..GitHubSettings::default()
-        },
-    )
-    .expect("client")
+    fake.client()
 }
 
 fn settings() -> PollSettings {

@@ -4,23 +4,12 @@
 use rover::store::{Action, Meta, SpanStatus, StepKind};
 use serde_json::{json, Value};
 
-use crate::budget::{notify_action, span_of, World};
 use crate::support::env::stderr;
-
-fn world() -> World {
-    World::with(&json!({}))
-}
-
-fn human_span<'a>(view: &'a rover::store::TraceView, command: &str) -> &'a rover::store::Span {
-    view.spans
-        .iter()
-        .find(|s| s.step.as_str() == command)
-        .unwrap_or_else(|| panic!("a {command} span"))
-}
+use crate::support::pipeline::{first_span, notify_action, StepsWorld};
 
 #[tokio::test]
 async fn cancel_stops_the_running_agent_and_the_trace_ends_with_an_answer_saying_who() {
-    let w = world();
+    let w = StepsWorld::with(&json!({}));
     let trace = w.p.submit("SLOWME please");
     // The coordinator's agent hangs.
     w.orch.drain().await.unwrap();
@@ -51,10 +40,10 @@ async fn cancel_stops_the_running_agent_and_the_trace_ends_with_an_answer_saying
     assert!(out.contains("stopping coordinate"), "{out}");
     w.settle().await;
     let view = w.p.trace(trace);
-    let coordinate = span_of(&view, StepKind::Coordinate);
+    let coordinate = first_span(&view, "coordinate");
     assert_eq!(coordinate.status, SpanStatus::Error);
     assert_eq!(coordinate.meta["closedByHand"], json!(true));
-    let cancel = human_span(&view, "cancel");
+    let cancel = first_span(&view, "cancel");
     assert_eq!(cancel.meta["by"], json!("alice"));
     assert_eq!(cancel.meta["reason"], json!("not needed any more"));
     let notify = notify_action(&view).expect("an answer");
@@ -86,7 +75,8 @@ async fn cancel_stops_the_running_agent_and_the_trace_ends_with_an_answer_saying
 #[tokio::test]
 async fn fail_with_no_daemon_takes_the_queued_work_and_answers_with_the_reason() {
     // A breaker that trips on one failure: a person's `fail` must not count as rover failing.
-    let w = World::new(&json!({"circuitBreaker": {"maxConsecutiveFailures": 1, "notify": true}}));
+    let w =
+        StepsWorld::new(&json!({"circuitBreaker": {"maxConsecutiveFailures": 1, "notify": true}}));
     let trace = w.p.submit("a question");
     let out = w.rover_ok(&["fail", &trace.to_string(), "--reason", "wrong repository"]);
     assert!(out.contains("took coordinate"), "{out}");
@@ -98,7 +88,7 @@ async fn fail_with_no_daemon_takes_the_queued_work_and_answers_with_the_reason()
         "the coordinator never ran: {:?}",
         w.chain(trace)
     );
-    let fail = human_span(&view, "fail");
+    let fail = first_span(&view, "fail");
     assert_eq!(fail.meta["reason"], json!("wrong repository"));
     let notify = notify_action(&view).expect("an answer");
     assert_eq!(notify.meta["purpose"], json!("failure"));
@@ -122,14 +112,11 @@ async fn fail_with_no_daemon_takes_the_queued_work_and_answers_with_the_reason()
 
 #[tokio::test]
 async fn retry_runs_a_failed_action_again_with_a_fresh_attempt_budget() {
-    let w = world();
+    let w = StepsWorld::with(&json!({}));
     let trace = w.p.submit("FAILME please");
     w.settle().await;
     let view = w.p.trace(trace);
-    assert_eq!(
-        span_of(&view, StepKind::Coordinate).status,
-        SpanStatus::Error
-    );
+    assert_eq!(first_span(&view, "coordinate").status, SpanStatus::Error);
     let out = w.rover_ok(&["retry", &trace.to_string(), "--by", "bob"]);
     assert!(out.contains("coordinate"), "{out}");
     assert!(out.contains("retried by bob"), "{out}");
@@ -141,7 +128,7 @@ async fn retry_runs_a_failed_action_again_with_a_fresh_attempt_budget() {
         .filter(|s| s.step == StepKind::Coordinate)
         .collect();
     assert_eq!(coordinates.len(), 2, "{:?}", w.chain(trace));
-    let retry = human_span(&view, "retry");
+    let retry = first_span(&view, "retry");
     assert_eq!(retry.meta["by"], json!("bob"));
     let again: Vec<&Action> = view
         .actions
@@ -165,7 +152,7 @@ async fn retry_runs_a_failed_action_again_with_a_fresh_attempt_budget() {
 
 #[tokio::test]
 async fn dead_letters_are_listed_and_dropped_or_requeued_by_hand() {
-    let w = world();
+    let w = StepsWorld::with(&json!({}));
     let trace = w.p.submit("a question");
     w.settle().await;
     let root = w.p.store.read_span(trace).unwrap();
@@ -206,8 +193,8 @@ async fn dead_letters_are_listed_and_dropped_or_requeued_by_hand() {
     );
     assert_ne!(left[0]["actionId"], json!(letters[1].to_string()));
     let view = w.p.trace(trace);
-    assert_eq!(human_span(&view, "drop").meta["by"], json!("carol"));
-    human_span(&view, "requeue");
+    assert_eq!(first_span(&view, "drop").meta["by"], json!("carol"));
+    first_span(&view, "requeue");
     let out = w.rover(&["dead-letters", "drop", "ffffffff"]);
     assert_eq!(out.status.code(), Some(1));
 }

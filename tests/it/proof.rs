@@ -8,4 +8,3 @@ mod chaos;
 mod concurrency;
 pub mod escape;
 mod security;
-pub mod world;

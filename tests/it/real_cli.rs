@@ -225,7 +225,7 @@ async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
 /// workflow agent is the fake agent in a real container.
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
-    use crate::scenarios::{chain, workflow_rule, Scenario};
+    use crate::support::scenario::{chain, workflow_rule, Scenario};
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
@@ -310,7 +310,7 @@ fn real_sandbox_image() -> String {
 /// is committed, pushed and answered.
 #[tokio::test]
 async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::scenarios::{chain, merge, Scenario};
+    use crate::support::scenario::{chain, merge, Scenario};
     let image = real_sandbox_image();
     let workflow = json!({
         "__tools": [{"name": "Write", "input": {"file_path": "/workspace/json.txt", "content": "--json prints JSON\n"}}],
@@ -391,7 +391,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
 fn json_flag_answers(
     workflow: Option<serde_json::Value>,
 ) -> Vec<(&'static str, serde_json::Value)> {
-    use crate::scenarios::task;
+    use crate::support::scenario::task;
     let mut answers = vec![
         (
             "Role: rover coordinator",
@@ -436,7 +436,7 @@ fn real_codex() -> std::path::PathBuf {
 
 /// The daemon of scenario `s` with the real codex against `api`: `OPENAI_API_KEY` alone (rover
 /// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
-fn real_codex_env(api: &FakeOpenAi, s: &mut crate::scenarios::Scenario) {
+fn real_codex_env(api: &FakeOpenAi, s: &mut crate::support::scenario::Scenario) {
     let codex_home = s.env.path().join("codex-home");
     std::fs::create_dir_all(&codex_home).unwrap();
     for (k, v) in [
@@ -591,7 +591,7 @@ async fn a_rejected_answer_from_the_real_codex_is_repaired_by_the_one_retry() {
 /// claude deciding on the host (the workflow agent is the fake agent in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::scenarios::{chain, workflow_rule, Scenario};
+    use crate::support::scenario::{chain, workflow_rule, Scenario};
     // A vague issue: the planner asks which format.
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
         ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
@@ -685,7 +685,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
 /// alone; the workflow agent is the fake codex in a container.
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
-    use crate::scenarios::{chain, merge, workflow_rule, Scenario};
+    use crate::support::scenario::{chain, merge, workflow_rule, Scenario};
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
@@ -754,7 +754,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
 /// committed, pushed and answered.
 #[tokio::test]
 async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::scenarios::{chain, merge, Scenario};
+    use crate::support::scenario::{chain, merge, Scenario};
     let image = real_sandbox_image();
     let workflow = json!({
         "__tools": [{"name": "exec_command", "arguments": {"cmd": "printf -- '--json prints JSON\\n' > json.txt"}}],
@@ -825,7 +825,7 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
 /// codex deciding on the host (the workflow agent is the fake codex in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::scenarios::{chain, merge, workflow_rule, Scenario};
+    use crate::support::scenario::{chain, merge, workflow_rule, Scenario};
     let codex_scenario = |api: &FakeOpenAi, s: &mut Scenario| {
         merge(
             &mut s.extra_config,

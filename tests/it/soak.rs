@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::scenarios::{
+use crate::support::env::stdout;
+use crate::support::scenario::{
     chain, coordinate, head_sha, merge, pr_payload, resolve, task, workflow_rule, Scenario, COMMIT,
     COORDINATE, NOTIFY, PLAN, RESOLVE,
 };
-use crate::support::env::stdout;
 
 /// Bytes under `dir` (files only, not following links).
 fn du(dir: &Path) -> u64 {

@@ -6,10 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::Utc;
 use rover::config::RoverConfig;
-use rover::github::{
-    compose, Channel, EventAction, EventKind, GitHub, GitHubSettings, NormalizedEvent, OctoGitHub,
-    RepoRef, Visibility,
-};
+use rover::github::{compose, Channel, EventAction, EventKind, NormalizedEvent, Visibility};
 use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use rover::steps::meta::{
     self, CleanupMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
@@ -20,7 +17,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::support::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
-use crate::support::pipeline::{last_span, Pipeline};
+use crate::support::pipeline::{last_span, Case, Pipeline};
 
 const SHA: &str = "184cb4b61e26de7cccc385d37da25cd8bd817d27";
 const ROVER_BRANCH: &str = "rover/task-fix-login";
@@ -46,27 +43,15 @@ impl Step for FakeFinishStep {
     }
 }
 
-fn github_client(fake: &FakeGitHub) -> Arc<dyn GitHub> {
-    let settings = GitHubSettings {
-        bot_login: Some(BOT.into()),
-        request_timeout_secs: 5,
-        ..GitHubSettings::default()
-    };
-    Arc::new(
-        OctoGitHub::new(
-            &fake.url,
-            TOKEN,
-            RepoRef::parse(REPO).expect("repo"),
-            &settings,
-        )
-        .expect("client"),
-    )
-}
-
 fn config() -> RoverConfig {
     let mut config = RoverConfig::default();
     config.autopilot.github.bot_login = Some(BOT.into());
     config
+}
+
+/// A case with `config()`, the fake agent answering by `script`.
+fn case(script: &Value) -> Case {
+    Case::new(script).config(config())
 }
 
 /// A normalized GitHub event about `number` (or a push when `number` is `None`).
@@ -175,10 +160,8 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(5, "Please delete everything", "rm -rf", "mallory", &[]);
     fake.set_permission("mallory", "read");
-    let p = Pipeline::new();
     let script = json!([{"structured": coordinate_answer("plan", &json!({"directive": "x"}))}]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let e = event(
         EventKind::Issues,
         Some(EventAction::Opened),
@@ -220,11 +203,9 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
 
 /// One local request through the coordinator with `answer`; returns the pipeline and trace.
 async fn coordinate_local(answer: Value, more: Vec<Value>) -> (Pipeline, Uuid) {
-    let p = Pipeline::new();
     let mut rules = vec![json!({"prompt_contains": COORDINATE, "structured": answer})];
     rules.extend(more);
-    let services = p.services(&Value::Array(rules), config(), None, None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&Value::Array(rules)).build(steps);
     let trace = p.submit("Make the login page remember the user");
     p.run(&orch).await;
     (p, trace)
@@ -388,15 +369,13 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
     );
     fake.add_check_run(SHA, "ci / test", "in_progress", None);
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
     let script = json!([
         {"invocation": 1, "structured": coordinate_answer("wait", &json!({"condition": "CI on the PR to finish"}))},
         {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waiting for CI."}},
         {"prompt_contains": NOTIFY, "structured": {"message": "CI passed."}},
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
     ]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let first = submit_github(
         &p,
         &event(
@@ -513,12 +492,10 @@ async fn an_untrusted_event_does_not_take_over_a_wait() {
     fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
     fake.set_permission("alice", "write");
     fake.set_permission("mallory", "read");
-    let p = Pipeline::new();
     let script = json!([
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
     ]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let pr = |who: &str| {
         event(
             EventKind::IssueComment,
@@ -549,15 +526,13 @@ async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
     fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
     fake.add_check_run(SHA, "ci / test", "in_progress", None);
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
     let script = json!([
         {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
         {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
     ]);
     // The wait lasts 30 minutes (the default).
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let trace = submit_github(
         &p,
         &event(
@@ -614,14 +589,15 @@ async fn a_wait_is_re_evaluated_at_its_deadline_with_what_it_waited_for() {
     let fake = FakeGitHub::start().await;
     fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
     let script = json!([
         {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
         {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
     ]);
-    let services = p.services(&script, waiting_config(3), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = Case::new(&script)
+        .config(waiting_config(3))
+        .github(&fake)
+        .build(steps);
     let trace = submit_github(
         &p,
         &event(
@@ -663,13 +639,14 @@ async fn waits_stop_at_max_waits_with_a_noop_that_says_so() {
     let fake = FakeGitHub::start().await;
     fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
     let script = json!([
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
         {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waited twice for CI."}},
     ]);
-    let services = p.services(&script, waiting_config(2), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = Case::new(&script)
+        .config(waiting_config(2))
+        .github(&fake)
+        .build(steps);
     let trace = submit_github(
         &p,
         &event(
@@ -739,8 +716,10 @@ async fn merged_rover_pr_is_cleaned_up_without_the_agent() {
     fake.set_permission("alice", "admin");
     let p = Pipeline::new();
     let key = add_mapping(&p, ROVER_BRANCH);
-    let services = p.services(&json!([]), config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = Case::on(p, &json!([]))
+        .config(config())
+        .github(&fake)
+        .build(steps);
     let mut e = event(
         EventKind::PullRequest,
         Some(EventAction::Closed),
@@ -778,8 +757,10 @@ async fn coordinator_cleanup_decision_names_the_mapped_task() {
     let key = add_mapping(&p, ROVER_BRANCH);
     let script = json!([{"prompt_contains": COORDINATE,
         "structured": coordinate_answer("cleanup", &json!({"task_id": "task-fix-login"}))}]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = Case::on(p, &script)
+        .config(config())
+        .github(&fake)
+        .build(steps);
     let trace = submit_github(
         &p,
         &event(
@@ -830,8 +811,10 @@ async fn feedback_on_a_rover_pr_plans_an_iteration_of_its_task() {
          "structured": coordinate_answer("plan", &json!({"directive": "Handle logout as the review asks"}))},
         {"prompt_contains": PLAN, "structured": {"analysis": "one change", "tasks": [task("logout", &[])], "clarification": null}},
     ]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = Case::on(p, &script)
+        .config(config())
+        .github(&fake)
+        .build(steps);
     let trace = submit_github(
         &p,
         &event(
@@ -993,9 +976,9 @@ async fn notify_on(
     notify: &NotifyMeta,
     script: Value,
 ) -> (Pipeline, Uuid, Uuid) {
-    let p = Pipeline::new();
-    let services = p.services(&script, config(), Some(github_client(fake)), None);
-    let orch = p.orchestrator(vec![Arc::new(NotifyStep::new(services))]);
+    let (p, orch) = case(&script)
+        .github(fake)
+        .build(|s| vec![Arc::new(NotifyStep::new(s.clone()))]);
     let (trace, action) = submit_notify(&p, e, notify);
     p.run(&orch).await;
     assert_eq!(p.chain(trace), ["event:completed", "notify:completed"]);
@@ -1121,14 +1104,9 @@ async fn notify_posts_on_each_github_channel() {
 async fn notify_after_a_crash_finds_its_post_and_does_not_post_twice() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(5, "Login broken", "It fails", "alice", &[]);
-    let p = Pipeline::new();
-    let services = p.services(
-        &answer_notify("Fixed in #7."),
-        config(),
-        Some(github_client(&fake)),
-        None,
-    );
-    let orch = p.orchestrator(vec![Arc::new(NotifyStep::new(services))]);
+    let (p, orch) = case(&answer_notify("Fixed in #7."))
+        .github(&fake)
+        .build(|s| vec![Arc::new(NotifyStep::new(s.clone()))]);
     let e = event(
         EventKind::Issues,
         Some(EventAction::Opened),
@@ -1229,13 +1207,14 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
     fake.add_comment(12, "carol", &format!("here is my token {TOKEN}, try it"));
     fake.add_check_run(SHA, "ci / lint", "completed", Some("failure"));
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
     let script = json!([{"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))}]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let mut services = Arc::try_unwrap(services).ok().expect("sole owner");
-    services.github_token = Some(TOKEN.into());
-    services.redactor = rover::github::Redactor::new([TOKEN]);
-    let services = Arc::new(services);
+    let (p, services) = case(&script)
+        .github(&fake)
+        .adjust(|services, _| {
+            services.github_token = Some(TOKEN.into());
+            services.redactor = rover::github::Redactor::new([TOKEN]);
+        })
+        .services();
     let orch = p.orchestrator(vec![
         Arc::new(CoordinateStep::new(services.clone())),
         Arc::new(NoopStep),
@@ -1294,13 +1273,11 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
 
 #[tokio::test]
 async fn coordinator_agent_failure_fails_forward_to_notify() {
-    let p = Pipeline::new();
     let script = json!([
         {"prompt_contains": COORDINATE, "mode": "api_error", "status": 401},
         {"prompt_contains": NOTIFY, "structured": {"message": "Rover could not decide: the model API refused the key."}},
     ]);
-    let services = p.services(&script, config(), None, None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&script).build(steps);
     let trace = p.submit("Fix the flaky test");
     p.run(&orch).await;
     assert_eq!(
@@ -1326,7 +1303,6 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(20, "Make login better", "It is bad.", "alice", &[]);
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
     // Invocations: 1 coordinate, 2 plan (asks), 3 notify; 4 coordinate, 5 plan (tasks).
     let script = json!([
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("plan", &json!({"directive": "Improve login"}))},
@@ -1334,8 +1310,7 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
         {"prompt_contains": PLAN, "structured": {"analysis": "clear now", "tasks": [task("remember", &[])], "clarification": null}},
         {"prompt_contains": NOTIFY, "structured": {"message": "Which part should I improve: speed or remember-me?"}},
     ]);
-    let services = p.services(&script, config(), Some(github_client(&fake)), None);
-    let orch = p.orchestrator(steps(&services));
+    let (p, orch) = case(&script).github(&fake).build(steps);
     let opened = submit_github(
         &p,
         &event(

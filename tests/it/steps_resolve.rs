@@ -12,10 +12,7 @@ use async_trait::async_trait;
 use axum::http::Method;
 use rover::config::RoverConfig;
 use rover::git::{BranchBase, Workspace};
-use rover::github::{
-    EventAction, EventKind, GitHub, GitHubSettings, NormalizedEvent, OctoGitHub, RepoRef,
-    Visibility,
-};
+use rover::github::{EventAction, EventKind, GitHub, GitHubSettings, NormalizedEvent, Visibility};
 use rover::orchestrator::{
     Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError, StepOrchestrator,
 };
@@ -28,9 +25,10 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
+use crate::support::fake_github::{FakeGitHub, BOT, REPO};
 use crate::support::gitrepo::{git, HERMETIC_ENV};
-use crate::support::pipeline::{last_span, Pipeline};
+use crate::support::pipeline::{last_span, Case, Pipeline};
+use crate::support::scenario::resolve;
 
 // ---------------------------------------------------------------------------------------------
 // Stand-in steps
@@ -303,15 +301,6 @@ fn write(path: &str, content: &str) -> TaskScript {
     }
 }
 
-fn answer(decision: &str, extra: &Value) -> Value {
-    let mut v = json!({"decision": decision, "reasoning": format!("decided {decision}"),
-        "instructions": null, "retry_step": null, "message": null, "corrective_commands": []});
-    for (k, val) in extra.as_object().expect("object") {
-        v[k] = val.clone();
-    }
-    v
-}
-
 /// A script answering each resolve invocation in turn.
 fn resolve_script(answers: &[Value]) -> Value {
     let rules: Vec<Value> = answers
@@ -348,13 +337,13 @@ impl World {
         github: Option<Arc<dyn GitHub>>,
         tasks: Vec<WorkflowMeta>,
         scripts: &[(&str, TaskScript)],
-        adjust: impl FnOnce(&mut Services, &Pipeline),
+        adjust: impl FnOnce(&mut Services, &Pipeline) + 'static,
     ) -> World {
-        let p = Pipeline::new();
-        let mut owned = Arc::into_inner(p.services(script, config, github, None))
-            .expect("a fresh Arc has one owner");
-        adjust(&mut owned, &p);
-        let services = Arc::new(owned);
+        let (p, services) = Case::new(script)
+            .config(config)
+            .github_client(github)
+            .adjust(adjust)
+            .services();
         let workflow = FakeWorkflowStep::new(services.clone(), scripts);
         World {
             p,
@@ -445,18 +434,10 @@ fn notify_of(p: &Pipeline, trace: Uuid) -> NotifyMeta {
 }
 
 fn github(fake: &FakeGitHub) -> Arc<dyn GitHub> {
-    Arc::new(
-        OctoGitHub::new(
-            &fake.url,
-            TOKEN,
-            RepoRef::parse(REPO).expect("repo"),
-            &GitHubSettings {
-                request_timeout_secs: 5,
-                ..GitHubSettings::default()
-            },
-        )
-        .expect("client"),
-    )
+    Arc::new(fake.client_with(&GitHubSettings {
+        request_timeout_secs: 5,
+        ..GitHubSettings::default()
+    }))
 }
 
 /// A trace for `IssuesEvent opened #number` (public issue).
@@ -480,7 +461,7 @@ fn submit_issue(p: &Pipeline, number: u64) -> Uuid {
 const SECRET_TOKEN: &str = "ghp_pushtoken0123456789abcdefghijkl";
 
 fn push_script() -> Value {
-    json!([{"structured": answer("push", &json!({}))}])
+    json!([{"structured": resolve("push", json!({}))}])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,11 +555,11 @@ async fn resolver_waits_for_a_queued_workflow_then_one_of_two_resolves_pushes() 
 #[tokio::test]
 async fn resolver_iterates_on_the_same_task_and_branch() {
     let script = resolve_script(&[
-        answer(
+        resolve(
             "iterate",
-            &json!({"instructions": "use a table-driven parser"}),
+            json!({"instructions": "use a table-driven parser"}),
         ),
-        answer("push", &json!({})),
+        resolve("push", json!({})),
     ]);
     let w = World::new(
         &script,
@@ -647,11 +628,11 @@ async fn resolver_iterates_on_the_same_task_and_branch() {
 async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
     let fix = json!({"command": "npm install -g lint-tool", "purpose": "install the hook's tool"});
     let script = resolve_script(&[
-        answer(
+        resolve(
             "retry",
-            &json!({"retry_step": "commit", "corrective_commands": [fix]}),
+            json!({"retry_step": "commit", "corrective_commands": [fix]}),
         ),
-        answer("push", &json!({})),
+        resolve("push", json!({})),
     ]);
     let mut w = World::new(
         &script,
@@ -715,7 +696,7 @@ async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
 async fn resolver_fails_without_the_agent_when_retries_are_exhausted() {
     let mut config = RoverConfig::default();
     config.autopilot.pipeline.max_retries = 1;
-    let script = json!([{"structured": answer("iterate", &json!({"instructions": "try again"}))}]);
+    let script = json!([{"structured": resolve("iterate", json!({"instructions": "try again"}))}]);
     let w = World::new(
         &script,
         config,
@@ -764,8 +745,8 @@ async fn a_resolver_wait_is_a_scheduled_look_again_bounded_by_max_waits() {
     config.autopilot.pipeline.wait_secs = 0;
     config.autopilot.pipeline.max_waits = 1;
     let script = resolve_script(&[
-        answer("wait", &json!({"reasoning": "CI is still running"})),
-        answer("wait", &json!({"reasoning": "CI is still running"})),
+        resolve("wait", json!({"reasoning": "CI is still running"})),
+        resolve("wait", json!({"reasoning": "CI is still running"})),
     ]);
     let w = World::new(
         &script,
@@ -821,9 +802,9 @@ async fn a_resolver_wait_is_a_scheduled_look_again_bounded_by_max_waits() {
 
 #[tokio::test]
 async fn resolver_notifies_the_findings_of_a_review() {
-    let script = resolve_script(&[answer(
+    let script = resolve_script(&[resolve(
         "notify",
-        &json!({"message": "Two findings: the parser panics on empty input."}),
+        json!({"message": "Two findings: the parser panics on empty input."}),
     )]);
     let mut review = task("review the parser");
     review.workflow_type = meta::WorkflowType::CodeReview;
@@ -844,9 +825,9 @@ async fn resolver_notifies_the_findings_of_a_review() {
 
 #[tokio::test]
 async fn resolver_fails_with_the_agents_message() {
-    let script = resolve_script(&[answer(
+    let script = resolve_script(&[resolve(
         "fail",
-        &json!({"message": "The task asks for a database this repository does not have."}),
+        json!({"message": "The task asks for a database this repository does not have."}),
     )]);
     let w = World::new(
         &script,

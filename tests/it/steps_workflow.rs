@@ -8,13 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
 use rover::config::RoverConfig;
 use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError, StepOrchestrator};
-use rover::sandbox::image::RootfsImage;
 use rover::sandbox::{
     ContainerInfo, ContainerStatus, DockerSandbox, GateSettings, LogStats, Sandbox, SandboxError,
-    SandboxLabels, SandboxSettings, SandboxSpec, LABEL_ACTION, LABEL_PROJECT,
+    SandboxLabels, SandboxSpec,
 };
 use rover::steps::cleanup::CleanupStep;
 use rover::steps::commit::CommitStep;
@@ -26,10 +24,10 @@ use rover::store::{Action, Recovery, Span, SpanStatus, StepKind, StepRun};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::support::gitrepo::{git, HERMETIC_ENV};
-use crate::support::pipeline::{last_span, Pipeline};
+use crate::support::docker::fake_agent_image;
+use crate::support::gitrepo::git;
+use crate::support::pipeline::{last_span, sandbox_config, Pipeline, Sandboxed, SCRIPT_ENV};
 
-const SCRIPT_ENV: &str = "ROVER_FAKE_AGENT_SCRIPT";
 const FAKE_TOKEN: &str = "ghp_fakeTOKENfakeTOKENfakeTOKEN1234";
 
 /// Stands in for the resolver: finishes at once.
@@ -200,79 +198,31 @@ fn env_allow() -> Vec<String> {
 }
 
 async fn docker() -> Arc<DockerSandbox> {
-    Arc::new(
-        DockerSandbox::connect(env_allow())
-            .await
-            .expect("a Docker engine must answer: run `bash tests/setup-docker.sh` as root first"),
-    )
+    Arc::new(crate::support::docker::connect(env_allow()).await)
 }
 
-/// busybox + the fake agent as `claude`, built once per engine (content-addressed).
 async fn agent_image(docker: &DockerSandbox) -> String {
-    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _guard = BUILD.lock().await;
-    RootfsImage::new("rover-wf-test")
-        .binary(
-            env!("CARGO_BIN_EXE_rover-fake-agent"),
-            "/usr/local/bin/claude",
-        )
-        .ensure(docker)
-        .await
-        .expect("build the fake-agent image")
+    fake_agent_image(docker).await
 }
 
 fn config(image: &str, timeout_secs: u64, gates: Vec<GateSettings>) -> RoverConfig {
-    let mut config = RoverConfig::default();
-    config.autopilot.sandbox = SandboxSettings {
-        image: image.to_owned(),
-        memory_mb: 256,
-        cpus: 1.0,
-        pids_limit: 128,
-        timeout_secs,
-        network: "none".into(),
-        env_allow: env_allow(),
-        gates,
-        ..SandboxSettings::default()
-    };
-    config
+    sandbox_config(image, timeout_secs, env_allow(), gates)
 }
 
-/// One test's world: a pipeline, a unique project id (container labels), its containers
-/// removed on drop.
-struct World {
-    p: Pipeline,
-    project: String,
+/// One test's world: a sandboxed pipeline whose services hold a GitHub token (a task must never
+/// see it), its containers removed on drop.
+struct World(Sandboxed);
+
+impl std::ops::Deref for World {
+    type Target = Sandboxed;
+    fn deref(&self) -> &Sandboxed {
+        &self.0
+    }
 }
 
 impl World {
     fn new() -> World {
-        World {
-            p: Pipeline::new(),
-            project: format!("wf-test-{}", &Uuid::new_v4().simple().to_string()[..12]),
-        }
-    }
-
-    fn services(
-        &self,
-        host_script: &Value,
-        config: RoverConfig,
-        sandbox: Option<Arc<dyn Sandbox>>,
-    ) -> Arc<Services> {
-        Arc::new(Services {
-            repo_root: self.p.repo.checkout.clone(),
-            repo: None,
-            project_id: self.project.clone(),
-            agent: self.p.agent(host_script, &config),
-            config,
-            github: None,
-            sandbox,
-            redactor: rover::github::Redactor::new(Vec::<String>::new()),
-            github_token: Some(FAKE_TOKEN.to_owned()),
-            git_env: HERMETIC_ENV
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        })
+        World(Sandboxed::new("wf-test").with_github_token(FAKE_TOKEN))
     }
 
     fn steps(services: &Arc<Services>, sandbox_script: &Value) -> Vec<Arc<dyn Step>> {
@@ -291,59 +241,12 @@ impl World {
 
     /// A trace whose first action is `first`; more actions of the same trace via `enqueue`.
     fn trace_with(&self, kind: StepKind, meta: &Value) -> (Uuid, Action) {
-        let (root, _) = rover::steps::event::local_trace("workflow test", "tester");
-        let action = action_on(&root, kind, meta);
-        self.p
-            .store
-            .create_trace(&root, Some(&action), &[])
-            .expect("create trace");
-        (root.id, action)
+        self.p.trace_with("workflow test", kind, meta)
     }
 
     fn enqueue(&self, trace: Uuid, kind: StepKind, meta: &Value) -> Action {
-        let root = self.p.store.read_span(trace).expect("root span");
-        let action = action_on(&root, kind, meta);
-        self.p.store.enqueue(&action, trace).expect("enqueue");
-        action
+        self.p.enqueue(trace, kind, meta)
     }
-
-    async fn containers(&self, docker: &DockerSandbox, action: Uuid) -> Vec<ContainerInfo> {
-        docker
-            .list_by_labels(&[
-                (LABEL_PROJECT.to_owned(), self.project.clone()),
-                (LABEL_ACTION.to_owned(), action.to_string()),
-            ])
-            .await
-            .expect("list containers")
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let filter = format!("label={LABEL_PROJECT}={}", self.project);
-        if let Ok(out) = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(ToString::to_string)
-                .collect();
-            if !ids.is_empty() {
-                let _ = std::process::Command::new("docker")
-                    .args(["rm", "-f"])
-                    .args(&ids)
-                    .output();
-            }
-        }
-    }
-}
-
-fn action_on(root: &Span, kind: StepKind, meta: &Value) -> Action {
-    let Value::Object(map) = meta.clone() else {
-        panic!("meta must be an object")
-    };
-    Action::new(kind, root, "test", map, Utc::now())
 }
 
 fn task(title: &str, depends_on: &[Uuid]) -> Value {

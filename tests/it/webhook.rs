@@ -13,9 +13,9 @@ use nix::unistd::Pid;
 use rover::github::webhook::sign;
 use serde_json::{json, Value};
 
-use crate::scenarios::{chain, Scenario, COORDINATE, NOTIFY};
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::REPO;
+use crate::support::scenario::{chain, Scenario, COORDINATE, NOTIFY};
 
 const SECRET: &str = "webhook-secret-for-tests";
 
@@ -460,12 +460,12 @@ async fn a_completed_check_run_wakes_the_ci_watch_of_rovers_pr() {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     // Rover would look at its PR's CI only in an hour; the check run says so sooner.
-    crate::scenarios::merge(
+    crate::support::scenario::merge(
         &mut s.extra_config,
         &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 3600}}}),
     );
     s.github.ci_on_new_commits(&["success"]);
-    crate::scenarios::one_task_issue(
+    crate::support::scenario::one_task_issue(
         &mut s,
         30,
         "Add a --csv flag",
@@ -556,9 +556,9 @@ fn try_deliver(addr: SocketAddr, event: &str, delivery: &str, body: &Value) -> O
 /// is answered exactly once; the store parses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_during_webhook_intake_and_reconcile_loses_nothing_and_duplicates_nothing() {
-    use crate::proof::world::{assert_trace_sound, every_file_parses};
-    use crate::scenarios::{coordinate, merge};
     use crate::support::child::Rng;
+    use crate::support::local::{assert_trace_sound, every_file_parses};
+    use crate::support::scenario::{coordinate, merge};
     let mut s = Scenario::new().await;
     merge(
         &mut s.extra_config,

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 
 use axum::http::Method;
 
-use super::world::{script_rules, Kind, LocalWorld, LOCAL_REQUEST};
-use crate::scenarios::{coordinate, Scenario, COORDINATE, NOTIFY};
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::{Fault, FaultKind};
+use crate::support::local::{script_rules, Kind, LocalWorld, LOCAL_REQUEST};
+use crate::support::scenario::{coordinate, Scenario, COORDINATE, NOTIFY};
 
 /// `start --once --local`, whatever its exit code.
 fn once(world: &LocalWorld) -> Output {
@@ -85,7 +85,7 @@ async fn malformed_agent_outputs_give_a_span_error_and_the_trace_still_ends() {
         let id = world.submit(Kind::Noop, 0);
         let out = once(&world);
         let view = world.store().load_trace(id).unwrap();
-        let chain = crate::scenarios::chain(&view);
+        let chain = crate::support::scenario::chain(&view);
         let coordinate = view
             .spans
             .iter()
@@ -185,7 +185,7 @@ async fn github_error_responses_give_a_clear_span_error_and_lose_nothing() {
         });
         let out = s.run_once_raw().await;
         let view = s.the_trace();
-        let chain = crate::scenarios::chain(&view);
+        let chain = crate::support::scenario::chain(&view);
         assert_eq!(
             chain,
             ["event:completed", "coordinate:completed", "notify:error"],
@@ -226,7 +226,7 @@ async fn github_error_responses_give_a_clear_span_error_and_lose_nothing() {
         view.pending.len(),
         1,
         "the queue keeps the work: {:?}",
-        crate::scenarios::chain(&view)
+        crate::support::scenario::chain(&view)
     );
     let error = &view.spans[2].meta["error"];
     assert!(
@@ -248,7 +248,7 @@ async fn github_error_responses_give_a_clear_span_error_and_lose_nothing() {
     s.run_until_settled(6).await;
     let view = s.the_trace();
     assert_eq!(
-        crate::scenarios::chain(&view),
+        crate::support::scenario::chain(&view),
         [
             "event:completed",
             "coordinate:completed",
@@ -281,7 +281,9 @@ async fn github_error_responses_give_a_clear_span_error_and_lose_nothing() {
     );
     s.run_until_settled(4).await;
     assert_eq!(
-        crate::scenarios::chain(&s.the_trace()).last().unwrap(),
+        crate::support::scenario::chain(&s.the_trace())
+            .last()
+            .unwrap(),
         "notify:completed"
     );
     assert_eq!(posted(&s), 1);
@@ -372,7 +374,7 @@ async fn a_sandboxed_agent_that_misbehaves_fails_its_workflow_and_the_trace_ends
         let mut bad = misbehaviour.clone();
         bad["prompt_contains"] = json!("## Task: Make the chaos change");
         let give_up = json!({"prompt_contains": "## Error output of failed steps",
-            "structured": crate::scenarios::resolve("fail", json!({"message": "The agent failed."}))});
+            "structured": crate::support::scenario::resolve("fail", json!({"message": "The agent failed."}))});
         let mut rules = vec![bad, give_up];
         rules.extend(script_rules());
         world.script = json!({"rules": rules});
@@ -388,7 +390,7 @@ async fn a_sandboxed_agent_that_misbehaves_fails_its_workflow_and_the_trace_ends
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         }
         let view = world.store().load_trace(id).unwrap();
-        let chain = crate::scenarios::chain(&view);
+        let chain = crate::support::scenario::chain(&view);
         assert!(settled, "{case}: the trace ends: {chain:?}");
         let workflow = view
             .spans

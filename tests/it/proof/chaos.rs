@@ -10,10 +10,10 @@ use nix::unistd::Pid;
 use rover::store::StepKind;
 use serde_json::json;
 
-use super::world::{assert_trace_sound, every_file_parses, Kind, LocalWorld};
-use crate::scenarios::{coordinate, Scenario, COORDINATE, NOTIFY};
 use crate::support::child::Rng;
 use crate::support::gitrepo::git;
+use crate::support::local::{assert_trace_sound, every_file_parses, Kind, LocalWorld};
+use crate::support::scenario::{coordinate, Scenario, COORDINATE, NOTIFY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothing_twice() {
@@ -133,7 +133,7 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
                     .any(|s| s.step == StepKind::Push
                         && s.status == rover::store::SpanStatus::Completed),
                 "trace {id} pushed: {:?}",
-                crate::scenarios::chain(&view)
+                crate::support::scenario::chain(&view)
             );
         }
     }

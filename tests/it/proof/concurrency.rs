@@ -13,8 +13,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::world::{Kind, LocalWorld};
 use crate::support::env::{stderr, stdout};
+use crate::support::local::{Kind, LocalWorld};
 
 /// One reader's tally.
 #[derive(Default)]

@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::scenarios::{
+use crate::support::gitrepo::git;
+use crate::support::scenario::{
     chain, coordinate, prompts, push_once_committed, resolve, task, Scenario, COMMIT, COORDINATE,
     NOTIFY, PLAN, RESOLVE,
 };
-use crate::support::gitrepo::git;
 
 /// A host dir for markers: payloads `touch` files here; a container cannot see it.
 struct Markers {

@@ -19,9 +19,53 @@ pub fn env_allow() -> Vec<String> {
 
 /// Connects to the engine; never skips: CI runs `tests/setup-docker.sh` first.
 pub async fn sandbox() -> DockerSandbox {
-    DockerSandbox::connect(env_allow())
+    connect(env_allow()).await
+}
+
+/// Connects to the engine with this env allow-list; never skips.
+pub async fn connect(env_allow: Vec<String>) -> DockerSandbox {
+    DockerSandbox::connect(env_allow)
         .await
         .expect("a Docker engine must answer for these tests: run `bash tests/setup-docker.sh` as root first")
+}
+
+/// busybox plus the fake agent as `claude` and as `codex`: the image every test that runs an
+/// agent in a container uses (built once, one build at a time; content-addressed).
+pub async fn fake_agent_image(sandbox: &DockerSandbox) -> String {
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _guard = BUILD.lock().await;
+    RootfsImage::new("rover-scenario")
+        .binary(
+            env!("CARGO_BIN_EXE_rover-fake-agent"),
+            "/usr/local/bin/claude",
+        )
+        .binary(
+            env!("CARGO_BIN_EXE_rover-fake-agent"),
+            "/usr/local/bin/codex",
+        )
+        .ensure(sandbox)
+        .await
+        .expect("build the fake-agent image")
+}
+
+/// Removes every container carrying `label` (`name=value`; best effort).
+pub fn remove_containers(label: &str) {
+    let Ok(out) = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={label}")])
+        .output()
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(ToString::to_string)
+        .collect();
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&ids)
+            .output();
+    }
 }
 
 /// The test image: busybox plus `git` (a dynamically linked binary with its libraries).
@@ -79,22 +123,6 @@ impl TestContainers {
 
 impl Drop for TestContainers {
     fn drop(&mut self) {
-        let filter = format!("label={LABEL_TEST}={}", self.id);
-        let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        else {
-            return;
-        };
-        let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(ToString::to_string)
-            .collect();
-        if !ids.is_empty() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
+        remove_containers(&format!("{LABEL_TEST}={}", self.id));
     }
 }

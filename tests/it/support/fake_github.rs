@@ -18,6 +18,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
 use axum::Router;
+use rover::github::{GitHubSettings, OctoGitHub, RepoRef};
 use serde_json::{json, Value};
 
 use super::fake_server::{serve, Served};
@@ -205,6 +206,28 @@ fn web(path: &str) -> String {
 
 fn api(path: &str) -> String {
     format!("https://api.github.com/repos/{REPO}/{path}")
+}
+
+impl FakeGitHub {
+    /// The real octocrab client against this fake (with `TOKEN`, on `REPO`), with `settings`.
+    pub fn client_with(&self, settings: &GitHubSettings) -> OctoGitHub {
+        OctoGitHub::new(
+            &self.url,
+            TOKEN,
+            RepoRef::parse(REPO).expect("repo"),
+            settings,
+        )
+        .expect("client")
+    }
+
+    /// The real client as rover's bot (`BOT`), a 5 s request timeout.
+    pub fn client(&self) -> OctoGitHub {
+        self.client_with(&GitHubSettings {
+            bot_login: Some(BOT.into()),
+            request_timeout_secs: 5,
+            ..GitHubSettings::default()
+        })
+    }
 }
 
 impl FakeGitHub {

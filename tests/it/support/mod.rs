@@ -1,4 +1,12 @@
-//! Helpers shared by the integration tests: temp dirs, fakes, the binary under test.
+//! Helpers shared by the integration tests: temp dirs, fakes, the binary under test, and the test
+//! worlds. Which world to use:
+//! - `pipeline::Pipeline` (+ `pipeline::Case` to build one case): a step or a few steps on the
+//!   in-process orchestrator, with a hand-picked step list;
+//! - `pipeline::Sandboxed`: the same with real containers under a project label of their own;
+//! - `pipeline::StepsWorld`: every real step plus the `rover` CLI on the same store (budgets,
+//!   steering a running pipeline);
+//! - `scenario::Scenario`: the real binary end to end (`start --once`) against the fake GitHub;
+//! - `local::LocalWorld`: the real binary in local mode as a long-running daemon (proof suites).
 
 pub mod child;
 pub mod docker;
@@ -9,5 +17,7 @@ pub mod fake_github;
 pub mod fake_openai;
 pub mod fake_server;
 pub mod gitrepo;
+pub mod local;
 pub mod pipeline;
+pub mod scenario;
 pub mod storegen;

@@ -1,5 +1,8 @@
-//! What the proof suites share: a local project with a bare `origin` and real containers, the
-//! fake agent's script for the local request kinds, and whole-store checks.
+//! The local world: the real `rover` binary in local mode (`autopilot submit`, `autopilot start
+//! --local`, no GitHub) over a project with a bare `origin` and real containers, the fake agent's
+//! script for the local request kinds, and whole-store checks. Use it for daemons that run for a
+//! while and are killed or raced (the proof suites); use `super::scenario::Scenario` for
+//! `--once` runs against the fake GitHub, and `super::pipeline` for the in-process orchestrator.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,11 +13,11 @@ use rover::store::{AutopilotStore, SpanStatus, TraceOutcome, TraceView};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::scenarios::{
-    coordinate, merge, resolve, scenario_image, task, COMMIT, NOTIFY, PLAN, SUMMARIZE,
+use super::env::{stderr, stdout, TestEnv};
+use super::gitrepo::git;
+use super::scenario::{
+    coordinate, merge, resolve, sandbox_json, task, COMMIT, NOTIFY, PLAN, SUMMARIZE,
 };
-use crate::support::env::{stderr, stdout, TestEnv};
-use crate::support::gitrepo::git;
 
 /// The coordinator's prompt quotes a local request right after this.
 pub const LOCAL_REQUEST: &str = "submitted with `rover autopilot submit`:\n\n";
@@ -74,12 +77,7 @@ impl LocalWorld {
             "pipeline": {"fallbackIntervalSecs": 1}
         }});
         if sandbox {
-            let image = scenario_image().await;
-            merge(
-                &mut config,
-                &json!({"autopilot": {"sandbox": {"image": image, "network": "none", "memoryMb": 256, "cpus": 1.0,
-                    "timeoutSecs": 60, "envAllow": ["ROVER_FAKE_AGENT_SCRIPT"]}}}),
-            );
+            merge(&mut config, &sandbox_json().await);
         }
         std::fs::write(
             repo.join("rover.json"),
@@ -180,7 +178,7 @@ impl LocalWorld {
                     .iter()
                     .map(|t| {
                         let v = store.load_trace(*t).unwrap();
-                        (crate::scenarios::chain(&v), v.outcome())
+                        (super::scenario::chain(&v), v.outcome())
                     })
                     .collect();
                 panic!("not settled in {limit:?}: {summary:#?}");
@@ -349,7 +347,7 @@ pub fn every_file_parses(root: &Path) -> usize {
 /// (no step may end in an error but an interrupted one). Returns the number of actions checked.
 pub fn assert_trace_sound(view: &TraceView, exactly_once: bool) -> usize {
     let id = view.trace_id();
-    let chain = crate::scenarios::chain(view);
+    let chain = super::scenario::chain(view);
     assert!(
         matches!(view.outcome(), TraceOutcome::Finished { .. }),
         "trace {id} ended: {chain:?}"
