@@ -535,7 +535,15 @@ pub struct ErrorMeta {
 }
 
 impl ErrorMeta {
-    const KEY: &'static str = "error";
+    /// The span meta key it is stored under.
+    pub const KEY: &'static str = "error";
+
+    /// Store it in a span's meta under [`ErrorMeta::KEY`].
+    pub fn put_into(&self, meta: &mut Meta) {
+        if let Ok(value) = serde_json::to_value(self) {
+            meta.insert(Self::KEY.to_owned(), value);
+        }
+    }
 
     /// The error a span recorded, if any.
     pub fn of(span: &Span) -> Option<ErrorMeta> {
@@ -547,6 +555,53 @@ impl ErrorMeta {
     /// A detail by name, as the step recorded it.
     pub fn detail(&self, key: &str) -> Option<&Value> {
         self.details.get(key)
+    }
+}
+
+/// The part of a `push` span's meta that the budget ledger and `gc` read back: the pull
+/// request the push opened or found. A push without one (a local event, no GitHub client)
+/// records `prUrl: null`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushPullRequest {
+    /// Present as `null` when the push opened no pull request.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pr_url: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_number: Option<u64>,
+    /// Whether this push opened the pull request (it counts against the budget's PR cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_created: Option<bool>,
+    /// The commit pushed (`null` when it could not be read back).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub head_sha: Option<Option<String>>,
+}
+
+/// A key that is present, as `null` or a value (a missing key stays `None`: `default`).
+#[allow(clippy::option_option)] // present-but-null differs from missing on disk
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl PushPullRequest {
+    /// What a push span recorded of its pull request (nothing, for other shapes).
+    pub fn of(span: &Span) -> PushPullRequest {
+        serde_json::from_value(Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+
+    /// Whether the push has a pull request (a URL or a number).
+    pub fn exists(&self) -> bool {
+        self.pr_url.as_ref().is_some_and(Option::is_some) || self.pr_number.is_some()
     }
 }
 
