@@ -817,8 +817,23 @@ pub struct Cursor {
     /// The GitHub poller's ETag and seen ids (rover's addition; absent before the first poll).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<PollCursor>,
+    /// The reconcile sweep's watermark (rover's addition; absent before the first start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<ReconcileCursor>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The reconcile watermark in `cursor.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ReconcileCursor {
+    /// When the last sweep started (the next one sweeps from a little before).
+    pub last_run_at: Option<DateTime<Utc>>,
+    /// What the last sweep swept from.
+    pub since: Option<DateTime<Utc>>,
+    /// The first start: nothing before it is swept (the backlog is the poller's to skip).
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// What the GitHub poller persists between runs: the ETag and the ids already ingested.
@@ -867,6 +882,7 @@ impl Cursor {
             processed_event_ids: Vec::new(),
             event_keys: Vec::new(),
             poll: None,
+            reconcile: None,
             extra: Map::new(),
         }
     }
