@@ -294,6 +294,23 @@ pub struct NotifyMeta {
     /// after the message, so the trace is answered once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker_note: Option<String>,
+    /// Rover's own notify (the breaker's, a person's decision): not a trace outcome for the
+    /// circuit breaker (`circuitBreaker`, read below the steps as `store::NotifyHeader`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub circuit_breaker: bool,
+}
+
+impl NotifyMeta {
+    /// The purpose of a notify action's meta, read alone (none when it does not parse).
+    pub fn purpose_of(meta: &Meta) -> Option<NotifyPurpose> {
+        #[derive(Deserialize)]
+        struct Purpose {
+            purpose: Option<NotifyPurpose>,
+        }
+        serde_json::from_value::<Purpose>(serde_json::Value::Object(meta.clone()))
+            .ok()
+            .and_then(|p| p.purpose)
+    }
 }
 
 impl NotifyMeta {
@@ -305,6 +322,7 @@ impl NotifyMeta {
             error: Some(error.to_owned()),
             pr_url: None,
             breaker_note: None,
+            circuit_breaker: false,
         }
     }
 }
@@ -558,6 +576,23 @@ mod tests {
         let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&conflict));
         assert_eq!(span.meta["conflict"]["sourceBranch"], "rover/b");
         assert_eq!(ConflictSpanMeta::of(&span), conflict.conflict);
+    }
+
+    #[test]
+    fn the_budget_reads_the_purpose_and_breaker_mark_the_notify_step_writes() {
+        let own = NotifyMeta {
+            purpose: NotifyPurpose::Failure,
+            circuit_breaker: true,
+            ..NotifyMeta::default()
+        };
+        let meta = to_meta(&own);
+        assert_eq!(meta["circuitBreaker"], serde_json::json!(true));
+        let header = crate::store::NotifyHeader::of(&meta);
+        assert!(header.is_purpose("failure") && header.circuit_breaker);
+        assert_eq!(NotifyMeta::purpose_of(&meta), Some(NotifyPurpose::Failure));
+        let plain = to_meta(&NotifyMeta::failure(&StepKind::Push, "x"));
+        assert!(!plain.contains_key("circuitBreaker"), "{plain:?}");
+        assert!(!crate::store::NotifyHeader::of(&plain).circuit_breaker);
     }
 
     #[test]
