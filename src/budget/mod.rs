@@ -15,7 +15,7 @@ mod usage;
 use std::path::PathBuf;
 
 pub use ledger::{day_key, BreakerState, Ledger, TraceSpend, Tripped};
-pub use policy::{breaker_message, Budget, Limit, SpanVerdict, Standing, BREAKER_KEY};
+pub use policy::{breaker_message, Budget, Limit, SpanVerdict, Standing};
 pub use settings::{
     BreakerSettings, BudgetAction, BudgetSettings, PeriodLimit, RateCaps, TraceLimits,
 };

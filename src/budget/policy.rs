@@ -3,13 +3,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::ledger::{BreakerState, Ledger, Tripped};
 use super::settings::{BudgetAction, BudgetSettings};
 use super::usage::{usd, SpanUsage};
-use crate::store::{Meta, Span, SpanStatus, StepKind};
+use crate::store::{Meta, NotifyHeader, Span, SpanStatus, StepKind};
 
 /// Which limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -272,8 +271,8 @@ impl Budget {
         action_meta: &Meta,
     ) -> Option<String> {
         let breaker = &self.settings.circuit_breaker;
-        let failure = action_meta.get("purpose").and_then(Value::as_str) == Some("failure")
-            && action_meta.get(BREAKER_KEY).and_then(Value::as_bool) != Some(true);
+        let header = NotifyHeader::of(action_meta);
+        let failure = header.is_purpose("failure") && !header.circuit_breaker;
         if !breaker.notify || !failure {
             return None;
         }
@@ -290,31 +289,24 @@ pub fn breaker_message(reason: &str) -> String {
     )
 }
 
-/// The key marking rover's own notifies (breaker, budget) in an action's meta: they are not a
-/// trace's outcome for the breaker.
-pub const BREAKER_KEY: &str = "circuitBreaker";
-
 /// Whether `span` ends its trace, and if so whether the trace failed: a `notify` or `noop`
 /// that ended in error, or a `notify` of a failure. Budget and breaker notifies do not count.
 fn trace_end(span: &Span, action_meta: &Meta) -> Option<bool> {
     if !matches!(span.step, StepKind::Notify | StepKind::Noop) {
         return None;
     }
-    if action_meta.get(BREAKER_KEY).and_then(Value::as_bool) == Some(true) {
+    let header = NotifyHeader::of(action_meta);
+    if header.circuit_breaker || header.is_purpose("budget") {
         return None;
     }
-    let purpose = action_meta.get("purpose").and_then(Value::as_str);
-    if purpose == Some("budget") {
-        return None;
-    }
-    Some(span.status == SpanStatus::Error || purpose == Some("failure"))
+    Some(span.status == SpanStatus::Error || header.is_purpose("failure"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::budget::settings::PeriodLimit;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn span(step: StepKind, status: SpanStatus, meta: Value, trace: Uuid) -> Span {
         let Value::Object(m) = meta else { panic!() };

@@ -8,7 +8,6 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::{CliError, Context, Output};
-use crate::budget::BREAKER_KEY;
 use crate::steps::meta::{NotifyMeta, NotifyPurpose};
 use crate::store::{
     Action, AutopilotStore, ClosedTrace, Meta, Span, SpanStatus, StepKind, TraceView,
@@ -91,10 +90,10 @@ pub fn close(
         error: (command == "fail").then(|| what.clone()),
         pr_url: None,
         breaker_note: None,
+        // A person's decision, not a failure of rover's: the circuit breaker does not count it.
+        circuit_breaker: true,
     };
-    let mut notify_meta = crate::steps::meta::to_meta(&notify);
-    // A person's decision, not a failure of rover's: the circuit breaker does not count it.
-    notify_meta.insert(BREAKER_KEY.into(), true.into());
+    let notify_meta = crate::steps::meta::to_meta(&notify);
     let answer = Action::new(
         StepKind::Notify,
         &span,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::github::{GitHub, NormalizeOptions, PollSettings};
 use crate::steps::event::{ingest_event, ingested_record, IngestError, Ingested, Via};
-use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord, StoreError};
+use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord, ReconcileCursor, StoreError};
 
 /// When to reconcile next, and why.
 #[derive(Debug)]
@@ -99,37 +99,13 @@ impl Reconciler {
     }
 }
 
-/// The key under which `cursor.json` keeps the reconcile watermark.
-pub const RECONCILE_CURSOR_KEY: &str = "reconcile";
-
 /// Sweeps overlap by this much, so an item stamped a little before the last sweep started is
 /// still found (found twice, it is recognised by its content key).
 const RECONCILE_OVERLAP_SECS: i64 = 60;
 
-/// The reconcile watermark in `cursor.json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct ReconcileCursor {
-    /// When the last sweep started (the next one sweeps from a little before).
-    pub last_run_at: Option<chrono::DateTime<Utc>>,
-    /// What the last sweep swept from.
-    pub since: Option<chrono::DateTime<Utc>>,
-    /// The first start: nothing before it is swept (the backlog is the poller's to skip).
-    pub not_before: Option<chrono::DateTime<Utc>>,
-}
-
+/// The watermark, if any (a `reconcile` that does not parse fails the read of `cursor.json`).
 fn read_reconcile_cursor(store: &AutopilotStore) -> Result<Option<ReconcileCursor>, StoreError> {
-    let cursor = store.read_cursor()?;
-    cursor
-        .extra
-        .get(RECONCILE_CURSOR_KEY)
-        .map(|v| {
-            serde_json::from_value(v.clone()).map_err(|e| StoreError::Unreadable {
-                path: store.cursor_path(),
-                reason: format!("`{RECONCILE_CURSOR_KEY}`: {e}"),
-            })
-        })
-        .transpose()
+    Ok(store.read_cursor()?.reconcile)
 }
 
 /// Record `at` as the reconcile watermark unless there is one: a first start has nothing
@@ -143,16 +119,12 @@ pub fn init_reconcile_watermark(
     let at = chrono::DurationRound::duration_trunc(at, chrono::TimeDelta::seconds(1)).unwrap_or(at);
     store.transact(|txn| {
         let cursor = txn.cursor_mut()?;
-        if !cursor.extra.contains_key(RECONCILE_CURSOR_KEY) {
-            let value = ReconcileCursor {
+        if cursor.reconcile.is_none() {
+            cursor.reconcile = Some(ReconcileCursor {
                 last_run_at: Some(at),
                 since: None,
                 not_before: Some(at),
-            };
-            cursor.extra.insert(
-                RECONCILE_CURSOR_KEY.into(),
-                serde_json::to_value(value).expect("the watermark serializes"),
-            );
+            });
         }
         Ok(())
     })
@@ -227,10 +199,7 @@ pub async fn reconcile_github(
                 since: Some(since),
                 not_before,
             };
-            txn.cursor_mut()?.extra.insert(
-                RECONCILE_CURSOR_KEY.into(),
-                serde_json::to_value(value).expect("the watermark serializes"),
-            );
+            txn.cursor_mut()?.reconcile = Some(value);
             Ok(())
         })?;
         if !new.is_empty() {
@@ -264,6 +233,34 @@ mod tests {
             reconcile_interval_secs: secs,
             ..PollSettings::default()
         }
+    }
+
+    #[test]
+    fn the_watermark_is_a_field_of_the_cursor_and_one_that_does_not_parse_names_cursor_json() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = AutopilotStore::open(dir.path(), "reconcile-cursor").expect("opens");
+        let at = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
+            .expect("a time")
+            .with_timezone(&Utc);
+        init_reconcile_watermark(&store, at).expect("records the watermark");
+        let path = store.cursor_path();
+        let mut on_disk: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("reads")).expect("json");
+        assert_eq!(
+            on_disk["reconcile"],
+            serde_json::json!({
+                "lastRunAt": "2026-01-02T03:04:05Z", "since": null, "notBefore": "2026-01-02T03:04:05Z"
+            })
+        );
+        let read = read_reconcile_cursor(&store)
+            .expect("reads")
+            .expect("a watermark");
+        assert_eq!(read.not_before, Some(at));
+
+        on_disk["reconcile"] = serde_json::json!({"lastRunAt": 7});
+        std::fs::write(&path, serde_json::to_vec(&on_disk).expect("json")).expect("writes");
+        let err = read_reconcile_cursor(&store).expect_err("a watermark that does not parse");
+        assert!(err.to_string().contains("cursor.json"), "{err}");
     }
 
     #[test]

@@ -16,7 +16,9 @@ use super::progress::Progress;
 use super::step::{Finished, NextAction};
 use crate::budget::{Budget, Ledger};
 use crate::store::blocking;
-use crate::store::{AutopilotStore, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun};
+use crate::store::{
+    AutopilotStore, ErrorMeta, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun,
+};
 
 /// What the budget says about a queued action.
 pub(super) enum Gate {
@@ -298,10 +300,12 @@ impl BudgetGate {
             actions: self.claim_budget_notify(trace_id).into_iter().collect(),
         };
         finished.meta.insert(stop_key(human).into(), true.into());
-        finished.meta.insert(
-            "error".into(),
-            serde_json::json!({"message": message, "retryable": false}),
-        );
+        ErrorMeta {
+            message,
+            retryable: false,
+            details: Meta::new(),
+        }
+        .put_into(&mut finished.meta);
         finished
     }
 

@@ -157,7 +157,7 @@ impl Inner {
             };
             let mut span = run.span.clone();
             let mut meta = Meta::new();
-            meta.insert("error".into(), error.to_meta());
+            error.to_meta().put_into(&mut meta);
             meta.insert(
                 "retryAt".into(),
                 serde_json::json!(not_before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
@@ -205,7 +205,7 @@ impl Inner {
                 .pipeline
                 .fail_forward(&run.span.step, run.action.id, error),
         };
-        finished.meta.insert("error".into(), error.to_meta());
+        error.to_meta().put_into(&mut finished.meta);
         self.finish(run, finished).await;
     }
 

@@ -10,7 +10,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::InFlight;
-use crate::store::{AutopilotStore, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun};
+use crate::store::{
+    AutopilotStore, ErrorMeta, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun,
+};
 
 /// What every step run may use.
 #[derive(Clone)]
@@ -116,6 +118,16 @@ impl Finished {
         self
     }
 
+    /// A typed span meta record, its serialized fields merged over the meta so far (the
+    /// writer and the readers share the record's type and so its keys).
+    #[must_use]
+    pub fn with_meta_record<T: serde::Serialize>(mut self, record: &T) -> Finished {
+        if let Ok(Value::Object(map)) = serde_json::to_value(record) {
+            self.meta.extend(map);
+        }
+        self
+    }
+
     #[must_use]
     pub fn meta(mut self, key: &str, value: impl serde::Serialize) -> Finished {
         self.meta.insert(
@@ -203,12 +215,16 @@ impl StepError {
         self
     }
 
-    /// The value stored as `meta.error`.
-    pub fn to_meta(&self) -> Value {
-        let mut map = self.details.clone();
-        map.insert("message".into(), Value::String(self.message.clone()));
-        map.insert("retryable".into(), Value::Bool(self.retryable));
-        Value::Object(map)
+    /// The record stored as `meta.error` (a detail named like one of its fields gives way).
+    pub fn to_meta(&self) -> ErrorMeta {
+        let mut details = self.details.clone();
+        details.remove("message");
+        details.remove("retryable");
+        ErrorMeta {
+            message: self.message.clone(),
+            retryable: self.retryable,
+            details,
+        }
     }
 }
 

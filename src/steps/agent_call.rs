@@ -185,14 +185,36 @@ pub(crate) async fn load_trace(ctx: &StepContext, trace_id: Uuid) -> Result<Trac
         .map_err(|e| StepError::from_error(&e, true).detail("traceId", trace_id.to_string()))
 }
 
+/// A task mapping with its key in `state.json`: the workflow action id, read once here.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MappedTask {
+    pub key: String,
+    /// The key as a workflow action id (none for a key of another form: another
+    /// implementation's).
+    pub workflow_action_id: Option<Uuid>,
+    pub mapping: TaskMapping,
+}
+
+impl MappedTask {
+    pub fn new(key: String, mapping: TaskMapping) -> MappedTask {
+        MappedTask {
+            workflow_action_id: Uuid::parse_str(&key).ok(),
+            key,
+            mapping,
+        }
+    }
+}
+
 /// The task mappings, keyed by workflow action id.
-pub(crate) async fn task_mappings(
-    ctx: &StepContext,
-) -> Result<Vec<(String, TaskMapping)>, StepError> {
+pub(crate) async fn task_mappings(ctx: &StepContext) -> Result<Vec<MappedTask>, StepError> {
     let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
         .await
         .map_err(|e| StepError::from_error(&e, true))?;
-    Ok(state.task_mappings.into_iter().collect())
+    Ok(state
+        .task_mappings
+        .into_iter()
+        .map(|(key, mapping)| MappedTask::new(key, mapping))
+        .collect())
 }
 
 /// The root span's event meta.

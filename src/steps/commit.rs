@@ -255,7 +255,7 @@ impl Step for CommitStep {
             if error.details.get("tampered").is_some() {
                 meta.insert("tampered".into(), json!(true));
             }
-            meta.insert("error".into(), error.to_meta());
+            error.to_meta().put_into(&mut meta);
             Outcome::Finished(Finished {
                 status: SpanStatus::Error,
                 summary: error.message.clone(),

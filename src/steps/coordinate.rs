@@ -24,7 +24,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
+use super::agent_call::{
+    agent_error, ask, event_meta, load_trace, render_trace, task_mappings, MappedTask,
+};
 use super::meta::{
     subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, DecidedBy, DecisionSpanMeta, EventMeta,
     EventSource, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
@@ -39,7 +41,7 @@ use crate::github::{
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
 use crate::store::records::SUPERSEDED_BY_KEY;
-use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
+use crate::store::{AutopilotStore, StepKind, StepRun};
 
 /// How many recent traces are searched for open waits of the same issue or PR.
 const WAIT_LOOKBACK: usize = 50;
@@ -64,36 +66,39 @@ struct RoverPr {
     branch: String,
     /// Workflow action ids (the mapping keys) with their task ids.
     tasks: Vec<(String, String)>,
+    /// The same keys read as workflow action ids.
+    #[serde(skip)]
+    workflow_action_ids: Vec<Uuid>,
 }
 
 impl RoverPr {
-    fn find(branch: Option<&str>, mappings: &[(String, TaskMapping)]) -> Option<RoverPr> {
+    fn find(branch: Option<&str>, mappings: &[MappedTask]) -> Option<RoverPr> {
         let branch = branch.filter(|b| !b.is_empty())?;
-        let tasks: Vec<(String, String)> = mappings
+        let of_branch: Vec<&MappedTask> = mappings
             .iter()
-            .filter(|(_, m)| m.branch_name == branch)
-            .map(|(key, m)| (key.clone(), m.task_id.clone()))
+            .filter(|t| t.mapping.branch_name == branch)
             .collect();
-        (!tasks.is_empty()).then(|| RoverPr {
+        (!of_branch.is_empty()).then(|| RoverPr {
             branch: branch.to_owned(),
-            tasks,
+            tasks: of_branch
+                .iter()
+                .map(|t| (t.key.clone(), t.mapping.task_id.clone()))
+                .collect(),
+            workflow_action_ids: of_branch
+                .iter()
+                .filter_map(|t| t.workflow_action_id)
+                .collect(),
         })
     }
 
     /// The workflow action whose task an iteration reuses: the first mapping.
     fn existing_task(&self) -> Option<Uuid> {
-        self.tasks
-            .iter()
-            .find_map(|(key, _)| Uuid::parse_str(key).ok())
+        self.workflow_action_ids.first().copied()
     }
 
     fn cleanup(&self) -> CleanupMeta {
         CleanupMeta {
-            tasks: self
-                .tasks
-                .iter()
-                .filter_map(|(key, _)| Uuid::parse_str(key).ok())
-                .collect(),
+            tasks: self.workflow_action_ids.clone(),
             branch: Some(self.branch.clone()),
         }
     }
@@ -327,7 +332,7 @@ impl CoordinateStep {
         &self,
         meta: &EventMeta,
         event: &NormalizedEvent,
-        mappings: &[(String, TaskMapping)],
+        mappings: &[MappedTask],
         attempt: u32,
     ) -> Result<Result<Gathered, Finished>, StepError> {
         let github = self.services.github.as_ref().ok_or_else(|| {
@@ -597,7 +602,7 @@ pub fn take_over_waits(
     Ok(taken)
 }
 
-fn render_mappings(mappings: &[(String, TaskMapping)], rover_pr: Option<&RoverPr>) -> String {
+fn render_mappings(mappings: &[MappedTask], rover_pr: Option<&RoverPr>) -> String {
     let mut out = String::new();
     if let Some(pr) = rover_pr {
         let _ = writeln!(
@@ -614,7 +619,10 @@ fn render_mappings(mappings: &[(String, TaskMapping)], rover_pr: Option<&RoverPr
     if mappings.is_empty() {
         out.push_str("(rover owns no tasks right now)\n");
     }
-    for (key, m) in mappings {
+    for MappedTask {
+        key, mapping: m, ..
+    } in mappings
+    {
         let _ = writeln!(
             out,
             "- task `{}`: branch `{}` (workflow action {key}, trace {})",
@@ -646,7 +654,7 @@ fn render_waits(waits: &[OpenWait]) -> String {
 fn route(
     result: &CoordinateResult,
     gathered: &Gathered,
-    mappings: &[(String, TaskMapping)],
+    mappings: &[MappedTask],
     policy: WaitPolicy,
 ) -> NextAction {
     let reasoning = result.reasoning.trim();
@@ -748,14 +756,16 @@ fn route(
                 .as_ref()
                 .map(RoverPr::cleanup)
                 .unwrap_or_default();
-            for (key, m) in mappings {
-                if m.task_id == wanted || *key == wanted {
-                    if let Ok(id) = Uuid::parse_str(key) {
+            for t in mappings {
+                if t.mapping.task_id == wanted || t.key == wanted {
+                    if let Some(id) = t.workflow_action_id {
                         if !cleanup.tasks.contains(&id) {
                             cleanup.tasks.push(id);
                         }
                     }
-                    cleanup.branch.get_or_insert_with(|| m.branch_name.clone());
+                    cleanup
+                        .branch
+                        .get_or_insert_with(|| t.mapping.branch_name.clone());
                 }
             }
             if cleanup.tasks.is_empty() {
@@ -961,6 +971,7 @@ impl Step for CoordinateStep {
 mod tests {
     use super::*;
     use crate::github::Channel;
+    use crate::store::TaskMapping;
 
     fn mapping(task: &str, branch: &str) -> TaskMapping {
         TaskMapping::new(task, branch, Uuid::new_v4(), Uuid::new_v4())
@@ -1062,8 +1073,8 @@ mod tests {
     fn a_rover_pr_is_found_by_its_head_branch() {
         let key = Uuid::new_v4().to_string();
         let mappings = vec![
-            (key.clone(), mapping("t-1", "rover/a")),
-            (Uuid::new_v4().to_string(), mapping("t-2", "rover/b")),
+            MappedTask::new(key.clone(), mapping("t-1", "rover/a")),
+            MappedTask::new(Uuid::new_v4().to_string(), mapping("t-2", "rover/b")),
         ];
         let pr = RoverPr::find(Some("rover/a"), &mappings).expect("rover pr");
         assert_eq!(pr.tasks, vec![(key.clone(), "t-1".to_owned())]);
@@ -1075,7 +1086,10 @@ mod tests {
 
     #[test]
     fn every_decision_routes_to_one_action_and_only_a_wait_to_coordinate() {
-        let mappings = vec![(Uuid::new_v4().to_string(), mapping("t-9", "rover/t9"))];
+        let mappings = vec![MappedTask::new(
+            Uuid::new_v4().to_string(),
+            mapping("t-9", "rover/t9"),
+        )];
         for (decision, kind) in [
             (CoordinateDecision::Noop, StepKind::Noop),
             (CoordinateDecision::Plan, StepKind::Plan),

@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use super::meta::{self, CleanupMeta};
 use crate::store::{
-    Action, AutopilotStore, Meta, Span, SpanStatus, StepKind, StoreError, TraceView,
+    Action, AutopilotStore, Meta, PushPullRequest, Span, SpanStatus, StepKind, StoreError,
+    TraceView,
 };
 
 /// A trace whose resources are due (or not yet) for reclaiming.
@@ -48,8 +49,7 @@ fn has_open_pr(view: &TraceView) -> bool {
     let pushed = view.spans.iter().any(|s| {
         s.step == StepKind::Push
             && s.status == SpanStatus::Completed
-            && (s.meta.get("prUrl").is_some_and(|v| !v.is_null())
-                || s.meta.get("prNumber").is_some_and(|v| !v.is_null()))
+            && PushPullRequest::of(s).exists()
     });
     let cleaned = view.spans.iter().any(|s| s.step == StepKind::Cleanup);
     pushed && !cleaned

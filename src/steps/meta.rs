@@ -170,6 +170,73 @@ pub struct PushMeta {
     pub branches: Vec<String>,
 }
 
+/// How a push ended (`meta.status` of its span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PushStatus {
+    Pushed,
+    /// The task branches could not be consolidated: the resolver decides.
+    Conflict,
+}
+
+/// A consolidation conflict as the push span records it and the resolver reads it back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushConflict {
+    pub source_branch: String,
+    pub target: String,
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+/// The `push` span's meta (its error, if any, is under `error`: `ErrorMeta`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushSpanMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PushStatus>,
+    /// The branch pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The task branches of the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branches: Option<Vec<String>>,
+    /// The task branches merged into the pushed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebased: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<std::path::PathBuf>,
+    #[serde(flatten)]
+    pub pull_request: crate::store::PushPullRequest,
+    /// Why no pull request was opened (`none: local event`, ...).
+    #[serde(
+        default,
+        rename = "pullRequest",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pull_request_note: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<PushConflict>,
+}
+
+/// The part of a span's meta the resolver reads to find a consolidation conflict.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ConflictSpanMeta {
+    #[serde(default)]
+    pub conflict: Option<PushConflict>,
+}
+
+impl ConflictSpanMeta {
+    /// The conflict a span recorded (none, for a span whose meta has another shape there).
+    pub fn of(span: &Span) -> Option<PushConflict> {
+        serde_json::from_value::<ConflictSpanMeta>(serde_json::Value::Object(span.meta.clone()))
+            .ok()
+            .and_then(|m| m.conflict)
+    }
+}
+
 /// Why a notify is sent; decides the message's shape and the channel's form (comment, review).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -227,6 +294,23 @@ pub struct NotifyMeta {
     /// after the message, so the trace is answered once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker_note: Option<String>,
+    /// Rover's own notify (the breaker's, a person's decision): not a trace outcome for the
+    /// circuit breaker (`circuitBreaker`, read below the steps as `store::NotifyHeader`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub circuit_breaker: bool,
+}
+
+impl NotifyMeta {
+    /// The purpose of a notify action's meta, read alone (none when it does not parse).
+    pub fn purpose_of(meta: &Meta) -> Option<NotifyPurpose> {
+        #[derive(Deserialize)]
+        struct Purpose {
+            purpose: Option<NotifyPurpose>,
+        }
+        serde_json::from_value::<Purpose>(serde_json::Value::Object(meta.clone()))
+            .ok()
+            .and_then(|p| p.purpose)
+    }
 }
 
 impl NotifyMeta {
@@ -238,6 +322,7 @@ impl NotifyMeta {
             error: Some(error.to_owned()),
             pr_url: None,
             breaker_note: None,
+            circuit_breaker: false,
         }
     }
 }
@@ -453,6 +538,61 @@ mod tests {
         assert_eq!(back["otherTool"], serde_json::json!({"x": 1}));
         assert_eq!(back["worktreePath"], "/data/worktrees/abc");
         assert!(back.get("containerId").is_none(), "{back}");
+    }
+
+    #[test]
+    fn the_push_span_meta_keeps_its_keys_and_a_null_pr_url() {
+        let local = PushSpanMeta {
+            status: Some(PushStatus::Pushed),
+            branch: Some("rover/a".into()),
+            pull_request: crate::store::PushPullRequest {
+                pr_url: Some(None),
+                ..Default::default()
+            },
+            pull_request_note: Some("none: local event".into()),
+            ..PushSpanMeta::default()
+        };
+        let value = serde_json::to_value(&local).expect("serializes");
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "status": "pushed", "branch": "rover/a", "prUrl": null,
+                "pullRequest": "none: local event"
+            })
+        );
+        let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&local));
+        let pr = crate::store::PushPullRequest::of(&span);
+        assert_eq!(pr.pr_url, Some(None));
+        assert!(!pr.exists());
+        let conflict = PushSpanMeta {
+            status: Some(PushStatus::Conflict),
+            conflict: Some(PushConflict {
+                source_branch: "rover/b".into(),
+                target: "rover/a".into(),
+                files: vec!["x.rs".into()],
+            }),
+            ..PushSpanMeta::default()
+        };
+        let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&conflict));
+        assert_eq!(span.meta["conflict"]["sourceBranch"], "rover/b");
+        assert_eq!(ConflictSpanMeta::of(&span), conflict.conflict);
+    }
+
+    #[test]
+    fn the_budget_reads_the_purpose_and_breaker_mark_the_notify_step_writes() {
+        let own = NotifyMeta {
+            purpose: NotifyPurpose::Failure,
+            circuit_breaker: true,
+            ..NotifyMeta::default()
+        };
+        let meta = to_meta(&own);
+        assert_eq!(meta["circuitBreaker"], serde_json::json!(true));
+        let header = crate::store::NotifyHeader::of(&meta);
+        assert!(header.is_purpose("failure") && header.circuit_breaker);
+        assert_eq!(NotifyMeta::purpose_of(&meta), Some(NotifyPurpose::Failure));
+        let plain = to_meta(&NotifyMeta::failure(&StepKind::Push, "x"));
+        assert!(!plain.contains_key("circuitBreaker"), "{plain:?}");
+        assert!(!crate::store::NotifyHeader::of(&plain).circuit_breaker);
     }
 
     #[test]

@@ -292,6 +292,7 @@ mod tests {
         let meta = NotifyMeta {
             pr_url: Some("https://github.com/o/r/pull/3".into()),
             breaker_note: None,
+            circuit_breaker: false,
             ..NotifyMeta::default()
         };
         assert_eq!(
@@ -346,6 +347,7 @@ mod tests {
             purpose: NotifyPurpose::Pushed,
             pr_url: Some("https://github.com/o/r/pull/3".into()),
             breaker_note: None,
+            circuit_breaker: false,
             message: Some("Adds retries.".into()),
             ..NotifyMeta::default()
         };

@@ -2,11 +2,9 @@
 //! that could not finish hands over, and the notifies that answer a stopped trace. The shape of
 //! the pipeline lives here, with the steps and their metas, not in the orchestrator.
 
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{CommitMeta, NotifyMeta, NotifyPurpose};
-use crate::budget::BREAKER_KEY;
 use crate::orchestrator::{NextAction, Pipeline, StepError};
 use crate::store::{Action, Meta, StepKind};
 
@@ -65,22 +63,23 @@ impl Pipeline for RoverPipeline {
     }
 
     fn is_budget_answer(&self, action: &Action) -> bool {
-        action.action == StepKind::Notify && purpose(&action.meta) == Some(NotifyPurpose::Budget)
+        action.action == StepKind::Notify
+            && NotifyMeta::purpose_of(&action.meta) == Some(NotifyPurpose::Budget)
     }
 
     fn breaker_tripped(&self, text: &str) -> Option<NextAction> {
         let meta = NotifyMeta {
             purpose: NotifyPurpose::Flag,
             message: Some(format!("rover paused itself: {text}.")),
+            circuit_breaker: true,
             ..NotifyMeta::default()
         };
-        let mut action = NextAction::new(StepKind::Notify, text).with_meta(&meta);
-        action.meta.insert(BREAKER_KEY.into(), true.into());
-        Some(action)
+        Some(NextAction::new(StepKind::Notify, text).with_meta(&meta))
     }
 
     fn is_failure_answer(&self, action: &Action) -> bool {
-        action.action == StepKind::Notify && purpose(&action.meta) == Some(NotifyPurpose::Failure)
+        action.action == StepKind::Notify
+            && NotifyMeta::purpose_of(&action.meta) == Some(NotifyPurpose::Failure)
     }
 
     fn add_breaker_note(&self, meta: &mut Meta, note: String) {
@@ -90,13 +89,6 @@ impl Pipeline for RoverPipeline {
     fn has_breaker_note(&self, meta: &Meta) -> bool {
         meta.contains_key(BREAKER_NOTE_KEY)
     }
-}
-
-/// A notify's purpose, read from its meta alone.
-fn purpose(meta: &Meta) -> Option<NotifyPurpose> {
-    meta.get("purpose")
-        .cloned()
-        .and_then(|v: Value| serde_json::from_value(v).ok())
 }
 
 /// The policy as the orchestrator takes it.

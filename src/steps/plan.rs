@@ -109,9 +109,9 @@ impl Step for PlanStep {
                 let mapping = task_mappings(ctx)
                     .await?
                     .into_iter()
-                    .find(|(k, _)| *k == key);
-                match mapping {
-                    Some((_, m)) => format!(
+                    .find(|t| t.workflow_action_id == Some(id));
+                match mapping.map(|t| t.mapping) {
+                    Some(m) => format!(
                         "Iterate on rover task `{}` (workflow action {key}) on branch `{}`; its pull request carries the feedback above.",
                         m.task_id, m.branch_name
                     ),

@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
+    self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushConflict, PushMeta,
+    PushSpanMeta, PushStatus, WorkflowMeta,
 };
 use super::resolve::mapping_worktree;
 use super::Services;
@@ -24,7 +25,7 @@ use crate::git::{BranchBase, GitError, Workspace};
 use crate::github::{compose, EventKind, GitHubError, NewPullRequest, PullRequest};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
-use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
+use crate::store::{ErrorMeta, PushPullRequest, StepKind, StepRun, TaskMapping, TraceView};
 
 /// The pusher step.
 pub struct PushStep {
@@ -65,20 +66,21 @@ fn conflict_to_resolver(error: &StepError) -> Finished {
         files.join(", ")
     );
     Finished::failed(summary.clone())
-        .meta("status", "conflict")
-        .meta(
-            CONFLICT_KEY,
-            serde_json::json!({"sourceBranch": source, "target": target, "files": files}),
-        )
-        .meta("error", error.to_meta())
+        .with_meta_record(&PushSpanMeta {
+            status: Some(PushStatus::Conflict),
+            conflict: Some(PushConflict {
+                source_branch: source,
+                target,
+                files,
+            }),
+            ..PushSpanMeta::default()
+        })
+        .meta(ErrorMeta::KEY, error.to_meta())
         .then(
             NextAction::new(StepKind::Resolve, format!("decide about the {summary}"))
                 .with_meta(&super::meta::ResolveMeta::default()),
         )
 }
-
-/// The push span meta key of a consolidation conflict: `{sourceBranch, target, files}`.
-pub const CONFLICT_KEY: &str = "conflict";
 
 /// A git error as a step error (command, exit code, output: `tasks::git_error`), plus the
 /// conflicting files of a failed consolidation.
@@ -391,12 +393,15 @@ impl Step for PushStep {
                 format!(" (merged {})", pushed.merged.join(", "))
             }
         ))
-        .meta("status", "pushed")
-        .meta("branch", &pushed.target)
-        .meta("branches", &branches)
-        .meta("merged", &pushed.merged)
-        .meta("rebased", pushed.rebased)
-        .meta("worktree", &pushed.worktree);
+        .with_meta_record(&PushSpanMeta {
+            status: Some(PushStatus::Pushed),
+            branch: Some(pushed.target.clone()),
+            branches: Some(branches.clone()),
+            merged: Some(pushed.merged.clone()),
+            rebased: Some(pushed.rebased),
+            worktree: Some(pushed.worktree.clone()),
+            ..PushSpanMeta::default()
+        });
 
         let github = match (&self.services.github, event.source) {
             (Some(gh), EventSource::Github) => Some(gh.clone()),
@@ -430,11 +435,12 @@ impl Step for PushStep {
                 pr.0.number,
                 if pr.1 { "opened" } else { "existing" }
             );
-            finished = finished
-                .meta("prUrl", &pr.0.html_url)
-                .meta("prNumber", pr.0.number)
-                .meta("prCreated", pr.1)
-                .meta("headSha", &pushed.head_sha);
+            finished = finished.with_meta_record(&PushPullRequest {
+                pr_url: Some(Some(pr.0.html_url.clone())),
+                pr_number: Some(pr.0.number),
+                pr_created: Some(pr.1),
+                head_sha: Some(pushed.head_sha.clone()),
+            });
             // Rover follows the CI of what it pushed (see `coordinate`): the commit is its own.
             let follow = self.services.config.autopilot.pipeline.follow_ci;
             ci_watch = pushed
@@ -449,14 +455,21 @@ impl Step for PushStep {
                     round: 1,
                 });
         } else {
-            finished = finished.meta("prUrl", Option::<String>::None).meta(
-                "pullRequest",
-                if event.source == EventSource::Local {
-                    "none: local event"
-                } else {
-                    "none: no GitHub client configured"
+            finished = finished.with_meta_record(&PushSpanMeta {
+                pull_request: PushPullRequest {
+                    pr_url: Some(None),
+                    ..PushPullRequest::default()
                 },
-            );
+                pull_request_note: Some(
+                    if event.source == EventSource::Local {
+                        "none: local event"
+                    } else {
+                        "none: no GitHub client configured"
+                    }
+                    .to_owned(),
+                ),
+                ..PushSpanMeta::default()
+            });
         }
         let reason = format!("tell the channel about the push of {}", pushed.target);
         let mut finished =

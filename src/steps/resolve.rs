@@ -19,8 +19,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta, WorkflowMeta,
-    WorkflowType,
+    self, CommitMeta, ConflictSpanMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta,
+    WorkflowMeta, WorkflowType,
 };
 use super::{agent_call, Services};
 use crate::agents::{
@@ -197,7 +197,7 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
             (s.step == StepKind::Commit && s.status.is_final())
                 || DecisionSpanMeta::is_red_ci(s)
                 // A consolidation conflict also calls for a new decision.
-                || (s.step == StepKind::Push && s.meta.contains_key(super::push::CONFLICT_KEY))
+                || (s.step == StepKind::Push && ConflictSpanMeta::of(s).is_some())
         })
         .filter_map(|s| s.completed)
         .max()?;
@@ -485,20 +485,11 @@ fn latest_conflict(view: &TraceView) -> Option<Conflict> {
         .iter()
         .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
         .max_by_key(|s| s.completed.unwrap_or(s.timestamp))?;
-    let conflict = latest.meta.get(super::push::CONFLICT_KEY)?;
-    let text = |key: &str| conflict.get(key).and_then(Value::as_str).map(str::to_owned);
+    let conflict = ConflictSpanMeta::of(latest)?;
     Some(Conflict {
-        source: text("sourceBranch")?,
-        target: text("target")?,
-        files: conflict
-            .get("files")
-            .and_then(Value::as_array)
-            .map(|f| {
-                f.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        source: conflict.source_branch,
+        target: conflict.target,
+        files: conflict.files,
     })
 }
 
@@ -511,7 +502,7 @@ fn conflict_unchanged(view: &TraceView) -> bool {
     let conflict_at = view
         .spans
         .iter()
-        .filter(|s| s.step == StepKind::Push && s.meta.contains_key(super::push::CONFLICT_KEY))
+        .filter(|s| s.step == StepKind::Push && ConflictSpanMeta::of(s).is_some())
         .filter_map(|s| s.completed)
         .max();
     !view.spans.iter().any(|s| {

@@ -458,6 +458,36 @@ impl EventHeader {
     }
 }
 
+/// What the budget reads of a `notify` action's meta: the part of the notify step's
+/// `NotifyMeta` (`steps::meta`) that says why it is sent and whether it is rover's own notify
+/// (the breaker's, a person's decision), which is no trace outcome. A field of another type
+/// reads as missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyHeader {
+    /// `failure`, `budget`, ... as serialized.
+    #[serde(default, deserialize_with = "text")]
+    pub purpose: Option<String>,
+    #[serde(default, deserialize_with = "flag")]
+    pub circuit_breaker: bool,
+}
+
+/// `true` only for the JSON value `true`.
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(matches!(Value::deserialize(d)?, Value::Bool(true)))
+}
+
+impl NotifyHeader {
+    /// The header of a notify action's meta.
+    pub fn of(meta: &Meta) -> NotifyHeader {
+        serde_json::from_value(Value::Object(meta.clone())).unwrap_or_default()
+    }
+
+    pub fn is_purpose(&self, purpose: &str) -> bool {
+        self.purpose.as_deref() == Some(purpose)
+    }
+}
+
 /// `meta.agent` of a span whose step called an agent: the call's figures, or why it failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -535,7 +565,15 @@ pub struct ErrorMeta {
 }
 
 impl ErrorMeta {
-    const KEY: &'static str = "error";
+    /// The span meta key it is stored under.
+    pub const KEY: &'static str = "error";
+
+    /// Store it in a span's meta under [`ErrorMeta::KEY`].
+    pub fn put_into(&self, meta: &mut Meta) {
+        if let Ok(value) = serde_json::to_value(self) {
+            meta.insert(Self::KEY.to_owned(), value);
+        }
+    }
 
     /// The error a span recorded, if any.
     pub fn of(span: &Span) -> Option<ErrorMeta> {
@@ -547,6 +585,53 @@ impl ErrorMeta {
     /// A detail by name, as the step recorded it.
     pub fn detail(&self, key: &str) -> Option<&Value> {
         self.details.get(key)
+    }
+}
+
+/// The part of a `push` span's meta that the budget ledger and `gc` read back: the pull
+/// request the push opened or found. A push without one (a local event, no GitHub client)
+/// records `prUrl: null`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushPullRequest {
+    /// Present as `null` when the push opened no pull request.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pr_url: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_number: Option<u64>,
+    /// Whether this push opened the pull request (it counts against the budget's PR cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_created: Option<bool>,
+    /// The commit pushed (`null` when it could not be read back).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub head_sha: Option<Option<String>>,
+}
+
+/// A key that is present, as `null` or a value (a missing key stays `None`: `default`).
+#[allow(clippy::option_option)] // present-but-null differs from missing on disk
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl PushPullRequest {
+    /// What a push span recorded of its pull request (nothing, for other shapes).
+    pub fn of(span: &Span) -> PushPullRequest {
+        serde_json::from_value(Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+
+    /// Whether the push has a pull request (a URL or a number).
+    pub fn exists(&self) -> bool {
+        self.pr_url.as_ref().is_some_and(Option::is_some) || self.pr_number.is_some()
     }
 }
 
@@ -762,8 +847,23 @@ pub struct Cursor {
     /// The GitHub poller's ETag and seen ids (rover's addition; absent before the first poll).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<PollCursor>,
+    /// The reconcile sweep's watermark (rover's addition; absent before the first start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<ReconcileCursor>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// The reconcile watermark in `cursor.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ReconcileCursor {
+    /// When the last sweep started (the next one sweeps from a little before).
+    pub last_run_at: Option<DateTime<Utc>>,
+    /// What the last sweep swept from.
+    pub since: Option<DateTime<Utc>>,
+    /// The first start: nothing before it is swept (the backlog is the poller's to skip).
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// What the GitHub poller persists between runs: the ETag and the ids already ingested.
@@ -812,6 +912,7 @@ impl Cursor {
             processed_event_ids: Vec::new(),
             event_keys: Vec::new(),
             poll: None,
+            reconcile: None,
             extra: Map::new(),
         }
     }

@@ -8,7 +8,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{human_age, human_duration, short};
-use crate::store::{Action, Span, SpanStatus, TraceEntry, TraceOutcome, TraceView};
+use crate::store::{
+    Action, ErrorMeta, Meta, Span, SpanStatus, TraceEntry, TraceOutcome, TraceView,
+};
 
 /// How to decorate output: colour only on a terminal and without `NO_COLOR`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -267,60 +269,57 @@ impl<'a> Renderer<'a> {
 
     /// The error of a failed span: message, command, exit code, and the tail of stderr.
     fn error_details(&mut self, span: &Span, lead: &str) {
-        let Some(error) = span.meta.get("error") else {
-            return;
+        let error = match ErrorMeta::of(span) {
+            Some(error) => error,
+            // Older spans may hold the bare message.
+            None => match span.meta.get(ErrorMeta::KEY) {
+                Some(Value::String(message)) => ErrorMeta {
+                    message: message.clone(),
+                    retryable: false,
+                    details: Meta::new(),
+                },
+                _ => return,
+            },
         };
-        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        match error {
-            Value::String(message) => {
-                let _ = writeln!(
-                    self.out,
-                    "{lead}{} {}",
-                    self.style.paint("31", "error:"),
-                    one_line(message)
-                );
+        let _ = writeln!(
+            self.out,
+            "{lead}{} {}",
+            self.style.paint("31", "error:"),
+            one_line(&error.message)
+        );
+        if let Some(command) = error.detail("command") {
+            let command = match command {
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                other => other.as_str().unwrap_or_default().to_owned(),
+            };
+            let _ = writeln!(self.out, "{lead}command: {command}");
+        }
+        if let Some(code) = error.detail("exitCode").filter(|c| !c.is_null()) {
+            let _ = writeln!(self.out, "{lead}exit code: {code}");
+        }
+        if let Some(stderr) = error
+            .detail("stderr")
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+        {
+            let lines: Vec<&str> = stderr.trim_end().lines().collect();
+            let skip = lines.len().saturating_sub(10);
+            let _ = writeln!(
+                self.out,
+                "{lead}stderr{}:",
+                if skip > 0 {
+                    format!(" (last 10 of {} lines)", lines.len())
+                } else {
+                    String::new()
+                }
+            );
+            for line in &lines[skip..] {
+                let _ = writeln!(self.out, "{lead}  {line}");
             }
-            Value::Object(map) => {
-                if let Some(message) = text(map.get("message")) {
-                    let _ = writeln!(
-                        self.out,
-                        "{lead}{} {}",
-                        self.style.paint("31", "error:"),
-                        one_line(&message)
-                    );
-                }
-                if let Some(command) = map.get("command") {
-                    let command = match command {
-                        Value::Array(parts) => parts
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                        other => other.as_str().unwrap_or_default().to_owned(),
-                    };
-                    let _ = writeln!(self.out, "{lead}command: {command}");
-                }
-                if let Some(code) = map.get("exitCode").filter(|c| !c.is_null()) {
-                    let _ = writeln!(self.out, "{lead}exit code: {code}");
-                }
-                if let Some(stderr) = text(map.get("stderr")).filter(|s| !s.trim().is_empty()) {
-                    let lines: Vec<&str> = stderr.trim_end().lines().collect();
-                    let skip = lines.len().saturating_sub(10);
-                    let _ = writeln!(
-                        self.out,
-                        "{lead}stderr{}:",
-                        if skip > 0 {
-                            format!(" (last 10 of {} lines)", lines.len())
-                        } else {
-                            String::new()
-                        }
-                    );
-                    for line in &lines[skip..] {
-                        let _ = writeln!(self.out, "{lead}  {line}");
-                    }
-                }
-            }
-            _ => {}
         }
     }
 }
