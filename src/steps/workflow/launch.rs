@@ -374,18 +374,8 @@ impl WorkflowStep {
         let others: Vec<String> = dependencies.iter().skip(1).map(|d| d.1.clone()).collect();
         if !others.is_empty() && meta.iterate_on.is_none() {
             if let Err(e) = ws.merge_branches(&prepared.path, &others).await {
-                tasks::save_task(&ctx.store, &task)
-                    .await
-                    .map_err(|e| store_error("cannot record the task mapping", &e))?;
                 let error = git_error("cannot combine the dependencies' branches", &e);
-                let summary = format!("not started: {}", error.message);
-                return Ok(Outcome::Finished(
-                    Finished::failed(summary.clone())
-                        .meta("branchName", &task.branch)
-                        .meta("worktreePath", prepared.path.display().to_string())
-                        .meta("error", error.to_meta())
-                        .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
-                ));
+                return Self::not_started(ctx, &task, &prepared.path, error).await;
             }
         }
 
@@ -396,18 +386,8 @@ impl WorkflowStep {
             match ws.merge_leaving_conflicts(&prepared.path, from).await {
                 Ok(conflicts) => merged_in = Some((from.clone(), conflicts)),
                 Err(e) => {
-                    tasks::save_task(&ctx.store, &task)
-                        .await
-                        .map_err(|e| store_error("cannot record the task mapping", &e))?;
                     let error = git_error(&format!("cannot merge `{from}` into the task"), &e);
-                    let summary = format!("not started: {}", error.message);
-                    return Ok(Outcome::Finished(
-                        Finished::failed(summary.clone())
-                            .meta("branchName", &task.branch)
-                            .meta("worktreePath", prepared.path.display().to_string())
-                            .meta("error", error.to_meta())
-                            .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
-                    ));
+                    return Self::not_started(ctx, &task, &prepared.path, error).await;
                 }
             }
         }
@@ -509,6 +489,32 @@ impl WorkflowStep {
 
     /// Starts the container; never a second one for the action: one that runs or exited is
     /// taken over, one left created-but-never-started (a crash in between) is replaced.
+    /// A task whose worktree is ready but whose branches could not be merged: its mapping is
+    /// kept (cleanup finds the worktree), the span fails and the commit step records the task
+    /// as failed.
+    async fn not_started(
+        ctx: &StepContext,
+        task: &TaskRecord,
+        worktree: &Path,
+        error: StepError,
+    ) -> Result<Outcome, StepError> {
+        tasks::save_task(&ctx.store, task)
+            .await
+            .map_err(|e| store_error("cannot record the task mapping", &e))?;
+        let summary = format!("not started: {}", error.message);
+        Ok(Outcome::Finished(
+            Finished::failed(summary.clone())
+                .meta("branchName", &task.branch)
+                .meta("worktreePath", worktree.display().to_string())
+                .meta("error", error.to_meta())
+                .then(Self::commit_action(
+                    task.action_id,
+                    TaskStatus::Failed,
+                    &summary,
+                )),
+        ))
+    }
+
     pub(super) async fn start(
         &self,
         sandbox: &dyn Sandbox,
