@@ -303,6 +303,7 @@ impl BudgetGate {
         ErrorMeta {
             message,
             retryable: false,
+            tampered: false,
             details: Meta::new(),
         }
         .put_into(&mut finished.meta);

@@ -168,6 +168,9 @@ pub struct StepError {
     /// For a retryable error: not to be retried before this (a rate limit's reset), even when
     /// the orchestrator's backoff would come sooner.
     pub retry_not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// A sandbox changed the worktree's git metadata: nothing of the worktree is trusted, and
+    /// the resolver ends the trace (recorded as `meta.error.tampered`).
+    pub tampered: bool,
 }
 
 impl StepError {
@@ -177,6 +180,7 @@ impl StepError {
             retryable: false,
             details: Meta::new(),
             retry_not_before: None,
+            tampered: false,
         }
     }
 
@@ -186,6 +190,7 @@ impl StepError {
             retryable: true,
             details: Meta::new(),
             retry_not_before: None,
+            tampered: false,
         }
     }
 
@@ -196,6 +201,7 @@ impl StepError {
             retryable,
             details: Meta::new(),
             retry_not_before: None,
+            tampered: false,
         }
     }
 
@@ -220,9 +226,11 @@ impl StepError {
         let mut details = self.details.clone();
         details.remove("message");
         details.remove("retryable");
+        details.remove("tampered");
         ErrorMeta {
             message: self.message.clone(),
             retryable: self.retryable,
+            tampered: self.tampered,
             details,
         }
     }

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::meta::{self, CommitMeta, ResolveMeta, TaskStatus, WorkflowMeta};
+use super::meta::{self, CommitMeta, OutcomeSpanMeta, ResolveMeta, TaskStatus, WorkflowMeta};
 use super::tasks::{self, git_error, short, store_error, TaskRecord};
 use super::{agent_call, sandboxed, Services};
 use crate::agents::{untrusted_block, AgentStep, CommitMessageResult, PromptVars};
@@ -252,8 +252,11 @@ impl Step for CommitStep {
             let mut meta = Meta::new();
             meta.extend(base.meta);
             meta.insert("committed".into(), json!(false));
-            if error.details.get("tampered").is_some() {
-                meta.insert("tampered".into(), json!(true));
+            if error.tampered {
+                meta.extend(meta::to_meta(&OutcomeSpanMeta {
+                    tampered: true,
+                    ..OutcomeSpanMeta::default()
+                }));
             }
             error.to_meta().put_into(&mut meta);
             Outcome::Finished(Finished {

@@ -377,6 +377,34 @@ impl DecisionSpanMeta {
     }
 }
 
+/// What the resolver reads of any span about how a task's run went wrong, written by the
+/// steps that find it (`workflow`, `commit`): the task never started because a dependency
+/// failed, or its sandbox tampered with the worktree's git metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutcomeSpanMeta {
+    /// The dependency (a workflow action of the same plan) whose failure kept this task from
+    /// starting: not the task to iterate on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency_failed: Option<Uuid>,
+    /// The sandbox changed the worktree's git metadata: nothing of it is trusted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tampered: bool,
+}
+
+impl OutcomeSpanMeta {
+    /// What a span recorded (nothing, for a span whose meta has other shapes under these keys).
+    pub fn of(span: &Span) -> OutcomeSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+
+    /// Whether the span's sandbox tampered with the worktree, by its flag or its error's.
+    pub fn is_tampered(span: &Span) -> bool {
+        OutcomeSpanMeta::of(span).tampered
+            || crate::store::ErrorMeta::of(span).is_some_and(|e| e.tampered)
+    }
+}
+
 /// What an event is about, for matching waits across traces: `#<number>` for an issue or pull
 /// request, the ref for a push.
 pub fn subject_key(event: &NormalizedEvent) -> Option<String> {

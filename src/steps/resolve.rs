@@ -19,8 +19,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, ConflictSpanMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushMeta,
-    WorkflowMeta, WorkflowType,
+    self, CommitMeta, ConflictSpanMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose,
+    OutcomeSpanMeta, PushMeta, WorkflowMeta, WorkflowType,
 };
 use super::{agent_call, Services};
 use crate::agents::{
@@ -30,7 +30,7 @@ use crate::agents::{
 use crate::orchestrator::{Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError};
 use crate::store::blocking;
 use crate::store::{
-    Action, ErrorMeta, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
+    Action, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
 };
 
 /// Longest error detail of one span quoted in the prompt.
@@ -307,7 +307,7 @@ fn failed_workflow(view: &TraceView) -> Option<(Uuid, WorkflowMeta)> {
     };
     // A task that never started because its dependency failed is not the one to iterate: the
     // dependency is (it has the worktree and the failure).
-    let never_started = |span: &Span| span.meta.contains_key("dependencyFailed");
+    let never_started = |span: &Span| OutcomeSpanMeta::of(span).dependency_failed.is_some();
     let candidate = view
         .spans
         .iter()
@@ -347,11 +347,7 @@ fn task_worktree(
 
 /// A span that recorded a worktree tampered with by its sandbox.
 fn tampered_span(view: &TraceView) -> Option<&Span> {
-    view.spans.iter().find(|s| {
-        s.meta.get("tampered").and_then(Value::as_bool) == Some(true)
-            || ErrorMeta::of(s).and_then(|e| e.detail("tampered").and_then(Value::as_bool))
-                == Some(true)
-    })
+    view.spans.iter().find(|s| OutcomeSpanMeta::is_tampered(s))
 }
 
 /// The trace as the prompt lists it: one line per span with its summary and key meta.

@@ -55,7 +55,10 @@ pub fn bare_spec(
 
 /// A step error for a worktree whose git metadata a container changed: never retried.
 pub fn tampered(context: &str, e: &GitError) -> StepError {
-    git_error(context, e).detail("tampered", true)
+    StepError {
+        tampered: true,
+        ..git_error(context, e)
+    }
 }
 
 /// Whether a git error says the worktree was tampered with.

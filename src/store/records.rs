@@ -560,6 +560,9 @@ pub struct ErrorMeta {
     pub message: String,
     #[serde(default)]
     pub retryable: bool,
+    /// A sandbox changed the worktree's git metadata (the resolver ends the trace).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tampered: bool,
     #[serde(flatten)]
     pub details: Map<String, Value>,
 }

@@ -276,6 +276,7 @@ impl<'a> Renderer<'a> {
                 Some(Value::String(message)) => ErrorMeta {
                     message: message.clone(),
                     retryable: false,
+                    tampered: false,
                     details: Meta::new(),
                 },
                 _ => return,

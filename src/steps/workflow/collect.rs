@@ -15,7 +15,7 @@ use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::orchestrator::{Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::{run_gates, GatesReport};
 use crate::sandbox::{self, ContainerStatus, Sandbox};
-use crate::steps::meta::TaskStatus;
+use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
 use crate::steps::tasks::{self, store_error, TaskRecord};
 use crate::store::blocking;
 use crate::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind};
@@ -380,7 +380,10 @@ impl WorkflowStep {
         }
         if let Some(error) = &tampered {
             finished = finished
-                .meta("tampered", true)
+                .with_meta_record(&OutcomeSpanMeta {
+                    tampered: true,
+                    ..OutcomeSpanMeta::default()
+                })
                 .meta("error", error.to_meta());
         } else if task_status == TaskStatus::Error {
             finished = finished.meta(

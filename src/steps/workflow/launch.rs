@@ -12,7 +12,7 @@ use crate::agents::{self, AgentStep, PromptVars, WorkflowResult};
 use crate::git::{self, BranchBase};
 use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
 use crate::sandbox::{ContainerStatus, Sandbox, SandboxError, SandboxLabels, SandboxSpec};
-use crate::steps::meta::{self, TaskStatus, WorkflowMeta};
+use crate::steps::meta::{self, OutcomeSpanMeta, TaskStatus, WorkflowMeta};
 use crate::steps::tasks::{self, git_error, store_error, TaskRecord};
 use crate::steps::Services;
 use crate::store::blocking;
@@ -308,7 +308,10 @@ impl WorkflowStep {
                     let summary = format!("not started: {reason}");
                     return Ok(Outcome::Finished(
                         Finished::failed(summary.clone())
-                            .meta("dependencyFailed", dep)
+                            .with_meta_record(&OutcomeSpanMeta {
+                                dependency_failed: Some(*dep),
+                                ..OutcomeSpanMeta::default()
+                            })
                             .meta("reason", &reason)
                             .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
                     ));
