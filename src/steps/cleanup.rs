@@ -10,14 +10,14 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::meta::{self, CleanupMeta};
-use super::tasks::{self, TaskRecord};
+use super::tasks::{self, Task};
 use super::workflow::WorkflowSpanMeta;
 use super::Services;
 use crate::git::{Removal, Workspace};
 use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use crate::sandbox::LABEL_ACTION;
 use crate::store::blocking;
-use crate::store::{AutopilotStore, StepKind, StepRun};
+use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
 
 /// What happened to one resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -61,9 +61,9 @@ impl CleanupStep {
         CleanupStep { services }
     }
 
-    async fn containers(&self, task: &TaskRecord) -> Piece {
+    async fn containers(&self, task: &Task) -> Piece {
         let Some(sandbox) = &self.services.sandbox else {
-            return if task.container.is_some() {
+            return if task.mapping.container_id.is_some() {
                 Piece::Failed(
                     "no Docker sandbox is configured; remove the container by hand".into(),
                 )
@@ -71,7 +71,7 @@ impl CleanupStep {
                 Piece::NotApplicable
             };
         };
-        let mut ids: Vec<String> = task.container.iter().cloned().collect();
+        let mut ids: Vec<String> = task.mapping.container_id.iter().cloned().collect();
         // Gate containers of the action (and the agent's, if named differently).
         match sandbox
             .list_by_labels(&[(LABEL_ACTION.to_owned(), task.action_id.to_string())])
@@ -102,7 +102,7 @@ impl CleanupStep {
         &self,
         store: &AutopilotStore,
         ws: Option<&Workspace>,
-        task: Option<TaskRecord>,
+        task: Option<Task>,
         workflow: Option<Uuid>,
         branch: Option<String>,
     ) -> TaskCleanup {
@@ -110,7 +110,10 @@ impl CleanupStep {
             Some(t) => self.containers(t).await,
             None => Piece::AlreadyGone,
         };
-        let worktree = match (task.as_ref().and_then(|t| t.worktree.clone()), ws) {
+        let worktree = match (
+            task.as_ref().and_then(|t| t.mapping.worktree_path.clone()),
+            ws,
+        ) {
             (Some(path), Some(ws)) => match ws.remove_worktree(&path).await {
                 Ok(r) => r.into(),
                 Err(e) => Piece::Failed(e.to_string()),
@@ -118,7 +121,10 @@ impl CleanupStep {
             (Some(_), None) => Piece::Failed("the repository cannot be opened".into()),
             (None, _) => Piece::AlreadyGone,
         };
-        let branch = task.as_ref().map(|t| t.branch.clone()).or(branch);
+        let branch = task
+            .as_ref()
+            .map(|t| t.mapping.branch_name.clone())
+            .or(branch);
         let branch_removal = match (&branch, ws) {
             (Some(name), Some(ws)) => match ws.delete_branch(name).await {
                 Ok(r) => r.into(),
@@ -171,7 +177,7 @@ impl Step for CleanupStep {
                 None
             }
         };
-        let mut targets: Vec<(Uuid, Option<TaskRecord>, bool)> = Vec::new();
+        let mut targets: Vec<(Uuid, Option<Task>, bool)> = Vec::new();
         for id in &meta.tasks {
             match state.as_ref().and_then(|s| tasks::task_of(s, *id)) {
                 Some(t) => targets.push((*id, Some(t), true)),
@@ -180,7 +186,9 @@ impl Step for CleanupStep {
         }
         if let (Some(branch), Some(state)) = (&meta.branch, &state) {
             for t in tasks::all_tasks(state) {
-                if &t.branch == branch && !targets.iter().any(|(id, _, _)| *id == t.action_id) {
+                if &t.mapping.branch_name == branch
+                    && !targets.iter().any(|(id, _, _)| *id == t.action_id)
+                {
                     targets.push((t.action_id, Some(t), true));
                 }
             }
@@ -247,7 +255,7 @@ impl Step for CleanupStep {
 
 /// What the last finished span of workflow `action_id` recorded (branch, worktree, container),
 /// for a task whose mapping is already gone.
-async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<TaskRecord> {
+async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<Task> {
     blocking(store.clone(), move |s| {
         let action = s.read_action(action_id)?;
         let Some(trace_id) = action.trace_id else {
@@ -262,19 +270,17 @@ async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<TaskRecor
             .find_map(|sp| {
                 let meta = WorkflowSpanMeta::read(&sp.meta).ok()?;
                 let branch = meta.branch_name.clone()?;
-                Some(TaskRecord {
+                let task_id = meta
+                    .task_id
+                    .clone()
+                    .unwrap_or_else(|| action_id.to_string());
+                Some(Task {
                     action_id,
-                    task_id: meta
-                        .task_id
-                        .clone()
-                        .unwrap_or_else(|| action_id.to_string()),
-                    branch,
-                    trace_id,
-                    workflow_span_id: sp.id,
-                    container: meta.container_name().map(str::to_owned),
-                    worktree: meta.worktree_path,
-                    fork_point: None,
-                    title: None,
+                    mapping: TaskMapping {
+                        container_id: meta.container_name().map(str::to_owned),
+                        worktree_path: meta.worktree_path,
+                        ..TaskMapping::new(&task_id, &branch, trace_id, sp.id)
+                    },
                 })
             }))
     })

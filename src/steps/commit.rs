@@ -16,7 +16,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::meta::{self, CommitMeta, OutcomeSpanMeta, ResolveMeta, TaskStatus, WorkflowMeta};
-use super::tasks::{self, git_error, short, store_error, TaskRecord};
+use super::tasks::{self, git_error, short, store_error, Task};
 use super::{agent_call, sandboxed, Services};
 use crate::agents::{untrusted_block, AgentStep, CommitMessageResult, PromptVars};
 use crate::git::{self, CommitOutcome, DiffSummary, GitError, HookLocation, HookPlan, Workspace};
@@ -61,14 +61,14 @@ impl CommitStep {
         &self,
         ctx: &StepContext,
         span_id: Uuid,
-        task: &TaskRecord,
+        task: &Task,
         change: &Change,
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
     ) -> (String, &'static str, AgentMeta) {
         let title = workflow
             .map(|w| w.title.clone())
-            .or_else(|| task.title.clone())
+            .or_else(|| task.mapping.title.clone())
             .unwrap_or_else(|| format!("Rover task {}", short(task.action_id)));
         let mut fallback = title.chars().take(72).collect::<String>();
         if let Some(s) = summary.filter(|s| !s.trim().is_empty()) {
@@ -134,7 +134,7 @@ impl CommitStep {
         ctx: &StepContext,
         run: &StepRun,
         ws: &Workspace,
-        task: &TaskRecord,
+        task: &Task,
         worktree: &Path,
         location: HookLocation,
         message: &str,
@@ -148,7 +148,7 @@ impl CommitStep {
             &self.services,
             vec!["true".into()],
             worktree,
-            sandboxed::labels(&self.services, task.trace_id, run.action.id),
+            sandboxed::labels(&self.services, task.mapping.trace_id, run.action.id),
         );
         let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
         let hooks = sandboxed::hook_container(ws, sandbox.as_ref(), base, location, &work_dir)
@@ -233,7 +233,7 @@ impl Step for CommitStep {
                 ))
                 .detail("workflowActionId", workflow_id)
             })?;
-        let Some(worktree) = task.worktree.clone() else {
+        let Some(worktree) = task.mapping.worktree_path.clone() else {
             return Err(StepError::fatal("the task mapping names no worktree"));
         };
         let workflow_meta = blocking(ctx.store.clone(), move |s| s.read_action(workflow_id))
@@ -246,7 +246,7 @@ impl Step for CommitStep {
             .map_err(|e| git_error("cannot open the repository", &e))?;
         let base = Finished::completed("")
             .meta("workflowActionId", workflow_id)
-            .meta("branchName", &task.branch)
+            .meta("branchName", &task.mapping.branch_name)
             .meta("worktreePath", worktree.display().to_string());
         let failed = |base: Finished, error: StepError, hand_over: NextAction| {
             let mut meta = Meta::new();
@@ -298,11 +298,11 @@ impl Step for CommitStep {
                 .then(hand_over(
                     "the task changed nothing; the resolver decides what next",
                 ));
-            done.summary = format!("no changes to commit on {}", task.branch);
+            done.summary = format!("no changes to commit on {}", task.mapping.branch_name);
             return Ok(Outcome::Finished(done));
         }
 
-        let head = task.fork_point.clone();
+        let head = task.mapping.fork_point.clone();
         let patch = match &head {
             Some(fork) => ws
                 .diff_patch(&worktree, fork, MAX_PATCH_BYTES)
@@ -348,7 +348,7 @@ impl Step for CommitStep {
                     let base = base.meta("message", &message);
                     return Ok(failed(
                         base,
-                        error.detail("branch", &task.branch),
+                        error.detail("branch", &task.mapping.branch_name),
                         commit_failed(),
                     ));
                 }
@@ -378,7 +378,7 @@ impl Step for CommitStep {
                 done.summary = format!(
                     "committed {} on {}: {}",
                     &sha[..sha.len().min(12)],
-                    task.branch,
+                    task.mapping.branch_name,
                     message.lines().next().unwrap_or_default()
                 );
                 Ok(Outcome::Finished(done))
@@ -390,11 +390,12 @@ impl Step for CommitStep {
                         .then(hand_over(
                             "the task changed nothing; the resolver decides what next",
                         ));
-                done.summary = format!("no changes to commit on {}", task.branch);
+                done.summary = format!("no changes to commit on {}", task.mapping.branch_name);
                 Ok(Outcome::Finished(done))
             }
             Err(e) => {
-                let error = git_error("the commit failed", &e).detail("branch", &task.branch);
+                let error =
+                    git_error("the commit failed", &e).detail("branch", &task.mapping.branch_name);
                 if error.retryable {
                     // A lock file or similar: the orchestrator runs the commit again later.
                     return Err(error);

@@ -2,8 +2,6 @@
 //! workflow, commit and cleanup steps read and write them, plus the small shared helpers those
 //! three steps need (the repository workspace, turning git errors into step errors).
 
-use std::path::PathBuf;
-
 use uuid::Uuid;
 
 use super::Services;
@@ -12,71 +10,36 @@ use crate::orchestrator::StepError;
 use crate::store::blocking;
 use crate::store::{AutopilotStore, State, StoreError, TaskMapping};
 
-/// One task mapping, typed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskRecord {
+/// One task mapping with its key, the workflow action id. The mapping is kept whole, so keys
+/// rover does not know (`TaskMapping::extra`) are written back unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
     /// The workflow action id (the mapping's key).
     pub action_id: Uuid,
-    pub task_id: String,
-    pub branch: String,
-    pub trace_id: Uuid,
-    pub workflow_span_id: Uuid,
-    /// The container name (names work wherever the engine takes an id).
-    pub container: Option<String>,
-    pub worktree: Option<PathBuf>,
-    /// The commit the branch forked from (diff summaries are taken against it).
-    pub fork_point: Option<String>,
-    pub title: Option<String>,
-}
-
-impl TaskRecord {
-    pub fn from_mapping(action_id: Uuid, mapping: &TaskMapping) -> TaskRecord {
-        TaskRecord {
-            action_id,
-            task_id: mapping.task_id.clone(),
-            branch: mapping.branch_name.clone(),
-            trace_id: mapping.trace_id,
-            workflow_span_id: mapping.workflow_span_id,
-            container: mapping.container_id.clone(),
-            worktree: mapping.worktree_path.clone(),
-            fork_point: mapping.fork_point.clone(),
-            title: mapping.title.clone(),
-        }
-    }
-
-    pub fn to_mapping(&self) -> TaskMapping {
-        TaskMapping {
-            container_id: self.container.clone(),
-            worktree_path: self.worktree.clone(),
-            fork_point: self.fork_point.clone(),
-            title: self.title.clone(),
-            ..TaskMapping::new(
-                &self.task_id,
-                &self.branch,
-                self.trace_id,
-                self.workflow_span_id,
-            )
-        }
-    }
+    pub mapping: TaskMapping,
 }
 
 /// The mapping of one workflow action, if any.
-pub fn task_of(state: &State, action_id: Uuid) -> Option<TaskRecord> {
+pub fn task_of(state: &State, action_id: Uuid) -> Option<Task> {
     state
         .task_mappings
         .get(&action_id.to_string())
-        .map(|m| TaskRecord::from_mapping(action_id, m))
+        .map(|m| Task {
+            action_id,
+            mapping: m.clone(),
+        })
 }
 
 /// Every mapping whose key is a workflow action id.
-pub fn all_tasks(state: &State) -> Vec<TaskRecord> {
+pub fn all_tasks(state: &State) -> Vec<Task> {
     state
         .task_mappings
         .iter()
         .filter_map(|(key, m)| {
-            key.parse::<Uuid>()
-                .ok()
-                .map(|id| TaskRecord::from_mapping(id, m))
+            key.parse::<Uuid>().ok().map(|action_id| Task {
+                action_id,
+                mapping: m.clone(),
+            })
         })
         .collect()
 }
@@ -85,7 +48,7 @@ pub fn all_tasks(state: &State) -> Vec<TaskRecord> {
 pub async fn load_task(
     store: &AutopilotStore,
     action_id: Uuid,
-) -> Result<Option<TaskRecord>, StoreError> {
+) -> Result<Option<Task>, StoreError> {
     blocking(store.clone(), move |s| {
         Ok(task_of(&s.read_state()?, action_id))
     })
@@ -93,13 +56,13 @@ pub async fn load_task(
 }
 
 /// Writes (or replaces) a mapping in `state.json`.
-pub async fn save_task(store: &AutopilotStore, task: &TaskRecord) -> Result<(), StoreError> {
+pub async fn save_task(store: &AutopilotStore, task: &Task) -> Result<(), StoreError> {
     let task = task.clone();
     blocking(store.clone(), move |s| {
         s.transact(|txn| {
             txn.state_mut()?
                 .task_mappings
-                .insert(task.action_id.to_string(), task.to_mapping());
+                .insert(task.action_id.to_string(), task.mapping);
             Ok(())
         })
     })
@@ -162,22 +125,47 @@ pub fn short(id: Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
+    fn task() -> Task {
+        Task {
+            action_id: Uuid::new_v4(),
+            mapping: TaskMapping {
+                container_id: Some("rover-abc".into()),
+                worktree_path: Some(PathBuf::from("/data/worktrees/abc")),
+                fork_point: Some("0123".into()),
+                title: Some("X".into()),
+                ..TaskMapping::new("t1", "rover/abc-x", Uuid::new_v4(), Uuid::new_v4())
+            },
+        }
+    }
 
     #[test]
-    fn a_task_round_trips_through_the_mapping_with_the_documented_keys() {
-        let task = TaskRecord {
-            action_id: Uuid::new_v4(),
-            task_id: "t1".into(),
-            branch: "rover/abc-x".into(),
-            trace_id: Uuid::new_v4(),
-            workflow_span_id: Uuid::new_v4(),
-            container: Some("rover-abc".into()),
-            worktree: Some(PathBuf::from("/data/worktrees/abc")),
-            fork_point: Some("0123".into()),
-            title: Some("X".into()),
-        };
-        let mapping = task.to_mapping();
-        let json = serde_json::to_value(&mapping).expect("json");
+    fn tasks_are_read_by_their_workflow_action_id_and_other_keys_are_skipped() {
+        let task = task();
+        let mut state = State::new(chrono::Utc::now());
+        state
+            .task_mappings
+            .insert(task.action_id.to_string(), task.mapping.clone());
+        state
+            .task_mappings
+            .insert("not-a-uuid".into(), task.mapping.clone());
+        assert_eq!(task_of(&state, task.action_id), Some(task.clone()));
+        assert_eq!(task_of(&state, Uuid::new_v4()), None);
+        assert_eq!(all_tasks(&state), vec![task]);
+    }
+
+    #[tokio::test]
+    async fn a_saved_task_keeps_the_keys_rover_does_not_know() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = AutopilotStore::open(dir.path(), "tasks").expect("store");
+        let mut task = task();
+        task.mapping
+            .extra
+            .insert("otherTool".into(), serde_json::json!({"lease": 3}));
+        save_task(&store, &task).await.expect("saves");
+        let json = serde_json::to_value(store.read_state().expect("state")).expect("json");
+        let stored = &json["taskMappings"][task.action_id.to_string()];
         for key in [
             "taskId",
             "branchName",
@@ -186,17 +174,15 @@ mod tests {
             "containerId",
             "worktreePath",
         ] {
-            assert!(json.get(key).is_some(), "{key} missing in {json}");
+            assert!(stored.get(key).is_some(), "{key} missing in {stored}");
         }
-        assert_eq!(TaskRecord::from_mapping(task.action_id, &mapping), task);
-        let mut state = State::new(chrono::Utc::now());
-        state
-            .task_mappings
-            .insert(task.action_id.to_string(), mapping);
-        state
-            .task_mappings
-            .insert("not-a-uuid".into(), task.to_mapping());
-        assert_eq!(task_of(&state, task.action_id), Some(task.clone()));
-        assert_eq!(all_tasks(&state), vec![task]);
+        assert_eq!(stored["otherTool"]["lease"], 3);
+        let read = load_task(&store, task.action_id).await.expect("reads");
+        assert_eq!(read, Some(task.clone()));
+        assert!(remove_task(&store, task.action_id).await.expect("removes"));
+        assert_eq!(
+            load_task(&store, task.action_id).await.expect("reads"),
+            None
+        );
     }
 }

@@ -17,10 +17,10 @@ use rover::sandbox::{
 use rover::steps::cleanup::CleanupStep;
 use rover::steps::commit::CommitStep;
 use rover::steps::meta::{CleanupMeta, CommitMeta, TaskStatus, WorkflowMeta};
-use rover::steps::tasks::{self, TaskRecord};
+use rover::steps::tasks::{self, Task};
 use rover::steps::workflow::{sweep_orphans, WorkflowStep};
 use rover::steps::{NoopStep, Services};
-use rover::store::{Action, Recovery, Span, SpanStatus, StepKind, StepRun};
+use rover::store::{Action, Recovery, Span, SpanStatus, StepKind, StepRun, TaskMapping};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -805,7 +805,7 @@ async fn a_collected_container_left_behind_is_removed_by_the_start_sweep() {
     let mut spec = SandboxSpec::from_settings(
         &services.config.autopilot.sandbox,
         vec!["/bin/true".into()],
-        task.worktree.as_deref().expect("worktree"),
+        task.mapping.worktree_path.as_deref().expect("worktree"),
         SandboxLabels {
             project: w.project.clone(),
             trace: trace.to_string(),
@@ -822,7 +822,7 @@ async fn a_collected_container_left_behind_is_removed_by_the_start_sweep() {
     assert!(report.errors.is_empty(), "{report:?}");
     assert!(w.containers(&docker, wf.id).await.is_empty());
     // The mapping and worktree stay (reclaimed by cleanup/gc).
-    assert!(task.worktree.expect("worktree").exists());
+    assert!(task.mapping.worktree_path.expect("worktree").exists());
 }
 
 #[tokio::test]
@@ -938,7 +938,7 @@ async fn an_iteration_reuses_the_task_branch_and_worktree() {
 
 /// A worktree with a change and its task mapping, as the workflow step leaves them, plus a
 /// trace with a `commit` action for it.
-async fn seeded_commit(w: &World) -> (Uuid, Action, TaskRecord) {
+async fn seeded_commit(w: &World) -> (Uuid, Action, Task) {
     let ws = w.p.repo.workspace().await;
     let action_id = Uuid::new_v4();
     let path = Services::worktrees_dir(&w.p.store).join(action_id.to_string());
@@ -948,16 +948,14 @@ async fn seeded_commit(w: &World) -> (Uuid, Action, TaskRecord) {
         .await
         .expect("worktree");
     std::fs::write(path.join("change.txt"), "changed\n").expect("write");
-    let task = TaskRecord {
+    let task = Task {
         action_id,
-        task_id: action_id.to_string(),
-        branch,
-        trace_id: Uuid::nil(),
-        workflow_span_id: Uuid::nil(),
-        container: None,
-        worktree: Some(prepared.path.clone()),
-        fork_point: Some(prepared.fork_point),
-        title: Some("Seeded change".into()),
+        mapping: TaskMapping {
+            worktree_path: Some(prepared.path.clone()),
+            fork_point: Some(prepared.fork_point),
+            title: Some("Seeded change".into()),
+            ..TaskMapping::new(&action_id.to_string(), &branch, Uuid::nil(), Uuid::nil())
+        },
     };
     tasks::save_task(&w.p.store, &task).await.expect("mapping");
     let meta = serde_json::to_value(CommitMeta {
@@ -1017,8 +1015,11 @@ async fn a_failing_pre_commit_hook_is_an_error_span_with_its_stderr() {
     assert_eq!(span.meta["messageSource"], json!("fallback"));
     // Nothing was committed; the change is still there for the resolver.
     assert_eq!(
-        git(&w.p.repo.checkout, &["rev-parse", &task.branch]),
-        task.fork_point.clone().expect("fork point")
+        git(
+            &w.p.repo.checkout,
+            &["rev-parse", &task.mapping.branch_name]
+        ),
+        task.mapping.fork_point.clone().expect("fork point")
     );
     let resolve = produced(&w.p, trace, &span);
     assert_eq!(
@@ -1073,7 +1074,7 @@ async fn commit_uses_the_fallback_message_and_the_trailer_only_with_attribution(
     assert_eq!(span.meta["messageSource"], json!("fallback"));
     let message = git(
         &w.p.repo.checkout,
-        &["log", "-1", "--format=%B", &task.branch],
+        &["log", "-1", "--format=%B", &task.mapping.branch_name],
     );
     assert!(
         message.starts_with("Seeded change\n\nchanged a file"),
@@ -1130,7 +1131,7 @@ async fn sweep_removes_unmapped_containers_and_worktrees_only() {
     assert_eq!(report.worktrees, vec![orphan_dir.clone()], "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
     assert!(!orphan_dir.exists());
-    assert!(kept.worktree.expect("kept worktree").exists());
+    assert!(kept.mapping.worktree_path.expect("kept worktree").exists());
     assert!(w.containers(&docker, orphan_action).await.is_empty());
 }
 
@@ -1266,7 +1267,7 @@ async fn a_worktree_whose_git_file_changed_is_refused_as_tampered_and_nothing_is
     );
     let (trace, commit, task) = seeded_commit(&w).await;
     // What a sandbox would have done had it been able to: point `.git` at a repository of its own.
-    let worktree = task.worktree.clone().expect("worktree");
+    let worktree = task.mapping.worktree_path.clone().expect("worktree");
     std::fs::write(worktree.join(".git"), "gitdir: /workspace/.evil\n").expect("tamper");
     let orch = w.p.orchestrator(commit_only_steps(&services));
     settle(&w.p, &orch).await;
@@ -1284,8 +1285,11 @@ async fn a_worktree_whose_git_file_changed_is_refused_as_tampered_and_nothing_is
     assert_eq!(span.meta["error"]["retryable"], json!(false));
     // Nothing was committed, and no agent was asked for a message.
     assert_eq!(
-        git(&w.p.repo.checkout, &["rev-parse", &task.branch]),
-        task.fork_point.clone().expect("fork point")
+        git(
+            &w.p.repo.checkout,
+            &["rev-parse", &task.mapping.branch_name]
+        ),
+        task.mapping.fork_point.clone().expect("fork point")
     );
     assert!(w.p.agents.calls().is_empty());
 }

@@ -16,7 +16,7 @@ use crate::orchestrator::{Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::{run_gates, GatesReport};
 use crate::sandbox::{self, ContainerStatus, Sandbox};
 use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
-use crate::steps::tasks::{self, store_error, TaskRecord};
+use crate::steps::tasks::{self, store_error, Task};
 use crate::store::blocking;
 use crate::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind};
 
@@ -38,15 +38,15 @@ impl WorkflowStep {
                 continue;
             };
             if pending.action != StepKind::Workflow
-                || pending.running_span_id != Some(task.workflow_span_id)
+                || pending.running_span_id != Some(task.mapping.workflow_span_id)
                 || ctx.in_process(task.action_id)
             {
                 continue;
             }
-            let Some(container) = task.container.clone() else {
+            let Some(container) = task.mapping.container_id.clone() else {
                 continue;
             };
-            let span_id = task.workflow_span_id;
+            let span_id = task.mapping.workflow_span_id;
             let Ok(span) = blocking(ctx.store.clone(), move |s| s.read_span(span_id)).await else {
                 continue;
             };
@@ -165,11 +165,11 @@ impl WorkflowStep {
         for task in tasks::all_tasks(&state) {
             let running = state
                 .pending_for(task.action_id)
-                .is_some_and(|p| p.running_span_id == Some(task.workflow_span_id));
-            if task.trace_id != trace_id || !running {
+                .is_some_and(|p| p.running_span_id == Some(task.mapping.workflow_span_id));
+            if task.mapping.trace_id != trace_id || !running {
                 continue;
             }
-            if let Some(container) = &task.container {
+            if let Some(container) = &task.mapping.container_id {
                 match sandbox.kill(container).await {
                     Ok(()) => stopped += 1,
                     Err(e) => {
@@ -193,10 +193,10 @@ impl WorkflowStep {
         let Ok(Some(task)) = tasks::load_task(&ctx.store, pending.action_id).await else {
             return false;
         };
-        let Some(container) = task.container else {
+        let Some(container) = task.mapping.container_id else {
             return false;
         };
-        if task.workflow_span_id != span.id {
+        if task.mapping.workflow_span_id != span.id {
             return false;
         }
         // An exited container still holds the work: `monitor` collects it, never a second run.
@@ -215,13 +215,13 @@ impl WorkflowStep {
         &self,
         ctx: &StepContext,
         sandbox: &dyn Sandbox,
-        task: &TaskRecord,
+        task: &Task,
         span: &Span,
         status: ContainerStatus,
         timed_out: bool,
         stuck: bool,
     ) -> (Finished, bool) {
-        let container = task.container.clone().unwrap_or_default();
+        let container = task.mapping.container_id.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
         let log = artifacts.join(AGENT_LOG);
         let err_log = sandbox::stderr_path(&log);
@@ -274,12 +274,12 @@ impl WorkflowStep {
         let mut finished = Finished::failed(String::new());
         // Gates, only for work the agent calls done.
         if task_status == TaskStatus::Completed {
-            if let Some(worktree) = &task.worktree {
+            if let Some(worktree) = &task.mapping.worktree_path {
                 let gates = &self.services.config.autopilot.sandbox.gates;
                 let base = self.base_spec(
                     vec!["true".into()],
                     worktree,
-                    self.labels(task.trace_id, task.action_id),
+                    self.labels(task.mapping.trace_id, task.action_id),
                 );
                 match run_gates(sandbox, &base, gates, &artifacts.join("gates")).await {
                     Ok(report) => {
@@ -317,7 +317,7 @@ impl WorkflowStep {
         // Every container over the worktree has exited: its git metadata must still be rover's,
         // or nothing of this task is trusted (and nothing of it is committed).
         let mut tampered = None;
-        if let Some(worktree) = &task.worktree {
+        if let Some(worktree) = &task.mapping.worktree_path {
             if let Ok(ws) = tasks::workspace(&self.services).await {
                 if let Err(e) = ws.verify_worktree(worktree).await {
                     if crate::steps::sandboxed::is_tampered(&e) {
@@ -332,10 +332,13 @@ impl WorkflowStep {
                 }
             }
         }
-        let scratch = ctx.store.artifacts_dir(task.workflow_span_id).join("git");
+        let scratch = ctx
+            .store
+            .artifacts_dir(task.mapping.workflow_span_id)
+            .join("git");
         let _ = tokio::fs::remove_dir_all(&scratch).await;
 
-        let diff = match (&task.worktree, &task.fork_point) {
+        let diff = match (&task.mapping.worktree_path, &task.mapping.fork_point) {
             _ if tampered.is_some() => None,
             (Some(worktree), Some(fork)) => match tasks::workspace(&self.services).await {
                 Ok(ws) => ws
@@ -441,7 +444,7 @@ impl WorkflowStep {
         &self,
         ctx: &StepContext,
         sandbox: &Arc<dyn Sandbox>,
-        task: &TaskRecord,
+        task: &Task,
         container: &str,
     ) -> Option<Duration> {
         let after = self.services.config.autopilot.budget.stuck_after_secs;
@@ -450,7 +453,7 @@ impl WorkflowStep {
         }
         let probe = ctx
             .store
-            .artifacts_dir(task.workflow_span_id)
+            .artifacts_dir(task.mapping.workflow_span_id)
             .join("activity.log");
         if let Some(dir) = probe.parent() {
             let _ = tokio::fs::create_dir_all(dir).await;
@@ -468,7 +471,7 @@ impl WorkflowStep {
         for path in [probe.clone(), crate::sandbox::stderr_path(&probe)] {
             log_bytes += tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
         }
-        let newest = match task.worktree.clone() {
+        let newest = match task.mapping.worktree_path.clone() {
             Some(dir) => {
                 tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
                     .await
@@ -519,15 +522,11 @@ pub(super) fn tail(text: &str, max: usize) -> String {
 }
 
 /// The workflow span's typed keys for `task` and its container.
-fn task_meta(
-    task: &TaskRecord,
-    container: &str,
-    status: Option<ContainerStatus>,
-) -> WorkflowSpanMeta {
+fn task_meta(task: &Task, container: &str, status: Option<ContainerStatus>) -> WorkflowSpanMeta {
     WorkflowSpanMeta {
-        task_id: Some(task.task_id.clone()),
-        branch_name: Some(task.branch.clone()),
-        worktree_path: task.worktree.clone(),
+        task_id: Some(task.mapping.task_id.clone()),
+        branch_name: Some(task.mapping.branch_name.clone()),
+        worktree_path: task.mapping.worktree_path.clone(),
         container_id: Some(container.to_owned()),
         container_status: status,
         legacy_container: None,

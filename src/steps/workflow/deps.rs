@@ -121,7 +121,7 @@ fn iteration_state(view: &TraceView, state: &crate::store::State, dep: Uuid) -> 
     }
     match tasks::task_of(state, dep) {
         Some(task) => Dependency::Done {
-            branch: task.branch,
+            branch: task.mapping.branch_name,
             title,
             summary,
         },

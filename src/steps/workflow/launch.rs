@@ -13,10 +13,10 @@ use crate::git::{self, BranchBase};
 use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
 use crate::sandbox::{ContainerStatus, Sandbox, SandboxError, SandboxLabels, SandboxSpec};
 use crate::steps::meta::{self, OutcomeSpanMeta, TaskStatus, WorkflowMeta};
-use crate::steps::tasks::{self, git_error, store_error, TaskRecord};
+use crate::steps::tasks::{self, git_error, store_error, Task};
 use crate::steps::Services;
 use crate::store::blocking;
-use crate::store::{StepRun, TraceView};
+use crate::store::{StepRun, TaskMapping, TraceView};
 
 /// The agent's argv in the container. Codex ignores `OPENAI_BASE_URL` as a variable, so a base
 /// URL in the sandbox env also goes in as codex's `openai_base_url` config value for this run:
@@ -193,9 +193,9 @@ impl WorkflowStep {
                 .map_err(|e| store_error("cannot read the task mappings", &e))?;
             return match (earlier, &meta.branch) {
                 (Some(task), _) => Ok((
-                    task.branch,
+                    task.mapping.branch_name,
                     BranchBase::Existing,
-                    task.worktree.unwrap_or(fresh_path),
+                    task.mapping.worktree_path.unwrap_or(fresh_path),
                 )),
                 (None, Some(branch)) => Ok((branch.clone(), BranchBase::Existing, fresh_path)),
                 (None, None) => Err(StepError::fatal(format!(
@@ -360,16 +360,19 @@ impl WorkflowStep {
                     .detail("branch", &branch)
                     .detail("base", format!("{base:?}"))
             })?;
-        let mut task = TaskRecord {
+        let mut task = Task {
             action_id,
-            task_id: action_id.to_string(),
-            branch: prepared.branch.clone(),
-            trace_id,
-            workflow_span_id: run.span.id,
-            container: None,
-            worktree: Some(prepared.path.clone()),
-            fork_point: Some(prepared.fork_point.clone()),
-            title: Some(meta.title.clone()),
+            mapping: TaskMapping {
+                worktree_path: Some(prepared.path.clone()),
+                fork_point: Some(prepared.fork_point.clone()),
+                title: Some(meta.title.clone()),
+                ..TaskMapping::new(
+                    &action_id.to_string(),
+                    &prepared.branch,
+                    trace_id,
+                    run.span.id,
+                )
+            },
         };
 
         // More than one dependency: the branch forked from the first; merge the others in
@@ -442,15 +445,15 @@ impl WorkflowStep {
         let container = spec.container_name();
 
         // The mapping first: a crash after this point finds the container by it.
-        task.container = Some(container.clone());
+        task.mapping.container_id = Some(container.clone());
         tasks::save_task(&ctx.store, &task)
             .await
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
 
         let started = self.start(sandbox.as_ref(), &spec).await?;
         let mut detached = WorkflowSpanMeta {
-            task_id: Some(task.task_id.clone()),
-            branch_name: Some(task.branch.clone()),
+            task_id: Some(task.mapping.task_id.clone()),
+            branch_name: Some(task.mapping.branch_name.clone()),
             worktree_path: Some(prepared.path.clone()),
             container_id: Some(container.clone()),
             container_status: None,
@@ -497,7 +500,7 @@ impl WorkflowStep {
     /// as failed.
     async fn not_started(
         ctx: &StepContext,
-        task: &TaskRecord,
+        task: &Task,
         worktree: &Path,
         error: StepError,
     ) -> Result<Outcome, StepError> {
@@ -507,7 +510,7 @@ impl WorkflowStep {
         let summary = format!("not started: {}", error.message);
         Ok(Outcome::Finished(
             Finished::failed(summary.clone())
-                .meta("branchName", &task.branch)
+                .meta("branchName", &task.mapping.branch_name)
                 .meta("worktreePath", worktree.display().to_string())
                 .meta("error", error.to_meta())
                 .then(Self::commit_action(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::sandbox::{LABEL_ACTION, LABEL_PROJECT};
-use crate::steps::tasks::{self, TaskRecord};
+use crate::steps::tasks::{self, Task};
 use crate::steps::Services;
 use crate::store::blocking;
 use crate::store::AutopilotStore;
@@ -70,7 +70,10 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
         }
     }
     let dir = Services::worktrees_dir(store);
-    let named: Vec<PathBuf> = known.iter().filter_map(|t| t.worktree.clone()).collect();
+    let named: Vec<PathBuf> = known
+        .iter()
+        .filter_map(|t| t.mapping.worktree_path.clone())
+        .collect();
     let is_named = |p: &Path| named.iter().any(|n| n == p);
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&dir) {
@@ -113,7 +116,7 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
 async fn collected_already(
     store: &AutopilotStore,
     state: &crate::store::State,
-    task: &TaskRecord,
+    task: &Task,
 ) -> bool {
     let running = state
         .pending_for(task.action_id)
@@ -121,7 +124,7 @@ async fn collected_already(
     if running {
         return false;
     }
-    let span_id = task.workflow_span_id;
+    let span_id = task.mapping.workflow_span_id;
     blocking(store.clone(), move |s| s.read_span(span_id))
         .await
         .is_ok_and(|span| span.status.is_final())
