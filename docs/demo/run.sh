@@ -50,6 +50,9 @@ done
 image="rover-demo:$(tar -C "$rootfs" -c . | sha256sum | cut -c1-12)"
 if ! docker image inspect "$image" >/dev/null 2>&1; then
   tar -C "$rootfs" -c . | docker import - "$image" >/dev/null
+  # Every rebuild of the fake agent makes a new image: the one made here goes when the demo
+  # ends (an image that was already there, another run's, stays).
+  trap 'docker rmi "$image" >/dev/null 2>&1 || true' EXIT
 fi
 
 cat > "$work/widgets/rover.json" <<JSON
