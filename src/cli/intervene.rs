@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{CliError, Context, Output};
 use crate::steps::meta::{NotifyMeta, NotifyPurpose};
 use crate::store::{
-    Action, AutopilotStore, ClosedTrace, Meta, Span, SpanStatus, StepKind, TraceView,
+    Action, AutopilotStore, ClosedTrace, Meta, RunSpanMeta, Span, SpanStatus, StepKind, TraceView,
 };
 
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
@@ -145,7 +145,7 @@ fn failed_action(store: &AutopilotStore, view: &TraceView, id: &str) -> Result<A
         .spans
         .iter()
         .filter(|s| s.status == SpanStatus::Error && s.action_id.is_some())
-        .filter(|s| !s.meta.contains_key("budgetStopped") && !s.meta.contains_key("closedByHand"))
+        .filter(|s| !RunSpanMeta::of(s).stopped())
         .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
         .ok_or_else(|| {
             CliError::Refused(format!(

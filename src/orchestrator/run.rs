@@ -14,7 +14,7 @@ use super::progress::Progress;
 use super::step::{Finished, Outcome, Step, StepError};
 use super::Inner;
 use crate::store::blocking;
-use crate::store::{Meta, PendingAction, Span, SpanStatus, StepRun, StoreError};
+use crate::store::{Meta, PendingAction, RunSpanMeta, Span, SpanStatus, StepRun, StoreError};
 
 impl Inner {
     pub(super) async fn run_action(
@@ -158,10 +158,11 @@ impl Inner {
             let mut span = run.span.clone();
             let mut meta = Meta::new();
             error.to_meta().put_into(&mut meta);
-            meta.insert(
-                "retryAt".into(),
-                serde_json::json!(not_before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-            );
+            RunSpanMeta {
+                retry_at: Some(not_before),
+                ..RunSpanMeta::default()
+            }
+            .put_into(&mut meta);
             let summary = format!(
                 "{}; will retry (attempt {} of {})",
                 error.message, run.pending.attempts, self.settings.max_attempts
@@ -216,7 +217,11 @@ impl Inner {
         }
         let mut span = span;
         let mut meta = Meta::new();
-        meta.insert("interrupted".into(), true.into());
+        RunSpanMeta {
+            interrupted: true,
+            ..RunSpanMeta::default()
+        }
+        .put_into(&mut meta);
         if span
             .finish(
                 SpanStatus::Error,
