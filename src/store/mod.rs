@@ -34,9 +34,9 @@ pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor, ErrorMeta, EventHeader,
-    EventKeyEntry, KeyMatch, LogEntry, Meta, NotifyHeader, PendingAction, PollCursor,
-    PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind, TaskMapping,
-    TraceEntry, TraceIndex, TracesCache,
+    EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta, NotifyHeader, PendingAction,
+    PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind,
+    TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use txn::Txn;

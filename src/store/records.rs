@@ -261,7 +261,16 @@ pub enum SpanLifecycleError {
 impl Span {
     /// A finished span recording an intervention in trace `trace_id` that is no step run (a
     /// person's `cancel`/`retry`, the `gc` policy): step `command`, under the root span.
-    pub fn intervention(trace_id: Uuid, command: &str, summary: String, meta: Meta) -> Span {
+    pub fn intervention(
+        trace_id: Uuid,
+        command: &str,
+        summary: String,
+        record: &InterventionSpanMeta,
+    ) -> Span {
+        let meta = match serde_json::to_value(record) {
+            Ok(Value::Object(map)) => map,
+            _ => Meta::new(),
+        };
         let now = Utc::now();
         let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
         span.step = StepKind::Other(command.to_owned());
@@ -606,6 +615,44 @@ impl ErrorMeta {
     }
 }
 
+/// The meta of a span that records an intervention, not a step run ([`Span::intervention`]): a
+/// person's `cancel`, `fail`, `retry`, `drop` or `requeue`, or the `gc` policy reclaiming an
+/// ended trace. Who did it, and what it was about.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterventionSpanMeta {
+    /// The person (`$USER`, or `--by`) or `gc`.
+    pub by: String,
+    /// `cancel`/`fail`: the reason given (empty when none was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `cancel`/`fail`: the runs still in progress that the daemon stops (`notify (1a2b3c4d)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<Vec<String>>,
+    /// `retry`: the action retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried: Option<Uuid>,
+    /// `retry`: the new action; `drop`/`requeue`: the dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Uuid>,
+    /// `drop`/`requeue`: the dead letter's action type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_type: Option<StepKind>,
+    /// `gc`: the retention the trace outlived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain_days: Option<u64>,
+    /// `gc`: the workflow actions whose tasks are reclaimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<Uuid>>,
+}
+
+impl InterventionSpanMeta {
+    /// What an intervention span recorded (none for a span of another shape).
+    pub fn of(span: &Span) -> Option<InterventionSpanMeta> {
+        InterventionSpanMeta::deserialize(&span.meta).ok()
+    }
+}
+
 /// The keys the orchestrator and the store add to the meta of any step's span, next to the
 /// step's own keys: how the run ended when the step did not end it itself (cut off, retried,
 /// stopped by a budget or a person), what the budget warned of, and the actions it produced.
@@ -704,6 +751,30 @@ impl RunSpanMeta {
     /// The run was closed because its trace was stopped (by a budget or by a person).
     pub fn stopped(&self) -> bool {
         self.budget_stopped || self.closed_by_hand
+    }
+}
+
+#[cfg(test)]
+mod intervention_span_meta_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_interventions_keys_read_and_write_back_unchanged() {
+        let a = "0b6c43b4-3f0e-4e5e-9c39-1b7a0d6f2a11";
+        let b = "5d1f8a52-0c6e-4f6a-8a43-2f0f3c1e9b22";
+        for written in [
+            json!({"by": "alice", "reason": "not needed", "stopping": ["workflow (0b6c43b4)"]}),
+            json!({"by": "bob", "retried": a, "action": b}),
+            json!({"by": "carol", "action": a, "actionType": "mystery"}),
+            json!({"by": "gc", "retainDays": 0, "tasks": [a, b]}),
+        ] {
+            let record: InterventionSpanMeta =
+                serde_json::from_value(written.clone()).expect("reads");
+            let span = Span::intervention(Uuid::new_v4(), "cancel", "s".into(), &record);
+            assert_eq!(Value::Object(span.meta.clone()), written);
+            assert_eq!(InterventionSpanMeta::of(&span), Some(record));
+        }
     }
 }
 
