@@ -144,7 +144,10 @@ impl BudgetGate {
         match tokio::task::spawn_blocking(move || Ledger::load(&store)).await {
             Ok(Ok(l)) => Some(l),
             Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot read the budget ledger");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot read the budget ledger"
+                );
                 self.notice(format!("cannot read the budget ledger: {e}"));
                 None
             }
@@ -397,7 +400,10 @@ impl BudgetGate {
             match verdict {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => {
-                    tracing::error!(error = %e, "cannot update the budget ledger");
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot update the budget ledger"
+                    );
                     self.notice(format!("cannot update the budget ledger: {e}"));
                     return Halt(halt);
                 }

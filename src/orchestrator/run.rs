@@ -32,7 +32,7 @@ impl Inner {
             Err(StoreError::NotPending(_)) => return, // taken by another process meanwhile
             Err(e) => {
                 self.internal_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(step = %kind, error = %e, "cannot start a step run");
+                tracing::error!(step = %kind, error = &e as &dyn std::error::Error, "cannot start a step run");
                 self.notice(format!("cannot start {kind}: {e}"));
                 return;
             }
@@ -136,7 +136,10 @@ impl Inner {
                 span.meta.extend(meta);
                 let store = self.ctx.store.clone();
                 if let Err(e) = blocking(store, move |s| s.write_span(&span)).await {
-                    tracing::error!(error = %e, "cannot record detached run");
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot record detached run"
+                    );
                 }
             }
             Err(error) => self.handle_error(&run, error).await,
@@ -187,7 +190,10 @@ impl Inner {
             })
             .await
             {
-                tracing::error!(error = %e, "cannot release a step run for retry");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot release a step run for retry"
+                );
             }
             return;
         }

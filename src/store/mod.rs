@@ -215,7 +215,7 @@ impl AutopilotStore {
     /// Add a new record's id to the prefix index (a cache: a failure only slows lookups down).
     pub fn index_id(&self, kind: ids::IdKind, id: Uuid) {
         if let Err(e) = ids::append(&self.ids_dir(), kind, id) {
-            tracing::warn!(error = %e, %id, "cannot update the id-prefix index");
+            tracing::warn!(error = &e as &dyn std::error::Error, %id, "cannot update the id-prefix index");
         }
     }
 
