@@ -42,7 +42,6 @@ use crate::github::{
 };
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
-use crate::store::records::SUPERSEDED_BY_KEY;
 use crate::store::{AutopilotStore, StepKind, StepRun};
 
 /// How many recent traces are searched for open waits of the same issue or PR.
@@ -654,7 +653,7 @@ pub fn take_over_waits(
         p.action == StepKind::Coordinate
             && p.trace_id != this_trace
             && p.running_span_id.is_none()
-            && !p.extra.contains_key(SUPERSEDED_BY_KEY)
+            && p.superseded_by.is_none()
     }) {
         let Ok(action) = store.read_action(pending.action_id) else {
             continue;
@@ -871,12 +870,7 @@ impl Step for CoordinateStep {
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let trace_id = run.pending.trace_id;
         let scheduled: CoordinateMeta = super::meta::read(&run.action).unwrap_or_default();
-        if let Some(by) = run
-            .pending
-            .extra
-            .get(SUPERSEDED_BY_KEY)
-            .and_then(serde_json::Value::as_str)
-        {
+        if let Some(by) = run.pending.superseded_by {
             let reason = format!(
                 "a newer event about the same subject took over this wait: trace {by} decides"
             );
@@ -884,7 +878,7 @@ impl Step for CoordinateStep {
                 wait: Some(scheduled.wait.clone()),
                 ..CoordinateSpanMeta::decided("noop", DecidedBy::Wait)
             };
-            span_meta.decided.superseded_by = Some(by.to_owned());
+            span_meta.decided.superseded_by = Some(by.to_string());
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided noop: {reason}"))
                     .with_meta_record(&span_meta)

@@ -426,10 +426,7 @@ impl AutopilotStore {
                 return Ok(false);
             }
             p.not_before = None;
-            p.extra.insert(
-                records::SUPERSEDED_BY_KEY.into(),
-                serde_json::Value::String(by.to_string()),
-            );
+            p.superseded_by = Some(by);
             Ok(true)
         })
     }

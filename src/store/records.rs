@@ -406,6 +406,7 @@ impl Action {
             attempts: 0,
             running_span_id: None,
             not_before,
+            superseded_by: None,
             extra: Map::new(),
         }
     }
@@ -928,10 +929,6 @@ impl PushPullRequest {
 /// The key of an action's meta that schedules it: not to run before this RFC 3339 time.
 pub const NOT_BEFORE_KEY: &str = "notBefore";
 
-/// The key of a pending entry (in `extra`) that says a newer trace took over a scheduled
-/// re-evaluation: its value is that trace's id.
-pub const SUPERSEDED_BY_KEY: &str = "supersededBy";
-
 /// An entry of the pending queue: which step should process which action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -953,6 +950,10 @@ pub struct PendingAction {
     /// Not to be run before this time (rover's addition: backoff after a retryable error).
     #[serde(default, skip_serializing_if = "Option::is_none", with = "iso::option")]
     pub not_before: Option<DateTime<Utc>>,
+    /// A newer trace took over this scheduled re-evaluation (rover's addition): its step ends
+    /// it at once, saying which trace decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<Uuid>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
