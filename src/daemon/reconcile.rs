@@ -9,7 +9,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::github::{GitHub, NormalizeOptions, PollSettings};
-use crate::steps::event::{ingest_event, ingested_record, IngestError, Ingested, Via};
+use crate::steps::event::{ingest_event, IngestError, Ingested, Via};
 use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord, ReconcileCursor, StoreError};
 
 /// When to reconcile next, and why.
@@ -184,14 +184,10 @@ pub async fn reconcile_github(
             if event.dedupe_key.as_ref().is_some_and(|k| known.contains(k)) {
                 continue;
             }
-            let ingested = ingest_event(&store, &project_id, event, Via::Reconcile)?;
-            match ingested {
-                Ingested::New(trace) => new.push(trace),
-                // Found again by a later sweep: already recorded.
-                Ingested::Duplicate(_) => continue,
-                Ingested::OtherPath(_) => {}
+            // Its intake record goes with it (none when a later sweep finds it again).
+            if let Ingested::New(trace) = ingest_event(&store, &project_id, event, Via::Reconcile)? {
+                new.push(trace);
             }
-            records.push(ingested_record(event, Via::Reconcile, ingested));
         }
         store.transact(|txn| {
             let value = ReconcileCursor {

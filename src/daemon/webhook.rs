@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::github::webhook::{parse_delivery, verify_signature, Delivery, MAX_BODY_BYTES};
 use crate::github::NormalizeOptions;
-use crate::steps::event::{ingest_event, ingested_record, label, Ingested, Via};
+use crate::steps::event::{ingest_event, label, Ingested, Via};
 use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord};
 
 /// What the handler needs; shared by every request.
@@ -213,9 +213,7 @@ async fn github(
         })
         .await
     };
-    if let Ok(Ok(ingested)) = &ingested {
-        record(&st, ingested_record(&normalized, Via::Webhook, *ingested)).await;
-    }
+    // Its intake record went into the store with it.
     match ingested {
         Ok(Ok(Ingested::New(trace))) => {
             println!("webhook: {} (delivery {delivery})", label(&normalized));

@@ -17,7 +17,7 @@ use crate::github::{
 
 use crate::store::{
     Action, AutopilotStore, IntakeOutcome, IntakeRecord, Meta, Span, SpanStatus, StepKind,
-    StoreError, TraceCreated,
+    StoreError, TraceCreated, Txn,
 };
 
 /// A one-line label: `IssuesEvent opened #12 by alice`.
@@ -169,15 +169,36 @@ pub enum Ingested {
 }
 
 /// Start the trace of a GitHub event (its root span and `coordinate` action) unless it already
-/// has one; the poller and the webhook both come through here. Blocking (store I/O).
+/// has one; the webhook and reconcile come through here, the poller through
+/// [`ingest_event_in`]. What became of the event goes into the intake log in the same locked
+/// update (so arrivals are listed in the order the store saw them), except a reconcile sweep
+/// finding its own event again, which the first sweep recorded. Blocking (store I/O).
 pub fn ingest_event(
     store: &AutopilotStore,
     project_id: &str,
     event: &NormalizedEvent,
     via: Via,
 ) -> Result<Ingested, StoreError> {
+    store.transact(|txn| {
+        let ingested = ingest_event_in(store, txn, project_id, event, via)?;
+        if !matches!((via, ingested), (Via::Reconcile, Ingested::Duplicate(_))) {
+            txn.record_intake(ingested_record(event, via, ingested));
+        }
+        Ok(ingested)
+    })
+}
+
+/// [`ingest_event`] within a transaction, without the intake record.
+pub fn ingest_event_in(
+    store: &AutopilotStore,
+    txn: &mut Txn<'_>,
+    project_id: &str,
+    event: &NormalizedEvent,
+    via: Via,
+) -> Result<Ingested, StoreError> {
     let (root, first) = github_trace(project_id, event);
-    let created = store.create_event_trace(
+    let created = store.create_event_trace_in(
+        txn,
         &root,
         Some(&first),
         &event.id,
@@ -278,20 +299,23 @@ pub async fn poll_github(
                     .reason(format!("gap: {gap}")),
             );
         }
-        for event in &result.new_events {
-            let ingested = ingest_event(&store, &project_id, event, Via::Poll)?;
-            if let Ingested::New(trace) = ingested {
-                new.push(trace);
-            }
-            records.push(ingested_record(event, Via::Poll, ingested));
-        }
-        // The poller's ETag and seen ids go with the cursor, after the traces exist.
+        // One locked update: the new traces, the poller's ETag and seen ids, and the intake
+        // records (the skipped and notices first, then each event's), so an arrival by another
+        // path is logged after them; a crash before it leaves the poll to be done again.
         store.transact(|txn| {
+            for record in records {
+                txn.record_intake(record);
+            }
+            for event in &result.new_events {
+                let ingested = ingest_event_in(&store, txn, &project_id, event, Via::Poll)?;
+                if let Ingested::New(trace) = ingested {
+                    new.push(trace);
+                }
+                txn.record_intake(ingested_record(event, Via::Poll, ingested));
+            }
             txn.cursor_mut()?.poll = Some(poll_cursor);
             Ok(())
         })?;
-        // Then what became of each event (a crash before this loses only the record).
-        store.append_intake(&records)?;
         Ok::<_, StoreError>(new)
     })
     .await

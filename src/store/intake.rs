@@ -120,6 +120,15 @@ impl AutopilotStore {
         }
         ensure_dir(&self.autopilot_dir())?;
         let _lock = StoreLock::acquire(&self.lock_path())?;
+        self.append_intake_locked(records)
+    }
+
+    /// [`AutopilotStore::append_intake`] for a caller that holds the store lock (a transaction
+    /// recording an event's arrival with the trace it started).
+    pub(super) fn append_intake_locked(&self, records: &[IntakeRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
         let path = self.intake_path();
         let existing = read_text(&path)?;
         // A live file that does not parse is not appended to (nor rotated away): the error

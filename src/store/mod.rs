@@ -67,7 +67,7 @@ pub struct AutopilotStore {
     cached: Arc<Mutex<Option<journal::Cached>>>,
 }
 
-/// What [`AutopilotStore::create_event_trace`] did.
+/// What [`AutopilotStore::create_event_trace_in`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TraceCreated {
     /// A new trace (its id is the root span's).
@@ -297,37 +297,35 @@ impl AutopilotStore {
         self.transact(|txn| self.create_trace_in(txn, root, first, event_ids))
     }
 
-    /// Start the trace of a GitHub event, unless the same event already started one.
+    /// Start the trace of a GitHub event in transaction `txn`, unless the same event already
+    /// started one.
     ///
     /// Like [`AutopilotStore::create_trace`] (idempotent by the root's deterministic id), and in
     /// the same locked update the event's content key (`key`, if it has one) is matched against
     /// the keys in `cursor.json`: the same event arriving by the other path (`via`: `poll` or
-    /// `webhook`, whose ids differ) is folded into the trace it already started.
-    pub fn create_event_trace(
+    /// `webhook`, whose ids differ) is folded into the trace it already started. The caller
+    /// records the arrival in the intake log with the same update ([`Txn::record_intake`]).
+    pub fn create_event_trace_in(
         &self,
+        txn: &mut Txn<'_>,
         root: &Span,
         first: Option<&Action>,
         event_id: &str,
         key: Option<&str>,
         via: &str,
     ) -> Result<TraceCreated> {
-        self.transact(|txn| {
-            txn.cursor_mut()?.insert(event_id);
-            if let Some(key) = key {
-                match txn
-                    .cursor_mut()?
-                    .match_event_key(key, via, event_id, root.id)
-                {
-                    KeyMatch::New => {}
-                    KeyMatch::Same(trace) => return Ok(TraceCreated::Existing(trace)),
-                    KeyMatch::OtherPath(trace) => return Ok(TraceCreated::OtherPath(trace)),
-                }
-            }
-            if self.create_trace_in(txn, root, first, &[])? {
-                Ok(TraceCreated::New)
-            } else {
-                Ok(TraceCreated::Existing(root.id))
-            }
+        txn.cursor_mut()?.insert(event_id);
+        let matched = match key {
+            Some(key) => txn
+                .cursor_mut()?
+                .match_event_key(key, via, event_id, root.id),
+            None => KeyMatch::New,
+        };
+        Ok(match matched {
+            KeyMatch::Same(trace) => TraceCreated::Existing(trace),
+            KeyMatch::OtherPath(trace) => TraceCreated::OtherPath(trace),
+            KeyMatch::New if self.create_trace_in(txn, root, first, &[])? => TraceCreated::New,
+            KeyMatch::New => TraceCreated::Existing(root.id),
         })
     }
 

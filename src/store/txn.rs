@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::error::{Result, StoreError};
 use super::fsio::{quarantine, read_json, write_json_atomic};
+use super::intake::IntakeRecord;
 use super::journal::{self, Cached, Op};
 use super::records::{Cursor, PendingAction, Span, State, TraceEntry, TraceIndex, TracesCache};
 use super::{traces, AutopilotStore};
@@ -40,6 +41,8 @@ pub struct Txn<'a> {
     cursor: Option<Loaded<Cursor>>,
     cache: Option<Loaded<TracesCache>>,
     indexes: BTreeMap<Uuid, Loaded<Option<TraceIndex>>>,
+    /// Intake records to append once the rest is written, still under the lock.
+    intake: Vec<IntakeRecord>,
 }
 
 /// Load a shared file for modification: missing → `fresh`, corrupt → a copy is kept aside and
@@ -73,7 +76,15 @@ impl<'a> Txn<'a> {
             cursor: None,
             cache: None,
             indexes: BTreeMap::new(),
+            intake: Vec::new(),
         }
+    }
+
+    /// Append `record` to the intake log with this update: after the traces and the cursor are
+    /// written and before the lock goes, so an arrival that sees this update's trace or event
+    /// key is logged after this record. Failing to append only loses the record (logged).
+    pub fn record_intake(&mut self, record: IntakeRecord) {
+        self.intake.push(record);
     }
 
     /// The state, for reading.
@@ -252,6 +263,12 @@ impl<'a> Txn<'a> {
             l.value.updated_at = now;
         }
         save(&self.store.cursor_path(), cursor.as_ref())?;
+        if let Err(e) = self.store.append_intake_locked(&self.intake) {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot record an arrival in the intake log"
+            );
+        }
         Ok(kept)
     }
 }
