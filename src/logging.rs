@@ -1,6 +1,10 @@
 //! Structured logs: every tracing event becomes one [`LogEntry`] line in the project's
 //! `autopilot/log.jsonl` (rotated at 5 MB, 3 backups), written off the hot path by
 //! tracing-appender's worker. The level comes from `ROVER_LOG` (default `info`).
+//!
+//! An error logged as an error value (`error = &e as &dyn std::error::Error`) keeps its source
+//! chain: `error` holds its message and `errorSources` the messages of its causes, outermost
+//! first.
 
 use std::io::Write;
 use std::path::Path;
@@ -120,5 +124,55 @@ impl Visit for FieldMap {
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
         self.0.insert(field.name().to_owned(), Value::Bool(value));
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.0
+            .insert(field.name().to_owned(), Value::String(value.to_string()));
+        let sources: Vec<Value> = std::iter::successors(value.source(), |e| e.source())
+            .map(|e| Value::String(e.to_string()))
+            .collect();
+        if !sources.is_empty() {
+            self.0
+                .insert(format!("{}Sources", field.name()), Value::Array(sources));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read the ledger")]
+    struct Outer {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn an_error_value_keeps_its_causes_as_a_structured_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.jsonl");
+        let (writer, worker) =
+            tracing_appender::non_blocking(RotatingLog::open(&path).expect("log"));
+        let subscriber = tracing_subscriber::registry().with(JsonLines { writer });
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("step", trace = "t1");
+            let _inside = span.enter();
+            let e = Outer {
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            };
+            tracing::warn!(error = &e as &dyn std::error::Error, "cannot go on");
+        });
+        drop(worker);
+        let text = std::fs::read_to_string(&path).expect("read");
+        let entry: LogEntry = serde_json::from_str(text.trim()).expect("one entry");
+        assert_eq!(entry.message, "cannot go on");
+        assert_eq!(entry.fields["error"], "cannot read the ledger");
+        assert_eq!(
+            entry.fields["errorSources"],
+            serde_json::json!(["no such file"])
+        );
+        assert_eq!(entry.fields["trace"], "t1");
     }
 }

@@ -173,6 +173,7 @@ fn log_outcome(
             signal = ?outcome.signal,
             class = err.class(),
             retryable = err.is_retryable(),
+            error = err as &dyn std::error::Error,
             "agent call failed: {err}"
         ),
     }

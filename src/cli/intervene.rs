@@ -10,7 +10,8 @@ use uuid::Uuid;
 use super::{CliError, Context, Output};
 use crate::steps::meta::{NotifyMeta, NotifyPurpose};
 use crate::store::{
-    Action, AutopilotStore, ClosedTrace, Meta, Span, SpanStatus, StepKind, TraceView,
+    Action, AutopilotStore, ClosedTrace, InterventionSpanMeta, RunSpanMeta, Span, SpanStatus,
+    StepKind, TraceView,
 };
 
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
@@ -75,10 +76,20 @@ pub fn close(
         at: Utc::now(),
     };
     let what = closed.describe();
-    let mut meta = Meta::new();
-    meta.insert("by".into(), closed.by.clone().into());
-    meta.insert("reason".into(), closed.reason.clone().into());
-    let mut span = Span::intervention(trace_id, command, what.clone(), meta);
+    let running: Vec<String> = store
+        .read_state()?
+        .pending
+        .iter()
+        .filter(|p| p.trace_id == trace_id && p.running_span_id.is_some())
+        .map(|p| format!("{} ({})", p.action, crate::trace::short(p.action_id)))
+        .collect();
+    let record = InterventionSpanMeta {
+        by: closed.by.clone(),
+        reason: Some(closed.reason.clone()),
+        stopping: Some(running.clone()),
+        ..InterventionSpanMeta::default()
+    };
+    let span = Span::intervention(trace_id, command, what.clone(), &record);
     let notify = NotifyMeta {
         purpose: if command == "fail" {
             NotifyPurpose::Failure
@@ -101,15 +112,6 @@ pub fn close(
         notify_meta,
         Utc::now(),
     );
-    let running: Vec<String> = store
-        .read_state()?
-        .pending
-        .iter()
-        .filter(|p| p.trace_id == trace_id && p.running_span_id.is_some())
-        .map(|p| format!("{} ({})", p.action, crate::trace::short(p.action_id)))
-        .collect();
-    span.meta
-        .insert("stopping".into(), serde_json::json!(running));
     let removed = store.intervene(
         &span,
         std::slice::from_ref(&answer),
@@ -145,7 +147,7 @@ fn failed_action(store: &AutopilotStore, view: &TraceView, id: &str) -> Result<A
         .spans
         .iter()
         .filter(|s| s.status == SpanStatus::Error && s.action_id.is_some())
-        .filter(|s| !s.meta.contains_key("budgetStopped") && !s.meta.contains_key("closedByHand"))
+        .filter(|s| !RunSpanMeta::of(s).stopped())
         .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
         .ok_or_else(|| {
             CliError::Refused(format!(
@@ -183,26 +185,25 @@ pub fn retry(
         )));
     }
     let by = actor(by);
-    let mut meta = Meta::new();
-    meta.insert("by".into(), by.clone().into());
-    meta.insert("retried".into(), original.id.to_string().into());
-    let summary = format!(
-        "{} ({}) retried by {by}",
-        original.action,
-        crate::trace::short(original.id)
-    );
-    let span = Span::intervention(trace_id, "retry", summary.clone(), meta);
     // Same producer and meta as the original, so the step sees the same input; a new id, so
     // a fresh attempt budget.
     let mut again = original.clone();
     again.id = Uuid::new_v4();
     again.timestamp = Utc::now();
     again.reason = format!("retried by {by}: {}", original.reason);
-    let mut recorded = span.clone();
-    recorded
-        .meta
-        .insert("action".into(), again.id.to_string().into());
-    store.intervene(&recorded, std::slice::from_ref(&again), |_| false, None)?;
+    let record = InterventionSpanMeta {
+        by: by.clone(),
+        retried: Some(original.id),
+        action: Some(again.id),
+        ..InterventionSpanMeta::default()
+    };
+    let summary = format!(
+        "{} ({}) retried by {by}",
+        original.action,
+        crate::trace::short(original.id)
+    );
+    let span = Span::intervention(trace_id, "retry", summary.clone(), &record);
+    store.intervene(&span, std::slice::from_ref(&again), |_| false, None)?;
     out.print(&format!(
         "{summary}: queued as action {}\n",
         crate::trace::short(again.id)
@@ -272,17 +273,19 @@ pub fn dead_letter(
         })?;
     let by = actor(by);
     let command = if drop { "drop" } else { "requeue" };
-    let mut meta = Meta::new();
-    meta.insert("by".into(), by.clone().into());
-    meta.insert("action".into(), pending.action_id.to_string().into());
-    meta.insert("actionType".into(), pending.action.as_str().into());
+    let record = InterventionSpanMeta {
+        by: by.clone(),
+        action: Some(pending.action_id),
+        action_type: Some(pending.action.clone()),
+        ..InterventionSpanMeta::default()
+    };
     let summary = format!(
         "dead letter {} ({:?}) {} by {by}",
         crate::trace::short(pending.action_id),
         pending.action.as_str(),
         if drop { "dropped" } else { "requeued" }
     );
-    let span = Span::intervention(pending.trace_id, command, summary.clone(), meta);
+    let span = Span::intervention(pending.trace_id, command, summary.clone(), &record);
     if drop {
         store.intervene(&span, &[], |p| p.action_id == pending.action_id, None)?;
     } else {

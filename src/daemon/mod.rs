@@ -77,7 +77,10 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
     runtime.shutdown_timeout(Duration::from_secs(2));
     // `state.json` whole for whoever reads it alone while the daemon is stopped.
     if let Err(e) = store.compact_state() {
-        tracing::warn!(error = %e, "cannot fold the queue journal into state.json");
+        tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            "cannot fold the queue journal into state.json"
+        );
     }
     drop(log);
     drop(lock);
@@ -178,7 +181,7 @@ async fn run(
                     "warning: {}; workflows will fail until Docker answers",
                     crate::error::error_chain(&e)
                 );
-                tracing::warn!(error = %e, "no Docker engine");
+                tracing::warn!(error = &e as &dyn std::error::Error, "no Docker engine");
                 None
             }
         };
@@ -329,7 +332,10 @@ async fn run(
             let stop = shutdown.clone();
             Some(tokio::spawn(async move {
                 if let Err(e) = server.serve(stop).await {
-                    tracing::error!(error = %e, "the webhook server failed");
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "the webhook server failed"
+                    );
                     println!("error: the webhook server failed: {e}");
                 }
             }))
@@ -405,7 +411,10 @@ async fn poll_loop(
             None => p,
         },
         Err(e) => {
-            tracing::error!(error = %e, "cannot read the event cursor; not polling");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "cannot read the event cursor; not polling"
+            );
             println!("error: cannot read the event cursor: {e}; not polling GitHub");
             return;
         }
@@ -421,7 +430,10 @@ async fn poll_loop(
             tokio::task::spawn_blocking(move || reconcile::init_reconcile_watermark(&store, now))
                 .await;
         if let Ok(Err(e)) = init {
-            tracing::warn!(error = %e, "cannot record the reconcile watermark");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot record the reconcile watermark"
+            );
         }
     }
     loop {
@@ -443,7 +455,10 @@ async fn poll_loop(
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "polling GitHub failed");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "polling GitHub failed"
+                );
                 println!(
                     "warning: polling GitHub failed: {}",
                     crate::error::error_chain(&e)
@@ -501,7 +516,10 @@ async fn reclaim_due(store: AutopilotStore, retain_days: u64) -> usize {
             queued.len()
         }
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "cannot plan the reclaiming of ended traces");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot plan the reclaiming of ended traces"
+            );
             println!("warning: cannot plan the reclaiming of ended traces: {e}");
             0
         }

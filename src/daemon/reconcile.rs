@@ -87,7 +87,7 @@ impl Reconciler {
                 !report.new_traces.is_empty()
             }
             Err(e) => {
-                tracing::warn!(error = %e, why = %why, "reconciling with GitHub failed");
+                tracing::warn!(error = &e as &dyn std::error::Error, why = %why, "reconciling with GitHub failed");
                 println!(
                     "warning: reconciling with GitHub failed: {}; retrying after the next poll",
                     crate::error::error_chain(&e)

@@ -129,7 +129,7 @@ async fn github(
         .to_owned();
     let event = header(&headers, "x-github-event").unwrap_or("").to_owned();
     if let Err(e) = verify_signature(&st.secret, &body, header(&headers, "x-hub-signature-256")) {
-        tracing::warn!(delivery = %delivery, event = %event, bytes = body.len(), error = %e, "webhook delivery refused");
+        tracing::warn!(delivery = %delivery, event = %event, bytes = body.len(), error = &e as &dyn std::error::Error, "webhook delivery refused");
         return (StatusCode::UNAUTHORIZED, format!("{e}\n"));
     }
     if delivery.is_empty() || event.is_empty() {
@@ -234,14 +234,14 @@ async fn github(
             format!("duplicate event: already ingested by polling or reconcile as trace {trace}\n"),
         ),
         Ok(Err(e)) => {
-            tracing::error!(delivery = %delivery, error = %e, "cannot store a webhook delivery");
+            tracing::error!(delivery = %delivery, error = &e as &dyn std::error::Error, "cannot store a webhook delivery");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "cannot store the event; redeliver it later\n".into(),
             )
         }
         Err(e) => {
-            tracing::error!(delivery = %delivery, error = %e, "storing a webhook delivery panicked");
+            tracing::error!(delivery = %delivery, error = &e as &dyn std::error::Error, "storing a webhook delivery panicked");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "cannot store the event; redeliver it later\n".into(),
@@ -284,9 +284,15 @@ async fn record(st: &Arc<WebhookState>, record: IntakeRecord) {
     match result {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            tracing::error!(error = %e, "cannot record a webhook delivery in the intake log");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "cannot record a webhook delivery in the intake log"
+            );
         }
-        Err(e) => tracing::error!(error = %e, "recording a webhook delivery panicked"),
+        Err(e) => tracing::error!(
+            error = &e as &dyn std::error::Error,
+            "recording a webhook delivery panicked"
+        ),
     }
 }
 

@@ -56,7 +56,10 @@ pub fn seal_token() {
     }
     let _ = SEALED.set(token);
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        tracing::warn!(error = %e, "cannot mark the process non-dumpable");
+        tracing::warn!(
+            error = &e as &dyn std::error::Error,
+            "cannot mark the process non-dumpable"
+        );
     }
 }
 

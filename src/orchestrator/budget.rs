@@ -17,7 +17,8 @@ use super::step::{Finished, NextAction};
 use crate::budget::{Budget, Ledger};
 use crate::store::blocking;
 use crate::store::{
-    AutopilotStore, ErrorMeta, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun,
+    AutopilotStore, ErrorMeta, Meta, PendingAction, RunSpanMeta, Span, SpanStatus, StepKind,
+    StepRun,
 };
 
 /// What the budget says about a queued action.
@@ -63,12 +64,13 @@ fn is_new_trace(pending: &PendingAction) -> bool {
     pending.action == StepKind::Coordinate && pending.span_id == pending.trace_id
 }
 
-/// The span meta key marking a run closed because its trace was stopped.
-fn stop_key(human: bool) -> &'static str {
-    if human {
-        "closedByHand"
-    } else {
-        "budgetStopped"
+/// The span meta marking a run closed because its trace was stopped: by a person, or by a
+/// budget.
+fn stop_meta(human: bool) -> RunSpanMeta {
+    RunSpanMeta {
+        budget_stopped: !human,
+        closed_by_hand: human,
+        ..RunSpanMeta::default()
     }
 }
 
@@ -142,7 +144,10 @@ impl BudgetGate {
         match tokio::task::spawn_blocking(move || Ledger::load(&store)).await {
             Ok(Ok(l)) => Some(l),
             Ok(Err(e)) => {
-                tracing::error!(error = %e, "cannot read the budget ledger");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot read the budget ledger"
+                );
                 self.notice(format!("cannot read the budget ledger: {e}"));
                 None
             }
@@ -299,7 +304,7 @@ impl BudgetGate {
             meta: Meta::new(),
             actions: self.claim_budget_notify(trace_id).into_iter().collect(),
         };
-        finished.meta.insert(stop_key(human).into(), true.into());
+        stop_meta(human).put_into(&mut finished.meta);
         ErrorMeta {
             message,
             retryable: false,
@@ -395,7 +400,10 @@ impl BudgetGate {
             match verdict {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => {
-                    tracing::error!(error = %e, "cannot update the budget ledger");
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot update the budget ledger"
+                    );
                     self.notice(format!("cannot update the budget ledger: {e}"));
                     return Halt(halt);
                 }
@@ -409,8 +417,11 @@ impl BudgetGate {
                 tracing::warn!(trace = %trace_id, warning = %w, "budget limit reached");
                 self.notice(format!("budget warning: {w}"));
             }
-            span.meta
-                .insert("budgetWarnings".into(), serde_json::json!(verdict.warnings));
+            RunSpanMeta {
+                budget_warnings: verdict.warnings.clone(),
+                ..RunSpanMeta::default()
+            }
+            .put_into(&mut span.meta);
         }
         if let Some(reason) = &verdict.stop_all {
             let mut traces = running();
@@ -423,15 +434,13 @@ impl BudgetGate {
             halt.extend(self.stop_trace(trace_id, reason).await);
         }
         let stopped = self.traces().stopped.contains_key(&trace_id);
-        let already =
-            span.meta.contains_key(stop_key(false)) || span.meta.contains_key(stop_key(true));
+        let already = RunSpanMeta::of(span).stopped();
         if stopped && !span.step.is_terminal() && !already {
             // The trace goes no further: its next steps give way to the budget notify (or,
             // closed by a person, to the answer the command queued).
             next.clear();
             next.extend(self.claim_budget_notify(trace_id));
-            span.meta
-                .insert(stop_key(self.closed_by_hand(trace_id)).into(), true.into());
+            stop_meta(self.closed_by_hand(trace_id)).put_into(&mut span.meta);
         }
         if let Some(tripped) = verdict.tripped {
             let text = crate::budget::breaker_message(&tripped.reason);

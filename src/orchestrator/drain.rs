@@ -62,7 +62,7 @@ impl StepOrchestrator {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(step = %step.kind(), error = %e, "monitor failed");
+                    tracing::warn!(step = %step.kind(), error = &e as &dyn std::error::Error, "monitor failed");
                     inner.notice(format!("{} monitor failed: {e}", step.kind()));
                 }
             }
@@ -173,7 +173,7 @@ impl StepOrchestrator {
                     continue;
                 }
                 Err(e) => {
-                    tracing::warn!(step = %step.kind(), error = %e, "readiness check failed; running the step anyway");
+                    tracing::warn!(step = %step.kind(), error = &e as &dyn std::error::Error, "readiness check failed; running the step anyway");
                 }
             }
             {

@@ -19,7 +19,7 @@ impl Inner {
         let now = Utc::now();
         let summary = finished.summary.clone();
         if let Err(e) = span.finish(finished.status, finished.summary, finished.meta, now) {
-            tracing::error!(error = %e, "cannot finish a span");
+            tracing::error!(error = &e as &dyn std::error::Error, "cannot finish a span");
             return;
         }
         let trace_id = run.pending.trace_id;
@@ -49,7 +49,10 @@ impl Inner {
         let written = span.clone();
         if let Err(e) = blocking(store, move |s| s.complete_step(&written, &actions)).await {
             self.internal_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(error = %e, "cannot record a finished step; it will be recovered at the next start");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "cannot record a finished step; it will be recovered at the next start"
+            );
             self.notice(format!("cannot record a finished {}: {e}", span.step));
             return;
         }
@@ -92,7 +95,7 @@ impl Inner {
         match found {
             Ok(run) => self.finish(&run, completion.finished).await,
             Err(e) => {
-                tracing::warn!(step = %kind, error = %e, "a detached run finished but is no longer claimed");
+                tracing::warn!(step = %kind, error = &e as &dyn std::error::Error, "a detached run finished but is no longer claimed");
             }
         }
         // Its slot is free (the hand-over is recorded, or the run was no longer claimed).

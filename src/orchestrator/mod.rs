@@ -233,7 +233,7 @@ impl StepOrchestrator {
                 Ok(r) => r,
                 Err(e) => {
                     // The store is unreadable (corrupt state.json): say so, keep the daemon up, retry.
-                    tracing::error!(error = %e, "drain failed");
+                    tracing::error!(error = &e as &dyn std::error::Error, "drain failed");
                     self.inner.notice(format!("drain failed: {e}"));
                     DrainReport::default()
                 }

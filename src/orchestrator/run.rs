@@ -14,7 +14,7 @@ use super::progress::Progress;
 use super::step::{Finished, Outcome, Step, StepError};
 use super::Inner;
 use crate::store::blocking;
-use crate::store::{Meta, PendingAction, Span, SpanStatus, StepRun, StoreError};
+use crate::store::{Meta, PendingAction, RunSpanMeta, Span, SpanStatus, StepRun, StoreError};
 
 impl Inner {
     pub(super) async fn run_action(
@@ -32,7 +32,7 @@ impl Inner {
             Err(StoreError::NotPending(_)) => return, // taken by another process meanwhile
             Err(e) => {
                 self.internal_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(step = %kind, error = %e, "cannot start a step run");
+                tracing::error!(step = %kind, error = &e as &dyn std::error::Error, "cannot start a step run");
                 self.notice(format!("cannot start {kind}: {e}"));
                 return;
             }
@@ -136,7 +136,10 @@ impl Inner {
                 span.meta.extend(meta);
                 let store = self.ctx.store.clone();
                 if let Err(e) = blocking(store, move |s| s.write_span(&span)).await {
-                    tracing::error!(error = %e, "cannot record detached run");
+                    tracing::error!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot record detached run"
+                    );
                 }
             }
             Err(error) => self.handle_error(&run, error).await,
@@ -158,10 +161,11 @@ impl Inner {
             let mut span = run.span.clone();
             let mut meta = Meta::new();
             error.to_meta().put_into(&mut meta);
-            meta.insert(
-                "retryAt".into(),
-                serde_json::json!(not_before.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-            );
+            RunSpanMeta {
+                retry_at: Some(not_before),
+                ..RunSpanMeta::default()
+            }
+            .put_into(&mut meta);
             let summary = format!(
                 "{}; will retry (attempt {} of {})",
                 error.message, run.pending.attempts, self.settings.max_attempts
@@ -186,7 +190,10 @@ impl Inner {
             })
             .await
             {
-                tracing::error!(error = %e, "cannot release a step run for retry");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot release a step run for retry"
+                );
             }
             return;
         }
@@ -216,7 +223,11 @@ impl Inner {
         }
         let mut span = span;
         let mut meta = Meta::new();
-        meta.insert("interrupted".into(), true.into());
+        RunSpanMeta {
+            interrupted: true,
+            ..RunSpanMeta::default()
+        }
+        .put_into(&mut meta);
         if span
             .finish(
                 SpanStatus::Error,

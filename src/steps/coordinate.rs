@@ -27,9 +27,11 @@ use uuid::Uuid;
 use super::agent_call::{
     agent_error, ask, event_meta, load_trace, render_trace, task_mappings, MappedTask,
 };
+pub use super::meta::OpenWait;
 use super::meta::{
-    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, DecidedBy, DecisionSpanMeta, EventMeta,
-    EventSource, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
+    subject_key, CiWatchMeta, CleanupMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy,
+    DecisionSpanMeta, EventMeta, EventSource, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta,
+    RoverPrMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
 use super::Services;
@@ -50,24 +52,13 @@ const MAX_WAITS: usize = 5;
 /// The prompt heading of a run that re-evaluates the trace's own wait.
 pub const REEVALUATION_HEADING: &str = "## Re-evaluating a wait";
 
-/// A wait recorded by an earlier trace about the same issue or pull request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OpenWait {
-    pub trace_id: Uuid,
-    pub at: DateTime<Utc>,
-    pub condition: String,
-}
-
 /// The task mappings of a pull request rover opened (its head branch is a task's branch).
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 struct RoverPr {
     branch: String,
     /// Workflow action ids (the mapping keys) with their task ids.
     tasks: Vec<(String, String)>,
     /// The same keys read as workflow action ids.
-    #[serde(skip)]
     workflow_action_ids: Vec<Uuid>,
 }
 
@@ -94,6 +85,14 @@ impl RoverPr {
     /// The workflow action whose task an iteration reuses: the first mapping.
     fn existing_task(&self) -> Option<Uuid> {
         self.workflow_action_ids.first().copied()
+    }
+
+    /// As the coordinate span records it.
+    fn record(&self) -> RoverPrMeta {
+        RoverPrMeta {
+            branch: self.branch.clone(),
+            tasks: self.tasks.clone(),
+        }
     }
 
     fn cleanup(&self) -> CleanupMeta {
@@ -164,10 +163,9 @@ impl CoordinateStep {
             .get_pull_request(watch.pr_number)
             .await
             .map_err(|e| gh_error("reading the pull request", &e))?;
-        let base = |summary: String| {
-            Finished::completed(summary)
-                .meta("decidedBy", DecidedBy::Ci)
-                .meta("ci", &watch)
+        let mut span_meta = CoordinateSpanMeta {
+            ci: Some(watch.clone()),
+            ..CoordinateSpanMeta::decided("noop", DecidedBy::Ci)
         };
         if pr.state != crate::github::IssueState::Open {
             let reason = format!(
@@ -176,7 +174,7 @@ impl CoordinateStep {
                 if pr.merged { "merged" } else { "closed" }
             );
             return Ok(Outcome::Finished(
-                base(format!("decided noop: {reason}")).meta("decision", "noop"),
+                Finished::completed(format!("decided noop: {reason}")).with_meta_record(&span_meta),
             ));
         }
         let status = github
@@ -185,50 +183,48 @@ impl CoordinateStep {
             .map_err(|e| gh_error("reading the CI status", &e))?;
         let verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
         let sha = short_sha(&watch.sha);
-        let done = match verdict {
+        let (decision, done) = match verdict {
             CiVerdict::Again => {
                 let next = CiWatchMeta {
                     round: watch.round + 1,
                     ..watch.clone()
                 };
-                base(format!(
+                let done = Finished::completed(format!(
                     "CI of pull request #{} at {sha} is still running ({} pending of {}): looking again later",
                     watch.pr_number,
                     status.pending.len(),
                     status.total
                 ))
-                .meta("decision", "wait")
-                .then(ci_watch_action(next, pipeline, Utc::now()))
+                .then(ci_watch_action(next, pipeline, Utc::now()));
+                ("wait", done)
             }
-            CiVerdict::GiveUp => base(format!(
+            CiVerdict::GiveUp => ("noop", Finished::completed(format!(
                 "decided noop: CI of pull request #{} at {sha} had no outcome after {} looks; rover stops following it",
                 watch.pr_number, watch.round
-            ))
-            .meta("decision", "noop"),
-            CiVerdict::NoCi => base(format!(
+            ))),
+            CiVerdict::NoCi => ("noop", Finished::completed(format!(
                 "decided noop: no check or status was reported for pull request #{} at {sha} in {} looks: the repository seems to have no CI",
                 watch.pr_number, watch.round
-            ))
-            .meta("decision", "noop"),
+            ))),
             CiVerdict::Green => {
                 let reason = format!(
                     "CI passed on pull request #{} at {sha} ({} checks)",
                     watch.pr_number, status.total
                 );
-                base(format!("decided notify: {reason}"))
-                    .meta("decision", "notify")
-                    .then(
-                        NextAction::new(StepKind::Notify, format!("{reason}: it is ready"))
-                            .with_meta(&NotifyMeta {
-                                purpose: NotifyPurpose::Ready,
-                                message: Some(format!(
-                                    "CI passed on pull request #{}; it is ready for review.",
-                                    watch.pr_number
-                                )),
-                                pr_url: Some(watch.pr_url.clone()),
-                                ..NotifyMeta::default()
-                            }),
-                    )
+                let done = Finished::completed(format!("decided notify: {reason}")).then(
+                    NextAction::new(StepKind::Notify, format!("{reason}: it is ready")).with_meta(
+                        &NotifyMeta {
+                            purpose: NotifyPurpose::Ready,
+                            message: Some(format!(
+                                "CI passed on pull request #{}; it is ready for review.",
+                                watch.pr_number
+                            )),
+                            pr_url: Some(watch.pr_url.clone()),
+                            ..NotifyMeta::default()
+                        },
+                    ),
+                );
+                ("notify", done)
             }
             CiVerdict::Red(failing) => {
                 // Check names come from the repository's CI: data for the resolver, not orders.
@@ -237,44 +233,42 @@ impl CoordinateStep {
                     watch.pr_number,
                     failing.join(", ")
                 );
-                let mut finished = Finished::failed(message.clone())
-                    .meta("decidedBy", DecidedBy::Ci)
-                    .meta("decision", "resolve")
-                    .meta("ci", &watch)
-                    .meta(
-                        "error",
-                        serde_json::json!({"message": message, "retryable": false,
-                            "failingChecks": failing, "prNumber": watch.pr_number,
-                            "prUrl": watch.pr_url, "sha": watch.sha, "branch": watch.branch}),
-                    );
+                let mut finished = Finished::failed(message.clone());
+                StepError::fatal(message.clone())
+                    .detail("failingChecks", &failing)
+                    .detail("prNumber", watch.pr_number)
+                    .detail("prUrl", &watch.pr_url)
+                    .detail("sha", &watch.sha)
+                    .detail("branch", &watch.branch)
+                    .to_meta()
+                    .put_into(&mut finished.meta);
                 let earlier = red_looks(view);
+                span_meta.red_looks = Some(earlier + 1);
                 let max = pipeline.max_retries;
                 if earlier >= max {
                     let why = format!(
                         "{message}; CI was red {} time(s) in this trace, the most `pipeline.maxRetries` ({max}) allows",
                         earlier + 1
                     );
-                    return Ok(Outcome::Finished(
-                        finished
-                            .meta("redLooks", earlier + 1)
-                            .meta("ciStatus", &status)
-                            .then(
-                                NextAction::new(StepKind::Notify, format!("the trace failed: {why}"))
-                                    .with_meta(&NotifyMeta {
-                                        pr_url: Some(watch.pr_url.clone()),
-                                        ..NotifyMeta::failure(&StepKind::Coordinate, &why)
-                                    }),
-                            ),
+                    finished = finished.then(
+                        NextAction::new(StepKind::Notify, format!("the trace failed: {why}"))
+                            .with_meta(&NotifyMeta {
+                                pr_url: Some(watch.pr_url.clone()),
+                                ..NotifyMeta::failure(&StepKind::Coordinate, &why)
+                            }),
+                    );
+                } else {
+                    finished = finished.then(NextAction::new(
+                        StepKind::Resolve,
+                        format!("{message}: decide how to fix it on `{}`", watch.branch),
                     ));
                 }
-                finished = finished.meta("redLooks", earlier + 1).then(NextAction::new(
-                    StepKind::Resolve,
-                    format!("{message}: decide how to fix it on `{}`", watch.branch),
-                ));
-                finished
+                ("resolve", finished)
             }
         };
-        Ok(Outcome::Finished(done.meta("ciStatus", &status)))
+        span_meta.decided.decision = Some(decision.to_owned());
+        span_meta.ci_status = Some(status);
+        Ok(Outcome::Finished(done.with_meta_record(&span_meta)))
     }
 
     /// The permission lookup gave no definite answer. A transient failure (rate limit, 5xx,
@@ -313,17 +307,18 @@ impl CoordinateStep {
             crate::error::error_chain(error)
         );
         tracing::error!(%login, %reason, "trust lookup failed for good");
-        Ok(Err(Finished::failed(format!("decided noop: {reason}"))
-            .meta("decision", "noop")
-            .meta("decidedBy", DecidedBy::Trust)
-            .meta(
-                "error",
-                serde_json::json!({"message": crate::error::error_chain(error), "retryable": error.is_retryable(), "login": login}),
-            )
-            .then(NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+        let mut finished = Finished::failed(format!("decided noop: {reason}"))
+            .with_meta_record(&CoordinateSpanMeta::decided("noop", DecidedBy::Trust));
+        StepError::from_error(error, error.is_retryable())
+            .detail("login", login)
+            .to_meta()
+            .put_into(&mut finished.meta);
+        Ok(Err(finished.then(
+            NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
                 untrusted: true,
                 ..NoopMeta::default()
-            }))))
+            }),
+        )))
     }
 
     /// Trust, context and rover-PR detection for a GitHub event; `Err(finished)` when the
@@ -347,9 +342,10 @@ impl CoordinateStep {
         if !trust.trusted {
             let reason = format!("untrusted author: {}", trust.reason);
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
-                .meta("decision", "noop")
-                .meta("decidedBy", DecidedBy::Trust)
-                .meta("trust", &trust)
+                .with_meta_record(&CoordinateSpanMeta {
+                    trust: Some(Some(trust)),
+                    ..CoordinateSpanMeta::decided("noop", DecidedBy::Trust)
+                })
                 .then(NextAction::new(StepKind::Noop, reason).with_meta(
                     &NoopMeta {
                         untrusted: true,
@@ -398,13 +394,94 @@ impl CoordinateStep {
     }
 }
 
-fn event_json(event: &NormalizedEvent) -> String {
-    let mut value = serde_json::to_value(event).unwrap_or_default();
-    // The body is in the context (as untrusted data); keep the event itself small.
-    if let Some(map) = value.as_object_mut() {
-        map.remove("body");
+/// The event as the coordinator's prompt shows it: every field but the body, which is in the
+/// context (as untrusted data), so the event itself stays small. The keys come in the order
+/// the prompt always showed them (alphabetical).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptEvent<'a> {
+    action: &'a Option<EventAction>,
+    actor: &'a str,
+    base_branch: &'a Option<String>,
+    before_sha: &'a Option<String>,
+    channel: &'a crate::github::Channel,
+    comment_id: &'a Option<u64>,
+    commit_sha: &'a Option<String>,
+    created_at: &'a Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dedupe_key: &'a Option<String>,
+    git_ref: &'a Option<String>,
+    head_branch: &'a Option<String>,
+    html_url: &'a Option<String>,
+    id: &'a str,
+    is_pull_request: bool,
+    kind: EventKind,
+    label: &'a Option<String>,
+    merged: &'a Option<bool>,
+    number: &'a Option<u64>,
+    repo: &'a str,
+    review_comment_id: &'a Option<u64>,
+    review_id: &'a Option<u64>,
+    visibility: Visibility,
+}
+
+impl<'a> PromptEvent<'a> {
+    fn of(event: &'a NormalizedEvent) -> PromptEvent<'a> {
+        // No `..`: a new event field must be placed here (or left out on purpose, as the body).
+        let NormalizedEvent {
+            id,
+            kind,
+            action,
+            actor,
+            repo,
+            number,
+            is_pull_request,
+            comment_id,
+            review_id,
+            review_comment_id,
+            commit_sha,
+            git_ref,
+            before_sha,
+            head_branch,
+            base_branch,
+            merged,
+            label,
+            body: _,
+            html_url,
+            created_at,
+            channel,
+            visibility,
+            dedupe_key,
+        } = event;
+        PromptEvent {
+            action,
+            actor,
+            base_branch,
+            before_sha,
+            channel,
+            comment_id,
+            commit_sha,
+            created_at,
+            dedupe_key,
+            git_ref,
+            head_branch,
+            html_url,
+            id,
+            is_pull_request: *is_pull_request,
+            kind: *kind,
+            label,
+            merged,
+            number,
+            repo,
+            review_comment_id,
+            review_id,
+            visibility: *visibility,
+        }
     }
-    serde_json::to_string_pretty(&value).unwrap_or_default()
+}
+
+fn event_json(event: &NormalizedEvent) -> String {
+    serde_json::to_string_pretty(&PromptEvent::of(event)).unwrap_or_default()
 }
 
 /// Whether a trace's coordinator decided to act (not `noop` or `wait`).
@@ -803,12 +880,14 @@ impl Step for CoordinateStep {
             let reason = format!(
                 "a newer event about the same subject took over this wait: trace {by} decides"
             );
+            let mut span_meta = CoordinateSpanMeta {
+                wait: Some(scheduled.wait.clone()),
+                ..CoordinateSpanMeta::decided("noop", DecidedBy::Wait)
+            };
+            span_meta.decided.superseded_by = Some(by.to_owned());
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided noop: {reason}"))
-                    .meta("decision", "noop")
-                    .meta("decidedBy", DecidedBy::Wait)
-                    .meta("supersededBy", by)
-                    .meta("wait", &scheduled.wait)
+                    .with_meta_record(&span_meta)
                     .then(
                         NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
                             subject: scheduled.wait.as_ref().and_then(|w| w.subject.clone()),
@@ -867,12 +946,13 @@ impl Step for CoordinateStep {
             );
             return Ok(Outcome::Finished(
                 Finished::completed(format!("decided cleanup: {reason}"))
-                    .meta("decision", "cleanup")
-                    .meta("decidedBy", DecidedBy::Rule)
-                    .meta("confidence", 1.0)
-                    .meta("reasoning", &reason)
-                    .meta("roverPr", pr)
-                    .meta("trust", &gathered.trust)
+                    .with_meta_record(&CoordinateSpanMeta {
+                        confidence: Some(1.0),
+                        reasoning: Some(reason.clone()),
+                        rover_pr: Some(Some(pr.record())),
+                        trust: Some(gathered.trust.clone()),
+                        ..CoordinateSpanMeta::decided("cleanup", DecidedBy::Rule)
+                    })
                     .then(NextAction::new(StepKind::Cleanup, reason).with_meta(&pr.cleanup())),
             ));
         }
@@ -952,16 +1032,17 @@ impl Step for CoordinateStep {
                 result.confidence,
                 result.reasoning.lines().next().unwrap_or_default()
             ))
-            .meta("decision", decision)
-            .meta("decidedBy", DecidedBy::Agent)
-            .meta("confidence", result.confidence)
-            .meta("reasoning", &result.reasoning)
-            .meta("answer", result)
-            .meta("trust", &gathered.trust)
-            .meta("roverPr", &gathered.rover_pr)
-            .meta("openWaits", &gathered.open_waits)
-            .meta("wait", &scheduled.wait)
-            .meta("agent", super::agent_call::usage_meta(&answer))
+            .with_meta_record(&CoordinateSpanMeta {
+                confidence: Some(result.confidence),
+                reasoning: Some(result.reasoning.clone()),
+                answer: Some(result.clone()),
+                trust: Some(gathered.trust),
+                rover_pr: Some(gathered.rover_pr.as_ref().map(RoverPr::record)),
+                open_waits: Some(gathered.open_waits),
+                wait: Some(scheduled.wait),
+                agent: Some(super::agent_call::usage_meta(&answer)),
+                ..CoordinateSpanMeta::decided(decision, DecidedBy::Agent)
+            })
             .then(action),
         ))
     }
@@ -1067,6 +1148,54 @@ mod tests {
         e.number = Some(4);
         e.channel = Channel::IssueComment { number: 4 };
         assert_eq!(subject_key(&e).as_deref(), Some("#4"));
+    }
+
+    #[test]
+    fn the_prompt_shows_the_event_without_its_body_as_before() {
+        // How the prompt rendered the event before it was typed: through a JSON value.
+        let before = |e: &NormalizedEvent| {
+            let mut value = serde_json::to_value(e).expect("serializes");
+            value.as_object_mut().expect("an object").remove("body");
+            value
+        };
+        let mut e = NormalizedEvent::local("1", "alice", "the body", Utc::now());
+        e.kind = EventKind::PullRequest;
+        e.action = Some(EventAction::Closed);
+        e.repo = "o/r".into();
+        e.number = Some(4);
+        e.is_pull_request = true;
+        e.comment_id = Some(5);
+        e.review_id = Some(6);
+        e.review_comment_id = Some(7);
+        e.commit_sha = Some("abc".into());
+        e.git_ref = Some("refs/heads/x".into());
+        e.before_sha = Some("000".into());
+        e.head_branch = Some("rover/x".into());
+        e.base_branch = Some("main".into());
+        e.merged = Some(true);
+        e.label = Some("bug".into());
+        e.body = Some("the body".into());
+        e.html_url = Some("https://example.invalid/4".into());
+        e.channel = Channel::PrComment { number: 4 };
+        e.visibility = Visibility::Public;
+        e.dedupe_key = Some("k".into());
+        let shown = event_json(&e);
+        assert!(!shown.contains("body"), "{shown}");
+        // The same text, key for key.
+        assert_eq!(
+            shown,
+            serde_json::to_string_pretty(&before(&e)).expect("renders")
+        );
+        // Without a dedupe key, and a channel of two fields (whose keys may come in another
+        // order): the same content.
+        e.dedupe_key = None;
+        e.channel = Channel::ReviewThreadReply {
+            number: 4,
+            comment_id: 9,
+        };
+        let shown: serde_json::Value = serde_json::from_str(&event_json(&e)).expect("json");
+        assert_eq!(shown, before(&e));
+        assert!(shown.get("dedupeKey").is_none(), "{shown}");
     }
 
     #[test]

@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use super::meta::{self, CleanupMeta};
 use crate::store::{
-    Action, AutopilotStore, Meta, PushPullRequest, Span, SpanStatus, StepKind, StoreError,
-    TraceView,
+    Action, AutopilotStore, InterventionSpanMeta, PushPullRequest, Span, SpanStatus, StepKind,
+    StoreError, TraceView,
 };
 
 /// A trace whose resources are due (or not yet) for reclaiming.
@@ -144,14 +144,13 @@ pub fn enqueue(
                 .ended_at
                 .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         );
-        let mut meta = Meta::new();
-        meta.insert("by".into(), by.into());
-        meta.insert("retainDays".into(), retain_days.into());
-        meta.insert(
-            "tasks".into(),
-            serde_json::to_value(&reclaim.tasks).expect("uuids serialize"),
-        );
-        let span = Span::intervention(reclaim.trace_id, "gc", summary.clone(), meta);
+        let record = InterventionSpanMeta {
+            by: by.to_owned(),
+            retain_days: Some(retain_days),
+            tasks: Some(reclaim.tasks.clone()),
+            ..InterventionSpanMeta::default()
+        };
+        let span = Span::intervention(reclaim.trace_id, "gc", summary.clone(), &record);
         let cleanup = Action::new(
             StepKind::Cleanup,
             &span,

@@ -82,6 +82,48 @@ pub struct PlanMeta {
     pub branch: Option<String>,
 }
 
+/// The `plan` span's meta: the agent's analysis and what it led to (`decision`: `clarify`,
+/// `empty` or `tasks`), with the question or the planned tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSpanMeta {
+    #[serde(flatten)]
+    pub decided: DecisionSpanMeta,
+    #[serde(default)]
+    pub analysis: String,
+    /// The question asked instead of planning (`decision: clarify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clarification: Option<String>,
+    /// The tasks planned, each with its workflow action (`decision: tasks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<PlannedTask>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::store::AgentMeta>,
+}
+
+impl PlanSpanMeta {
+    /// What a plan span recorded (nothing, for a span whose meta has other shapes).
+    pub fn of(span: &Span) -> PlanSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+}
+
+/// One task of a plan as its span lists it: the planner's task id and the workflow action it
+/// became.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedTask {
+    pub task_id: String,
+    /// The preset id of the task's workflow action.
+    pub action_id: Option<Uuid>,
+    /// As the planner wrote it.
+    pub title: String,
+    pub workflow_type: crate::agents::WorkflowType,
+    /// The planner's task ids this one depends on.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+}
+
 /// The kinds of workflow agent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -463,6 +505,111 @@ impl DecisionSpanMeta {
     }
 }
 
+/// The `coordinate` span's meta: the decision (shared with `resolve` and `plan`) and what it was
+/// made from. Which keys a run writes depends on what decided: the agent (its answer, the
+/// trust verdict, the rover pull request, the open waits, the wait re-evaluated), a rule, the
+/// trust check, a look at CI (the watch, the status, how many looks were red) or a newer trace
+/// taking a wait over. An error (a red CI, a failed trust lookup) is under `error`:
+/// `ErrorMeta`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CoordinateSpanMeta {
+    #[serde(flatten)]
+    pub decided: DecisionSpanMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// The agent's whole answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::agents::CoordinateResult>,
+    /// The trust check's verdict: `null` when the agent decided about a local request.
+    #[serde(
+        default,
+        deserialize_with = "null_kept",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trust: Option<Option<crate::github::TrustDecision>>,
+    /// The rover pull request the event is about: `null` when the agent decided about another.
+    #[serde(
+        default,
+        deserialize_with = "null_kept",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rover_pr: Option<Option<RoverPrMeta>>,
+    /// The open waits on the same subject the agent was shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_waits: Option<Vec<OpenWait>>,
+    /// The wait this run re-evaluated: `null` when the agent decided without one, or a newer
+    /// trace took over a run that had none.
+    #[serde(
+        default,
+        deserialize_with = "null_kept",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wait: Option<Option<WaitMeta>>,
+    /// The CI watch this run looked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci: Option<CiWatchMeta>,
+    /// On a red look: the red looks of the trace so far, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub red_looks: Option<u32>,
+    /// The CI status a look found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_status: Option<crate::github::CiStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::store::AgentMeta>,
+}
+
+impl CoordinateSpanMeta {
+    /// A run that decided `decision`, decided by `by`; the rest is filled by the caller.
+    pub fn decided(decision: &str, by: DecidedBy) -> CoordinateSpanMeta {
+        CoordinateSpanMeta {
+            decided: DecisionSpanMeta {
+                decision: Some(decision.to_owned()),
+                decided_by: Some(by),
+                superseded_by: None,
+            },
+            ..CoordinateSpanMeta::default()
+        }
+    }
+
+    /// What a coordinate span recorded (nothing, for a span whose meta has other shapes).
+    pub fn of(span: &Span) -> CoordinateSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+}
+
+/// A key written either with a value or as `null`: present (`Some`) even when `null` (a
+/// missing key stays `None`: `default`).
+#[allow(clippy::option_option)] // present-but-null differs from missing on disk
+fn null_kept<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// A pull request rover opened, as the coordinator records it: its head branch is a task's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoverPrMeta {
+    pub branch: String,
+    /// The workflow action ids (the task mappings' keys) with their task ids.
+    #[serde(default)]
+    pub tasks: Vec<(String, String)>,
+}
+
+/// A wait recorded by an earlier trace about the same issue or pull request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenWait {
+    pub trace_id: Uuid,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub condition: String,
+}
+
 /// What the resolver reads of any span about how a task's run went wrong, written by the
 /// steps that find it (`workflow`, `commit`): the task never started because a dependency
 /// failed, or its sandbox tampered with the worktree's git metadata.
@@ -518,6 +665,55 @@ pub struct NoopMeta {
     /// summarize it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub untrusted: bool,
+}
+
+/// The `noop` span's meta: why nothing is done, a one-line summary of what the trace evaluated
+/// and where the summary came from, and for a wait what it waited for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NoopSpanMeta {
+    /// The action's reason.
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default)]
+    pub summary_source: SummarySource,
+    /// For a coordinator `wait`: the condition waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// With `waitingFor`: what the wait is about ([`subject_key`]), `null` when nothing.
+    #[serde(
+        default,
+        deserialize_with = "null_kept",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub subject: Option<Option<String>>,
+    /// The summarizing agent's call, answered or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::store::AgentMeta>,
+}
+
+impl NoopSpanMeta {
+    /// What a noop span recorded (nothing, for a span whose meta has other shapes).
+    pub fn of(span: &Span) -> NoopSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+}
+
+/// Where a noop's summary came from (`summarySource`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SummarySource {
+    /// The summarizing agent.
+    #[serde(rename = "agent")]
+    Agent,
+    /// The chain of span summaries (no agent, or the agent failed).
+    #[default]
+    #[serde(rename = "span summaries")]
+    SpanSummaries,
+    /// The chain of span summaries, because no agent may look at an untrusted event.
+    #[serde(rename = "span summaries (untrusted event: no agent)")]
+    SpanSummariesUntrusted,
 }
 
 /// `cleanup`: tear down the workspace of a rover task.
@@ -744,6 +940,160 @@ mod tests {
         bare.meta.remove("label");
         bare.meta.insert("action".into(), serde_json::json!(7));
         assert_eq!(crate::store::event_label(&bare), "LocalRequest");
+    }
+
+    // h1: coordinate, noop, plan span metas
+
+    /// `json` reads into `T` and serializes back to the same JSON.
+    fn round_trips<T>(json: &serde_json::Value) -> T
+    where
+        T: Serialize + for<'de> Deserialize<'de>,
+    {
+        let record = T::deserialize(json).expect("reads");
+        assert_eq!(&serde_json::to_value(&record).expect("serializes"), json);
+        record
+    }
+
+    fn span_with<T: Serialize>(record: &T) -> Span {
+        Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(record))
+    }
+
+    #[test]
+    fn the_coordinate_span_meta_keeps_its_keys_and_nulls() {
+        // An agent's decision about a local request: trust, roverPr and wait written as null.
+        let agent = round_trips::<CoordinateSpanMeta>(&serde_json::json!({
+            "decision": "noop", "decidedBy": "agent", "confidence": 0.9, "reasoning": "why",
+            "answer": {"decision": "noop", "confidence": 0.9, "reasoning": "why",
+                "directive": null, "task": null, "message": null, "condition": null,
+                "task_id": null},
+            "trust": null, "roverPr": null, "wait": null,
+            "openWaits": [{"traceId": Uuid::nil(), "at": "2026-01-02T03:04:05Z",
+                "condition": "CI to finish"}],
+            "agent": {"turns": 2, "costUsd": null, "inputTokens": 10, "outputTokens": 5,
+                "cachedTokens": 0, "attempts": 1}
+        }));
+        assert_eq!(agent.trust, Some(None));
+        assert_eq!(agent.rover_pr, Some(None));
+        assert_eq!(agent.wait, Some(None));
+        assert_eq!(agent.decided.decided_by, Some(DecidedBy::Agent));
+        // A rule's cleanup of a rover pull request, with the trust verdict.
+        let rule = round_trips::<CoordinateSpanMeta>(&serde_json::json!({
+            "decision": "cleanup", "decidedBy": "rule", "confidence": 1.0, "reasoning": "merged",
+            "roverPr": {"branch": "rover/a", "tasks": [[Uuid::nil(), "t-1"]]},
+            "trust": {"trusted": true, "reason": "write access"}
+        }));
+        assert_eq!(
+            rule.rover_pr,
+            Some(Some(RoverPrMeta {
+                branch: "rover/a".into(),
+                tasks: vec![(Uuid::nil().to_string(), "t-1".into())],
+            }))
+        );
+        // A wait a newer trace took over.
+        round_trips::<CoordinateSpanMeta>(&serde_json::json!({
+            "decision": "noop", "decidedBy": "wait", "supersededBy": "t2",
+            "wait": {"condition": "CI", "subject": "#4", "since": "2026-01-02T03:04:05Z",
+                "round": 1}
+        }));
+        // A red look at CI: its error is `ErrorMeta`, not part of the record.
+        let mut red = serde_json::json!({
+            "decision": "resolve", "decidedBy": "ci", "redLooks": 2,
+            "ci": {"prNumber": 7, "prUrl": "u", "branch": "rover/a", "sha": "abc", "round": 1},
+            "ciStatus": {"sha": "abc", "state": "failure", "failing": ["test"],
+                "pending": [], "total": 2}
+        });
+        let look = round_trips::<CoordinateSpanMeta>(&red);
+        red["error"] = serde_json::json!({"message": "CI failed", "retryable": false});
+        let span = Span::root(
+            Uuid::nil(),
+            chrono::Utc::now(),
+            red.as_object().unwrap().clone(),
+        );
+        assert_eq!(CoordinateSpanMeta::of(&span), look);
+        assert!(DecisionSpanMeta::of(&span).decided_by == Some(DecidedBy::Ci));
+        // Written, read back.
+        let written = CoordinateSpanMeta {
+            trust: Some(None),
+            wait: Some(Some(WaitMeta {
+                condition: "CI".into(),
+                round: 2,
+                ..WaitMeta::default()
+            })),
+            open_waits: Some(Vec::new()),
+            ..CoordinateSpanMeta::decided("wait", DecidedBy::Agent)
+        };
+        let span = span_with(&written);
+        assert_eq!(span.meta["trust"], serde_json::Value::Null);
+        assert!(!span.meta.contains_key("roverPr"), "{:?}", span.meta);
+        assert_eq!(CoordinateSpanMeta::of(&span), written);
+        assert_eq!(DecisionSpanMeta::of(&span), written.decided);
+    }
+
+    #[test]
+    fn the_noop_span_meta_keeps_its_keys_and_a_wait_without_subject() {
+        let wait = round_trips::<NoopSpanMeta>(&serde_json::json!({
+            "reason": "waiting: CI", "summary": "s", "summarySource": "span summaries",
+            "waitingFor": "CI", "subject": null
+        }));
+        assert_eq!(wait.subject, Some(None));
+        let failed = round_trips::<NoopSpanMeta>(&serde_json::json!({
+            "reason": "r", "summary": "s", "summarySource": "span summaries",
+            "agent": {"error": "refused", "errorClass": "auth"}
+        }));
+        assert!(matches!(
+            failed.agent,
+            Some(crate::store::AgentMeta::Failed(_))
+        ));
+        for (source, json) in [
+            (SummarySource::Agent, "agent"),
+            (SummarySource::SpanSummaries, "span summaries"),
+            (
+                SummarySource::SpanSummariesUntrusted,
+                "span summaries (untrusted event: no agent)",
+            ),
+        ] {
+            assert_eq!(serde_json::to_value(source).expect("serializes"), json);
+        }
+        let written = NoopSpanMeta {
+            reason: "r".into(),
+            summary: "s".into(),
+            summary_source: SummarySource::SpanSummariesUntrusted,
+            ..NoopSpanMeta::default()
+        };
+        let span = span_with(&written);
+        assert!(!span.meta.contains_key("subject"), "{:?}", span.meta);
+        assert!(!span.meta.contains_key("waitingFor"), "{:?}", span.meta);
+        assert_eq!(NoopSpanMeta::of(&span), written);
+    }
+
+    #[test]
+    fn the_plan_span_meta_keeps_its_keys() {
+        let tasks = round_trips::<PlanSpanMeta>(&serde_json::json!({
+            "decision": "tasks", "analysis": "two steps",
+            "tasks": [
+                {"taskId": "impl", "actionId": Uuid::nil(), "title": " Impl ",
+                    "workflowType": "swe", "dependsOn": []},
+                {"taskId": "review", "actionId": null, "title": "Review",
+                    "workflowType": "code-review", "dependsOn": ["impl"]}
+            ],
+            "agent": {"turns": null, "costUsd": 0.1, "inputTokens": 1, "outputTokens": 2,
+                "cachedTokens": 3}
+        }));
+        assert_eq!(tasks.decided.decision.as_deref(), Some("tasks"));
+        round_trips::<PlanSpanMeta>(&serde_json::json!({
+            "decision": "clarify", "analysis": "vague", "clarification": "Which one?"
+        }));
+        let written = PlanSpanMeta {
+            decided: DecisionSpanMeta {
+                decision: Some("empty".into()),
+                ..DecisionSpanMeta::default()
+            },
+            analysis: "nothing".into(),
+            ..PlanSpanMeta::default()
+        };
+        let span = span_with(&written);
+        assert_eq!(PlanSpanMeta::of(&span), written);
+        assert_eq!(PlanSpanMeta::of(&span_with(&tasks)), tasks);
     }
 
     // h3: notify, cleanup span metas

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::agent_call::{ask, failure_meta, load_trace, render_trace, usage_meta};
-use super::meta::{self, NoopMeta};
+use super::meta::{self, NoopMeta, NoopSpanMeta, SummarySource};
 use super::Services;
 use crate::agents::{AgentStep, PromptVars, SummarizeResult};
 use crate::github::Visibility;
 use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
-use crate::store::{StepKind, StepRun, TraceView};
+use crate::store::{AgentMeta, StepKind, StepRun, TraceView};
 
 /// The noop step without AI: the summary is always [`chain_summary`].
 pub struct NoopStep;
@@ -31,19 +31,25 @@ impl SummarizingNoopStep {
     }
 }
 
-/// The span of a noop run: the reason, the summary and its source, and a wait's condition.
-fn finished(run: &StepRun, summary: &str, source: &str) -> Finished {
+/// The span of a noop run: the reason, the summary and its source, a wait's condition and the
+/// summarizing agent's call, if any.
+fn finished(
+    run: &StepRun,
+    summary: &str,
+    source: SummarySource,
+    agent: Option<AgentMeta>,
+) -> Finished {
     let noop: NoopMeta = meta::read(&run.action).unwrap_or_default();
-    let mut done = Finished::completed(run.action.reason.clone())
-        .meta("reason", &run.action.reason)
-        .meta("summary", summary)
-        .meta("summarySource", source);
-    if let Some(condition) = &noop.waiting_for {
-        done = done
-            .meta("waitingFor", condition)
-            .meta("subject", noop.subject);
-    }
-    done
+    // A wait's subject is recorded with its condition, `null` when it has none.
+    let subject = noop.waiting_for.is_some().then_some(noop.subject);
+    Finished::completed(run.action.reason.clone()).with_meta_record(&NoopSpanMeta {
+        reason: run.action.reason.clone(),
+        summary: summary.to_owned(),
+        summary_source: source,
+        waiting_for: noop.waiting_for,
+        subject,
+        agent,
+    })
 }
 
 /// The fallback summary: each finished span's summary, in order, joined.
@@ -79,7 +85,8 @@ impl Step for NoopStep {
         Ok(Outcome::Finished(finished(
             run,
             &chain_summary(&view),
-            "span summaries",
+            SummarySource::SpanSummaries,
+            None,
         )))
     }
 }
@@ -101,7 +108,8 @@ impl Step for SummarizingNoopStep {
             return Ok(Outcome::Finished(finished(
                 run,
                 &chain_summary(&view),
-                "span summaries (untrusted event: no agent)",
+                SummarySource::SpanSummariesUntrusted,
+                None,
             )));
         }
         let redactor = &self.services.redactor;
@@ -118,10 +126,18 @@ impl Step for SummarizingNoopStep {
             ask::<SummarizeResult>(&self.services, ctx, run.span.id, AgentStep::Summarize, vars)
                 .await;
         let done = match answer {
-            Ok(answer) => finished(run, answer.value.summary.trim(), "agent")
-                .meta("agent", usage_meta(&answer)),
-            Err(e) => finished(run, &chain_summary(&view), "span summaries")
-                .meta("agent", failure_meta(&e)),
+            Ok(answer) => finished(
+                run,
+                answer.value.summary.trim(),
+                SummarySource::Agent,
+                Some(usage_meta(&answer)),
+            ),
+            Err(e) => finished(
+                run,
+                &chain_summary(&view),
+                SummarySource::SpanSummaries,
+                Some(failure_meta(&e)),
+            ),
         };
         Ok(Outcome::Finished(done))
     }

@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::json;
 use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, load_trace, render_trace, task_mappings, usage_meta};
 use super::meta::{
-    self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
+    self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, PlanSpanMeta, PlannedTask, WorkflowMeta,
+    WorkflowType,
 };
 use super::Services;
 use crate::agents::{
@@ -131,9 +131,11 @@ impl Step for PlanStep {
             .await
             .map_err(|e| agent_error(AgentStep::Plan, &e))?;
         let result = &answer.value;
-        let base = Finished::completed(String::new())
-            .meta("analysis", &result.analysis)
-            .meta("agent", usage_meta(&answer));
+        let mut span_meta = PlanSpanMeta {
+            analysis: result.analysis.clone(),
+            agent: Some(usage_meta(&answer)),
+            ..PlanSpanMeta::default()
+        };
 
         if let Some(question) = result
             .clarification
@@ -141,9 +143,11 @@ impl Step for PlanStep {
             .map(str::trim)
             .filter(|q| !q.is_empty())
         {
-            let mut done =
-                base.meta("decision", "clarify")
-                    .meta("clarification", question)
+            span_meta.decided.decision = Some("clarify".to_owned());
+            span_meta.clarification = Some(question.to_owned());
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("asked for clarification: {question}"))
+                    .with_meta_record(&span_meta)
                     .then(
                         NextAction::new(StepKind::Notify, "the planner needs clarification")
                             .with_meta(&NotifyMeta {
@@ -151,20 +155,21 @@ impl Step for PlanStep {
                                 message: Some(question.to_owned()),
                                 ..NotifyMeta::default()
                             }),
-                    );
-            done.summary = format!("asked for clarification: {question}");
-            return Ok(Outcome::Finished(done));
+                    ),
+            ));
         }
         if result.tasks.is_empty() {
             let reason = format!(
                 "the planner found nothing to do: {}",
                 result.analysis.trim()
             );
-            let mut done = base
-                .meta("decision", "empty")
-                .then(NextAction::new(StepKind::Noop, &reason).with_meta(&NoopMeta::default()));
-            done.summary = reason;
-            return Ok(Outcome::Finished(done));
+            span_meta.decided.decision = Some("empty".to_owned());
+            let next = NextAction::new(StepKind::Noop, &reason).with_meta(&NoopMeta::default());
+            return Ok(Outcome::Finished(
+                Finished::completed(reason)
+                    .with_meta_record(&span_meta)
+                    .then(next),
+            ));
         }
         // `validate` ran inside the structured call; checked again here so the error names
         // the offending tasks even if validation changes.
@@ -175,22 +180,22 @@ impl Step for PlanStep {
                 StepError::fatal(format!("the plan was rejected: {reason}"))
                     .detail("tasks", &result.tasks)
             })?;
-        let listed: Vec<serde_json::Value> = result
-            .tasks
-            .iter()
-            .zip(&actions)
-            .map(|(t, a)| {
-                json!({
-                    "taskId": t.id,
-                    "actionId": a.id,
-                    "title": t.title,
-                    "workflowType": t.workflow_type,
-                    "dependsOn": t.depends_on,
+        span_meta.decided.decision = Some("tasks".to_owned());
+        span_meta.tasks = Some(
+            result
+                .tasks
+                .iter()
+                .zip(&actions)
+                .map(|(t, a)| PlannedTask {
+                    task_id: t.id.clone(),
+                    action_id: a.id,
+                    title: t.title.clone(),
+                    workflow_type: t.workflow_type,
+                    depends_on: t.depends_on.clone(),
                 })
-            })
-            .collect();
-        let mut done = base.meta("decision", "tasks").meta("tasks", listed);
-        done.summary = format!(
+                .collect(),
+        );
+        let mut done = Finished::completed(format!(
             "planned {} task(s): {}",
             actions.len(),
             result
@@ -199,7 +204,8 @@ impl Step for PlanStep {
                 .map(|t| t.title.trim())
                 .collect::<Vec<_>>()
                 .join("; ")
-        );
+        ))
+        .with_meta_record(&span_meta);
         done.actions = actions;
         Ok(Outcome::Finished(done))
     }

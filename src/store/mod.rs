@@ -34,9 +34,9 @@ pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor, ErrorMeta, EventHeader,
-    EventKeyEntry, KeyMatch, LogEntry, Meta, NotifyHeader, PendingAction, PollCursor,
-    PushPullRequest, ReconcileCursor, Span, SpanStatus, State, StepKind, TaskMapping, TraceEntry,
-    TraceIndex, TracesCache,
+    EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta, NotifyHeader, PendingAction,
+    PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind,
+    TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use txn::Txn;
@@ -44,8 +44,18 @@ pub use txn::Txn;
 use fsio::{ensure_dir, read_json, write_json_atomic};
 
 /// The key rover adds to a span for the actions it produced, so a crash between finishing a span
-/// and enqueueing its actions can be completed on restart.
+/// and enqueueing its actions can be completed on restart ([`RunSpanMeta::action_ids`], which
+/// reads and writes it; the name is for tests that check the file).
 pub const PRODUCED_KEY: &str = "actionIds";
+
+/// Name the actions a span produced in its meta ([`RunSpanMeta::action_ids`]).
+fn produced_by(span: &mut Span, produced: &[Action]) {
+    RunSpanMeta {
+        action_ids: Some(produced.iter().map(|a| a.id).collect()),
+        ..RunSpanMeta::default()
+    }
+    .put_into(&mut span.meta);
+}
 
 /// One project's store.
 #[derive(Debug, Clone)]
@@ -205,7 +215,7 @@ impl AutopilotStore {
     /// Add a new record's id to the prefix index (a cache: a failure only slows lookups down).
     pub fn index_id(&self, kind: ids::IdKind, id: Uuid) {
         if let Err(e) = ids::append(&self.ids_dir(), kind, id) {
-            tracing::warn!(error = %e, %id, "cannot update the id-prefix index");
+            tracing::warn!(error = &e as &dyn std::error::Error, %id, "cannot update the id-prefix index");
         }
     }
 
@@ -399,11 +409,7 @@ impl AutopilotStore {
             self.write_action(action)?;
         }
         let mut span = span.clone();
-        span.meta.insert(
-            PRODUCED_KEY.into(),
-            serde_json::to_value(produced.iter().map(|a| a.id).collect::<Vec<_>>())
-                .expect("uuids serialize"),
-        );
+        produced_by(&mut span, produced);
         self.write_span(&span)?;
         self.hand_over(&span, produced)
     }
@@ -505,11 +511,7 @@ impl AutopilotStore {
             self.write_action(action)?;
         }
         let mut span = span.clone();
-        span.meta.insert(
-            PRODUCED_KEY.into(),
-            serde_json::to_value(produced.iter().map(|a| a.id).collect::<Vec<_>>())
-                .expect("uuids serialize"),
-        );
+        produced_by(&mut span, produced);
         self.write_span(&span)?;
         self.transact(|txn| {
             let now = Utc::now();
@@ -565,11 +567,7 @@ impl AutopilotStore {
             let produced_ids = found
                 .as_ref()
                 .filter(|s| s.status.is_final())
-                .and_then(|s| {
-                    s.meta
-                        .get(PRODUCED_KEY)
-                        .and_then(|v| serde_json::from_value::<Vec<Uuid>>(v.clone()).ok())
-                });
+                .and_then(|s| RunSpanMeta::of(s).action_ids);
             match (found, produced_ids) {
                 (Some(span), Some(ids)) => {
                     let produced = ids
@@ -601,8 +599,12 @@ impl AutopilotStore {
                         s
                     });
                     let mut meta = Meta::new();
-                    meta.insert("interrupted".into(), true.into());
-                    meta.insert("attempt".into(), pending.attempts.into());
+                    RunSpanMeta {
+                        interrupted: true,
+                        attempt: Some(pending.attempts),
+                        ..RunSpanMeta::default()
+                    }
+                    .put_into(&mut meta);
                     span.finish(
                         SpanStatus::Error,
                         "interrupted: rover stopped before this step finished; it will run again",

@@ -261,7 +261,16 @@ pub enum SpanLifecycleError {
 impl Span {
     /// A finished span recording an intervention in trace `trace_id` that is no step run (a
     /// person's `cancel`/`retry`, the `gc` policy): step `command`, under the root span.
-    pub fn intervention(trace_id: Uuid, command: &str, summary: String, meta: Meta) -> Span {
+    pub fn intervention(
+        trace_id: Uuid,
+        command: &str,
+        summary: String,
+        record: &InterventionSpanMeta,
+    ) -> Span {
+        let meta = match serde_json::to_value(record) {
+            Ok(Value::Object(map)) => map,
+            _ => Meta::new(),
+        };
         let now = Utc::now();
         let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
         span.step = StepKind::Other(command.to_owned());
@@ -588,6 +597,284 @@ impl ErrorMeta {
     /// A detail by name, as the step recorded it.
     pub fn detail(&self, key: &str) -> Option<&Value> {
         self.details.get(key)
+    }
+
+    /// The error a span recorded, also in the older shape: a bare message under
+    /// [`ErrorMeta::KEY`] (spans written before the typed record), read as a message that is
+    /// not retryable and has no details. For readers of any store, like `rover autopilot trace`.
+    pub fn of_any(span: &Span) -> Option<ErrorMeta> {
+        ErrorMeta::of(span).or_else(|| match span.meta.get(Self::KEY) {
+            Some(Value::String(message)) => Some(ErrorMeta {
+                message: message.clone(),
+                retryable: false,
+                tampered: false,
+                details: Map::new(),
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// The meta of a span that records an intervention, not a step run ([`Span::intervention`]): a
+/// person's `cancel`, `fail`, `retry`, `drop` or `requeue`, or the `gc` policy reclaiming an
+/// ended trace. Who did it, and what it was about.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterventionSpanMeta {
+    /// The person (`$USER`, or `--by`) or `gc`.
+    pub by: String,
+    /// `cancel`/`fail`: the reason given (empty when none was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `cancel`/`fail`: the runs still in progress that the daemon stops (`notify (1a2b3c4d)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping: Option<Vec<String>>,
+    /// `retry`: the action retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried: Option<Uuid>,
+    /// `retry`: the new action; `drop`/`requeue`: the dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Uuid>,
+    /// `drop`/`requeue`: the dead letter's action type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_type: Option<StepKind>,
+    /// `gc`: the retention the trace outlived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain_days: Option<u64>,
+    /// `gc`: the workflow actions whose tasks are reclaimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<Uuid>>,
+}
+
+impl InterventionSpanMeta {
+    /// What an intervention span recorded (none for a span of another shape).
+    pub fn of(span: &Span) -> Option<InterventionSpanMeta> {
+        InterventionSpanMeta::deserialize(&span.meta).ok()
+    }
+}
+
+/// The keys the orchestrator and the store add to the meta of any step's span, next to the
+/// step's own keys: how the run ended when the step did not end it itself (cut off, retried,
+/// stopped by a budget or a person), what the budget warned of, and the actions it produced.
+/// Every key is written only when it says something, so a span without any reads as the
+/// default.
+///
+/// A key holding a value of another type reads as missing (it never spoils the others).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RunSpanMeta {
+    /// The run was cut off (a shutdown, or a restart found it running) before its step
+    /// finished: its action stays queued and runs again.
+    #[serde(deserialize_with = "flag", skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Which attempt at its action the run was (written by restart recovery on a run it cut
+    /// off).
+    #[serde(deserialize_with = "count", skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// A retryable error: when the action runs again.
+    #[serde(
+        deserialize_with = "time",
+        serialize_with = "iso::option::serialize",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_at: Option<DateTime<Utc>>,
+    /// The budget limits this run reached (warned of, not enforced).
+    #[serde(deserialize_with = "texts", skip_serializing_if = "Vec::is_empty")]
+    pub budget_warnings: Vec<String>,
+    /// The run was closed because a budget stopped its trace.
+    #[serde(deserialize_with = "flag", skip_serializing_if = "std::ops::Not::not")]
+    pub budget_stopped: bool,
+    /// The run was closed because a person closed its trace (`cancel`/`fail`).
+    #[serde(deserialize_with = "flag", skip_serializing_if = "std::ops::Not::not")]
+    pub closed_by_hand: bool,
+    /// The actions the span produced, named by the store when it finishes the span (or an
+    /// intervention), so a crash before they are queued is completed on restart. Present (and
+    /// maybe empty) once the hand-over started. Its key is [`crate::store::PRODUCED_KEY`].
+    #[serde(deserialize_with = "uuids", skip_serializing_if = "Option::is_none")]
+    pub action_ids: Option<Vec<Uuid>>,
+}
+
+/// A count that fits a `u32`, or none for a value of any other type.
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Ok(Value::deserialize(d)?
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok()))
+}
+
+/// An RFC 3339 time, or none for a value of any other type.
+fn time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => DateTime::parse_from_rfc3339(&s)
+            .ok()
+            .map(|t| t.with_timezone(&Utc)),
+        _ => None,
+    })
+}
+
+/// The strings of an array (its other items skipped), or none for a value of any other type.
+fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::String(s) => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// A list of ids, or none for a value of any other shape.
+fn uuids<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Uuid>>, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(d)?).ok())
+}
+
+impl RunSpanMeta {
+    /// What the orchestrator and the store recorded on a span (the default when nothing).
+    pub fn of(span: &Span) -> RunSpanMeta {
+        RunSpanMeta::read(&span.meta)
+    }
+
+    /// The same, from a span's meta.
+    pub fn read(meta: &Meta) -> RunSpanMeta {
+        RunSpanMeta::deserialize(meta).unwrap_or_default()
+    }
+
+    /// Merge its keys into a span's meta (the keys it does not set are left as they are).
+    pub fn put_into(&self, meta: &mut Meta) {
+        if let Ok(Value::Object(map)) = serde_json::to_value(self) {
+            meta.extend(map);
+        }
+    }
+
+    /// The run was closed because its trace was stopped (by a budget or by a person).
+    pub fn stopped(&self) -> bool {
+        self.budget_stopped || self.closed_by_hand
+    }
+}
+
+#[cfg(test)]
+mod intervention_span_meta_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_interventions_keys_read_and_write_back_unchanged() {
+        let a = "0b6c43b4-3f0e-4e5e-9c39-1b7a0d6f2a11";
+        let b = "5d1f8a52-0c6e-4f6a-8a43-2f0f3c1e9b22";
+        for written in [
+            json!({"by": "alice", "reason": "not needed", "stopping": ["workflow (0b6c43b4)"]}),
+            json!({"by": "bob", "retried": a, "action": b}),
+            json!({"by": "carol", "action": a, "actionType": "mystery"}),
+            json!({"by": "gc", "retainDays": 0, "tasks": [a, b]}),
+        ] {
+            let record: InterventionSpanMeta =
+                serde_json::from_value(written.clone()).expect("reads");
+            let span = Span::intervention(Uuid::new_v4(), "cancel", "s".into(), &record);
+            assert_eq!(Value::Object(span.meta.clone()), written);
+            assert_eq!(InterventionSpanMeta::of(&span), Some(record));
+        }
+    }
+}
+
+#[cfg(test)]
+mod run_span_meta_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn todays_keys_read_and_write_back_unchanged() {
+        let written = [
+            // Restart recovery of a run left running.
+            json!({"interrupted": true, "attempt": 2}),
+            // A shutdown cutting a run off.
+            json!({"interrupted": true}),
+            // A retryable error (next to the step's error).
+            json!({"retryAt": "2026-11-23T17:10:00.123Z"}),
+            // A budget warning, then the run closed by a budget and handed over.
+            json!({
+                "budgetWarnings": ["daily cost at 80% of $10.00", "trace turns at 80% of 50"],
+                "budgetStopped": true,
+                "actionIds": ["5f0c6a34-2d7e-4b55-9a63-0f1e2d3c4b5a"],
+            }),
+            // A run closed by a person, handing over nothing.
+            json!({"closedByHand": true, "actionIds": []}),
+            json!({}),
+        ];
+        for shape in written {
+            let Value::Object(meta) = shape.clone() else {
+                unreachable!()
+            };
+            let read = RunSpanMeta::read(&meta);
+            assert_eq!(serde_json::to_value(&read).unwrap(), shape);
+            let mut again = Meta::new();
+            read.put_into(&mut again);
+            assert_eq!(Value::Object(again), shape);
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_merges_over_the_step_keys() {
+        let record = RunSpanMeta {
+            interrupted: true,
+            attempt: Some(3),
+            retry_at: Some(
+                DateTime::parse_from_rfc3339("2026-11-23T17:10:00.123Z")
+                    .unwrap()
+                    .with_timezone(&Utc),
+            ),
+            budget_warnings: vec!["w".into()],
+            budget_stopped: true,
+            closed_by_hand: false,
+            action_ids: Some(vec![Uuid::new_v4()]),
+        };
+        let mut meta = Meta::new();
+        meta.insert("stepKey".into(), json!("kept"));
+        record.put_into(&mut meta);
+        assert_eq!(meta["stepKey"], json!("kept"));
+        assert!(meta.contains_key(crate::store::PRODUCED_KEY));
+        assert_eq!(RunSpanMeta::read(&meta), record);
+        assert!(record.stopped());
+        assert_eq!(RunSpanMeta::read(&Meta::new()), RunSpanMeta::default());
+    }
+
+    #[test]
+    fn a_key_of_another_type_reads_as_missing_and_spoils_nothing_else() {
+        let Value::Object(meta) = json!({
+            "interrupted": "yes", "attempt": -1, "retryAt": "soon", "budgetWarnings": ["w", 4],
+            "budgetStopped": 1, "closedByHand": true, "actionIds": ["not an id"],
+        }) else {
+            unreachable!()
+        };
+        let read = RunSpanMeta::read(&meta);
+        assert_eq!(
+            read,
+            RunSpanMeta {
+                budget_warnings: vec!["w".into()],
+                closed_by_hand: true,
+                ..RunSpanMeta::default()
+            }
+        );
+    }
+
+    #[test]
+    fn an_error_in_the_older_bare_message_shape_still_reads() {
+        let mut span = Span::root(Uuid::new_v4(), Utc::now(), Meta::new());
+        assert_eq!(ErrorMeta::of_any(&span), None);
+        span.meta.insert(ErrorMeta::KEY.into(), json!("it broke"));
+        assert_eq!(ErrorMeta::of(&span), None);
+        let legacy = ErrorMeta::of_any(&span).unwrap();
+        assert_eq!(legacy.message, "it broke");
+        assert!(!legacy.retryable && !legacy.tampered && legacy.details.is_empty());
+        let typed = ErrorMeta {
+            message: "typed".into(),
+            retryable: true,
+            tampered: false,
+            details: Map::new(),
+        };
+        typed.put_into(&mut span.meta);
+        assert_eq!(ErrorMeta::of_any(&span), Some(typed));
     }
 }
 

@@ -236,7 +236,10 @@ impl<'a> Txn<'a> {
                 // The operation is durable in the journal: a compaction that fails now is
                 // retried by the next one, and this handle reads the files afresh.
                 if let Err(e) = journal::compact(self.store, c) {
-                    tracing::warn!(error = %e, "cannot fold the queue journal into state.json");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "cannot fold the queue journal into state.json"
+                    );
                     stale = true;
                 }
             }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{human_age, human_duration, short};
 use crate::store::{
-    Action, ErrorMeta, Meta, Span, SpanStatus, TraceEntry, TraceOutcome, TraceView,
+    Action, ErrorMeta, RunSpanMeta, Span, SpanStatus, TraceEntry, TraceOutcome, TraceView,
 };
 
 /// How to decorate output: colour only on a terminal and without `NO_COLOR`.
@@ -155,11 +155,8 @@ impl<'a> Renderer<'a> {
             } else {
                 ""
             });
-        let attempt = span
-            .meta
-            .get("attempt")
-            .and_then(Value::as_u64)
-            .filter(|a| *a > 1);
+        let run_meta = RunSpanMeta::of(span);
+        let attempt = run_meta.attempt.filter(|a| *a > 1);
         let cost = crate::budget::SpanUsage::of(span)
             .map(|u| format!("  {}", u.label()))
             .unwrap_or_default();
@@ -192,14 +189,7 @@ impl<'a> Renderer<'a> {
         if matches!(span.status, SpanStatus::Failed | SpanStatus::Error) {
             self.error_details(span, &detail_lead);
         }
-        for warning in span
-            .meta
-            .get("budgetWarnings")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
+        for warning in &run_meta.budget_warnings {
             let _ = writeln!(self.out, "{detail_lead}budget warning: {warning}");
         }
         let n = children.len();
@@ -269,18 +259,9 @@ impl<'a> Renderer<'a> {
 
     /// The error of a failed span: message, command, exit code, and the tail of stderr.
     fn error_details(&mut self, span: &Span, lead: &str) {
-        let error = match ErrorMeta::of(span) {
-            Some(error) => error,
-            // Older spans may hold the bare message.
-            None => match span.meta.get(ErrorMeta::KEY) {
-                Some(Value::String(message)) => ErrorMeta {
-                    message: message.clone(),
-                    retryable: false,
-                    tampered: false,
-                    details: Meta::new(),
-                },
-                _ => return,
-            },
+        // Older spans may hold the bare message.
+        let Some(error) = ErrorMeta::of_any(span) else {
+            return;
         };
         let _ = writeln!(
             self.out,
