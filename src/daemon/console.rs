@@ -12,6 +12,7 @@ use tokio::sync::broadcast::Receiver;
 use uuid::Uuid;
 
 use crate::orchestrator::Progress;
+use crate::steps::meta::NotifySpanMeta;
 use crate::store::{AutopilotStore, SpanStatus, StepKind};
 use crate::trace::short;
 
@@ -118,17 +119,7 @@ fn trace_label(store: &AutopilotStore, trace_id: Uuid) -> String {
 /// The message of a notify span that answered on the local channel.
 fn local_answer(store: &AutopilotStore, span_id: Uuid) -> Option<String> {
     let span = store.read_span(span_id).ok()?;
-    let local = span
-        .meta
-        .get("channel")
-        .is_some_and(|c| c == "local" || c.get("type").is_some_and(|t| t == "local"));
-    if !local {
-        return None;
-    }
-    span.meta
-        .get("message")
-        .and_then(|m| m.as_str())
-        .map(str::to_owned)
+    NotifySpanMeta::of(&span)?.local_answer().map(str::to_owned)
 }
 
 /// Print a log line: above the live view on a terminal, plainly otherwise.

@@ -3,14 +3,14 @@
 use std::path::Path;
 
 use git2::{DiffOptions, Oid};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::boundary::{open, WorktreeGit};
 use super::error::GitError;
 use super::workspace::{blocking, Workspace};
 
 /// What changed in a worktree since a commit: committed, staged, unstaged and untracked alike.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiffSummary {
     /// Number of files added, modified, deleted or renamed.

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::SandboxError;
 use super::settings::GateSettings;
@@ -16,7 +16,7 @@ use crate::git::OUTPUT_LIMIT_BYTES;
 pub const LABEL_GATE: &str = "rover.gate";
 
 /// How one gate ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "outcome")]
 pub enum GateOutcome {
     Passed,
@@ -25,7 +25,7 @@ pub enum GateOutcome {
 }
 
 /// One gate's result, with its output (stdout then stderr, bounded, truncation marked).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GateResult {
     pub command: Vec<String>,
@@ -42,7 +42,7 @@ impl GateResult {
 }
 
 /// All gates of one workflow run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "gates")]
 pub enum GatesReport {
     /// No gates are configured (recorded as such in the span).

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::meta::{self, CleanupMeta};
+use super::meta::{self, CleanupMeta, CleanupSpanMeta};
 use super::tasks::{self, Task};
 use super::workflow::WorkflowSpanMeta;
 use super::Services;
@@ -20,7 +20,7 @@ use crate::store::blocking;
 use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
 
 /// What happened to one resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "result", content = "detail")]
 pub enum Piece {
     Removed,
@@ -40,8 +40,8 @@ impl From<Removal> for Piece {
     }
 }
 
-/// The cleanup of one task.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The cleanup of one task (`meta.tasks` of the span: [`CleanupSpanMeta`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskCleanup {
     pub workflow_action_id: Option<Uuid>,
@@ -246,9 +246,10 @@ impl Step for CleanupStep {
             )
         };
         Ok(Outcome::Finished(
-            Finished::completed(summary)
-                .meta("tasks", &report)
-                .meta("notes", &notes),
+            Finished::completed(summary).with_meta_record(&CleanupSpanMeta {
+                tasks: report,
+                notes,
+            }),
         ))
     }
 }

@@ -369,6 +369,92 @@ impl NotifyMeta {
     }
 }
 
+/// The `notify` span's meta: the message as sent and where it went. A local answer records
+/// `channel: "local"`; a GitHub one the channel and the delivery ([`NotifyDelivery`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifySpanMeta {
+    #[serde(default)]
+    pub purpose: NotifyPurpose,
+    #[serde(default)]
+    pub visibility: Visibility,
+    /// The message as posted (redacted for the channel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_source: Option<MessageSource>,
+    /// The agent call's figures, or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::store::AgentMeta>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<NotifyChannel>,
+    /// How the message was delivered on GitHub (none for the local channel).
+    #[serde(flatten)]
+    pub delivery: Option<NotifyDelivery>,
+}
+
+impl NotifySpanMeta {
+    /// What a notify span recorded (none, for a span whose meta has other shapes).
+    pub fn of(span: &Span) -> Option<NotifySpanMeta> {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).ok()
+    }
+
+    /// The message, when it was answered on the local channel (the trace holds it).
+    pub fn local_answer(&self) -> Option<&str> {
+        self.channel
+            .as_ref()
+            .filter(|c| c.is_local())
+            .and(self.message.as_deref())
+    }
+}
+
+/// Where a message came from: the agent, or the deterministic fallback when the agent failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageSource {
+    Agent,
+    Fallback,
+}
+
+/// The channel a notify span records: `"local"`, a GitHub channel as [`Channel`] serializes
+/// it, or another implementation's `{"type": "local"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NotifyChannel {
+    Github(Channel),
+    /// `local`.
+    Named(String),
+    Typed {
+        #[serde(rename = "type")]
+        kind: String,
+    },
+}
+
+impl NotifyChannel {
+    /// The local channel, as rover writes it.
+    pub fn local() -> NotifyChannel {
+        NotifyChannel::Named("local".into())
+    }
+
+    /// Whether the answer went to the local channel (the trace).
+    pub fn is_local(&self) -> bool {
+        match self {
+            NotifyChannel::Github(channel) => *channel == Channel::Local,
+            NotifyChannel::Named(name) | NotifyChannel::Typed { kind: name } => name == "local",
+        }
+    }
+}
+
+/// A GitHub delivery: where the post can be seen (`url` and `commentId` are `null` when
+/// GitHub did not say), and whether an earlier post was found instead.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyDelivery {
+    pub url: Option<String>,
+    pub comment_id: Option<u64>,
+    pub already_posted: bool,
+}
+
 /// What decided a `coordinate` run's outcome (`meta.decidedBy` of its span).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -640,6 +726,23 @@ pub struct CleanupMeta {
     /// A branch to remove when no mapping names it any more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
+}
+
+/// The `cleanup` span's meta: what happened to each task's resources, and what got in the way.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupSpanMeta {
+    #[serde(default)]
+    pub tasks: Vec<crate::steps::cleanup::TaskCleanup>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl CleanupSpanMeta {
+    /// What a cleanup span recorded (none, for a span whose meta has other shapes).
+    pub fn of(span: &Span) -> Option<CleanupSpanMeta> {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).ok()
+    }
 }
 
 /// Where a trace's event came from.
@@ -991,5 +1094,142 @@ mod tests {
         let span = span_with(&written);
         assert_eq!(PlanSpanMeta::of(&span), written);
         assert_eq!(PlanSpanMeta::of(&span_with(&tasks)), tasks);
+    }
+
+    // h3: notify, cleanup span metas
+
+    /// Reads `written` as a span's meta and checks it serializes back to the same JSON.
+    fn h3_round_trip<T: Serialize + for<'de> Deserialize<'de>>(written: &serde_json::Value) -> T {
+        let read: T = serde_json::from_value(written.clone()).expect("reads");
+        assert_eq!(&serde_json::to_value(&read).expect("serializes"), written);
+        read
+    }
+
+    fn h3_span(meta: serde_json::Value) -> Span {
+        let serde_json::Value::Object(map) = meta else {
+            panic!("an object")
+        };
+        Span::root(Uuid::nil(), chrono::Utc::now(), map)
+    }
+
+    #[test]
+    fn the_notify_span_meta_keeps_its_keys_and_the_delivery_nulls() {
+        let local: NotifySpanMeta = h3_round_trip(&serde_json::json!({
+            "purpose": "answer", "visibility": "private", "message": "It is 42.",
+            "messageSource": "agent", "channel": "local",
+            "agent": {"turns": 1, "costUsd": 0.01, "inputTokens": 5, "outputTokens": 7, "cachedTokens": 0}
+        }));
+        assert_eq!(local.delivery, None);
+        assert_eq!(local.local_answer(), Some("It is 42."));
+        let posted: NotifySpanMeta = h3_round_trip(&serde_json::json!({
+            "purpose": "review", "visibility": "public", "message": "Findings.",
+            "messageSource": "fallback", "agent": {"error": "no key", "errorClass": "auth"},
+            "channel": {"kind": "prReview", "number": 4},
+            "url": null, "commentId": null, "alreadyPosted": false
+        }));
+        assert_eq!(
+            posted.channel,
+            Some(NotifyChannel::Github(Channel::PrReview { number: 4 }))
+        );
+        assert_eq!(posted.delivery, Some(NotifyDelivery::default()));
+        assert_eq!(posted.local_answer(), None);
+        let found: NotifySpanMeta = h3_round_trip(&serde_json::json!({
+            "purpose": "answer", "visibility": "public", "message": "m", "messageSource": "agent",
+            "agent": {"turns": null, "costUsd": null, "inputTokens": 0, "outputTokens": 0, "cachedTokens": 0},
+            "channel": {"kind": "reviewThreadReply", "number": 2, "commentId": 5},
+            "url": "https://github.com/o/r/pull/2#discussion_r9", "commentId": 9, "alreadyPosted": true
+        }));
+        let delivery = found.delivery.expect("a delivery");
+        assert_eq!(
+            (delivery.comment_id, delivery.already_posted),
+            (Some(9), true)
+        );
+    }
+
+    #[test]
+    fn a_written_notify_span_meta_reads_back_equal_and_local_takes_every_shape() {
+        let written = NotifySpanMeta {
+            purpose: NotifyPurpose::Pushed,
+            visibility: Visibility::Public,
+            message: Some("Pushed.".into()),
+            message_source: Some(MessageSource::Agent),
+            agent: Some(crate::store::AgentMeta::Used(crate::store::AgentUsage {
+                turns: Some(2),
+                ..crate::store::AgentUsage::default()
+            })),
+            channel: Some(NotifyChannel::Github(Channel::IssueComment { number: 3 })),
+            delivery: Some(NotifyDelivery {
+                url: Some("https://github.com/o/r/issues/3#issuecomment-1".into()),
+                comment_id: Some(1),
+                already_posted: false,
+            }),
+        };
+        let span = h3_span(serde_json::to_value(&written).expect("serializes"));
+        assert_eq!(span.meta["channel"]["kind"], "issueComment");
+        assert_eq!(span.meta["commentId"], 1);
+        assert_eq!(NotifySpanMeta::of(&span), Some(written));
+        let local = NotifySpanMeta {
+            message: Some("hi".into()),
+            channel: Some(NotifyChannel::local()),
+            ..NotifySpanMeta::default()
+        };
+        let span = h3_span(serde_json::to_value(&local).expect("serializes"));
+        assert_eq!(span.meta["channel"], "local");
+        assert!(!span.meta.contains_key("alreadyPosted"), "{:?}", span.meta);
+        assert_eq!(NotifySpanMeta::of(&span), Some(local));
+        // Another implementation's local channel, and the local channel as `Channel` writes it.
+        for channel in [
+            serde_json::json!({"type": "local"}),
+            serde_json::json!({"kind": "local"}),
+        ] {
+            let span = h3_span(serde_json::json!({"message": "hi", "channel": channel}));
+            let read = NotifySpanMeta::of(&span).expect("reads");
+            assert_eq!(read.local_answer(), Some("hi"), "{channel}");
+        }
+        let github = h3_span(
+            serde_json::json!({"message": "hi", "channel": {"kind": "prComment", "number": 1}}),
+        );
+        assert_eq!(
+            NotifySpanMeta::of(&github).expect("reads").local_answer(),
+            None
+        );
+    }
+
+    #[test]
+    fn the_cleanup_span_meta_keeps_its_keys() {
+        use crate::steps::cleanup::{Piece, TaskCleanup};
+        let read: CleanupSpanMeta = h3_round_trip(&serde_json::json!({
+            "tasks": [{
+                "workflowActionId": "00000000-0000-0000-0000-000000000001",
+                "branch": "rover/a",
+                "containers": {"result": "notApplicable"},
+                "worktree": {"result": "removed"},
+                "branchRemoval": {"result": "failed", "detail": "the branch is checked out"},
+                "mapping": {"result": "alreadyGone"}
+            }, {
+                "workflowActionId": null, "branch": null,
+                "containers": {"result": "alreadyGone"}, "worktree": {"result": "alreadyGone"},
+                "branchRemoval": {"result": "notApplicable"}, "mapping": {"result": "notApplicable"}
+            }],
+            "notes": ["cannot open the repository: gone"]
+        }));
+        assert_eq!(
+            read.tasks[0].branch_removal,
+            Piece::Failed("the branch is checked out".into())
+        );
+        let written = CleanupSpanMeta {
+            tasks: vec![TaskCleanup {
+                workflow_action_id: Some(Uuid::nil()),
+                branch: Some("rover/b".into()),
+                containers: Piece::Removed,
+                worktree: Piece::AlreadyGone,
+                branch_removal: Piece::Removed,
+                mapping: Piece::Removed,
+            }],
+            notes: Vec::new(),
+        };
+        let span = h3_span(serde_json::to_value(&written).expect("serializes"));
+        assert_eq!(span.meta["notes"], serde_json::json!([]));
+        assert_eq!(CleanupSpanMeta::of(&span), Some(written));
     }
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::agent_call::{ask, event_meta, failure_meta, load_trace, render_trace, usage_meta};
-use super::meta::{self, NotifyMeta, NotifyPurpose};
+use super::meta::{
+    self, MessageSource, NotifyChannel, NotifyDelivery, NotifyMeta, NotifyPurpose, NotifySpanMeta,
+};
 use super::Services;
 use crate::agents::{AgentStep, NotifyResult, PromptVars};
 use crate::github::{deliver, Channel, Outgoing, ReviewEvent, Visibility};
@@ -216,10 +218,14 @@ impl Step for NotifyStep {
             match ask::<NotifyResult>(&self.services, ctx, run.span.id, AgentStep::Notify, vars)
                 .await
             {
-                Ok(answer) => (answer.value.message.clone(), "agent", usage_meta(&answer)),
+                Ok(answer) => (
+                    answer.value.message.clone(),
+                    MessageSource::Agent,
+                    usage_meta(&answer),
+                ),
                 Err(e) => (
                     fallback_message(&notify, visibility, &trace_id.to_string()),
-                    "fallback",
+                    MessageSource::Fallback,
                     failure_meta(&e),
                 ),
             };
@@ -227,17 +233,21 @@ impl Step for NotifyStep {
         if let Some(note) = &notify.breaker_note {
             message = format!("{message}\n\nrover paused itself: {note}.");
         }
-        let base = Finished::completed(String::new())
-            .meta("purpose", notify.purpose.as_str())
-            .meta("visibility", visibility)
-            .meta("message", &message)
-            .meta("messageSource", source)
-            .meta("agent", agent_meta);
+        let mut span_meta = NotifySpanMeta {
+            purpose: notify.purpose,
+            visibility,
+            message: Some(message.clone()),
+            message_source: Some(source),
+            agent: Some(agent_meta),
+            channel: None,
+            delivery: None,
+        };
 
         if channel == Channel::Local {
-            let mut done = base.meta("channel", "local");
-            done.summary = message;
-            return Ok(Outcome::Finished(done));
+            span_meta.channel = Some(NotifyChannel::local());
+            return Ok(Outcome::Finished(
+                Finished::completed(message).with_meta_record(&span_meta),
+            ));
         }
         let github = self.services.github.as_ref().ok_or_else(|| {
             StepError::fatal(format!(
@@ -268,17 +278,20 @@ impl Step for NotifyStep {
                 .detail("message", &message)
         })?;
         let url = delivery.url.clone().unwrap_or_default();
-        let mut done = base
-            .meta("channel", &channel)
-            .meta("url", &delivery.url)
-            .meta("commentId", delivery.comment_id)
-            .meta("alreadyPosted", delivery.already_posted);
-        done.summary = if delivery.already_posted {
+        let summary = if delivery.already_posted {
             format!("found the earlier post as {}: {url}", describe(&channel))
         } else {
             format!("posted {}: {url}", describe(&channel))
         };
-        Ok(Outcome::Finished(done))
+        span_meta.channel = Some(NotifyChannel::Github(channel));
+        span_meta.delivery = Some(NotifyDelivery {
+            url: delivery.url,
+            comment_id: delivery.comment_id,
+            already_posted: delivery.already_posted,
+        });
+        Ok(Outcome::Finished(
+            Finished::completed(summary).with_meta_record(&span_meta),
+        ))
     }
 }
 

@@ -4,12 +4,9 @@
 
 use uuid::Uuid;
 
-use super::meta::{CommitMeta, NotifyMeta, NotifyPurpose};
+use super::meta::{self, CommitMeta, NotifyMeta, NotifyPurpose};
 use crate::orchestrator::{NextAction, Pipeline, StepError};
 use crate::store::{Action, Meta, StepKind};
-
-/// The key of [`NotifyMeta::breaker_note`] in an action's meta.
-const BREAKER_NOTE_KEY: &str = "breakerNote";
 
 /// See the module documentation.
 #[derive(Debug, Clone, Copy, Default)]
@@ -82,13 +79,23 @@ impl Pipeline for RoverPipeline {
             && NotifyMeta::purpose_of(&action.meta) == Some(NotifyPurpose::Failure)
     }
 
+    /// Written through [`NotifyMeta`]; keys it does not know stay as they were. A meta that
+    /// does not read as a notify's gets no note (its notify cannot post one either).
     fn add_breaker_note(&self, meta: &mut Meta, note: String) {
-        meta.insert(BREAKER_NOTE_KEY.into(), note.into());
+        if let Some(mut notify) = notify_meta(meta) {
+            notify.breaker_note = Some(note);
+            meta.extend(meta::to_meta(&notify));
+        }
     }
 
     fn has_breaker_note(&self, meta: &Meta) -> bool {
-        meta.contains_key(BREAKER_NOTE_KEY)
+        notify_meta(meta).is_some_and(|n| n.breaker_note.is_some())
     }
+}
+
+/// A notify action's meta, typed (none when it does not read as one).
+fn notify_meta(meta: &Meta) -> Option<NotifyMeta> {
+    serde_json::from_value(serde_json::Value::Object(meta.clone())).ok()
 }
 
 /// The policy as the orchestrator takes it.

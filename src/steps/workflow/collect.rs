@@ -7,18 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::span_meta::{CollectedMeta, GatesMeta};
 use super::{run_limit, verdict, Collected, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::orchestrator::{Completion, Finished, StepContext, StepError};
-use crate::sandbox::gates::{run_gates, GatesReport};
+use crate::sandbox::gates::run_gates;
 use crate::sandbox::{self, ContainerStatus, Sandbox};
 use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
 use crate::steps::tasks::{self, store_error, Task};
 use crate::store::blocking;
-use crate::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind};
+use crate::store::{AutopilotStore, ErrorMeta, PendingAction, Span, SpanStatus, StepKind};
 
 impl WorkflowStep {
     pub(super) async fn monitor_runs(
@@ -65,18 +65,22 @@ impl WorkflowStep {
                     let summary = format!(
                         "cannot check the sandbox container {container} and its time is up: {e}"
                     );
+                    let span_meta = WorkflowSpanMeta {
+                        error: Some(container_error(&summary, e.is_retryable(), &container)),
+                        ..task_meta(&task, &container, None)
+                    };
                     let finished = Finished {
                         status: SpanStatus::Error,
                         summary: summary.clone(),
                         meta: crate::store::Meta::new(),
                         actions: Vec::new(),
                     }
-                    .span_meta(&task_meta(&task, &container, None))
-                    .meta(
-                        "error",
-                        json!({"message": summary, "retryable": e.is_retryable(), "container": container}),
-                    )
-                    .then(Self::commit_action(task.action_id, TaskStatus::Error, &summary));
+                    .with_meta_record(&span_meta)
+                    .then(Self::commit_action(
+                        task.action_id,
+                        TaskStatus::Error,
+                        &summary,
+                    ));
                     done.push(Completion {
                         action_id: task.action_id,
                         finished,
@@ -271,7 +275,8 @@ impl WorkflowStep {
             stderr_tail: &stderr_tail,
         });
 
-        let mut finished = Finished::failed(String::new());
+        let mut gate_warnings = None;
+        let mut gates_ran = None;
         // Gates, only for work the agent calls done.
         if task_status == TaskStatus::Completed {
             if let Some(worktree) = &task.mapping.worktree_path {
@@ -296,15 +301,16 @@ impl WorkflowStep {
                                 failed.join("; ")
                             );
                         }
-                        let warnings: Vec<String> = report
-                            .warnings()
-                            .iter()
-                            .map(|r| {
-                                format!("optional gate `{}` did not pass", r.command.join(" "))
-                            })
-                            .collect();
-                        finished = finished.meta("gateWarnings", warnings);
-                        finished = finished.meta("gates", gates_meta(&report));
+                        gate_warnings = Some(
+                            report
+                                .warnings()
+                                .iter()
+                                .map(|r| {
+                                    format!("optional gate `{}` did not pass", r.command.join(" "))
+                                })
+                                .collect(),
+                        );
+                        gates_ran = Some(GatesMeta::of(&report));
                     }
                     Err(e) => {
                         task_status = TaskStatus::Error;
@@ -354,50 +360,55 @@ impl WorkflowStep {
             _ => None,
         };
 
-        finished.status = match task_status {
-            TaskStatus::Completed => SpanStatus::Completed,
-            TaskStatus::Failed => SpanStatus::Failed,
-            TaskStatus::Error => SpanStatus::Error,
-        };
-        finished.summary.clone_from(&summary);
-        let (exit_code, oom) = match status {
+        let (exit_code, oom_killed) = match status {
             ContainerStatus::Exited { code, oom_killed } => (Some(code), oom_killed),
             _ => (None, false),
         };
-        finished = finished
-            .span_meta(&task_meta(task, &container, Some(status)))
-            .meta("exitCode", exit_code)
-            .meta("oomKilled", oom)
-            .meta("timedOut", timed_out)
-            .meta("stuck", stuck)
-            .meta("logPath", log.display().to_string())
-            .meta("stderrPath", err_log.display().to_string())
-            .meta("stderrTail", &stderr_tail)
-            .meta("diff", &diff)
-            .meta("taskStatus", task_status);
-        if let Ok(r) = &result {
-            finished = finished.meta("result", r);
+        let was_tampered = tampered.is_some();
+        let error = match tampered {
+            Some(error) => Some(error.to_meta()),
+            None => (task_status == TaskStatus::Error)
+                .then(|| container_error(&summary, false, &container)),
+        };
+        let span_meta = WorkflowSpanMeta {
+            outcome: OutcomeSpanMeta {
+                tampered: was_tampered,
+                ..OutcomeSpanMeta::default()
+            },
+            collected: Some(CollectedMeta {
+                exit_code,
+                oom_killed,
+                timed_out,
+                stuck,
+                log_path: log,
+                stderr_path: err_log,
+                stderr_tail,
+                diff,
+                task_status,
+                result: result.ok(),
+                agent: parsed
+                    .as_ref()
+                    .ok()
+                    .map(crate::steps::agent_call::response_usage),
+                gate_warnings,
+                gates: gates_ran,
+                notes: (!notes.is_empty()).then_some(notes),
+            }),
+            error,
+            ..task_meta(task, &container, Some(status))
+        };
+        let finished = Finished {
+            status: match task_status {
+                TaskStatus::Completed => SpanStatus::Completed,
+                TaskStatus::Failed => SpanStatus::Failed,
+                TaskStatus::Error => SpanStatus::Error,
+            },
+            summary: summary.clone(),
+            meta: crate::store::Meta::new(),
+            actions: Vec::new(),
         }
-        if let Ok(response) = &parsed {
-            finished = finished.meta("agent", crate::steps::agent_call::response_usage(response));
-        }
-        if let Some(error) = &tampered {
-            finished = finished
-                .with_meta_record(&OutcomeSpanMeta {
-                    tampered: true,
-                    ..OutcomeSpanMeta::default()
-                })
-                .meta("error", error.to_meta());
-        } else if task_status == TaskStatus::Error {
-            finished = finished.meta(
-                "error",
-                json!({"message": summary, "retryable": false, "container": container}),
-            );
-        }
-        if !notes.is_empty() {
-            finished = finished.meta("notes", &notes);
-        }
-        let finished = finished.then(Self::commit_action(task.action_id, task_status, &summary));
+        .with_meta_record(&span_meta)
+        .then(Self::commit_action(task.action_id, task_status, &summary));
         (finished, logs_saved)
     }
 }
@@ -503,13 +514,6 @@ pub(super) async fn sync_files(paths: &[PathBuf]) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?
 }
 
-pub(super) fn gates_meta(report: &GatesReport) -> Value {
-    match report {
-        GatesReport::NoneConfigured => json!("none configured"),
-        GatesReport::Ran { .. } => serde_json::to_value(report).unwrap_or(Value::Null),
-    }
-}
-
 pub(super) fn tail(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
@@ -529,18 +533,16 @@ fn task_meta(task: &Task, container: &str, status: Option<ContainerStatus>) -> W
         worktree_path: task.mapping.worktree_path.clone(),
         container_id: Some(container.to_owned()),
         container_status: status,
-        legacy_container: None,
+        ..WorkflowSpanMeta::default()
     }
 }
 
-/// Merging the typed span meta into a finished span's meta.
-trait WithSpanMeta {
-    fn span_meta(self, meta: &WorkflowSpanMeta) -> Self;
-}
-
-impl WithSpanMeta for Finished {
-    fn span_meta(mut self, meta: &WorkflowSpanMeta) -> Finished {
-        self.meta.extend(meta.to_meta());
-        self
+/// The error of a run that could not end normally, with its container.
+fn container_error(message: &str, retryable: bool, container: &str) -> ErrorMeta {
+    StepError {
+        retryable,
+        ..StepError::fatal(message)
     }
+    .detail("container", container)
+    .to_meta()
 }

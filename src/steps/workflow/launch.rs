@@ -4,9 +4,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::span_meta::{
+    FetchMeta, FetchResult, LaunchedMeta, MergedInMeta, PullUnderReviewMeta, StartedMeta,
+};
 use super::{dependency_state, Dependency, WorkflowSpanMeta, WorkflowStep};
 use crate::agents::{self, AgentStep, PromptVars, WorkflowResult};
 use crate::git::{self, BranchBase};
@@ -42,7 +44,7 @@ pub(super) const MAX_REVIEW_DIFF: usize = 48 * 1024;
 /// Where a new task forks from, and what was fetched for it.
 pub(super) struct FreshBase {
     base: BranchBase,
-    fetch: Value,
+    fetch: FetchMeta,
     review: Option<PullUnderReview>,
 }
 
@@ -50,7 +52,11 @@ impl FreshBase {
     fn unfetched(why: &str) -> FreshBase {
         FreshBase {
             base: BranchBase::DefaultBranch,
-            fetch: json!({"fetched": false, "error": why}),
+            fetch: FetchMeta::Unfetched(FetchResult {
+                refspec: None,
+                fetched: false,
+                error: Some(why.to_owned()),
+            }),
             review: None,
         }
     }
@@ -127,12 +133,13 @@ impl WorkflowStep {
             if let Err(e) = &result {
                 tracing::warn!(refspec, error = %e, "cannot fetch before forking; using the checkout's copy");
             }
-            fetched.push(match result {
-                Ok(()) => json!({"refspec": refspec, "fetched": true}),
-                Err(e) => json!({"refspec": refspec, "fetched": false, "error": e.to_string()}),
+            fetched.push(FetchResult {
+                refspec: Some(refspec.clone()),
+                fetched: result.is_ok(),
+                error: result.err().map(|e| e.to_string()),
             });
         }
-        let fetch = Value::Array(fetched);
+        let fetch = FetchMeta::Refspecs(fetched);
         if let Some((number, base_branch)) = pull {
             let head_ref = format!("refs/remotes/{remote}/pr/{number}");
             if let Some(head) = ws.commit_id(&head_ref).await {
@@ -308,11 +315,14 @@ impl WorkflowStep {
                     let summary = format!("not started: {reason}");
                     return Ok(Outcome::Finished(
                         Finished::failed(summary.clone())
-                            .with_meta_record(&OutcomeSpanMeta {
-                                dependency_failed: Some(*dep),
-                                ..OutcomeSpanMeta::default()
+                            .with_meta_record(&WorkflowSpanMeta {
+                                outcome: OutcomeSpanMeta {
+                                    dependency_failed: Some(*dep),
+                                    ..OutcomeSpanMeta::default()
+                                },
+                                reason: Some(reason),
+                                ..WorkflowSpanMeta::default()
                             })
-                            .meta("reason", &reason)
                             .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
                     ));
                 }
@@ -451,45 +461,30 @@ impl WorkflowStep {
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
 
         let started = self.start(sandbox.as_ref(), &spec).await?;
-        let mut detached = WorkflowSpanMeta {
+        let detached = WorkflowSpanMeta {
             task_id: Some(task.mapping.task_id.clone()),
             branch_name: Some(task.mapping.branch_name.clone()),
             worktree_path: Some(prepared.path.clone()),
             container_id: Some(container.clone()),
-            container_status: None,
-            legacy_container: None,
+            launched: Some(LaunchedMeta {
+                fork_point: prepared.fork_point.clone(),
+                base_sha: prepared.fork_point.clone(),
+                fetch: fresh.as_ref().map(|f| f.fetch.clone()),
+                pull_request: fresh.as_ref().and_then(|f| f.review.as_ref()).map(|r| {
+                    PullUnderReviewMeta {
+                        number: r.number,
+                        head: r.head.clone(),
+                        base: r.base.clone(),
+                    }
+                }),
+                merged_in: merged_in.map(|(branch, conflicts)| MergedInMeta { branch, conflicts }),
+                image: spec.image.clone(),
+                started,
+                env: spec.env.iter().map(|(k, _)| k.clone()).collect(),
+            }),
+            ..WorkflowSpanMeta::default()
         }
         .to_meta();
-        for (k, v) in [
-            ("forkPoint", json!(prepared.fork_point)),
-            ("baseSha", json!(prepared.fork_point)),
-            (
-                "fetch",
-                fresh.as_ref().map_or(Value::Null, |f| f.fetch.clone()),
-            ),
-            (
-                "pullRequest",
-                fresh.as_ref().and_then(|f| f.review.as_ref()).map_or(
-                    Value::Null,
-                    |r| json!({"number": r.number, "head": r.head, "base": r.base}),
-                ),
-            ),
-            (
-                "mergedIn",
-                merged_in.as_ref().map_or(
-                    Value::Null,
-                    |(from, conflicts)| json!({"branch": from, "conflicts": conflicts}),
-                ),
-            ),
-            ("image", json!(spec.image)),
-            ("started", started),
-            (
-                "env",
-                json!(spec.env.iter().map(|(k, _)| k).collect::<Vec<_>>()),
-            ),
-        ] {
-            detached.insert(k.into(), v);
-        }
         Ok(Outcome::Detached { meta: detached })
     }
 
@@ -510,9 +505,12 @@ impl WorkflowStep {
         let summary = format!("not started: {}", error.message);
         Ok(Outcome::Finished(
             Finished::failed(summary.clone())
-                .meta("branchName", &task.mapping.branch_name)
-                .meta("worktreePath", worktree.display().to_string())
-                .meta("error", error.to_meta())
+                .with_meta_record(&WorkflowSpanMeta {
+                    branch_name: Some(task.mapping.branch_name.clone()),
+                    worktree_path: Some(worktree.to_path_buf()),
+                    error: Some(error.to_meta()),
+                    ..WorkflowSpanMeta::default()
+                })
                 .then(Self::commit_action(
                     task.action_id,
                     TaskStatus::Failed,
@@ -525,7 +523,7 @@ impl WorkflowStep {
         &self,
         sandbox: &dyn Sandbox,
         spec: &SandboxSpec,
-    ) -> Result<Value, StepError> {
+    ) -> Result<StartedMeta, StepError> {
         let container = spec.container_name();
         let failed = |e: &SandboxError| {
             StepError::from_error(e, e.is_retryable())
@@ -533,18 +531,29 @@ impl WorkflowStep {
                 .detail("image", &spec.image)
         };
         match sandbox.run(spec).await {
-            Ok(id) => return Ok(json!({"containerId": id, "adopted": false})),
+            Ok(id) => {
+                return Ok(StartedMeta {
+                    container_id: id,
+                    ..StartedMeta::default()
+                })
+            }
             Err(SandboxError::Conflict { .. }) => {}
             Err(e) => return Err(failed(&e)),
         }
         match sandbox.status(&container).await.map_err(|e| failed(&e))? {
-            ContainerStatus::Running | ContainerStatus::Exited { .. } => {
-                Ok(json!({"containerId": container, "adopted": true}))
-            }
+            ContainerStatus::Running | ContainerStatus::Exited { .. } => Ok(StartedMeta {
+                container_id: container,
+                adopted: true,
+                replaced_unstarted: false,
+            }),
             ContainerStatus::Created | ContainerStatus::Gone => {
                 sandbox.remove(&container).await.map_err(|e| failed(&e))?;
                 let id = sandbox.run(spec).await.map_err(|e| failed(&e))?;
-                Ok(json!({"containerId": id, "adopted": false, "replacedUnstarted": true}))
+                Ok(StartedMeta {
+                    container_id: id,
+                    adopted: false,
+                    replaced_unstarted: true,
+                })
             }
         }
     }

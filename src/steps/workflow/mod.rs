@@ -12,7 +12,10 @@ mod verdict;
 
 pub use deps::{dependency_state, Dependency};
 pub use orphans::{sweep_orphans, OrphanReport};
-pub use span_meta::WorkflowSpanMeta;
+pub use span_meta::{
+    CollectedMeta, FetchMeta, FetchResult, GatesMeta, LaunchedMeta, MergedInMeta,
+    PullUnderReviewMeta, StartedMeta, WorkflowSpanMeta,
+};
 pub use verdict::{verdict, RunEnd};
 
 use std::sync::{Arc, Mutex};
