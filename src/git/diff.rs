@@ -10,7 +10,7 @@ use super::error::GitError;
 use super::workspace::{blocking, Workspace};
 
 /// What changed in a worktree since a commit: committed, staged, unstaged and untracked alike.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DiffSummary {
     /// Number of files added, modified, deleted or renamed.
