@@ -438,7 +438,7 @@ fn decision_name(decision: ResolveDecision) -> &'static str {
 }
 
 /// The span meta's `decision` part for `decision`.
-fn decided(decision: ResolveDecision) -> DecisionSpanMeta {
+fn decision_meta(decision: ResolveDecision) -> DecisionSpanMeta {
     DecisionSpanMeta {
         decision: Some(decision_name(decision).to_owned()),
         ..DecisionSpanMeta::default()
@@ -476,7 +476,7 @@ fn scheduled_wait(
             "the resolver kept answering wait ({waits} waits, the limit is {max}): {reasoning}"
         );
         let span_meta = ResolveSpanMeta {
-            decision: decided(ResolveDecision::Fail),
+            decision: decision_meta(ResolveDecision::Fail),
             reasoning: Some(reasoning.to_owned()),
             quick_exit: Some(ResolveQuickExit::MaxWaits),
             ..ResolveSpanMeta::default()
@@ -496,7 +496,7 @@ fn scheduled_wait(
     );
     let finished = Finished::completed(format!("wait until {at_text}: {reasoning}")).then(next);
     let span_meta = ResolveSpanMeta {
-        decision: decided(ResolveDecision::Wait),
+        decision: decision_meta(ResolveDecision::Wait),
         reasoning: Some(reasoning.to_owned()),
         wait: Some(ResolveWaitMeta {
             round,
@@ -662,8 +662,8 @@ fn decide(
         }
         ResolveDecision::Iterate => {
             if let Some(conflict) = latest_conflict(view) {
-                if let Some(decided) = iterate_on_conflict(view, mappings, &conflict, result) {
-                    return Ok(decided);
+                if let Some(on_conflict) = iterate_on_conflict(view, mappings, &conflict, result) {
+                    return Ok(on_conflict);
                 }
             }
             let Some((failed_id, original)) = failed_workflow(view) else {
@@ -820,7 +820,7 @@ impl Step for ResolveStep {
                 "gave up after {retries} iterate/retry attempts (the limit is {max}); the last failure is in the trace"
             );
             let span_meta = ResolveSpanMeta {
-                decision: decided(ResolveDecision::Fail),
+                decision: decision_meta(ResolveDecision::Fail),
                 reasoning: Some(why.clone()),
                 retries: Some(retries),
                 max_retries: Some(max),
@@ -840,7 +840,7 @@ impl Step for ResolveStep {
                 span.step
             );
             let span_meta = ResolveSpanMeta {
-                decision: decided(ResolveDecision::Fail),
+                decision: decision_meta(ResolveDecision::Fail),
                 reasoning: Some(why.clone()),
                 quick_exit: Some(ResolveQuickExit::Tampered),
                 tampered_span: Some(span.id),
@@ -909,7 +909,7 @@ impl Step for ResolveStep {
                 None
             };
         let span_meta = ResolveSpanMeta {
-            decision: decided(decision),
+            decision: decision_meta(decision),
             agent_decision: Some(result.decision),
             reasoning: Some(result.reasoning.clone()),
             corrective_commands: Some(result.corrective_commands.clone()),
