@@ -384,7 +384,7 @@ fn render_errors(view: &TraceView) -> String {
         .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
     {
         let _ = writeln!(out, "### {} [{}] span {}", span.step, span.status, span.id);
-        let detail = ErrorMeta::of(span)
+        let detail = ErrorMeta::of_any(span)
             .and_then(|error| serde_json::to_value(error).ok())
             .unwrap_or_else(|| Value::Object(span.meta.clone()));
         let text = serde_json::to_string_pretty(&detail).unwrap_or_default();
