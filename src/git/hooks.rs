@@ -95,7 +95,7 @@ const MANAGER_MARKERS: &[&str] = &[
 ];
 
 /// Where the hooks of a worktree run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "runs")]
 pub enum HookPlan {
     /// On the host, by git, from this directory (outside the worktree).
@@ -108,7 +108,7 @@ pub enum HookPlan {
 }
 
 /// Where hook files are, for a container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "in")]
 pub enum HookLocation {
     /// In the worktree, at this path relative to its root.

@@ -12,10 +12,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::json;
 use uuid::Uuid;
 
-use super::meta::{self, CommitMeta, OutcomeSpanMeta, ResolveMeta, TaskStatus, WorkflowMeta};
+use super::meta::{
+    self, CommitMessageSource, CommitMeta, CommitSpanMeta, ResolveMeta, TaskStatus, WorkflowMeta,
+};
 use super::tasks::{self, git_error, short, store_error, Task};
 use super::{agent_call, sandboxed, Services};
 use crate::agents::{untrusted_block, AgentStep, CommitMessageResult, PromptVars};
@@ -65,7 +66,7 @@ impl CommitStep {
         change: &Change,
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
-    ) -> (String, &'static str, AgentMeta) {
+    ) -> (String, CommitMessageSource, AgentMeta) {
         let title = workflow
             .map(|w| w.title.clone())
             .or_else(|| task.mapping.title.clone())
@@ -120,10 +121,14 @@ impl CommitStep {
         {
             Ok(answer) => (
                 answer.value.message(),
-                "agent",
+                CommitMessageSource::Agent,
                 agent_call::usage_meta(&answer),
             ),
-            Err(e) => (fallback, "fallback", agent_call::failure_meta(&e)),
+            Err(e) => (
+                fallback,
+                CommitMessageSource::Fallback,
+                agent_call::failure_meta(&e),
+            ),
         }
     }
 
@@ -207,12 +212,16 @@ impl Step for CommitStep {
                 _ => "could not finish",
             };
             let summary = format!("nothing committed: the task {what}");
+            let span_meta = CommitSpanMeta {
+                committed: false,
+                task_status: Some(meta.task_status),
+                workflow_action_id: Some(workflow_id),
+                task_summary: Some(meta.summary.clone()),
+                ..CommitSpanMeta::default()
+            };
             return Ok(Outcome::Finished(
                 Finished::completed(summary)
-                    .meta("committed", false)
-                    .meta("taskStatus", meta.task_status)
-                    .meta("workflowActionId", workflow_id)
-                    .meta("taskSummary", &meta.summary)
+                    .with_meta_record(&span_meta)
                     .then(hand_over(
                         "the task did not complete; the resolver decides what next",
                     )),
@@ -244,27 +253,25 @@ impl Step for CommitStep {
         let ws = tasks::workspace(&self.services)
             .await
             .map_err(|e| git_error("cannot open the repository", &e))?;
-        let base = Finished::completed("")
-            .meta("workflowActionId", workflow_id)
-            .meta("branchName", &task.mapping.branch_name)
-            .meta("worktreePath", worktree.display().to_string());
-        let failed = |base: Finished, error: StepError, hand_over: NextAction| {
-            let mut meta = Meta::new();
-            meta.extend(base.meta);
-            meta.insert("committed".into(), json!(false));
-            if error.tampered {
-                meta.extend(meta::to_meta(&OutcomeSpanMeta {
-                    tampered: true,
-                    ..OutcomeSpanMeta::default()
-                }));
-            }
-            error.to_meta().put_into(&mut meta);
-            Outcome::Finished(Finished {
+        // The span's meta, filled along the way and written with each outcome.
+        let mut span_meta = CommitSpanMeta {
+            workflow_action_id: Some(Some(workflow_id)),
+            branch_name: Some(task.mapping.branch_name.clone()),
+            worktree_path: Some(worktree.display().to_string()),
+            ..CommitSpanMeta::default()
+        };
+        let failed = |mut span_meta: CommitSpanMeta, error: StepError, hand_over: NextAction| {
+            span_meta.committed = false;
+            span_meta.outcome.tampered = error.tampered;
+            let mut finished = Finished {
                 status: SpanStatus::Error,
                 summary: error.message.clone(),
-                meta,
+                meta: Meta::new(),
                 actions: vec![hand_over],
-            })
+            }
+            .with_meta_record(&span_meta);
+            error.to_meta().put_into(&mut finished.meta);
+            Outcome::Finished(finished)
         };
         let commit_failed = || {
             hand_over(
@@ -277,7 +284,7 @@ impl Step for CommitStep {
             Ok(staged) => staged,
             Err(e) if sandboxed::is_tampered(&e) => {
                 return Ok(failed(
-                    base,
+                    span_meta,
                     sandboxed::tampered("the task's worktree was tampered with", &e),
                     commit_failed(),
                 ))
@@ -288,17 +295,18 @@ impl Step for CommitStep {
             .uncommitted_summary(&worktree)
             .await
             .map_err(|e| git_error("cannot read the worktree's changes", &e))?;
-        let base = base
-            .meta("diff", &diff)
-            .meta("skippedNestedRepositories", &staged.skipped);
+        span_meta.diff = Some(diff.clone());
+        span_meta.skipped_nested_repositories = Some(staged.skipped);
         if !staged.changed {
-            let mut done = base
-                .meta("committed", false)
-                .meta("noChanges", true)
-                .then(hand_over(
-                    "the task changed nothing; the resolver decides what next",
-                ));
-            done.summary = format!("no changes to commit on {}", task.mapping.branch_name);
+            span_meta.no_changes = true;
+            let done = Finished::completed(format!(
+                "no changes to commit on {}",
+                task.mapping.branch_name
+            ))
+            .with_meta_record(&span_meta)
+            .then(hand_over(
+                "the task changed nothing; the resolver decides what next",
+            ));
             return Ok(Outcome::Finished(done));
         }
 
@@ -315,7 +323,7 @@ impl Step for CommitStep {
             None => Vec::new(),
         };
         let change = Change {
-            summary: diff.clone(),
+            summary: diff,
             patch,
             subjects,
         };
@@ -334,10 +342,9 @@ impl Step for CommitStep {
             .hook_plan(&worktree, ws.hook_mode())
             .await
             .map_err(|e| git_error("cannot tell where the git hooks run", &e))?;
-        let base = base
-            .meta("messageSource", source)
-            .meta("agent", &agent)
-            .meta("hooks", &plan);
+        span_meta.message_source = Some(source);
+        span_meta.agent = Some(agent);
+        span_meta.hooks = Some(plan.clone());
         if let HookPlan::Sandbox { location, .. } = &plan {
             match self
                 .sandbox_hooks(ctx, run, &ws, &task, &worktree, location.clone(), &message)
@@ -345,9 +352,9 @@ impl Step for CommitStep {
             {
                 Ok(edited) => message = edited,
                 Err(error) => {
-                    let base = base.meta("message", &message);
+                    span_meta.message = Some(message);
                     return Ok(failed(
-                        base,
+                        span_meta,
                         error.detail("branch", &task.mapping.branch_name),
                         commit_failed(),
                     ));
@@ -356,9 +363,9 @@ impl Step for CommitStep {
             // The hooks may have formatted files: stage again (the hooks' container may not
             // have touched the git metadata either).
             if let Err(e) = ws.stage_all(&worktree).await {
-                let base = base.meta("message", &message);
+                span_meta.message = Some(message);
                 return Ok(failed(
-                    base,
+                    span_meta,
                     if sandboxed::is_tampered(&e) {
                         sandboxed::tampered("a hook changed the worktree's git metadata", &e)
                     } else {
@@ -368,29 +375,32 @@ impl Step for CommitStep {
                 ));
             }
         }
-        let base = base.meta("message", &message);
+        span_meta.message = Some(message.clone());
         match ws.commit_staged(&worktree, &message, plan.host_dir()).await {
             Ok(CommitOutcome::Committed { sha }) => {
-                let mut done = base
-                    .meta("committed", true)
-                    .meta("sha", &sha)
-                    .then(hand_over("committed; the resolver decides what next"));
-                done.summary = format!(
+                let summary = format!(
                     "committed {} on {}: {}",
                     &sha[..sha.len().min(12)],
                     task.mapping.branch_name,
                     message.lines().next().unwrap_or_default()
                 );
+                span_meta.committed = true;
+                span_meta.sha = Some(sha);
+                let done = Finished::completed(summary)
+                    .with_meta_record(&span_meta)
+                    .then(hand_over("committed; the resolver decides what next"));
                 Ok(Outcome::Finished(done))
             }
             Ok(CommitOutcome::NoChanges) => {
-                let mut done =
-                    base.meta("committed", false)
-                        .meta("noChanges", true)
-                        .then(hand_over(
-                            "the task changed nothing; the resolver decides what next",
-                        ));
-                done.summary = format!("no changes to commit on {}", task.mapping.branch_name);
+                span_meta.no_changes = true;
+                let done = Finished::completed(format!(
+                    "no changes to commit on {}",
+                    task.mapping.branch_name
+                ))
+                .with_meta_record(&span_meta)
+                .then(hand_over(
+                    "the task changed nothing; the resolver decides what next",
+                ));
                 Ok(Outcome::Finished(done))
             }
             Err(e) => {
@@ -400,7 +410,7 @@ impl Step for CommitStep {
                     // A lock file or similar: the orchestrator runs the commit again later.
                     return Err(error);
                 }
-                Ok(failed(base, error, commit_failed()))
+                Ok(failed(span_meta, error, commit_failed()))
             }
         }
     }

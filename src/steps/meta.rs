@@ -195,6 +195,90 @@ impl CommitMeta {
     }
 }
 
+/// The `commit` span's meta, written once per outcome (its error, if any, is under `error`:
+/// `ErrorMeta`; a tampered worktree also sets `tampered`: `OutcomeSpanMeta`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitSpanMeta {
+    /// Whether the step made a commit (every finished commit span says).
+    #[serde(default)]
+    pub committed: bool,
+    /// How a task that did not complete ended (nothing is committed then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<TaskStatus>,
+    /// The workflow action committed for (`null` for a task that did not complete and whose
+    /// commit names none).
+    #[serde(
+        default,
+        deserialize_with = "null_or_value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub workflow_action_id: Option<Option<Uuid>>,
+    /// The workflow agent's summary of a task that did not complete (`null`: it gave none).
+    #[serde(
+        default,
+        deserialize_with = "null_or_value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub task_summary: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_name: Option<String>,
+    /// The worktree, as displayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree_path: Option<String>,
+    /// What the task changed, staged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<crate::git::DiffSummary>,
+    /// Nested repositories left out of the commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_nested_repositories: Option<Vec<String>>,
+    /// The task changed nothing (`committed` is false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_changes: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_source: Option<CommitMessageSource>,
+    /// The commit message agent's call (or why the message fell back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::store::AgentMeta>,
+    /// Where the commit hooks run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::git::HookPlan>,
+    /// The commit message (as the hooks left it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The commit made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha: Option<String>,
+    #[serde(flatten)]
+    pub outcome: OutcomeSpanMeta,
+}
+
+impl CommitSpanMeta {
+    /// The typed keys of a commit span's meta (other keys are ignored).
+    pub fn read(meta: &Meta) -> Result<CommitSpanMeta, serde_json::Error> {
+        serde_json::from_value(serde_json::Value::Object(meta.clone()))
+    }
+}
+
+/// Where a commit message came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitMessageSource {
+    /// The commit message agent wrote it.
+    Agent,
+    /// The task's title and summary (the agent could not).
+    Fallback,
+}
+
+/// For a span meta key written `null` on some paths and left out on others: a present key,
+/// `null` or a value, is `Some` (a missing key stays `None`: `default`).
+#[allow(clippy::option_option)] // present-but-null differs from missing on disk
+fn null_or_value<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
 /// `resolve`: decide how the trace goes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -202,6 +286,139 @@ pub struct ResolveMeta {
     /// The workflow action a commit's resolve is about (for people reading the action).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_action_id: Option<Uuid>,
+}
+
+/// The `resolve` span's meta: the decision and what led to it, written once per outcome. A
+/// quick exit (superseded, retries or waits used up, a tampered worktree) writes only its part;
+/// an agent's answer writes it all.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveSpanMeta {
+    /// `decision` (what rover carried out) and, for a resolve that found another one already
+    /// decided, `supersededBy` (that resolve's span).
+    #[serde(flatten)]
+    pub decision: DecisionSpanMeta,
+    /// What the agent answered (differs from `decision` when rover could not carry it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_decision: Option<crate::agents::ResolveDecision>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// The rule that decided without (or against) the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quick_exit: Option<ResolveQuickExit>,
+    /// The commands the agent asked to run before a retry (none for a quick exit or a wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrective_commands: Option<Vec<crate::agents::CorrectiveCommand>>,
+    /// How the corrective commands ran, or why they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrective_runs: Option<CorrectiveRuns>,
+    /// The workflow action an `iterate` goes on from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterate_on: Option<Uuid>,
+    /// The consolidation conflict an `iterate` resolves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<PushConflict>,
+    /// A `wait`: the resolve scheduled to look again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<ResolveWaitMeta>,
+    /// Iterate/retry decisions the trace made before this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// The span whose sandbox tampered with the worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tampered_span: Option<Uuid>,
+    /// The agent's instructions for an `iterate` (`null`: it gave none; absent: no answer).
+    #[serde(
+        default,
+        deserialize_with = "null_or_value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instructions: Option<Option<String>>,
+    /// The step a `retry` asked for (`null`: none; absent: no answer).
+    #[serde(
+        default,
+        deserialize_with = "null_or_value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_step: Option<Option<crate::agents::RetryStep>>,
+    /// The agent's message for the channel (`null`: none; absent: no answer).
+    #[serde(
+        default,
+        deserialize_with = "null_or_value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub message: Option<Option<String>>,
+    /// Where the agent ran (rover's empty host dir), as displayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::store::AgentMeta>,
+}
+
+impl ResolveSpanMeta {
+    /// The typed keys of a resolve span's meta (other keys are ignored).
+    pub fn read(meta: &Meta) -> Result<ResolveSpanMeta, serde_json::Error> {
+        serde_json::from_value(serde_json::Value::Object(meta.clone()))
+    }
+}
+
+/// Why a resolve decided without asking the agent, or overrode its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ResolveQuickExit {
+    /// The trace used up its iterate/retry decisions.
+    MaxRetries,
+    /// The agent kept answering `wait`.
+    MaxWaits,
+    /// A sandbox tampered with the worktree.
+    Tampered,
+    /// A push would meet the same consolidation conflict again.
+    ConflictUnchanged,
+}
+
+/// The corrective commands of a `retry` as they ran in the sandbox (`ran` with `runs`), or why
+/// none could (`reason`, with the `commands` asked for).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CorrectiveRuns {
+    pub ran: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Vec<super::sandboxed::CorrectiveRun>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commands: Option<Vec<String>>,
+}
+
+impl CorrectiveRuns {
+    pub fn ran(runs: Vec<super::sandboxed::CorrectiveRun>) -> CorrectiveRuns {
+        CorrectiveRuns {
+            ran: true,
+            runs: Some(runs),
+            ..CorrectiveRuns::default()
+        }
+    }
+
+    pub fn not_run(reason: String, commands: Vec<String>) -> CorrectiveRuns {
+        CorrectiveRuns {
+            ran: false,
+            runs: None,
+            reason: Some(reason),
+            commands: Some(commands),
+        }
+    }
+}
+
+/// A resolver `wait`: which round, of at most how many, and when the next resolve runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolveWaitMeta {
+    pub round: u32,
+    pub max: u32,
+    /// RFC 3339, whole seconds (the scheduled resolve's `notBefore`).
+    pub not_before: String,
 }
 
 /// `push`: push the trace's branches and open or update the PR.
@@ -1231,5 +1448,190 @@ mod tests {
         let span = h3_span(serde_json::to_value(&written).expect("serializes"));
         assert_eq!(span.meta["notes"], serde_json::json!([]));
         assert_eq!(CleanupSpanMeta::of(&span), Some(written));
+    }
+
+    // h2: resolve, commit span metas
+    fn h2_round_trip<T>(written: &serde_json::Value) -> T
+    where
+        T: Serialize + for<'de> Deserialize<'de>,
+    {
+        let serde_json::Value::Object(meta) = written.clone() else {
+            panic!("an object")
+        };
+        let read: T = serde_json::from_value(serde_json::Value::Object(meta)).expect("reads");
+        assert_eq!(&serde_json::to_value(&read).expect("serializes"), written);
+        read
+    }
+
+    #[test]
+    fn the_commit_span_meta_keeps_its_keys_and_nulls() {
+        use serde_json::json;
+        let workflow = Uuid::new_v4();
+        let agent = json!({"turns": 1, "costUsd": 0.01, "inputTokens": 10, "outputTokens": 5,
+            "cachedTokens": 0, "attempts": 1});
+        // A commit made, its hooks on the host.
+        let committed = json!({
+            "committed": true, "workflowActionId": workflow, "branchName": "rover/a",
+            "worktreePath": "/data/worktrees/a",
+            "diff": {"filesChanged": 1, "insertions": 2, "deletions": 0, "files": ["a.rs"]},
+            "skippedNestedRepositories": ["vendor/x"], "messageSource": "agent",
+            "agent": agent, "hooks": {"runs": "host", "dir": "/data/hooks"},
+            "message": "Add a\n\nbody", "sha": "0123456789abcdef"
+        });
+        let read: CommitSpanMeta = h2_round_trip(&committed);
+        assert!(read.committed);
+        assert_eq!(read.workflow_action_id, Some(Some(workflow)));
+        assert_eq!(read.message_source, Some(CommitMessageSource::Agent));
+        assert_eq!(
+            read.agent
+                .as_ref()
+                .and_then(|a| a.usage())
+                .map(|u| u.input_tokens),
+            Some(10)
+        );
+        assert_eq!(read.diff.as_ref().map(|d| d.files_changed), Some(1));
+        // A task that did not complete and named no workflow nor summary: the nulls stay.
+        let failed_task = json!({"committed": false, "taskStatus": "failed",
+            "workflowActionId": null, "taskSummary": null});
+        let read: CommitSpanMeta = h2_round_trip(&failed_task);
+        assert_eq!(read.task_status, Some(TaskStatus::Failed));
+        assert_eq!(read.workflow_action_id, Some(None));
+        assert_eq!(read.task_summary, Some(None));
+        // Nothing to commit; a tampered worktree whose hooks would run in a sandbox, the
+        // fallback message (its error is `ErrorMeta`'s, not read here).
+        let nothing = json!({"committed": false, "noChanges": true, "workflowActionId": workflow,
+            "branchName": "rover/a", "worktreePath": "/w", "skippedNestedRepositories": [],
+            "diff": {"filesChanged": 0, "insertions": 0, "deletions": 0, "files": []}});
+        assert!(h2_round_trip::<CommitSpanMeta>(&nothing).no_changes);
+        let tampered = json!({"committed": false, "tampered": true, "workflowActionId": workflow,
+            "messageSource": "fallback",
+            "agent": {"error": "auth failed", "errorClass": "auth"},
+            "hooks": {"runs": "sandbox", "location": {"in": "worktree", "relative": ".husky"},
+                "reason": "the hooks are in the worktree"},
+            "message": "m"});
+        let read: CommitSpanMeta = h2_round_trip(&tampered);
+        assert!(read.outcome.tampered);
+        assert!(matches!(
+            read.agent,
+            Some(crate::store::AgentMeta::Failed(_))
+        ));
+        let mut with_error = tampered.as_object().cloned().expect("an object");
+        with_error.insert("error".into(), json!({"message": "x", "retryable": false}));
+        assert_eq!(CommitSpanMeta::read(&with_error).expect("reads"), read);
+        // A record written reads back equal, absent keys staying absent.
+        let written = CommitSpanMeta {
+            committed: true,
+            workflow_action_id: Some(Some(workflow)),
+            branch_name: Some("rover/b".into()),
+            sha: Some("abc".into()),
+            hooks: Some(crate::git::HookPlan::Host { dir: "/h".into() }),
+            ..CommitSpanMeta::default()
+        };
+        let meta = to_meta(&written);
+        assert!(!meta.contains_key("taskSummary") && !meta.contains_key("noChanges"));
+        assert!(!meta.contains_key("tampered"), "{meta:?}");
+        assert_eq!(CommitSpanMeta::read(&meta).expect("reads"), written);
+    }
+
+    #[test]
+    fn the_resolve_span_meta_keeps_its_keys_and_nulls() {
+        use crate::agents::{CorrectiveCommand, ResolveDecision, RetryStep};
+        use serde_json::json;
+        let agent = json!({"turns": null, "costUsd": null, "inputTokens": 3, "outputTokens": 4,
+            "cachedTokens": 1});
+        // An agent's retry, its corrective command run in the sandbox.
+        let retry = json!({
+            "decision": "retry", "agentDecision": "retry", "reasoning": "npm was missing",
+            "correctiveCommands": [{"command": "npm ci", "purpose": "install"}],
+            "correctiveRuns": {"ran": true, "runs": [{"command": "npm ci", "exitCode": 0,
+                "timedOut": false, "output": "ok"}]},
+            "instructions": null, "retryStep": "commit", "message": null,
+            "retries": 1, "maxRetries": 3, "workdir": "/data/agent-cwd", "agent": agent
+        });
+        let read: ResolveSpanMeta = h2_round_trip(&retry);
+        assert_eq!(read.decision.decision.as_deref(), Some("retry"));
+        assert_eq!(read.agent_decision, Some(ResolveDecision::Retry));
+        assert_eq!(read.retry_step, Some(Some(RetryStep::Commit)));
+        assert_eq!(read.instructions, Some(None));
+        assert_eq!(
+            read.corrective_runs
+                .as_ref()
+                .and_then(|r| r.runs.as_ref())
+                .map(|runs| runs[0].succeeded()),
+            Some(true)
+        );
+        // The commands could not run; a timed-out run has no exit code.
+        let not_run = json!({"decision": "retry", "correctiveRuns": {"ran": false,
+            "reason": "the trace has no task worktree to run them in", "commands": ["make"]}});
+        let read: ResolveSpanMeta = h2_round_trip(&not_run);
+        assert_eq!(
+            read.corrective_runs,
+            Some(CorrectiveRuns::not_run(
+                "the trace has no task worktree to run them in".into(),
+                vec!["make".into()]
+            ))
+        );
+        h2_round_trip::<ResolveSpanMeta>(&json!({"correctiveRuns": {"ran": true, "runs": [
+            {"command": "sleep 9", "exitCode": null, "timedOut": true, "output": ""}]}}));
+        // An iterate on a conflict, as the push span records the conflict.
+        let workflow = Uuid::new_v4();
+        let conflict = json!({"decision": "iterate", "agentDecision": "iterate",
+            "iterateOn": workflow,
+            "conflict": {"sourceBranch": "rover/b", "target": "rover/a", "files": ["x.rs"]}});
+        let read: ResolveSpanMeta = h2_round_trip(&conflict);
+        assert_eq!(read.iterate_on, Some(workflow));
+        let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&read));
+        assert_eq!(ConflictSpanMeta::of(&span), read.conflict);
+        // The quick exits and a wait.
+        let span_id = Uuid::new_v4();
+        for quick in [
+            json!({"decision": "fail", "reasoning": "r", "retries": 3, "maxRetries": 3,
+                "quickExit": "maxRetries", "correctiveCommands": []}),
+            json!({"decision": "fail", "reasoning": "r", "quickExit": "tampered",
+                "tamperedSpan": span_id}),
+            json!({"decision": "fail", "reasoning": "r", "quickExit": "maxWaits", "agent": agent}),
+            json!({"decision": "fail", "quickExit": "conflictUnchanged", "agentDecision": "push"}),
+            json!({"supersededBy": span_id}),
+            json!({"decision": "wait", "reasoning": "CI runs",
+                "wait": {"round": 1, "max": 3, "notBefore": "2026-01-02T03:04:05Z"},
+                "correctiveCommands": [], "agent": agent}),
+        ] {
+            let read: ResolveSpanMeta = h2_round_trip(&quick);
+            assert_eq!(
+                serde_json::to_value(read.quick_exit).expect("serializes"),
+                quick
+                    .get("quickExit")
+                    .cloned()
+                    .unwrap_or(serde_json::Value::Null)
+            );
+        }
+        let span = Span::root(
+            Uuid::nil(),
+            chrono::Utc::now(),
+            to_meta(&json!({"supersededBy": span_id})),
+        );
+        assert_eq!(
+            DecisionSpanMeta::of(&span).superseded_by,
+            Some(span_id.to_string())
+        );
+        // A record written reads back equal, and what it leaves out stays out.
+        let written = ResolveSpanMeta {
+            decision: DecisionSpanMeta {
+                decision: Some("push".into()),
+                ..DecisionSpanMeta::default()
+            },
+            agent_decision: Some(ResolveDecision::Push),
+            corrective_commands: Some(vec![CorrectiveCommand {
+                command: "true".into(),
+                purpose: "p".into(),
+            }]),
+            message: Some(Some("done".into())),
+            retry_step: Some(None),
+            ..ResolveSpanMeta::default()
+        };
+        let meta = to_meta(&written);
+        assert_eq!(meta["retryStep"], serde_json::Value::Null);
+        assert!(!meta.contains_key("instructions") && !meta.contains_key("quickExit"));
+        assert_eq!(ResolveSpanMeta::read(&meta).expect("reads"), written);
     }
 }

@@ -19,8 +19,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, ConflictSpanMeta, DecisionSpanMeta, NotifyMeta, NotifyPurpose,
-    OutcomeSpanMeta, PushMeta, WorkflowMeta, WorkflowType,
+    self, CommitMeta, ConflictSpanMeta, CorrectiveRuns, DecisionSpanMeta, NotifyMeta,
+    NotifyPurpose, OutcomeSpanMeta, PushConflict, PushMeta, ResolveQuickExit, ResolveSpanMeta,
+    ResolveWaitMeta, WorkflowMeta, WorkflowType,
 };
 use super::{agent_call, Services};
 use crate::agents::{
@@ -30,7 +31,7 @@ use crate::agents::{
 use crate::orchestrator::{Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError};
 use crate::store::blocking;
 use crate::store::{
-    Action, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
+    Action, ErrorMeta, PendingAction, Span, SpanStatus, StepKind, StepRun, TaskMapping, TraceView,
 };
 
 /// Longest error detail of one span quoted in the prompt.
@@ -58,14 +59,13 @@ impl ResolveStep {
         run: &StepRun,
         worktree: Option<&Path>,
         result: &ResolveResult,
-    ) -> Result<Value, StepError> {
+    ) -> Result<CorrectiveRuns, StepError> {
         let commands: Vec<String> = result
             .corrective_commands
             .iter()
             .map(|c| c.command.clone())
             .collect();
-        let not_run =
-            |why: String| serde_json::json!({"ran": false, "reason": why, "commands": commands});
+        let not_run = |why: String| CorrectiveRuns::not_run(why, commands.clone());
         let Some(worktree) = worktree else {
             return Ok(not_run(
                 "the trace has no task worktree to run them in".into(),
@@ -98,7 +98,7 @@ impl ResolveStep {
             &work_dir,
         )
         .await?;
-        Ok(serde_json::json!({"ran": true, "runs": runs}))
+        Ok(CorrectiveRuns::ran(runs))
     }
 }
 
@@ -384,10 +384,8 @@ fn render_errors(view: &TraceView) -> String {
         .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
     {
         let _ = writeln!(out, "### {} [{}] span {}", span.step, span.status, span.id);
-        let detail = span
-            .meta
-            .get("error")
-            .cloned()
+        let detail = ErrorMeta::of_any(span)
+            .and_then(|error| serde_json::to_value(error).ok())
             .unwrap_or_else(|| Value::Object(span.meta.clone()));
         let text = serde_json::to_string_pretty(&detail).unwrap_or_default();
         out.push_str(&truncate_marked(&text, MAX_ERROR_CHARS));
@@ -413,6 +411,38 @@ fn has_review_workflow(view: &TraceView) -> bool {
 struct Decided {
     finished: Finished,
     decision: ResolveDecision,
+    /// What the decision wrote so far of the span's meta (`process` adds the answer's part).
+    span_meta: ResolveSpanMeta,
+}
+
+impl Decided {
+    fn new(finished: Finished, decision: ResolveDecision) -> Decided {
+        Decided {
+            finished,
+            decision,
+            span_meta: ResolveSpanMeta::default(),
+        }
+    }
+}
+
+/// A decision as the span's `decision` records it (its name as serialized).
+fn decision_name(decision: ResolveDecision) -> &'static str {
+    match decision {
+        ResolveDecision::Wait => "wait",
+        ResolveDecision::Push => "push",
+        ResolveDecision::Notify => "notify",
+        ResolveDecision::Iterate => "iterate",
+        ResolveDecision::Retry => "retry",
+        ResolveDecision::Fail => "fail",
+    }
+}
+
+/// The span meta's `decision` part for `decision`.
+fn decision_meta(decision: ResolveDecision) -> DecisionSpanMeta {
+    DecisionSpanMeta {
+        decision: Some(decision_name(decision).to_owned()),
+        ..DecisionSpanMeta::default()
+    }
 }
 
 fn fail_finished(view: &TraceView, summary: String, why: &str) -> Finished {
@@ -426,8 +456,14 @@ fn fail_finished(view: &TraceView, summary: String, why: &str) -> Finished {
 
 /// The resolver answered `wait` (it runs only when no workflow or commit of the trace is busy,
 /// so it waits on something outside rover, e.g. CI): a decision like the others, and a resolve
-/// of the trace scheduled `secs` later; after `max` waits the trace fails, saying so.
-fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32) -> Finished {
+/// of the trace scheduled `secs` later; after `max` waits the trace fails, saying so. Returns the
+/// finished span and its meta.
+fn scheduled_wait(
+    view: &TraceView,
+    result: &ResolveResult,
+    secs: u64,
+    max: u32,
+) -> (Finished, ResolveSpanMeta) {
     let reasoning = result.reasoning.trim();
     let waits = view
         .spans
@@ -439,10 +475,13 @@ fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32)
         let why = format!(
             "the resolver kept answering wait ({waits} waits, the limit is {max}): {reasoning}"
         );
-        return fail_finished(view, format!("fail: {why}"), &why)
-            .meta("decision", "fail")
-            .meta("reasoning", reasoning)
-            .meta("quickExit", "maxWaits");
+        let span_meta = ResolveSpanMeta {
+            decision: decision_meta(ResolveDecision::Fail),
+            reasoning: Some(reasoning.to_owned()),
+            quick_exit: Some(ResolveQuickExit::MaxWaits),
+            ..ResolveSpanMeta::default()
+        };
+        return (fail_finished(view, format!("fail: {why}"), &why), span_meta);
     }
     let at = chrono::Utc::now()
         + chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX).min(86_400 * 30));
@@ -455,38 +494,30 @@ fn scheduled_wait(view: &TraceView, result: &ResolveResult, secs: u64, max: u32)
         crate::store::records::NOT_BEFORE_KEY.into(),
         Value::String(at_text.clone()),
     );
-    Finished::completed(format!("wait until {at_text}: {reasoning}"))
-        .meta("decision", "wait")
-        .meta("reasoning", reasoning)
-        .meta(
-            "wait",
-            serde_json::json!({"round": round, "max": max, "notBefore": at_text}),
-        )
-        .meta("correctiveCommands", Vec::<Value>::new())
-        .then(next)
-}
-
-/// A consolidation conflict of the push step: which task branch conflicts with which.
-struct Conflict {
-    source: String,
-    target: String,
-    files: Vec<String>,
+    let finished = Finished::completed(format!("wait until {at_text}: {reasoning}")).then(next);
+    let span_meta = ResolveSpanMeta {
+        decision: decision_meta(ResolveDecision::Wait),
+        reasoning: Some(reasoning.to_owned()),
+        wait: Some(ResolveWaitMeta {
+            round,
+            max,
+            not_before: at_text,
+        }),
+        corrective_commands: Some(Vec::new()),
+        ..ResolveSpanMeta::default()
+    };
+    (finished, span_meta)
 }
 
 /// The conflict of the trace's latest failure, when that failure is a push that could not
 /// consolidate the task branches.
-fn latest_conflict(view: &TraceView) -> Option<Conflict> {
+fn latest_conflict(view: &TraceView) -> Option<PushConflict> {
     let latest = view
         .spans
         .iter()
         .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
         .max_by_key(|s| s.completed.unwrap_or(s.timestamp))?;
-    let conflict = ConflictSpanMeta::of(latest)?;
-    Some(Conflict {
-        source: conflict.source_branch,
-        target: conflict.target,
-        files: conflict.files,
-    })
+    ConflictSpanMeta::of(latest)
 }
 
 /// Whether the trace's latest failure is a consolidation conflict with no commit after it
@@ -513,9 +544,9 @@ fn conflict_unchanged(view: &TraceView) -> bool {
 fn iterate_on_conflict(
     view: &TraceView,
     mappings: &BTreeMap<String, TaskMapping>,
-    conflict: &Conflict,
+    conflict: &PushConflict,
     result: &ResolveResult,
-) -> Option<Finished> {
+) -> Option<Decided> {
     let reasoning = result.reasoning.trim();
     // The latest workflow on the conflicting branch (an iteration reuses its branch).
     let (id, original) = view
@@ -526,7 +557,7 @@ fn iterate_on_conflict(
         .filter_map(|s| s.action_id)
         .find_map(|id| {
             let mapping = mappings.get(&id.to_string())?;
-            (mapping.branch_name == conflict.source).then_some(id)
+            (mapping.branch_name == conflict.source_branch).then_some(id)
         })
         .and_then(|id| {
             let action = view.actions.iter().find(|a| a.id == id)?;
@@ -539,7 +570,7 @@ fn iterate_on_conflict(
     let _ = write!(
         instructions,
         "This task's branch `{}` conflicts with `{}`, which holds the other tasks' work. rover has merged `{}` into this worktree; the conflicting files are: {}. Resolve every conflict marker so that both changes are kept, and make sure the result still does what this task asks.",
-        conflict.source,
+        conflict.source_branch,
         conflict.target,
         conflict.target,
         conflict.files.join(", ")
@@ -547,26 +578,30 @@ fn iterate_on_conflict(
     let workflow = WorkflowMeta {
         depends_on: Vec::new(),
         iterate_on: Some(id),
-        branch: Some(conflict.source.clone()),
+        branch: Some(conflict.source_branch.clone()),
         instructions: Some(instructions),
         merge_from: Some(conflict.target.clone()),
         ..original
     };
-    Some(
-        Finished::completed(format!("iterate: {reasoning}"))
-            .meta("iterateOn", id)
-            .meta("conflict", serde_json::json!({"sourceBranch": conflict.source, "target": conflict.target, "files": conflict.files}))
-            .then(
-                NextAction::new(
-                    StepKind::Workflow,
-                    format!(
-                        "resolve the conflict of {} with {}: {reasoning}",
-                        workflow.title, conflict.target
-                    ),
-                )
-                .with_meta(&workflow),
+    let finished = Finished::completed(format!("iterate: {reasoning}")).then(
+        NextAction::new(
+            StepKind::Workflow,
+            format!(
+                "resolve the conflict of {} with {}: {reasoning}",
+                workflow.title, conflict.target
             ),
-    )
+        )
+        .with_meta(&workflow),
+    );
+    Some(Decided {
+        finished,
+        decision: ResolveDecision::Iterate,
+        span_meta: ResolveSpanMeta {
+            iterate_on: Some(id),
+            conflict: Some(conflict.clone()),
+            ..ResolveSpanMeta::default()
+        },
+    })
 }
 
 /// What the resolver's answer leads to (`wait` is scheduled by [`scheduled_wait`] first).
@@ -591,9 +626,12 @@ fn decide(
                 "the task branches still conflict (in {files}) and nothing was committed since: pushing again cannot succeed ({reasoning})"
             );
             return Ok(Decided {
-                finished: fail_finished(view, format!("fail: {why}"), &why)
-                    .meta("quickExit", "conflictUnchanged"),
+                finished: fail_finished(view, format!("fail: {why}"), &why),
                 decision: ResolveDecision::Fail,
+                span_meta: ResolveSpanMeta {
+                    quick_exit: Some(ResolveQuickExit::ConflictUnchanged),
+                    ..ResolveSpanMeta::default()
+                },
             });
         }
         ResolveDecision::Push => {
@@ -624,22 +662,19 @@ fn decide(
         }
         ResolveDecision::Iterate => {
             if let Some(conflict) = latest_conflict(view) {
-                if let Some(finished) = iterate_on_conflict(view, mappings, &conflict, result) {
-                    return Ok(Decided {
-                        finished,
-                        decision: ResolveDecision::Iterate,
-                    });
+                if let Some(on_conflict) = iterate_on_conflict(view, mappings, &conflict, result) {
+                    return Ok(on_conflict);
                 }
             }
             let Some((failed_id, original)) = failed_workflow(view) else {
-                return Ok(Decided {
-                    finished: fail_finished(
+                return Ok(Decided::new(
+                    fail_finished(
                         view,
                         format!("fail: the agent asked to iterate but the trace has no workflow ({reasoning})"),
                         &reasoning,
                     ),
-                    decision: ResolveDecision::Fail,
-                });
+                    ResolveDecision::Fail,
+                ));
             };
             let branch = mappings
                 .get(&failed_id.to_string())
@@ -653,15 +688,21 @@ fn decide(
                 merge_from: None,
                 ..original
             };
-            Finished::completed(format!("iterate: {reasoning}"))
-                .meta("iterateOn", failed_id)
-                .then(
-                    NextAction::new(
-                        StepKind::Workflow,
-                        format!("iterate on {}: {reasoning}", workflow.title),
-                    )
-                    .with_meta(&workflow),
+            let finished = Finished::completed(format!("iterate: {reasoning}")).then(
+                NextAction::new(
+                    StepKind::Workflow,
+                    format!("iterate on {}: {reasoning}", workflow.title),
                 )
+                .with_meta(&workflow),
+            );
+            return Ok(Decided {
+                finished,
+                decision: ResolveDecision::Iterate,
+                span_meta: ResolveSpanMeta {
+                    iterate_on: Some(failed_id),
+                    ..ResolveSpanMeta::default()
+                },
+            });
         }
         ResolveDecision::Retry => {
             let step = result.retry_step.unwrap_or(RetryStep::Commit);
@@ -670,14 +711,14 @@ fn decide(
                     Finished::completed(format!("retry {}: {reasoning}", action.kind)).then(action)
                 }
                 None => {
-                    return Ok(Decided {
-                        finished: fail_finished(
+                    return Ok(Decided::new(
+                        fail_finished(
                             view,
                             format!("fail: the agent asked to retry a {step:?} but the trace has none to retry ({reasoning})"),
                             &reasoning,
                         ),
-                        decision: ResolveDecision::Fail,
-                    });
+                        ResolveDecision::Fail,
+                    ));
                 }
             }
         }
@@ -686,10 +727,7 @@ fn decide(
             fail_finished(view, format!("fail: {reasoning}"), &why)
         }
     };
-    Ok(Decided {
-        finished,
-        decision: result.decision,
-    })
+    Ok(Decided::new(finished, result.decision))
 }
 
 /// The re-enqueued action for a `retry`: the latest unsuccessful action of that step, same meta.
@@ -764,8 +802,15 @@ impl Step for ResolveStep {
         let state = load_state(ctx, run.pending.trace_id).await?;
         let view = &state.view;
         if let Some(other) = superseding(view, run.span.id) {
+            let span_meta = ResolveSpanMeta {
+                decision: DecisionSpanMeta {
+                    superseded_by: Some(other.to_string()),
+                    ..DecisionSpanMeta::default()
+                },
+                ..ResolveSpanMeta::default()
+            };
             return Ok(Outcome::Finished(
-                Finished::completed(format!("superseded by {other}")).meta("supersededBy", other),
+                Finished::completed(format!("superseded by {other}")).with_meta_record(&span_meta),
             ));
         }
         let max = self.services.config.autopilot.pipeline.max_retries;
@@ -774,14 +819,17 @@ impl Step for ResolveStep {
             let why = format!(
                 "gave up after {retries} iterate/retry attempts (the limit is {max}); the last failure is in the trace"
             );
-            let finished = fail_finished(view, format!("fail: {why}"), &why)
-                .meta("decision", "fail")
-                .meta("reasoning", &why)
-                .meta("retries", retries)
-                .meta("maxRetries", max)
-                .meta("quickExit", "maxRetries")
-                .meta("correctiveCommands", Vec::<Value>::new());
-            return Ok(Outcome::Finished(finished));
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                retries: Some(retries),
+                max_retries: Some(max),
+                quick_exit: Some(ResolveQuickExit::MaxRetries),
+                corrective_commands: Some(Vec::new()),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
         }
 
         // A sandbox that changed the worktree's git metadata ends the trace: its work is not
@@ -791,12 +839,15 @@ impl Step for ResolveStep {
                 "the sandbox of the {} step tampered with the worktree's git metadata; its work was not committed and the trace stops here",
                 span.step
             );
-            let finished = fail_finished(view, format!("fail: {why}"), &why)
-                .meta("decision", "fail")
-                .meta("reasoning", &why)
-                .meta("quickExit", "tampered")
-                .meta("tamperedSpan", span.id);
-            return Ok(Outcome::Finished(finished));
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                quick_exit: Some(ResolveQuickExit::Tampered),
+                tampered_span: Some(span.id),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
         }
 
         let task = task_worktree(view, &state.mappings);
@@ -833,32 +884,46 @@ impl Step for ResolveStep {
         let result = answer.value;
         if result.decision == ResolveDecision::Wait {
             let pipeline = &self.services.config.autopilot.pipeline;
-            let finished = scheduled_wait(view, &result, pipeline.wait_secs, pipeline.max_waits);
-            return Ok(Outcome::Finished(finished.meta("agent", usage)));
+            let (finished, span_meta) =
+                scheduled_wait(view, &result, pipeline.wait_secs, pipeline.max_waits);
+            let span_meta = ResolveSpanMeta {
+                agent: Some(usage),
+                ..span_meta
+            };
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
         }
-        let Decided { finished, decision } = decide(view, &state.mappings, &result)?;
+        let Decided {
+            finished,
+            decision,
+            span_meta,
+        } = decide(view, &state.mappings, &result)?;
         // The fix the resolver asked for runs in the sandbox over the task's worktree, before
         // the retry it prepares; never on the host.
-        let mut finished = finished;
-        if decision == ResolveDecision::Retry && !result.corrective_commands.is_empty() {
-            let runs = self
-                .corrective(ctx, run, task.as_ref().map(|t| t.0.as_path()), &result)
-                .await?;
-            finished = finished.meta("correctiveRuns", runs);
-        }
-        let finished = finished
-            .meta("decision", decision)
-            .meta("agentDecision", result.decision)
-            .meta("reasoning", &result.reasoning)
-            .meta("correctiveCommands", &result.corrective_commands)
-            .meta("instructions", &result.instructions)
-            .meta("retryStep", result.retry_step)
-            .meta("message", &result.message)
-            .meta("retries", retries)
-            .meta("maxRetries", max)
-            .meta("workdir", &dir)
-            .meta("agent", usage);
-        Ok(Outcome::Finished(finished))
+        let corrective_runs =
+            if decision == ResolveDecision::Retry && !result.corrective_commands.is_empty() {
+                Some(
+                    self.corrective(ctx, run, task.as_ref().map(|t| t.0.as_path()), &result)
+                        .await?,
+                )
+            } else {
+                None
+            };
+        let span_meta = ResolveSpanMeta {
+            decision: decision_meta(decision),
+            agent_decision: Some(result.decision),
+            reasoning: Some(result.reasoning.clone()),
+            corrective_commands: Some(result.corrective_commands.clone()),
+            corrective_runs,
+            instructions: Some(result.instructions.clone()),
+            retry_step: Some(result.retry_step),
+            message: Some(result.message.clone()),
+            retries: Some(retries),
+            max_retries: Some(max),
+            workdir: Some(dir.display().to_string()),
+            agent: Some(usage),
+            ..span_meta
+        };
+        Ok(Outcome::Finished(finished.with_meta_record(&span_meta)))
     }
 }
 
@@ -1117,5 +1182,22 @@ mod tests {
         assert!(errors.contains("eslint: not found"), "{errors}");
         assert!(errors.contains("\"exitCode\": 1"), "{errors}");
         assert_eq!(render_errors(&Builder::new().view), "No step failed.");
+    }
+
+    #[test]
+    fn the_recorded_decision_is_named_as_the_agent_answers_it() {
+        for d in [
+            ResolveDecision::Wait,
+            ResolveDecision::Push,
+            ResolveDecision::Notify,
+            ResolveDecision::Iterate,
+            ResolveDecision::Retry,
+            ResolveDecision::Fail,
+        ] {
+            assert_eq!(
+                Value::from(decision_name(d)),
+                serde_json::to_value(d).expect("serializes")
+            );
+        }
     }
 }

@@ -89,7 +89,7 @@ pub async fn hook_container<'a>(
 }
 
 /// One corrective command the resolver asked for, as it ran in the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CorrectiveRun {
     pub command: String,
