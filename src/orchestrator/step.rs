@@ -120,20 +120,30 @@ impl Finished {
 
     /// A typed span meta record, its serialized fields merged over the meta so far (the
     /// writer and the readers share the record's type and so its keys).
+    /// The error as the span's `meta.error` ([`ErrorMeta`]), for a step that ends its own run
+    /// on an error it can hand over.
     #[must_use]
-    pub fn with_meta_record<T: serde::Serialize>(mut self, record: &T) -> Finished {
-        if let Ok(Value::Object(map)) = serde_json::to_value(record) {
-            self.meta.extend(map);
-        }
+    pub fn with_error(mut self, error: &StepError) -> Finished {
+        error.to_meta().put_into(&mut self.meta);
         self
     }
 
+    /// A record that does not serialize to an object (a path that is not UTF-8) is left out
+    /// and logged, with its type.
     #[must_use]
-    pub fn meta(mut self, key: &str, value: impl serde::Serialize) -> Finished {
-        self.meta.insert(
-            key.to_owned(),
-            serde_json::to_value(value).unwrap_or(Value::Null),
-        );
+    pub fn with_meta_record<T: serde::Serialize>(mut self, record: &T) -> Finished {
+        match serde_json::to_value(record) {
+            Ok(Value::Object(map)) => self.meta.extend(map),
+            Ok(_) => tracing::error!(
+                record = std::any::type_name::<T>(),
+                "a span meta record is not an object; left out"
+            ),
+            Err(e) => tracing::error!(
+                record = std::any::type_name::<T>(),
+                error = &e as &dyn std::error::Error,
+                "a span meta record does not serialize; left out"
+            ),
+        }
         self
     }
 }

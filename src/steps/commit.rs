@@ -38,6 +38,7 @@ impl CommitStep {
     fn resolve(workflow: Option<Uuid>, reason: &str) -> NextAction {
         NextAction::new(StepKind::Resolve, reason).with_meta(&ResolveMeta {
             workflow_action_id: workflow,
+            ..ResolveMeta::default()
         })
     }
 

@@ -286,6 +286,9 @@ pub struct ResolveMeta {
     /// The workflow action a commit's resolve is about (for people reading the action).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_action_id: Option<Uuid>,
+    /// Not to run before this time (the store queues the action so): a resolver `wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "notBefore")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The `resolve` span's meta: the decision and what led to it, written once per outcome. A

@@ -25,7 +25,7 @@ use crate::git::{BranchBase, GitError, Workspace};
 use crate::github::{compose, EventKind, GitHubError, NewPullRequest, PullRequest};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
-use crate::store::{ErrorMeta, PushPullRequest, StepKind, StepRun, TaskMapping, TraceView};
+use crate::store::{PushPullRequest, StepKind, StepRun, TaskMapping, TraceView};
 
 /// The pusher step.
 pub struct PushStep {
@@ -75,7 +75,7 @@ fn conflict_to_resolver(error: &StepError) -> Finished {
             }),
             ..PushSpanMeta::default()
         })
-        .meta(ErrorMeta::KEY, error.to_meta())
+        .with_error(error)
         .then(
             NextAction::new(StepKind::Resolve, format!("decide about the {summary}"))
                 .with_meta(&super::meta::ResolveMeta::default()),

@@ -485,15 +485,17 @@ fn scheduled_wait(
     }
     let at = chrono::Utc::now()
         + chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX).min(86_400 * 30));
+    // Whole seconds, as people read it in the action.
+    let at = chrono::Timelike::with_nanosecond(&at, 0).unwrap_or(at);
     let at_text = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let mut next = NextAction::new(
+    let next = NextAction::new(
         StepKind::Resolve,
         format!("look again after waiting (wait {round} of at most {max}): {reasoning}"),
-    );
-    next.meta.insert(
-        crate::store::records::NOT_BEFORE_KEY.into(),
-        Value::String(at_text.clone()),
-    );
+    )
+    .with_meta(&super::meta::ResolveMeta {
+        not_before: Some(at),
+        ..super::meta::ResolveMeta::default()
+    });
     let finished = Finished::completed(format!("wait until {at_text}: {reasoning}")).then(next);
     let span_meta = ResolveSpanMeta {
         decision: decision_meta(ResolveDecision::Wait),

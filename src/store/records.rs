@@ -388,14 +388,9 @@ impl Action {
     }
 
     /// The queue entry that hands this action to its step; an action whose meta names a
-    /// [`NOT_BEFORE_KEY`] time (a scheduled re-evaluation) is not run before it.
+    /// `notBefore` time ([`ActionSchedule`]: a scheduled re-evaluation) is not run before it.
     pub fn pending(&self, trace_id: Uuid, now: DateTime<Utc>) -> PendingAction {
-        let not_before = self
-            .meta
-            .get(NOT_BEFORE_KEY)
-            .and_then(Value::as_str)
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc));
+        let not_before = ActionSchedule::of(self).not_before;
         PendingAction {
             trace_id,
             action_id: self.id,
@@ -756,6 +751,30 @@ impl RunSpanMeta {
 }
 
 #[cfg(test)]
+mod action_schedule_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_action_is_queued_not_before_its_notbefore_and_a_bad_value_is_due_at_once() {
+        let root = Span::root(Uuid::new_v4(), Utc::now(), Meta::new());
+        let mut meta = Meta::new();
+        meta.insert("notBefore".into(), json!("2026-01-02T03:34:05Z"));
+        let now = Utc::now();
+        let action = Action::new(StepKind::Resolve, &root, "wait", meta, now);
+        assert_eq!(
+            action.pending(root.id, now).not_before,
+            Some("2026-01-02T03:34:05Z".parse().expect("time"))
+        );
+        let mut bad = action.clone();
+        bad.meta.insert("notBefore".into(), json!(17));
+        assert_eq!(bad.pending(root.id, now).not_before, None);
+        bad.meta.insert("notBefore".into(), json!("tomorrow"));
+        assert_eq!(bad.pending(root.id, now).not_before, None);
+    }
+}
+
+#[cfg(test)]
 mod intervention_span_meta_tests {
     use super::*;
     use serde_json::json;
@@ -926,8 +945,31 @@ impl PushPullRequest {
     }
 }
 
-/// The key of an action's meta that schedules it: not to run before this RFC 3339 time.
-pub const NOT_BEFORE_KEY: &str = "notBefore";
+/// The part of any action's meta the store reads to queue it: not to run before `notBefore`
+/// (RFC 3339). The steps' action metas that schedule (`CoordinateMeta`, `ResolveMeta`) carry
+/// the key with the same name and format.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionSchedule {
+    /// A value that is not an RFC 3339 time reads as none: the action is due at once.
+    #[serde(default, deserialize_with = "lenient_time")]
+    pub not_before: Option<DateTime<Utc>>,
+}
+
+impl ActionSchedule {
+    pub fn of(action: &Action) -> ActionSchedule {
+        ActionSchedule::deserialize(&action.meta).unwrap_or_default()
+    }
+}
+
+fn lenient_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => DateTime::parse_from_rfc3339(&s)
+            .ok()
+            .map(|t| t.with_timezone(&Utc)),
+        _ => None,
+    })
+}
 
 /// An entry of the pending queue: which step should process which action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

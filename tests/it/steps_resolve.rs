@@ -19,6 +19,7 @@ use rover::orchestrator::{
 use rover::steps::meta::{
     self, CommitMeta, NotifyMeta, NotifyPurpose, PushMeta, TaskStatus, WorkflowMeta,
 };
+use rover::steps::workflow::WorkflowSpanMeta;
 use rover::steps::{PushStep, ResolveStep, Services};
 use rover::store::{PendingAction, SpanStatus, StepKind, StepRun, TaskMapping};
 use serde_json::{json, Value};
@@ -175,10 +176,14 @@ impl Step for FakeWorkflowStep {
             task_status: status,
             summary: Some(task.title.clone()),
         };
+        let branch_meta = WorkflowSpanMeta {
+            branch_name: Some(branch.clone()),
+            ..WorkflowSpanMeta::default()
+        };
         if n <= script.fail_runs {
             return Ok(Outcome::Finished(
                 Finished::failed(format!("{}: tests still fail (run {n})", task.title))
-                    .meta("branch", &branch)
+                    .with_meta_record(&branch_meta)
                     .then(
                         NextAction::new(StepKind::Commit, "record the task")
                             .with_meta(&commit(TaskStatus::Failed)),
@@ -191,7 +196,7 @@ impl Step for FakeWorkflowStep {
         }
         Ok(Outcome::Finished(
             Finished::completed(format!("{} done (run {n})", task.title))
-                .meta("branch", &branch)
+                .with_meta_record(&branch_meta)
                 .then(
                     NextAction::new(StepKind::Commit, "record the task")
                         .with_meta(&commit(TaskStatus::Completed)),
