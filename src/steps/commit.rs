@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMessageSource, CommitMeta, CommitSpanMeta, ResolveMeta, TaskStatus, WorkflowMeta,
+    self, CommitMeta, CommitSpanMeta, MessageSource, ResolveMeta, TaskStatus, WorkflowMeta,
 };
 use super::tasks::{self, git_error, short, store_error, Task};
 use super::{agent_call, sandboxed, Services};
@@ -67,7 +67,7 @@ impl CommitStep {
         change: &Change,
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
-    ) -> (String, CommitMessageSource, AgentMeta) {
+    ) -> (String, MessageSource, AgentMeta) {
         let title = workflow
             .map(|w| w.title.clone())
             .or_else(|| task.mapping.title.clone())
@@ -122,12 +122,12 @@ impl CommitStep {
         {
             Ok(answer) => (
                 answer.value.message(),
-                CommitMessageSource::Agent,
+                MessageSource::Agent,
                 agent_call::usage_meta(&answer),
             ),
             Err(e) => (
                 fallback,
-                CommitMessageSource::Fallback,
+                MessageSource::Fallback,
                 agent_call::failure_meta(&e),
             ),
         }

@@ -927,7 +927,7 @@ pub struct PushPullRequest {
 
 /// A key that is present, as `null` or a value (a missing key stays `None`: `default`).
 #[allow(clippy::option_option)] // present-but-null differs from missing on disk
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
@@ -952,7 +952,7 @@ impl PushPullRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ActionSchedule {
     /// A value that is not an RFC 3339 time reads as none: the action is due at once.
-    #[serde(default, deserialize_with = "lenient_time")]
+    #[serde(default, deserialize_with = "time")]
     pub not_before: Option<DateTime<Utc>>,
 }
 
@@ -960,15 +960,6 @@ impl ActionSchedule {
     pub fn of(action: &Action) -> ActionSchedule {
         ActionSchedule::deserialize(&action.meta).unwrap_or_default()
     }
-}
-
-fn lenient_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::String(s) => DateTime::parse_from_rfc3339(&s)
-            .ok()
-            .map(|t| t.with_timezone(&Utc)),
-        _ => None,
-    })
 }
 
 /// An entry of the pending queue: which step should process which action.

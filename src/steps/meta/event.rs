@@ -1,0 +1,51 @@
+//! The root `event` span's meta: the normalized event and its channel.
+
+use serde::{Deserialize, Serialize};
+
+use crate::github::{Channel, NormalizedEvent, Visibility};
+use crate::store::{Meta, Span};
+
+/// Where a trace's event came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventSource {
+    Github,
+    Local,
+}
+
+/// The root `event` span's meta: the normalized event and everything notify needs to answer on
+/// the right channel with the right visibility.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventMeta {
+    pub source: EventSource,
+    /// One line for lists: `IssuesEvent opened #12 by alice: title`.
+    pub label: String,
+    /// `IssuesEvent`, ..., or `LocalRequest`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    pub channel: Channel,
+    pub visibility: Visibility,
+    /// The GitHub event, normalized (GitHub events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<NormalizedEvent>,
+    /// The request text (local events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+}
+
+impl EventMeta {
+    pub fn to_meta(&self) -> Meta {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => Meta::new(),
+        }
+    }
+
+    /// Read the root span's meta back.
+    pub fn of(root: &Span) -> Result<EventMeta, serde_json::Error> {
+        serde_json::from_value(serde_json::Value::Object(root.meta.clone()))
+    }
+}

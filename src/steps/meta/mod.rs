@@ -1,0 +1,49 @@
+//! Typed meta of every action type and every step's span, shared by the step that writes it
+//! and the steps (and tools) that read it back, so they can never disagree on key names.
+//! Serialized camelCase; unknown keys are ignored on read so older records still load. One file
+//! per step (its action's meta and its span's), plus the parts several steps share; the
+//! workflow span's record is `steps::workflow::WorkflowSpanMeta`.
+
+mod cleanup;
+mod commit;
+mod coordinate;
+mod event;
+mod noop;
+mod notify;
+mod plan;
+mod push;
+mod resolve;
+mod shared;
+mod workflow;
+
+#[cfg(test)]
+mod tests;
+
+pub use cleanup::*;
+pub use commit::*;
+pub use coordinate::*;
+pub use event::*;
+pub use noop::*;
+pub use notify::*;
+pub use plan::*;
+pub use push::*;
+pub use resolve::*;
+pub use shared::*;
+pub use workflow::*;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Action, Meta};
+
+/// A typed record as an action's meta.
+pub fn to_meta<T: Serialize>(record: &T) -> Meta {
+    match serde_json::to_value(record) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => Meta::new(),
+    }
+}
+
+/// Read an action's meta as the typed record of its type.
+pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_json::Error> {
+    serde_json::from_value(serde_json::Value::Object(action.meta.clone()))
+}

@@ -1,0 +1,93 @@
+//! Parts of span meta that several steps write and others read: the decision of a deciding
+//! step, how a task's run went wrong, where a message came from.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::store::{Span, StepKind};
+
+/// Where a message came from: the agent, or the deterministic fallback when the agent failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageSource {
+    Agent,
+    Fallback,
+}
+
+/// What decided a `coordinate` run's outcome (`meta.decidedBy` of its span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedBy {
+    /// The coordinator agent.
+    Agent,
+    /// A fixed rule (a merged rover pull request is cleaned up).
+    Rule,
+    /// The trust check: an untrusted author's event is a `noop`.
+    Trust,
+    /// A look at the CI of a pull request rover pushed.
+    Ci,
+    /// A scheduled re-evaluation of a wait that a newer trace took over.
+    Wait,
+    /// A value this rover does not write (another implementation's).
+    #[serde(other)]
+    Other,
+}
+
+/// The part of a deciding span's meta (`coordinate`, `resolve`, `plan`) that later runs read
+/// back: what was decided, by what, and whether a newer trace took the decision over. The
+/// steps write these keys with the rest of their span meta.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionSpanMeta {
+    /// `noop`, `plan`, ... for the coordinator; `push`, `fail`, ... for the resolver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<DecidedBy>,
+    /// The trace that took a scheduled re-evaluation over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
+}
+
+impl DecisionSpanMeta {
+    /// What a span recorded of its decision (nothing, for a span whose meta has other shapes
+    /// under these keys).
+    pub fn of(span: &Span) -> DecisionSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+
+    /// Whether a coordinator's look at CI found it red (a failed `coordinate` decided by CI).
+    pub fn is_red_ci(span: &Span) -> bool {
+        span.step == StepKind::Coordinate
+            && span.status == crate::store::SpanStatus::Failed
+            && DecisionSpanMeta::of(span).decided_by == Some(DecidedBy::Ci)
+    }
+}
+
+/// What the resolver reads of any span about how a task's run went wrong, written by the
+/// steps that find it (`workflow`, `commit`): the task never started because a dependency
+/// failed, or its sandbox tampered with the worktree's git metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutcomeSpanMeta {
+    /// The dependency (a workflow action of the same plan) whose failure kept this task from
+    /// starting: not the task to iterate on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency_failed: Option<Uuid>,
+    /// The sandbox changed the worktree's git metadata: nothing of it is trusted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tampered: bool,
+}
+
+impl OutcomeSpanMeta {
+    /// What a span recorded (nothing, for a span whose meta has other shapes under these keys).
+    pub fn of(span: &Span) -> OutcomeSpanMeta {
+        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+    }
+
+    /// Whether the span's sandbox tampered with the worktree, by its flag or its error's.
+    pub fn is_tampered(span: &Span) -> bool {
+        OutcomeSpanMeta::of(span).tampered
+            || crate::store::ErrorMeta::of(span).is_some_and(|e| e.tampered)
+    }
+}
