@@ -298,17 +298,22 @@ impl Step for CommitStep {
             .map_err(|e| git_error("cannot read the worktree's changes", &e))?;
         span_meta.diff = Some(diff.clone());
         span_meta.skipped_nested_repositories = Some(staged.skipped);
-        if !staged.changed {
+        // Nothing to commit: the span says so and the resolver decides.
+        let no_changes = |mut span_meta: CommitSpanMeta| {
             span_meta.no_changes = true;
-            let done = Finished::completed(format!(
-                "no changes to commit on {}",
-                task.mapping.branch_name
-            ))
-            .with_meta_record(&span_meta)
-            .then(hand_over(
-                "the task changed nothing; the resolver decides what next",
-            ));
-            return Ok(Outcome::Finished(done));
+            Outcome::Finished(
+                Finished::completed(format!(
+                    "no changes to commit on {}",
+                    task.mapping.branch_name
+                ))
+                .with_meta_record(&span_meta)
+                .then(hand_over(
+                    "the task changed nothing; the resolver decides what next",
+                )),
+            )
+        };
+        if !staged.changed {
+            return Ok(no_changes(span_meta));
         }
 
         let head = task.mapping.fork_point.clone();
@@ -392,18 +397,7 @@ impl Step for CommitStep {
                     .then(hand_over("committed; the resolver decides what next"));
                 Ok(Outcome::Finished(done))
             }
-            Ok(CommitOutcome::NoChanges) => {
-                span_meta.no_changes = true;
-                let done = Finished::completed(format!(
-                    "no changes to commit on {}",
-                    task.mapping.branch_name
-                ))
-                .with_meta_record(&span_meta)
-                .then(hand_over(
-                    "the task changed nothing; the resolver decides what next",
-                ));
-                Ok(Outcome::Finished(done))
-            }
+            Ok(CommitOutcome::NoChanges) => Ok(no_changes(span_meta)),
             Err(e) => {
                 let error =
                     git_error("the commit failed", &e).detail("branch", &task.mapping.branch_name);
