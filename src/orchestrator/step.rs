@@ -77,9 +77,7 @@ impl NextAction {
     /// The typed meta of the action, serialized (shared by producer and consumer).
     #[must_use]
     pub fn with_meta<T: serde::Serialize>(mut self, meta: &T) -> NextAction {
-        if let Ok(Value::Object(map)) = serde_json::to_value(meta) {
-            self.meta = map;
-        }
+        self.meta = crate::store::to_meta(meta);
         self
     }
 }
@@ -129,21 +127,10 @@ impl Finished {
     }
 
     /// A record that does not serialize to an object (a path that is not UTF-8) is left out
-    /// and logged, with its type.
+    /// and logged, with its type ([`crate::store::to_meta`]).
     #[must_use]
     pub fn with_meta_record<T: serde::Serialize>(mut self, record: &T) -> Finished {
-        match serde_json::to_value(record) {
-            Ok(Value::Object(map)) => self.meta.extend(map),
-            Ok(_) => tracing::error!(
-                record = std::any::type_name::<T>(),
-                "a span meta record is not an object; left out"
-            ),
-            Err(e) => tracing::error!(
-                record = std::any::type_name::<T>(),
-                error = &e as &dyn std::error::Error,
-                "a span meta record does not serialize; left out"
-            ),
-        }
+        self.meta.extend(crate::store::to_meta(record));
         self
     }
 }

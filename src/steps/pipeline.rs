@@ -95,7 +95,7 @@ impl Pipeline for RoverPipeline {
 
 /// A notify action's meta, typed (none when it does not read as one).
 fn notify_meta(meta: &Meta) -> Option<NotifyMeta> {
-    serde_json::from_value(serde_json::Value::Object(meta.clone())).ok()
+    crate::store::from_meta(meta).ok()
 }
 
 /// The policy as the orchestrator takes it.

@@ -251,9 +251,7 @@ mod tests {
         let actions =
             workflow_actions(&[task("b", &["a"]), task("a", &[])], &plan).expect("valid plan");
         let ids: Vec<Uuid> = actions.iter().map(|a| a.id.expect("preset id")).collect();
-        let first: WorkflowMeta =
-            serde_json::from_value(serde_json::Value::Object(actions[0].meta.clone()))
-                .expect("meta");
+        let first: WorkflowMeta = crate::store::from_meta(&actions[0].meta).expect("meta");
         assert_eq!(first.depends_on, vec![ids[1]]);
         assert_eq!(first.title, "Task b");
         assert_eq!(first.workflow_type, WorkflowType::CodeReview);
@@ -272,9 +270,7 @@ mod tests {
         let actions = workflow_actions(&[task("b", &["a"]), task("a", &[])], &plan).expect("ok");
         let metas: Vec<WorkflowMeta> = actions
             .iter()
-            .map(|a| {
-                serde_json::from_value(serde_json::Value::Object(a.meta.clone())).expect("meta")
-            })
+            .map(|a| crate::store::from_meta(&a.meta).expect("meta"))
             .collect();
         assert_eq!(metas[0].iterate_on, None);
         assert_eq!(metas[1].iterate_on, Some(existing));

@@ -1106,8 +1106,7 @@ mod tests {
         assert_eq!(decided.decision, ResolveDecision::Iterate);
         let next = &decided.finished.actions[0];
         assert_eq!(next.kind, StepKind::Workflow);
-        let again: WorkflowMeta =
-            serde_json::from_value(Value::Object(next.meta.clone())).expect("meta");
+        let again: WorkflowMeta = crate::store::from_meta(&next.meta).expect("meta");
         assert_eq!(again.iterate_on, Some(wf));
         assert_eq!(again.branch.as_deref(), Some("rover/parser"));
         assert_eq!(again.instructions.as_deref(), Some("try a table"));

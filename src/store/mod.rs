@@ -33,10 +33,10 @@ pub use ids::IdKind;
 pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
-    Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor, ErrorMeta, EventHeader,
-    EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta, NotifyHeader, PendingAction,
-    PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind,
-    TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    from_meta, to_meta, Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor,
+    ErrorMeta, EventHeader, EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta,
+    NotifyHeader, PendingAction, PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span,
+    SpanStatus, State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use txn::Txn;

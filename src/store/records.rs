@@ -258,6 +258,36 @@ pub enum SpanLifecycleError {
     FinalizeAsRunning { id: Uuid },
 }
 
+/// A typed record as meta entries (a span's or an action's): its serialized fields. A record
+/// that does not serialize to an object (a path that is not UTF-8) gives no entries and is
+/// logged with its type, never silently lost.
+pub fn to_meta<T: Serialize>(record: &T) -> Meta {
+    match serde_json::to_value(record) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => {
+            tracing::error!(
+                record = std::any::type_name::<T>(),
+                "a meta record is not an object; left out"
+            );
+            Meta::new()
+        }
+        Err(e) => {
+            tracing::error!(
+                record = std::any::type_name::<T>(),
+                error = &e as &dyn std::error::Error,
+                "a meta record does not serialize; left out"
+            );
+            Meta::new()
+        }
+    }
+}
+
+/// A typed record read from meta entries (keys it does not name are ignored), without copying
+/// the meta.
+pub fn from_meta<T: serde::de::DeserializeOwned>(meta: &Meta) -> serde_json::Result<T> {
+    T::deserialize(meta)
+}
+
 impl Span {
     /// A finished span recording an intervention in trace `trace_id` that is no step run (a
     /// person's `cancel`/`retry`, the `gc` policy): step `command`, under the root span.
@@ -267,10 +297,7 @@ impl Span {
         summary: String,
         record: &InterventionSpanMeta,
     ) -> Span {
-        let meta = match serde_json::to_value(record) {
-            Ok(Value::Object(map)) => map,
-            _ => Meta::new(),
-        };
+        let meta = to_meta(record);
         let now = Utc::now();
         let mut span = Span::root(Uuid::new_v4(), now, Meta::new());
         span.step = StepKind::Other(command.to_owned());
@@ -447,7 +474,7 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
 impl EventHeader {
     /// The header of a root span's meta (a field of another type reads as missing).
     pub fn of(root: &Span) -> EventHeader {
-        serde_json::from_value(Value::Object(root.meta.clone())).unwrap_or_default()
+        from_meta(&root.meta).unwrap_or_default()
     }
 
     /// The label, else `<type>.<action>`, else `<type>`, else `event`.
@@ -485,7 +512,7 @@ fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 impl NotifyHeader {
     /// The header of a notify action's meta.
     pub fn of(meta: &Meta) -> NotifyHeader {
-        serde_json::from_value(Value::Object(meta.clone())).unwrap_or_default()
+        from_meta(meta).unwrap_or_default()
     }
 
     pub fn is_purpose(&self, purpose: &str) -> bool {
@@ -936,7 +963,7 @@ pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 impl PushPullRequest {
     /// What a push span recorded of its pull request (nothing, for other shapes).
     pub fn of(span: &Span) -> PushPullRequest {
-        serde_json::from_value(Value::Object(span.meta.clone())).unwrap_or_default()
+        from_meta(&span.meta).unwrap_or_default()
     }
 
     /// Whether the push has a pull request (a URL or a number).

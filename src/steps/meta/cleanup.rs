@@ -30,6 +30,6 @@ pub struct CleanupSpanMeta {
 impl CleanupSpanMeta {
     /// What a cleanup span recorded (none, for a span whose meta has other shapes).
     pub fn of(span: &Span) -> Option<CleanupSpanMeta> {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).ok()
+        crate::store::from_meta(&span.meta).ok()
     }
 }

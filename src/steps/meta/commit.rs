@@ -93,6 +93,6 @@ pub struct CommitSpanMeta {
 impl CommitSpanMeta {
     /// The typed keys of a commit span's meta (other keys are ignored).
     pub fn read(meta: &Meta) -> Result<CommitSpanMeta, serde_json::Error> {
-        serde_json::from_value(serde_json::Value::Object(meta.clone()))
+        crate::store::from_meta(meta)
     }
 }

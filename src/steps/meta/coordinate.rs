@@ -129,7 +129,7 @@ impl CoordinateSpanMeta {
 
     /// What a coordinate span recorded (nothing, for a span whose meta has other shapes).
     pub fn of(span: &Span) -> CoordinateSpanMeta {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+        crate::store::from_meta(&span.meta).unwrap_or_default()
     }
 }
 

@@ -38,14 +38,11 @@ pub struct EventMeta {
 
 impl EventMeta {
     pub fn to_meta(&self) -> Meta {
-        match serde_json::to_value(self) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => Meta::new(),
-        }
+        crate::store::to_meta(self)
     }
 
     /// Read the root span's meta back.
     pub fn of(root: &Span) -> Result<EventMeta, serde_json::Error> {
-        serde_json::from_value(serde_json::Value::Object(root.meta.clone()))
+        crate::store::from_meta(&root.meta)
     }
 }

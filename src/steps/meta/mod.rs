@@ -31,19 +31,13 @@ pub use resolve::*;
 pub use shared::*;
 pub use workflow::*;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::store::{Action, Meta};
+use crate::store::Action;
 
-/// A typed record as an action's meta.
-pub fn to_meta<T: Serialize>(record: &T) -> Meta {
-    match serde_json::to_value(record) {
-        Ok(serde_json::Value::Object(map)) => map,
-        _ => Meta::new(),
-    }
-}
+pub use crate::store::to_meta;
 
 /// Read an action's meta as the typed record of its type.
 pub fn read<T: for<'de> Deserialize<'de>>(action: &Action) -> Result<T, serde_json::Error> {
-    serde_json::from_value(serde_json::Value::Object(action.meta.clone()))
+    crate::store::from_meta(&action.meta)
 }

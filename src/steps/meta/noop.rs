@@ -54,7 +54,7 @@ pub struct NoopSpanMeta {
 impl NoopSpanMeta {
     /// What a noop span recorded (nothing, for a span whose meta has other shapes).
     pub fn of(span: &Span) -> NoopSpanMeta {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+        crate::store::from_meta(&span.meta).unwrap_or_default()
     }
 }
 

@@ -77,7 +77,7 @@ impl NotifyMeta {
         struct Purpose {
             purpose: Option<NotifyPurpose>,
         }
-        serde_json::from_value::<Purpose>(serde_json::Value::Object(meta.clone()))
+        crate::store::from_meta::<Purpose>(meta)
             .ok()
             .and_then(|p| p.purpose)
     }
@@ -124,7 +124,7 @@ pub struct NotifySpanMeta {
 impl NotifySpanMeta {
     /// What a notify span recorded (none, for a span whose meta has other shapes).
     pub fn of(span: &Span) -> Option<NotifySpanMeta> {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).ok()
+        crate::store::from_meta(&span.meta).ok()
     }
 
     /// The message, when it was answered on the local channel (the trace holds it).

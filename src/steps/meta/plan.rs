@@ -41,7 +41,7 @@ pub struct PlanSpanMeta {
 impl PlanSpanMeta {
     /// What a plan span recorded (nothing, for a span whose meta has other shapes).
     pub fn of(span: &Span) -> PlanSpanMeta {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+        crate::store::from_meta(&span.meta).unwrap_or_default()
     }
 }
 

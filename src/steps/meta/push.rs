@@ -73,7 +73,7 @@ pub struct ConflictSpanMeta {
 impl ConflictSpanMeta {
     /// The conflict a span recorded (none, for a span whose meta has another shape there).
     pub fn of(span: &Span) -> Option<PushConflict> {
-        serde_json::from_value::<ConflictSpanMeta>(serde_json::Value::Object(span.meta.clone()))
+        crate::store::from_meta::<ConflictSpanMeta>(&span.meta)
             .ok()
             .and_then(|m| m.conflict)
     }

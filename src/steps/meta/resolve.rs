@@ -92,7 +92,7 @@ pub struct ResolveSpanMeta {
 impl ResolveSpanMeta {
     /// The typed keys of a resolve span's meta (other keys are ignored).
     pub fn read(meta: &Meta) -> Result<ResolveSpanMeta, serde_json::Error> {
-        serde_json::from_value(serde_json::Value::Object(meta.clone()))
+        crate::store::from_meta(meta)
     }
 }
 

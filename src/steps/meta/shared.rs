@@ -53,7 +53,7 @@ impl DecisionSpanMeta {
     /// What a span recorded of its decision (nothing, for a span whose meta has other shapes
     /// under these keys).
     pub fn of(span: &Span) -> DecisionSpanMeta {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+        crate::store::from_meta(&span.meta).unwrap_or_default()
     }
 
     /// Whether a coordinator's look at CI found it red (a failed `coordinate` decided by CI).
@@ -82,7 +82,7 @@ pub struct OutcomeSpanMeta {
 impl OutcomeSpanMeta {
     /// What a span recorded (nothing, for a span whose meta has other shapes under these keys).
     pub fn of(span: &Span) -> OutcomeSpanMeta {
-        serde_json::from_value(serde_json::Value::Object(span.meta.clone())).unwrap_or_default()
+        crate::store::from_meta(&span.meta).unwrap_or_default()
     }
 
     /// Whether the span's sandbox tampered with the worktree, by its flag or its error's.

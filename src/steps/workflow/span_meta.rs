@@ -194,7 +194,7 @@ fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Optio
 impl WorkflowSpanMeta {
     /// The typed keys of a span's meta (other keys are ignored).
     pub fn read(meta: &Meta) -> Result<WorkflowSpanMeta, serde_json::Error> {
-        serde_json::from_value(Value::Object(meta.clone()))
+        crate::store::from_meta(meta)
     }
 
     /// The container's name, wherever this or an older version wrote it.
@@ -206,10 +206,7 @@ impl WorkflowSpanMeta {
 
     /// Its keys as meta entries, to merge into a span's meta.
     pub fn to_meta(&self) -> Meta {
-        match serde_json::to_value(self) {
-            Ok(Value::Object(map)) => map,
-            _ => Meta::new(),
-        }
+        crate::store::to_meta(self)
     }
 }
 
