@@ -186,6 +186,11 @@ async fn run(
             }
         };
 
+    if config.autopilot.sandbox.hooks == crate::git::HookMode::Host {
+        let text = "autopilot.sandbox.hooks is \"host\": the repository's own git hooks run on this machine with the agent's worktree as their working directory, so a hook that runs a file from the worktree (./scripts/lint, make, npm, node_modules/.bin, a hook manager) runs code the agent wrote; remove the setting to run every hook in a sandbox";
+        println!("warning: {text}");
+        tracing::warn!(hooks = "host", "{text}");
+    }
     let secrets: Vec<String> = token.iter().chain(&webhook_secret).cloned().collect();
     let services = Arc::new(Services {
         repo_root: project.root.clone(),

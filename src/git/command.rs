@@ -158,6 +158,25 @@ pub(crate) async fn run_git(
     args: &[&str],
     envs: &[(OsString, OsString)],
 ) -> Result<CommandOutput, GitError> {
+    run(target, args, envs, None).await
+}
+
+/// [`run_git`] with `input` on standard input (closed after it).
+pub(crate) async fn run_git_input(
+    target: Target<'_>,
+    args: &[&str],
+    envs: &[(OsString, OsString)],
+    input: &[u8],
+) -> Result<CommandOutput, GitError> {
+    run(target, args, envs, Some(input)).await
+}
+
+async fn run(
+    target: Target<'_>,
+    args: &[&str],
+    envs: &[(OsString, OsString)],
+    input: Option<&[u8]>,
+) -> Result<CommandOutput, GitError> {
     let dir = target.dir();
     let mut argv = target.prefix();
     argv.extend(args.iter().map(ToString::to_string));
@@ -178,15 +197,26 @@ pub(crate) async fn run_git(
         .env("GIT_EDITOR", "true")
         .env("GIT_SEQUENCE_EDITOR", "true")
         .env("GIT_PAGER", "cat")
-        .stdin(Stdio::null())
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    let output = cmd.output().await.map_err(|source| GitError::Spawn {
+    let spawn_err = |source| GitError::Spawn {
         path: dir.to_path_buf(),
         source,
-    })?;
+    };
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        use tokio::io::AsyncWriteExt as _;
+        // Written before the output is read: inputs here are a few lines, within a pipe's buffer.
+        stdin.write_all(input).await.map_err(spawn_err)?;
+    }
+    let output = child.wait_with_output().await.map_err(spawn_err)?;
     if output.status.success() {
         return Ok(CommandOutput {
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -154,7 +154,11 @@ impl Workspace {
             return Ok(CommitOutcome::NoChanges);
         }
         match self.hook_plan(worktree, self.hook_mode()).await? {
-            HookPlan::Host { dir } => self.commit_staged(worktree, message, &dir).await,
+            HookPlan::Host { dir, .. } => self.commit_staged(worktree, message, &dir).await,
+            HookPlan::None { .. } => {
+                self.commit_staged(worktree, message, Path::new(super::NO_HOOKS))
+                    .await
+            }
             HookPlan::Sandbox { reason, .. } => Err(GitError::HooksNeedSandbox { reason }),
         }
     }

@@ -1,13 +1,15 @@
-//! Where a task's git hooks may run: on the host, or only inside a sandbox container.
+//! Where a task's git hooks run: in a sandbox container by default, on the host only when the
+//! user opts in.
 //!
-//! Hooks are the user's way to check commits, and rover runs them. But a hook whose file lies in
-//! the worktree (`core.hooksPath` into the tree, as husky sets it), or a hook manager that reads
-//! its configuration from the worktree (pre-commit's `.pre-commit-config.yaml`, lefthook, husky
-//! v4's `package.json`, lint-staged), runs files the sandboxed agent could have written. Those run
-//! in a sandbox container over the worktree; the host's `git` then looks for hooks nowhere
-//! ([`super::NO_HOOKS`]). Hooks that live outside the worktree and read nothing from it run on
-//! the host as git runs them. `autopilot.sandbox.hooks = "sandbox"` sends every hook to the
-//! sandbox.
+//! A hook is the user's code, but it runs with the worktree as its working directory, and a
+//! worktree holds files the sandboxed agent wrote: a hook that calls `./scripts/lint`,
+//! `node_modules/.bin/...`, `make lint`, `npm test` or a hook manager (pre-commit, husky,
+//! lefthook, ...) executes agent-written code. No reading of a hook's text can tell which ones do,
+//! so by default every hook runs in a sandbox container over the worktree, and the host's `git`
+//! looks for hooks nowhere ([`super::NO_HOOKS`]). `autopilot.sandbox.hooks = "host"` lets the
+//! hooks of the repository's own hooks dir run on the host as git runs them (documented, and
+//! `start` warns); hooks whose files are in the worktree (`core.hooksPath` into it, as husky sets
+//! it) run in a sandbox whatever the mode.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -18,17 +20,21 @@ use super::command::{run_git, Target};
 use super::error::GitError;
 use super::workspace::{blocking, Workspace};
 
-/// Which hooks may run on the host (`rover.json`: `autopilot.sandbox.hooks`).
+/// Where the repository's hooks run (`rover.json`: `autopilot.sandbox.hooks`).
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
 #[serde(rename_all = "camelCase")]
 pub enum HookMode {
-    /// Hooks outside the worktree that read nothing from it run on the host; others in a sandbox.
+    /// Every hook runs in a sandbox container (the default). `"auto"`, the former default that
+    /// guessed from a hook's text, is read as this.
     #[default]
-    Auto,
-    /// Every hook runs in a sandbox container.
+    #[serde(alias = "auto")]
     Sandbox,
+    /// Hooks of the repository's own hooks dir (outside the worktree) run on the host, with the
+    /// worktree as their working directory: whatever they execute from the worktree is code the
+    /// agent could have written. Hooks whose files are in the worktree still run in a sandbox.
+    Host,
 }
 
 /// The hooks git runs for a commit, a push and the merges rover makes.
@@ -45,66 +51,26 @@ pub const HOOK_NAMES: &[&str] = &[
     "reference-transaction",
 ];
 
-/// Files in a worktree that configure a hook manager (what its hook scripts will execute).
-const MANAGER_CONFIGS: &[&str] = &[
-    ".pre-commit-config.yaml",
-    ".pre-commit-config.yml",
-    ".pre-commit-hooks.yaml",
-    "lefthook.yml",
-    "lefthook.yaml",
-    "lefthook.toml",
-    "lefthook.json",
-    ".lefthook.yml",
-    ".lefthook.yaml",
-    ".lefthook.toml",
-    ".lefthook.json",
-    "lefthook-local.yml",
-    ".husky",
-    ".huskyrc",
-    ".huskyrc.json",
-    ".huskyrc.js",
-    "husky.config.js",
-    ".lintstagedrc",
-    ".lintstagedrc.json",
-    ".lintstagedrc.yaml",
-    ".lintstagedrc.yml",
-    ".lintstagedrc.js",
-    ".lintstagedrc.mjs",
-    ".lintstagedrc.cjs",
-    "lint-staged.config.js",
-    "lint-staged.config.mjs",
-    "lint-staged.config.cjs",
-    ".overcommit.yml",
-    ".simple-git-hooks.json",
-    ".simple-git-hooks.js",
-    "simple-git-hooks.json",
-    "simple-git-hooks.js",
-];
-
-/// Words in a hook script that name a manager driven by files in the worktree.
-const MANAGER_MARKERS: &[&str] = &[
-    "pre_commit",
-    "pre-commit.com",
-    "husky",
-    "lefthook",
-    "lint-staged",
-    "overcommit",
-    "simple-git-hooks",
-    "yorkie",
-    "ghooks",
-];
-
-/// Where the hooks of a worktree run.
+/// Where the hooks of a worktree run, and which hooks there are (the names of [`HOOK_NAMES`]
+/// present in the hooks dir). Recorded in the commit and push spans (`hooks`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "runs")]
 pub enum HookPlan {
-    /// On the host, by git, from this directory (outside the worktree).
-    Host { dir: PathBuf },
+    /// On the host, by git, from this directory (outside the worktree): `hooks: "host"` only.
+    Host {
+        dir: PathBuf,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hooks: Vec<String>,
+    },
     /// In a sandbox container over the worktree; the host's git runs none.
     Sandbox {
         location: HookLocation,
         reason: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hooks: Vec<String>,
     },
+    /// The hooks dir has no hook git would run for rover's commands: nothing runs anywhere.
+    None { dir: PathBuf },
 }
 
 /// Where hook files are, for a container.
@@ -121,8 +87,8 @@ impl HookPlan {
     /// The hooks dir the host's git may use: the host dir, or none.
     pub fn host_dir(&self) -> &Path {
         match self {
-            Self::Host { dir } => dir,
-            Self::Sandbox { .. } => Path::new(super::NO_HOOKS),
+            Self::Host { dir, .. } => dir,
+            Self::Sandbox { .. } | Self::None { .. } => Path::new(super::NO_HOOKS),
         }
     }
 
@@ -302,6 +268,10 @@ pub(crate) fn plan(wg: &WorktreeGit, mode: HookMode) -> Result<HookPlan, GitErro
         .strip_prefix(&wg.work_tree)
         .or_else(|_| dir.strip_prefix(&wg.work_tree))
     {
+        let hooks = present(&wg.work_tree.join(relative));
+        if hooks.is_empty() {
+            return Ok(HookPlan::None { dir: resolved });
+        }
         return Ok(HookPlan::Sandbox {
             location: HookLocation::Worktree {
                 relative: relative.to_path_buf(),
@@ -310,58 +280,36 @@ pub(crate) fn plan(wg: &WorktreeGit, mode: HookMode) -> Result<HookPlan, GitErro
                 "core.hooksPath points into the worktree ({}): its hooks are files the agent could change",
                 relative.display()
             ),
+            hooks,
         });
     }
-    let outside = HookLocation::Outside {
-        dir: resolved.clone(),
-    };
-    if mode == HookMode::Sandbox {
-        return Ok(HookPlan::Sandbox {
-            location: outside,
-            reason: "autopilot.sandbox.hooks is \"sandbox\"".to_owned(),
-        });
+    let hooks = present(&resolved);
+    if hooks.is_empty() {
+        return Ok(HookPlan::None { dir: resolved });
     }
-    let present: Vec<&str> = HOOK_NAMES
-        .iter()
-        .copied()
-        .filter(|name| resolved.join(name).is_file())
-        .collect();
-    if present.is_empty() {
-        return Ok(HookPlan::Host { dir: resolved });
-    }
-    if let Some(config) = MANAGER_CONFIGS
-        .iter()
-        .find(|name| std::fs::symlink_metadata(wg.work_tree.join(name)).is_ok())
-    {
-        return Ok(HookPlan::Sandbox {
-            location: outside,
-            reason: format!(
-                "the worktree has `{config}`, a hook manager's configuration the agent could change"
-            ),
-        });
-    }
-    for name in &present {
-        let text = read_prefix(&resolved.join(name), 64 * 1024);
-        if let Some(marker) = MANAGER_MARKERS.iter().find(|m| text.contains(**m)) {
-            return Ok(HookPlan::Sandbox {
-                location: outside,
-                reason: format!(
-                    "the {name} hook runs {marker}, which reads its configuration from the worktree"
-                ),
-            });
-        }
-    }
-    Ok(HookPlan::Host { dir: resolved })
+    Ok(match mode {
+        HookMode::Host => HookPlan::Host {
+            dir: resolved,
+            hooks,
+        },
+        HookMode::Sandbox => HookPlan::Sandbox {
+            location: HookLocation::Outside { dir: resolved },
+            reason:
+                "hooks run in a sandbox (autopilot.sandbox.hooks is \"sandbox\", the default): \
+                     their working directory is the agent's worktree"
+                    .to_owned(),
+            hooks,
+        },
+    })
 }
 
-/// The first `limit` bytes of a file as text (empty when it cannot be read).
-fn read_prefix(path: &Path, limit: u64) -> String {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    if let Ok(file) = std::fs::File::open(path) {
-        let _ = file.take(limit).read_to_end(&mut bytes);
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+/// The names of [`HOOK_NAMES`] that are files in `dir` (a link counts: git would follow it).
+fn present(dir: &Path) -> Vec<String> {
+    HOOK_NAMES
+        .iter()
+        .filter(|name| dir.join(name).is_file())
+        .map(|name| (*name).to_owned())
+        .collect()
 }
 
 #[cfg(test)]
@@ -384,8 +332,24 @@ mod tests {
                 relative: ".husky/_".into(),
             },
             reason: String::new(),
+            hooks: vec!["pre-commit".into()],
         };
         assert_eq!(plan.host_dir(), Path::new("/dev/null"));
         assert!(plan.in_sandbox());
+        let none = HookPlan::None { dir: "/h".into() };
+        assert_eq!(none.host_dir(), Path::new("/dev/null"));
+        assert_eq!(
+            serde_json::to_value(&none).expect("json"),
+            serde_json::json!({"runs": "none", "dir": "/h"})
+        );
+    }
+
+    #[test]
+    fn the_former_auto_mode_reads_as_sandbox() {
+        let mode: HookMode = serde_json::from_str("\"auto\"").expect("alias");
+        assert_eq!(mode, HookMode::Sandbox);
+        assert_eq!(HookMode::default(), HookMode::Sandbox);
+        let host: HookMode = serde_json::from_str("\"host\"").expect("host");
+        assert_eq!(host, HookMode::Host);
     }
 }

@@ -47,7 +47,7 @@ impl Workspace {
         hooks: &HookPlan,
     ) -> Result<PushReport, GitError> {
         let wg = self.verify_worktree(worktree).await?;
-        if let HookPlan::Host { dir } = hooks {
+        if let HookPlan::Host { dir, .. } = hooks {
             let input = self.pre_push_input(worktree, branch).await?;
             self.run_host_hook(worktree, dir, "pre-push", &input.args, &input.stdin)
                 .await?;

@@ -62,7 +62,7 @@ impl Workspace {
             repo,
             remote: "origin".to_string(),
             envs: Vec::new(),
-            hook_mode: HookMode::Auto,
+            hook_mode: HookMode::Sandbox,
         })
     }
 
@@ -81,7 +81,7 @@ impl Workspace {
         self
     }
 
-    /// Which hooks may run on the host (default [`HookMode::Auto`]).
+    /// Which hooks may run on the host (default [`HookMode::Sandbox`]).
     #[must_use]
     pub fn with_hook_mode(mut self, mode: HookMode) -> Self {
         self.hook_mode = mode;

@@ -28,8 +28,9 @@ pub struct SandboxSettings {
     pub env_allow: Vec<String>,
     /// Verification gates run after the agent, before the commit.
     pub gates: Vec<GateSettings>,
-    /// Where git hooks run: `auto` (on the host when they live outside the worktree and read
-    /// nothing from it, else in a sandbox container) or `sandbox` (always in a container).
+    /// Where the repository's git hooks run: `sandbox` (the default: every hook in a sandbox
+    /// container) or `host` (hooks of the repository's own hooks dir run on the host, with the
+    /// agent's worktree as their working directory; `start` warns).
     pub hooks: crate::git::HookMode,
 }
 
@@ -56,7 +57,7 @@ impl Default for SandboxSettings {
             .map(String::from)
             .to_vec(),
             gates: Vec::new(),
-            hooks: crate::git::HookMode::Auto,
+            hooks: crate::git::HookMode::Sandbox,
         }
     }
 }

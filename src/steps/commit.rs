@@ -157,13 +157,18 @@ impl CommitStep {
             sandboxed::labels(&self.services, task.mapping.trace_id, run.action.id),
         );
         let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
-        let hooks = sandboxed::hook_container(ws, sandbox.as_ref(), base, location, &work_dir)
-            .await
-            .map_err(|e| git_error("cannot prepare the sandbox's git for the hooks", &e))?;
+        let hooks = sandboxed::hook_container(
+            ws,
+            sandbox.as_ref(),
+            base,
+            location,
+            &work_dir,
+            &Services::sandbox_objects_dir(&ctx.store),
+        )
+        .await
+        .map_err(|e| git_error("cannot prepare the sandbox's git for the hooks", &e))?;
         let verdict = hooks.commit(message).await;
-        if let Ok(git) = ws.sandbox_git(worktree, &work_dir.join("git")).await {
-            git.discard();
-        }
+        let _ = tokio::fs::remove_dir_all(work_dir.join("git")).await;
         let verdict = verdict.map_err(|e| {
             StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
         })?;

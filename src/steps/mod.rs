@@ -72,6 +72,12 @@ impl Services {
     pub fn worktrees_dir(store: &AutopilotStore) -> PathBuf {
         store.root().join("worktrees")
     }
+
+    /// Where the packs of the objects each sandbox may read are cached (see
+    /// [`crate::git::SandboxGit`]).
+    pub fn sandbox_objects_dir(store: &AutopilotStore) -> PathBuf {
+        store.root().join("sandbox-objects")
+    }
 }
 
 /// Every step rover has, wired to `services`.

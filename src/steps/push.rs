@@ -203,6 +203,8 @@ struct Pushed {
     merged: Vec<String>,
     rebased: bool,
     worktree: PathBuf,
+    /// Where the `pre-push` hook ran.
+    hooks: crate::git::HookPlan,
 }
 
 impl PushStep {
@@ -237,10 +239,16 @@ impl PushStep {
             .pre_push_input(worktree, branch)
             .await
             .map_err(|e| git_step_error("prepare the pre-push hook's input", &e))?;
-        let hooks =
-            super::sandboxed::hook_container(ws, sandbox.as_ref(), base, location, &work_dir)
-                .await
-                .map_err(|e| git_step_error("prepare the sandbox's git for the hooks", &e))?;
+        let hooks = super::sandboxed::hook_container(
+            ws,
+            sandbox.as_ref(),
+            base,
+            location,
+            &work_dir,
+            &Services::sandbox_objects_dir(&ctx.store),
+        )
+        .await
+        .map_err(|e| git_step_error("prepare the sandbox's git for the hooks", &e))?;
         let verdict = hooks.pre_push(&input).await;
         let _ = tokio::fs::remove_dir_all(work_dir.join("git")).await;
         match verdict.map_err(|e| StepError::from_error(&e, e.is_retryable()))? {
@@ -326,6 +334,7 @@ impl PushStep {
             merged,
             rebased: report.rebased,
             worktree,
+            hooks,
         })
     }
 }
@@ -399,6 +408,7 @@ impl Step for PushStep {
             branches: Some(branches.clone()),
             merged: Some(pushed.merged.clone()),
             rebased: Some(pushed.rebased),
+            hooks: Some(pushed.hooks.clone()),
             worktree: Some(pushed.worktree.clone()),
             ..PushSpanMeta::default()
         });

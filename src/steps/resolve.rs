@@ -96,6 +96,7 @@ impl ResolveStep {
             base,
             &commands,
             &work_dir,
+            &Services::sandbox_objects_dir(&ctx.store),
         )
         .await?;
         Ok(CorrectiveRuns::ran(runs))

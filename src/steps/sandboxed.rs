@@ -67,17 +67,19 @@ pub fn is_tampered(e: &GitError) -> bool {
 }
 
 /// The hook container of a task's worktree: the spec with a fresh scratch git under
-/// `work_dir/git`, the hooks' location, and `work_dir` for the phase's files and logs.
+/// `work_dir/git` (objects from `objects_cache`), the hooks' location, and `work_dir` for the
+/// phase's files and logs.
 pub async fn hook_container<'a>(
     ws: &Workspace,
     sandbox: &'a dyn Sandbox,
     base: SandboxSpec,
     location: HookLocation,
     work_dir: &Path,
+    objects_cache: &Path,
 ) -> Result<HookContainer<'a>, GitError> {
     let mut base = base;
     let git = ws
-        .sandbox_git(&base.worktree, &work_dir.join("git"))
+        .sandbox_git(&base.worktree, &work_dir.join("git"), objects_cache)
         .await?;
     base.mount_git(&git);
     Ok(HookContainer {
@@ -116,6 +118,7 @@ pub async fn run_corrective(
     base: SandboxSpec,
     commands: &[String],
     work_dir: &Path,
+    objects_cache: &Path,
 ) -> Result<Vec<CorrectiveRun>, StepError> {
     let mut runs = Vec::new();
     for (index, command) in commands.iter().take(MAX_CORRECTIVE).enumerate() {
@@ -126,7 +129,11 @@ pub async fn run_corrective(
         spec.extra_labels
             .insert(LABEL_CORRECTIVE.to_owned(), index.to_string());
         let git = ws
-            .sandbox_git(&spec.worktree, &work_dir.join(format!("git-{index}")))
+            .sandbox_git(
+                &spec.worktree,
+                &work_dir.join(format!("git-{index}")),
+                objects_cache,
+            )
             .await
             .map_err(|e| git_error("cannot prepare the sandbox's git", &e))?;
         spec.mount_git(&git);

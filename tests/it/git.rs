@@ -274,7 +274,11 @@ async fn dependent_branch_forks_from_the_dependency_branch() {
 #[tokio::test]
 async fn pre_commit_hook_failure_is_captured_until_the_tool_exists() {
     let repo = TestRepo::new();
-    let ws = repo.workspace().await;
+    // Host hooks only when asked for (`hooks: "host"`).
+    let ws = repo
+        .workspace()
+        .await
+        .with_hook_mode(rover::git::HookMode::Host);
     let tool = repo.dir.path().join("lint-tool");
     let hook = repo.checkout.join(".git/hooks/pre-commit");
     executable(
@@ -289,6 +293,20 @@ async fn pre_commit_hook_failure_is_captured_until_the_tool_exists() {
         .await
         .expect("prepare");
     write(&path.join("x.txt"), "x\n");
+
+    // By default the hook is the sandbox's to run: the host's git refuses to run it.
+    let sandboxed = repo.workspace().await;
+    let err = sandboxed
+        .commit_all(&path, "Add x")
+        .await
+        .expect_err("hooks need the sandbox");
+    assert!(
+        matches!(err, rover::git::GitError::HooksNeedSandbox { .. }),
+        "{err}"
+    );
+    assert!(
+        matches!(plan(&sandboxed, &path).await, rover::git::HookPlan::Sandbox { ref hooks, .. } if hooks == &["pre-commit"])
+    );
 
     let err = ws
         .commit_all(&path, "Add x")
@@ -596,7 +614,7 @@ async fn parallel_tasks_prepare_their_worktrees_at_once() {
 
 /// Where the worktree's hooks run (the default mode).
 async fn plan(ws: &Workspace, worktree: &std::path::Path) -> rover::git::HookPlan {
-    ws.hook_plan(worktree, rover::git::HookMode::Auto)
+    ws.hook_plan(worktree, rover::git::HookMode::Sandbox)
         .await
         .expect("hook plan")
 }

@@ -477,7 +477,11 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
         .expect("worktree");
     std::fs::write(wt.path.join("new.txt"), "new\n").expect("write");
     let git = ws
-        .sandbox_git(&wt.path, &repo.data.join("scratch"))
+        .sandbox_git(
+            &wt.path,
+            &repo.data.join("scratch"),
+            &repo.data.join("objects-cache"),
+        )
         .await
         .expect("scratch git");
     // Read-only git works; writes land in the scratch repository only; the worktree's `.git`

@@ -1199,6 +1199,11 @@ async fn every_step_prompt_carries_its_context_and_no_secret() {
 async fn the_repositorys_hooks_never_see_the_github_token() {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
+    // The opt-in that runs the repository's hooks on the host.
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"hooks": "host"}}}),
+    );
     // A pre-commit hook that records the environment it runs in.
     let dump = s.env.path().join("hook-env.txt");
     let hook = s.checkout.join(".git/hooks/pre-commit");

@@ -987,12 +987,11 @@ async fn a_failing_pre_commit_hook_is_an_error_span_with_its_stderr() {
     )
     .expect("hook");
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    // The agent is down: the fallback message is used.
-    let services = w.services(
-        &json!([{"mode": "crash", "exit": 2}]),
-        RoverConfig::default(),
-        None,
-    );
+    // The agent is down: the fallback message is used. The hook runs on the host, as
+    // `hooks: "host"` asks (by default it would need a sandbox, which this world has not).
+    let mut config = RoverConfig::default();
+    config.autopilot.sandbox.hooks = rover::git::HookMode::Host;
+    let services = w.services(&json!([{"mode": "crash", "exit": 2}]), config, None);
     let (trace, commit, task) = seeded_commit(&w).await;
     let orch = w.p.orchestrator(commit_only_steps(&services));
     settle(&w.p, &orch).await;

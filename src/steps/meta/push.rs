@@ -50,6 +50,9 @@ pub struct PushSpanMeta {
     pub rebased: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<std::path::PathBuf>,
+    /// Where the `pre-push` hook ran (the same record as the commit span's `hooks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::git::HookPlan>,
     #[serde(flatten)]
     pub pull_request: crate::store::PushPullRequest,
     /// Why no pull request was opened (`none: local event`, ...).

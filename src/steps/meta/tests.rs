@@ -497,7 +497,10 @@ fn the_commit_span_meta_keeps_its_keys_and_nulls() {
         workflow_action_id: Some(Some(workflow)),
         branch_name: Some("rover/b".into()),
         sha: Some("abc".into()),
-        hooks: Some(crate::git::HookPlan::Host { dir: "/h".into() }),
+        hooks: Some(crate::git::HookPlan::Host {
+            dir: "/h".into(),
+            hooks: vec!["pre-commit".into()],
+        }),
         ..CommitSpanMeta::default()
     };
     let meta = to_meta(&written);

@@ -441,7 +441,12 @@ impl WorkflowStep {
         let scratch = ctx.store.artifacts_dir(run.span.id).join("git");
         let sandbox_git = async {
             ws.verify_worktree(&prepared.path).await?;
-            ws.sandbox_git(&prepared.path, &scratch).await
+            ws.sandbox_git(
+                &prepared.path,
+                &scratch,
+                &Services::sandbox_objects_dir(&ctx.store),
+            )
+            .await
         }
         .await
         .map_err(|e| {

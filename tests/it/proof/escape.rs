@@ -374,7 +374,8 @@ async fn hook_managers_and_the_resolvers_commands_run_only_in_the_sandbox() {
     assert!(commit_error.meta["hooks"]["reason"]
         .as_str()
         .unwrap()
-        .contains(".pre-commit-config.yaml"));
+        .contains("the default"));
+    assert_eq!(commit_error.meta["hooks"]["hooks"], json!(["pre-commit"]));
     // The resolver's command ran in the sandbox over the worktree and is recorded.
     let resolve_span = trace
         .spans
@@ -395,6 +396,103 @@ async fn hook_managers_and_the_resolvers_commands_run_only_in_the_sandbox() {
     let _ = RESOLVE;
     eprintln!(
         "proof escape (hooks and commands): {} vectors tried, {} escapes; {host_calls} host agent calls sealed",
+        m.names.len(),
+        found.len()
+    );
+}
+
+/// The user's own hooks in the repository's hooks dir (outside the worktree), written as teams
+/// write them: each runs a path of the worktree (`./scripts/lint`, `vendor/bin/captainhook`,
+/// `sh tools/check.sh`, `node_modules/.bin/commitlint`, `./scripts/prepush`). The agent wrote
+/// those files. With the default settings every hook runs in a sandbox, so none of them runs on
+/// the host, and the work still goes through (the hooks ran, in the container).
+#[tokio::test]
+async fn the_users_own_hooks_that_run_worktree_files_never_run_them_on_the_host() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let mut m = Markers::new(s.env.path());
+    let hooks = s.checkout.join(".git/hooks");
+    executable(
+        &hooks.join("pre-commit"),
+        "#!/bin/sh\n./scripts/lint && vendor/bin/captainhook pre-commit && sh tools/check.sh\n",
+    );
+    executable(
+        &hooks.join("commit-msg"),
+        "#!/bin/sh\nnode_modules/.bin/commitlint --edit \"$1\"\n",
+    );
+    executable(
+        &hooks.join("pre-push"),
+        "#!/bin/sh\n./scripts/prepush \"$@\"\n",
+    );
+
+    s.github
+        .add_issue(62, "Add a feature file", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 62, "title": "Add a feature file", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a feature file"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the feature file", &[], "swe")]}));
+    // Each file a hook runs touches a host marker (which only the host can see) and records
+    // that it ran in the worktree, where the commit picks it up.
+    let script = |marker: String, name: &str| {
+        format!("#!/bin/sh\ntouch {marker} 2>/dev/null\necho {name} >> hooks-ran.txt\nexit 0\n")
+    };
+    let files = json!({
+        "feature.txt": "the feature\n",
+        "scripts/lint": script(m.path("hook-scripts-lint"), "lint"),
+        "vendor/bin/captainhook": script(m.path("hook-captainhook"), "captainhook"),
+        "tools/check.sh": script(m.path("hook-sh-tools-check"), "check"),
+        "node_modules/.bin/commitlint": script(m.path("hook-node-modules-bin"), "commitlint"),
+        "scripts/prepush": format!("#!/bin/sh\ntouch {} 2>/dev/null\nexit 0\n", m.path("hook-pre-push")),
+    });
+    let run = json!([
+        "chmod +x scripts/lint vendor/bin/captainhook node_modules/.bin/commitlint scripts/prepush"
+    ]);
+    s.rules.push(json!({"prompt_contains": "## Task: Add the feature file", "write": files, "run": run,
+        "structured": {"status": "completed", "summary": "Added the feature file.", "files_changed": ["feature.txt"]}}));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Add the feature file", "body": null}),
+    );
+    push_once_committed(&mut s);
+    s.answer(NOTIFY, json!({"message": "Opened a PR."}));
+    s.run_until_settled(12).await;
+
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace).last().map(String::as_str),
+        Some("notify:completed"),
+        "{:?}",
+        chain(&trace)
+    );
+    let found = m.found();
+    assert!(found.is_empty(), "escapes: {found:?}");
+    // The hooks ran, in the sandbox: what they wrote in the worktree was committed.
+    let branch = rover_branch(&s);
+    let (_, ran) = remote_entry(&s, &branch, "hooks-ran.txt").expect("the hooks ran");
+    assert_eq!(ran, "lint\ncaptainhook\ncheck\ncommitlint\n");
+    let span = |step: &str| {
+        trace
+            .spans
+            .iter()
+            .find(|sp| sp.step.as_str() == step && sp.status.as_str() == "completed")
+            .unwrap_or_else(|| panic!("a completed {step} span"))
+    };
+    let commit = span("commit");
+    assert_eq!(
+        commit.meta["hooks"]["runs"],
+        json!("sandbox"),
+        "{:?}",
+        commit.meta
+    );
+    assert_eq!(
+        commit.meta["hooks"]["hooks"],
+        json!(["pre-commit", "commit-msg", "pre-push"])
+    );
+    assert_eq!(span("push").meta["hooks"]["runs"], json!("sandbox"));
+    eprintln!(
+        "proof escape (the user's hooks running worktree files): {} vectors tried with the default settings, {} escapes",
         m.names.len(),
         found.len()
     );
