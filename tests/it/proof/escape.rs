@@ -660,3 +660,98 @@ async fn the_real_claude_with_rovers_host_switches_loads_nothing_from_its_direct
         init["claude_code_version"], init["tools"]
     );
 }
+
+/// A secret that lives only in the user's object store (a `git stash`, an unpushed branch, a
+/// blob added and never committed) is not readable from a sandbox: the container's git borrows
+/// only the objects its task's `HEAD` reaches. Its own history is there (`git log`, `git show`),
+/// and what the host staged for the hooks too.
+#[tokio::test]
+async fn objects_outside_the_tasks_history_are_not_readable_in_the_sandbox() {
+    use rover::git::BranchBase;
+    use rover::sandbox::{stderr_path, ContainerStatus, Sandbox};
+
+    let docker = crate::support::docker::sandbox().await;
+    let image = crate::support::docker::test_image(&docker).await;
+    let tc = crate::support::docker::TestContainers::new();
+    let repo = crate::support::gitrepo::TestRepo::new();
+    let ws = repo.workspace().await;
+    let secret = |what: &str| format!("STASHED-SECRET-{what}-{}", uuid::Uuid::new_v4().simple());
+    let (stashed, unpushed, dangling) = (secret("stash"), secret("branch"), secret("blob"));
+    // A secret stashed away, one on a local branch never pushed, one hashed into the store.
+    std::fs::write(repo.checkout.join("creds.txt"), &stashed).unwrap();
+    git(&repo.checkout, &["add", "creds.txt"]);
+    git(&repo.checkout, &["stash", "-q"]);
+    git(&repo.checkout, &["checkout", "-q", "-b", "wip/secret"]);
+    std::fs::write(repo.checkout.join("wip.txt"), &unpushed).unwrap();
+    git(&repo.checkout, &["add", "wip.txt"]);
+    git(&repo.checkout, &["commit", "-q", "-m", "wip"]);
+    git(&repo.checkout, &["checkout", "-q", "-"]);
+    std::fs::write(repo.dir.path().join("loose.txt"), &dangling).unwrap();
+    let loose = repo.dir.path().join("loose.txt").display().to_string();
+    let dangling_oid = git(&repo.checkout, &["hash-object", "-w", &loose]);
+    let stash_oid = git(&repo.checkout, &["rev-parse", "stash@{0}"]);
+    let branch_oid = git(&repo.checkout, &["rev-parse", "wip/secret"]);
+
+    let wt = ws
+        .prepare_worktree(
+            "rover/objects",
+            BranchBase::DefaultBranch,
+            &repo.worktree_path("ob"),
+        )
+        .await
+        .expect("worktree");
+    // The host staged a file before the hooks run: the hooks' git must see it.
+    std::fs::write(wt.path.join("staged.txt"), "staged by the host\n").unwrap();
+    ws.stage_all(&wt.path).await.expect("stage");
+    let cache = repo.data.join("sandbox-objects");
+    let scratch = ws
+        .sandbox_git(&wt.path, &repo.data.join("scratch"), &cache)
+        .await
+        .expect("scratch git");
+    // Every way in: by the objects' ids, every object the store lists, the stash ref, the branch.
+    let script = format!(
+        "git cat-file --batch-all-objects --batch 2>&1; \
+         for o in {stash_oid} {branch_oid} {dangling_oid}; do git cat-file -p $o 2>&1; git show $o 2>&1; done; \
+         git stash list 2>&1; git log --all --format=%s 2>&1; git show wip/secret:wip.txt 2>&1; \
+         cat /rover-git-objects/*/* 2>/dev/null | gzip -dc 2>/dev/null; \
+         echo; echo CONTROL; git log --format=%s; git show HEAD:README.md | head -1; git diff --cached --name-only"
+    );
+    let mut spec = tc.spec(&image, &wt.path, "objects", &script);
+    spec.mount_git(&scratch);
+    let id = docker.run(&spec).await.expect("run");
+    let log = repo.data.join("objects.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    logs.expect("logs");
+    assert!(matches!(
+        status.expect("wait"),
+        ContainerStatus::Exited { code: 0, .. }
+    ));
+    let out = std::fs::read_to_string(&log).unwrap()
+        + &std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    for (what, value) in [
+        ("stash", &stashed),
+        ("unpushed branch", &unpushed),
+        ("dangling blob", &dangling),
+    ] {
+        assert!(
+            !out.contains(value.as_str()),
+            "the {what}'s secret was readable in the sandbox:\n{out}"
+        );
+    }
+    // The task's own history and what the host staged are there.
+    let control = out.split("CONTROL\n").nth(1).expect("the control ran");
+    assert!(control.contains("Initial commit"), "{control}");
+    assert!(control.contains("staged.txt"), "{control}");
+    // The pack is cached by HEAD and serves the next container without a rebuild.
+    let entries: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let again = ws
+        .sandbox_git(&wt.path, &repo.data.join("scratch2"), &cache)
+        .await
+        .expect("again");
+    assert_eq!(again.objects_dir, scratch.objects_dir);
+    scratch.discard();
+    again.discard();
+    docker.remove(&id).await.expect("remove");
+    eprintln!("proof escape (object store): 3 objects outside the task's history (stash, unpushed branch, dangling blob), 9 ways to read them tried, 0 read");
+}
