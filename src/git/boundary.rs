@@ -121,8 +121,22 @@ pub(crate) fn locate(repo_path: &Path, worktree: &Path) -> Result<WorktreeGit, G
             continue;
         }
         let git_dir = common_dir.join("worktrees").join(name);
-        if !git_dir.is_dir() {
+        let Ok(registered) = std::fs::metadata(&git_dir) else {
             continue;
+        };
+        if !registered.is_dir() {
+            continue;
+        }
+        // A container may have had the worktree (see `owner`): it is the owner's again before
+        // any host git reads it.
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            super::owner::take_back(&wanted, (registered.uid(), registered.gid())).map_err(
+                |source| GitError::Io {
+                    path: wanted.clone(),
+                    source,
+                },
+            )?;
         }
         let drivers_off = repo.config().map(|c| drivers_off(&c)).unwrap_or_default();
         return Ok(WorktreeGit {

@@ -90,15 +90,20 @@ pub struct Staged {
     /// Paths left out: nested repositories (a directory with its own `.git`), which `git add`
     /// would record as submodules whose git metadata the sandbox wrote.
     pub skipped: Vec<String>,
+    /// How many files the change adds or changes, and their size, as checked against the
+    /// commit limits (files whose size or time differs from the index).
+    pub change: super::limits::ChangeSize,
 }
 
 impl Workspace {
     /// Stages everything in `worktree` like `git add -A`, with libgit2: no filter driver,
     /// fsmonitor or hook runs, links are recorded as links, and nested repositories are left
-    /// out. Checks the worktree's `.git` first ([`GitError::Tampered`]).
+    /// out. Checks the worktree's `.git` first ([`GitError::Tampered`]), then the commit limits
+    /// ([`GitError::CommitLimit`]: nothing is staged, nothing written into the object store).
     pub async fn stage_all(&self, worktree: &Path) -> Result<Staged, GitError> {
         let wg = self.verify_worktree(worktree).await?;
-        blocking(move || stage(&wg)).await?
+        let limits = self.commit_limits();
+        blocking(move || stage(&wg, &limits)).await?
     }
 
     /// Commits what is staged in `worktree` with `git commit` (the user's signing applies, and
@@ -176,12 +181,15 @@ fn in_nested_repo(work_tree: &Path, relative: &Path) -> bool {
     false
 }
 
-fn stage(wg: &WorktreeGit) -> Result<Staged, GitError> {
+fn stage(wg: &WorktreeGit, limits: &super::limits::CommitLimits) -> Result<Staged, GitError> {
     let repo = open(wg)?;
     let path = &wg.work_tree;
     let mut index = repo
         .index()
         .map_err(GitError::git2("read the index", path))?;
+    super::limits::sweep_temporary_objects(&wg.common_dir.join("objects"));
+    let ignored = |relative: &Path| repo.is_path_ignored(relative).unwrap_or(false);
+    let change = super::limits::check(path, &index, limits, &ignored)?;
     let mut skipped = Vec::new();
     let mut skip = |entry: &Path, _: &[u8]| -> i32 {
         if in_nested_repo(path, entry) {
@@ -227,6 +235,7 @@ fn stage(wg: &WorktreeGit) -> Result<Staged, GitError> {
     Ok(Staged {
         changed: head_tree.is_none_or(|t| t.id() != tree),
         skipped,
+        change,
     })
 }
 

@@ -60,6 +60,15 @@ pub enum GitError {
     /// The directory is not a worktree registered in the repository.
     #[error("{} is not a worktree of the repository {}; was it removed or moved by hand?", path.display(), repo.display())]
     NotAWorktree { path: PathBuf, repo: PathBuf },
+    /// The task's change goes over a commit limit: nothing was staged.
+    #[error("{} is over the commit limit: `{path}` {}; delete it or add it to .gitignore, or raise autopilot.sandbox.commitLimits.{kind} in rover.json", match kind { super::limits::LimitKind::FileCount => "the number of changed files", super::limits::LimitKind::TotalSize => "the change's size", super::limits::LimitKind::FileSize => "a file" }, describe(*kind, *size, *limit))]
+    CommitLimit {
+        kind: super::limits::LimitKind,
+        /// The file that went over (for a total or a count, the one that tipped it).
+        path: String,
+        size: u64,
+        limit: u64,
+    },
     /// A sandbox replaced or rewrote the worktree's `.git`: its work is not trusted any more.
     #[error("tampered: the sandbox changed the worktree's git metadata in {}: {what}; nothing of it is committed", worktree.display())]
     Tampered { worktree: PathBuf, what: String },
@@ -109,5 +118,26 @@ impl GitError {
 impl From<CommandFailure> for GitError {
     fn from(failure: CommandFailure) -> Self {
         Self::Command(Box::new(failure))
+    }
+}
+
+/// `is N MiB (limit M MiB)` for sizes, `made N (limit M)` for counts.
+fn describe(kind: super::limits::LimitKind, size: u64, limit: u64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    #[allow(clippy::cast_precision_loss, reason = "sizes shown to one decimal")]
+    match kind {
+        super::limits::LimitKind::FileCount => {
+            format!("made the count {size} (limit {limit} files)")
+        }
+        super::limits::LimitKind::TotalSize => format!(
+            "brought it to {:.1} MiB (limit {:.1} MiB)",
+            size as f64 / MIB,
+            limit as f64 / MIB
+        ),
+        super::limits::LimitKind::FileSize => format!(
+            "is {:.1} MiB (limit {:.1} MiB)",
+            size as f64 / MIB,
+            limit as f64 / MIB
+        ),
     }
 }

@@ -45,6 +45,7 @@ pub struct Workspace {
     remote: String,
     envs: Vec<(OsString, OsString)>,
     hook_mode: HookMode,
+    commit_limits: super::limits::CommitLimits,
 }
 
 impl Workspace {
@@ -63,6 +64,7 @@ impl Workspace {
             remote: "origin".to_string(),
             envs: Vec::new(),
             hook_mode: HookMode::Sandbox,
+            commit_limits: super::limits::CommitLimits::default(),
         })
     }
 
@@ -91,6 +93,19 @@ impl Workspace {
     /// Which hooks may run on the host.
     pub fn hook_mode(&self) -> HookMode {
         self.hook_mode
+    }
+
+    /// What a task may commit (default [`super::CommitLimits::default`]), checked by
+    /// [`Workspace::stage_all`] before anything is staged.
+    #[must_use]
+    pub fn with_commit_limits(mut self, limits: super::limits::CommitLimits) -> Self {
+        self.commit_limits = limits;
+        self
+    }
+
+    /// What a task may commit.
+    pub fn commit_limits(&self) -> super::limits::CommitLimits {
+        self.commit_limits
     }
 
     /// The repository path this workspace was opened on.

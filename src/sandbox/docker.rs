@@ -1,13 +1,12 @@
 //! `DockerSandbox`: the [`Sandbox`] trait over a Docker engine through bollard.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType,
+    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
@@ -22,6 +21,7 @@ use super::env::check_env;
 use super::error::{status_of, SandboxError};
 use super::spec::{SandboxSpec, INPUT_MOUNT, WORKSPACE_MOUNT};
 use super::{stderr_path, ContainerInfo, ContainerStatus, LogStats, Sandbox};
+use crate::git::owner;
 
 /// The variable naming the engine to use (`unix://`, `tcp://`, `http://`); default the local socket.
 pub const DOCKER_HOST_ENV: &str = "DOCKER_HOST";
@@ -95,16 +95,50 @@ impl DockerSandbox {
         }
     }
 
-    fn create_body(&self, spec: &SandboxSpec) -> Result<ContainerCreateBody, SandboxError> {
+    /// The user a container runs as: the spec's, else never root (see [`crate::git::owner`]):
+    /// a root-owned worktree, and the read-write mounts with it, are handed to the sandbox user.
+    async fn user(spec: &SandboxSpec) -> Result<String, SandboxError> {
+        if let Some(user) = &spec.user {
+            return Ok(user.clone());
+        }
+        let worktree = spec.worktree.clone();
+        let writable: Vec<std::path::PathBuf> = spec
+            .extra_mounts
+            .iter()
+            .filter(|m| !m.read_only)
+            .map(|m| m.host.clone())
+            .collect();
+        let handed = tokio::task::spawn_blocking(move || {
+            let mount_err = |path: &Path| {
+                let path = path.to_path_buf();
+                move |source| SandboxError::Mount { path, source }
+            };
+            let run_as = owner::run_as(&worktree).map_err(mount_err(&worktree))?;
+            owner::hand_over(&worktree, run_as).map_err(mount_err(&worktree))?;
+            if run_as.hand_over {
+                for dir in &writable {
+                    owner::chown_tree(dir, run_as.uid, run_as.gid, &[]).map_err(mount_err(dir))?;
+                }
+            }
+            Ok::<_, SandboxError>(run_as.user())
+        })
+        .await;
+        handed.map_err(|e| SandboxError::Mount {
+            path: spec.worktree.clone(),
+            source: std::io::Error::other(e),
+        })?
+    }
+
+    fn create_body(
+        &self,
+        spec: &SandboxSpec,
+        user: String,
+    ) -> Result<ContainerCreateBody, SandboxError> {
         check_env(&spec.env, &self.env_allow)?;
-        let meta = std::fs::metadata(&spec.worktree).map_err(|source| SandboxError::Mount {
+        std::fs::metadata(&spec.worktree).map_err(|source| SandboxError::Mount {
             path: spec.worktree.clone(),
             source,
         })?;
-        let user = spec
-            .user
-            .clone()
-            .unwrap_or_else(|| format!("{}:{}", meta.uid(), meta.gid()));
         // Structured mounts, not `host:target:mode` strings: paths may contain `:`.
         let bind = |host: &Path, target: &str, read_only: bool| Mount {
             source: Some(host.to_string_lossy().into_owned()),
@@ -163,6 +197,11 @@ impl DockerSandbox {
             memory_swap: Some(spec.limits.memory_bytes),
             nano_cpus: Some(nano_cpus),
             pids_limit: Some(spec.limits.pids),
+            ulimits: Some(vec![ResourcesUlimits {
+                name: Some("fsize".to_owned()),
+                soft: Some(spec.limits.file_bytes),
+                hard: Some(spec.limits.file_bytes),
+            }]),
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             readonly_rootfs: Some(spec.readonly_rootfs),
@@ -227,7 +266,9 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
-        let body = self.create_body(spec)?;
+        check_env(&spec.env, &self.env_allow)?;
+        let user = Self::user(spec).await?;
+        let body = self.create_body(spec, user)?;
         let name = spec.container_name();
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
         let created = match self.docker.create_container(Some(options), body).await {

@@ -16,6 +16,9 @@ pub struct SandboxSettings {
     pub cpus: f64,
     /// Process limit.
     pub pids_limit: i64,
+    /// The largest file a process in a sandbox may write, in MiB (`RLIMIT_FSIZE`, enforced by
+    /// the kernel on every engine: a larger write or truncate fails with `EFBIG`).
+    pub file_size_limit_mb: u64,
     /// Wall-clock limit of one agent run, in seconds.
     pub timeout_secs: u64,
     /// Docker network mode. The agent CLIs need to reach their model API, hence `bridge`;
@@ -32,6 +35,9 @@ pub struct SandboxSettings {
     /// container) or `host` (hooks of the repository's own hooks dir run on the host, with the
     /// agent's worktree as their working directory; `start` warns).
     pub hooks: crate::git::HookMode,
+    /// What one task may commit: the largest file, the total size and the number of files it
+    /// adds or changes, checked before anything is staged.
+    pub commit_limits: crate::git::CommitLimits,
 }
 
 impl Default for SandboxSettings {
@@ -41,6 +47,7 @@ impl Default for SandboxSettings {
             memory_mb: 4096,
             cpus: 2.0,
             pids_limit: 1024,
+            file_size_limit_mb: 4096,
             timeout_secs: 3600,
             network: "bridge".to_string(),
             readonly_rootfs: true,
@@ -58,6 +65,7 @@ impl Default for SandboxSettings {
             .to_vec(),
             gates: Vec::new(),
             hooks: crate::git::HookMode::Sandbox,
+            commit_limits: crate::git::CommitLimits::default(),
         }
     }
 }
@@ -70,6 +78,8 @@ impl SandboxSettings {
                 .unwrap_or(i64::MAX),
             cpus: self.cpus,
             pids: self.pids_limit,
+            file_bytes: i64::try_from(self.file_size_limit_mb.saturating_mul(1024 * 1024))
+                .unwrap_or(i64::MAX),
         }
     }
 

@@ -42,6 +42,9 @@ pub struct ResourceLimits {
     pub cpus: f64,
     /// Maximum number of processes.
     pub pids: i64,
+    /// The largest file any process of the container may write, in bytes (`RLIMIT_FSIZE`: the
+    /// kernel refuses a write or a truncate past it with `EFBIG`, a sparse file included).
+    pub file_bytes: i64,
 }
 
 /// Everything needed to start one sandbox container.

@@ -295,6 +295,15 @@ impl Step for CommitStep {
                     commit_failed(),
                 ))
             }
+            // Over a commit limit: nothing was staged; the resolver decides (the agent can
+            // delete or ignore the file).
+            Err(e @ GitError::CommitLimit { .. }) => {
+                return Ok(failed(
+                    span_meta,
+                    git_error("the task's change is over a commit limit", &e),
+                    commit_failed(),
+                ))
+            }
             Err(e) => return Err(git_error("cannot stage the worktree's changes", &e)),
         };
         let diff = ws

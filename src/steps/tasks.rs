@@ -87,7 +87,8 @@ pub async fn remove_task(store: &AutopilotStore, action_id: Uuid) -> Result<bool
 pub async fn workspace(services: &Services) -> Result<Workspace, GitError> {
     let mut ws = Workspace::open(&services.repo_root)
         .await?
-        .with_hook_mode(services.config.autopilot.sandbox.hooks);
+        .with_hook_mode(services.config.autopilot.sandbox.hooks)
+        .with_commit_limits(services.config.autopilot.sandbox.commit_limits);
     for (k, v) in &services.git_env {
         ws = ws.with_env(k, v);
     }
@@ -106,6 +107,19 @@ pub fn git_error(context: &str, e: &GitError) -> StepError {
             .detail("stdout", &f.stdout)
             .detail("stderr", &f.stderr)
             .detail("truncated", f.truncated);
+    }
+    if let GitError::CommitLimit {
+        kind,
+        path,
+        size,
+        limit,
+    } = e
+    {
+        err = err
+            .detail("commitLimit", kind)
+            .detail("path", path)
+            .detail("size", size)
+            .detail("limit", limit);
     }
     err
 }

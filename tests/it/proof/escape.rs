@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 
 use crate::support::gitrepo::git;
 use crate::support::scenario::{
-    chain, coordinate, prompts, push_once_committed, resolve, task, Scenario, COMMIT, COORDINATE,
-    NOTIFY, PLAN, RESOLVE,
+    chain, coordinate, merge, prompts, push_once_committed, resolve, task, Scenario, COMMIT,
+    COORDINATE, NOTIFY, PLAN, RESOLVE,
 };
 
 /// A host dir for markers: payloads `touch` files here; a container cannot see it.
@@ -754,4 +754,127 @@ async fn objects_outside_the_tasks_history_are_not_readable_in_the_sandbox() {
     again.discard();
     docker.remove(&id).await.expect("remove");
     eprintln!("proof escape (object store): 3 objects outside the task's history (stash, unpushed branch, dangling blob), 9 ways to read them tried, 0 read");
+}
+
+/// Files the agent makes huge (a 48 GiB sparse file costs it nothing) and the sandbox's user.
+/// The kernel refuses a file past `fileSizeLimitMb` inside the container; a file within it but
+/// over the commit limit ends the commit with an error naming it, before anything is staged, so
+/// the user's object store gets nothing; the container ran as an unprivileged uid although
+/// rover runs as root, and the worktree's files are root's again afterwards.
+#[tokio::test]
+async fn huge_files_are_refused_before_staging_and_the_sandbox_is_never_root() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"fileSizeLimitMb": 64, "commitLimits": {"maxFileMb": 1}}}}),
+    );
+    s.github
+        .add_issue(63, "Add the data file", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 63, "title": "Add the data file", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add the data file"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the data file", &[], "swe")]}));
+    let run = json!([
+        "id -u > uid.txt",
+        // Past the file size limit: the kernel says no (EFBIG).
+        "truncate -s 48G huge.bin; echo $? > huge-exit.txt",
+        "dd if=/dev/zero of=written.bin bs=1M count=100 2>/dev/null; echo $? > written-exit.txt",
+        // Within it, but over the commit limit.
+        "truncate -s 20M data.bin",
+        "mkdir -p made/inside && echo x > made/inside/file.txt",
+    ]);
+    s.rules.push(json!({"prompt_contains": "## Task: Add the data file", "write": {"notes.txt": "notes\n"}, "run": run,
+        "structured": {"status": "completed", "summary": "Added the data file.", "files_changed": ["data.bin"]}}));
+    s.rules.push(json!({"prompt_contains": "over the commit limit",
+        "structured": resolve("fail", json!({"message": "The data file is too large to commit."}))}));
+    s.answer(NOTIFY, json!({"message": "The data file is too large."}));
+    let objects_before = dir_size(&s.checkout.join(".git/objects"));
+    s.run_until_settled(10).await;
+
+    let trace = s.the_trace();
+    let chain = chain(&trace);
+    assert!(chain.contains(&"commit:error".to_owned()), "{chain:?}");
+    assert!(!chain.iter().any(|c| c.starts_with("push")), "{chain:?}");
+    let commit = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "commit")
+        .unwrap();
+    let error = &commit.meta["error"];
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("`data.bin`") && message.contains("maxFileMb"),
+        "{message}"
+    );
+    assert_eq!(error["path"], json!("data.bin"), "{error}");
+    // Nothing was staged: the user's object store did not grow by the file, no partial object.
+    let objects_after = dir_size(&s.checkout.join(".git/objects"));
+    assert!(
+        objects_after < objects_before + 1024 * 1024,
+        "{objects_before} -> {objects_after}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(s.checkout.join(".git/objects"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tmp_"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Inside: the kernel refused the files past the limit.
+    let worktree = std::path::PathBuf::from(commit.meta["worktreePath"].as_str().unwrap());
+    let read = |name: &str| std::fs::read_to_string(worktree.join(name)).unwrap();
+    assert_ne!(read("huge-exit.txt").trim(), "0", "a 48 GiB file was made");
+    assert!(std::fs::metadata(worktree.join("huge.bin")).map_or(0, |m| m.len()) <= 64 << 20);
+    assert!(std::fs::metadata(worktree.join("written.bin")).map_or(0, |m| m.len()) <= 64 << 20);
+    // The container ran as the sandbox user, never root; the files are root's again.
+    assert_eq!(
+        read("uid.txt").trim(),
+        rover::git::owner::SANDBOX_UID.to_string()
+    );
+    for path in [
+        "uid.txt",
+        "data.bin",
+        "made",
+        "made/inside/file.txt",
+        "notes.txt",
+        "",
+    ] {
+        let meta = std::fs::symlink_metadata(worktree.join(path)).unwrap();
+        assert_eq!(
+            (
+                std::os::unix::fs::MetadataExt::uid(&meta),
+                std::os::unix::fs::MetadataExt::gid(&meta)
+            ),
+            (0, 0),
+            "{path} was not given back"
+        );
+    }
+    eprintln!(
+        "proof escape (huge files): a 48 GiB sparse file and a 100 MiB write refused in the sandbox (EFBIG), a 20 MiB file refused before staging; object store {objects_before} -> {objects_after} bytes; sandbox uid {}",
+        read("uid.txt").trim()
+    );
+}
+
+/// The bytes of every file under `dir`.
+fn dir_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            stack.extend(
+                std::fs::read_dir(&path)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        } else {
+            total += meta.len();
+        }
+    }
+    total
 }
