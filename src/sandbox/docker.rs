@@ -184,6 +184,19 @@ impl DockerSandbox {
         if !spec.env.iter().any(|(k, _)| k == "HOME") {
             env.push("HOME=/tmp".to_string());
         }
+        // The sandbox user owns the worktree and the scratch git, not the read-only `.git` file
+        // rover mounts over the worktree's: git inside must not refuse the repository for that
+        // ("dubious ownership"). Config from the environment counts as the command line's.
+        if !spec.env.iter().any(|(k, _)| k == "GIT_CONFIG_COUNT") {
+            env.extend(
+                [
+                    "GIT_CONFIG_COUNT=1",
+                    "GIT_CONFIG_KEY_0=safe.directory",
+                    "GIT_CONFIG_VALUE_0=*",
+                ]
+                .map(String::from),
+            );
+        }
         env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
         #[allow(
             clippy::cast_possible_truncation,
