@@ -19,9 +19,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::meta::{
-    self, CommitMeta, ConflictSpanMeta, CorrectiveRuns, DecisionSpanMeta, NotifyMeta,
-    NotifyPurpose, OutcomeSpanMeta, PushConflict, PushMeta, ResolveQuickExit, ResolveSpanMeta,
-    ResolveWaitMeta, WorkflowMeta, WorkflowType,
+    self, CommitMeta, CommitSpanMeta, ConflictSpanMeta, CorrectiveRuns, DecisionSpanMeta,
+    NotifyMeta, NotifyPurpose, OutcomeSpanMeta, PushConflict, PushMeta, ResolveQuickExit,
+    ResolveSpanMeta, ResolveWaitMeta, WorkflowMeta, WorkflowType,
 };
 use super::{agent_call, Services};
 use crate::agents::{
@@ -212,6 +212,22 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
         })
         .find(|s| s.timestamp >= last_commit)
         .map(|s| s.id)
+}
+
+/// Whether the trace committed work after its last push (or has no push yet): work a limit on
+/// iterations must not throw away.
+fn unpushed_commit(view: &TraceView) -> bool {
+    let last_push = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Push && s.status == SpanStatus::Completed)
+        .map(|s| s.timestamp)
+        .max();
+    view.spans
+        .iter()
+        .filter(|s| s.step == StepKind::Commit && s.status == SpanStatus::Completed)
+        .filter(|s| CommitSpanMeta::read(&s.meta).is_ok_and(|m| m.committed))
+        .any(|s| last_push.is_none_or(|pushed| s.timestamp > pushed))
 }
 
 /// How many `iterate` and `retry` decisions the trace's resolves made so far.
@@ -818,7 +834,10 @@ impl Step for ResolveStep {
         }
         let max = self.services.config.autopilot.pipeline.max_retries;
         let retries = retries_so_far(view);
-        if retries >= max {
+        // The limit stops the next iterate or retry, never the push of work it allowed: with
+        // none left and nothing committed since the last push, no agent is asked.
+        let out_of_retries = retries >= max;
+        let gave_up = |retries: u32| {
             let why = format!(
                 "gave up after {retries} iterate/retry attempts (the limit is {max}); the last failure is in the trace"
             );
@@ -831,8 +850,10 @@ impl Step for ResolveStep {
                 corrective_commands: Some(Vec::new()),
                 ..ResolveSpanMeta::default()
             };
-            let finished = fail_finished(view, format!("fail: {why}"), &why);
-            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+            fail_finished(view, format!("fail: {why}"), &why).with_meta_record(&span_meta)
+        };
+        if out_of_retries && !unpushed_commit(view) {
+            return Ok(Outcome::Finished(gave_up(retries)));
         }
 
         // A sandbox that changed the worktree's git metadata ends the trace: its work is not
@@ -871,7 +892,11 @@ impl Step for ResolveStep {
         vars.insert("changes".into(), changes);
         vars.insert(
             "retries".into(),
-            format!("{retries} of at most {max} iterate/retry decisions used."),
+            if out_of_retries {
+                format!("{retries} of at most {max} iterate/retry decisions used: none is left, so `iterate` and `retry` end the trace; push the work already committed, notify, or fail.")
+            } else {
+                format!("{retries} of at most {max} iterate/retry decisions used.")
+            },
         );
         let dir = agent_call::host_workdir_path(&ctx.store);
         let answer = agent_call::ask::<ResolveResult>(
@@ -894,6 +919,19 @@ impl Step for ResolveStep {
                 ..span_meta
             };
             return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+        if out_of_retries
+            && matches!(
+                result.decision,
+                ResolveDecision::Iterate | ResolveDecision::Retry
+            )
+        {
+            let mut finished = gave_up(retries);
+            let mut span_meta = ResolveSpanMeta::read(&finished.meta).unwrap_or_default();
+            span_meta.agent = Some(usage);
+            span_meta.agent_decision = Some(result.decision);
+            finished = finished.with_meta_record(&span_meta);
+            return Ok(Outcome::Finished(finished));
         }
         let Decided {
             finished,

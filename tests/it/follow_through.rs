@@ -533,3 +533,53 @@ async fn ci_that_stays_red_ends_in_a_failure_notice_even_if_the_resolver_keeps_p
     assert_eq!(resolves, 4, "{steps:?}");
     assert_eq!(s.github.pulls().len(), 1);
 }
+
+/// `maxRetries: 1` allows one iteration: it is committed and pushed to the pull request before
+/// CI, red again, ends the trace. The limit stops the next iterate, never the push of the work
+/// it allowed.
+#[tokio::test]
+async fn the_last_allowed_iteration_reaches_the_pull_request() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    follow_ci(&mut s);
+    crate::support::scenario::merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"maxRetries": 1}}}),
+    );
+    s.github.ci_on_new_commits(&["failure"]);
+    s.rules.push(json!({"prompt_contains": "1 of at most 1 iterate/retry decisions used: none is left", "structured": crate::support::scenario::resolve("push", json!({}))}));
+    s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
+    s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
+    crate::support::scenario::one_task_issue(
+        &mut s,
+        31,
+        "Add a --csv flag",
+        "Please add --csv.",
+        "Add the csv flag",
+        "csv.txt",
+    );
+    s.answer(NOTIFY, json!({"message": "About the pull request."}));
+    s.run_until_settled(16).await;
+
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    let pushes = steps.iter().filter(|st| *st == "push:completed").count();
+    assert_eq!(pushes, 2, "the iteration was pushed: {steps:?}");
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(git_show(&s, &pulls[0].1, "csv.txt"), "csv with quoting");
+    let last_notify = trace
+        .spans
+        .iter()
+        .rev()
+        .find(|sp| sp.step.as_str() == "notify")
+        .unwrap();
+    assert_eq!(last_notify.meta["purpose"], "failure", "{steps:?}");
+    assert!(
+        !trace
+            .spans
+            .iter()
+            .any(|sp| sp.meta.get("quickExit") == Some(&json!("maxRetries"))),
+        "{steps:?}"
+    );
+}
