@@ -25,7 +25,8 @@ pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<E
     let store = AutopilotStore::open(&crate::project::data_dir()?, &project_id)?;
     let actor = std::env::var("USER").unwrap_or_else(|_| "local".into());
     let (root, first) = crate::steps::event::local_trace(&request, &actor);
-    store.create_trace(&root, Some(&first), &[])?;
+    let record = crate::steps::event::local_record(root.id, &actor);
+    store.create_recorded_trace(&root, Some(&first), record)?;
     out.print(&format!("submitted trace {}\n", root.id))?;
     match super::wake_daemon(&store) {
         Some(pid) => {

@@ -80,6 +80,15 @@ pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
     build(Uuid::new_v4(), &meta, "new local request".into())
 }
 
+/// The intake record of a local request (`submit`): `via: "local"`, ingested into `trace`.
+pub fn local_record(trace: Uuid, actor: &str) -> IntakeRecord {
+    let mut r = IntakeRecord::new("local", IntakeOutcome::Ingested, Utc::now());
+    r.kind = Some("LocalRequest".to_owned());
+    r.actor = Some(actor.to_owned());
+    r.trace_id = Some(trace);
+    r
+}
+
 fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {
     let now = Utc::now();
     let mut root = Span::root(root_id, now, meta.to_meta());

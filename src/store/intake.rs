@@ -56,7 +56,7 @@ impl IntakeOutcome {
 pub struct IntakeRecord {
     #[serde(with = "super::records::iso")]
     pub at: DateTime<Utc>,
-    /// `poll`, `webhook` or `reconcile`.
+    /// `poll`, `webhook`, `reconcile`, or `local` (a `submit`).
     pub via: String,
     pub outcome: IntakeOutcome,
     /// Why (skips, duplicates and notices).

@@ -297,6 +297,21 @@ impl AutopilotStore {
         self.transact(|txn| self.create_trace_in(txn, root, first, event_ids))
     }
 
+    /// [`AutopilotStore::create_trace`] with the arrival recorded in the intake log in the same
+    /// locked update (a local request).
+    pub fn create_recorded_trace(
+        &self,
+        root: &Span,
+        first: Option<&Action>,
+        record: IntakeRecord,
+    ) -> Result<bool> {
+        self.transact(|txn| {
+            let created = self.create_trace_in(txn, root, first, &[])?;
+            txn.record_intake(record);
+            Ok(created)
+        })
+    }
+
     /// Start the trace of a GitHub event in transaction `txn`, unless the same event already
     /// started one.
     ///

@@ -374,3 +374,55 @@ fn status_reports_the_queue_running_steps_and_dead_letters() {
     assert_eq!(v["deadLetters"].as_array().unwrap().len(), 1);
     assert_eq!(v["running"][0]["step"], "workflow");
 }
+
+/// The first fenced block after `heading` in `text`.
+fn block_after(text: &str, heading: &str) -> String {
+    let rest = &text[text.find(heading).expect("the heading") + heading.len()..];
+    let start = rest.find("```\n").expect("a block") + 4;
+    let end = rest[start..].find("```").expect("its end");
+    rest[start..start + end].to_owned()
+}
+
+/// The command list is one: README's and `docs/cli.md`'s blocks are the same text, and name
+/// exactly the commands `rover autopilot --help` lists, so neither can drift again.
+#[test]
+fn the_command_lists_in_the_docs_are_the_commands_rover_has() {
+    let help = crate::support::env::stdout(
+        &std::process::Command::new(crate::support::env::rover_bin())
+            .args(["autopilot", "--help"])
+            .output()
+            .expect("rover --help"),
+    );
+    let section = &help[help.find("Commands:\n").expect("a command list") + 10..];
+    let mut commands: Vec<&str> = section
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    commands.sort_unstable();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = block_after(
+        &std::fs::read_to_string(root.join("README.md")).expect("README"),
+        "## Commands",
+    );
+    let cli = block_after(
+        &std::fs::read_to_string(root.join("docs/cli.md")).expect("cli.md"),
+        "# Commands",
+    );
+    assert_eq!(
+        readme, cli,
+        "README.md and docs/cli.md list the commands differently"
+    );
+    let mut listed: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("rover autopilot "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    listed.sort_unstable();
+    listed.dedup();
+    assert_eq!(
+        listed, commands,
+        "the docs' command list is not `rover autopilot --help`'s"
+    );
+}

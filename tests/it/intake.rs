@@ -718,3 +718,27 @@ fn a_poll_cursor_that_does_not_parse_is_an_error_naming_the_file() {
         .expect_err("a cursor that does not parse");
     assert!(err.to_string().contains("cursor.json"), "{err}");
 }
+
+/// `events` lists local requests too, with their source, so it is every event rover was told
+/// about whatever the path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autopilot_events_lists_local_requests_with_their_source() {
+    let s = Scenario::new().await;
+    let out = s
+        .env
+        .rover(&["autopilot", "submit", "Add a --json flag to export"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let records = events_json(&s);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["via"], json!("local"));
+    assert_eq!(records[0]["outcome"], json!("ingested"));
+    assert_eq!(records[0]["type"], json!("LocalRequest"));
+    let trace = records[0]["traceId"].as_str().expect("a trace").to_owned();
+    assert_eq!(s.traces().len(), 1);
+    assert_eq!(s.traces()[0].index.trace_id.to_string(), trace);
+    let text = crate::support::env::stdout(&s.env.rover(&["autopilot", "events"]));
+    assert!(
+        text.contains("local") && text.contains("LocalRequest"),
+        "{text}"
+    );
+}
