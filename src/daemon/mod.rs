@@ -50,6 +50,9 @@ pub enum StartError {
     Refused(String),
 }
 
+/// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`.
+pub const EX_TEMPFAIL: u8 = 75;
+
 /// Run the daemon for `project` (resolved by the command line, `cli::start`) until it is
 /// stopped, or once with `--once`.
 pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartError> {
@@ -361,13 +364,20 @@ async fn run(
             poll_loop(
                 store, project_id, gh, settings, normalize, backlog, orch, token, once,
             )
-            .await;
+            .await
         })
     });
 
+    let mut unavailable = None;
     let result = if options.once {
         if let Some(task) = poller_task {
-            let _ = task.await;
+            match task.await {
+                Ok(end) => unavailable = end.unavailable,
+                Err(e) => {
+                    tracing::error!(error = %e, "the poller stopped");
+                    unavailable = Some(format!("the poller stopped: {e}"));
+                }
+            }
         }
         orchestrator.run_until_idle(shutdown.clone()).await
     } else {
@@ -392,6 +402,14 @@ async fn run(
         eprintln!("error: {internal_errors} step run(s) hit an internal error; see `rover autopilot traces`");
         return Ok(ExitCode::FAILURE);
     }
+    // For cron: GitHub did not answer within the run. Nothing is lost (the cursor is where it
+    // was); the next run picks up from there. sysexits' EX_TEMPFAIL, so cron wrappers can tell.
+    if let Some(error) = unavailable {
+        eprintln!(
+            "error: GitHub is unavailable ({error}); nothing was lost, try again later (the next run starts where this one stopped)"
+        );
+        return Ok(ExitCode::from(EX_TEMPFAIL));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -409,7 +427,7 @@ async fn poll_loop(
     orchestrator: StepOrchestrator,
     shutdown: CancellationToken,
     once: bool,
-) {
+) -> PollEnd {
     let mut poller = match resume_poller(&store, settings) {
         Ok(p) => match backlog {
             Some(n) => p.with_backlog(n),
@@ -421,7 +439,7 @@ async fn poll_loop(
                 "cannot read the event cursor; not polling"
             );
             println!("error: cannot read the event cursor: {e}; not polling GitHub");
-            return;
+            return PollEnd::default();
         }
     };
     // A restart sweeps what happened while rover was down; a first start has nothing before it
@@ -441,6 +459,7 @@ async fn poll_loop(
             );
         }
     }
+    let mut attempt = 0;
     loop {
         match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
             Ok(report) => {
@@ -462,12 +481,33 @@ async fn poll_loop(
             Err(e) => {
                 tracing::warn!(
                     error = &e as &dyn std::error::Error,
+                    attempt,
                     "polling GitHub failed"
                 );
                 println!(
                     "warning: polling GitHub failed: {}",
                     crate::error::error_chain(&e)
                 );
+                // A `--once` run retries a blip within itself, a few times with backoff and
+                // never past a rate limit's reset; then it says GitHub is unavailable (75).
+                if once {
+                    match once_retry_delay(&e, attempt) {
+                        Some(delay) => {
+                            attempt += 1;
+                            tokio::select! {
+                                () = shutdown.cancelled() => return PollEnd::default(),
+                                () = tokio::time::sleep(delay) => {}
+                            }
+                            poller.retry_now();
+                            continue;
+                        }
+                        None => {
+                            return PollEnd {
+                                unavailable: Some(crate::error::error_chain(&e)),
+                            }
+                        }
+                    }
+                }
             }
         }
         if reconciler
@@ -477,7 +517,7 @@ async fn poll_loop(
             orchestrator.wake();
         }
         if once {
-            return;
+            return PollEnd::default();
         }
         let mut wait = poller
             .next_poll_at()
@@ -488,9 +528,40 @@ async fn poll_loop(
             wait = wait.min(until.max(Duration::from_millis(100)));
         }
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => return PollEnd::default(),
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// How the poll loop ended.
+#[derive(Debug, Default)]
+struct PollEnd {
+    /// A `--once` run could not reach GitHub after its retries: the last error.
+    unavailable: Option<String>,
+}
+
+/// Retries of a failed poll within one `--once` run, and the first delay (doubling).
+const ONCE_POLL_RETRIES: u32 = 3;
+const ONCE_FIRST_DELAY: Duration = Duration::from_secs(1);
+
+/// The delay before the next try of a `--once` poll that failed with `error` after `attempt`
+/// retries; `None` to stop (not transient, out of retries, or a rate limit resetting later than
+/// the run should wait).
+fn once_retry_delay(error: &crate::steps::event::IngestError, attempt: u32) -> Option<Duration> {
+    let crate::steps::event::IngestError::GitHub(error) = error else {
+        return None;
+    };
+    if !error.is_retryable() || attempt >= ONCE_POLL_RETRIES {
+        return None;
+    }
+    let backoff = ONCE_FIRST_DELAY * 2u32.pow(attempt);
+    match error.retry_at() {
+        Some(at) => {
+            let until = (at - chrono::Utc::now()).to_std().unwrap_or_default();
+            (until <= Duration::from_secs(60)).then(|| until.max(backoff))
+        }
+        None => Some(backoff),
     }
 }
 

@@ -316,6 +316,13 @@ impl Poller {
         self.next_at.is_none_or(|at| now >= at)
     }
 
+    /// Allows the next poll now, whatever the backoff says: a `--once` run retries a transient
+    /// failure within itself, on its own shorter schedule (its caller never does so before a
+    /// rate limit's reset).
+    pub fn retry_now(&mut self) {
+        self.next_at = None;
+    }
+
     /// Consecutive failures so far.
     pub fn failures(&self) -> u32 {
         self.failures

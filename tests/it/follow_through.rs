@@ -583,3 +583,48 @@ async fn the_last_allowed_iteration_reaches_the_pull_request() {
         "{steps:?}"
     );
 }
+
+/// Under cron a GitHub blip is no failure: `--once` retries the feed within the run and does the
+/// work; a GitHub that stays down ends the run with `EX_TEMPFAIL` (75) and one line saying so,
+/// with nothing lost (the next run picks the event up).
+#[tokio::test]
+async fn a_github_blip_is_retried_within_a_once_run_and_an_outage_exits_75() {
+    let mut s = Scenario::new().await;
+    a_question(&mut s);
+    s.github.fault(Fault {
+        method: Some(Method::GET),
+        path_contains: "/events".into(),
+        times: 1,
+        kind: FaultKind::Server(502),
+    });
+    let out = s.run_once_raw().await;
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(ours(&s, 5), 1, "the work was done in the same run");
+
+    let mut down = Scenario::new().await;
+    a_question(&mut down);
+    down.github.fault(Fault {
+        method: Some(Method::GET),
+        path_contains: "/events".into(),
+        times: 100,
+        kind: FaultKind::Server(503),
+    });
+    let out = down.run_once_raw().await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    assert!(
+        err.contains("GitHub is unavailable") && err.contains("try again later"),
+        "{err}"
+    );
+    assert_eq!(
+        down.github.count(&Method::GET, "/events"),
+        4,
+        "one try and three retries"
+    );
+    assert!(down.traces().is_empty());
+    // GitHub is back: the next run does the work.
+    down.github.clear_faults();
+    let out = down.run_once_raw().await;
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(ours(&down, 5), 1);
+}

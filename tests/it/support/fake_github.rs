@@ -442,6 +442,10 @@ impl FakeGitHub {
         push_event(&mut st, kind, actor, payload)
     }
 
+    pub fn clear_faults(&self) {
+        self.st().faults.clear();
+    }
+
     pub fn fault(&self, fault: Fault) {
         self.st().faults.push(fault);
     }
