@@ -1252,7 +1252,11 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
         prompt.contains("The cache key looks wrong to me."),
         "{prompt}"
     );
-    assert!(prompt.contains("<untrusted source=\"github octo-org/widgets\">"));
+    assert!(
+        prompt.contains("<untrusted-data id=\"")
+            && prompt.contains("\" source=\"github octo-org/widgets\">"),
+        "{prompt}"
+    );
     // CI status.
     assert!(prompt.contains("## CI for"), "{prompt}");
     assert!(prompt.contains("failing: ci / lint"), "{prompt}");
