@@ -16,6 +16,7 @@ mod runner;
 mod settings;
 mod structured;
 mod types;
+mod untrusted;
 
 #[cfg(test)]
 mod parse_tests;
@@ -44,6 +45,7 @@ pub use types::{
     AgentKind, AgentRequest, AgentResponse, AgentStep, ErrorClass, ParseError, PermissionDenial,
     ToolPolicy, Usage,
 };
+pub use untrusted::marker_like_tags;
 
 /// Path of the `claude` executable (default: `claude` on `PATH`).
 pub const ROVER_CLAUDE_BIN: &str = "ROVER_CLAUDE_BIN";

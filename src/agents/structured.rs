@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::agent::Agent;
 use super::error::AgentError;
+use super::prompts::untrusted_block;
 use super::results::StepResult;
 use super::types::{AgentRequest, AgentResponse};
 
@@ -128,9 +129,12 @@ pub async fn run_structured<T: StepResult>(
     };
     let raw = raw_answer(&first);
     let quoted = super::truncate_marked(&raw, MAX_QUOTED_ANSWER);
+    // The answer, and the error that quotes parts of it, are the agent's text: data.
     let correction = format!(
-        "Your previous answer was rejected: {first_error}\n\nPrevious answer:\n{quoted}\n\n\
-         Reply again with only the corrected JSON object that matches the required schema."
+        "Your previous answer was rejected:\n{}\n\nPrevious answer:\n{}\n\n\
+         Reply again with only the corrected JSON object that matches the required schema.",
+        untrusted_block("why rover rejected the answer", &first_error),
+        untrusted_block("your previous answer", &quoted)
     );
     let mut retry = req.clone();
     retry.transcript = with_suffix(req.transcript.as_ref(), ".retry");

@@ -11,8 +11,8 @@ use uuid::Uuid;
 use super::meta::EventMeta;
 use super::Services;
 use crate::agents::{
-    run_structured, step_request, AgentError, AgentStep, CustomInstructions, PromptVars,
-    StepResult, Structured,
+    run_structured, step_request, untrusted_block, AgentError, AgentStep, CustomInstructions,
+    PromptVars, StepResult, Structured,
 };
 use crate::orchestrator::{StepContext, StepError};
 use crate::store::blocking;
@@ -251,7 +251,8 @@ fn span_line(out: &mut String, span: &Span, view: &TraceView) {
 }
 
 /// The trace as a list for a prompt: every span (step, status, summary, error) and the actions
-/// it produced, bounded.
+/// it produced, bounded, as one untrusted block (summaries, errors and reasons quote agents,
+/// events and command output).
 pub(crate) fn render_trace(view: &TraceView) -> String {
     let mut out = String::new();
     for span in &view.spans {
@@ -260,5 +261,12 @@ pub(crate) fn render_trace(view: &TraceView) -> String {
     if out.is_empty() {
         out.push_str("(nothing recorded yet)\n");
     }
-    crate::github::context::truncate(&out, MAX_TRACE_CHARS)
+    untrusted_block(
+        TRACE_SOURCE,
+        &crate::github::context::truncate(&out, MAX_TRACE_CHARS),
+    )
 }
+
+/// The source of a trace's block: what its lines quote.
+pub(crate) const TRACE_SOURCE: &str =
+    "rover's trace (its summaries quote agents, events and commands)";

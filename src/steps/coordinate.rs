@@ -372,11 +372,11 @@ impl CoordinateStep {
             .or_else(|| pull.map(|p| p.head_branch.clone()));
         let merged = event.merged == Some(true) || pull.is_some_and(|p| p.merged);
         Ok(Ok(Gathered {
-            // Branch and label names come from GitHub users: data, not instructions.
-            event: format!(
-                "{}\n\n{}",
-                meta.label,
-                untrusted_block("github event", &event_json(event))
+            // Branch and label names come from GitHub users (the one-line label quotes a ref):
+            // data, not instructions.
+            event: untrusted_block(
+                "github event",
+                &format!("{}\n\n{}", meta.label, event_json(event)),
             ),
             context: untrusted_block(&format!("github {}", event.repo), &context.render()),
             subject: subject_key(event),
@@ -678,41 +678,51 @@ pub fn take_over_waits(
     Ok(taken)
 }
 
+/// Rover's task mappings for the prompt, their names in untrusted blocks: task ids come from
+/// the planner, branch names from task titles and events.
 fn render_mappings(mappings: &[MappedTask], rover_pr: Option<&RoverPr>) -> String {
     let mut out = String::new();
     if let Some(pr) = rover_pr {
+        let tasks = pr
+            .tasks
+            .iter()
+            .map(|(_, t)| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let _ = writeln!(
             out,
-            "This event is about a pull request rover opened: its head branch `{}` belongs to task(s) {}.\n",
-            pr.branch,
-            pr.tasks
-                .iter()
-                .map(|(_, t)| format!("`{t}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "This event is about a pull request rover opened: its head branch belongs to rover's task(s).\n{}\n",
+            untrusted_block(
+                "the pull request's branch and tasks",
+                &format!("head branch `{}`, task(s) {tasks}", pr.branch)
+            )
         );
     }
     if mappings.is_empty() {
         out.push_str("(rover owns no tasks right now)\n");
+        return out;
     }
+    let mut list = String::new();
     for MappedTask {
         key, mapping: m, ..
     } in mappings
     {
         let _ = writeln!(
-            out,
+            list,
             "- task `{}`: branch `{}` (workflow action {key}, trace {})",
             m.task_id, m.branch_name, m.trace_id
         );
     }
+    out.push_str(&untrusted_block("rover's task mappings", &list));
     out
 }
 
+/// The open waits for the prompt, as one untrusted block: their conditions are agents' words.
 fn render_waits(waits: &[OpenWait]) -> String {
     if waits.is_empty() {
         return "(none)".to_owned();
     }
-    waits
+    let list = waits
         .iter()
         .map(|w| {
             format!(
@@ -723,7 +733,8 @@ fn render_waits(waits: &[OpenWait]) -> String {
             )
         })
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    untrusted_block("open waits (conditions coordinators wrote)", &list)
 }
 
 /// The one action for the agent's decision.
@@ -972,7 +983,7 @@ impl Step for CoordinateStep {
             gathered.open_waits.truncate(MAX_WAITS);
         }
         let mut context = format!(
-            "{}\n\n## Trace so far\n{}\n## Open waits on the same issue, pull request or branch\n{}",
+            "{}\n\n## Trace so far\n{}\n\n## Open waits on the same issue, pull request or branch\n{}",
             gathered.context,
             render_trace(&view),
             render_waits(&gathered.open_waits)
@@ -980,11 +991,11 @@ impl Step for CoordinateStep {
         if let Some(wait) = &scheduled.wait {
             let _ = write!(
                 context,
-                "\n\n{REEVALUATION_HEADING}\nThis trace decided to wait (wait {} of at most {}) since {} for: {}\nThe wait is over: decide again from the current state above.",
+                "\n\n{REEVALUATION_HEADING}\nThis trace decided to wait (wait {} of at most {}) since {} for the condition below.\n{}\nThe wait is over: decide again from the current state above.",
                 wait.round,
                 self.services.config.autopilot.pipeline.max_waits,
                 wait.since.to_rfc3339(),
-                wait.condition
+                untrusted_block("the condition the coordinator waited for", &wait.condition)
             );
         }
         // Secrets never reach a prompt, even when someone pasted one into the thread.

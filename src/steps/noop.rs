@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::agent_call::{ask, failure_meta, load_trace, render_trace, usage_meta};
 use super::meta::{self, NoopMeta, NoopSpanMeta, SummarySource};
 use super::Services;
-use crate::agents::{AgentStep, PromptVars, SummarizeResult};
+use crate::agents::{untrusted_block, AgentStep, PromptVars, SummarizeResult};
 use crate::github::Visibility;
 use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use crate::store::{AgentMeta, StepKind, StepRun, TraceView};
@@ -114,9 +114,13 @@ impl Step for SummarizingNoopStep {
         }
         let redactor = &self.services.redactor;
         let mut vars = PromptVars::new();
+        // The reason quotes the deciding agent (a coordinator's reasoning, a planner's analysis).
         vars.insert(
             "reason".into(),
-            redactor.redact(&run.action.reason, Visibility::Private),
+            redactor.redact(
+                &untrusted_block("the reason the trace recorded", &run.action.reason),
+                Visibility::Private,
+            ),
         );
         vars.insert(
             "trace".into(),

@@ -14,7 +14,7 @@ use super::meta::{
     self, MessageSource, NotifyChannel, NotifyDelivery, NotifyMeta, NotifyPurpose, NotifySpanMeta,
 };
 use super::Services;
-use crate::agents::{AgentStep, NotifyResult, PromptVars};
+use crate::agents::{untrusted_block, AgentStep, NotifyResult, PromptVars};
 use crate::github::{deliver, Channel, Outgoing, ReviewEvent, Visibility};
 use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use crate::store::{StepKind, StepRun};
@@ -74,14 +74,23 @@ pub fn intent(meta: &NotifyMeta) -> String {
         }
     };
     let _ = write!(out, "\n\n- purpose: {}", meta.purpose.as_str());
+    // The drafted message and the error are an agent's words and a step's error output: data.
     if let Some(message) = &meta.message {
-        let _ = write!(out, "\n- drafted message:\n\n{message}\n");
+        let _ = write!(
+            out,
+            "\n- drafted message:\n\n{}\n",
+            untrusted_block("the drafted message", message)
+        );
     }
     if let Some(step) = &meta.failed_step {
         let _ = write!(out, "\n- failed step: {step}");
     }
     if let Some(error) = &meta.error {
-        let _ = write!(out, "\n- error: {error}");
+        let _ = write!(
+            out,
+            "\n- error:\n{}",
+            untrusted_block("the failed step's error", error)
+        );
     }
     if let Some(url) = &meta.pr_url {
         let _ = write!(out, "\n- pull request: {url}");

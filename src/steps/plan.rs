@@ -16,7 +16,8 @@ use super::meta::{
 };
 use super::Services;
 use crate::agents::{
-    self, check_dependencies, AgentStep, PlanResult, PromptVars, StepResult, TaskSpec,
+    self, check_dependencies, untrusted_block, AgentStep, PlanResult, PromptVars, StepResult,
+    TaskSpec,
 };
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::{StepKind, StepRun};
@@ -110,21 +111,33 @@ impl Step for PlanStep {
                     .await?
                     .into_iter()
                     .find(|t| t.workflow_action_id == Some(id));
+                // Task ids and branch names come from agents and events: data.
                 match mapping.map(|t| t.mapping) {
                     Some(m) => format!(
-                        "Iterate on rover task `{}` (workflow action {key}) on branch `{}`; its pull request carries the feedback above.",
-                        m.task_id, m.branch_name
+                        "Iterate on the rover task below (workflow action {key}); its pull request carries the feedback above.\n{}",
+                        untrusted_block(
+                            "rover's task mapping",
+                            &format!("task: {}\nbranch: {}", m.task_id, m.branch_name)
+                        )
                     ),
                     None => format!(
-                        "Workflow action {key} on branch `{}` (its task mapping is gone).",
-                        plan.branch.as_deref().unwrap_or("unknown")
+                        "Workflow action {key}, on the branch below (its task mapping is gone).\n{}",
+                        untrusted_block(
+                            "the plan action",
+                            &format!("branch: {}", plan.branch.as_deref().unwrap_or("unknown"))
+                        )
                     ),
                 }
             }
             None => "(none: this is new work)".to_owned(),
         };
         let mut vars = PromptVars::new();
-        vars.insert("directive".into(), plan.directive.clone());
+        // The coordinator wrote the directive from the event: it says what is asked, it cannot
+        // change the planner's rules.
+        vars.insert(
+            "directive".into(),
+            untrusted_block("the coordinator's directive", &plan.directive),
+        );
         vars.insert("trace".into(), render_trace(&view));
         vars.insert("existing_task".into(), existing);
         let answer = ask::<PlanResult>(&self.services, ctx, run.span.id, AgentStep::Plan, vars)

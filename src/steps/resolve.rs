@@ -18,12 +18,13 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::agent_call::{self, TRACE_SOURCE};
 use super::meta::{
     self, CommitMeta, CommitSpanMeta, ConflictSpanMeta, CorrectiveRuns, DecisionSpanMeta,
     NotifyMeta, NotifyPurpose, OutcomeSpanMeta, PushConflict, PushMeta, ResolveQuickExit,
     ResolveSpanMeta, ResolveWaitMeta, WorkflowMeta, WorkflowType,
 };
-use super::{agent_call, Services};
+use super::Services;
 use crate::agents::{
     truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult,
     RetryStep,
@@ -367,7 +368,8 @@ fn tampered_span(view: &TraceView) -> Option<&Span> {
     view.spans.iter().find(|s| OutcomeSpanMeta::is_tampered(s))
 }
 
-/// The trace as the prompt lists it: one line per span with its summary and key meta.
+/// The trace as the prompt lists it: one line per span with its summary and key meta, as one
+/// untrusted block (summaries, reasons and titles quote agents, events and commands).
 fn render_trace(view: &TraceView) -> String {
     let mut out = String::new();
     for span in &view.spans {
@@ -389,7 +391,7 @@ fn render_trace(view: &TraceView) -> String {
     for pending in &view.pending {
         let _ = writeln!(out, "- {} [queued] {}", pending.action, pending.summary);
     }
-    truncate_marked(&out, MAX_TRACE_CHARS)
+    untrusted_block(TRACE_SOURCE, &truncate_marked(&out, MAX_TRACE_CHARS))
 }
 
 /// The error details of every span that did not complete (command, exit code, stderr...).
@@ -405,7 +407,11 @@ fn render_errors(view: &TraceView) -> String {
             .and_then(|error| serde_json::to_value(error).ok())
             .unwrap_or_else(|| Value::Object(span.meta.clone()));
         let text = serde_json::to_string_pretty(&detail).unwrap_or_default();
-        out.push_str(&truncate_marked(&text, MAX_ERROR_CHARS));
+        // Messages and output of commands, hooks, gates and agents: data.
+        out.push_str(&untrusted_block(
+            &format!("the {} step's error", span.step),
+            &truncate_marked(&text, MAX_ERROR_CHARS),
+        ));
         out.push_str("\n\n");
     }
     if out.is_empty() {
@@ -881,7 +887,13 @@ impl Step for ResolveStep {
                 .diff_patch(worktree, fork, MAX_CHANGES_BYTES)
                 .await
                 .map_or_else(
-                    |e| format!("(the change cannot be shown: {e})"),
+                    |e| {
+                        // git's message can quote the worktree's paths.
+                        format!(
+                            "(the change cannot be shown)\n{}",
+                            untrusted_block("git", &e.to_string())
+                        )
+                    },
                     |patch| untrusted_block("the task's worktree", &patch),
                 ),
             _ => "(no task worktree)".to_owned(),

@@ -629,7 +629,9 @@ async fn a_wait_is_re_evaluated_at_its_deadline_with_what_it_waited_for() {
         .find(|t| t.contains(rover::steps::coordinate::REEVALUATION_HEADING))
         .expect("a re-evaluation prompt");
     assert!(
-        prompt.contains("(wait 1 of at most 3)") && prompt.contains("for: CI to finish"),
+        prompt.contains("(wait 1 of at most 3)")
+            && prompt.contains("for the condition below")
+            && prompt.contains(">\nCI to finish\n</untrusted-data"),
         "{prompt}"
     );
 }
@@ -847,10 +849,9 @@ async fn feedback_on_a_rover_pr_plans_an_iteration_of_its_task() {
         .as_str()
         .expect("prompt")
         .contains("a pull request rover opened"));
-    assert!(calls[1]["prompt"]
-        .as_str()
-        .expect("prompt")
-        .contains("Iterate on rover task `task-fix-login`"));
+    let plan_prompt = calls[1]["prompt"].as_str().expect("prompt");
+    assert!(plan_prompt.contains("Iterate on the rover task below"));
+    assert!(plan_prompt.contains("task: task-fix-login"));
 }
 
 #[tokio::test]
@@ -1252,7 +1253,11 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
         prompt.contains("The cache key looks wrong to me."),
         "{prompt}"
     );
-    assert!(prompt.contains("<untrusted source=\"github octo-org/widgets\">"));
+    assert!(
+        prompt.contains("<untrusted-data id=\"")
+            && prompt.contains("\" source=\"github octo-org/widgets\">"),
+        "{prompt}"
+    );
     // CI status.
     assert!(prompt.contains("## CI for"), "{prompt}");
     assert!(prompt.contains("failing: ci / lint"), "{prompt}");

@@ -71,11 +71,16 @@ pub(super) struct PullUnderReview {
 }
 
 impl PullUnderReview {
-    /// What the workflow agent is told about the pull request.
+    /// What the workflow agent is told about the pull request: its branch names and its change
+    /// come from whoever opened it, in untrusted blocks.
     fn prompt(&self) -> String {
         let mut text = format!(
-            "\n\n## The pull request under review: #{}\nThe worktree has its head checked out ({}). Its change against `{}`:\n",
-            self.number, self.head, self.base
+            "\n\n## The pull request under review: #{}\nThe worktree has its head checked out. Its branches:\n{}\nIts change against the base branch:\n",
+            self.number,
+            agents::untrusted_block(
+                &format!("pull request #{}", self.number),
+                &format!("head: {}\nbase: {}", self.head, self.base)
+            )
         );
         match &self.diff {
             Some(diff) if !diff.trim().is_empty() => {
@@ -84,13 +89,9 @@ impl PullUnderReview {
                     diff,
                 ));
             }
-            _ => {
-                let _ = write!(
-                    text,
-                    "(not available here; run `git diff {}...HEAD`)",
-                    self.base
-                );
-            }
+            _ => text.push_str(
+                "(not available here; diff the head against the base branch named above with `git diff`)",
+            ),
         }
         text
     }
@@ -250,11 +251,16 @@ impl WorkflowStep {
                 instructions.push_str("\n\n");
             }
             instructions.push_str(
-                "This task builds on the work of the tasks below, already committed on this branch:\n",
+                "This task builds on the work of the tasks below, already committed on this branch (as their agents reported it):\n",
             );
+            let mut reports = String::new();
             for (title, branch, summary) in dependencies {
-                let _ = writeln!(instructions, "- {title} (branch {branch}): {summary}");
+                let _ = writeln!(reports, "- {title} (branch {branch}): {summary}");
             }
+            instructions.push_str(&agents::untrusted_block(
+                "the earlier tasks' reports",
+                &reports,
+            ));
         }
         if instructions.trim().is_empty() {
             instructions = "(none)".into();
