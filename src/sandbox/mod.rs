@@ -10,6 +10,7 @@ mod error;
 pub mod gates;
 pub mod hooks;
 pub mod image;
+pub mod logcap;
 mod settings;
 mod spec;
 

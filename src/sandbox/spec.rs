@@ -42,6 +42,9 @@ pub struct ResourceLimits {
     pub cpus: f64,
     /// Maximum number of processes.
     pub pids: i64,
+    /// Most bytes of one output stream kept per run (rover's files, and each of the engine's
+    /// two log files).
+    pub log_bytes: u64,
 }
 
 /// Everything needed to start one sandbox container.
