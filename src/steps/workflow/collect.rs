@@ -237,7 +237,8 @@ impl WorkflowStep {
         // recorded final, see `remove_collected`).
         let mut logs_saved = false;
         if status != ContainerStatus::Gone {
-            match sandbox.logs_to_file(&container, &log).await {
+            let limit = self.services.config.autopilot.sandbox.limits().log_bytes;
+            match sandbox.logs_to_file(&container, &log, limit).await {
                 Ok(_) => match sync_files(&[log.clone(), sandbox::stderr_path(&log)]).await {
                     Ok(()) => logs_saved = true,
                     Err(e) => notes.push(format!("cannot make the container's logs durable: {e}")),
@@ -474,8 +475,9 @@ impl WorkflowStep {
             let sandbox = sandbox.clone();
             let container = container.to_owned();
             let probe = probe.clone();
+            let limit = self.services.config.autopilot.sandbox.limits().log_bytes;
             self.stuck.follow(task.action_id, async move {
-                let _ = sandbox.logs_to_file(&container, &probe).await;
+                let _ = sandbox.logs_to_file(&container, &probe, limit).await;
             });
         }
         let mut log_bytes = 0;
