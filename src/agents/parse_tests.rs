@@ -443,7 +443,8 @@ fn reading_a_line_at_a_time_gives_the_same_answers() {
     }
     let stream = fixture("claude/schema.jsonl");
     let mut cut = b"{\"type\":\"assistant\",\"mess".to_vec();
-    cut.extend(crate::sandbox::logcap::cut_note(10, 20, 5, 5).as_bytes());
+    // The line a capped container log has where bytes were cut (`sandbox::logcap::cut_note`).
+    cut.extend(b"\n[rover: 10 bytes cut here; this stream passed its limit of 20 bytes (autopilot.sandbox.logLimitMb); rover kept the first 5 and the last 5 bytes]\n");
     cut.extend(b"xxxx\n");
     cut.extend(&stream);
     assert_eq!(
