@@ -328,6 +328,31 @@ fn classify(subtype: &str, status: Option<u64>, assistant_error: Option<&str>) -
     }
 }
 
+/// Parses a captured stdout given a line at a time: `stream-json` lines, a `json` object, or
+/// the `json --verbose` array on one line (as the CLI prints it).
+pub fn parse_lines(lines: impl Iterator<Item = String>) -> Result<AgentResponse, ParseError> {
+    let mut stream = ClaudeStream::default();
+    let mut first = true;
+    for line in lines {
+        let trimmed = line.trim();
+        if first && trimmed.starts_with('[') {
+            let values: Vec<Value> =
+                serde_json::from_str(trimmed).map_err(|err| ParseError::Invalid {
+                    reason: err.to_string(),
+                })?;
+            for value in values {
+                stream.lines += 1;
+                stream.push_value(value);
+            }
+            first = false;
+            continue;
+        }
+        first &= trimmed.is_empty();
+        stream.push_line(&line);
+    }
+    stream.finish()
+}
+
 /// Parses a whole captured stdout: `stream-json` lines, a `json` object, or the `json --verbose` array.
 pub fn parse_output(bytes: &[u8]) -> Result<AgentResponse, ParseError> {
     let text = String::from_utf8_lossy(bytes);

@@ -339,6 +339,18 @@ fn toml_string(text: &str) -> String {
     out
 }
 
+/// Parses a captured stdout of `codex exec --json` given a line at a time.
+pub fn parse_lines(
+    lines: impl Iterator<Item = String>,
+    expect_json: bool,
+) -> Result<AgentResponse, ParseError> {
+    let mut stream = CodexStream::new(expect_json);
+    for line in lines {
+        stream.push_line(&line);
+    }
+    stream.finish()
+}
+
 /// Parses a whole captured stdout of `codex exec --json`.
 pub fn parse_output(bytes: &[u8], expect_json: bool) -> Result<AgentResponse, ParseError> {
     let mut stream = CodexStream::new(expect_json);

@@ -116,9 +116,107 @@ pub fn parse_output(
     }
 }
 
+/// Longest stdout line [`parse_output_reader`] looks at; a longer one (no event rover reads is
+/// that long: the CLIs cut tool output far below it) is skipped whole.
+pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Parses a container's captured stdout from `reader` a line at a time, as [`parse_output`]
+/// does from the whole of it, holding at most one line of [`MAX_LINE_BYTES`] in memory
+/// however long the output (claude's `json --verbose` array must be on one line, as printed).
+pub fn parse_output_reader(
+    kind: AgentKind,
+    reader: impl std::io::BufRead,
+    expect_json: bool,
+) -> Result<AgentResponse, ParseError> {
+    let lines = BoundedLines {
+        reader,
+        max: MAX_LINE_BYTES,
+        buf: Vec::new(),
+    };
+    match kind {
+        AgentKind::Claude => claude::parse_lines(lines),
+        AgentKind::Codex => codex::parse_lines(lines, expect_json),
+    }
+}
+
+/// The lines of a reader as `str::lines` gives them (lossy UTF-8); a line longer than `max`
+/// comes out empty. A read error ends them.
+struct BoundedLines<R> {
+    reader: R,
+    max: usize,
+    buf: Vec<u8>,
+}
+
+impl<R: std::io::BufRead> Iterator for BoundedLines<R> {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        self.buf.clear();
+        let mut read_any = false;
+        let mut overlong = false;
+        loop {
+            let available = match self.reader.fill_buf() {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            if available.is_empty() {
+                break;
+            }
+            read_any = true;
+            let (take, done) = match available.iter().position(|b| *b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (available.len(), false),
+            };
+            if !overlong {
+                if self.buf.len() + take - usize::from(done) > self.max {
+                    overlong = true;
+                    self.buf.clear();
+                } else {
+                    self.buf.extend_from_slice(&available[..take]);
+                }
+            }
+            self.reader.consume(take);
+            if done {
+                break;
+            }
+        }
+        if !read_any {
+            return None;
+        }
+        if overlong {
+            return Some(String::new());
+        }
+        let mut line: &[u8] = &self.buf;
+        if let Some(rest) = line.strip_suffix(b"\n") {
+            line = rest.strip_suffix(b"\r").unwrap_or(rest);
+        }
+        Some(String::from_utf8_lossy(line).into_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_come_as_str_lines_gives_them_and_overlong_ones_empty() {
+        let lines = |text: &[u8], max: usize| -> Vec<String> {
+            BoundedLines {
+                reader: std::io::BufReader::with_capacity(3, text),
+                max,
+                buf: Vec::new(),
+            }
+            .collect()
+        };
+        for text in ["", "\n", "a", "a\n", "a\r\nb\n\nc", "one\ntwo\n"] {
+            let want: Vec<String> = text.lines().map(str::to_owned).collect();
+            assert_eq!(lines(text.as_bytes(), 100), want, "{text:?}");
+        }
+        assert_eq!(lines(b"ab\nabcdef\nabc", 3), ["ab", "", "abc"]);
+        assert_eq!(lines(b"abcdef", 3), [""]);
+        assert_eq!(lines(b"abcd", 3), [""]);
+    }
 
     #[test]
     fn truncation_is_marked_bounded_and_on_a_char_boundary() {

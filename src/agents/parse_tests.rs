@@ -422,3 +422,33 @@ fn every_fixture_file_is_used_by_these_tests() {
         }
     }
 }
+
+/// Parsing a line at a time from a reader gives what parsing the whole output gives, for every
+/// fixture; a cut note and a truncated line in the middle change nothing.
+#[test]
+fn reading_a_line_at_a_time_gives_the_same_answers() {
+    use super::{parse_output, parse_output_reader, AgentKind};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for (kind, sub) in [(AgentKind::Claude, "claude"), (AgentKind::Codex, "codex")] {
+        for entry in std::fs::read_dir(dir.join(sub)).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            let bytes = std::fs::read(&path).expect("read");
+            for expect_json in [true, false] {
+                let whole = parse_output(kind, &bytes, expect_json).map_err(|e| e.to_string());
+                let lines = parse_output_reader(kind, bytes.as_slice(), expect_json)
+                    .map_err(|e| e.to_string());
+                assert_eq!(lines, whole, "{}", path.display());
+            }
+        }
+    }
+    let stream = fixture("claude/schema.jsonl");
+    let mut cut = b"{\"type\":\"assistant\",\"mess".to_vec();
+    // The line a capped container log has where bytes were cut (`sandbox::logcap::cut_note`).
+    cut.extend(b"\n[rover: 10 bytes cut here; this stream passed its limit of 20 bytes (autopilot.sandbox.logLimitMb); rover kept the first 5 and the last 5 bytes]\n");
+    cut.extend(b"xxxx\n");
+    cut.extend(&stream);
+    assert_eq!(
+        parse_output_reader(AgentKind::Claude, cut.as_slice(), true).map(|r| r.structured),
+        claude::parse_output(&stream).map(|r| r.structured)
+    );
+}

@@ -1,6 +1,7 @@
 //! Stuck detection: a workflow agent is stuck when its container's log does not grow and no file
 //! of its worktree changes for a configured time. [`StuckWatch`] remembers the last activity
-//! seen per run; [`newest_change`] finds the newest modification in a worktree.
+//! seen per run and holds the task that follows each run's log; [`newest_change`] finds the
+//! newest modification in a worktree.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,6 +9,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use uuid::Uuid;
+
+use crate::sandbox::LogStats;
 
 /// The newest modification time of a file under `dir` (`.git` skipped), walking at most
 /// `limit` entries. Blocking: call off the async runtime.
@@ -55,24 +58,64 @@ struct Seen {
 pub struct StuckWatch {
     seen: Mutex<HashMap<Uuid, Seen>>,
     /// Background tasks that copy a running container's log to a file (one per run).
-    followers: Mutex<HashMap<Uuid, tokio::task::AbortHandle>>,
+    followers: Mutex<HashMap<Uuid, Follower>>,
+}
+
+/// A log follower's task. It ends with the figures of the whole log when it saw the container
+/// to its end, with `None` when its stream broke off earlier.
+#[derive(Debug)]
+struct Follower {
+    task: tokio::task::JoinHandle<Option<LogStats>>,
+    whole: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StuckWatch {
-    /// Run `follow` (a log follower that ends when the container does) for run `id`, unless
-    /// one already runs.
+    /// Run `follow` (a log follower that ends when the container does, see [`Follower`]) for
+    /// run `id`, unless one already runs or one saw the whole log (its file stands).
     pub fn follow<F>(&self, id: Uuid, follow: F)
     where
-        F: std::future::Future<Output = ()> + Send + 'static,
+        F: std::future::Future<Output = Option<LogStats>> + Send + 'static,
     {
+        use std::sync::atomic::Ordering;
         let mut followers = self
             .followers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if followers.get(&id).is_some_and(|h| !h.is_finished()) {
+        if followers
+            .get(&id)
+            .is_some_and(|f| !f.task.is_finished() || f.whole.load(Ordering::Acquire))
+        {
             return;
         }
-        followers.insert(id, tokio::spawn(follow).abort_handle());
+        let whole = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = whole.clone();
+        let task = tokio::spawn(async move {
+            let stats = follow.await;
+            flag.store(stats.is_some(), Ordering::Release);
+            stats
+        });
+        followers.insert(id, Follower { task, whole });
+    }
+
+    /// The figures of run `id`'s whole log when its follower saw the container to its end,
+    /// waiting at most `grace` for it to get there (the container has exited: the follower
+    /// reads what is left and puts its files together). `None` when there is no follower, or
+    /// it broke off or did not finish in time (it is stopped).
+    pub async fn finish_following(&self, id: Uuid, grace: Duration) -> Option<LogStats> {
+        let follower = self
+            .followers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id)?;
+        let mut task = follower.task;
+        match tokio::time::timeout(grace, &mut task).await {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(_)) => None,
+            Err(_) => {
+                task.abort();
+                None
+            }
+        }
     }
 
     /// Record what run `id` shows now; returns how long it has shown nothing new.
@@ -109,7 +152,7 @@ impl StuckWatch {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&id)
         {
-            h.abort();
+            h.task.abort();
         }
     }
 }
@@ -130,5 +173,31 @@ mod tests {
         assert!(newest_change(dir.path(), 100).is_none());
         std::fs::write(dir.path().join("a"), "x").unwrap();
         assert!(newest_change(dir.path(), 100).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_follower_that_saw_the_whole_log_stands_and_hands_over_its_figures() {
+        let w = StuckWatch::default();
+        let id = Uuid::new_v4();
+        let stats = LogStats {
+            stdout_bytes: 7,
+            ..LogStats::default()
+        };
+        // Broke off early: replaced by the next one.
+        w.follow(id, async { None });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.follow(id, async move { Some(stats) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Saw it all: no other follower starts over its file.
+        w.follow(id, async { panic!("a second follower over a whole log") });
+        let grace = Duration::from_secs(1);
+        assert_eq!(w.finish_following(id, grace).await, Some(stats));
+        assert_eq!(w.finish_following(id, grace).await, None);
+        // Still following past the grace: stopped, no figures.
+        w.follow(id, std::future::pending());
+        assert_eq!(
+            w.finish_following(id, Duration::from_millis(10)).await,
+            None
+        );
     }
 }

@@ -6,7 +6,8 @@ use std::path::Path;
 use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, ResourcesUlimits,
+    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, HostConfigLogConfig, Mount,
+    MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
@@ -15,10 +16,10 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
-use tokio::io::AsyncWriteExt;
 
 use super::env::check_env;
 use super::error::{status_of, SandboxError};
+use super::logcap::CappedLog;
 use super::spec::{SandboxSpec, INPUT_MOUNT, WORKSPACE_MOUNT};
 use super::{stderr_path, ContainerInfo, ContainerStatus, LogStats, Sandbox};
 use crate::git::owner;
@@ -225,6 +226,7 @@ impl DockerSandbox {
             auto_remove: Some(false),
             // A tiny init as pid 1 reaps the zombies agent CLIs leave and forwards signals.
             init: Some(true),
+            log_config: Some(engine_log_config(spec.limits.log_bytes)),
             ..Default::default()
         };
         Ok(ContainerCreateBody {
@@ -263,6 +265,18 @@ impl DockerSandbox {
             }
             _ => ContainerStatus::Running,
         })
+    }
+}
+
+/// The engine's own log of a container: `json-file` (which `logs` reads back), at most two
+/// files of `limit` bytes, so a container that floods its output cannot fill the engine's disk.
+fn engine_log_config(limit: u64) -> HostConfigLogConfig {
+    HostConfigLogConfig {
+        typ: Some("json-file".to_owned()),
+        config: Some(HashMap::from([
+            ("max-size".to_owned(), limit.to_string()),
+            ("max-file".to_owned(), "2".to_owned()),
+        ])),
     }
 }
 
@@ -345,47 +359,69 @@ impl Sandbox for DockerSandbox {
         Ok(status)
     }
 
-    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
-        let err_path = stderr_path(path);
-        let file_err = |p: &Path| {
-            let p = p.to_path_buf();
-            move |source| SandboxError::File { path: p, source }
-        };
-        let mut out = tokio::fs::File::create(path)
-            .await
-            .map_err(file_err(path))?;
-        let mut err = tokio::fs::File::create(&err_path)
-            .await
-            .map_err(file_err(&err_path))?;
+    async fn logs_to_file(
+        &self,
+        id: &str,
+        path: &Path,
+        limit: u64,
+    ) -> Result<LogStats, SandboxError> {
+        let mut out = CappedLog::create(path, limit).await?;
+        let mut err = CappedLog::create(&stderr_path(path), limit).await?;
         let options = LogsOptionsBuilder::default()
             .follow(true)
             .stdout(true)
             .stderr(true)
             .build();
         let mut stream = self.docker.logs(id, Some(options));
-        let mut stats = LogStats::default();
+        let mut failed = None;
+        let mut killed = false;
         while let Some(chunk) = stream.next().await {
             let chunk = match chunk {
                 Ok(chunk) => chunk,
                 Err(e) if status_of(&e) == Some(404) => break,
-                Err(e) => return Err(self.err("follow logs", id, e)),
-            };
-            match chunk {
-                LogOutput::StdErr { message } => {
-                    err.write_all(&message).await.map_err(file_err(&err_path))?;
-                    stats.stderr_bytes += message.len() as u64;
+                Err(e) => {
+                    failed = Some(self.err("follow logs", id, e));
+                    break;
                 }
+            };
+            let written = match chunk {
+                LogOutput::StdErr { message } => err.write(&message).await,
                 LogOutput::StdOut { message }
                 | LogOutput::Console { message }
-                | LogOutput::StdIn { message } => {
-                    out.write_all(&message).await.map_err(file_err(path))?;
-                    stats.stdout_bytes += message.len() as u64;
+                | LogOutput::StdIn { message } => out.write(&message).await,
+            };
+            if let Err(e) = written {
+                failed = Some(e);
+                break;
+            }
+            if !killed && (out.over_limit() || err.over_limit()) {
+                // What it prints from now on would only be cut: stop it (the stream then ends).
+                killed = true;
+                tracing::warn!(
+                    container = id,
+                    limit,
+                    "sandbox output passed autopilot.sandbox.logLimitMb; stopping it"
+                );
+                if let Err(e) = self.kill(id).await {
+                    tracing::warn!(container = id, error = %e, "cannot stop a sandbox over its log limit");
                 }
             }
         }
-        out.flush().await.map_err(file_err(path))?;
-        err.flush().await.map_err(file_err(&err_path))?;
-        Ok(stats)
+        // The files are put together (and their tail files removed) even when the stream broke.
+        let limit_bytes = out.limit();
+        let out = out.finish().await;
+        let err = err.finish().await;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let (out, err) = (out?, err?);
+        Ok(LogStats {
+            stdout_bytes: out.seen,
+            stderr_bytes: err.seen,
+            stdout_cut: out.cut,
+            stderr_cut: err.cut,
+            limit_bytes,
+        })
     }
 
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {

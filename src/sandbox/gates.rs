@@ -1,6 +1,7 @@
 //! Verification gates: commands from settings run in the sandbox image with the worktree mounted,
 //! after the agent and before the commit. Project code never runs on the host.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::SandboxError;
 use super::settings::GateSettings;
 use super::spec::SandboxSpec;
-use super::{stderr_path, wait_or_kill, ContainerStatus, Sandbox};
+use super::{logcap, stderr_path, wait_or_kill, ContainerStatus, Finished, LogStats, Sandbox};
 use crate::git::OUTPUT_LIMIT_BYTES;
 
 /// Label carrying a gate's index on its container.
@@ -33,6 +34,10 @@ pub struct GateResult {
     #[serde(flatten)]
     pub outcome: GateOutcome,
     pub output: String,
+    /// The gate printed more than `autopilot.sandbox.logLimitMb` and was stopped: failed,
+    /// whatever its exit code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_over_limit: bool,
 }
 
 impl GateResult {
@@ -105,16 +110,18 @@ pub async fn run_gates(
             tracing::info!(container = %name, "removed a gate container left by an earlier run");
         }
         let log_path = log_dir.join(format!("gate-{index}.log"));
-        let (finished, output) = run_to_end(
+        let ran = run_to_end(
             sandbox,
             &spec,
             &log_path,
             Duration::from_secs(gate.timeout_secs),
         )
         .await?;
+        let finished = ran.finished;
+        let over = ran.logs.over_limit();
         let outcome = match finished.status {
             _ if finished.timed_out => GateOutcome::TimedOut,
-            ContainerStatus::Exited { code: 0, .. } => GateOutcome::Passed,
+            ContainerStatus::Exited { code: 0, .. } if !over => GateOutcome::Passed,
             ContainerStatus::Exited { code, .. } => GateOutcome::Failed { exit_code: code },
             ContainerStatus::Gone | ContainerStatus::Created | ContainerStatus::Running => {
                 GateOutcome::Failed { exit_code: -1 }
@@ -127,20 +134,31 @@ pub async fn run_gates(
             command: gate.command.clone(),
             required: gate.required,
             outcome,
-            output,
+            output: ran.output,
+            output_over_limit: over,
         });
     }
     Ok(GatesReport::Ran { results })
 }
 
-/// Runs one container for `spec` to its end (killed past `limit`), its output (stdout then
-/// stderr, bounded) from `log_path`, and removes it.
+/// How a container run to its end went.
+#[derive(Debug, Clone)]
+pub struct ContainerRun {
+    pub finished: Finished,
+    /// stdout then stderr, bounded; when the output passed the log limit, a last line says so.
+    pub output: String,
+    pub logs: LogStats,
+}
+
+/// Runs one container for `spec` to its end (killed past `limit`, or as soon as its output
+/// passes `spec.limits.log_bytes`), its output (stdout then stderr, bounded) from `log_path`,
+/// and removes it.
 pub async fn run_to_end(
     sandbox: &dyn Sandbox,
     spec: &SandboxSpec,
     log_path: &Path,
     limit: Duration,
-) -> Result<(super::Finished, String), SandboxError> {
+) -> Result<ContainerRun, SandboxError> {
     if let Some(dir) = log_path.parent() {
         tokio::fs::create_dir_all(dir)
             .await
@@ -152,25 +170,26 @@ pub async fn run_to_end(
     let id = sandbox.run(spec).await?;
     let result = async {
         let (logs, finished) = tokio::join!(
-            sandbox.logs_to_file(&id, log_path),
+            sandbox.logs_to_file(&id, log_path, spec.limits.log_bytes),
             wait_or_kill(sandbox, &id, limit),
         );
-        logs?;
-        finished
+        Ok::<_, SandboxError>((logs?, finished?))
     }
     .await;
     let removed = sandbox.remove(&id).await;
-    let finished = result?;
+    let (logs, finished) = result?;
     removed?;
-    Ok((finished, read_output(log_path).await))
-}
-
-async fn read_output(stdout: &Path) -> String {
-    let mut bytes = tokio::fs::read(stdout).await.unwrap_or_default();
-    bytes.extend(
-        tokio::fs::read(stderr_path(stdout))
-            .await
-            .unwrap_or_default(),
-    );
-    crate::git::bounded_output(&bytes, OUTPUT_LIMIT_BYTES).0
+    let (mut output, _) = logcap::read_bounded(
+        &[log_path.to_path_buf(), stderr_path(log_path)],
+        OUTPUT_LIMIT_BYTES,
+    )
+    .await;
+    if let Some(summary) = logs.over_limit_summary("the container", log_path) {
+        let _ = write!(output, "\nrover: {summary}; it was stopped");
+    }
+    Ok(ContainerRun {
+        finished,
+        output,
+        logs,
+    })
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::error::SandboxError;
 use super::spec::{BindMount, SandboxSpec, WORKSPACE_MOUNT};
-use super::{stderr_path, wait_or_kill, ContainerStatus, Sandbox};
+use super::{logcap, stderr_path, wait_or_kill, ContainerStatus, Sandbox};
 use crate::git::{CommandFailure, HookLocation, PrePushInput, OUTPUT_LIMIT_BYTES};
 
 /// Where the phase's input (message file, pre-push input) appears in the container.
@@ -153,25 +153,23 @@ impl HookContainer<'_> {
         let id = self.sandbox.run(&spec).await?;
         let ended = async {
             let (logs, finished) = tokio::join!(
-                self.sandbox.logs_to_file(&id, &log),
+                self.sandbox.logs_to_file(&id, &log, spec.limits.log_bytes),
                 wait_or_kill(self.sandbox, &id, HOOK_TIMEOUT),
             );
-            logs?;
-            finished
+            Ok::<_, SandboxError>((logs?, finished?))
         }
         .await;
         let removed = self.sandbox.remove(&id).await;
-        let finished = ended?;
+        let (logs, finished) = ended?;
         removed?;
-        let read = |path: PathBuf| async move {
-            let bytes = tokio::fs::read(&path).await.unwrap_or_default();
-            crate::git::bounded_output(&bytes, OUTPUT_LIMIT_BYTES)
-        };
-        let (stdout, cut_out) = read(log.clone()).await;
-        let (stderr, cut_err) = read(stderr_path(&log)).await;
+        let (stdout, cut_out) =
+            logcap::read_bounded(std::slice::from_ref(&log), OUTPUT_LIMIT_BYTES).await;
+        let (stderr, cut_err) =
+            logcap::read_bounded(&[stderr_path(&log)], OUTPUT_LIMIT_BYTES).await;
+        let over = logs.over_limit_summary(&format!("the {phase} hooks"), &log);
         let code = match finished.status {
             _ if finished.timed_out => None,
-            ContainerStatus::Exited { code: 0, .. } => return Ok(None),
+            ContainerStatus::Exited { code: 0, .. } if over.is_none() => return Ok(None),
             ContainerStatus::Exited { code, .. } => i32::try_from(code).ok(),
             _ => None,
         };
@@ -189,6 +187,9 @@ impl HookContainer<'_> {
                 HOOK_TIMEOUT.as_secs()
             );
         }
+        if let Some(summary) = &over {
+            let _ = write!(stderr, "\nrover: {summary}; they were stopped");
+        }
         Ok(Some(Box::new(CommandFailure {
             command: vec![
                 format!("{}/{hook}", self.hooks_dir()),
@@ -197,7 +198,7 @@ impl HookContainer<'_> {
             exit_code: code,
             stdout,
             stderr,
-            truncated: cut_out || cut_err,
+            truncated: cut_out || cut_err || over.is_some(),
         })))
     }
 

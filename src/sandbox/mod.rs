@@ -10,6 +10,7 @@ mod error;
 pub mod gates;
 pub mod hooks;
 pub mod image;
+pub mod logcap;
 mod settings;
 mod spec;
 
@@ -18,7 +19,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
 pub use env::{check_env, ALWAYS_REFUSED_ENV};
@@ -54,12 +55,85 @@ pub struct ContainerInfo {
     pub state: String,
 }
 
-/// How much a log stream wrote.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// How much each output stream of a container carried, and how much of it rover cut.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogStats {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
+    /// Bytes cut from the middle of stdout (it passed the limit); 0 when its file holds it all.
+    #[serde(default)]
+    pub stdout_cut: u64,
+    #[serde(default)]
+    pub stderr_cut: u64,
+    /// The most bytes of one stream kept (`autopilot.sandbox.logLimitMb`).
+    #[serde(default)]
+    pub limit_bytes: u64,
+}
+
+impl LogStats {
+    /// A stream passed the limit: the container was stopped and its output cut.
+    pub fn over_limit(&self) -> bool {
+        self.stdout_cut > 0 || self.stderr_cut > 0
+    }
+
+    /// For people, when a stream passed the limit: what `who` printed, the limit, and what of
+    /// it rover kept in which file (`log` for stdout, its `.stderr` file for stderr); e.g. "the
+    /// sandbox printed more than 8 MiB to stdout (limit autopilot.sandbox.logLimitMb = 8); rover
+    /// kept the first 4 MiB and the last 2.5 MiB of it in agent.log".
+    pub fn over_limit_summary(&self, who: &str, log: &Path) -> Option<String> {
+        let err_log = stderr_path(log);
+        let file = |p: &Path| {
+            p.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        };
+        let head = self.limit_bytes / 2;
+        let over: Vec<(&str, u64, u64, String)> = [
+            ("stdout", self.stdout_bytes, self.stdout_cut, file(log)),
+            ("stderr", self.stderr_bytes, self.stderr_cut, file(&err_log)),
+        ]
+        .into_iter()
+        .filter(|(_, _, cut, _)| *cut > 0)
+        .collect();
+        if over.is_empty() {
+            return None;
+        }
+        let streams: Vec<&str> = over.iter().map(|(name, ..)| *name).collect();
+        let kept: Vec<String> = over
+            .iter()
+            .map(|(name, seen, cut, file)| {
+                let tail = seen.saturating_sub(*cut).saturating_sub(head);
+                let of = if over.len() == 1 { "it" } else { name };
+                format!(
+                    "the first {} and the last {} of {of} in {file}",
+                    mib(head),
+                    mib(tail)
+                )
+            })
+            .collect();
+        Some(format!(
+            "{who} printed more than {} to {} (limit autopilot.sandbox.logLimitMb = {}); rover kept {}",
+            mib(self.limit_bytes),
+            streams.join(" and "),
+            self.limit_bytes / (1024 * 1024),
+            kept.join(", ")
+        ))
+    }
+}
+
+/// `bytes` in MiB for people: `8 MiB`, `2.5 MiB`.
+fn mib(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "a figure for people, one decimal"
+        )]
+        let value = bytes as f64 / MIB as f64;
+        format!("{value:.1} MiB")
+    }
 }
 
 /// How a bounded wait ended.
@@ -88,8 +162,16 @@ pub trait Sandbox: Send + Sync {
     async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError>;
 
     /// Follows the container's output until it exits: stdout to `path`, stderr to `path` with
-    /// `.stderr` appended to its file name. Files are created or truncated.
-    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError>;
+    /// `.stderr` appended to its file name. Files are created or truncated. Each stream keeps
+    /// at most `limit` bytes on disk (its head and its tail, a line saying what was cut between:
+    /// see [`logcap`]); a container whose output passes `limit` is killed as soon as that is
+    /// seen, since the rest would only be cut.
+    async fn logs_to_file(
+        &self,
+        id: &str,
+        path: &Path,
+        limit: u64,
+    ) -> Result<LogStats, SandboxError>;
 
     /// Kills the container (SIGKILL); fine when it is not running or already gone.
     async fn kill(&self, id: &str) -> Result<(), SandboxError>;

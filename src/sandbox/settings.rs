@@ -21,6 +21,10 @@ pub struct SandboxSettings {
     pub file_size_limit_mb: u64,
     /// Wall-clock limit of one agent run, in seconds.
     pub timeout_secs: u64,
+    /// Most output rover keeps of one container stream (stdout, stderr) per run, in MiB: the
+    /// head and the tail, the middle cut. A container that prints more is stopped. The engine's
+    /// own log of a container is held to two files of this size.
+    pub log_limit_mb: u64,
     /// Docker network mode. The agent CLIs need to reach their model API, hence `bridge`;
     /// `none` for fully offline runs (fake agents, gates).
     pub network: String,
@@ -49,6 +53,7 @@ impl Default for SandboxSettings {
             pids_limit: 1024,
             file_size_limit_mb: 4096,
             timeout_secs: 3600,
+            log_limit_mb: 64,
             network: "bridge".to_string(),
             readonly_rootfs: true,
             env_allow: [
@@ -80,6 +85,8 @@ impl SandboxSettings {
             pids: self.pids_limit,
             file_bytes: i64::try_from(self.file_size_limit_mb.saturating_mul(1024 * 1024))
                 .unwrap_or(i64::MAX),
+            // At least a MiB: a zero limit would keep nothing of what went wrong.
+            log_bytes: self.log_limit_mb.clamp(1, 1 << 20) * 1024 * 1024,
         }
     }
 
@@ -124,6 +131,9 @@ mod tests {
         assert_eq!(s.image, "me/sb:1");
         assert_eq!(s.limits().memory_bytes, 512 * 1024 * 1024);
         assert_eq!(s.pids_limit, 1024);
+        assert_eq!(s.limits().log_bytes, 64 * 1024 * 1024);
+        let small: SandboxSettings = serde_json::from_str(r#"{"logLimitMb":8}"#).expect("valid");
+        assert_eq!(small.limits().log_bytes, 8 * 1024 * 1024);
         assert_eq!(s.gates[0].timeout_secs, 30);
         assert!(s.gates[0].required);
         assert!(!s.gates[1].required);

@@ -45,6 +45,9 @@ pub struct ResourceLimits {
     /// The largest file any process of the container may write, in bytes (`RLIMIT_FSIZE`: the
     /// kernel refuses a write or a truncate past it with `EFBIG`, a sparse file included).
     pub file_bytes: i64,
+    /// Most bytes of one output stream kept per run (rover's files, and each of the engine's
+    /// two log files).
+    pub log_bytes: u64,
 }
 
 /// Everything needed to start one sandbox container.

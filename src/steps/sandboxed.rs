@@ -100,11 +100,15 @@ pub struct CorrectiveRun {
     pub timed_out: bool,
     /// stdout then stderr, bounded.
     pub output: String,
+    /// It printed more than `autopilot.sandbox.logLimitMb` and was stopped: failed, whatever
+    /// its exit code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_over_limit: bool,
 }
 
 impl CorrectiveRun {
     pub fn succeeded(&self) -> bool {
-        self.exit_code == Some(0)
+        self.exit_code == Some(0) && !self.output_over_limit
     }
 }
 
@@ -142,8 +146,9 @@ pub async fn run_corrective(
         let log = work_dir.join(format!("fix-{index}.log"));
         let ran = run_to_end(sandbox, &spec, &log, CORRECTIVE_TIMEOUT).await;
         git.discard();
-        let (finished, output) = ran
+        let ran = ran
             .map_err(|e| StepError::from_error(&e, e.is_retryable()).detail("command", command))?;
+        let finished = ran.finished;
         ws.verify_worktree(&spec.worktree).await.map_err(|e| {
             tampered(
                 "a corrective command changed the worktree's git metadata",
@@ -158,7 +163,8 @@ pub async fn run_corrective(
             command: command.clone(),
             exit_code,
             timed_out: finished.timed_out,
-            output: services.redactor.redact(&output, Visibility::Private),
+            output: services.redactor.redact(&ran.output, Visibility::Private),
+            output_over_limit: ran.logs.over_limit(),
         };
         let ok = run.succeeded();
         runs.push(run);

@@ -13,6 +13,9 @@ use rover::sandbox::{
 use crate::support::docker::{sandbox, test_image, TestContainers};
 use crate::support::gitrepo::TestRepo;
 
+/// Far above what these containers print.
+const LOG_LIMIT: u64 = 64 << 20;
+
 #[tokio::test]
 async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
     let docker = sandbox().await;
@@ -42,7 +45,7 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
     docker.ensure_image(&image).await.expect("image present");
     let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("write.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
     let stats = logs.expect("logs");
     assert_eq!(
         status.expect("wait"),
@@ -106,7 +109,7 @@ async fn runs_as_the_worktree_owner_and_cannot_write_what_it_does_not_own() {
     );
     let id = docker.run(&spec).await.expect("run");
     let log = dir.path().join("owner.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
     logs.expect("logs");
     assert_eq!(
         status.expect("wait"),
@@ -126,7 +129,7 @@ async fn runs_as_the_worktree_owner_and_cannot_write_what_it_does_not_own() {
     spec.user = Some("1000:1000".into());
     let id = docker.run(&spec).await.expect("run");
     let log = dir.path().join("denied.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
     logs.expect("logs");
     assert_eq!(
         status.expect("wait"),
@@ -278,7 +281,7 @@ async fn reattach_by_labels_finds_exactly_one_container_per_action() {
 
     // Following the logs of the re-attached container gets its output from the start.
     let log = dir.path().join("long.log");
-    let follow = docker.logs_to_file(&id, &log);
+    let follow = docker.logs_to_file(&id, &log, LOG_LIMIT);
     let kill = async {
         docker.kill(&id).await.expect("kill");
         docker.wait(&id).await.expect("wait")
@@ -352,7 +355,7 @@ async fn no_github_token_ever_enters_the_container() {
     assert_eq!(host.memory, Some(256 << 20));
     assert_eq!(host.pids_limit, Some(128));
     let log = dir.path().join("env.log");
-    let (logs, _) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, _) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
     logs.expect("logs");
     let printed = std::fs::read_to_string(&log).expect("log");
     assert!(
@@ -377,7 +380,7 @@ async fn image_from_a_rootfs_tar_runs_a_dynamic_host_binary() {
         .await
         .expect("run");
     let log = dir.path().join("git.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
     logs.expect("logs");
     let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
     assert_eq!(
@@ -451,6 +454,115 @@ async fn gates_run_in_containers_and_report_each_outcome() {
     assert!(!none.failed_required());
 }
 
+/// A container that floods its output is stopped as soon as it passes the log limit; rover's
+/// files and the engine's own log stay about the limit, the head and the tail kept, the cut
+/// said. A gate that floods fails with its bounded output and a note.
+#[tokio::test]
+async fn a_container_flooding_its_output_is_stopped_and_its_logs_stay_bounded() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limit: u64 = 1 << 20;
+    let mut spec = tc.spec(
+        &image,
+        dir.path(),
+        "flood",
+        "echo first-line; echo err-first >&2; yes flood-line-of-text; echo never",
+    );
+    spec.limits.log_bytes = limit;
+    let id = docker.run(&spec).await.expect("run");
+    let log = dir.path().join("flood.log");
+    let (logs, status) = tokio::join!(
+        docker.logs_to_file(&id, &log, limit),
+        tokio::time::timeout(Duration::from_secs(60), docker.wait(&id))
+    );
+    let stats = logs.expect("logs");
+    let status = status.expect("stopped well before a minute").expect("wait");
+    assert!(
+        matches!(status, ContainerStatus::Exited { code: 137, .. }),
+        "{status:?}"
+    );
+    assert!(stats.over_limit(), "{stats:?}");
+    assert_eq!(stats.limit_bytes, limit);
+    assert_eq!(stats.stderr_cut, 0);
+    assert!(stats.stdout_bytes > limit, "{stats:?}");
+    let kept = std::fs::read(&log).expect("log");
+    assert!(
+        kept.len() as u64 <= limit + 300,
+        "{} bytes kept",
+        kept.len()
+    );
+    let text = String::from_utf8_lossy(&kept);
+    assert!(
+        text.starts_with("first-line\nflood-line-of-text\n"),
+        "{}",
+        &text[..40]
+    );
+    let note = format!("[rover: {} bytes cut here; this stream passed its limit of {limit} bytes (autopilot.sandbox.logLimitMb); rover kept the first {} and the last ", stats.stdout_cut, limit / 2);
+    assert!(text.contains(&note), "no cut note in the log");
+    assert!(text.trim_end().ends_with("flood-line-of-text"));
+    assert_eq!(
+        std::fs::read_to_string(stderr_path(&log)).expect("stderr"),
+        "err-first\n"
+    );
+    for tail in rover::sandbox::logcap::tail_paths(&log) {
+        assert!(!tail.exists(), "{}", tail.display());
+    }
+    // The engine's own log: json-file, two files of the limit at most.
+    let info = docker
+        .client()
+        .inspect_container(&id, None)
+        .await
+        .expect("inspect");
+    let config = info
+        .host_config
+        .and_then(|h| h.log_config)
+        .expect("a log config");
+    assert_eq!(config.typ.as_deref(), Some("json-file"));
+    let options = config.config.expect("options");
+    assert_eq!(options["max-size"], limit.to_string());
+    assert_eq!(options["max-file"], "2");
+    let engine_log = std::path::PathBuf::from(info.log_path.expect("a log path"));
+    for file in [engine_log.clone(), engine_log.with_extension("log.1")] {
+        if let Ok(meta) = std::fs::metadata(&file) {
+            assert!(
+                meta.len() <= limit + 64 * 1024,
+                "{}: {} bytes",
+                file.display(),
+                meta.len()
+            );
+        }
+    }
+    assert!(docker.remove(&id).await.expect("remove"));
+
+    let sh = |s: &str| vec!["/bin/sh".to_string(), "-c".to_string(), s.to_string()];
+    let gates = [GateSettings {
+        command: sh("echo starting; yes flooding"),
+        timeout_secs: 60,
+        required: true,
+    }];
+    let report = run_gates(&docker, &spec, &gates, &dir.path().join("gates"))
+        .await
+        .expect("gates ran");
+    let gate = &report.results()[0];
+    assert_eq!(gate.outcome, GateOutcome::Failed { exit_code: 137 });
+    assert!(gate.output_over_limit);
+    assert!(report.failed_required());
+    assert!(gate.output.starts_with("starting\nflooding\n"));
+    assert!(
+        gate.output.len() <= 64 * 1024 + 500,
+        "{}",
+        gate.output.len()
+    );
+    let note = gate.output.lines().last().unwrap_or_default();
+    assert!(
+        note.starts_with("rover: the container printed more than 1 MiB to stdout (limit autopilot.sandbox.logLimitMb = 1); rover kept the first 0.5 MiB and the last ")
+            && note.ends_with(" MiB of it in gate-0.log; it was stopped"),
+        "{note}"
+    );
+}
+
 #[tokio::test]
 async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
     let docker = sandbox().await;
@@ -498,7 +610,7 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
     spec.mount_git(&git);
     let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("gitinside.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
     logs.expect("logs");
     let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
     assert_eq!(

@@ -72,7 +72,12 @@ impl Sandbox for UnreachableSandbox {
     async fn wait(&self, _id: &str) -> Result<ContainerStatus, SandboxError> {
         Err(unreachable())
     }
-    async fn logs_to_file(&self, _id: &str, _path: &Path) -> Result<LogStats, SandboxError> {
+    async fn logs_to_file(
+        &self,
+        _id: &str,
+        _path: &Path,
+        _limit: u64,
+    ) -> Result<LogStats, SandboxError> {
         Err(unreachable())
     }
     async fn kill(&self, _id: &str) -> Result<(), SandboxError> {
@@ -123,9 +128,14 @@ impl Sandbox for FlakySandbox {
         self.check()?;
         self.inner.wait(id).await
     }
-    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
+    async fn logs_to_file(
+        &self,
+        id: &str,
+        path: &Path,
+        limit: u64,
+    ) -> Result<LogStats, SandboxError> {
         self.check()?;
-        self.inner.logs_to_file(id, path).await
+        self.inner.logs_to_file(id, path, limit).await
     }
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
         self.check()?;
@@ -174,8 +184,13 @@ impl Sandbox for InspectingSandbox {
     async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
         self.inner.wait(id).await
     }
-    async fn logs_to_file(&self, id: &str, path: &Path) -> Result<LogStats, SandboxError> {
-        self.inner.logs_to_file(id, path).await
+    async fn logs_to_file(
+        &self,
+        id: &str,
+        path: &Path,
+        limit: u64,
+    ) -> Result<LogStats, SandboxError> {
+        self.inner.logs_to_file(id, path, limit).await
     }
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
         self.inner.kill(id).await

@@ -125,7 +125,6 @@ impl WorkflowStep {
                     .unwrap_or(ContainerStatus::Gone);
                 timed_out = true;
             }
-            self.stuck.forget(task.action_id);
             let (finished, logs_saved) = self
                 .collect(
                     ctx,
@@ -137,6 +136,7 @@ impl WorkflowStep {
                     stuck,
                 )
                 .await;
+            self.stuck.forget(task.action_id);
             if logs_saved {
                 let collected = Collected {
                     span_id: span.id,
@@ -236,21 +236,40 @@ impl WorkflowStep {
         // The container may go once its logs are durably in the artifacts (and its span is
         // recorded final, see `remove_collected`).
         let mut logs_saved = false;
+        let mut logs = None;
         if status != ContainerStatus::Gone {
-            match sandbox.logs_to_file(&container, &log).await {
-                Ok(_) => match sync_files(&[log.clone(), sandbox::stderr_path(&log)]).await {
-                    Ok(()) => logs_saved = true,
-                    Err(e) => notes.push(format!("cannot make the container's logs durable: {e}")),
-                },
+            // The follower (see `stuck_for`) wrote the log as it came, its true head and tail;
+            // without one that saw the container to its end, the engine's copy is read now.
+            let followed = self
+                .stuck
+                .finish_following(task.action_id, FOLLOWER_GRACE)
+                .await;
+            let read = match followed {
+                Some(stats) => Ok(stats),
+                None => {
+                    sandbox
+                        .logs_to_file(&container, &log, self.log_limit())
+                        .await
+                }
+            };
+            match read {
+                Ok(stats) => {
+                    logs = Some(stats);
+                    match sync_files(&[log.clone(), err_log.clone()]).await {
+                        Ok(()) => logs_saved = true,
+                        Err(e) => {
+                            notes.push(format!("cannot make the container's logs durable: {e}"));
+                        }
+                    }
+                }
                 Err(e) => notes.push(format!("cannot read the container's logs: {e}")),
             }
         }
-        let stdout = tokio::fs::read(&log).await.unwrap_or_default();
-        let stderr = tokio::fs::read(&err_log).await.unwrap_or_default();
+        let stderr = crate::sandbox::logcap::read_tail(&err_log, STDERR_TAIL_READ).await;
         let stderr_tail = tail(&String::from_utf8_lossy(&stderr), 2000);
         let agent_settings = self.services.agent_settings();
         let kind = agent_settings.agent;
-        let mut parsed = agents::parse_output(kind, &stdout, true);
+        let mut parsed = parse_log(kind, &log).await;
         if let (Ok(response), agents::AgentKind::Codex) = (&mut parsed, kind) {
             // codex reports tokens only: priced here so the budgets see USD.
             let model = agent_settings.model_for(AgentStep::Workflow);
@@ -262,6 +281,7 @@ impl WorkflowStep {
             .as_ref()
             .map_err(ToString::to_string)
             .and_then(agents::extract::<WorkflowResult>);
+        let over_log_limit = logs.and_then(|l| l.over_limit_summary("the sandbox", &log));
 
         let (mut task_status, mut summary) = verdict(&RunEnd {
             container: &container,
@@ -273,6 +293,7 @@ impl WorkflowStep {
             limit: run_limit(&self.services),
             memory_mb: self.services.config.autopilot.sandbox.memory_mb,
             stderr_tail: &stderr_tail,
+            over_log_limit: over_log_limit.as_deref(),
         });
 
         let mut gate_warnings = None;
@@ -392,6 +413,7 @@ impl WorkflowStep {
                     .map(crate::steps::agent_call::response_usage),
                 gate_warnings,
                 gates: gates_ran,
+                logs,
                 notes: (!notes.is_empty()).then_some(notes),
             }),
             error,
@@ -458,30 +480,14 @@ impl WorkflowStep {
         task: &Task,
         container: &str,
     ) -> Option<Duration> {
+        let log = self.follow_log(ctx, sandbox, task, container);
         let after = self.services.config.autopilot.budget.stuck_after_secs;
         if after == 0 {
             return None;
         }
-        let probe = ctx
-            .store
-            .artifacts_dir(task.mapping.workflow_span_id)
-            .join("activity.log");
-        if let Some(dir) = probe.parent() {
-            let _ = tokio::fs::create_dir_all(dir).await;
-        }
-        // A follower copies the log as it grows; its size is the output seen so far.
-        {
-            let sandbox = sandbox.clone();
-            let container = container.to_owned();
-            let probe = probe.clone();
-            self.stuck.follow(task.action_id, async move {
-                let _ = sandbox.logs_to_file(&container, &probe).await;
-            });
-        }
-        let mut log_bytes = 0;
-        for path in [probe.clone(), crate::sandbox::stderr_path(&probe)] {
-            log_bytes += tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
-        }
+        // Its size on disk is the output seen so far (the tail files change past the head).
+        let log_bytes = crate::sandbox::logcap::bytes_on_disk(&log).await
+            + crate::sandbox::logcap::bytes_on_disk(&crate::sandbox::stderr_path(&log)).await;
         let newest = match task.mapping.worktree_path.clone() {
             Some(dir) => {
                 tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
@@ -494,6 +500,71 @@ impl WorkflowStep {
         let idle = self.stuck.observe(task.action_id, log_bytes, newest);
         (idle >= Duration::from_secs(after)).then_some(idle)
     }
+
+    /// Starts the follower of a run's log unless one runs (or saw the log whole), and returns
+    /// the log's path. The follower writes the log into the span's artifacts as it comes,
+    /// capped, and stops a container whose output passes the limit at once; `collect` takes its
+    /// file when it saw the container to its end.
+    pub(super) fn follow_log(
+        &self,
+        ctx: &StepContext,
+        sandbox: &Arc<dyn Sandbox>,
+        task: &Task,
+        container: &str,
+    ) -> PathBuf {
+        let log = ctx
+            .store
+            .artifacts_dir(task.mapping.workflow_span_id)
+            .join(AGENT_LOG);
+        let sandbox = sandbox.clone();
+        let container = container.to_owned();
+        let path = log.clone();
+        let limit = self.log_limit();
+        self.stuck.follow(task.action_id, async move {
+            if let Some(dir) = path.parent() {
+                tokio::fs::create_dir_all(dir).await.ok()?;
+            }
+            let stats = sandbox.logs_to_file(&container, &path, limit).await.ok()?;
+            // A stream that broke off while the container still runs is not its whole log.
+            let ended = tokio::time::timeout(Duration::from_secs(10), sandbox.wait(&container));
+            matches!(
+                ended.await,
+                Ok(Ok(ContainerStatus::Exited { .. } | ContainerStatus::Gone))
+            )
+            .then_some(stats)
+        });
+        log
+    }
+
+    /// The most bytes kept of one output stream of a run (`autopilot.sandbox.logLimitMb`).
+    fn log_limit(&self) -> u64 {
+        self.services.config.autopilot.sandbox.limits().log_bytes
+    }
+}
+
+/// How long `collect` waits for the follower of an exited container to read what is left and
+/// put its files together.
+const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
+
+/// How much of the end of the agent's stderr is read for the span's `stderrTail`.
+const STDERR_TAIL_READ: u64 = 8 * 1024;
+
+/// The agent's output parsed from its log, a line at a time (never the whole file in memory).
+async fn parse_log(
+    kind: agents::AgentKind,
+    log: &Path,
+) -> Result<agents::AgentResponse, agents::ParseError> {
+    let log = log.to_path_buf();
+    let parsed = tokio::task::spawn_blocking(move || match std::fs::File::open(&log) {
+        Ok(file) => agents::parse_output_reader(kind, std::io::BufReader::new(file), true),
+        Err(_) => agents::parse_output_reader(kind, std::io::empty(), true),
+    })
+    .await;
+    parsed.unwrap_or_else(|e| {
+        Err(agents::ParseError::Invalid {
+            reason: format!("the parser stopped: {e}"),
+        })
+    })
 }
 
 /// Makes written files durable (data and their directory entries).

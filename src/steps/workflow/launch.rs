@@ -472,6 +472,8 @@ impl WorkflowStep {
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
 
         let started = self.start(sandbox.as_ref(), &spec).await?;
+        // Its log is followed from the start: a container that floods it is stopped at once.
+        self.follow_log(ctx, &sandbox, &task, &container);
         let detached = WorkflowSpanMeta {
             task_id: Some(task.mapping.task_id.clone()),
             branch_name: Some(task.mapping.branch_name.clone()),

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::agents::WorkflowResult;
 use crate::git::DiffSummary;
 use crate::sandbox::gates::GatesReport;
-use crate::sandbox::ContainerStatus;
+use crate::sandbox::{ContainerStatus, LogStats};
 use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
 use crate::store::{AgentMeta, ErrorMeta, Meta};
 
@@ -161,6 +161,10 @@ pub struct CollectedMeta {
     pub gate_warnings: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gates: Option<GatesMeta>,
+    /// How much each output stream carried and how much of it was cut (past
+    /// `autopilot.sandbox.logLimitMb`), when the logs were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<LogStats>,
     /// What went wrong on the way that did not decide the outcome (logs, diff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<Vec<String>>,
@@ -346,6 +350,21 @@ mod tests {
             collected.gates,
             Some(GatesMeta::Note("none configured".into()))
         );
+        // A flood: the figures of the logs, what was cut.
+        let flood = round_trip(&json!({
+            "taskId": "a1", "branchName": "b", "containerId": "c",
+            "containerStatus": {"state": "exited", "code": 137, "oom_killed": false},
+            "exitCode": 137, "oomKilled": false, "timedOut": false, "stuck": false,
+            "logPath": "/s/agent.log", "stderrPath": "/s/agent.log.stderr", "stderrTail": "",
+            "diff": null, "taskStatus": "failed",
+            "logs": {"stdoutBytes": 9_437_184, "stderrBytes": 10, "stdoutCut": 1_048_576, "stderrCut": 0, "limitBytes": 8_388_608}
+        }));
+        assert!(flood
+            .collected
+            .expect("collected")
+            .logs
+            .expect("logs")
+            .over_limit());
         // Tampered: the flag and the error's.
         round_trip(&json!({
             "taskId": "a1", "branchName": "b", "containerId": "c",
@@ -426,6 +445,7 @@ mod tests {
                 })),
                 gate_warnings: Some(vec!["w".into()]),
                 gates: Some(GatesMeta::Note("none configured".into())),
+                logs: Some(LogStats::default()),
                 notes: Some(vec!["n".into()]),
             }),
             error: Some(ErrorMeta {

@@ -24,6 +24,9 @@ pub struct RunEnd<'a> {
     pub memory_mb: u64,
     /// The end of the agent's stderr.
     pub stderr_tail: &'a str,
+    /// Its output passed `autopilot.sandbox.logLimitMb` (it was stopped, the middle cut): what
+    /// it printed and what rover kept, in words.
+    pub over_log_limit: Option<&'a str>,
 }
 
 /// The task's status and summary for a run that ended as `end` says.
@@ -33,6 +36,12 @@ pub fn verdict(end: &RunEnd<'_>) -> (TaskStatus, String) {
         (ContainerStatus::Gone, _) => (
             TaskStatus::Error,
             format!("the sandbox container {container} disappeared before rover read its result (removed by hand?)"),
+        ),
+        // Like a memory or time limit: the run's own doing, stopped by rover; its cut output
+        // cannot be trusted to hold the agent's answer.
+        (_, _) if end.over_log_limit.is_some() => (
+            TaskStatus::Failed,
+            end.over_log_limit.unwrap_or_default().to_owned(),
         ),
         (_, _) if end.stuck => (
             TaskStatus::Failed,
@@ -108,6 +117,7 @@ mod tests {
             limit: Duration::from_secs(1800),
             memory_mb: 256,
             stderr_tail,
+            over_log_limit: None,
         }
     }
 
@@ -165,6 +175,18 @@ mod tests {
             summary.starts_with("stuck: ") && summary.contains("600s"),
             "{summary}"
         );
+        let mut flood = end(
+            ContainerStatus::Exited {
+                code: 137,
+                oom_killed: false,
+            },
+            &done,
+            "",
+        );
+        let words = "the sandbox printed more than 8 MiB to stdout (limit autopilot.sandbox.logLimitMb = 8); rover kept the first 4 MiB and the last 2 MiB of it in agent.log";
+        flood.over_log_limit = Some(words);
+        flood.timed_out = true;
+        assert_eq!(verdict(&flood), (TaskStatus::Failed, words.to_owned()));
         let (status, summary) = verdict(&end(ContainerStatus::Gone, &done, ""));
         assert_eq!(status, TaskStatus::Error);
         assert!(summary.contains("rover-c disappeared"), "{summary}");

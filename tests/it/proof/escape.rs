@@ -502,6 +502,202 @@ async fn the_users_own_hooks_that_run_worktree_files_never_run_them_on_the_host(
     );
 }
 
+/// Every file under `dir` (recursively, links not followed) with its size.
+fn files_under(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                found.push((entry.path(), meta.len()));
+            }
+        }
+    }
+    found
+}
+
+/// The bytes of the engine's own log of each of `containers` now (its json file and the
+/// rotated one).
+fn engine_log_bytes(containers: &[String]) -> Vec<u64> {
+    containers
+        .iter()
+        .filter_map(|id| {
+            let out = std::process::Command::new("docker")
+                .args(["inspect", "--format", "{{.LogPath}}", id])
+                .output()
+                .ok()?;
+            let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            let rotated = path.with_extension("log.1");
+            let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+            Some(size(&path) + size(&rotated))
+        })
+        .collect()
+}
+
+/// A log bomb: the sandboxed agent prints 1 GiB to stdout (and 256 KiB to stderr), far more than
+/// `autopilot.sandbox.logLimitMb` (8 here). rover, run as a daemon, stops it as soon as its
+/// output passes the limit and ends the task with a clear error; the log keeps the head and
+/// the tail with the cut said; rover's memory, every file under its data dir and the engine's
+/// own log stay bounded.
+#[tokio::test]
+async fn a_log_bomb_leaves_rovers_memory_and_the_disk_bounded() {
+    const MIB: u64 = 1024 * 1024;
+    const LIMIT_MB: u64 = 8;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"logLimitMb": LIMIT_MB}}}),
+    );
+    s.github
+        .add_issue(62, "Print the logs", "Please print the logs.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 62, "title": "Print the logs", "body": "Please print the logs.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Print the logs"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("logs", "Print the logs", &[], "swe")]}));
+    // The agent's commands have their stdout on /dev/null: they write to the agent's own
+    // (the container's stdout) through its fd. The pause lets rover read what came first: the
+    // engine's own log is capped too, and drops what a flood pushes past it before anyone reads.
+    let run = json!([
+        "echo BOMB-START > /proc/$PPID/fd/1",
+        "yes stderr-flood | head -c 262144 >&2",
+        "sleep 2",
+        "head -c 1073741824 /dev/zero | tr '\\0' x > /proc/$PPID/fd/1",
+    ]);
+    s.rules.push(json!({"prompt_contains": "## Task: Print the logs", "run": run,
+        "structured": {"status": "completed", "summary": "Printed the logs.", "files_changed": []}}));
+    s.answer(
+        RESOLVE,
+        resolve(
+            "fail",
+            json!({"message": "The task flooded its output and was stopped."}),
+        ),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "I could not do this: the task printed far too much."}),
+    );
+
+    let data_dir = s.env.data_dir.clone();
+    let mut engine_peak = 0u64;
+    let mut data_peak = 0u64;
+    let peak_kib = {
+        let probe = || {
+            engine_peak = engine_peak.max(
+                engine_log_bytes(&s.containers())
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0),
+            );
+            data_peak = data_peak.max(
+                files_under(&data_dir)
+                    .into_iter()
+                    .map(|(_, len)| len)
+                    .max()
+                    .unwrap_or(0),
+            );
+        };
+        s.run_daemon_until_settled(std::time::Duration::from_secs(180), probe)
+            .await
+    };
+
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    let summary = workflow.summary.clone().unwrap_or_default();
+    assert!(
+        summary.starts_with("the sandbox printed more than 8 MiB to stdout (limit autopilot.sandbox.logLimitMb = 8); rover kept the first 4 MiB and the last ")
+            && summary.ends_with(" of it in agent.log"),
+        "{summary}"
+    );
+    // Stopped by rover as soon as it passed the limit: killed, not timed out.
+    assert_eq!(
+        workflow.meta["timedOut"],
+        json!(false),
+        "{:?}",
+        workflow.meta
+    );
+    assert_eq!(workflow.meta["exitCode"], json!(137), "{:?}", workflow.meta);
+    let logs = &workflow.meta["logs"];
+    let seen = logs["stdoutBytes"].as_u64().unwrap();
+    let cut = logs["stdoutCut"].as_u64().unwrap();
+    assert!(cut > 0 && seen > LIMIT_MB * MIB, "{logs}");
+    assert!(
+        logs["stderrBytes"].as_u64().unwrap() >= 256 * 1024,
+        "{logs}"
+    );
+    assert_eq!(logs["stderrCut"], json!(0), "{logs}");
+    // The log: the true head, the cut said, the tail; within the limit.
+    let log = PathBuf::from(workflow.meta["logPath"].as_str().unwrap());
+    let kept = std::fs::metadata(&log).unwrap().len();
+    assert!(kept <= LIMIT_MB * MIB + 300, "agent.log holds {kept} bytes");
+    // The agent's first line (its init event), then what the commands printed.
+    let mut head = vec![0; 64 * 1024];
+    std::io::Read::read_exact(&mut std::fs::File::open(&log).unwrap(), &mut head).unwrap();
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with('{'), "{}", &head[..100]);
+    assert!(head.contains("}\nBOMB-START\nxxxxx"), "{}", &head[..300]);
+    let middle = rover::sandbox::logcap::read_tail(&log, kept - 4 * MIB).await;
+    let note = format!("\n[rover: {cut} bytes cut here; this stream passed its limit of {} bytes (autopilot.sandbox.logLimitMb); rover kept the first {} and the last ", LIMIT_MB * MIB, 4 * MIB);
+    assert!(
+        middle.starts_with(note.as_bytes()),
+        "{}",
+        String::from_utf8_lossy(&middle[..200])
+    );
+    // Every file rover wrote, and the engine's own log, stayed about the limit.
+    let biggest = files_under(&data_dir)
+        .into_iter()
+        .max_by_key(|(_, len)| *len)
+        .unwrap();
+    assert!(biggest.1 <= LIMIT_MB * MIB + 300, "{biggest:?}");
+    assert!(
+        data_peak <= LIMIT_MB * MIB + 300,
+        "a file of {data_peak} bytes at one point"
+    );
+    assert!(engine_peak > 0, "the engine's log was never seen");
+    assert!(
+        engine_peak <= 2 * (LIMIT_MB * MIB + 64 * 1024),
+        "the engine's log reached {engine_peak} bytes"
+    );
+    // rover's memory: far below what the sandbox printed.
+    let peak_mib = peak_kib / 1024;
+    let mib = |b: u64| format!("{}.{} MiB", b / MIB, (b % MIB) * 10 / MIB);
+    eprintln!(
+        "proof escape (log bomb): a 1024 MiB stdout bomb, limit {LIMIT_MB} MiB: rover read {} of stdout and stopped the sandbox; rover's peak RSS {peak_mib} MiB; largest file under the data dir {} ({}), at most {} at any probe; the engine's log at most {}",
+        mib(seen),
+        mib(biggest.1),
+        biggest.0.file_name().unwrap().to_string_lossy(),
+        mib(data_peak),
+        mib(engine_peak),
+    );
+    assert!(peak_mib < 200, "rover's peak RSS was {peak_mib} MiB");
+}
+
 /// A worktree whose `.git` was changed after its container exited is refused before any
 /// host git reads it, and the trace fails without another agent.
 #[tokio::test]
@@ -724,7 +920,7 @@ async fn objects_outside_the_tasks_history_are_not_readable_in_the_sandbox() {
     spec.mount_git(&scratch);
     let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("objects.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log), docker.wait(&id));
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, 1 << 20), docker.wait(&id));
     logs.expect("logs");
     assert!(matches!(
         status.expect("wait"),

@@ -175,13 +175,7 @@ impl Scenario {
     pub async fn run_until_settled(&self, max: usize) {
         for _ in 0..max {
             self.run_once().await;
-            let store = self.store();
-            let settled = self
-                .traces()
-                .iter()
-                .all(|t| matches!(t.outcome(), TraceOutcome::Finished { .. }))
-                && store.read_state().unwrap().pending.is_empty();
-            if settled {
+            if self.settled() {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -192,6 +186,71 @@ impl Scenario {
             .map(|t| (t.index.event.clone(), chain(t), t.outcome()))
             .collect();
         panic!("not settled after {max} runs: {summary:#?}");
+    }
+
+    /// Whether every trace has ended and nothing is queued.
+    pub fn settled(&self) -> bool {
+        self.traces()
+            .iter()
+            .all(|t| matches!(t.outcome(), TraceOutcome::Finished { .. }))
+            && self.store().read_state().unwrap().pending.is_empty()
+    }
+
+    /// `rover autopilot start` as a daemon (not `--once`) until every trace has ended, then
+    /// SIGTERM. Meanwhile the rover process's peak resident memory (`VmHWM`) is sampled every
+    /// 20 ms and `probe` is called about every 250 ms (to look at files while they are written).
+    /// Returns that peak in KiB; panics past `limit`.
+    pub async fn run_daemon_until_settled(
+        &self,
+        limit: std::time::Duration,
+        mut probe: impl FnMut() + Send,
+    ) -> u64 {
+        use std::time::{Duration, Instant};
+        let log = std::fs::File::create(self.env.path().join("daemon.out")).unwrap();
+        let mut child = self
+            .start_command(&[])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start rover");
+        let pid = child.id();
+        let start = Instant::now();
+        let mut peak = 0;
+        let mut looked = Instant::now();
+        let mut stopping = false;
+        loop {
+            peak = peak.max(vm_hwm_kib(pid).unwrap_or(0));
+            if let Some(status) = child.try_wait().unwrap() {
+                let out =
+                    std::fs::read_to_string(self.env.path().join("daemon.out")).unwrap_or_default();
+                assert!(stopping, "rover exited by itself ({status}):\n{out}");
+                assert!(status.success(), "rover failed ({status}):\n{out}");
+                return peak;
+            }
+            if looked.elapsed() >= Duration::from_millis(250) {
+                looked = Instant::now();
+                probe();
+                if !stopping && self.settled() {
+                    stopping = true;
+                    nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+                        nix::sys::signal::Signal::SIGTERM,
+                    )
+                    .unwrap();
+                }
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                let summary: Vec<_> = self
+                    .traces()
+                    .iter()
+                    .map(|t| (t.index.event.clone(), chain(t), t.outcome()))
+                    .collect();
+                panic!("not settled within {limit:?}: {summary:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Every rover container of this scenario's project, by label.
@@ -257,6 +316,19 @@ pub async fn sandbox_json() -> Value {
     let image = scenario_image().await;
     json!({"autopilot": {"sandbox": {"image": image, "network": "none", "memoryMb": 256, "cpus": 1.0,
         "timeoutSecs": 60, "envAllow": ["ROVER_FAKE_AGENT_SCRIPT"]}}})
+}
+
+/// The peak resident memory of process `pid` so far (`VmHWM`), in KiB; `None` once it is gone.
+pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// `step:status` of every span, in creation order.
