@@ -101,8 +101,7 @@ impl HeldSecrets {
     /// [`MIN_SECRET_CHARS`] (trimmed) is ignored; a value already held keeps its first name.
     pub fn add(&mut self, name: &str, value: &str) {
         let value = value.trim();
-        if value.chars().count() < MIN_SECRET_CHARS || self.list.iter().any(|s| s.value == value)
-        {
+        if value.chars().count() < MIN_SECRET_CHARS || self.list.iter().any(|s| s.value == value) {
             return;
         }
         let at = self
@@ -332,7 +331,10 @@ mod tests {
     fn each_shape_is_recognised_and_named() {
         let cases = [
             ("-----BEGIN OPENSSH PRIVATE KEY-----", KeyShape::PrivateKey),
-            ("-----BEGIN PGP PRIVATE KEY BLOCK-----", KeyShape::PrivateKey),
+            (
+                "-----BEGIN PGP PRIVATE KEY BLOCK-----",
+                KeyShape::PrivateKey,
+            ),
             ("-----BEGIN PRIVATE KEY-----", KeyShape::PrivateKey),
             (
                 "ghp_abcdefghijklmnopqrstuvwxyz0123456789",

@@ -1,4 +1,5 @@
-//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI).
+//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI), and the
+//! secret scan of what a push would send (`scan`).
 //!
 //! git2 handles repository state (default branch, branches, worktrees, diffs) because it needs no
 //! process; the `git` CLI handles everything where the user's hooks, signing and credentials must
@@ -18,6 +19,7 @@ mod hooks;
 mod merge;
 mod push;
 mod read;
+mod scan;
 mod workspace;
 
 pub use boundary::{WorktreeGit, NO_HOOKS};
@@ -31,4 +33,7 @@ pub use error::GitError;
 pub use hooks::{HookLocation, HookMode, HookPlan, PrePushInput, HOOK_NAMES};
 pub use merge::MergeReport;
 pub use push::{PushReport, GIT_TOKEN_ENV};
+pub use scan::{
+    describe_findings, ScanLimits, ScanReport, SecretFinding, SecretPlace, SecretScan, SecretWhat,
+};
 pub use workspace::{BranchBase, PreparedWorktree, Workspace};
