@@ -6,7 +6,7 @@
 //! The scan is bounded: more commits or bytes than [`ScanLimits`] allow refuse the push too.
 
 use std::collections::HashSet;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::path::Path;
 
 use git2::{Delta, DiffFindOptions, DiffOptions, Oid, Repository, Sort};
@@ -163,7 +163,7 @@ pub fn describe_findings(findings: &[SecretFinding], more: usize) -> String {
         .collect::<Vec<_>>()
         .join("; ");
     if more > 0 {
-        text.push_str(&format!("; and {more} more"));
+        let _ = write!(text, "; and {more} more");
     }
     text
 }
@@ -215,19 +215,23 @@ impl Workspace {
     }
 }
 
+/// A finding's place and kind: commit, place, path, line, what.
+type SeenKey = (
+    Option<String>,
+    SecretPlace,
+    Option<String>,
+    Option<u32>,
+    String,
+);
+
 /// The findings so far, bounded.
 struct Found<'s> {
     scan: &'s SecretScan,
     /// Every held value, escaped, in one pattern: a binary's bytes are read once.
     held_bytes: Option<regex::bytes::Regex>,
     findings: Vec<SecretFinding>,
-    seen: HashSet<(
-        Option<String>,
-        SecretPlace,
-        Option<String>,
-        Option<u32>,
-        String,
-    )>,
+    /// Each (commit, place, path, line, what) once.
+    seen: HashSet<SeenKey>,
     more: usize,
 }
 
@@ -705,30 +709,19 @@ mod tests {
             "Add keys",
         );
         let report = r.scan("rover/x", &scan()).expect("scanned");
-        let found: Vec<(Option<&str>, Option<u32>, SecretWhat, Option<&str>)> = report
-            .findings
-            .iter()
-            .map(|f| (f.path.as_deref(), f.line, f.what.clone(), f.hint.as_deref()))
-            .collect();
+        let shape = |line: u32, shape: KeyShape, hint: &str| SecretFinding {
+            commit: Some(tip.to_string()),
+            place: SecretPlace::Content,
+            path: Some("new.txt".into()),
+            line: Some(line),
+            what: SecretWhat::Shape { shape },
+            hint: Some(hint.into()),
+        };
         assert_eq!(
-            found,
+            report.findings,
             [
-                (
-                    Some("new.txt"),
-                    Some(1),
-                    SecretWhat::Shape {
-                        shape: KeyShape::AwsAccessKey
-                    },
-                    Some("…MPLE")
-                ),
-                (
-                    Some("new.txt"),
-                    Some(2),
-                    SecretWhat::Shape {
-                        shape: KeyShape::AnthropicKey
-                    },
-                    Some("…MnOp")
-                ),
+                shape(1, KeyShape::AwsAccessKey, "…MPLE"),
+                shape(2, KeyShape::AnthropicKey, "…MnOp"),
             ]
         );
         assert_eq!(report.findings[0].commit, Some(tip.to_string()));
