@@ -81,15 +81,6 @@ impl Redactor {
         &self.held
     }
 
-    /// Also treat as secrets the values of environment variables whose names say they are
-    /// secrets (`GITHUB_TOKEN`, `*_API_KEY`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*_KEY`).
-    #[must_use]
-    pub fn with_env_secrets(self) -> Self {
-        Self {
-            held: self.held.with_secret_env(),
-        }
-    }
-
     /// `text` with the exact values rover holds replaced, and nothing else changed: for text
     /// that must stay as it is but for secrets (an agent's prompt, a diff it reads).
     pub fn redact_held(&self, text: &str) -> String {
@@ -244,6 +235,18 @@ mod tests {
             &["abcdef123456", "zzzzzzzz", "SSH_KEY=/k"],
         ),
     ];
+
+    /// A prompt keeps everything (paths, fixtures an agent must see) but the values rover holds.
+    #[test]
+    fn redact_held_replaces_only_the_held_values() {
+        let r = Redactor::new(["held-value-123456"]);
+        let text = "+KEY=held-value-123456\n+path /home/dev/x and AKIAIOSFODNN7EXAMPLE";
+        assert_eq!(
+            r.redact_held(text),
+            "+KEY=[redacted secret]\n+path /home/dev/x and AKIAIOSFODNN7EXAMPLE"
+        );
+        assert_eq!(r.held().len(), 1);
+    }
 
     #[test]
     fn redaction_table_for_both_visibilities() {
