@@ -47,6 +47,20 @@ pub fn looks_secret(name: &str, value: &str) -> bool {
     name_looks_secret(name) || KeyShape::of_whole(value.trim()).is_some()
 }
 
+/// Whether a value could be a secret rather than a placeholder or a word (`undefined`,
+/// `changeme`, `false`): no whitespace, and at least two of lower case, upper case, digits and
+/// other characters.
+pub fn could_be_secret(value: &str) -> bool {
+    let value = value.trim();
+    let classes = [
+        value.chars().any(|c| c.is_ascii_lowercase()),
+        value.chars().any(|c| c.is_ascii_uppercase()),
+        value.chars().any(|c| c.is_ascii_digit()),
+        value.chars().any(|c| !c.is_ascii_alphanumeric()),
+    ];
+    !value.chars().any(char::is_whitespace) && classes.iter().filter(|c| **c).count() >= 2
+}
+
 /// One secret value rover holds and the variable it came from (`Debug` never shows the value).
 #[derive(Clone, PartialEq, Eq)]
 pub struct HeldSecret {
@@ -153,14 +167,15 @@ impl HeldSecrets {
     }
 
     /// Holds the value of every variable of rover's environment whose name says it is a
-    /// secret ([`name_looks_secret`]).
+    /// secret ([`name_looks_secret`]) and whose value could be one ([`could_be_secret`]: these
+    /// names are guessed, and a held value refuses every push that adds it).
     #[must_use]
     pub fn with_secret_env(mut self) -> HeldSecrets {
         for (name, value) in std::env::vars_os() {
             let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
                 continue;
             };
-            if name_looks_secret(name) {
+            if name_looks_secret(name) && could_be_secret(value) {
                 self.add(name, value);
             }
         }
@@ -411,6 +426,27 @@ mod tests {
             "SCRIPT",
             "{\"token\": \"ghp_abcdefghijklmnopqrstuvwxyz0123456789\"}"
         ));
+    }
+
+    #[test]
+    fn guessed_secret_variables_hold_only_values_that_could_be_secrets() {
+        let id = uuid::Uuid::new_v4()
+            .simple()
+            .to_string()
+            .to_ascii_uppercase();
+        let real = format!("ROVER_TEST_{id}_TOKEN");
+        let placeholder = format!("ROVER_TEST_{id}_SECRET");
+        std::env::set_var(&real, "s3cret-Value-for-test");
+        std::env::set_var(&placeholder, "undefined");
+        let held = HeldSecrets::new().with_secret_env();
+        std::env::remove_var(&real);
+        std::env::remove_var(&placeholder);
+        let names: Vec<&str> = held.iter().map(HeldSecret::name).collect();
+        assert!(names.contains(&real.as_str()), "{names:?}");
+        assert!(!names.contains(&placeholder.as_str()), "{names:?}");
+        assert!(could_be_secret("hunter22"));
+        assert!(!could_be_secret("changeme"));
+        assert!(!could_be_secret("two words 123"));
     }
 
     #[test]
