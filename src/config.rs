@@ -84,6 +84,10 @@ pub struct PipelineConfig {
     /// kept (for a person to look, or `retry`) before they are reclaimed, days. Traces with a
     /// pushed pull request keep theirs until it is merged or closed.
     pub retain_days: u64,
+    /// Key-shaped strings that are known fakes (test fixtures) a push may carry: the secret
+    /// scan before a push does not count them. The exact value of a secret rover holds is
+    /// refused whatever this says.
+    pub allowed_key_shapes: Vec<String>,
 }
 
 impl Default for PipelineConfig {
@@ -100,6 +104,7 @@ impl Default for PipelineConfig {
             ci_poll_secs: 300,
             ci_max_polls: 36,
             retain_days: 7,
+            allowed_key_shapes: Vec::new(),
         }
     }
 }

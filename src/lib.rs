@@ -15,6 +15,7 @@ pub mod logging;
 pub mod orchestrator;
 pub mod project;
 pub mod sandbox;
+pub mod secrets;
 pub mod steps;
 pub mod store;
 pub mod trace;

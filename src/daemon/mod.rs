@@ -22,6 +22,7 @@ use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
 use crate::orchestrator::StepOrchestrator;
 use crate::project::{Project, ProjectError};
 use crate::sandbox::{DockerSandbox, Sandbox};
+use crate::secrets::HeldSecrets;
 use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
@@ -120,6 +121,28 @@ async fn bot_identity(
     Ok(identity)
 }
 
+/// The secrets rover holds, for redaction and the push scan alike: the GitHub tokens (both
+/// variables, taken out of the environment at start), the webhook secret (served or not), the
+/// model keys, the value of every variable `envAllow` or `extraEnv` may hand an agent that looks
+/// secret, and every variable of rover's environment whose name says it is a secret.
+fn held_secrets(
+    tokens: Vec<(&str, String)>,
+    webhook_secret: Option<String>,
+    config: &RoverConfig,
+) -> HeldSecrets {
+    let mut held = HeldSecrets::new();
+    for (name, token) in tokens {
+        held.add(name, &token);
+    }
+    if let Some(secret) = webhook_secret {
+        held.add(crate::github::webhook::SECRET_ENV, &secret);
+    }
+    held.with_env(crate::secrets::MODEL_KEY_ENV)
+        .with_env_if_secret(&config.autopilot.sandbox.env_allow)
+        .with_env_if_secret(&config.autopilot.agent.extra_env)
+        .with_secret_env()
+}
+
 async fn run(
     project: Project,
     mut config: RoverConfig,
@@ -194,7 +217,16 @@ async fn run(
         println!("warning: {text}");
         tracing::warn!(hooks = "host", "{text}");
     }
-    let secrets: Vec<String> = token.iter().chain(&webhook_secret).cloned().collect();
+    let held = held_secrets(
+        crate::github::octo::held_tokens(),
+        crate::github::webhook::secret_from_env(),
+        &config,
+    );
+    let names: Vec<&str> = held.iter().map(crate::secrets::HeldSecret::name).collect();
+    tracing::info!(
+        secrets = ?names,
+        "secret values held: redacted from messages, refused in pushes"
+    );
     let services = Arc::new(Services {
         repo_root: project.root.clone(),
         repo: project.repo.clone(),
@@ -202,7 +234,7 @@ async fn run(
         agent,
         github: github.clone(),
         sandbox,
-        redactor: Redactor::new(secrets).with_env_secrets(),
+        redactor: Redactor::from_held(held),
         github_token: token,
         git_env: Vec::new(),
         config: config.clone(),
@@ -633,4 +665,58 @@ fn spawn_signals(shutdown: CancellationToken, wake: Arc<tokio::sync::Notify>) {
             shutdown.cancel();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::github::Visibility;
+
+    /// Every secret rover was handed is held, so redaction and the push scan know it: both token
+    /// variables, the webhook secret even when no webhook is served, and what `envAllow` lets
+    /// into a sandbox when it looks secret (by name or by shape), not what does not.
+    #[test]
+    fn the_redactor_holds_every_secret_rover_was_handed() {
+        let id = uuid::Uuid::new_v4()
+            .simple()
+            .to_string()
+            .to_ascii_uppercase();
+        let named = format!("ROVER_TEST_{id}_DEPLOY_KEY");
+        let shaped = format!("ROVER_TEST_{id}_SHAPED");
+        let plain = format!("ROVER_TEST_{id}_PLAIN");
+        std::env::set_var(&named, "deploy-key-value-1234");
+        std::env::set_var(&shaped, "xoxb-1234567890-abcdefghij");
+        std::env::set_var(&plain, "not-a-secret-value");
+        let mut config = RoverConfig::default();
+        config.autopilot.sandbox.env_allow = vec![named.clone(), shaped.clone(), plain.clone()];
+        let held = held_secrets(
+            vec![
+                ("GITHUB_TOKEN", "first-token-value-0001".into()),
+                ("GH_TOKEN", "second-token-value-0002".into()),
+            ],
+            Some("webhook-secret-value-0003".into()),
+            &config,
+        );
+        for var in [&named, &shaped, &plain] {
+            std::env::remove_var(var);
+        }
+        let names: Vec<&str> = held.iter().map(crate::secrets::HeldSecret::name).collect();
+        for name in [
+            "GITHUB_TOKEN",
+            "GH_TOKEN",
+            "ROVER_WEBHOOK_SECRET",
+            named.as_str(),
+            shaped.as_str(),
+        ] {
+            assert!(names.contains(&name), "{name} not held: {names:?}");
+        }
+        assert!(!names.contains(&plain.as_str()), "{names:?}");
+        let redactor = Redactor::from_held(held);
+        let text = "t first-token-value-0001 second-token-value-0002 w webhook-secret-value-0003 k deploy-key-value-1234";
+        for visibility in [Visibility::Public, Visibility::Private] {
+            let out = redactor.redact(text, visibility);
+            assert!(!out.contains("value-000"), "{out}");
+            assert!(!out.contains("deploy-key-value"), "{out}");
+        }
+    }
 }

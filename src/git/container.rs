@@ -178,7 +178,7 @@ fn entries(cache: &Path) -> Vec<(git2::Oid, PathBuf, std::time::SystemTime)> {
             Some((oid, e.path(), modified))
         })
         .collect();
-    found.sort_by(|a, b| b.2.cmp(&a.2));
+    found.sort_by_key(|e| std::cmp::Reverse(e.2));
     found
 }
 

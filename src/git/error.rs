@@ -77,6 +77,21 @@ pub enum GitError {
         "the worktree's hooks must run in a sandbox ({reason}); commit through the commit step"
     )]
     HooksNeedSandbox { reason: String },
+    /// What the push would send holds a secret rover holds or a key-shaped string; nothing was
+    /// pushed. The findings name where, never the value (`branch` is masked the same way).
+    #[error("refused to push `{branch}`: it would send {}; nothing was pushed", super::scan::describe_findings(findings, *more))]
+    SecretsInPush {
+        branch: String,
+        findings: Vec<super::scan::SecretFinding>,
+        more: usize,
+    },
+    /// What the push would send is more than the secret scan reads; nothing was pushed.
+    #[error("refused to push `{branch}`: {what} is more than rover scans for secrets before a push ({limit}); nothing was pushed, push it by hand")]
+    ScanTooLarge {
+        branch: String,
+        what: String,
+        limit: String,
+    },
     /// A blocking task was cancelled or panicked.
     #[error("a blocking git task did not finish")]
     Join(#[source] tokio::task::JoinError),

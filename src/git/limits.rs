@@ -182,10 +182,10 @@ pub(crate) fn sweep_temporary_objects(objects_dir: &Path) {
         if is_temporary && old {
             match std::fs::remove_file(entry.path()) {
                 Ok(()) => {
-                    tracing::info!(path = %entry.path().display(), "removed a temporary object left by an interrupted staging")
+                    tracing::info!(path = %entry.path().display(), "removed a temporary object left by an interrupted staging");
                 }
                 Err(e) => {
-                    tracing::warn!(path = %entry.path().display(), error = %e, "cannot remove a temporary object")
+                    tracing::warn!(path = %entry.path().display(), error = %e, "cannot remove a temporary object");
                 }
             }
         }

@@ -1,4 +1,5 @@
-//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI).
+//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI), and the
+//! secret scan of what a push would send (`scan`).
 //!
 //! git2 handles repository state (default branch, branches, worktrees, diffs) because it needs no
 //! process; the `git` CLI handles everything where the user's hooks, signing and credentials must
@@ -20,6 +21,7 @@ mod merge;
 pub mod owner;
 mod push;
 mod read;
+mod scan;
 mod workspace;
 
 pub use boundary::{WorktreeGit, NO_HOOKS};
@@ -34,4 +36,7 @@ pub use hooks::{HookLocation, HookMode, HookPlan, PrePushInput, HOOK_NAMES};
 pub use limits::{ChangeSize, CommitLimits, LimitKind};
 pub use merge::MergeReport;
 pub use push::{PushReport, GIT_TOKEN_ENV};
+pub use scan::{
+    describe_findings, ScanLimits, ScanReport, SecretFinding, SecretPlace, SecretScan, SecretWhat,
+};
 pub use workspace::{BranchBase, PreparedWorktree, Workspace};

@@ -7,6 +7,7 @@ use super::boundary::NO_HOOKS;
 use super::command::{run_git, Target};
 use super::error::GitError;
 use super::hooks::HookPlan;
+use super::scan::SecretScan;
 use super::workspace::Workspace;
 
 /// The variable that carries the GitHub token to the credential helper of one `git push` child.
@@ -39,14 +40,19 @@ impl Workspace {
     /// Hooks never run while git holds the credential: the `pre-push` hook of a host plan runs
     /// first, on its own (a sandbox plan's caller runs it in a container before calling this),
     /// and the push itself looks for hooks nowhere.
+    ///
+    /// Before each attempt, what it would send is scanned with `secrets` (see `scan`): a secret
+    /// rover holds or a key-shaped string is [`GitError::SecretsInPush`] and nothing is sent.
     pub async fn push_branch(
         &self,
         worktree: &Path,
         branch: &str,
         token: Option<&str>,
         hooks: &HookPlan,
+        secrets: &SecretScan,
     ) -> Result<PushReport, GitError> {
         let wg = self.verify_worktree(worktree).await?;
+        self.check_outgoing(branch, secrets).await?;
         if let HookPlan::Host { dir, .. } = hooks {
             let input = self.pre_push_input(worktree, branch).await?;
             self.run_host_hook(worktree, dir, "pre-push", &input.args, &input.stdin)
@@ -105,6 +111,8 @@ impl Workspace {
                 other => other,
             });
         }
+        // The rebased commits are new ones: scanned again before they leave.
+        self.check_outgoing(branch, secrets).await?;
         run_git(target, &push_args, &envs).await?;
         Ok(PushReport {
             branch: branch.to_string(),

@@ -33,15 +33,25 @@ use super::wire::{
 /// Most pages fetched for one list call (100 items each).
 const MAX_PAGES: u32 = 5;
 
-/// The token taken out of the environment by [`seal_token`], if it ran.
-static SEALED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+/// The tokens taken out of the environment by [`seal_token`], if it ran: each variable's value.
+static SEALED: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
 
-fn env_token() -> Option<String> {
+/// The non-empty values of `GITHUB_TOKEN` and `GH_TOKEN`, in that order, with their names.
+fn env_tokens() -> Vec<(&'static str, String)> {
     [TOKEN_ENV, TOKEN_ENV_FALLBACK]
-        .iter()
-        .filter_map(|name| std::env::var(name).ok())
-        .map(|v| v.trim().to_owned())
-        .find(|v| !v.is_empty())
+        .into_iter()
+        .filter_map(|name| Some((name, std::env::var(name).ok()?.trim().to_owned())))
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
+/// Every GitHub token rover was given (`GITHUB_TOKEN` and `GH_TOKEN` both, when both were set
+/// and differ: rover uses the first but holds both), with the variable each came from.
+pub fn held_tokens() -> Vec<(&'static str, String)> {
+    match SEALED.get() {
+        Some(sealed) => sealed.clone(),
+        None => env_tokens(),
+    }
 }
 
 /// Takes the GitHub token out of the process: keeps its value in memory, removes `GITHUB_TOKEN`
@@ -50,11 +60,11 @@ fn env_token() -> Option<String> {
 /// `/proc/<pid>/environ` or memory, nor attach a debugger. Call it first thing in `main`,
 /// before any thread exists.
 pub fn seal_token() {
-    let token = env_token();
+    let tokens = env_tokens();
     for name in [TOKEN_ENV, TOKEN_ENV_FALLBACK] {
         std::env::remove_var(name);
     }
-    let _ = SEALED.set(token);
+    let _ = SEALED.set(tokens);
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         tracing::warn!(
             error = &e as &dyn std::error::Error,
@@ -66,11 +76,11 @@ pub fn seal_token() {
 /// The token from `GITHUB_TOKEN`, else `GH_TOKEN` (as [`seal_token`] kept it, when it ran);
 /// empty values do not count.
 pub fn token_from_env() -> Result<String, GitHubError> {
-    match SEALED.get() {
-        Some(sealed) => sealed.clone(),
-        None => env_token(),
-    }
-    .ok_or(GitHubError::MissingToken)
+    held_tokens()
+        .into_iter()
+        .next()
+        .map(|(_, token)| token)
+        .ok_or(GitHubError::MissingToken)
 }
 
 /// The API base URL from `ROVER_GITHUB_API_URL`, else `https://api.github.com`.

@@ -6,9 +6,10 @@ use std::sync::LazyLock;
 use regex::{Captures, Regex};
 
 use super::events::Visibility;
+use crate::secrets::{last4, HeldSecrets};
 
-/// What replaces a secret.
-pub const SECRET: &str = "[redacted secret]";
+/// What replaces a secret (`crate::secrets::SECRET`).
+pub use crate::secrets::SECRET;
 /// What replaces a file-system path in public.
 pub const PATH: &str = "[path]";
 /// What replaces an environment line in public.
@@ -20,18 +21,6 @@ fn re(pattern: &str) -> Regex {
 
 static PEM: LazyLock<Regex> =
     LazyLock::new(|| re(r"-----BEGIN [A-Z0-9 ]+-----[\s\S]*?(?:-----END [A-Z0-9 ]+-----|\z)"));
-static TOKENS: LazyLock<Regex> = LazyLock::new(|| {
-    re(concat!(
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}",
-        r"|github_pat_[A-Za-z0-9_]{20,}",
-        r"|sk-ant-[A-Za-z0-9_-]{10,}",
-        r"|sk-(?:proj-)?[A-Za-z0-9_-]{16,}",
-        r"|(?:AKIA|ASIA)[0-9A-Z]{16}",
-        r"|xox[abprs]-[A-Za-z0-9-]{10,}",
-        r"|AIza[0-9A-Za-z_-]{35}",
-        r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})",
-    ))
-});
 static BEARER: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)\b(bearer|token|basic)(\s+)[A-Za-z0-9._~+/=-]{16,}"));
 /// `NAME=value` / `NAME: value` where the name says it is a secret (`password`, `api_key`,
@@ -59,66 +48,52 @@ static FINGERPRINT_SHA: LazyLock<Regex> =
 static FINGERPRINT_HEX: LazyLock<Regex> =
     LazyLock::new(|| re(r"\b(?:[0-9a-fA-F]{2}:){7,}[0-9a-fA-F]{2}\b"));
 
-fn last4(s: &str) -> String {
-    let chars: Vec<char> = s.chars().collect();
-    let tail: String = chars[chars.len().saturating_sub(4)..].iter().collect();
-    format!("…{tail}")
-}
-
-/// Redacts text for a channel, knowing the configured secret values.
+/// Redacts text for a channel, knowing the exact secret values rover holds.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    secrets: Vec<String>,
+    held: HeldSecrets,
 }
 
 impl Redactor {
-    /// `secrets`: exact values never to disclose (the GitHub token, API keys). Values shorter
-    /// than 6 characters are ignored (too likely to appear innocently).
+    /// `secrets`: exact values never to disclose, their variables unknown (tests, callers with
+    /// bare values). Values shorter than `secrets::MIN_SECRET_CHARS` are ignored (too likely
+    /// to appear innocently).
     pub fn new<I, S>(secrets: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let mut secrets: Vec<String> = secrets
-            .into_iter()
-            .map(Into::into)
-            .map(|s| s.trim().to_owned())
-            .filter(|s| s.chars().count() >= 6)
-            .collect();
-        // Longest first so a secret containing another is replaced whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        Self { secrets }
+        let mut held = HeldSecrets::new();
+        for value in secrets {
+            held.add("", &value.into());
+        }
+        Self { held }
     }
 
-    /// Also treat as secrets the values of environment variables whose names say they are
-    /// secrets (`GITHUB_TOKEN`, `GH_TOKEN`, `*_API_KEY`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`).
-    #[must_use]
-    pub fn with_env_secrets(self) -> Self {
-        let extra = std::env::vars().filter_map(|(name, value)| {
-            let upper = name.to_ascii_uppercase();
-            [
-                "TOKEN",
-                "SECRET",
-                "PASSWORD",
-                "API_KEY",
-                "PRIVATE_KEY",
-                "CREDENTIAL",
-            ]
-            .iter()
-            .any(|w| upper.contains(w))
-            .then_some(value)
-        });
-        Self::new(self.secrets.into_iter().chain(extra))
+    /// Over the secrets rover holds (the daemon collects them: `secrets::HeldSecrets`); the
+    /// push scan reads the same set through [`Redactor::held`].
+    pub fn from_held(held: HeldSecrets) -> Self {
+        Self { held }
+    }
+
+    /// The exact secret values this redactor hides.
+    pub fn held(&self) -> &HeldSecrets {
+        &self.held
+    }
+
+    /// `text` with the exact values rover holds replaced, and nothing else changed: for text
+    /// that must stay as it is but for secrets (an agent's prompt, a diff it reads).
+    pub fn redact_held(&self, text: &str) -> String {
+        self.held.mask_values(text)
     }
 
     /// Redact `text` for a channel of `visibility`.
     pub fn redact(&self, text: &str, visibility: Visibility) -> String {
-        let mut out = text.to_owned();
-        for s in &self.secrets {
-            out = out.replace(s.as_str(), SECRET);
-        }
+        let mut out = self.held.mask_values(text);
         out = PEM.replace_all(&out, SECRET).into_owned();
-        out = TOKENS.replace_all(&out, SECRET).into_owned();
+        out = crate::secrets::key_shape_pattern()
+            .replace_all(&out, SECRET)
+            .into_owned();
         out = BEARER
             .replace_all(&out, |c: &Captures| format!("{}{}{SECRET}", &c[1], &c[2]))
             .into_owned();
@@ -165,7 +140,6 @@ mod tests {
     fn patterns_compile() {
         for r in [
             &PEM,
-            &TOKENS,
             &BEARER,
             &SECRET_ASSIGN,
             &ENV_LINE,
@@ -261,6 +235,18 @@ mod tests {
             &["abcdef123456", "zzzzzzzz", "SSH_KEY=/k"],
         ),
     ];
+
+    /// A prompt keeps everything (paths, fixtures an agent must see) but the values rover holds.
+    #[test]
+    fn redact_held_replaces_only_the_held_values() {
+        let r = Redactor::new(["held-value-123456"]);
+        let text = "+KEY=held-value-123456\n+path /home/dev/x and AKIAIOSFODNN7EXAMPLE";
+        assert_eq!(
+            r.redact_held(text),
+            "+KEY=[redacted secret]\n+path /home/dev/x and AKIAIOSFODNN7EXAMPLE"
+        );
+        assert_eq!(r.held().len(), 1);
+    }
 
     #[test]
     fn redaction_table_for_both_visibilities() {

@@ -75,8 +75,19 @@ pub(crate) async fn custom_instructions(services: &Services) -> CustomInstructio
     custom
 }
 
-/// A request for `step` with `vars`, rendered off the runtime, to run in the host workdir;
-/// the transcript goes to the span's artifacts dir under `transcript`.
+/// The secrets rover holds taken out of an agent's prompts: a diff, an issue or an error can
+/// quote one, and the prompt goes to the model's API and into the transcript on disk.
+pub(crate) fn hide_held_secrets(
+    redactor: &crate::github::Redactor,
+    request: &mut crate::agents::AgentRequest,
+) {
+    request.prompt = redactor.redact_held(&request.prompt);
+    request.system_prompt = redactor.redact_held(&request.system_prompt);
+}
+
+/// A request for `step` with `vars`, rendered off the runtime, to run in the host workdir (the
+/// secrets rover holds taken out of its prompts); the transcript goes to the span's artifacts
+/// dir under `transcript`.
 pub(crate) async fn host_request(
     services: &Services,
     store: &AutopilotStore,
@@ -90,9 +101,11 @@ pub(crate) async fn host_request(
     let artifacts = store.artifacts_dir(span_id);
     let custom = custom_instructions(services).await;
     let store = store.clone();
+    let redactor = services.redactor.clone();
     tokio::task::spawn_blocking(move || {
         let workdir = host_workdir(&store)?;
         let mut request = step_request(&settings, step, &workdir, &vars, attribution, &custom)?;
+        hide_held_secrets(&redactor, &mut request);
         // Without a transcript the call still works; the dir is only for inspection.
         if std::fs::create_dir_all(&artifacts).is_ok() {
             request.transcript = Some(artifacts.join(transcript));

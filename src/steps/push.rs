@@ -6,6 +6,12 @@
 //! A merge conflict or a failed push is an error of this step, with the conflicting files or the
 //! git command (argv, exit code, stdout, stderr) in `meta.error`; the orchestrator's fail-forward
 //! turns it into a `notify` with purpose `failure`.
+//!
+//! Before anything is sent, what the push would send is scanned for the secrets rover holds and
+//! for key-shaped strings (`git::scan`). A hit pushes nothing and opens no pull request: the
+//! span fails with `status: secrets` and the findings (`secretsFound`: commit, file, line, kind,
+//! never the value), and the resolver ends the trace (a secret in history cannot be fixed by a
+//! commit on top).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -17,11 +23,11 @@ use uuid::Uuid;
 
 use super::meta::{
     self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushConflict, PushMeta,
-    PushSpanMeta, PushStatus, WorkflowMeta,
+    PushSpanMeta, PushStatus, SecretsFound, WorkflowMeta,
 };
 use super::resolve::mapping_worktree;
 use super::Services;
-use crate::git::{BranchBase, GitError, Workspace};
+use crate::git::{BranchBase, GitError, SecretScan, Workspace};
 use crate::github::{compose, EventKind, GitHubError, NewPullRequest, PullRequest};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
@@ -195,6 +201,44 @@ fn first_line(text: &str) -> &str {
         .trim()
 }
 
+/// A push refused because what it would send holds secrets: nothing left.
+struct Refused {
+    target: String,
+    merged: Vec<String>,
+    worktree: PathBuf,
+    /// The error as the span records it (its message names the findings, never a value).
+    error: StepError,
+    found: SecretsFound,
+}
+
+impl Refused {
+    /// The push span: failed, the findings recorded, the resolver to end the trace.
+    fn finished(self, branches: &[String]) -> Finished {
+        let summary = self.error.message.clone();
+        Finished::failed(summary)
+            .with_meta_record(&PushSpanMeta {
+                status: Some(PushStatus::Secrets),
+                branch: Some(self.target.clone()),
+                branches: Some(branches.to_vec()),
+                merged: Some(self.merged),
+                worktree: Some(self.worktree),
+                secrets_found: Some(self.found),
+                ..PushSpanMeta::default()
+            })
+            .with_error(&self.error)
+            .then(
+                NextAction::new(
+                    StepKind::Resolve,
+                    format!(
+                        "the push of {} was refused: what it would send holds secrets",
+                        self.target
+                    ),
+                )
+                .with_meta(&super::meta::ResolveMeta::default()),
+            )
+    }
+}
+
 /// What the push did, for the span.
 struct Pushed {
     target: String,
@@ -260,14 +304,29 @@ impl PushStep {
         }
     }
 
-    /// Merge the other branches into the first in its worktree, then push it.
+    /// What a push must not send: the secrets rover holds (the redactor's set), key shapes, and
+    /// the key-shaped strings the user allowed.
+    fn secret_scan(&self) -> SecretScan {
+        SecretScan::new(self.services.redactor.held().clone()).allowing(
+            self.services
+                .config
+                .autopilot
+                .pipeline
+                .allowed_key_shapes
+                .iter()
+                .cloned(),
+        )
+    }
+
+    /// Merge the other branches into the first in its worktree, then push it (unless what it
+    /// would send holds secrets: `Err(Refused)` inside).
     async fn consolidate_and_push(
         &self,
         ctx: &StepContext,
         run: &StepRun,
         branches: &[String],
         tasks: &[Task],
-    ) -> Result<Pushed, StepError> {
+    ) -> Result<Result<Pushed, Refused>, StepError> {
         let ws = self
             .workspace()
             .await
@@ -308,19 +367,33 @@ impl PushStep {
             self.sandbox_pre_push(ctx, run, &ws, &worktree, &target, location.clone())
                 .await?;
         }
-        let report = ws
+        let pushed = ws
             .push_branch(
                 &worktree,
                 &target,
                 self.services.github_token.as_deref(),
                 &hooks,
+                &self.secret_scan(),
             )
-            .await
-            .map_err(|e| {
-                git_step_error("push the branch", &e)
+            .await;
+        let report = match pushed {
+            Ok(report) => report,
+            Err(e) => {
+                let error = git_step_error("push the branch", &e)
                     .detail("branch", &target)
-                    .detail("merged", &merged)
-            })?;
+                    .detail("merged", &merged);
+                return match e {
+                    GitError::SecretsInPush { findings, more, .. } => Ok(Err(Refused {
+                        target,
+                        merged,
+                        worktree,
+                        error,
+                        found: SecretsFound { findings, more },
+                    })),
+                    _ => Err(error),
+                };
+            }
+        };
         let head_sha = match ws.branch_head(&target).await {
             Ok(sha) => Some(sha),
             Err(e) => {
@@ -328,14 +401,14 @@ impl PushStep {
                 None
             }
         };
-        Ok(Pushed {
+        Ok(Ok(Pushed {
             target,
             head_sha,
             merged,
             rebased: report.rebased,
             worktree,
             hooks,
-        })
+        }))
     }
 }
 
@@ -380,7 +453,10 @@ impl Step for PushStep {
             ));
         }
         let pushed = match self.consolidate_and_push(ctx, run, &branches, &tasks).await {
-            Ok(pushed) => pushed,
+            Ok(Ok(pushed)) => pushed,
+            // Nothing left; a secret in history is not fixed by a commit on top: the resolver
+            // ends the trace.
+            Ok(Err(refused)) => return Ok(Outcome::Finished(refused.finished(&branches))),
             // Parallel tasks that touch the same lines: the resolver decides (it can iterate on
             // the conflicting task with the conflict as input) instead of the trace failing.
             Err(e) if e.details.contains_key("conflicts") => {

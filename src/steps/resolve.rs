@@ -7,7 +7,9 @@
 //! the agent (no tools, in rover's empty host dir) reads the trace with its error output (a red
 //! CI of the pushed pull request among them) and the failed task's change, and answers `push | notify | iterate | retry | fail`. A `retry` may ask
 //! for corrective commands: rover runs them in a sandbox container over the task's worktree,
-//! never on the host. A worktree a sandbox tampered with ends the trace without an agent.
+//! never on the host. A worktree a sandbox tampered with ends the trace without an agent, and so
+//! does a push refused because what it would send holds secrets (a secret in a commit stays in
+//! the branch's history: no commit on top removes it).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,7 +24,7 @@ use super::agent_call::{self, TRACE_SOURCE};
 use super::meta::{
     self, CommitMeta, CommitSpanMeta, ConflictSpanMeta, CorrectiveRuns, DecisionSpanMeta,
     NotifyMeta, NotifyPurpose, OutcomeSpanMeta, PushConflict, PushMeta, ResolveQuickExit,
-    ResolveSpanMeta, ResolveWaitMeta, WorkflowMeta, WorkflowType,
+    ResolveSpanMeta, ResolveWaitMeta, SecretsFound, SecretsSpanMeta, WorkflowMeta, WorkflowType,
 };
 use super::Services;
 use crate::agents::{
@@ -200,6 +202,8 @@ fn superseding(view: &TraceView, current: Uuid) -> Option<Uuid> {
                 || DecisionSpanMeta::is_red_ci(s)
                 // A consolidation conflict also calls for a new decision.
                 || (s.step == StepKind::Push && ConflictSpanMeta::of(s).is_some())
+                // So does a push refused for secrets.
+                || (s.step == StepKind::Push && SecretsSpanMeta::of(s).is_some())
         })
         .filter_map(|s| s.completed)
         .max()?;
@@ -366,6 +370,19 @@ fn task_worktree(
 /// A span that recorded a worktree tampered with by its sandbox.
 fn tampered_span(view: &TraceView) -> Option<&Span> {
     view.spans.iter().find(|s| OutcomeSpanMeta::is_tampered(s))
+}
+
+/// The trace's latest push, when it was refused for the secrets it would have sent: the span,
+/// its branch and what it found. A later push that went through clears it (a person rewrote
+/// the branch's history and retried).
+fn refused_for_secrets(view: &TraceView) -> Option<(&Span, String, SecretsFound)> {
+    let push = view
+        .spans
+        .iter()
+        .rev()
+        .find(|s| s.step == StepKind::Push && s.status.is_final())?;
+    let (branch, found) = SecretsSpanMeta::of(push)?;
+    Some((push, branch, found))
 }
 
 /// The trace as the prompt lists it: one line per span with its summary and key meta, as one
@@ -838,6 +855,24 @@ impl Step for ResolveStep {
                 Finished::completed(format!("superseded by {other}")).with_meta_record(&span_meta),
             ));
         }
+        // A push refused for secrets ends the trace: they are in the branch's history, which a
+        // commit on top cannot change, and no agent is asked (its answer could quote them).
+        if let Some((span, branch, found)) = refused_for_secrets(view) {
+            let why = format!(
+                "the push of `{branch}` was refused: it would have sent {}. A secret in a commit stays in the branch's history, so no commit on top can remove it; nothing was pushed and the trace stops here",
+                found.describe()
+            );
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                quick_exit: Some(ResolveQuickExit::SecretsInPush),
+                secrets_span: Some(span.id),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+
         let max = self.services.config.autopilot.pipeline.max_retries;
         let retries = retries_so_far(view);
         // The limit stops the next iterate or retry, never the push of work it allowed: with
@@ -1209,6 +1244,45 @@ mod tests {
         flag.insert("tampered".into(), true.into());
         b.span(StepKind::Workflow, SpanStatus::Failed, Meta::new(), flag);
         assert!(tampered_span(&b.view).is_some());
+    }
+
+    #[test]
+    fn a_push_refused_for_secrets_calls_for_a_decision_until_a_later_push_goes_through() {
+        let mut b = Builder::new();
+        let workflow = b.span(
+            StepKind::Workflow,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        b.commit(workflow, SpanStatus::Completed);
+        b.resolve("push");
+        assert!(refused_for_secrets(&b.view).is_none());
+        let refused = crate::store::to_meta(&meta::PushSpanMeta {
+            status: Some(meta::PushStatus::Secrets),
+            branch: Some("rover/a".into()),
+            secrets_found: Some(SecretsFound {
+                findings: Vec::new(),
+                more: 1,
+            }),
+            ..meta::PushSpanMeta::default()
+        });
+        b.span(StepKind::Push, SpanStatus::Failed, Meta::new(), refused);
+        let (span, branch, found) = refused_for_secrets(&b.view).expect("refused");
+        assert_eq!(
+            (span.step.clone(), branch.as_str(), found.more),
+            (StepKind::Push, "rover/a", 1)
+        );
+        // The resolve that decided the push does not supersede the one the refusal calls for.
+        assert_eq!(superseding(&b.view, Uuid::new_v4()), None);
+        // A person rewrote the branch and retried: the push went through.
+        b.span(
+            StepKind::Push,
+            SpanStatus::Completed,
+            Meta::new(),
+            Meta::new(),
+        );
+        assert!(refused_for_secrets(&b.view).is_none());
     }
 
     #[test]

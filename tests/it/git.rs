@@ -4,7 +4,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use rover::git::{
-    branch_name, commit_message, BranchBase, CommitOutcome, GitError, Removal, Workspace,
+    branch_name, commit_message, BranchBase, CommitOutcome, GitError, Removal, SecretScan,
+    SecretWhat, Workspace,
 };
 
 use crate::support::gitrepo::{git, TestRepo};
@@ -385,7 +386,13 @@ async fn push_rebases_and_retries_instead_of_forcing() {
     write(&path.join("ours.txt"), "1\n");
     ws.commit_all(&path, "Ours 1").await.expect("commit 1");
     let first = ws
-        .push_branch(&path, branch, None, &plan(&ws, &path).await)
+        .push_branch(
+            &path,
+            branch,
+            None,
+            &plan(&ws, &path).await,
+            &SecretScan::default(),
+        )
         .await
         .expect("first push");
     assert!(!first.rebased);
@@ -411,6 +418,7 @@ async fn push_rebases_and_retries_instead_of_forcing() {
             branch,
             Some("ghp_not_a_real_token"),
             &plan(&ws, &path).await,
+            &SecretScan::default(),
         )
         .await
         .expect("push after rebase");
@@ -446,6 +454,7 @@ async fn push_failure_keeps_the_token_out_of_argv_and_output() {
             "rover/tok",
             Some("ghp_secret_value"),
             &plan(&ws, &path).await,
+            &SecretScan::default(),
         )
         .await
         .expect_err("remote does not exist");
@@ -459,6 +468,58 @@ async fn push_failure_keeps_the_token_out_of_argv_and_output() {
         .command
         .iter()
         .all(|a| a != "--force" && a != "-f" && !a.starts_with('+')));
+}
+
+/// A held secret committed on a task branch (then removed again) keeps the whole branch from
+/// the remote: the push is refused before git runs, and the error names where, not the value.
+#[tokio::test]
+async fn a_push_carrying_a_held_secret_sends_nothing() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let path = repo.worktree_path("leaky");
+    let branch = "rover/leaky-task";
+    ws.prepare_worktree(branch, BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    let secret = "sk-live-held-value-for-the-test";
+    write(&path.join("config.env"), &format!("KEY={secret}\n"));
+    ws.commit_all(&path, "Add the config")
+        .await
+        .expect("commit");
+    write(&path.join("config.env"), "KEY=\n");
+    ws.commit_all(&path, "Remove the key")
+        .await
+        .expect("commit");
+    let held = rover::secrets::HeldSecrets::new().with("OPENAI_API_KEY", Some(secret));
+    let err = ws
+        .push_branch(
+            &path,
+            branch,
+            None,
+            &plan(&ws, &path).await,
+            &SecretScan::new(held),
+        )
+        .await
+        .expect_err("refused");
+    let GitError::SecretsInPush { findings, .. } = &err else {
+        panic!("not a refusal: {err}");
+    };
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0].path.as_deref(), Some("config.env"));
+    assert_eq!(
+        findings[0].what,
+        SecretWhat::Held {
+            name: "OPENAI_API_KEY".into()
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("the value of OPENAI_API_KEY in `config.env` line 1"),
+        "{text}"
+    );
+    assert!(!text.contains(secret), "{text}");
+    let remote = git(&repo.origin, &["for-each-ref", "refs/heads/rover/"]);
+    assert!(remote.is_empty(), "pushed: {remote}");
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! between two top-level modules, and an edge may only point to the same layer or a lower one:
 //!
 //! ```text
-//! foundation (error, project) → store (store, logging) → edges (agents, github, git, sandbox)
+//! foundation (error, project, secrets) → store (store, logging) → edges (agents, github, git, sandbox)
 //!   → orchestrator (budget, trace, orchestrator) → pipeline (config, steps) → top (daemon, cli)
 //! ```
 //!
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, lowest first; a module may use modules of its own layer and of lower ones.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation", &["error", "project"]),
+    ("foundation", &["error", "project", "secrets"]),
     ("store", &["store", "logging"]),
     ("edges", &["agents", "github", "git", "sandbox"]),
     ("orchestrator", &["budget", "trace", "orchestrator"]),

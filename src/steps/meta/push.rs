@@ -1,4 +1,5 @@
-//! `push`: its action (the branches) and its span (the pull request, or a conflict).
+//! `push`: its action (the branches) and its span (the pull request, a conflict, or the
+//! secrets that kept it from pushing).
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +20,35 @@ pub enum PushStatus {
     Pushed,
     /// The task branches could not be consolidated: the resolver decides.
     Conflict,
+    /// What the push would send holds secrets (`secretsFound`): nothing was pushed.
+    Secrets,
+}
+
+/// The secrets a refused push would have sent, as the push span records them and the resolver
+/// reads them back: where each one is and what it is, never its value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretsFound {
+    #[serde(default)]
+    pub findings: Vec<crate::git::SecretFinding>,
+    /// Findings beyond those listed, counted only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more: usize,
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if"
+)]
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl SecretsFound {
+    /// What was found, for a message: `a; b; and 2 more`.
+    pub fn describe(&self) -> String {
+        crate::git::describe_findings(&self.findings, self.more)
+    }
 }
 
 /// A consolidation conflict as the push span records it and the resolver reads it back.
@@ -64,6 +94,8 @@ pub struct PushSpanMeta {
     pub pull_request_note: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<PushConflict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_found: Option<SecretsFound>,
 }
 
 /// The part of a span's meta the resolver reads to find a consolidation conflict.
@@ -79,5 +111,24 @@ impl ConflictSpanMeta {
         crate::store::from_meta::<ConflictSpanMeta>(&span.meta)
             .ok()
             .and_then(|m| m.conflict)
+    }
+}
+
+/// The part of a span's meta the resolver reads to find a push refused for secrets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretsSpanMeta {
+    #[serde(default)]
+    pub branch: Option<String>,
+    #[serde(default)]
+    pub secrets_found: Option<SecretsFound>,
+}
+
+impl SecretsSpanMeta {
+    /// The branch and the secrets a push span recorded (none for another span, or a push that
+    /// found none).
+    pub fn of(span: &Span) -> Option<(String, SecretsFound)> {
+        let meta = crate::store::from_meta::<SecretsSpanMeta>(&span.meta).ok()?;
+        Some((meta.branch.unwrap_or_default(), meta.secrets_found?))
     }
 }

@@ -21,7 +21,8 @@ pub struct ResolveMeta {
 }
 
 /// The `resolve` span's meta: the decision and what led to it, written once per outcome. A
-/// quick exit (superseded, retries or waits used up, a tampered worktree) writes only its part;
+/// quick exit (superseded, retries or waits used up, a tampered worktree, a push refused for
+/// secrets) writes only its part;
 /// an agent's answer writes it all.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -61,6 +62,9 @@ pub struct ResolveSpanMeta {
     /// The span whose sandbox tampered with the worktree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tampered_span: Option<Uuid>,
+    /// The push span refused for the secrets it would have sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_span: Option<Uuid>,
     /// The agent's instructions for an `iterate` (`null`: it gave none; absent: no answer).
     #[serde(
         default,
@@ -108,6 +112,8 @@ pub enum ResolveQuickExit {
     Tampered,
     /// A push would meet the same consolidation conflict again.
     ConflictUnchanged,
+    /// The push was refused: what it would send holds secrets.
+    SecretsInPush,
 }
 
 /// The corrective commands of a `retry` as they ran in the sandbox (`ran` with `runs`), or why

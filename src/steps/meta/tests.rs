@@ -117,6 +117,50 @@ fn the_push_span_meta_keeps_its_keys_and_a_null_pr_url() {
 }
 
 #[test]
+fn the_push_span_meta_records_the_secrets_it_refused_to_send() {
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    let refused = serde_json::json!({
+        "status": "secrets", "branch": "rover/a", "branches": ["rover/a"], "merged": [],
+        "worktree": "/data/worktrees/a",
+        "secretsFound": {"findings": [
+            {"commit": sha, "in": "content", "path": "settings.env", "line": 1,
+                "kind": "held", "name": "ANTHROPIC_API_KEY"},
+            {"commit": sha, "in": "content", "path": "notes.md", "line": 3,
+                "kind": "shape", "shape": "githubToken", "hint": "…6789"},
+            {"in": "branchName", "kind": "shape", "shape": "jwt"}
+        ], "more": 2}
+    });
+    let read: PushSpanMeta = round_trips(&refused);
+    assert_eq!(read.status, Some(PushStatus::Secrets));
+    let found = read.secrets_found.clone().expect("found");
+    assert_eq!(found.findings.len(), 3);
+    assert_eq!(
+        found.findings[1].what,
+        crate::git::SecretWhat::Shape {
+            shape: crate::secrets::KeyShape::GithubToken
+        }
+    );
+    assert_eq!(
+        found.describe(),
+        "the value of ANTHROPIC_API_KEY in `settings.env` line 1 of commit 0123456; a GitHub token shape (…6789) in `notes.md` line 3 of commit 0123456; a JWT shape in the branch name; and 2 more"
+    );
+    // What the resolver reads back; a pushed span or another step's has none.
+    let span = span_with(&read);
+    assert_eq!(
+        SecretsSpanMeta::of(&span),
+        Some(("rover/a".to_owned(), found))
+    );
+    let pushed = span_with(&PushSpanMeta {
+        status: Some(PushStatus::Pushed),
+        branch: Some("rover/a".into()),
+        ..PushSpanMeta::default()
+    });
+    assert_eq!(SecretsSpanMeta::of(&pushed), None);
+    // Without `more`, the key is left out.
+    round_trips::<SecretsFound>(&serde_json::json!({"findings": []}));
+}
+
+#[test]
 fn the_budget_reads_the_purpose_and_breaker_mark_the_notify_step_writes() {
     let own = NotifyMeta {
         purpose: NotifyPurpose::Failure,
@@ -567,6 +611,8 @@ fn the_resolve_span_meta_keeps_its_keys_and_nulls() {
             "tamperedSpan": span_id}),
         json!({"decision": "fail", "reasoning": "r", "quickExit": "maxWaits", "agent": agent}),
         json!({"decision": "fail", "quickExit": "conflictUnchanged", "agentDecision": "push"}),
+        json!({"decision": "fail", "reasoning": "r", "quickExit": "secretsInPush",
+            "secretsSpan": span_id}),
         json!({"supersededBy": span_id}),
         json!({"decision": "wait", "reasoning": "CI runs",
             "wait": {"round": 1, "max": 3, "notBefore": "2026-01-02T03:04:05Z"},

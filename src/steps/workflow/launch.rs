@@ -438,6 +438,7 @@ impl WorkflowStep {
             &custom,
         )
         .map_err(|e| StepError::from_error(&e, false))?;
+        crate::steps::agent_call::hide_held_secrets(&self.services.redactor, &mut request);
         request.schema = Some(agents::schema_for::<WorkflowResult>());
         let argv = agent_argv(kind, &request, &self.sandbox_env());
 

@@ -10,7 +10,8 @@
 //! hooks, a nested repository with `core.fsmonitor`, a husky-style tracked hooks dir, a hook
 //! manager reading its config from the worktree (pre-commit), a `.gitattributes` filter driver
 //! whose script lives in the worktree, a symlink to a host secret, planted custom instructions
-//! (`.rover/AUTOPILOT*.md`), an issue body and a resolver answer asking for a host command.
+//! (`.rover/AUTOPILOT*.md`), an issue body and a resolver answer asking for a host command, and
+//! a secret handed into the sandbox (the model key) written into the worktree to be pushed.
 //!
 //! And on the prompts of host-side steps: text an event, a container or an agent produced,
 //! carrying markers that would close or open an untrusted block in every case, width, encoding
@@ -1338,5 +1339,196 @@ async fn hostile_closing_markers_in_every_case_form_stay_inside_the_untrusted_bl
         calls.len(),
         checked,
         HOSTILE_FORMS.len()
+    );
+}
+
+/// Every file under `dir` but those under `skip`, with the text of each that holds `needle`.
+fn files_holding(dir: &Path, skip: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.starts_with(skip) || path.is_symlink() {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path)
+                .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains(needle))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The model key handed into the sandbox (through `envAllow`), written by the agent into a file
+/// of its worktree, and a key-shaped token in another file, never leave: the push is refused
+/// before git sends anything, no branch reaches the remote and no pull request opens, the push
+/// span names the files and the kinds, the resolver ends the trace, and the channel is told,
+/// with none of the secrets rover holds in a span, a comment or a log.
+#[tokio::test]
+async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let key = format!("model-key-{id}");
+    let webhook = format!("webhook-secret-{id}");
+    let second_token = format!("second-gh-token-{id}");
+    // Built here so no token-shaped literal sits in the source.
+    let fake_token = format!("gh{}_{}", "p", "Fake0123".repeat(5));
+    s.env_vars.push(("ANTHROPIC_API_KEY".into(), key.clone()));
+    // Held too, though no webhook is served and `GITHUB_TOKEN` is the token rover uses.
+    s.env_vars
+        .push(("ROVER_WEBHOOK_SECRET".into(), webhook.clone()));
+    s.env_vars.push(("GH_TOKEN".into(), second_token.clone()));
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "ANTHROPIC_API_KEY"]}}}),
+    );
+
+    s.github.add_issue(
+        62,
+        "Add the deploy settings",
+        "Please add the deploy settings.",
+        "alice",
+        &[],
+    );
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 62, "title": "Add the deploy settings", "body": "Please add the deploy settings.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add the deploy settings"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the deploy settings", &[], "swe")]}));
+    s.rules.push(json!({"prompt_contains": "## Task: Add the deploy settings",
+        "write": {"notes.md": format!("# Deploy\n\nuse {fake_token} for the staging bot\n")},
+        // The agent's Bash tool, in the container: the key it was handed, into a file.
+        "run": ["printf 'ANTHROPIC_API_KEY=%s\\n' \"$ANTHROPIC_API_KEY\" > settings.env"],
+        "structured": {"status": "completed", "summary": "Added the deploy settings.", "files_changed": ["settings.env", "notes.md"]}}));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Add the deploy settings", "body": null}),
+    );
+    push_once_committed(&mut s);
+    // The notify agent quotes every secret it could have seen: delivery redacts them all.
+    s.answer(
+        NOTIFY,
+        json!({"message": format!("I could not push: {key} / {webhook} / {second_token} / {fake_token}.")}),
+    );
+    s.run_until_settled(12).await;
+
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed",
+            "push:failed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    // The key really reached the worktree and a commit (so the scan is what stopped it).
+    let commit = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "commit")
+        .unwrap();
+    assert_eq!(commit.meta["committed"], json!(true), "{:?}", commit.meta);
+    // Nothing left: no branch on the remote, no pull request.
+    let remote = git(
+        &s.origin,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/rover/"],
+    );
+    assert!(remote.is_empty(), "pushed: {remote}");
+    assert!(s.github.pulls().is_empty(), "{:?}", s.github.pulls());
+    // The push span says which file, which kind, never the value.
+    let push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push")
+        .unwrap();
+    assert_eq!(push.meta["status"], json!("secrets"), "{:?}", push.meta);
+    let findings = push.meta["secretsFound"]["findings"].as_array().unwrap();
+    assert!(
+        findings.iter().any(|f| f["path"] == "settings.env"
+            && f["in"] == "content"
+            && f["kind"] == "held"
+            && f["name"] == "ANTHROPIC_API_KEY"
+            && f["line"] == 1),
+        "{findings:?}"
+    );
+    assert!(
+        findings.iter().any(|f| f["path"] == "notes.md"
+            && f["kind"] == "shape"
+            && f["shape"] == "githubToken"
+            && f["line"] == 3),
+        "{findings:?}"
+    );
+    let summary = push.summary.as_deref().unwrap_or_default();
+    for part in [
+        "the value of ANTHROPIC_API_KEY in `settings.env` line 1",
+        "a GitHub token shape",
+        "`notes.md` line 3",
+        "nothing was pushed",
+    ] {
+        assert!(summary.contains(part), "{part:?} not in {summary}");
+        assert!(
+            push.meta["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(part),
+            "{:?}",
+            push.meta["error"]
+        );
+    }
+    // The resolver ended the trace without an agent, and the channel was told.
+    let resolve_span = trace
+        .spans
+        .iter()
+        .rev()
+        .find(|sp| sp.step.as_str() == "resolve")
+        .unwrap();
+    assert_eq!(resolve_span.meta["quickExit"], json!("secretsInPush"));
+    assert_eq!(resolve_span.meta["decision"], json!("fail"));
+    let comments = s.github.comment_bodies(62);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(comments[0].contains("[redacted secret]"), "{}", comments[0]);
+    // No secret rover holds anywhere: spans, comments, the log, transcripts, artifacts (the
+    // task's worktree holds the file, by design; it is never pushed).
+    let data = s.env.data_dir.clone();
+    let worktrees = data
+        .join("projects")
+        .join(&s.env.project_id)
+        .join("worktrees");
+    for secret in [&key, &webhook, &second_token] {
+        assert!(
+            !all_spans(&s).contains(secret.as_str()),
+            "a secret in a span"
+        );
+        for body in s.github.comment_bodies(62) {
+            assert!(
+                !body.contains(secret.as_str()),
+                "a secret in a comment: {body}"
+            );
+        }
+        // The notify agent's transcript holds its answer, scripted above to quote the secrets
+        // (a real agent never sees them: every prompt is redacted); nothing else may.
+        let holding: Vec<PathBuf> = files_holding(&data, &worktrees, secret)
+            .into_iter()
+            .filter(|p| !p.ends_with("notify.transcript.jsonl"))
+            .collect();
+        assert!(holding.is_empty(), "a secret in {holding:?}");
+    }
+    assert!(!comments[0].contains(&fake_token), "{}", comments[0]);
+    eprintln!(
+        "proof escape (handed-in secret): {} findings, pushed nothing, no PR",
+        findings.len()
     );
 }
