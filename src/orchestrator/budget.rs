@@ -294,7 +294,7 @@ impl BudgetGate {
     pub(super) fn stopped_run(&self, trace_id: Uuid, reason: &str) -> Finished {
         let human = self.closed_by_hand(trace_id);
         let message = if human {
-            format!("not run: the trace was {reason}")
+            format!("stopped by hand: the trace was {reason}")
         } else {
             format!("stopped by a budget: {reason}")
         };

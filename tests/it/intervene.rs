@@ -198,3 +198,78 @@ async fn dead_letters_are_listed_and_dropped_or_requeued_by_hand() {
     let out = w.rover(&["dead-letters", "drop", "ffffffff"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `cancel` while a workflow agent runs in its container: the daemon stops the container, the
+/// run is closed as `error` with `closedByHand` and a summary saying who stopped it (not as the
+/// agent's failure with exit 137), its logs are kept in the artifacts, and the container goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_workflow_run_is_closed_by_hand_and_its_container_removed() {
+    use crate::support::scenario::{coordinate, task, Scenario, COORDINATE, NOTIFY, PLAN};
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github
+        .add_issue(80, "Add a slow feature", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 80, "title": "Add a slow feature", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a slow feature"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the slow feature", &[], "swe")]}));
+    s.rules.push(
+        json!({"prompt_contains": "## Task: Add the slow feature", "run": ["sleep 120"],
+        "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
+    );
+    s.answer(NOTIFY, json!({"message": "Stopped."}));
+    let mut daemon = s
+        .start_command(&[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start rover");
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "waited for {what}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for("the workflow container", &|| !s.containers().is_empty());
+    let trace = s.the_trace().index.trace_id;
+    let out = s.env.rover(&[
+        "autopilot",
+        "cancel",
+        &trace.to_string(),
+        "--reason",
+        "not needed",
+        "--by",
+        "alice",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    wait_for("the trace to end", &|| {
+        crate::support::scenario::chain(&s.the_trace())
+            .last()
+            .is_some_and(|c| c == "notify:completed")
+    });
+    wait_for("the container to go", &|| s.containers().is_empty());
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+
+    let view = s.the_trace();
+    let workflow = first_span(&view, "workflow");
+    assert_eq!(workflow.status, SpanStatus::Error, "{:?}", workflow.summary);
+    assert_eq!(
+        workflow.meta["closedByHand"],
+        json!(true),
+        "{:?}",
+        workflow.meta
+    );
+    let summary = workflow.summary.clone().unwrap_or_default();
+    assert!(
+        summary.contains("stopped by hand") && summary.contains("cancelled by alice: not needed"),
+        "{summary}"
+    );
+    assert!(!summary.contains("137"), "{summary}");
+    // Its logs were kept before the container went.
+    let log = s.store().artifacts_dir(workflow.id).join("agent.log");
+    assert!(log.is_file(), "{}", log.display());
+}

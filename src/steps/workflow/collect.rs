@@ -125,6 +125,11 @@ impl WorkflowStep {
                     .unwrap_or(ContainerStatus::Gone);
                 timed_out = true;
             }
+            // A trace a person closed: its run ends as stopped by hand, not as the agent's failure.
+            let closed = state
+                .closed
+                .get(&task.mapping.trace_id)
+                .map(crate::store::ClosedTrace::describe);
             let (finished, logs_saved) = self
                 .collect(
                     ctx,
@@ -134,6 +139,7 @@ impl WorkflowStep {
                     status,
                     timed_out,
                     stuck,
+                    closed.as_deref(),
                 )
                 .await;
             self.stuck.forget(task.action_id);
@@ -175,7 +181,11 @@ impl WorkflowStep {
             }
             if let Some(container) = &task.mapping.container_id {
                 match sandbox.kill(container).await {
-                    Ok(()) => stopped += 1,
+                    Ok(()) => {
+                        stopped += 1;
+                        self.keep_stopped_logs(ctx, sandbox.as_ref(), &task, container)
+                            .await;
+                    }
                     Err(e) => {
                         tracing::warn!(container = %container, error = %e, "cannot stop a workflow container for a budget");
                     }
@@ -183,6 +193,59 @@ impl WorkflowStep {
             }
         }
         stopped
+    }
+
+    /// The logs of a container stopped for its trace (a budget, a person's `cancel`) go into its
+    /// span's artifacts, and the container is removed once that span is recorded final, as a
+    /// collected run's is (whichever closes the span: the monitor, or the orchestrator closing
+    /// the run of a stopped trace).
+    async fn keep_stopped_logs(
+        &self,
+        ctx: &StepContext,
+        sandbox: &dyn Sandbox,
+        task: &Task,
+        container: &str,
+    ) {
+        let span_id = task.mapping.workflow_span_id;
+        let artifacts = ctx.store.artifacts_dir(span_id);
+        let log = artifacts.join(AGENT_LOG);
+        let _ = tokio::fs::create_dir_all(&artifacts).await;
+        let read = match self
+            .stuck
+            .finish_following(task.action_id, FOLLOWER_GRACE)
+            .await
+        {
+            Some(stats) => Ok(stats),
+            None => {
+                sandbox
+                    .logs_to_file(container, &log, self.log_limit())
+                    .await
+            }
+        };
+        let kept = match read {
+            Ok(_) => sync_files(&[log.clone(), sandbox::stderr_path(&log)])
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match kept {
+            Ok(()) => {
+                let entry = Collected {
+                    span_id,
+                    container: container.to_owned(),
+                };
+                let mut list = self
+                    .collected
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if !list.contains(&entry) {
+                    list.push(entry);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(container = %container, error = %e, "cannot keep the logs of a stopped workflow container; it stays until gc");
+            }
+        }
     }
 
     pub(super) async fn run_alive(
@@ -224,6 +287,7 @@ impl WorkflowStep {
         status: ContainerStatus,
         timed_out: bool,
         stuck: bool,
+        closed_by_hand: Option<&str>,
     ) -> (Finished, bool) {
         let container = task.mapping.container_id.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
@@ -294,6 +358,7 @@ impl WorkflowStep {
             memory_mb: self.services.config.autopilot.sandbox.memory_mb,
             stderr_tail: &stderr_tail,
             over_log_limit: over_log_limit.as_deref(),
+            closed_by_hand,
         });
 
         let mut gate_warnings = None;
@@ -430,6 +495,10 @@ impl WorkflowStep {
             actions: Vec::new(),
         }
         .with_meta_record(&span_meta)
+        .with_meta_record(&crate::store::RunSpanMeta {
+            closed_by_hand: closed_by_hand.is_some(),
+            ..crate::store::RunSpanMeta::default()
+        })
         .then(Self::commit_action(task.action_id, task_status, &summary));
         (finished, logs_saved)
     }

@@ -27,12 +27,22 @@ pub struct RunEnd<'a> {
     /// Its output passed `autopilot.sandbox.logLimitMb` (it was stopped, the middle cut): what
     /// it printed and what rover kept, in words.
     pub over_log_limit: Option<&'a str>,
+    /// A person closed the trace (`cancel`, `fail`), which stopped the run: who and why.
+    pub closed_by_hand: Option<&'a str>,
 }
 
 /// The task's status and summary for a run that ended as `end` says.
 pub fn verdict(end: &RunEnd<'_>) -> (TaskStatus, String) {
     let container = end.container;
     match (end.status, end.result) {
+        // Not the agent's doing: the run was stopped because a person closed the trace.
+        (_, _) if end.closed_by_hand.is_some() => (
+            TaskStatus::Error,
+            format!(
+                "stopped by hand: the trace was {}",
+                end.closed_by_hand.unwrap_or_default()
+            ),
+        ),
         (ContainerStatus::Gone, _) => (
             TaskStatus::Error,
             format!("the sandbox container {container} disappeared before rover read its result (removed by hand?)"),
@@ -118,7 +128,26 @@ mod tests {
             memory_mb: 256,
             stderr_tail,
             over_log_limit: None,
+            closed_by_hand: None,
         }
+    }
+
+    #[test]
+    fn a_run_a_person_stopped_is_an_error_that_says_so_not_the_agents_failure() {
+        let done = result(WorkflowStatus::Completed, "done");
+        let killed = ContainerStatus::Exited {
+            code: 137,
+            oom_killed: false,
+        };
+        let mut stopped = end(killed, &done, "");
+        stopped.closed_by_hand = Some("cancelled by alice: not needed");
+        assert_eq!(
+            verdict(&stopped),
+            (
+                TaskStatus::Error,
+                "stopped by hand: the trace was cancelled by alice: not needed".to_owned()
+            )
+        );
     }
 
     const EXITED_OK: ContainerStatus = ContainerStatus::Exited {
