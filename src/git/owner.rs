@@ -106,6 +106,15 @@ pub fn hand_over(worktree: &Path, run_as: RunAs) -> io::Result<u64> {
     chown_tree(worktree, run_as.uid, run_as.gid, &[worktree.join(".git")])
 }
 
+/// [`take_back`] for the owner of the worktree's `.git` file (rover's: never handed over); nothing
+/// to do when `worktree` has no such file (not a worktree, or not made yet).
+pub(crate) fn take_back_worktree(worktree: &Path) -> io::Result<u64> {
+    match std::fs::symlink_metadata(worktree.join(".git")) {
+        Ok(meta) if meta.is_file() => take_back(worktree, (meta.uid(), meta.gid())),
+        _ => Ok(0),
+    }
+}
+
 /// Takes `worktree` back for `owner` (`uid`, `gid`) after a container's run: every entry is
 /// given back, files the container made included, the root directory last. Nothing to do when
 /// the root directory is the owner's already.

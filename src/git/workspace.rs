@@ -339,6 +339,12 @@ fn prepare(
         (created, fork.to_string())
     };
 
+    // A worktree a container had when rover stopped is its owner's again before git opens it
+    // (git and libgit2 refuse a repository another user owns).
+    super::owner::take_back_worktree(path).map_err(|source| GitError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     match find_worktree_at(&repo, path, branch)? {
         Registered::Complete => {
             return Ok(PreparedWorktree {

@@ -1,6 +1,6 @@
 //! Integration tests for `git`: real repositories with a bare `origin`, real hooks, real signing.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use rover::git::{
@@ -678,4 +678,37 @@ async fn plan(ws: &Workspace, worktree: &std::path::Path) -> rover::git::HookPla
     ws.hook_plan(worktree, rover::git::HookMode::Sandbox)
         .await
         .expect("hook plan")
+}
+
+/// A worktree a container still had when rover stopped (handed to the sandbox user) is taken
+/// back and reused on the next start, not refused as "in use" (git refuses a repository another
+/// user owns).
+#[tokio::test]
+async fn a_worktree_left_with_the_sandbox_user_is_taken_back_and_reused() {
+    let repo = TestRepo::new();
+    let ws = repo.workspace().await;
+    let path = repo.worktree_path("handed");
+    let first = ws
+        .prepare_worktree("rover/handed", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    write(&path.join("agent.txt"), "agent\n");
+    let (uid, gid) = rover::git::owner::owner(&path).expect("owner");
+    let run_as = rover::git::owner::RunAs {
+        uid: rover::git::owner::SANDBOX_UID,
+        gid: rover::git::owner::SANDBOX_GID,
+        hand_over: true,
+    };
+    rover::git::owner::hand_over(&path, run_as).expect("hand over");
+    let again = ws
+        .prepare_worktree("rover/handed", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("reused after a crash");
+    assert!(!again.created_worktree);
+    assert_eq!(again.fork_point, first.fork_point);
+    let meta = std::fs::symlink_metadata(path.join("agent.txt")).expect("stat");
+    assert_eq!((meta.uid(), meta.gid()), (uid, gid));
+    ws.commit_all(&path, "Agent work")
+        .await
+        .expect("the host commits it");
 }
