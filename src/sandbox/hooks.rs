@@ -105,14 +105,32 @@ impl HookContainer<'_> {
             target: HOOK_IO_MOUNT.to_owned(),
             read_only: false,
         });
-        if let HookLocation::Outside { dir } = &self.location {
+        if let HookLocation::Outside { .. } = &self.location {
             spec.extra_mounts.push(BindMount {
-                host: dir.clone(),
+                host: self.work_dir.join("hooks"),
                 target: HOOKS_MOUNT.to_owned(),
                 read_only: true,
             });
         }
         spec
+    }
+
+    /// A copy of a hooks dir outside the worktree for the container, readable and (what was
+    /// executable for its owner) executable by the sandbox user whoever owns the original:
+    /// a hook kept `0700` by root would otherwise be skipped in the sandbox as not executable.
+    /// Links are copied as links; the copy is bounded ([`MAX_HOOKS_COPY`]).
+    async fn copy_hooks(&self) -> Result<(), SandboxError> {
+        let HookLocation::Outside { dir } = &self.location else {
+            return Ok(());
+        };
+        let from = dir.clone();
+        let to = self.work_dir.join("hooks");
+        tokio::task::spawn_blocking(move || copy_tree(&from, &to))
+            .await
+            .map_err(|e| SandboxError::File {
+                path: self.work_dir.join("hooks"),
+                source: std::io::Error::other(e),
+            })?
     }
 
     async fn prepare_io(&self, files: &[(&str, &str)]) -> Result<PathBuf, SandboxError> {
@@ -135,6 +153,7 @@ impl HookContainer<'_> {
                 .await
                 .map_err(file_err(&path))?;
         }
+        self.copy_hooks().await?;
         Ok(io)
     }
 
@@ -229,6 +248,68 @@ impl HookContainer<'_> {
     }
 }
 
+/// Most entries and bytes copied of a hooks dir.
+const MAX_HOOKS_COPY: (usize, u64) = (2000, 32 * 1024 * 1024);
+
+/// Copies the tree at `from` to `to` (replaced): files with their mode made readable by all
+/// and, when executable by their owner, executable by all; links as links; bounded.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let file_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SandboxError::File { path, source }
+    };
+    if std::fs::symlink_metadata(to).is_ok() {
+        std::fs::remove_dir_all(to).map_err(file_err(to))?;
+    }
+    std::fs::create_dir_all(to).map_err(file_err(to))?;
+    let (mut entries, mut bytes) = (0usize, 0u64);
+    let mut stack = vec![PathBuf::new()];
+    while let Some(relative) = stack.pop() {
+        let Ok(read) = std::fs::read_dir(from.join(&relative)) else {
+            continue;
+        };
+        for entry in read.flatten() {
+            entries += 1;
+            let rel = relative.join(entry.file_name());
+            let (source, target) = (from.join(&rel), to.join(&rel));
+            let Ok(meta) = std::fs::symlink_metadata(&source) else {
+                continue;
+            };
+            bytes += meta.len();
+            if entries > MAX_HOOKS_COPY.0 || bytes > MAX_HOOKS_COPY.1 {
+                return Err(SandboxError::File {
+                    path: from.to_path_buf(),
+                    source: std::io::Error::other(format!(
+                        "the hooks dir holds more than {} entries or {} MiB: too much to copy into a sandbox",
+                        MAX_HOOKS_COPY.0,
+                        MAX_HOOKS_COPY.1 >> 20
+                    )),
+                });
+            }
+            if meta.is_symlink() {
+                let link = std::fs::read_link(&source).map_err(file_err(&source))?;
+                std::os::unix::fs::symlink(link, &target).map_err(file_err(&target))?;
+            } else if meta.is_dir() {
+                std::fs::create_dir(&target).map_err(file_err(&target))?;
+                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+                    .map_err(file_err(&target))?;
+                stack.push(rel);
+            } else if meta.is_file() {
+                std::fs::copy(&source, &target).map_err(file_err(&target))?;
+                let mode = if meta.permissions().mode() & 0o100 != 0 {
+                    0o755
+                } else {
+                    0o644
+                };
+                std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))
+                    .map_err(file_err(&target))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Reads a file a container could have written: only a plain file (a link is not followed, a
 /// directory or device is refused), at most `limit` bytes, as lossy text. `None` when it is not
 /// a plain file.
@@ -255,6 +336,48 @@ pub fn read_untrusted(path: &Path, limit: u64) -> std::io::Result<Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hooks_dir_is_copied_usable_by_any_user_with_links_kept() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hooks = dir.path().join("hooks");
+        std::fs::create_dir_all(hooks.join("_")).expect("mkdir");
+        std::fs::write(
+            hooks.join("pre-commit"),
+            "#!/bin/sh\n. \"$(dirname \"$0\")/_/lib.sh\"\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(
+            hooks.join("pre-commit"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .expect("chmod");
+        std::fs::write(hooks.join("_/lib.sh"), "true\n").expect("write");
+        std::fs::write(hooks.join("pre-push.sample"), "x").expect("write");
+        std::fs::set_permissions(
+            hooks.join("pre-push.sample"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .expect("chmod");
+        std::os::unix::fs::symlink("pre-commit", hooks.join("commit-msg")).expect("link");
+        let copy = dir.path().join("copy");
+        copy_tree(&hooks, &copy).expect("copied");
+        let mode = |p: &str| {
+            std::fs::symlink_metadata(copy.join(p))
+                .expect("stat")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("pre-commit"), 0o755);
+        assert_eq!(mode("pre-push.sample"), 0o644);
+        assert_eq!(mode("_/lib.sh"), 0o644);
+        assert_eq!(
+            std::fs::read_link(copy.join("commit-msg")).expect("a link"),
+            Path::new("pre-commit")
+        );
+    }
 
     #[test]
     fn untrusted_reads_follow_no_link_and_stop_at_the_limit() {

@@ -429,6 +429,12 @@ async fn the_users_own_hooks_that_run_worktree_files_never_run_them_on_the_host(
         &hooks.join("pre-push"),
         "#!/bin/sh\n./scripts/prepush \"$@\"\n",
     );
+    // Kept private to its owner (root), as some teams do: the sandbox user still runs it.
+    std::fs::set_permissions(
+        hooks.join("pre-commit"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
 
     s.github
         .add_issue(62, "Add a feature file", "Please.", "alice", &[]);
