@@ -136,10 +136,12 @@ impl WorkflowStep {
                     sandbox.as_ref(),
                     &task,
                     &span,
-                    status,
-                    timed_out,
-                    stuck,
-                    closed.as_deref(),
+                    Ended {
+                        status,
+                        timed_out,
+                        stuck,
+                        closed_by_hand: closed.as_deref(),
+                    },
                 )
                 .await;
             self.stuck.forget(task.action_id);
@@ -284,11 +286,14 @@ impl WorkflowStep {
         sandbox: &dyn Sandbox,
         task: &Task,
         span: &Span,
-        status: ContainerStatus,
-        timed_out: bool,
-        stuck: bool,
-        closed_by_hand: Option<&str>,
+        ended: Ended<'_>,
     ) -> (Finished, bool) {
+        let Ended {
+            status,
+            timed_out,
+            stuck,
+            closed_by_hand,
+        } = ended;
         let container = task.mapping.container_id.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
         let log = artifacts.join(AGENT_LOG);
@@ -634,6 +639,17 @@ async fn parse_log(
             reason: format!("the parser stopped: {e}"),
         })
     })
+}
+
+/// How a run's container ended, as the monitor saw it.
+pub(super) struct Ended<'a> {
+    pub status: ContainerStatus,
+    /// Killed past its time limit.
+    pub timed_out: bool,
+    /// Stopped for showing no activity.
+    pub stuck: bool,
+    /// A person closed the trace (who and why), which stopped the run.
+    pub closed_by_hand: Option<&'a str>,
 }
 
 /// Makes written files durable (data and their directory entries).
