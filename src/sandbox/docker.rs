@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
@@ -42,6 +44,8 @@ pub struct DockerSandbox {
     docker: Docker,
     host: String,
     env_allow: Vec<String>,
+    /// The engine refused `--storage-opt size` once: not asked again.
+    no_storage_opt: Arc<AtomicBool>,
 }
 
 impl DockerSandbox {
@@ -65,6 +69,7 @@ impl DockerSandbox {
             docker,
             host: host.to_string(),
             env_allow,
+            no_storage_opt: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -219,6 +224,11 @@ impl DockerSandbox {
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             readonly_rootfs: Some(spec.readonly_rootfs),
+            // The writable layer is bounded where the engine can (a read-only root writes none).
+            storage_opt: (!spec.readonly_rootfs
+                && spec.limits.writable_mb > 0
+                && !self.no_storage_opt.load(Ordering::Relaxed))
+            .then(|| HashMap::from([("size".to_owned(), format!("{}m", spec.limits.writable_mb))])),
             tmpfs: spec
                 .readonly_rootfs
                 .then(|| HashMap::from([("/tmp".to_string(), "rw,exec,size=512m".to_string())])),
@@ -295,10 +305,27 @@ impl Sandbox for DockerSandbox {
     async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
         check_env(&spec.env, &self.env_allow)?;
         let user = Self::user(spec).await?;
-        let body = self.create_body(spec, user)?;
+        let mut body = self.create_body(spec, user)?;
         let name = spec.container_name();
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let created = match self.docker.create_container(Some(options), body).await {
+        let mut created = self
+            .docker
+            .create_container(Some(options.clone()), body.clone())
+            .await;
+        // An engine that cannot size a writable layer (overlay2 on ext4, the common case) says so
+        // once; rover then runs without it (the file size limit still holds).
+        if let Err(e) = &created {
+            if e.to_string().contains("--storage-opt") {
+                if !self.no_storage_opt.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(engine = %self.host, error = %e, "this Docker engine cannot limit a container's writable layer (autopilot.sandbox.writableLayerMb); containers run without that limit");
+                }
+                if let Some(host) = body.host_config.as_mut() {
+                    host.storage_opt = None;
+                }
+                created = self.docker.create_container(Some(options), body).await;
+            }
+        }
+        let created = match created {
             Ok(created) => created,
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(SandboxError::ImageMissing {

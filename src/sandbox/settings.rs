@@ -30,6 +30,10 @@ pub struct SandboxSettings {
     pub network: String,
     /// Read-only root filesystem with a tmpfs `/tmp`.
     pub readonly_rootfs: bool,
+    /// With `readonlyRootfs` off: the size of the container's writable layer, in MiB (the
+    /// engine's `--storage-opt size`, which overlay2 on xfs with `pquota`, btrfs, zfs and
+    /// devicemapper support; on other engines rover says so once and runs without). 0: none.
+    pub writable_layer_mb: u64,
     /// Environment variable names that may be passed into a sandbox. GitHub tokens are refused
     /// even when listed.
     pub env_allow: Vec<String>,
@@ -56,6 +60,7 @@ impl Default for SandboxSettings {
             log_limit_mb: 64,
             network: "bridge".to_string(),
             readonly_rootfs: true,
+            writable_layer_mb: 10_240,
             env_allow: [
                 "ANTHROPIC_API_KEY",
                 "ANTHROPIC_BASE_URL",
@@ -85,6 +90,7 @@ impl SandboxSettings {
             pids: self.pids_limit,
             file_bytes: i64::try_from(self.file_size_limit_mb.saturating_mul(1024 * 1024))
                 .unwrap_or(i64::MAX),
+            writable_mb: self.writable_layer_mb,
             // At least a MiB: a zero limit would keep nothing of what went wrong.
             log_bytes: self.log_limit_mb.clamp(1, 1 << 20) * 1024 * 1024,
         }

@@ -45,6 +45,8 @@ pub struct ResourceLimits {
     /// The largest file any process of the container may write, in bytes (`RLIMIT_FSIZE`: the
     /// kernel refuses a write or a truncate past it with `EFBIG`, a sparse file included).
     pub file_bytes: i64,
+    /// The size of the writable layer in MiB when the root filesystem is writable (0: none).
+    pub writable_mb: u64,
     /// Most bytes of one output stream kept per run (rover's files, and each of the engine's
     /// two log files).
     pub log_bytes: u64,

@@ -650,3 +650,44 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
             .contains("example.invalid")
     );
 }
+
+/// With a writable root, the writable layer gets the engine's size limit where the engine can
+/// (overlay2 on xfs with pquota, btrfs, zfs); this suite's engine (overlay2 on ext4) cannot, and
+/// the container runs anyway, without that limit, the file size limit still holding.
+#[tokio::test]
+async fn a_writable_root_runs_on_an_engine_that_cannot_size_its_layer() {
+    let docker = sandbox().await;
+    let image = test_image(&docker).await;
+    let tc = TestContainers::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut spec = tc.spec(
+        &image,
+        dir.path(),
+        "layer",
+        "mkdir -p /tmp && echo x > /tmp/written && cat /tmp/written && (dd if=/dev/zero of=/tmp/big bs=1M count=8 2>/dev/null && echo big-written || echo big-refused)",
+    );
+    spec.readonly_rootfs = false;
+    // The busybox test image's root is root's: the test writes it as root (caps still dropped).
+    spec.user = Some("0:0".into());
+    spec.limits.writable_mb = 64;
+    spec.limits.file_bytes = 4 * 1024 * 1024;
+    let id = docker
+        .run(&spec)
+        .await
+        .expect("runs, with or without the layer limit");
+    let log = dir.path().join("layer.log");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
+    logs.expect("logs");
+    assert!(matches!(
+        status.expect("wait"),
+        ContainerStatus::Exited { .. }
+    ));
+    let out = std::fs::read_to_string(&log).expect("log");
+    let err = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    assert!(out.starts_with("x\n"), "{out}{err}");
+    assert!(
+        out.contains("big-refused"),
+        "the file size limit holds: {out}"
+    );
+    docker.remove(&id).await.expect("remove");
+}
