@@ -533,11 +533,14 @@ async fn poll_loop(
                             poller.retry_now();
                             continue;
                         }
-                        None => {
+                        // Still down after the retries: try again later (75).
+                        None if is_transient(&e) => {
                             return PollEnd {
                                 unavailable: Some(crate::error::error_chain(&e)),
                             }
                         }
+                        // Not a blip (credentials, a store error): warned, as in the daemon.
+                        None => {}
                     }
                 }
             }
@@ -576,6 +579,11 @@ struct PollEnd {
 /// Retries of a failed poll within one `--once` run, and the first delay (doubling).
 const ONCE_POLL_RETRIES: u32 = 3;
 const ONCE_FIRST_DELAY: Duration = Duration::from_secs(1);
+
+/// Whether a failed poll is GitHub being unavailable for now (5xx, network, a rate limit).
+fn is_transient(error: &crate::steps::event::IngestError) -> bool {
+    matches!(error, crate::steps::event::IngestError::GitHub(e) if e.is_retryable())
+}
 
 /// The delay before the next try of a `--once` poll that failed with `error` after `attempt`
 /// retries; `None` to stop (not transient, out of retries, or a rate limit resetting later than
