@@ -231,6 +231,28 @@ mod tests {
     }
 
     #[test]
+    fn temporary_objects_of_a_cut_off_staging_are_swept_once_old() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = dir.path().join("tmp_object_git2_a1b2c3");
+        let fresh = dir.path().join("tmp_object_git2_d4e5f6");
+        let object = dir.path().join("pack");
+        for path in [&old, &fresh] {
+            std::fs::write(path, vec![0u8; 1024]).expect("write");
+        }
+        std::fs::create_dir(&object).expect("mkdir");
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .and_then(|f| f.set_modified(two_hours_ago))
+            .expect("age it");
+        sweep_temporary_objects(dir.path());
+        assert!(!old.exists(), "an old leftover is swept");
+        assert!(fresh.exists(), "a write in progress is left alone");
+        assert!(object.exists());
+    }
+
+    #[test]
     fn counts_and_totals_are_limited_too() {
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = git2::Repository::init(dir.path()).expect("init");
