@@ -1066,24 +1066,7 @@ async fn huge_files_are_refused_before_staging_and_the_sandbox_is_never_root() {
 
 /// The bytes of every file under `dir`.
 fn dir_size(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            stack.extend(
-                std::fs::read_dir(&path)
-                    .unwrap()
-                    .flatten()
-                    .map(|e| e.path()),
-            );
-        } else {
-            total += meta.len();
-        }
-    }
-    total
+    files_under(dir).into_iter().map(|(_, len)| len).sum()
 }
 
 /// Marker forms a model could read as the end (or the start) of an untrusted block: every case,
