@@ -69,6 +69,9 @@ pub enum GitError {
         size: u64,
         limit: u64,
     },
+    /// A `.gitignore` or `.gitattributes` of the worktree that git must not read: nothing staged.
+    #[error("`{path}` {why}: git reads it as rules while staging, so rover stages nothing; make it a plain, small file or delete it")]
+    RulesFile { path: String, why: String },
     /// A sandbox replaced or rewrote the worktree's `.git`: its work is not trusted any more.
     #[error("tampered: the sandbox changed the worktree's git metadata in {}: {what}; nothing of it is committed", worktree.display())]
     Tampered { worktree: PathBuf, what: String },

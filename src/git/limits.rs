@@ -102,6 +102,8 @@ pub(crate) fn check(
     let mut stack = vec![PathBuf::new()];
     while let Some(dir) = stack.pop() {
         let full = work_tree.join(&dir);
+        // Before git reads this directory's rules (the ignore query below, and staging).
+        check_rules_files(&full, &dir)?;
         let entries = std::fs::read_dir(&full).map_err(|source| GitError::Io {
             path: full.clone(),
             source,
@@ -162,6 +164,37 @@ pub(crate) fn check(
         }
     }
     Ok(seen)
+}
+
+/// The largest `.gitignore` or `.gitattributes` rover lets git read from a worktree.
+pub const MAX_RULES_FILE_BYTES: u64 = 1024 * 1024;
+
+/// A directory's `.gitignore` and `.gitattributes` are rules git reads on the host while it
+/// stages: each must be a plain file of at most [`MAX_RULES_FILE_BYTES`]. A link (to a huge or
+/// endless host file) or a huge file the agent made is refused before git reads it.
+fn check_rules_files(dir: &Path, relative: &Path) -> Result<(), GitError> {
+    for name in [".gitignore", ".gitattributes"] {
+        let Ok(meta) = std::fs::symlink_metadata(dir.join(name)) else {
+            continue;
+        };
+        let why = if !meta.is_file() {
+            Some("is not a plain file (a link, a directory or a device)".to_owned())
+        } else if meta.len() > MAX_RULES_FILE_BYTES {
+            Some(format!(
+                "is {} bytes, over the {MAX_RULES_FILE_BYTES} bytes rover lets git read",
+                meta.len()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(GitError::RulesFile {
+                path: relative.join(name).display().to_string(),
+                why,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Removes temporary object files libgit2 left in `objects_dir` when a write was cut off (a
@@ -250,6 +283,30 @@ mod tests {
         assert!(!old.exists(), "an old leftover is swept");
         assert!(fresh.exists(), "a write in progress is left alone");
         assert!(object.exists());
+    }
+
+    #[test]
+    fn a_linked_or_huge_rules_file_is_refused_before_git_reads_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = git2::Repository::init(dir.path()).expect("init");
+        let index = repo.index().expect("index");
+        let limits = CommitLimits::default();
+        std::fs::create_dir_all(dir.path().join("sub")).expect("mkdir");
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("sub/.gitignore")).expect("link");
+        let err = check(dir.path(), &index, &limits, &|_| false).expect_err("a link");
+        assert!(
+            matches!(&err, GitError::RulesFile { path, .. } if path == "sub/.gitignore"),
+            "{err}"
+        );
+        std::fs::remove_file(dir.path().join("sub/.gitignore")).expect("rm");
+        let big = std::fs::File::create(dir.path().join(".gitattributes")).expect("create");
+        big.set_len(MAX_RULES_FILE_BYTES + 1).expect("sparse");
+        assert!(matches!(
+            check(dir.path(), &index, &limits, &|_| false),
+            Err(GitError::RulesFile { .. })
+        ));
+        big.set_len(10).expect("small");
+        check(dir.path(), &index, &limits, &|_| false).expect("a small rules file is fine");
     }
 
     #[test]

@@ -297,7 +297,7 @@ impl Step for CommitStep {
             }
             // Over a commit limit: nothing was staged; the resolver decides (the agent can
             // delete or ignore the file).
-            Err(e @ GitError::CommitLimit { .. }) => {
+            Err(e @ (GitError::CommitLimit { .. } | GitError::RulesFile { .. })) => {
                 return Ok(failed(
                     span_meta,
                     git_error("the task's change is over a commit limit", &e),
