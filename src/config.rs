@@ -145,6 +145,7 @@ impl RoverConfig {
             }
         })?;
         de.end().map_err(|e| e.to_string())?;
+        config.autopilot.sandbox.validate()?;
         Ok(config)
     }
 }

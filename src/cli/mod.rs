@@ -5,6 +5,7 @@ mod budget;
 mod inspect;
 mod intervene;
 mod output;
+mod proxy;
 mod start;
 mod submit;
 
@@ -176,6 +177,28 @@ pub enum AutopilotCommand {
         #[arg(long)]
         json: bool,
     },
+    /// rover's sandbox proxy and relays (run by rover in its own containers, not by hand)
+    #[command(subcommand, hide = true)]
+    Proxy(ProxyCommand),
+}
+
+/// The parts of a sandbox's closed network that run rover's binary (see docs/sandbox.md).
+#[derive(Debug, Subcommand)]
+pub enum ProxyCommand {
+    /// Serve the model and egress proxy on DIR/sock/proxy.sock (upstreams and keys from ROVER_PROXY_*)
+    Serve {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Hand every connection on ADDR to the proxy's socket, as run RUN
+    Relay {
+        #[arg(long)]
+        run: String,
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        #[arg(long, value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 /// A failure of a command, with what the user can do about it.
@@ -270,6 +293,7 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 json,
                 retain_days,
             } => intervene::gc(&ctx, out, dry_run, json, retain_days),
+            AutopilotCommand::Proxy(command) => proxy::run(command),
             AutopilotCommand::DeadLetters { command, json } => match command {
                 None => intervene::dead_letters(&ctx, out, json),
                 Some(DeadLetterCommand::Drop { id, by }) => {

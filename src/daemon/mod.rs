@@ -425,6 +425,7 @@ async fn run(
     };
     let internal_errors = orchestrator.internal_errors();
     drop(orchestrator);
+    release_proxy(&services, &store).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
     result?;
     println!("rover autopilot stopped");
@@ -443,6 +444,26 @@ async fn run(
         return Ok(ExitCode::from(EX_TEMPFAIL));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// rover's sandbox proxy outlives the process only while an agent run still needs it (a
+/// `--once` run leaves its workflows running): with none left, it is stopped.
+async fn release_proxy(services: &Services, store: &AutopilotStore) {
+    let Some(sandbox) = &services.sandbox else {
+        return;
+    };
+    match sandbox.run_networks(&services.project_id).await {
+        Ok(runs) if runs.is_empty() => {
+            let dir = crate::steps::workflow::proxy_dir(store);
+            if let Err(e) = sandbox.stop_proxy(&dir).await {
+                tracing::warn!(error = %e, "cannot stop rover's sandbox proxy");
+            }
+        }
+        Ok(runs) => {
+            tracing::info!(runs = runs.len(), "rover's sandbox proxy stays up for the runs still going");
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy"),
+    }
 }
 
 /// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits), and

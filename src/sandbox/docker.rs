@@ -22,8 +22,9 @@ use futures_util::StreamExt;
 use super::env::check_env;
 use super::error::{status_of, SandboxError};
 use super::logcap::CappedLog;
+use super::runnet::{ProxyServer, RunNetwork};
 use super::spec::{SandboxSpec, INPUT_MOUNT, WORKSPACE_MOUNT};
-use super::{stderr_path, ContainerInfo, ContainerStatus, LogStats, Sandbox};
+use super::{stderr_path, ContainerInfo, ContainerStatus, LogStats, RunConnect, Sandbox};
 use crate::git::owner;
 
 /// The variable naming the engine to use (`unix://`, `tcp://`, `http://`); default the local socket.
@@ -46,6 +47,8 @@ pub struct DockerSandbox {
     env_allow: Vec<String>,
     /// The engine refused `--storage-opt size` once: not asked again.
     no_storage_opt: Arc<AtomicBool>,
+    /// One proxy server start at a time (parallel launches would race to make it).
+    proxy_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl DockerSandbox {
@@ -70,12 +73,17 @@ impl DockerSandbox {
             host: host.to_string(),
             env_allow,
             no_storage_opt: Arc::new(AtomicBool::new(false)),
+            proxy_lock: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
     /// The bollard client, for image building and tests.
     pub fn client(&self) -> &Docker {
         &self.docker
+    }
+
+    pub(crate) fn proxy_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.proxy_lock
     }
 
     /// The engine address in use.
@@ -204,6 +212,7 @@ impl DockerSandbox {
             );
         }
         env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        env.extend(spec.rover_env.iter().map(|(k, v)| format!("{k}={v}")));
         #[allow(
             clippy::cast_possible_truncation,
             reason = "cpus is small and positive"
@@ -473,6 +482,37 @@ impl Sandbox for DockerSandbox {
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(self.err("remove container", id, e)),
         }
+    }
+
+    async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {
+        let image = self.proxy_image().await?;
+        self.ensure_proxy(&ProxyServer {
+            project: run.project.clone(),
+            dir: run.proxy_dir.clone(),
+            image: image.clone(),
+            env: run.server_env.clone(),
+        })
+        .await?;
+        self.open_run_network(&RunNetwork {
+            run: run.run.clone(),
+            project: run.project.clone(),
+            internal: run.internal,
+            proxy_dir: run.proxy_dir.clone(),
+            image,
+        })
+        .await
+    }
+
+    async fn disconnect_run(&self, run: &str) -> Result<(), SandboxError> {
+        self.close_run_network(run).await
+    }
+
+    async fn run_networks(&self, project: &str) -> Result<Vec<String>, SandboxError> {
+        DockerSandbox::run_networks(self, project).await
+    }
+
+    async fn stop_proxy(&self, dir: &Path) -> Result<(), SandboxError> {
+        DockerSandbox::stop_proxy(self, dir).await
     }
 
     async fn list_by_labels(

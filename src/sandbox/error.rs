@@ -45,6 +45,9 @@ pub enum SandboxError {
     /// Building an image failed before reaching the engine.
     #[error("cannot build sandbox image `{image}`: {reason}")]
     ImageBuild { image: String, reason: String },
+    /// rover's model and egress proxy, or a run's relay, is not answering.
+    #[error("rover's sandbox proxy is not available: {reason}")]
+    Proxy { reason: String },
     /// Any other engine error.
     #[error("docker `{operation}` failed for `{target}`")]
     Api {

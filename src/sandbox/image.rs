@@ -150,6 +150,24 @@ impl RootfsImage {
     /// Builds the image unless an image with the same content hash is already present; returns
     /// its reference `<repo>:<hash>`.
     pub async fn ensure(&self, sandbox: &DockerSandbox) -> Result<String, SandboxError> {
+        self.import(sandbox, None).await
+    }
+
+    /// Like [`RootfsImage::ensure`], with the tag given (a hash of the inputs the caller
+    /// computed more cheaply than the tar's).
+    pub async fn ensure_tagged(
+        &self,
+        sandbox: &DockerSandbox,
+        tag: &str,
+    ) -> Result<String, SandboxError> {
+        self.import(sandbox, Some(tag)).await
+    }
+
+    async fn import(
+        &self,
+        sandbox: &DockerSandbox,
+        tag: Option<&str>,
+    ) -> Result<String, SandboxError> {
         let recipe = self.clone();
         let tar = tokio::task::spawn_blocking(move || recipe.build_tar())
             .await
@@ -157,11 +175,16 @@ impl RootfsImage {
                 image: self.repo.clone(),
                 reason: format!("the tar builder did not finish: {e}"),
             })??;
-        let digest = Sha256::digest(&tar);
-        let tag = digest.iter().take(8).fold(String::new(), |mut tag, b| {
-            let _ = write!(tag, "{b:02x}");
-            tag
-        });
+        let tag = tag.map_or_else(
+            || {
+                let digest = Sha256::digest(&tar);
+                digest.iter().take(8).fold(String::new(), |mut tag, b| {
+                    let _ = write!(tag, "{b:02x}");
+                    tag
+                })
+            },
+            str::to_owned,
+        );
         let reference = format!("{}:{tag}", self.repo);
         if sandbox.image_exists(&reference).await? {
             return Ok(reference);

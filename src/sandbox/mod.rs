@@ -5,12 +5,14 @@
 //! with the worktree mounted ([`gates`]), so project code never runs on the host.
 
 mod docker;
+pub mod egress;
 mod env;
 mod error;
 pub mod gates;
 pub mod hooks;
 pub mod image;
 pub mod logcap;
+pub mod runnet;
 mod settings;
 mod spec;
 
@@ -24,7 +26,8 @@ use serde::{Deserialize, Serialize};
 pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
 pub use env::{check_env, ALWAYS_REFUSED_ENV};
 pub use error::SandboxError;
-pub use settings::{GateSettings, SandboxSettings};
+pub use egress::{Egress, EgressMode, EgressPolicy};
+pub use settings::{GateSettings, SandboxSettings, MODEL_ENV_REFUSED};
 pub use spec::{
     BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
     LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
@@ -136,6 +139,20 @@ fn mib(bytes: u64) -> String {
     }
 }
 
+/// What an agent run's network needs.
+#[derive(Debug, Clone)]
+pub struct RunConnect {
+    /// The agent container's name.
+    pub run: String,
+    pub project: String,
+    /// No route out (every egress but `open`).
+    pub internal: bool,
+    /// `<store>/proxy`.
+    pub proxy_dir: std::path::PathBuf,
+    /// The proxy server's environment: upstreams and model keys.
+    pub server_env: Vec<(String, String)>,
+}
+
 /// How a bounded wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -178,6 +195,33 @@ pub trait Sandbox: Send + Sync {
 
     /// Removes the container (forced); `true` if it existed, `false` if it was already gone.
     async fn remove(&self, id: &str) -> Result<bool, SandboxError>;
+
+    /// Makes an agent run's network (see [`runnet`]): rover's proxy server up, the run's
+    /// network and relay made. Returns the network the agent container joins.
+    async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {
+        Err(SandboxError::Proxy {
+            reason: format!(
+                "this sandbox cannot make a network for {}; use the Docker engine",
+                run.run
+            ),
+        })
+    }
+
+    /// Removes a run's relay and network, once its agent container is gone; fine when they
+    /// are gone already.
+    async fn disconnect_run(&self, _run: &str) -> Result<(), SandboxError> {
+        Ok(())
+    }
+
+    /// The agent runs of `project` that have a relay or a network.
+    async fn run_networks(&self, _project: &str) -> Result<Vec<String>, SandboxError> {
+        Ok(Vec::new())
+    }
+
+    /// Stops rover's proxy server of the proxy dir `dir` (when no run needs it).
+    async fn stop_proxy(&self, _dir: &Path) -> Result<(), SandboxError> {
+        Ok(())
+    }
 
     /// Every container (running or not) carrying all of `labels`.
     async fn list_by_labels(

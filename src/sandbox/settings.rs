@@ -2,7 +2,20 @@
 
 use serde::Deserialize;
 
+use super::egress::Egress;
 use super::spec::ResourceLimits;
+
+/// Names that would carry a model credential or endpoint into a container: the agent reaches
+/// the model API through rover's proxy, which holds both outside it.
+pub const MODEL_ENV_REFUSED: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "CODEX_API_KEY",
+];
 
 /// The sandbox configuration (`autopilot.sandbox` in `rover.json`); every field has a default.
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
@@ -25,9 +38,13 @@ pub struct SandboxSettings {
     /// head and the tail, the middle cut. A container that prints more is stopped. The engine's
     /// own log of a container is held to two files of this size.
     pub log_limit_mb: u64,
-    /// Docker network mode. The agent CLIs need to reach their model API, hence `bridge`;
-    /// `none` for fully offline runs (fake agents, gates).
-    pub network: String,
+    /// What an agent container may reach: `model-only` (the default: the model API through
+    /// rover's proxy, nothing else), `{"allow": [hosts]}`, `none` or `open` (see
+    /// [`Egress`]). Gates, hooks and corrective commands run with no network unless `open`.
+    pub egress: Egress,
+    /// Replaced by `egress` (`none` reads as `"egress": "none"`, `bridge` as `"open"`).
+    #[schemars(skip)]
+    pub network: Option<String>,
     /// Read-only root filesystem with a tmpfs `/tmp`.
     pub readonly_rootfs: bool,
     /// With `readonlyRootfs` off: the size of the container's writable layer, in MiB (the
@@ -58,21 +75,11 @@ impl Default for SandboxSettings {
             file_size_limit_mb: 4096,
             timeout_secs: 3600,
             log_limit_mb: 64,
-            network: "bridge".to_string(),
+            egress: Egress::default(),
+            network: None,
             readonly_rootfs: true,
             writable_layer_mb: 10_240,
-            env_allow: [
-                "ANTHROPIC_API_KEY",
-                "ANTHROPIC_BASE_URL",
-                "CLAUDE_CODE_OAUTH_TOKEN",
-                "OPENAI_API_KEY",
-                "OPENAI_BASE_URL",
-                "CODEX_API_KEY",
-                "HOME",
-                "IS_SANDBOX",
-            ]
-            .map(String::from)
-            .to_vec(),
+            env_allow: ["HOME", "IS_SANDBOX"].map(String::from).to_vec(),
             gates: Vec::new(),
             hooks: crate::git::HookMode::Sandbox,
             commit_limits: crate::git::CommitLimits::default(),
@@ -94,6 +101,41 @@ impl SandboxSettings {
             // At least a MiB: a zero limit would keep nothing of what went wrong.
             log_bytes: self.log_limit_mb.clamp(1, 1 << 20) * 1024 * 1024,
         }
+    }
+
+    /// The egress in force: `egress`, or the replaced `network` key read as one.
+    pub fn egress(&self) -> Egress {
+        match self.network.as_deref() {
+            Some("none") => Egress::Mode(super::egress::EgressMode::None),
+            Some(_) => Egress::Mode(super::egress::EgressMode::Open),
+            None => self.egress.clone(),
+        }
+    }
+
+    /// What `rover.json` cannot say: a model key or endpoint in `envAllow`, a bad allow-list
+    /// entry, a `network` other than the two it still reads, or both keys at once.
+    pub fn validate(&self) -> Result<(), String> {
+        for name in &self.env_allow {
+            if MODEL_ENV_REFUSED.iter().any(|m| m.eq_ignore_ascii_case(name)) {
+                return Err(format!(
+                    "autopilot.sandbox.envAllow: `{name}` would carry a model credential or endpoint into the sandbox, which rover no longer does: agents reach the model API through rover's proxy, which adds the key outside the container (see docs/sandbox.md#network-and-credentials). Remove `{name}` from envAllow and keep it in rover's own environment"
+                ));
+            }
+        }
+        match self.network.as_deref() {
+            None | Some("none" | "bridge") => {}
+            Some(other) => {
+                return Err(format!(
+                    "autopilot.sandbox.network: `{other}` is not supported any more; it is replaced by `egress` (\"model-only\", {{\"allow\": [hosts]}}, \"none\" or \"open\"): see docs/sandbox.md#network-and-credentials"
+                ))
+            }
+        }
+        if self.network.is_some() && self.egress != Egress::default() {
+            return Err(
+                "autopilot.sandbox: `network` and `egress` are both set; keep `egress` only".into(),
+            );
+        }
+        self.egress.validate()
     }
 
     /// The wall-clock limit of one agent run.

@@ -69,8 +69,11 @@ pub struct SandboxSpec {
     /// belong to whoever owns the checkout.
     pub user: Option<String>,
     pub limits: ResourceLimits,
-    /// Docker network mode (`none`, `bridge`, ...).
+    /// Docker network mode (`none`, `bridge`) or the name of the run's own network.
     pub network: String,
+    /// Variables rover sets itself (the proxy's address and the run's token): not subject to
+    /// `envAllow`, and never a credential of the host.
+    pub rover_env: Vec<(String, String)>,
     /// Read-only root filesystem with a tmpfs `/tmp` (HOME points there).
     pub readonly_rootfs: bool,
     pub labels: SandboxLabels,
@@ -99,7 +102,14 @@ impl SandboxSpec {
             input_dir: None,
             user: None,
             limits: settings.limits(),
-            network: settings.network.clone(),
+            // Gates, hooks and corrective commands: offline unless the egress is `open`. An agent
+            // container gets its run's network when it is launched.
+            network: if settings.egress().is_open() {
+                "bridge".to_owned()
+            } else {
+                "none".to_owned()
+            },
+            rover_env: Vec::new(),
             readonly_rootfs: settings.readonly_rootfs,
             labels,
             extra_labels: BTreeMap::new(),

@@ -16,7 +16,7 @@ use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
 
 /// The environment the real CLI gets in these tests: the fake API, no retries, no updater.
-fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
+pub(crate) fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
     [
         ("ANTHROPIC_API_KEY", "sk-ant-api03-fake-key-for-tests"),
         ("ANTHROPIC_BASE_URL", api.url.as_str()),
@@ -298,7 +298,7 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
 
 /// The real sandbox image (`docs/sandbox/Dockerfile` on a debootstrapped Debian base with the
 /// pinned claude), built by `tests/setup-sandbox-image.sh`; `tests/run.sh` exports its name.
-fn real_sandbox_image() -> String {
+pub(crate) fn real_sandbox_image() -> String {
     std::env::var("ROVER_TEST_SANDBOX_IMAGE")
         .ok()
         .filter(|i| !i.is_empty())
@@ -321,18 +321,17 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
     let home = s.env.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let cli_names = [
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_BASE_URL",
         "CLAUDE_CODE_MAX_RETRIES",
         "DISABLE_AUTOUPDATER",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
     ];
-    // The container shares the host's loopback to reach the fake model API (tests only).
+    // The default egress: the container reaches the fake model API on the host's loopback only
+    // through rover's proxy, which holds the key.
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {
             "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG", "CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]},
-            "sandbox": {"image": image, "network": "host", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+            "sandbox": {"image": image, "egress": "model-only", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
                 "envAllow": cli_names.iter().chain(&["IS_SANDBOX"]).collect::<Vec<_>>()}}}),
     );
     s.github
@@ -388,7 +387,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
 
 /// What the model answers each step of "add a --json flag", by the step's role line; the
 /// workflow agent's answer (tool calls included) when the real CLI runs it too.
-fn json_flag_answers(
+pub(crate) fn json_flag_answers(
     workflow: Option<serde_json::Value>,
 ) -> Vec<(&'static str, serde_json::Value)> {
     use crate::support::scenario::task;
@@ -421,7 +420,7 @@ fn json_flag_answers(
 }
 
 /// The real codex CLI (pinned), installed by `tests/setup-clis.sh codex`.
-fn real_codex() -> std::path::PathBuf {
+pub(crate) fn real_codex() -> std::path::PathBuf {
     if let Some(path) = std::env::var_os("ROVER_TEST_CODEX_BIN").filter(|p| !p.is_empty()) {
         return path.into();
     }
@@ -436,7 +435,7 @@ fn real_codex() -> std::path::PathBuf {
 
 /// The daemon of scenario `s` with the real codex against `api`: `OPENAI_API_KEY` alone (rover
 /// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
-fn real_codex_env(api: &FakeOpenAi, s: &mut crate::support::scenario::Scenario) {
+pub(crate) fn real_codex_env(api: &FakeOpenAi, s: &mut crate::support::scenario::Scenario) {
     let codex_home = s.env.path().join("codex-home");
     std::fs::create_dir_all(&codex_home).unwrap();
     for (k, v) in [
@@ -761,13 +760,14 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
         "answer": {"status": "completed", "summary": "Added json.txt describing --json.", "files_changed": ["json.txt"]}});
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(Some(workflow)))]).await;
     let mut s = Scenario::new().await;
-    // The container shares the host's loopback to reach the fake model API (tests only).
+    // The default egress: the container reaches the fake model API on the host's loopback only
+    // through rover's proxy, which holds the key.
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {
             "agent": {"agent": "codex"},
-            "sandbox": {"image": image, "network": "host", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
-                "envAllow": ["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY", "IS_SANDBOX"]}}}),
+            "sandbox": {"image": image, "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+                "envAllow": ["IS_SANDBOX"]}}}),
     );
     s.github
         .add_issue(75, "Add a --json flag", "Please add --json.", "alice", &[]);

@@ -351,6 +351,13 @@ impl WorkflowStep {
             .map_err(ToString::to_string)
             .and_then(agents::extract::<WorkflowResult>);
         let over_log_limit = logs.and_then(|l| l.over_limit_summary("the sandbox", &log));
+        // What the proxy saw; the run's token stops working now.
+        let wire = if self.services.config.autopilot.sandbox.egress().is_none() {
+            None
+        } else {
+            super::network::end_run(&ctx.store, &container).await
+        };
+        let wire_stop = wire.as_ref().and_then(|l| l.stopped.clone());
 
         let (mut task_status, mut summary) = verdict(&RunEnd {
             container: &container,
@@ -365,6 +372,17 @@ impl WorkflowStep {
             over_log_limit: over_log_limit.as_deref(),
             closed_by_hand,
         });
+
+        if let Some(stop) = &wire_stop {
+            if task_status != TaskStatus::Completed {
+                task_status = TaskStatus::Failed;
+                summary = format!(
+                    "stopped by budget at the wire: the trace had spent {} of its stop limit {} (autopilot.budget.trace.usd) when rover's proxy refused the agent's next model request; the agent said: {summary}",
+                    crate::budget::usd(stop.spend_usd),
+                    crate::budget::usd(stop.stop_usd)
+                );
+            }
+        }
 
         let mut gate_warnings = None;
         let mut gates_ran = None;
@@ -477,14 +495,18 @@ impl WorkflowStep {
                 diff,
                 task_status,
                 result: result.ok(),
-                agent: parsed
-                    .as_ref()
-                    .ok()
-                    .map(crate::steps::agent_call::response_usage),
+                agent: wire_usage(
+                    parsed
+                        .as_ref()
+                        .ok()
+                        .map(crate::steps::agent_call::response_usage),
+                    wire.as_ref(),
+                ),
                 gate_warnings,
                 gates: gates_ran,
                 logs,
                 notes: (!notes.is_empty()).then_some(notes),
+                network: wire,
             }),
             error,
             ..task_meta(task, &container, Some(status))
@@ -502,6 +524,7 @@ impl WorkflowStep {
         .with_meta_record(&span_meta)
         .with_meta_record(&crate::store::RunSpanMeta {
             closed_by_hand: closed_by_hand.is_some(),
+            budget_stopped: wire_stop.is_some(),
             ..crate::store::RunSpanMeta::default()
         })
         .then(Self::commit_action(task.action_id, task_status, &summary));
@@ -533,11 +556,13 @@ impl WorkflowStep {
                 }
             }
             match sandbox.remove(&entry.container).await {
-                Ok(_) => self
-                    .collected
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .retain(|c| *c != entry),
+                Ok(_) => {
+                    super::network::forget_run(&ctx.store, sandbox, &entry.container).await;
+                    self.collected
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .retain(|c| *c != entry);
+                }
                 Err(e) => {
                     tracing::warn!(container = %entry.container, error = %e, "cannot remove a collected workflow container; trying again later");
                 }
@@ -701,4 +726,33 @@ fn container_error(message: &str, retryable: bool, container: &str) -> ErrorMeta
     }
     .detail("container", container)
     .to_meta()
+}
+
+/// The run's figures for the budgets: the agent's own, unless rover's proxy saw it spend more
+/// (an agent cut off before its report, or one that under-reports): then the proxy's.
+fn wire_usage(
+    reported: Option<crate::store::AgentMeta>,
+    wire: Option<&crate::proxy::Ledger>,
+) -> Option<crate::store::AgentMeta> {
+    use crate::store::{AgentMeta, AgentUsage};
+    let Some(wire) = wire.filter(|w| w.usd > 0.0 || w.requests > 0) else {
+        return reported;
+    };
+    match reported {
+        Some(AgentMeta::Used(mut usage)) => {
+            if usage.cost_usd.unwrap_or(0.0) < wire.usd {
+                usage.cost_usd = Some(wire.usd);
+            }
+            Some(AgentMeta::Used(usage))
+        }
+        _ => Some(AgentMeta::Used(AgentUsage {
+            turns: None,
+            cost_usd: Some(wire.usd),
+            input_tokens: wire.usage.input,
+            output_tokens: wire.usage.output,
+            cached_tokens: wire.usage.cached,
+            attempts: None,
+            first_error: None,
+        })),
+    }
 }

@@ -466,6 +466,25 @@ impl WorkflowStep {
         spec.mount_git(&sandbox_git);
         let container = spec.container_name();
 
+        // Its own network, with rover's proxy as the only way out (none with egress `none`);
+        // a container that runs already (a restart) keeps its grant.
+        let adopting = matches!(
+            sandbox.status(&container).await,
+            Ok(ContainerStatus::Running | ContainerStatus::Exited { .. })
+        );
+        if let Some(connected) = self
+            .connect(ctx, sandbox.as_ref(), trace_id, &container, adopting)
+            .await?
+        {
+            spec.network = connected.network;
+            spec.rover_env = connected.env;
+            if kind == agents::AgentKind::Codex {
+                if let Some(url) = agents::env_value(&spec.rover_env, agents::OPENAI_BASE_URL) {
+                    agents::codex::insert_base_url(&mut spec.cmd, url);
+                }
+            }
+        }
+
         // The mapping first: a crash after this point finds the container by it.
         task.mapping.container_id = Some(container.clone());
         tasks::save_task(&ctx.store, &task)
@@ -494,7 +513,14 @@ impl WorkflowStep {
                 merged_in: merged_in.map(|(branch, conflicts)| MergedInMeta { branch, conflicts }),
                 image: spec.image.clone(),
                 started,
-                env: spec.env.iter().map(|(k, _)| k.clone()).collect(),
+                env: spec
+                    .env
+                    .iter()
+                    .chain(&spec.rover_env)
+                    .map(|(k, _)| k.clone())
+                    .collect(),
+                egress: Some(self.services.config.autopilot.sandbox.egress().describe()),
+                network: Some(spec.network.clone()),
             }),
             ..WorkflowSpanMeta::default()
         }

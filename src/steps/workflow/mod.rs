@@ -6,11 +6,13 @@
 mod collect;
 mod deps;
 mod launch;
+mod network;
 mod orphans;
 mod span_meta;
 mod verdict;
 
 pub use deps::{dependency_state, Dependency};
+pub use network::proxy_dir;
 pub use orphans::{sweep_orphans, OrphanReport};
 pub use span_meta::{
     CollectedMeta, FetchMeta, FetchResult, GatesMeta, LaunchedMeta, MergedInMeta,
@@ -37,17 +39,6 @@ use crate::store::{PendingAction, Span, StepKind, StepRun};
 
 /// The agent's stdout inside the span's artifacts dir (stderr next to it, `.stderr`).
 pub const AGENT_LOG: &str = "agent.log";
-
-/// Env names of the model credentials and endpoints a sandboxed agent may get (when set in
-/// rover's environment and allowed by `autopilot.sandbox.envAllow`).
-pub const MODEL_ENV: &[&str] = &[
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "CODEX_API_KEY",
-];
 
 /// How long an agent may run in its container: the shorter of the sandbox and agent limits.
 fn run_limit(services: &Services) -> Duration {
@@ -93,29 +84,33 @@ impl WorkflowStep {
         self
     }
 
-    /// The env of a sandbox: allowed model credentials from rover's environment, the agent's
-    /// extra names, `IS_SANDBOX=1`, the fixed pairs; never a GitHub token (by name or value).
-    /// For codex, `OPENAI_API_KEY` alone is also passed as `CODEX_API_KEY` (when that is allowed).
+    /// The env of a sandbox: the agent's extra names and the fixed pairs that
+    /// `autopilot.sandbox.envAllow` lets in, and `IS_SANDBOX=1`. Never a GitHub token (by name
+    /// or value) and never a model credential or endpoint (by name or value): the agent
+    /// reaches the model API through rover's proxy, whose variables rover sets itself.
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
         let allow = &self.services.config.autopilot.sandbox.env_allow;
         let token = self.services.github_token.clone().filter(|t| t.len() >= 8);
+        let model_keys: Vec<String> = crate::secrets::MODEL_KEY_ENV
+            .iter()
+            .filter_map(|name| std::env::var(name).ok())
+            .filter(|value| value.len() >= 8)
+            .collect();
         let refused = |name: &str, value: &str| {
             ALWAYS_REFUSED_ENV
                 .iter()
+                .chain(crate::sandbox::MODEL_ENV_REFUSED)
                 .any(|r| r.eq_ignore_ascii_case(name))
                 || agents::ALWAYS_DENIED_ENV.contains(&name)
                 || token.as_deref().is_some_and(|t| value.contains(t))
+                || model_keys.iter().any(|k| value.contains(k.as_str()))
                 || !allow.iter().any(|a| a == name)
         };
         let mut env: Vec<(String, String)> = Vec::new();
-        let names = MODEL_ENV
-            .iter()
-            .map(|s| (*s).to_owned())
-            .chain(self.services.agent_settings().extra_env.iter().cloned());
-        for name in names {
-            if let Ok(value) = std::env::var(&name) {
-                if !refused(&name, &value) && !env.iter().any(|(n, _)| *n == name) {
-                    env.push((name, value));
+        for name in &self.services.agent_settings().extra_env {
+            if let Ok(value) = std::env::var(name) {
+                if !refused(name, &value) && !env.iter().any(|(n, _)| n == name) {
+                    env.push((name.clone(), value));
                 }
             }
         }
@@ -126,12 +121,6 @@ impl WorkflowStep {
             if !refused(name, value) {
                 env.retain(|(n, _)| n != name);
                 env.push((name.clone(), value.clone()));
-            }
-        }
-        if self.services.agent_settings().agent == agents::AgentKind::Codex {
-            let mut mapped = env.clone();
-            if agents::map_codex_key(&mut mapped) && !refused(agents::CODEX_API_KEY, "") {
-                env = mapped;
             }
         }
         env
@@ -320,30 +309,21 @@ mod tests {
     }
 
     #[test]
-    fn a_codex_sandbox_gets_openai_api_key_as_codex_api_key_when_allowed() {
-        let allow = ["OPENAI_API_KEY", "CODEX_API_KEY"];
-        let codex = WorkflowStep::new(services_for(AgentKind::Codex, &allow, None))
+    fn no_model_credential_or_endpoint_enters_a_sandbox_by_name_or_by_value() {
+        let allow = [
+            "OPENAI_API_KEY",
+            "CODEX_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "MY_VAR",
+        ];
+        let step = WorkflowStep::new(services_for(AgentKind::Codex, &allow, None))
             .with_sandbox_env("OPENAI_API_KEY", "sk-o")
-            .with_sandbox_env("CODEX_API_KEY", "");
-        let env = codex.sandbox_env();
-        assert_eq!(
-            agents::env_value(&env, "CODEX_API_KEY"),
-            Some("sk-o"),
-            "{env:?}"
-        );
-        assert_eq!(env.iter().filter(|(n, _)| n == "CODEX_API_KEY").count(), 1);
-        // Not for claude, and not past the allow-list.
-        let claude = WorkflowStep::new(services_for(AgentKind::Claude, &allow, None))
-            .with_sandbox_env("OPENAI_API_KEY", "sk-o")
-            .with_sandbox_env("CODEX_API_KEY", "");
-        assert_eq!(
-            agents::env_value(&claude.sandbox_env(), "CODEX_API_KEY"),
-            None
-        );
-        let narrow = WorkflowStep::new(services_for(AgentKind::Codex, &["OPENAI_API_KEY"], None))
-            .with_sandbox_env("OPENAI_API_KEY", "sk-o");
-        let names: Vec<String> = narrow.sandbox_env().into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, ["OPENAI_API_KEY"]);
+            .with_sandbox_env("anthropic_api_key", "sk-a")
+            .with_sandbox_env("ANTHROPIC_BASE_URL", "http://elsewhere")
+            .with_sandbox_env("MY_VAR", "fine");
+        let names: Vec<String> = step.sandbox_env().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["MY_VAR"]);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::sandbox::{LABEL_ACTION, LABEL_PROJECT};
+use crate::sandbox::{ContainerStatus, LABEL_ACTION, LABEL_PROJECT};
 use crate::steps::tasks::{self, Task};
 use crate::steps::Services;
 use crate::store::blocking;
@@ -22,6 +22,9 @@ pub struct OrphanReport {
     pub collected: Vec<String>,
     /// Worktrees under the worktrees dir that no task mapping names (removed).
     pub worktrees: Vec<PathBuf>,
+    /// Networks and relays of agent runs whose container is gone (removed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
     /// What could not be removed, and why.
     pub errors: Vec<String>,
 }
@@ -67,6 +70,21 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
                 }
             }
             Err(e) => report.errors.push(format!("cannot list containers: {e}")),
+        }
+        match sandbox.run_networks(&services.project_id).await {
+            Ok(runs) => {
+                for run in runs {
+                    if !matches!(sandbox.status(&run).await, Ok(ContainerStatus::Gone)) {
+                        continue;
+                    }
+                    tracing::info!(run = %run, "removing the network of a run whose container is gone");
+                    match sandbox.disconnect_run(&run).await {
+                        Ok(()) => report.networks.push(run),
+                        Err(e) => report.errors.push(format!("network of {run}: {e}")),
+                    }
+                }
+            }
+            Err(e) => report.errors.push(format!("cannot list run networks: {e}")),
         }
     }
     let dir = Services::worktrees_dir(store);

@@ -77,6 +77,12 @@ pub struct LaunchedMeta {
     pub started: StartedMeta,
     /// The names of the env variables the container got (never their values).
     pub env: Vec<String>,
+    /// `autopilot.sandbox.egress` as it was (absent in runs of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<String>,
+    /// The Docker network the container joined: its run's own, or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }
 
 /// What was fetched before a new task forked: one entry per refspec, or one without a
@@ -168,6 +174,14 @@ pub struct CollectedMeta {
     /// What went wrong on the way that did not decide the outcome (logs, diff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<Vec<String>>,
+    /// What rover's proxy saw of the run: model requests, bytes and spend, every connection
+    /// allowed or denied, and a stop at the budget (absent with egress `none`).
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network: Option<crate::proxy::Ledger>,
 }
 
 /// The gates of a run: `"none configured"`, or the report of every gate.

@@ -68,6 +68,29 @@ pub fn remove_containers(label: &str) {
     }
 }
 
+/// Removes what rover's sandbox proxy left for `project`: its server, its relays and the runs'
+/// networks (a test's daemon may stop before its runs are collected).
+pub fn remove_proxy(project: &str) {
+    let label = format!("rover.proxy.project={project}");
+    remove_containers(&label);
+    let Ok(out) = Command::new("docker")
+        .args(["network", "ls", "-q", "--filter", &format!("label={label}")])
+        .output()
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(ToString::to_string)
+        .collect();
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["network", "rm"])
+            .args(&ids)
+            .output();
+    }
+}
+
 /// The test image: busybox plus `git` (a dynamically linked binary with its libraries).
 pub async fn test_image(sandbox: &DockerSandbox) -> String {
     // Tests run in parallel; one import at a time leaves no dangling duplicate image behind.
@@ -99,7 +122,7 @@ impl TestContainers {
             memory_mb: 256,
             cpus: 1.0,
             pids_limit: 128,
-            network: "none".to_string(),
+            egress: rover::sandbox::Egress::Mode(rover::sandbox::EgressMode::None),
             ..SandboxSettings::default()
         };
         let mut spec = SandboxSpec::from_settings(

@@ -22,6 +22,8 @@ pub struct Recorded {
     pub path: String,
     pub bytes: usize,
     pub body: Value,
+    /// The credential it came with: `x-api-key`, else the bearer token.
+    pub key: Option<String>,
 }
 
 /// What the fake answers to one turn (a request that is not the follow-up of a tool result).
@@ -83,9 +85,20 @@ impl FakeAnthropic {
 async fn handle(
     State(state): State<Shared>,
     uri: Uri,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
+    let key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned)
+        });
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     // How far the turn got: every tool result sent back is one step of the script done.
     // A turn starts at the last user message that is a prompt, not tool results (a resumed
@@ -115,6 +128,7 @@ async fn handle(
             path: uri.path().to_owned(),
             bytes: body.len(),
             body: parsed.clone(),
+            key,
         });
         st.replies
             .next(fresh_turn)
@@ -158,7 +172,12 @@ async fn handle(
             ))
             .expect("response");
     }
-    // An answer may script tool calls first: `{"__tools": [{"name": .., "input": ..}], "answer": ..}`.
+    // An answer may script tool calls first: `{"__tools": [{"name": .., "input": ..}], "answer": ..}`,
+    // and the input tokens each of its responses reports: `"__input_tokens": N` (default 12).
+    let input_tokens = answer
+        .get("__input_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(12);
     let (tools, answer) = match answer.get("__tools").and_then(Value::as_array) {
         Some(tools) => (tools.clone(), answer["answer"].clone()),
         None => (Vec::new(), answer),
@@ -168,7 +187,7 @@ async fn handle(
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["name"] == "StructuredOutput"));
     let start = json!({"type": "message_start", "message": {"id": format!("msg_fake{results}"), "type": "message", "role": "assistant", "model": model,
-        "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 12, "output_tokens": 1}}});
+        "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": input_tokens, "output_tokens": 1}}});
     let tool_call = |name: &str, input: &Value| {
         vec![
             start.clone(),

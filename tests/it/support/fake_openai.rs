@@ -22,6 +22,8 @@ pub struct Recorded {
     pub method: String,
     pub path: String,
     pub authorized: bool,
+    /// The bearer token it came with.
+    pub key: Option<String>,
     pub bytes: usize,
     pub body: Value,
 }
@@ -105,6 +107,11 @@ async fn handle(
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("Bearer ") && v.len() > 7);
+    let key = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
     let is_model = method == Method::POST && uri.path().ends_with("/responses");
     let reply = {
         let mut st = state.lock().expect("lock");
@@ -112,6 +119,7 @@ async fn handle(
             method: method.to_string(),
             path: uri.path().to_owned(),
             authorized,
+            key,
             bytes: body.len(),
             body: parsed.clone(),
         });

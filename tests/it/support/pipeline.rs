@@ -326,7 +326,7 @@ pub fn sandbox_config(
         cpus: 1.0,
         pids_limit: 128,
         timeout_secs,
-        network: "none".into(),
+        egress: rover::sandbox::Egress::Mode(rover::sandbox::EgressMode::None),
         env_allow,
         gates,
         ..SandboxSettings::default()

@@ -10,7 +10,7 @@ use std::process::Output;
 use rover::store::{AutopilotStore, TraceOutcome, TraceView};
 use serde_json::{json, Value};
 
-use super::docker::{fake_agent_image, remove_containers, sandbox};
+use super::docker::{fake_agent_image, remove_containers, remove_proxy, sandbox};
 use super::env::{stderr, stdout, TestEnv};
 use super::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
 use super::gitrepo::git;
@@ -302,6 +302,7 @@ impl Drop for Scenario {
     /// Containers a test leaves (a run cut off before collecting): remove this test's.
     fn drop(&mut self) {
         remove_containers(&format!("rover.project={}", self.env.project_id));
+        remove_proxy(&self.env.project_id);
     }
 }
 
@@ -314,7 +315,7 @@ pub async fn scenario_image() -> String {
 /// the fake agent's script let through.
 pub async fn sandbox_json() -> Value {
     let image = scenario_image().await;
-    json!({"autopilot": {"sandbox": {"image": image, "network": "none", "memoryMb": 256, "cpus": 1.0,
+    json!({"autopilot": {"sandbox": {"image": image, "egress": "none", "memoryMb": 256, "cpus": 1.0,
         "timeoutSecs": 60, "envAllow": ["ROVER_FAKE_AGENT_SCRIPT"]}}})
 }
 
