@@ -14,6 +14,7 @@ pub mod github;
 pub mod logging;
 pub mod orchestrator;
 pub mod project;
+pub mod proxy;
 pub mod sandbox;
 pub mod secrets;
 pub mod steps;

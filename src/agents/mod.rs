@@ -27,7 +27,10 @@ pub use env::{
     ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,
 };
 pub use error::AgentError;
-pub use pricing::{CodexPrices, ModelPrice, DEFAULT_PRICE_KEY};
+pub use pricing::{
+    ClaudePrices, CodexPrices, ModelPrice, CLAUDE_CACHE_WRITE_1H_FACTOR, CLAUDE_CACHE_WRITE_FACTOR,
+    DEFAULT_PRICE_KEY,
+};
 pub use prompts::{
     placeholders, render_prompt, step_request, step_schema, template, untrusted_block,
     CustomInstructions, PromptVars, RenderedPrompt, MAX_CUSTOM_BYTES, ROVER_TRAILER,

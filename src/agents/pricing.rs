@@ -1,5 +1,6 @@
-//! Codex prices: codex reports tokens only, so rover turns them into USD with a price table
-//! (`autopilot.agent.codexPrices` in `rover.json`) for the budgets.
+//! Model prices: codex reports tokens only, so rover turns them into USD with a price table
+//! (`autopilot.agent.codexPrices` in `rover.json`) for the budgets; the model proxy prices the
+//! tokens it sees on the wire with the same table and with [`ClaudePrices`] for Anthropic.
 
 use std::collections::BTreeMap;
 
@@ -42,7 +43,7 @@ impl ModelPrice {
             / 1_000_000.0
     }
 
-    fn check(&self, model: &str) -> Result<(), String> {
+    fn check(&self, table: &str, model: &str) -> Result<(), String> {
         let prices = [
             self.input_per_m_tok,
             self.cached_input_per_m_tok.unwrap_or(0.0),
@@ -52,7 +53,7 @@ impl ModelPrice {
             Ok(())
         } else {
             Err(format!(
-                "codexPrices.{model}: prices must be zero or more USD per million tokens"
+                "{table}.{model}: prices must be zero or more USD per million tokens"
             ))
         }
     }
@@ -93,7 +94,7 @@ impl<'de> Deserialize<'de> for CodexPrices {
         let given = BTreeMap::<String, ModelPrice>::deserialize(deserializer)?;
         let mut prices = CodexPrices::default();
         for (model, price) in given {
-            price.check(&model).map_err(serde::de::Error::custom)?;
+            price.check("codexPrices", &model).map_err(serde::de::Error::custom)?;
             prices.0.insert(model, price);
         }
         Ok(prices)
@@ -116,6 +117,80 @@ impl CodexPrices {
         if response.cost_usd.is_none() {
             response.cost_usd = Some(self.price(model).cost_usd(&response.usage));
         }
+    }
+}
+
+/// Anthropic's list prices (USD per million tokens; cache reads at a tenth of the input price)
+/// as of early 2026, keyed by model-id prefix. They are assumptions, not looked up. Prompts over
+/// 200k tokens (billed higher on Sonnet's long context) are priced at the base rate. The default
+/// is the current Opus price, the dearest current model, so an unknown model is not undercounted
+/// against a budget.
+const CLAUDE_BUILT_IN: &[(&str, ModelPrice)] = &[
+    (DEFAULT_PRICE_KEY, ModelPrice::new(5.0, 0.5, 25.0)),
+    ("claude-opus", ModelPrice::new(5.0, 0.5, 25.0)),
+    ("claude-opus-4-0", ModelPrice::new(15.0, 1.5, 75.0)),
+    ("claude-opus-4-1", ModelPrice::new(15.0, 1.5, 75.0)),
+    ("claude-opus-4-2025", ModelPrice::new(15.0, 1.5, 75.0)),
+    ("claude-3-opus", ModelPrice::new(15.0, 1.5, 75.0)),
+    ("claude-sonnet", ModelPrice::new(3.0, 0.3, 15.0)),
+    ("claude-3-7-sonnet", ModelPrice::new(3.0, 0.3, 15.0)),
+    ("claude-3-5-sonnet", ModelPrice::new(3.0, 0.3, 15.0)),
+    ("claude-haiku", ModelPrice::new(1.0, 0.1, 5.0)),
+    ("claude-3-5-haiku", ModelPrice::new(0.8, 0.08, 4.0)),
+    ("claude-3-haiku", ModelPrice::new(0.25, 0.03, 1.25)),
+];
+
+/// Anthropic bills a 5-minute prompt-cache write at this many times the input price.
+pub const CLAUDE_CACHE_WRITE_FACTOR: f64 = 1.25;
+/// Anthropic bills a 1-hour prompt-cache write at this many times the input price.
+pub const CLAUDE_CACHE_WRITE_1H_FACTOR: f64 = 2.0;
+
+/// Model-id prefix → price, for the Anthropic models (`claude-sonnet-4-5-20250929` takes the
+/// longest key it starts with). Entries given in a configuration replace or add to the built-in
+/// ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaudePrices(BTreeMap<String, ModelPrice>);
+
+impl Default for ClaudePrices {
+    fn default() -> ClaudePrices {
+        ClaudePrices(
+            CLAUDE_BUILT_IN
+                .iter()
+                .map(|(model, price)| ((*model).to_owned(), *price))
+                .collect(),
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for ClaudePrices {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ClaudePrices, D::Error> {
+        let given = BTreeMap::<String, ModelPrice>::deserialize(deserializer)?;
+        let mut prices = ClaudePrices::default();
+        for (model, price) in given {
+            price
+                .check("claudePrices", &model)
+                .map_err(serde::de::Error::custom)?;
+            prices.0.insert(model, price);
+        }
+        Ok(prices)
+    }
+}
+
+impl ClaudePrices {
+    /// The price of `model`: the entry with the longest key `model` starts with, else the
+    /// `default` entry.
+    pub fn price(&self, model: Option<&str>) -> ModelPrice {
+        model
+            .and_then(|m| {
+                self.0
+                    .iter()
+                    .filter(|(key, _)| key.as_str() != DEFAULT_PRICE_KEY && m.starts_with(key.as_str()))
+                    .max_by_key(|(key, _)| key.len())
+                    .map(|(_, price)| price)
+            })
+            .or_else(|| self.0.get(DEFAULT_PRICE_KEY))
+            .copied()
+            .unwrap_or(CLAUDE_BUILT_IN[0].1)
     }
 }
 
@@ -206,5 +281,34 @@ mod tests {
             let err = serde_json::from_str::<CodexPrices>(text).expect_err(text);
             assert!(err.to_string().contains(needle), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn claude_models_take_the_longest_matching_prefix() {
+        let prices = ClaudePrices::default();
+        let sonnet = ModelPrice::new(3.0, 0.3, 15.0);
+        assert_eq!(prices.price(Some("claude-sonnet-4-5-20250929")), sonnet);
+        assert_eq!(
+            prices.price(Some("claude-opus-4-1-20250805")),
+            ModelPrice::new(15.0, 1.5, 75.0)
+        );
+        assert_eq!(
+            prices.price(Some("claude-opus-4-5-20251101")),
+            ModelPrice::new(5.0, 0.5, 25.0)
+        );
+        assert_eq!(
+            prices.price(Some("claude-haiku-4-5")),
+            ModelPrice::new(1.0, 0.1, 5.0)
+        );
+        assert_eq!(prices.price(Some("gpt-5")), prices.price(None));
+        let configured: ClaudePrices =
+            serde_json::from_str(r#"{"claude-fake": {"inputPerMTok": 1, "outputPerMTok": 2}}"#)
+                .expect("valid table");
+        assert_eq!(configured.price(Some("claude-fake-1")).output_per_m_tok, 2.0);
+        let err = serde_json::from_str::<ClaudePrices>(
+            r#"{"m": {"inputPerMTok": -1, "outputPerMTok": 2}}"#,
+        )
+        .expect_err("negative");
+        assert!(err.to_string().contains("claudePrices.m"), "{err}");
     }
 }

@@ -1,0 +1,282 @@
+//! The ledger of one run (`runs/<run>/ledger.json`): what the proxy saw the run do (model
+//! requests, tokens, USD, connections, refusals), written by the proxy and read by the daemon.
+//!
+//! Writers of one run's ledger take `runs/<run>/ledger.lock` (a `flock` on a file never renamed
+//! over) and read-modify-write under it, so the proxy's concurrent connections and a restarted
+//! proxy never lose an update; readers need no lock since the file is replaced atomically.
+
+use std::io;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::error::ProxyError;
+use super::grant::{check_run, Grant};
+use crate::store::{fsio, StoreLock};
+
+const LEDGER_FILE: &str = "ledger.json";
+const LOCK_FILE: &str = "ledger.lock";
+/// Connection rows kept before the rest are counted in an `other` row.
+pub const MAX_CONNECTION_ROWS: usize = 200;
+/// Refusals kept (the most recent).
+pub const MAX_REFUSALS: usize = 20;
+/// The host of the row that counts connections past [`MAX_CONNECTION_ROWS`].
+pub const OTHER_HOST: &str = "other";
+
+/// Tokens of the run's model calls, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    /// Input tokens neither read from nor written to the prompt cache.
+    pub input: u64,
+    /// Input tokens read from the prompt cache.
+    pub cached: u64,
+    /// Input tokens written to the prompt cache (Anthropic bills them above the input price).
+    #[serde(default)]
+    pub cache_write: u64,
+    /// Output tokens (reasoning included).
+    pub output: u64,
+}
+
+impl TokenUsage {
+    /// Add `other` to these counts.
+    pub fn add(&mut self, other: &TokenUsage) {
+        self.input += other.input;
+        self.cached += other.cached;
+        self.cache_write += other.cache_write;
+        self.output += other.output;
+    }
+}
+
+/// Connections to one destination with one verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionRow {
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    pub count: u64,
+    /// Why they were refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A request the proxy refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    pub at: DateTime<Utc>,
+    pub reason: String,
+}
+
+/// The first time the trace's spend stopped a model request.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stopped {
+    pub at: DateTime<Utc>,
+    /// The trace's spend when the request was refused.
+    pub spend_usd: f64,
+    /// The stop limit it reached.
+    pub stop_usd: f64,
+}
+
+/// What the proxy saw one run do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ledger {
+    pub run: String,
+    pub trace_id: Uuid,
+    /// Model requests forwarded upstream.
+    #[serde(default)]
+    pub requests: u64,
+    /// Requests refused (model or egress).
+    #[serde(default)]
+    pub refused: u64,
+    /// Model request body bytes sent upstream.
+    #[serde(default)]
+    pub bytes_up: u64,
+    /// Model response body bytes streamed back.
+    #[serde(default)]
+    pub bytes_down: u64,
+    #[serde(default)]
+    pub usage: TokenUsage,
+    /// The USD of `usage` at the proxy's prices.
+    #[serde(default)]
+    pub usd: f64,
+    /// One row per (host, port, allowed), at most [`MAX_CONNECTION_ROWS`] plus `other` rows.
+    #[serde(default)]
+    pub connections: Vec<ConnectionRow>,
+    /// The last [`MAX_REFUSALS`] refusals, oldest first.
+    #[serde(default)]
+    pub refusals: Vec<Refusal>,
+    #[serde(default)]
+    pub stopped: Option<Stopped>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Ledger {
+    /// An empty ledger for `run` of `trace_id`.
+    pub fn new(run: &str, trace_id: Uuid) -> Ledger {
+        Ledger {
+            run: run.to_owned(),
+            trace_id,
+            requests: 0,
+            refused: 0,
+            bytes_up: 0,
+            bytes_down: 0,
+            usage: TokenUsage::default(),
+            usd: 0.0,
+            connections: Vec::new(),
+            refusals: Vec::new(),
+            stopped: None,
+            updated_at: Utc::now(),
+        }
+    }
+
+    /// The ledger of `run` under the proxy dir `dir`, or `None` before the proxy wrote one.
+    pub fn load(dir: &Path, run: &str) -> Result<Option<Ledger>, ProxyError> {
+        check_run(run)?;
+        read_json(&Grant::run_dir(dir, run).join(LEDGER_FILE))
+    }
+
+    /// Read-modify-write the ledger of `grant`'s run under its lock (blocking: call it off the
+    /// async runtime). A missing ledger starts empty.
+    pub fn update(
+        dir: &Path,
+        grant: &Grant,
+        change: impl FnOnce(&mut Ledger),
+    ) -> Result<Ledger, ProxyError> {
+        check_run(&grant.run)?;
+        let run_dir = Grant::run_dir(dir, &grant.run);
+        std::fs::create_dir_all(&run_dir).map_err(ProxyError::io("create", &run_dir))?;
+        let _lock = StoreLock::acquire(&run_dir.join(LOCK_FILE))?;
+        let mut ledger = Ledger::load(dir, &grant.run)?
+            .unwrap_or_else(|| Ledger::new(&grant.run, grant.trace_id));
+        change(&mut ledger);
+        ledger.updated_at = Utc::now();
+        fsio::write_json_atomic(&run_dir.join(LEDGER_FILE), &ledger)?;
+        Ok(ledger)
+    }
+
+    /// Count one finished (or cut off) model response.
+    pub fn record_response(&mut self, bytes_up: u64, bytes_down: u64, usage: &TokenUsage, usd: f64) {
+        self.requests += 1;
+        self.bytes_up += bytes_up;
+        self.bytes_down += bytes_down;
+        self.usage.add(usage);
+        self.usd += usd;
+    }
+
+    /// Count one refused request.
+    pub fn record_refusal(&mut self, reason: &str) {
+        self.refused += 1;
+        self.refusals.push(Refusal {
+            at: Utc::now(),
+            reason: reason.to_owned(),
+        });
+        if self.refusals.len() > MAX_REFUSALS {
+            let extra = self.refusals.len() - MAX_REFUSALS;
+            self.refusals.drain(..extra);
+        }
+    }
+
+    /// Count one connection attempt to `host:port`.
+    pub fn record_connection(&mut self, host: &str, port: u16, allowed: bool, reason: Option<&str>) {
+        if let Some(row) = self
+            .connections
+            .iter_mut()
+            .find(|r| r.host == host && r.port == port && r.allowed == allowed)
+        {
+            row.count += 1;
+            return;
+        }
+        let own_rows = self
+            .connections
+            .iter()
+            .filter(|r| !(r.host == OTHER_HOST && r.port == 0))
+            .count();
+        if own_rows < MAX_CONNECTION_ROWS {
+            self.connections.push(ConnectionRow {
+                host: host.to_owned(),
+                port,
+                allowed,
+                count: 1,
+                reason: reason.map(str::to_owned),
+            });
+            return;
+        }
+        if let Some(other) = self
+            .connections
+            .iter_mut()
+            .find(|r| r.host == OTHER_HOST && r.port == 0 && r.allowed == allowed)
+        {
+            other.count += 1;
+        } else {
+            self.connections.push(ConnectionRow {
+                host: OTHER_HOST.to_owned(),
+                port: 0,
+                allowed,
+                count: 1,
+                reason: (!allowed).then(|| "more destinations than the ledger lists".to_owned()),
+            });
+        }
+    }
+
+    /// Note that the trace's spend stopped a request (the first time only).
+    pub fn record_stop(&mut self, spend_usd: f64, stop_usd: f64) {
+        if self.stopped.is_none() {
+            self.stopped = Some(Stopped {
+                at: Utc::now(),
+                spend_usd,
+                stop_usd,
+            });
+        }
+    }
+}
+
+/// Parse the JSON file at `path`, or `None` when there is none.
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, ProxyError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ProxyError::io("read", path)(e)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| ProxyError::Unreadable {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_rows_are_capped_with_an_other_row() {
+        let mut ledger = Ledger::new("r", Uuid::nil());
+        for i in 0..MAX_CONNECTION_ROWS + 5 {
+            ledger.record_connection(&format!("h{i}"), 443, false, Some("no"));
+        }
+        ledger.record_connection("h0", 443, false, Some("no"));
+        assert_eq!(ledger.connections.len(), MAX_CONNECTION_ROWS + 1);
+        assert_eq!(ledger.connections[0].count, 2);
+        let other = ledger.connections.last().expect("other row");
+        assert_eq!((other.host.as_str(), other.count), (OTHER_HOST, 5));
+    }
+
+    #[test]
+    fn refusals_keep_the_last_twenty() {
+        let mut ledger = Ledger::new("r", Uuid::nil());
+        for i in 0..25 {
+            ledger.record_refusal(&format!("r{i}"));
+        }
+        assert_eq!(ledger.refused, 25);
+        assert_eq!(ledger.refusals.len(), MAX_REFUSALS);
+        assert_eq!(ledger.refusals[0].reason, "r5");
+    }
+}

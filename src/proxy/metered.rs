@@ -1,0 +1,138 @@
+//! A model response body passed through frame by frame (nothing held back, so server-sent events
+//! flow) while its bytes are counted and its usage read; when it ends the run's ledger is
+//! updated before the end reaches the client, and when the client goes away mid-stream the
+//! ledger is updated with what was seen.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use tokio::task::JoinHandle;
+
+use super::grant::{Grant, Provider};
+use super::ledger::Ledger;
+use super::respond::BoxError;
+use super::server::{off_runtime, Shared};
+use super::usage::UsageParser;
+
+/// What the ledger entry of one response needs besides the body.
+pub(crate) struct Exchange {
+    pub shared: Arc<Shared>,
+    pub grant: Grant,
+    pub provider: Provider,
+    /// The model the request asked for.
+    pub model: Option<String>,
+    pub bytes_up: u64,
+}
+
+pub(crate) struct MeteredBody {
+    inner: Incoming,
+    parser: Option<UsageParser>,
+    bytes_down: u64,
+    exchange: Option<Exchange>,
+    /// The ledger write started at the end of the body; the end is passed on once it is done.
+    writing: Option<JoinHandle<()>>,
+    done: bool,
+}
+
+impl MeteredBody {
+    pub(crate) fn new(inner: Incoming, parser: UsageParser, exchange: Exchange) -> MeteredBody {
+        MeteredBody {
+            inner,
+            parser: Some(parser),
+            bytes_down: 0,
+            exchange: Some(exchange),
+            writing: None,
+            done: false,
+        }
+    }
+
+    /// Start the ledger write (once); `None` if it was started before.
+    fn settle(&mut self) -> Option<JoinHandle<()>> {
+        let exchange = self.exchange.take()?;
+        let seen = self.parser.take()?.finish();
+        let usd = exchange
+            .shared
+            .config
+            .prices
+            .usd(exchange.provider, exchange.model.as_deref(), &seen);
+        let bytes_down = self.bytes_down;
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let dir = exchange.shared.dir().to_owned();
+        let grant = exchange.grant;
+        let bytes_up = exchange.bytes_up;
+        Some(handle.spawn(async move {
+            let run = grant.run.clone();
+            let written = off_runtime(move || {
+                Ledger::update(&dir, &grant, |ledger| {
+                    ledger.record_response(bytes_up, bytes_down, &seen.usage, usd);
+                })
+            })
+            .await;
+            if let Err(e) = written {
+                tracing::error!(run, error = %e, "cannot record a model response in the run's ledger");
+            }
+        }))
+    }
+}
+
+impl Body for MeteredBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(writing) = this.writing.as_mut() {
+                // A failed write was logged by the task; the client still gets its end.
+                let _ = ready!(Pin::new(writing).poll(cx));
+                this.writing = None;
+                this.done = true;
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        this.bytes_down += data.len() as u64;
+                        if let Some(parser) = this.parser.as_mut() {
+                            parser.feed(data);
+                        }
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Some(Err(e)) => {
+                    // The upstream broke off: count what came, without waiting for the write.
+                    drop(this.settle());
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                None => match this.settle() {
+                    Some(writing) => this.writing = Some(writing),
+                    None => this.done = true,
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for MeteredBody {
+    fn drop(&mut self) {
+        // The client went away (or hyper stopped reading) before the end: count what was seen.
+        drop(self.settle());
+    }
+}

@@ -1,0 +1,49 @@
+//! The per-run model and egress proxy.
+//!
+//! An agent's container sits on an internal network whose only other member is the run's
+//! [`relay`], which hands each connection to the long-lived proxy server ([`serve`]) over a unix
+//! socket, prefixed by a preamble naming the run. The proxy holds the real model credentials;
+//! the agent holds a per-run token that only this proxy accepts, for this run, while its grant
+//! lasts. All the proxy knows is in files under its dir, so it outlives the daemon process:
+//!
+//! - `runs/<run>/grant.json` ([`Grant`]): written by the daemon, read on every request;
+//! - `runs/<run>/ledger.json` ([`Ledger`]): written by the proxy (under `ledger.lock`), read by
+//!   the daemon;
+//! - `proxy.sock`: the socket the server listens on.
+
+mod config;
+mod egress;
+mod error;
+mod grant;
+mod ledger;
+mod metered;
+mod model;
+mod policy;
+mod preamble;
+mod relay;
+mod respond;
+mod server;
+mod spend;
+mod usage;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
+pub use error::ProxyError;
+pub use grant::{
+    is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, Provider, RUNS_DIR,
+};
+pub use ledger::{
+    ConnectionRow, Ledger, Refusal, Stopped, TokenUsage, MAX_CONNECTION_ROWS, MAX_REFUSALS,
+    OTHER_HOST,
+};
+pub use model::{MAX_REQUEST_BYTES, OAUTH_BETA};
+pub use preamble::{preamble, read_preamble, BadPreamble, MAX_PREAMBLE_BYTES, PREAMBLE_PREFIX};
+pub use relay::relay;
+pub use server::serve;
+pub use spend::trace_spend;
+pub use usage::{SeenUsage, UsageParser, MAX_EVENT_BYTES, MAX_JSON_BYTES};
+
+/// The socket the proxy server listens on, in its dir.
+pub const SOCKET_FILE: &str = "proxy.sock";

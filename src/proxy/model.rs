@@ -1,0 +1,403 @@
+//! The model reverse proxy: `/anthropic/...` and `/openai/...` requests authenticated with the
+//! run's token, checked against the grant and the trace's budget, then sent upstream with the
+//! real credential and streamed back metered.
+
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, Uri, Version};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+
+use super::config::Credential;
+use super::grant::{Grant, Provider};
+use super::ledger::Ledger;
+use super::metered::{Exchange, MeteredBody};
+use super::respond::{model_error, ModelRefusal, ProxyBody};
+use super::server::{off_runtime, Shared};
+use super::spend::trace_spend;
+use super::usage::UsageParser;
+
+/// The largest request body the proxy reads (it must read it to know the model).
+pub const MAX_REQUEST_BYTES: usize = 32 << 20;
+/// The flag Anthropic requires next to an OAuth access token.
+pub const OAUTH_BETA: &str = "oauth-2025-04-20";
+
+/// Forward one model request of `run` to `provider`.
+pub(crate) async fn forward(
+    shared: Arc<Shared>,
+    run: &str,
+    provider: Provider,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let dir = shared.dir().to_owned();
+    let grant = {
+        let owned = run.to_owned();
+        match off_runtime(move || Grant::load(&dir, &owned)).await {
+            Ok(Some(grant)) => grant,
+            Ok(None) => {
+                return model_error(
+                    provider,
+                    ModelRefusal::Auth,
+                    &format!("rover: run {run} has no grant any more; its token no longer works"),
+                )
+            }
+            Err(e) => {
+                tracing::error!(run, error = %e, "cannot read a run's grant");
+                return model_error(
+                    provider,
+                    ModelRefusal::Upstream,
+                    &format!("rover's proxy cannot read the grant of run {run}; see the proxy's log"),
+                );
+            }
+        }
+    };
+    if let Err(reason) = authorize(&grant, provider, req.headers()) {
+        refuse(&shared, &grant, &reason).await;
+        return model_error(provider, ModelRefusal::Auth, &reason);
+    }
+    let Some(upstream) = shared.config.upstream(provider).cloned() else {
+        let reason = format!(
+            "rover's proxy has no {} upstream configured; give rover the {} credential",
+            provider.name(),
+            provider.name()
+        );
+        refuse(&shared, &grant, &reason).await;
+        return model_error(provider, ModelRefusal::Upstream, &reason);
+    };
+
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = if declared.is_some_and(|n| n > MAX_REQUEST_BYTES as u64) {
+        Err(true)
+    } else {
+        Limited::new(body, MAX_REQUEST_BYTES)
+            .collect()
+            .await
+            .map(http_body_util::Collected::to_bytes)
+            .map_err(|e| e.is::<LengthLimitError>())
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(too_large) => {
+            let reason = if too_large {
+                format!("rover: the request body is larger than the proxy's {} MiB limit", MAX_REQUEST_BYTES >> 20)
+            } else {
+                "rover: the request body could not be read".to_owned()
+            };
+            refuse(&shared, &grant, &reason).await;
+            return model_error(provider, ModelRefusal::TooLarge, &reason);
+        }
+    };
+    let model = request_model(&body);
+
+    if let Some(budget) = grant.budget {
+        let dir = shared.dir().to_owned();
+        let spent = {
+            let grant = grant.clone();
+            off_runtime(move || trace_spend(&dir, &grant)).await
+        };
+        let spend = match spent {
+            Ok(spend) => spend,
+            Err(e) => {
+                // Without the spend the cap cannot be checked: refuse rather than overspend.
+                tracing::error!(run, error = %e, "cannot read the trace's spend");
+                let reason = "rover's proxy cannot read the trace's spend, so the request was not sent; see the proxy's log";
+                refuse(&shared, &grant, reason).await;
+                return model_error(provider, ModelRefusal::Upstream, reason);
+            }
+        };
+        if spend >= budget.stop_usd {
+            let reason = format!(
+                "rover: this run's trace reached its budget stop limit (${spend:.2} of ${:.2}); the request was not sent",
+                budget.stop_usd
+            );
+            let dir = shared.dir().to_owned();
+            let stop = budget.stop_usd;
+            let noted = {
+                let (grant, reason) = (grant.clone(), reason.clone());
+                off_runtime(move || {
+                    Ledger::update(&dir, &grant, |ledger| {
+                        ledger.record_refusal(&reason);
+                        ledger.record_stop(spend, stop);
+                    })
+                })
+                .await
+            };
+            if let Err(e) = noted {
+                tracing::error!(run, error = %e, "cannot record a budget stop in the run's ledger");
+            }
+            tracing::warn!(run, spend, stop, "a model request was refused at the budget stop limit");
+            return model_error(provider, ModelRefusal::Budget, &reason);
+        }
+    }
+
+    let rest = parts
+        .uri
+        .path_and_query()
+        .map_or("", |pq| pq.as_str())
+        .strip_prefix(&format!("/{}", provider.name()))
+        .unwrap_or("")
+        .to_owned();
+    let target: Uri = match upstream.target(&rest).parse() {
+        Ok(uri) => uri,
+        Err(e) => {
+            let reason = format!("rover: the request's path does not make an upstream URL: {e}");
+            refuse(&shared, &grant, &reason).await;
+            return model_error(provider, ModelRefusal::Upstream, &reason);
+        }
+    };
+    let mut headers = parts.headers;
+    strip_request_headers(&mut headers);
+    add_credential(&mut headers, provider, &upstream.credential);
+    let bytes_up = body.len() as u64;
+    let mut outgoing = Request::new(Full::new(body));
+    *outgoing.method_mut() = parts.method;
+    *outgoing.uri_mut() = target;
+    *outgoing.version_mut() = Version::HTTP_11;
+    *outgoing.headers_mut() = headers;
+
+    let response = match shared.client.request(outgoing).await {
+        Ok(response) => response,
+        Err(e) => {
+            let reason = format!(
+                "rover's proxy could not reach the {} API: {e}",
+                provider.name()
+            );
+            tracing::warn!(run, error = ?e, "an upstream model request failed");
+            refuse(&shared, &grant, &reason).await;
+            return model_error(provider, ModelRefusal::Upstream, &reason);
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let parser = UsageParser::new(provider, content_type);
+    let exchange = Exchange {
+        shared: shared.clone(),
+        grant,
+        provider,
+        model,
+        bytes_up,
+    };
+    let body = MeteredBody::new(body, parser, exchange);
+    Response::from_parts(parts, BodyExt::boxed_unsync(body))
+}
+
+/// Whether the request carries this run's token and the run may use `provider`; the refusal
+/// says why not.
+fn authorize(grant: &Grant, provider: Provider, headers: &HeaderMap) -> Result<(), String> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let token = match provider {
+        Provider::Anthropic => api_key.or(bearer),
+        Provider::Openai => bearer,
+    };
+    let Some(token) = token else {
+        return Err(format!(
+            "rover: no run token in the request; send the token rover gave this sandbox as {}",
+            match provider {
+                Provider::Anthropic => "x-api-key or Authorization: Bearer",
+                Provider::Openai => "Authorization: Bearer",
+            }
+        ));
+    };
+    if !grant.accepts(token) {
+        return Err(format!(
+            "rover: the token is not run {}'s; only the token rover gave this sandbox works here",
+            grant.run
+        ));
+    }
+    if grant.ended {
+        return Err(format!(
+            "rover: run {} has ended; its token no longer works",
+            grant.run
+        ));
+    }
+    if !grant.providers.contains(&provider) {
+        return Err(format!(
+            "rover: run {} may not use the {} API (its agent was given: {})",
+            grant.run,
+            provider.name(),
+            if grant.providers.is_empty() {
+                "none".to_owned()
+            } else {
+                grant
+                    .providers
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ));
+    }
+    Ok(())
+}
+
+/// Record a refused model request in the run's ledger (errors are logged: the refusal stands).
+async fn refuse(shared: &Shared, grant: &Grant, reason: &str) {
+    tracing::info!(run = grant.run, reason, "a model request was refused");
+    let dir = shared.dir().to_owned();
+    let (grant, reason) = (grant.clone(), reason.to_owned());
+    let run = grant.run.clone();
+    let written = off_runtime(move || {
+        Ledger::update(&dir, &grant, |ledger| ledger.record_refusal(&reason))
+    })
+    .await;
+    if let Err(e) = written {
+        tracing::error!(run, error = %e, "cannot record a refusal in the run's ledger");
+    }
+}
+
+/// The `model` of a JSON request body.
+fn request_model(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Model {
+        model: Option<String>,
+    }
+    serde_json::from_slice::<Model>(body).ok()?.model
+}
+
+/// Remove what must not reach the upstream: the agent's credentials, proxy and hop-by-hop
+/// headers, `host` (the client sets the upstream's), the length (recomputed) and
+/// `accept-encoding` (a compressed response could not be read for usage).
+fn strip_request_headers(headers: &mut HeaderMap) {
+    strip_hop_by_hop(headers);
+    for name in [
+        header::HOST,
+        header::AUTHORIZATION,
+        header::CONTENT_LENGTH,
+        header::ACCEPT_ENCODING,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("x-api-key");
+    let proxied: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("proxy-"))
+        .cloned()
+        .collect();
+    for name in proxied {
+        headers.remove(name);
+    }
+}
+
+/// Remove the hop-by-hop headers (RFC 9110 7.6.1), those `connection` names included.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// Add the real credential of the upstream.
+fn add_credential(headers: &mut HeaderMap, provider: Provider, credential: &Credential) {
+    let bearer = |secret: &str| {
+        let mut value =
+            HeaderValue::from_str(&format!("Bearer {secret}")).unwrap_or(HeaderValue::from_static(""));
+        value.set_sensitive(true);
+        value
+    };
+    match (provider, credential) {
+        (Provider::Anthropic, Credential::ApiKey(key)) => {
+            let mut value = HeaderValue::from_str(key).unwrap_or(HeaderValue::from_static(""));
+            value.set_sensitive(true);
+            headers.insert("x-api-key", value);
+        }
+        (Provider::Anthropic, Credential::OAuthToken(token)) => {
+            headers.insert(header::AUTHORIZATION, bearer(token));
+            let betas: Vec<String> = headers
+                .get_all("anthropic-beta")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(|b| b.trim().to_owned())
+                .filter(|b| !b.is_empty())
+                .collect();
+            if !betas.iter().any(|b| b == OAUTH_BETA) {
+                let joined = betas
+                    .into_iter()
+                    .chain([OAUTH_BETA.to_owned()])
+                    .collect::<Vec<_>>()
+                    .join(",");
+                if let Ok(value) = HeaderValue::from_str(&joined) {
+                    headers.insert("anthropic-beta", value);
+                }
+            }
+        }
+        (Provider::Openai, Credential::ApiKey(key) | Credential::OAuthToken(key)) => {
+            headers.insert(header::AUTHORIZATION, bearer(key));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_credentials_and_hop_headers_are_replaced() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer rover-run-x"),
+            ("x-api-key", "rover-run-x"),
+            ("proxy-authorization", "Basic abc"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("host", "relay:8080"),
+            ("accept-encoding", "gzip"),
+            ("anthropic-beta", "a-1, b-2"),
+            ("anthropic-version", "2023-06-01"),
+        ] {
+            headers.append(name, HeaderValue::from_static(value));
+        }
+        strip_request_headers(&mut headers);
+        add_credential(
+            &mut headers,
+            Provider::Anthropic,
+            &Credential::OAuthToken("oat".into()),
+        );
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["anthropic-beta", "anthropic-version", "authorization"]
+        );
+        assert_eq!(headers["authorization"], "Bearer oat");
+        assert_eq!(headers["anthropic-beta"], "a-1,b-2,oauth-2025-04-20");
+    }
+}
