@@ -12,7 +12,7 @@ use super::types::{AgentResponse, Usage};
 pub const DEFAULT_PRICE_KEY: &str = "default";
 
 /// USD per million tokens of one model.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ModelPrice {
     /// Input tokens not served from the prompt cache.
@@ -75,7 +75,8 @@ const BUILT_IN: &[(&str, ModelPrice)] = &[
 ];
 
 /// Model name → price. Entries given in `rover.json` replace or add to the built-in ones.
-#[derive(Debug, Clone, PartialEq)]
+/// Written out whole (for rover's proxy, which has no `rover.json`), it reads back the same.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CodexPrices(BTreeMap<String, ModelPrice>);
 
 impl Default for CodexPrices {
@@ -94,7 +95,9 @@ impl<'de> Deserialize<'de> for CodexPrices {
         let given = BTreeMap::<String, ModelPrice>::deserialize(deserializer)?;
         let mut prices = CodexPrices::default();
         for (model, price) in given {
-            price.check("codexPrices", &model).map_err(serde::de::Error::custom)?;
+            price
+                .check("codexPrices", &model)
+                .map_err(serde::de::Error::custom)?;
             prices.0.insert(model, price);
         }
         Ok(prices)
@@ -184,7 +187,9 @@ impl ClaudePrices {
             .and_then(|m| {
                 self.0
                     .iter()
-                    .filter(|(key, _)| key.as_str() != DEFAULT_PRICE_KEY && m.starts_with(key.as_str()))
+                    .filter(|(key, _)| {
+                        key.as_str() != DEFAULT_PRICE_KEY && m.starts_with(key.as_str())
+                    })
                     .max_by_key(|(key, _)| key.len())
                     .map(|(_, price)| price)
             })
@@ -304,7 +309,10 @@ mod tests {
         let configured: ClaudePrices =
             serde_json::from_str(r#"{"claude-fake": {"inputPerMTok": 1, "outputPerMTok": 2}}"#)
                 .expect("valid table");
-        assert_eq!(configured.price(Some("claude-fake-1")).output_per_m_tok, 2.0);
+        assert_eq!(
+            configured.price(Some("claude-fake-1")).output_per_m_tok,
+            2.0
+        );
         let err = serde_json::from_str::<ClaudePrices>(
             r#"{"m": {"inputPerMTok": -1, "outputPerMTok": 2}}"#,
         )

@@ -43,7 +43,9 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
                 let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
                     CliError::Refused(format!("the relay cannot listen on {listen}: {e}"))
                 })?;
-                proxy::relay(listener, socket, run, shutdown).await;
+                proxy::relay(listener, socket, run, shutdown)
+                    .await
+                    .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
                 Ok(ExitCode::SUCCESS)
             }
         }
@@ -51,11 +53,11 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
 }
 
 async fn serve(dir: &Path, shutdown: CancellationToken) -> Result<ExitCode, CliError> {
-    let config = ProxyConfig::from_env(dir).map_err(|e| CliError::Refused(e.to_string()))?;
+    let config = ProxyConfig::from_env(dir, |name| std::env::var(name).ok())
+        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
     let sock_dir = socket_dir(dir);
-    std::fs::create_dir_all(&sock_dir).map_err(|e| {
-        CliError::Refused(format!("cannot create {}: {e}", sock_dir.display()))
-    })?;
+    std::fs::create_dir_all(&sock_dir)
+        .map_err(|e| CliError::Refused(format!("cannot create {}: {e}", sock_dir.display())))?;
     let socket = sock_dir.join(SOCKET_NAME);
     // A socket file left by a server that died is in the way.
     let _ = std::fs::remove_file(&socket);

@@ -460,9 +460,14 @@ async fn release_proxy(services: &Services, store: &AutopilotStore) {
             }
         }
         Ok(runs) => {
-            tracing::info!(runs = runs.len(), "rover's sandbox proxy stays up for the runs still going");
+            tracing::info!(
+                runs = runs.len(),
+                "rover's sandbox proxy stays up for the runs still going"
+            );
         }
-        Err(e) => tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy")
+        }
     }
 }
 

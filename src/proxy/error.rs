@@ -28,6 +28,8 @@ pub enum ProxyError {
     BadCredential { provider: &'static str },
     #[error("cannot load the system's TLS root certificates for the https upstreams: install the ca-certificates package in the proxy's image")]
     TlsRoots(#[source] io::Error),
+    #[error("the proxy's settings are wrong: {reason}")]
+    Config { reason: String },
     #[error("the proxy's blocking file work was cut off (the runtime is shutting down)")]
     Cancelled,
     #[error(transparent)]

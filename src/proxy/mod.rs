@@ -13,6 +13,7 @@
 
 mod config;
 mod egress;
+pub mod env;
 mod error;
 mod grant;
 mod ledger;

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::proxy::Egress as EgressPolicy;
+
 /// What an agent container may reach besides the model API through rover's proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
@@ -38,24 +40,14 @@ pub enum EgressMode {
     Open,
 }
 
-/// The policy as rover's proxy reads it from a run's grant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "mode")]
-pub enum EgressPolicy {
-    ModelOnly,
-    Allow { hosts: Vec<String> },
-    Open,
-    None,
-}
-
 impl Egress {
-    /// The policy a run gets.
+    /// The policy a run's grant carries.
     pub fn policy(&self) -> EgressPolicy {
         match self {
             Egress::Mode(EgressMode::ModelOnly) | Egress::DefaultModelOnly => {
                 EgressPolicy::ModelOnly
             }
-            Egress::Mode(EgressMode::None) => EgressPolicy::None,
+            Egress::Mode(EgressMode::None) => EgressPolicy::Closed,
             Egress::Mode(EgressMode::Open) => EgressPolicy::Open,
             Egress::Allow { allow } => EgressPolicy::Allow {
                 hosts: allow.clone(),
@@ -132,12 +124,15 @@ mod tests {
     #[test]
     fn the_modes_and_the_allow_list_parse_and_anything_else_is_refused() {
         let parse = |t: &str| serde_json::from_str::<Egress>(t);
-        assert_eq!(parse("\"model-only\"").unwrap().policy(), EgressPolicy::ModelOnly);
+        assert_eq!(
+            parse("\"model-only\"").unwrap().policy(),
+            EgressPolicy::ModelOnly
+        );
         assert_eq!(Egress::default().policy(), EgressPolicy::ModelOnly);
         assert!(parse("\"none\"").unwrap().is_none());
         assert!(parse("\"open\"").unwrap().is_open());
-        let allow = parse(r#"{"allow": ["pypi.org", "*.pythonhosted.org", "r.example:8443"]}"#)
-            .unwrap();
+        let allow =
+            parse(r#"{"allow": ["pypi.org", "*.pythonhosted.org", "r.example:8443"]}"#).unwrap();
         allow.validate().unwrap();
         assert_eq!(
             serde_json::to_value(allow.policy()).unwrap(),
@@ -145,12 +140,22 @@ mod tests {
         );
         assert!(parse("\"bridge\"").is_err());
         assert!(parse(r#"{"allow": "pypi.org"}"#).is_err());
-        for bad in ["https://pypi.org", "pypi.org/simple", "a b", "", "x:0", "*."] {
+        for bad in [
+            "https://pypi.org",
+            "pypi.org/simple",
+            "a b",
+            "",
+            "x:0",
+            "*.",
+        ] {
             let e = Egress::Allow {
                 allow: vec![bad.to_owned()],
             };
             assert!(e.validate().is_err(), "{bad}");
         }
-        assert_eq!(serde_json::to_value(Egress::default()).unwrap(), "model-only");
+        assert_eq!(
+            serde_json::to_value(Egress::default()).unwrap(),
+            "model-only"
+        );
     }
 }

@@ -24,9 +24,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
+pub use egress::{Egress, EgressMode};
 pub use env::{check_env, ALWAYS_REFUSED_ENV};
 pub use error::SandboxError;
-pub use egress::{Egress, EgressMode, EgressPolicy};
 pub use settings::{GateSettings, SandboxSettings, MODEL_ENV_REFUSED};
 pub use spec::{
     BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,

@@ -90,7 +90,10 @@ impl ProxyServer {
 
 /// The proxy server's container name for the proxy dir `dir`: one per store.
 pub fn server_name(dir: &Path) -> String {
-    format!("rover-proxy-{}", short_hash(dir.to_string_lossy().as_bytes()))
+    format!(
+        "rover-proxy-{}",
+        short_hash(dir.to_string_lossy().as_bytes())
+    )
 }
 
 /// The directory holding the server's socket (all a relay mounts).
@@ -238,11 +241,7 @@ impl DockerSandbox {
                     .and_then(|c| c.labels.as_ref())
                     .and_then(|l| l.get(LABEL_PROXY_CONFIG))
                     .is_some_and(|c| *c == config);
-                let running = info
-                    .state
-                    .as_ref()
-                    .and_then(|s| s.running)
-                    .unwrap_or(false);
+                let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
                 if same && running && socket_answers(&server.socket()) {
                     return Ok(());
                 }

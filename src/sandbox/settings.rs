@@ -116,7 +116,10 @@ impl SandboxSettings {
     /// entry, a `network` other than the two it still reads, or both keys at once.
     pub fn validate(&self) -> Result<(), String> {
         for name in &self.env_allow {
-            if MODEL_ENV_REFUSED.iter().any(|m| m.eq_ignore_ascii_case(name)) {
+            if MODEL_ENV_REFUSED
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(name))
+            {
                 return Err(format!(
                     "autopilot.sandbox.envAllow: `{name}` would carry a model credential or endpoint into the sandbox, which rover no longer does: agents reach the model API through rover's proxy, which adds the key outside the container (see docs/sandbox.md#network-and-credentials). Remove `{name}` from envAllow and keep it in rover's own environment"
                 ));

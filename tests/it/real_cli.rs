@@ -379,6 +379,35 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
         workflow_requests >= 2,
         "the agent in the container asked the model ({workflow_requests} requests)"
     );
+    // Every request reached the API with the real key, added by rover's proxy for the
+    // container's: the container held only its run's token.
+    let keys: Vec<(String, Option<String>)> = api
+        .requests()
+        .into_iter()
+        .map(|r| (r.path, r.key))
+        .collect();
+    assert!(
+        keys.iter()
+            .filter(|(path, _)| path == "/v1/messages")
+            .all(|(_, k)| k.as_deref() == Some("sk-ant-api03-fake-key-for-tests")),
+        "{keys:?}"
+    );
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert_eq!(workflow.meta["egress"], "model-only", "{:?}", workflow.meta);
+    let wire = &workflow.meta["network"];
+    assert_eq!(
+        wire["requests"].as_u64(),
+        Some(workflow_requests as u64),
+        "the proxy saw every model request of the container: {wire}"
+    );
+    assert!(wire["bytesDown"].as_u64().unwrap() > 0, "{wire}");
+    assert!(wire["usd"].as_f64().unwrap() > 0.0, "{wire}");
+    let env_names = workflow.meta["env"].to_string();
+    assert!(env_names.contains("ANTHROPIC_API_KEY"), "{env_names}");
     assert_eq!(s.github.pulls().len(), 1);
     eprintln!(
         "real claude in the real sandbox image {image}: {workflow_requests} model requests from the container; the change was committed, pushed and answered"

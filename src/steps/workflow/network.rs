@@ -16,50 +16,9 @@ use crate::sandbox::runnet::{PROXY_ALIAS, PROXY_PORT};
 use crate::sandbox::{Egress, RunConnect, Sandbox};
 use crate::store::AutopilotStore;
 
-/// The proxy server's variables (read by `rover autopilot proxy serve`).
-pub const PROXY_ANTHROPIC_URL: &str = "ROVER_PROXY_ANTHROPIC_URL";
-pub const PROXY_ANTHROPIC_KEY: &str = "ROVER_PROXY_ANTHROPIC_KEY";
-pub const PROXY_ANTHROPIC_OAUTH: &str = "ROVER_PROXY_ANTHROPIC_OAUTH";
-pub const PROXY_OPENAI_URL: &str = "ROVER_PROXY_OPENAI_URL";
-pub const PROXY_OPENAI_KEY: &str = "ROVER_PROXY_OPENAI_KEY";
-pub const PROXY_CODEX_PRICES: &str = "ROVER_PROXY_CODEX_PRICES";
-
-const ANTHROPIC_DEFAULT: &str = "https://api.anthropic.com";
-const OPENAI_DEFAULT: &str = "https://api.openai.com/v1";
-
 /// `<store>/proxy`: the grants, the ledgers and the server's socket.
 pub fn proxy_dir(store: &AutopilotStore) -> PathBuf {
     store.root().join("proxy")
-}
-
-/// The non-empty value of a variable of rover's own environment.
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// What the proxy server holds: the upstream of each provider, from rover's own environment
-/// (the same variables rover's host-side agents read), and the key it adds.
-pub fn server_env(codex_prices: &serde_json::Value) -> Vec<(String, String)> {
-    let mut env = vec![
-        (
-            PROXY_ANTHROPIC_URL.to_owned(),
-            var("ANTHROPIC_BASE_URL").unwrap_or_else(|| ANTHROPIC_DEFAULT.to_owned()),
-        ),
-        (
-            PROXY_OPENAI_URL.to_owned(),
-            var("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI_DEFAULT.to_owned()),
-        ),
-        (PROXY_CODEX_PRICES.to_owned(), codex_prices.to_string()),
-    ];
-    if let Some(key) = var("ANTHROPIC_API_KEY") {
-        env.push((PROXY_ANTHROPIC_KEY.to_owned(), key));
-    } else if let Some(token) = var("CLAUDE_CODE_OAUTH_TOKEN") {
-        env.push((PROXY_ANTHROPIC_OAUTH.to_owned(), token));
-    }
-    if let Some(key) = var("CODEX_API_KEY").or_else(|| var("OPENAI_API_KEY")) {
-        env.push((PROXY_OPENAI_KEY.to_owned(), key));
-    }
-    env
 }
 
 /// The variables that point an agent at rover's proxy with the run's `token`: the model API's
@@ -73,7 +32,7 @@ pub fn agent_env(kind: AgentKind, token: &str) -> Vec<(String, String)> {
             ("ANTHROPIC_API_KEY".to_owned(), token.to_owned()),
         ],
         AgentKind::Codex => vec![
-            ("OPENAI_BASE_URL".to_owned(), format!("{base}/openai/v1")),
+            ("OPENAI_BASE_URL".to_owned(), format!("{base}/openai")),
             ("CODEX_API_KEY".to_owned(), token.to_owned()),
             ("OPENAI_API_KEY".to_owned(), token.to_owned()),
         ],
@@ -165,15 +124,15 @@ impl WorkflowStep {
                     StepError::from_error(&e, false).detail("proxyDir", dir.display().to_string())
                 })?;
         }
-        let prices = serde_json::to_value(&self.services.agent_settings().codex_prices)
-            .unwrap_or_default();
+        let prices =
+            serde_json::to_value(&self.services.agent_settings().codex_prices).unwrap_or_default();
         let network = sandbox
             .connect_run(&RunConnect {
                 run: container.to_owned(),
                 project: self.services.project_id.clone(),
                 internal: !egress.is_open(),
                 proxy_dir: dir,
-                server_env: server_env(&prices),
+                server_env: proxy::env::server_env(|n| std::env::var(n).ok(), &prices),
             })
             .await
             .map_err(|e| {

@@ -461,6 +461,7 @@ mod tests {
                 gates: Some(GatesMeta::Note("none configured".into())),
                 logs: Some(LogStats::default()),
                 notes: Some(vec!["n".into()]),
+                network: None,
             }),
             error: Some(ErrorMeta {
                 message: "m".into(),
