@@ -845,6 +845,23 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
         from_container >= 2,
         "{from_container} requests from the container"
     );
+    // The real key reached the API for every request; the container held its run's token.
+    let keys: Vec<Option<String>> = api.responses_requests().into_iter().map(|r| r.key).collect();
+    assert!(
+        keys.iter()
+            .all(|k| k.as_deref() == Some("sk-proj-fake-key-for-tests-0123456789")),
+        "{keys:?}"
+    );
+    assert_eq!(workflow.meta["egress"], "model-only");
+    let wire = &workflow.meta["network"];
+    assert!(
+        wire["requests"].as_u64().unwrap() >= from_container as u64,
+        "{wire}"
+    );
+    assert!(wire["usd"].as_f64().unwrap() > 0.0, "{wire}");
+    // codex's own calls home (its update check, telemetry) were refused, and recorded.
+    let denied: Vec<&serde_json::Value> = wire["connections"].as_array().unwrap().iter().collect();
+    assert!(denied.iter().all(|c| c["allowed"] == false), "{wire}");
     eprintln!(
         "real codex in the real sandbox image {image}: {from_container} model requests from the container; the change was committed, pushed and answered"
     );
