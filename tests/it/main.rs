@@ -17,6 +17,7 @@ mod inspect;
 mod intake;
 mod intervene;
 mod layers;
+mod network;
 mod orchestrator;
 mod proof;
 mod real_cli;
