@@ -94,7 +94,9 @@ impl<'de> Deserialize<'de> for CodexPrices {
         let given = BTreeMap::<String, ModelPrice>::deserialize(deserializer)?;
         let mut prices = CodexPrices::default();
         for (model, price) in given {
-            price.check("codexPrices", &model).map_err(serde::de::Error::custom)?;
+            price
+                .check("codexPrices", &model)
+                .map_err(serde::de::Error::custom)?;
             prices.0.insert(model, price);
         }
         Ok(prices)
@@ -184,7 +186,9 @@ impl ClaudePrices {
             .and_then(|m| {
                 self.0
                     .iter()
-                    .filter(|(key, _)| key.as_str() != DEFAULT_PRICE_KEY && m.starts_with(key.as_str()))
+                    .filter(|(key, _)| {
+                        key.as_str() != DEFAULT_PRICE_KEY && m.starts_with(key.as_str())
+                    })
                     .max_by_key(|(key, _)| key.len())
                     .map(|(_, price)| price)
             })
@@ -304,7 +308,14 @@ mod tests {
         let configured: ClaudePrices =
             serde_json::from_str(r#"{"claude-fake": {"inputPerMTok": 1, "outputPerMTok": 2}}"#)
                 .expect("valid table");
-        assert_eq!(configured.price(Some("claude-fake-1")).output_per_m_tok, 2.0);
+        assert_eq!(
+            configured.price(Some("claude-fake-1")),
+            ModelPrice {
+                input_per_m_tok: 1.0,
+                cached_input_per_m_tok: None,
+                output_per_m_tok: 2.0,
+            }
+        );
         let err = serde_json::from_str::<ClaudePrices>(
             r#"{"m": {"inputPerMTok": -1, "outputPerMTok": 2}}"#,
         )

@@ -9,7 +9,9 @@ use http::Uri;
 use super::error::ProxyError;
 use super::grant::Provider;
 use super::usage::SeenUsage;
-use crate::agents::{ClaudePrices, CodexPrices, CLAUDE_CACHE_WRITE_1H_FACTOR, CLAUDE_CACHE_WRITE_FACTOR};
+use crate::agents::{
+    ClaudePrices, CodexPrices, CLAUDE_CACHE_WRITE_1H_FACTOR, CLAUDE_CACHE_WRITE_FACTOR,
+};
 
 /// The proxy server's configuration.
 #[derive(Debug, Clone)]
@@ -109,7 +111,9 @@ impl ProxyConfig {
                 upstream.base_uri(provider)?;
                 let (Credential::ApiKey(secret) | Credential::OAuthToken(secret)) =
                     &upstream.credential;
-                if secret.is_empty() || http::HeaderValue::from_str(&format!("Bearer {secret}")).is_err() {
+                if secret.is_empty()
+                    || http::HeaderValue::from_str(&format!("Bearer {secret}")).is_err()
+                {
                     return Err(ProxyError::BadCredential {
                         provider: provider.name(),
                     });
@@ -136,7 +140,10 @@ impl Upstream {
             url: self.base_url.clone(),
             reason: reason.to_owned(),
         };
-        let uri: Uri = self.base_url.parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        let uri: Uri = self
+            .base_url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) {
             return Err(bad("the scheme must be http or https"));
         }

@@ -85,10 +85,16 @@ pub(crate) async fn absolute(
         );
     }
     let Some(authority) = req.uri().authority().cloned() else {
-        return text(StatusCode::BAD_REQUEST, "rover's proxy: the request URL has no host");
+        return text(
+            StatusCode::BAD_REQUEST,
+            "rover's proxy: the request URL has no host",
+        );
     };
     let Some((host, port)) = destination(&authority, 80) else {
-        return text(StatusCode::BAD_REQUEST, "rover's proxy: the request URL has no host");
+        return text(
+            StatusCode::BAD_REQUEST,
+            "rover's proxy: the request URL has no host",
+        );
     };
     let stream = match open(&shared, &grant, &host, port).await {
         Ok(stream) => stream,
@@ -210,7 +216,9 @@ async fn open(
                 ledger.record_connection(&host_owned, port, true, None);
             })
             .await;
-            connect_any(&addrs).await.map_err(|e| bad_gateway(host, port, &e))
+            connect_any(&addrs)
+                .await
+                .map_err(|e| bad_gateway(host, port, &e))
         }
     }
 }
@@ -262,7 +270,9 @@ fn basic_password(value: &str) -> Option<String> {
         .decode(encoded.trim())
         .ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
-    decoded.split_once(':').map(|(_, password)| password.to_owned())
+    decoded
+        .split_once(':')
+        .map(|(_, password)| password.to_owned())
 }
 
 fn proxy_auth_required(line: &str) -> Response<ProxyBody> {
@@ -277,7 +287,10 @@ fn proxy_auth_required(line: &str) -> Response<ProxyBody> {
 fn bad_gateway(host: &str, port: u16, error: &dyn std::fmt::Display) -> Response<ProxyBody> {
     text(
         StatusCode::BAD_GATEWAY,
-        &format!("rover's proxy could not reach {}: {error}", show(host, port)),
+        &format!(
+            "rover's proxy could not reach {}: {error}",
+            show(host, port)
+        ),
     )
 }
 
@@ -288,7 +301,10 @@ mod tests {
     #[test]
     fn proxy_passwords_come_from_basic_credentials() {
         let encoded = base64::engine::general_purpose::STANDARD.encode("rover:tok:en");
-        assert_eq!(basic_password(&format!("Basic {encoded}")).as_deref(), Some("tok:en"));
+        assert_eq!(
+            basic_password(&format!("Basic {encoded}")).as_deref(),
+            Some("tok:en")
+        );
         assert_eq!(basic_password("Bearer x"), None);
         assert_eq!(
             destination(&Authority::from_static("[::1]:8080"), 443),

@@ -162,7 +162,13 @@ impl Ledger {
     }
 
     /// Count one finished (or cut off) model response.
-    pub fn record_response(&mut self, bytes_up: u64, bytes_down: u64, usage: &TokenUsage, usd: f64) {
+    pub fn record_response(
+        &mut self,
+        bytes_up: u64,
+        bytes_down: u64,
+        usage: &TokenUsage,
+        usd: f64,
+    ) {
         self.requests += 1;
         self.bytes_up += bytes_up;
         self.bytes_down += bytes_down;
@@ -184,7 +190,13 @@ impl Ledger {
     }
 
     /// Count one connection attempt to `host:port`.
-    pub fn record_connection(&mut self, host: &str, port: u16, allowed: bool, reason: Option<&str>) {
+    pub fn record_connection(
+        &mut self,
+        host: &str,
+        port: u16,
+        allowed: bool,
+        reason: Option<&str>,
+    ) {
         if let Some(row) = self
             .connections
             .iter_mut()

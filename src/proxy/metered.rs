@@ -53,11 +53,12 @@ impl MeteredBody {
     fn settle(&mut self) -> Option<JoinHandle<()>> {
         let exchange = self.exchange.take()?;
         let seen = self.parser.take()?.finish();
-        let usd = exchange
-            .shared
-            .config
-            .prices
-            .usd(exchange.provider, exchange.model.as_deref(), &seen);
+        let usd =
+            exchange
+                .shared
+                .config
+                .prices
+                .usd(exchange.provider, exchange.model.as_deref(), &seen);
         let bytes_down = self.bytes_down;
         let handle = tokio::runtime::Handle::try_current().ok()?;
         let dir = exchange.shared.dir().to_owned();

@@ -47,7 +47,9 @@ pub(crate) async fn forward(
                 return model_error(
                     provider,
                     ModelRefusal::Upstream,
-                    &format!("rover's proxy cannot read the grant of run {run}; see the proxy's log"),
+                    &format!(
+                        "rover's proxy cannot read the grant of run {run}; see the proxy's log"
+                    ),
                 );
             }
         }
@@ -85,7 +87,10 @@ pub(crate) async fn forward(
         Ok(body) => body,
         Err(too_large) => {
             let reason = if too_large {
-                format!("rover: the request body is larger than the proxy's {} MiB limit", MAX_REQUEST_BYTES >> 20)
+                format!(
+                    "rover: the request body is larger than the proxy's {} MiB limit",
+                    MAX_REQUEST_BYTES >> 20
+                )
             } else {
                 "rover: the request body could not be read".to_owned()
             };
@@ -131,7 +136,12 @@ pub(crate) async fn forward(
             if let Err(e) = noted {
                 tracing::error!(run, error = %e, "cannot record a budget stop in the run's ledger");
             }
-            tracing::warn!(run, spend, stop, "a model request was refused at the budget stop limit");
+            tracing::warn!(
+                run,
+                spend,
+                stop,
+                "a model request was refused at the budget stop limit"
+            );
             return model_error(provider, ModelRefusal::Budget, &reason);
         }
     }
@@ -257,10 +267,9 @@ async fn refuse(shared: &Shared, grant: &Grant, reason: &str) {
     let dir = shared.dir().to_owned();
     let (grant, reason) = (grant.clone(), reason.to_owned());
     let run = grant.run.clone();
-    let written = off_runtime(move || {
-        Ledger::update(&dir, &grant, |ledger| ledger.record_refusal(&reason))
-    })
-    .await;
+    let written =
+        off_runtime(move || Ledger::update(&dir, &grant, |ledger| ledger.record_refusal(&reason)))
+            .await;
     if let Err(e) = written {
         tracing::error!(run, error = %e, "cannot record a refusal in the run's ledger");
     }
@@ -327,8 +336,8 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Add the real credential of the upstream.
 fn add_credential(headers: &mut HeaderMap, provider: Provider, credential: &Credential) {
     let bearer = |secret: &str| {
-        let mut value =
-            HeaderValue::from_str(&format!("Bearer {secret}")).unwrap_or(HeaderValue::from_static(""));
+        let mut value = HeaderValue::from_str(&format!("Bearer {secret}"))
+            .unwrap_or(HeaderValue::from_static(""));
         value.set_sensitive(true);
         value
     };

@@ -32,10 +32,16 @@ pub async fn decide(egress: &Egress, host: &str, port: u16) -> Verdict {
         Egress::Closed => return Verdict::Deny("the run's egress mode is none".into()),
         Egress::Open => false,
         Egress::Allow { hosts } => {
-            match hosts.iter().find_map(|entry| entry_matches(entry, host, port)) {
+            match hosts
+                .iter()
+                .find_map(|entry| entry_matches(entry, host, port))
+            {
                 Some(listed_ip) => listed_ip,
                 None => {
-                    return Verdict::Deny(format!("{} is not on the run's allow list", show(host, port)))
+                    return Verdict::Deny(format!(
+                        "{} is not on the run's allow list",
+                        show(host, port)
+                    ))
                 }
             }
         }
@@ -122,9 +128,7 @@ fn split_entry(entry: &str) -> (&str, Option<u16>) {
 /// An IPv4-mapped or -compatible IPv6 address as the IPv4 address it is.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map_or(IpAddr::V6(v6), IpAddr::V4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 @ IpAddr::V4(_) => v4,
     }
 }
@@ -188,14 +192,26 @@ mod tests {
     fn allow_entries_match_names_suffixes_and_ports() {
         assert_eq!(entry_matches("pypi.org", "pypi.org", 443), Some(false));
         assert_eq!(entry_matches("pypi.org", "pypi.org", 8443), None);
-        assert_eq!(entry_matches("pypi.org:8443", "pypi.org", 8443), Some(false));
+        assert_eq!(
+            entry_matches("pypi.org:8443", "pypi.org", 8443),
+            Some(false)
+        );
         assert_eq!(
             entry_matches("*.pythonhosted.org", "files.pythonhosted.org", 443),
             Some(false)
         );
-        assert_eq!(entry_matches("*.pythonhosted.org", "pythonhosted.org", 443), None);
-        assert_eq!(entry_matches("*.pythonhosted.org", "evilpythonhosted.org", 443), None);
-        assert_eq!(entry_matches("127.0.0.1:9000", "127.0.0.1", 9000), Some(true));
+        assert_eq!(
+            entry_matches("*.pythonhosted.org", "pythonhosted.org", 443),
+            None
+        );
+        assert_eq!(
+            entry_matches("*.pythonhosted.org", "evilpythonhosted.org", 443),
+            None
+        );
+        assert_eq!(
+            entry_matches("127.0.0.1:9000", "127.0.0.1", 9000),
+            Some(true)
+        );
         assert_eq!(entry_matches("[::1]:9000", "::1", 9000), Some(true));
         assert_eq!(entry_matches("::1", "::1", 443), Some(true));
     }

@@ -56,7 +56,8 @@ async fn pass_on(mut client: TcpStream, socket: &Path, line: &str) {
         Ok(proxy) => proxy,
         Err(e) => {
             tracing::warn!(socket = %socket.display(), error = %e, "the relay cannot reach the proxy");
-            let body = "rover's relay cannot reach rover's proxy; is the proxy container running?\n";
+            let body =
+                "rover's relay cannot reach rover's proxy; is the proxy container running?\n";
             let answer = format!(
                 "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()

@@ -52,7 +52,11 @@ pub fn text(status: StatusCode, line: &str) -> Response<ProxyBody> {
 }
 
 /// A model-API error as `provider` would send it.
-pub fn model_error(provider: Provider, refusal: ModelRefusal, message: &str) -> Response<ProxyBody> {
+pub fn model_error(
+    provider: Provider,
+    refusal: ModelRefusal,
+    message: &str,
+) -> Response<ProxyBody> {
     let (status, body) = match provider {
         Provider::Anthropic => {
             let (status, kind) = match refusal {

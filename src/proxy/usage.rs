@@ -292,12 +292,7 @@ data: {\"type\":\"message_stop\"}\n\n";
             assert_eq!(seen.model.as_deref(), Some("claude-sonnet-4-5"));
         }
         let crlf = ANTHROPIC_SSE.replace('\n', "\r\n");
-        let seen = parse_in_pieces(
-            Provider::Anthropic,
-            "text/event-stream",
-            crlf.as_bytes(),
-            5,
-        );
+        let seen = parse_in_pieces(Provider::Anthropic, "text/event-stream", crlf.as_bytes(), 5);
         assert_eq!(seen.usage, expected_anthropic(), "CRLF lines");
     }
 
@@ -340,9 +335,7 @@ event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{
         }
         assert!(parser.data.len() + parser.line.len() <= MAX_EVENT_BYTES);
         parser.feed(b"\"}\n\n");
-        parser.feed(
-            b"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n",
-        );
+        parser.feed(b"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n");
         assert_eq!(parser.finish().usage.output, 9);
     }
 }
