@@ -375,6 +375,18 @@ async fn the_agent_token_is_swapped_for_the_real_key_on_one_kept_alive_connectio
     assert!(seen.contains(&format!("authorization: Bearer {OPENAI_KEY}")));
     let ledger = h.ledger_when("run-a", |l| l.requests == 3).await;
     assert!(ledger.bytes_up > 0 && ledger.bytes_down > 0);
+
+    // codex's WebSocket attempt gets the 426 that makes it fall back to SSE at once.
+    let upgrade = Request::get("/openai/v1/responses")
+        .header("host", "relay:8080")
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("authorization", &bearer)
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let mut fresh = client(h.relay("run-a").await).await;
+    let (status, _) = send(&mut fresh, upgrade).await;
+    assert_eq!(status, StatusCode::UPGRADE_REQUIRED);
 }
 
 #[tokio::test]
@@ -839,4 +851,34 @@ async fn a_body_over_the_limit_is_refused_unread() {
     let body = String::from_utf8_lossy(&buf[..n]);
     assert!(body.contains("request_too_large"), "{body}");
     assert!(h.openai.credentials().is_empty());
+}
+
+#[tokio::test]
+async fn an_https_upstream_starts_with_the_system_roots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = ProxyConfig {
+        dir: dir.path().to_owned(),
+        anthropic: Some(Upstream {
+            base_url: "https://api.anthropic.com".into(),
+            credential: Credential::OAuthToken("oat".into()),
+        }),
+        openai: None,
+        prices: ProxyPrices::default(),
+    };
+    let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).expect("bind");
+    let shutdown = CancellationToken::new();
+    shutdown.cancel();
+    serve(config.clone(), listener, shutdown.clone())
+        .await
+        .expect("native roots load here");
+    let bad = ProxyConfig {
+        anthropic: Some(Upstream {
+            base_url: "https://api.anthropic.com".into(),
+            credential: Credential::ApiKey("bad\nkey".into()),
+        }),
+        ..config
+    };
+    let listener = UnixListener::bind(dir.path().join("other.sock")).expect("bind");
+    let err = serve(bad, listener, shutdown).await.expect_err("bad key");
+    assert!(err.to_string().contains("anthropic credential"), "{err}");
 }
