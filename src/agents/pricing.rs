@@ -310,8 +310,12 @@ mod tests {
             serde_json::from_str(r#"{"claude-fake": {"inputPerMTok": 1, "outputPerMTok": 2}}"#)
                 .expect("valid table");
         assert_eq!(
-            configured.price(Some("claude-fake-1")).output_per_m_tok,
-            2.0
+            configured.price(Some("claude-fake-1")),
+            ModelPrice {
+                input_per_m_tok: 1.0,
+                cached_input_per_m_tok: None,
+                output_per_m_tok: 2.0,
+            }
         );
         let err = serde_json::from_str::<ClaudePrices>(
             r#"{"m": {"inputPerMTok": -1, "outputPerMTok": 2}}"#,

@@ -125,10 +125,12 @@ impl Grant {
 
 /// Hex sha256 of a run token, as grants store it.
 pub fn token_sha256(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    use std::fmt::Write as _;
+    let mut hex = String::with_capacity(64);
+    for b in Sha256::digest(token.as_bytes()) {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
 }
 
 /// A fresh run token: `rover-run-` and 32 hex digits (122 random bits of a v4 uuid).

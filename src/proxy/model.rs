@@ -30,6 +30,17 @@ pub(crate) async fn forward(
     provider: Provider,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    if req.headers().contains_key(header::UPGRADE) {
+        // codex tries a WebSocket first and falls back to SSE at once on a 426 (other answers
+        // cost it several reconnects).
+        let mut refused = model_error(
+            provider,
+            ModelRefusal::Upstream,
+            "rover's proxy serves the model API over HTTP only; use server-sent events",
+        );
+        *refused.status_mut() = http::StatusCode::UPGRADE_REQUIRED;
+        return refused;
+    }
     let dir = shared.dir().to_owned();
     let grant = {
         let owned = run.to_owned();
