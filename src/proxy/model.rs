@@ -129,8 +129,9 @@ pub(crate) async fn forward(
         };
         if spend >= budget.stop_usd {
             let reason = format!(
-                "rover: this run's trace reached its budget stop limit (${spend:.2} of ${:.2}); the request was not sent",
-                budget.stop_usd
+                "rover: this run's trace reached its budget stop limit ({} of {}, autopilot.budget.trace.usd); the request was not sent",
+                crate::budget::usd(spend),
+                crate::budget::usd(budget.stop_usd)
             );
             let dir = shared.dir().to_owned();
             let stop = budget.stop_usd;

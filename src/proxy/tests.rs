@@ -553,7 +553,7 @@ async fn a_trace_at_its_stop_limit_is_refused_while_the_request_in_flight_finish
     assert_eq!(error["error"]["type"], "invalid_request_error");
     let message = error["error"]["message"].as_str().expect("message");
     assert!(
-        message.contains("reached its budget stop limit ($0.07 of $0.05)"),
+        message.contains("reached its budget stop limit ($0.0700 of $0.0500"),
         "{message}"
     );
     let mut c = client(h.relay("run-b").await).await;

@@ -12,12 +12,106 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::real_cli::{cli_env, json_flag_answers, real_sandbox_image};
+use crate::real_cli::{cli_env, json_flag_answers, real_codex_env, real_sandbox_image};
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
+use crate::support::fake_openai::{FakeOpenAi, Reply as OpenAiReply};
 use crate::support::scenario::{chain, merge, Scenario};
 
-/// The key rover holds in these tests (see `cli_env`).
-const KEY: &str = "sk-ant-api03-fake-key-for-tests";
+/// The keys rover holds in these tests (see `cli_env` and `real_codex_env`); the probe looks
+/// for this part of either, built at run time so its own command line does not hold it.
+const CLAUDE_KEY: &str = "sk-ant-api03-fake-key-for-tests";
+const CODEX_KEY: &str = "sk-proj-fake-key-for-tests-0123456789";
+
+/// Which real CLI is the workflow agent, with its fake model API.
+enum Api {
+    Claude(FakeAnthropic),
+    Codex(FakeOpenAi),
+}
+
+impl Api {
+    /// A scenario whose workflow agent (the real CLI in the real sandbox image) runs `script`
+    /// with its shell tool (twice when `commands` has two), each answer reporting
+    /// `input_tokens`; the other steps answer "add a --json flag".
+    async fn start(codex: bool, commands: &[String], input_tokens: u64, s: &mut Scenario) -> Api {
+        let image = real_sandbox_image();
+        let answer = json!({"status": "completed", "summary": "Ran the commands.", "files_changed": ["probe.txt"]});
+        let config = if codex {
+            let tools: Vec<_> = commands
+                .iter()
+                .map(|c| json!({"name": "exec_command", "arguments": {"cmd": c, "yield_time_ms": 120_000}}))
+                .collect();
+            let workflow =
+                json!({"__input_tokens": input_tokens, "__tools": tools, "answer": answer});
+            let api = FakeOpenAi::start(vec![OpenAiReply::ByPrompt(json_flag_answers(Some(
+                workflow,
+            )))])
+            .await;
+            real_codex_env(&api, s);
+            merge(
+                &mut s.extra_config,
+                &json!({"autopilot": {"agent": {"agent": "codex"}}}),
+            );
+            Api::Codex(api)
+        } else {
+            let tools: Vec<_> = commands
+                .iter()
+                .map(|c| json!({"name": "Bash", "input": {"command": c, "description": "run it", "timeout": 120_000}}))
+                .collect();
+            let workflow =
+                json!({"__input_tokens": input_tokens, "__tools": tools, "answer": answer});
+            let api =
+                FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(Some(workflow)))])
+                    .await;
+            let home = s.env.path().join("home");
+            std::fs::create_dir_all(&home).unwrap();
+            s.env_vars.extend(cli_env(&api, &home));
+            s.env_vars.push((
+                "ROVER_CLAUDE_BIN".into(),
+                crate::proof::escape::real_claude().display().to_string(),
+            ));
+            merge(
+                &mut s.extra_config,
+                &json!({"autopilot": {"agent": {"extraEnv": ["CLAUDE_CODE_MAX_RETRIES"]}}}),
+            );
+            Api::Claude(api)
+        };
+        merge(
+            &mut s.extra_config,
+            &json!({"autopilot": {"sandbox": {"image": image, "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+                "envAllow": ["CLAUDE_CODE_MAX_RETRIES", "IS_SANDBOX"]}}}),
+        );
+        s.github
+            .add_issue(81, "Add a --json flag", "Please add --json.", "alice", &[]);
+        s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 81, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+        config
+    }
+
+    /// The key rover holds for this CLI.
+    fn key(&self) -> &'static str {
+        match self {
+            Api::Claude(_) => CLAUDE_KEY,
+            Api::Codex(_) => CODEX_KEY,
+        }
+    }
+
+    /// The credential of every model request the API got, and whether the workflow agent sent it.
+    fn model_requests(&self) -> Vec<(Option<String>, bool)> {
+        const ROLE: &str = "Role: rover workflow agent";
+        match self {
+            Api::Claude(api) => api
+                .requests()
+                .into_iter()
+                .filter(|r| r.path == "/v1/messages")
+                .map(|r| (r.key, r.body["system"].to_string().contains(ROLE)))
+                .collect(),
+            Api::Codex(api) => api
+                .responses_requests()
+                .into_iter()
+                .map(|r| (r.key, r.body.to_string().contains(ROLE)))
+                .collect(),
+        }
+    }
+}
 
 /// A TCP listener on `addr` that counts the connections it accepts.
 async fn counting_listener(addr: &str) -> (SocketAddr, Arc<AtomicUsize>) {
@@ -68,14 +162,13 @@ fn other_container(image: &str) -> (String, String) {
         ])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let ip = std::process::Command::new("docker")
-        .args([
-            "inspect",
-            "-f",
-            "{{.NetworkSettings.IPAddress}}",
-            &name,
-        ])
+        .args(["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &name])
         .output()
         .unwrap();
     let ip = String::from_utf8_lossy(&ip.stdout).trim().to_owned();
@@ -87,11 +180,18 @@ fn other_container(image: &str) -> (String, String) {
 /// through the proxy (as any `HTTPS_PROXY` client asks), a name lookup, a control that must
 /// connect, and what of the container could hold the key.
 fn probe_script(targets: &[(&str, String)], via_proxy: &[(&str, String)]) -> String {
+    // Quick enough for a CLI's shell tool (codex waits about 30 s): the raw tries in parallel.
     let mut s = String::from(
         r#"set +e
 out=/workspace/probe.txt
 : > "$out"
-raw() { if timeout 4 bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null; then echo "raw $1 open" >> "$out"; else echo "raw $1 closed" >> "$out"; fi; }
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < "$f" 2>/dev/null; echo; done > /workspace/procdump.txt
+n1=fake-key; n2=-for-tests
+# What is written at run time (the image was built before any key existed), every mount
+# included: /tmp (HOME), /workspace, /rover*, /etc (the engine's hosts and resolv.conf), /run.
+grep -rlF "$n1$n2" /tmp /workspace /rover /rover-git /rover-git-objects /etc /run /home /root /var/tmp 2>/dev/null > /workspace/keyfiles.txt
+cat /proc/self/mountinfo > /workspace/mounts.txt
+raw() { if timeout 3 bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null; then echo "raw $1 open" > "/tmp/raw-$1"; else echo "raw $1 closed" > "/tmp/raw-$1"; fi; }
 token=${HTTPS_PROXY#http://rover:}; token=${token%@*}
 auth=$(printf 'rover:%s' "$token" | base64 -w0)
 proxied() {
@@ -108,19 +208,14 @@ proxied() {
     );
     for (name, target) in targets {
         let (host, port) = target.rsplit_once(':').unwrap();
-        s.push_str(&format!("raw {name} {host} {port}\n"));
+        s.push_str(&format!("raw {name} {host} {port} &\n"));
     }
+    s.push_str("wait\ncat /tmp/raw-* >> \"$out\"\n");
     for (name, target) in via_proxy {
         s.push_str(&format!("proxied {name} {target}\n"));
     }
     s.push_str(
-        r#"if getent hosts example.com >/dev/null 2>&1; then echo "dns example.com resolved" >> "$out"; else echo "dns example.com failed" >> "$out"; fi
-for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < "$f" 2>/dev/null; echo; done > /workspace/procdump.txt
-n1=fake-key; n2=-for-tests
-# What is written at run time (the image was built before any key existed), every mount
-# included: /tmp (HOME), /workspace, /rover*, /etc (the engine's hosts and resolv.conf), /run.
-grep -rlF "$n1$n2" /tmp /workspace /rover /rover-git /rover-git-objects /etc /run /home /root /var/tmp 2>/dev/null > /workspace/keyfiles.txt
-cat /proc/self/mountinfo > /workspace/mounts.txt
+        r#"if timeout 5 getent hosts example.com >/dev/null 2>&1; then echo "dns example.com resolved" >> "$out"; else echo "dns example.com failed" >> "$out"; fi
 echo done >> "$out"
 "#,
     );
@@ -128,7 +223,18 @@ echo done >> "$out"
 }
 
 #[tokio::test]
-async fn from_inside_a_sandbox_only_the_model_api_is_reachable_and_the_key_is_nowhere() {
+async fn from_inside_the_real_claude_sandbox_only_the_model_api_is_reachable_and_the_key_is_nowhere(
+) {
+    probe_the_closed_network(false).await;
+}
+
+#[tokio::test]
+async fn from_inside_the_real_codex_sandbox_only_the_model_api_is_reachable_and_the_key_is_nowhere()
+{
+    probe_the_closed_network(true).await;
+}
+
+async fn probe_the_closed_network(codex: bool) {
     let image = real_sandbox_image();
     let (public, public_hits) = counting_listener("0.0.0.0:0").await;
     let (loopback, loopback_hits) = counting_listener("127.0.0.1:0").await;
@@ -152,29 +258,8 @@ async fn from_inside_a_sandbox_only_the_model_api_is_reachable_and_the_key_is_no
         ("model-host", "api.anthropic.com:443".to_owned()),
     ];
     let script = probe_script(&targets, &via_proxy);
-    let workflow = json!({
-        "__tools": [{"name": "Bash", "input": {"command": script, "description": "probe the network", "timeout": 120000}}],
-        "answer": {"status": "completed", "summary": "Probed the network.", "files_changed": ["probe.txt"]}});
-    let api =
-        FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(Some(workflow)))]).await;
     let mut s = Scenario::new().await;
-    let home = s.env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {
-            "agent": {"extraEnv": ["CLAUDE_CODE_MAX_RETRIES"]},
-            "sandbox": {"image": image, "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
-                "envAllow": ["CLAUDE_CODE_MAX_RETRIES", "IS_SANDBOX"]}}}),
-    );
-    s.github
-        .add_issue(81, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 81, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
-    s.env_vars.extend(cli_env(&api, &home));
-    s.env_vars.push((
-        "ROVER_CLAUDE_BIN".into(),
-        crate::proof::escape::real_claude().display().to_string(),
-    ));
+    let api = Api::start(codex, &[script], 12, &mut s).await;
     s.run_until_settled(40).await;
     let _ = std::process::Command::new("docker")
         .args(["rm", "-f", &peer])
@@ -191,7 +276,10 @@ async fn from_inside_a_sandbox_only_the_model_api_is_reachable_and_the_key_is_no
         "{:?}",
         workflow.meta
     );
-    assert_eq!(chain(&trace).last().map(String::as_str), Some("notify:completed"));
+    assert_eq!(
+        chain(&trace).last().map(String::as_str),
+        Some("notify:completed")
+    );
     let push = trace
         .spans
         .iter()
@@ -208,7 +296,10 @@ async fn from_inside_a_sandbox_only_the_model_api_is_reachable_and_the_key_is_no
     assert!(probe.contains("raw control-relay open"), "{probe}");
     for (name, _) in &targets {
         if *name != "control-relay" {
-            assert!(probe.contains(&format!("raw {name} closed")), "{name}: {probe}");
+            assert!(
+                probe.contains(&format!("raw {name} closed")),
+                "{name}: {probe}"
+            );
         }
     }
     for (name, _) in &via_proxy {
@@ -218,8 +309,16 @@ async fn from_inside_a_sandbox_only_the_model_api_is_reachable_and_the_key_is_no
         );
     }
     assert!(probe.contains("dns example.com failed"), "{probe}");
-    assert_eq!(public_hits.load(Ordering::SeqCst), 0, "the host's service was reached");
-    assert_eq!(loopback_hits.load(Ordering::SeqCst), 0, "the host's loopback was reached");
+    assert_eq!(
+        public_hits.load(Ordering::SeqCst),
+        0,
+        "the host's service was reached"
+    );
+    assert_eq!(
+        loopback_hits.load(Ordering::SeqCst),
+        0,
+        "the host's loopback was reached"
+    );
 
     // Every attempt through the proxy is in the span, denied, once.
     let wire = &workflow.meta["network"];
@@ -234,26 +333,120 @@ async fn from_inside_a_sandbox_only_the_model_api_is_reachable_and_the_key_is_no
         assert_eq!(row["count"], 1, "{row}");
     }
     assert!(rows.iter().all(|r| r["allowed"] == false), "{wire}");
+    // The agent asked the model through the proxy: for its tool, then after it.
     assert!(wire["requests"].as_u64().unwrap() >= 2, "{wire}");
+    let requests = api.model_requests();
 
     // The model key is nowhere in the container: not in any process's environment or
     // arguments, not in any file. The run's token is (that is how the agent authenticates).
     let procdump = shipped("procdump.txt");
-    assert!(procdump.contains("ANTHROPIC_API_KEY=rover-run-"), "the dump is real");
-    assert!(!procdump.contains(KEY), "the model key is visible in /proc");
-    assert!(!procdump.contains("fake-key-for-tests"), "the model key is visible in /proc");
-    assert_eq!(shipped("keyfiles.txt"), "", "files in the container hold the key");
+    let token_var = if codex {
+        "CODEX_API_KEY=rover-run-"
+    } else {
+        "ANTHROPIC_API_KEY=rover-run-"
+    };
+    assert!(procdump.contains(token_var), "the dump is real");
+    assert!(
+        !procdump.contains(api.key()),
+        "the model key is visible in /proc"
+    );
+    assert!(
+        !procdump.contains("fake-key-for-tests"),
+        "the model key is visible in /proc"
+    );
+    assert_eq!(
+        shipped("keyfiles.txt"),
+        "",
+        "files in the container hold the key"
+    );
     // The API saw the real key on every model request.
-    assert!(api
-        .requests()
-        .iter()
-        .filter(|r| r.path == "/v1/messages")
-        .all(|r| r.key.as_deref() == Some(KEY)));
+    assert!(
+        requests
+            .iter()
+            .all(|(key, _)| key.as_deref() == Some(api.key())),
+        "{requests:?}"
+    );
     let denied = rows.len();
     eprintln!(
         "closed network: {} raw connections failed, {denied} destinations denied and recorded by the proxy, {} model requests proxied ({} bytes down)",
         targets.len() - 1,
         wire["requests"],
         wire["bytesDown"]
+    );
+    if codex {
+        // codex's own calls home are refused and recorded too.
+        eprintln!("codex's denied calls: {}", wire["connections"]);
+    }
+}
+
+/// A run whose trace crosses its budget's stop limit while the agent works: the proxy refuses
+/// the agent's next model request (it never reaches the API), the workflow ends "stopped by
+/// budget at the wire" with the spend at that moment, and the trace stops there.
+#[tokio::test]
+async fn a_real_claude_run_that_crosses_its_traces_stop_limit_gets_its_next_request_refused() {
+    cross_the_stop_limit(false).await;
+}
+
+#[tokio::test]
+async fn a_real_codex_run_that_crosses_its_traces_stop_limit_gets_its_next_request_refused() {
+    cross_the_stop_limit(true).await;
+}
+
+/// A run whose trace crosses its budget's stop limit while the agent works: the proxy refuses
+/// the agent's next model request (it never reaches the API), the workflow ends "stopped by
+/// budget at the wire" with the spend at that moment, and the trace stops there.
+async fn cross_the_stop_limit(codex: bool) {
+    // The agent's first answer reports 10,000 input tokens: at any current price ($1 to $5 a
+    // million for Claude, $1.25 for gpt-5), past the trace's $0.005 stop limit, which the host
+    // steps before it (a few dozen tokens each) stay under; its second request must not reach
+    // the API.
+    let mut s = Scenario::new().await;
+    let commands = [
+        "echo one > probe.txt".to_owned(),
+        "echo two >> probe.txt".to_owned(),
+    ];
+    let api = Api::start(codex, &commands, 10_000, &mut s).await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"budget": {"trace": {"usd": 0.005, "action": "stop"}}}}),
+    );
+    s.run_until_settled(30).await;
+    let trace = s.the_trace();
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    let wire = &workflow.meta["network"];
+    let stopped = &wire["stopped"];
+    assert!(
+        stopped["spendUsd"].as_f64().unwrap() >= 0.005,
+        "the spend at the stop is recorded: {wire}"
+    );
+    assert_eq!(stopped["stopUsd"].as_f64(), Some(0.005), "{wire}");
+    assert_eq!(workflow.status.to_string(), "failed", "{:?}", workflow.meta);
+    assert_eq!(workflow.meta["budgetStopped"], true, "{:?}", workflow.meta);
+    let summary = workflow.summary.clone().unwrap_or_default();
+    assert!(
+        summary.contains("stopped by budget at the wire"),
+        "{summary}"
+    );
+    // The refused request never reached the API: the agent asked once.
+    let from_container = api
+        .model_requests()
+        .iter()
+        .filter(|(_, workflow)| *workflow)
+        .count();
+    assert_eq!(from_container, 1, "{wire}");
+    assert!(
+        wire["refusals"].to_string().contains("budget stop limit"),
+        "{wire}"
+    );
+    // Nothing of the stopped run is pushed.
+    assert!(s.github.pulls().is_empty());
+    assert!(
+        !chain(&trace).iter().any(|c| c.starts_with("push:")),
+        "{:?}",
+        chain(&trace)
     );
 }

@@ -846,7 +846,11 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
         "{from_container} requests from the container"
     );
     // The real key reached the API for every request; the container held its run's token.
-    let keys: Vec<Option<String>> = api.responses_requests().into_iter().map(|r| r.key).collect();
+    let keys: Vec<Option<String>> = api
+        .responses_requests()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
     assert!(
         keys.iter()
             .all(|k| k.as_deref() == Some("sk-proj-fake-key-for-tests-0123456789")),

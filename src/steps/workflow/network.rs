@@ -153,30 +153,59 @@ fn grant_egress(egress: &Egress) -> proxy::Egress {
 }
 
 /// What the proxy saw of run `container` (`None`: it had no network, or saw nothing), and its
-/// grant revoked: the token stops working now.
+/// grant revoked: the token stops working now. The other live runs of its trace first count
+/// its spend in their baseline (until the span's cost is recorded, see [`forget_run`]), so
+/// it is never counted nowhere.
 pub(super) async fn end_run(store: &AutopilotStore, container: &str) -> Option<Ledger> {
     let dir = proxy_dir(store);
     let run = container.to_owned();
     tokio::task::spawn_blocking(move || {
+        let ledger = match Ledger::load(&dir, &run) {
+            Ok(ledger) => ledger,
+            Err(e) => {
+                tracing::warn!(run = %run, error = %e, "cannot read what the proxy saw of a run");
+                None
+            }
+        };
         if let Ok(Some(mut grant)) = Grant::load(&dir, &run) {
             if !grant.ended {
+                let spent = ledger.as_ref().map_or(0.0, |l| l.usd);
+                if spent > 0.0 {
+                    for mut other in live_grants(&dir, grant.trace_id) {
+                        if other.run != run {
+                            if let Some(budget) = other.budget.as_mut() {
+                                budget.baseline_usd += spent;
+                                let _ = other.save(&dir);
+                            }
+                        }
+                    }
+                }
                 grant.ended = true;
                 if let Err(e) = grant.save(&dir) {
                     tracing::warn!(run = %run, error = %e, "cannot revoke a run's proxy grant");
                 }
             }
         }
-        match Ledger::load(&dir, &run) {
-            Ok(ledger) => ledger,
-            Err(e) => {
-                tracing::warn!(run = %run, error = %e, "cannot read what the proxy saw of a run");
-                None
-            }
-        }
+        ledger
     })
     .await
     .ok()
     .flatten()
+}
+
+/// The grants of `trace` whose run has not ended.
+fn live_grants(dir: &Path, trace: Uuid) -> Vec<Grant> {
+    let Ok(entries) = std::fs::read_dir(dir.join(proxy::RUNS_DIR)) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let run = entry.file_name().to_string_lossy().into_owned();
+            Grant::load(dir, &run).ok().flatten()
+        })
+        .filter(|g| g.trace_id == trace && !g.ended)
+        .collect()
 }
 
 /// Once a run's span is final: its network goes, its files in the proxy dir go (the span
@@ -205,18 +234,10 @@ fn rebaseline(store: &AutopilotStore, dir: &Path, trace: Uuid) {
         return;
     };
     let spent = ledger.trace(trace).cost_usd;
-    let Ok(entries) = std::fs::read_dir(dir.join("runs")) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let run = entry.file_name().to_string_lossy().into_owned();
-        if let Ok(Some(mut grant)) = Grant::load(dir, &run) {
-            if grant.trace_id == trace && !grant.ended {
-                if let Some(budget) = grant.budget.as_mut() {
-                    budget.baseline_usd = spent;
-                    let _ = grant.save(dir);
-                }
-            }
+    for mut grant in live_grants(dir, trace) {
+        if let Some(budget) = grant.budget.as_mut() {
+            budget.baseline_usd = spent;
+            let _ = grant.save(dir);
         }
     }
 }

@@ -179,6 +179,11 @@ async fn handle(
             .filter(|i| i["type"] == "function_call_output")
             .count()
     });
+    // And the input tokens each of its responses reports: `"__input_tokens": N` (default 100).
+    let input_tokens = answer
+        .get("__input_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(100);
     let (tools, answer) = match answer.get("__tools").and_then(Value::as_array) {
         Some(tools) => (tools.clone(), answer["answer"].clone()),
         None => (Vec::new(), answer),
@@ -198,9 +203,9 @@ async fn handle(
     let events = [
         json!({"type": "response.created", "response": {"id": "resp_fake1"}}),
         json!({"type": "response.output_item.done", "item": item}),
-        json!({"type": "response.completed", "response": {"id": "resp_fake1", "usage": {"input_tokens": 100,
+        json!({"type": "response.completed", "response": {"id": "resp_fake1", "usage": {"input_tokens": input_tokens,
             "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 20,
-            "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 120}}}),
+            "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": input_tokens + 20}}}),
     ];
     Response::builder()
         .status(StatusCode::OK)
