@@ -5,12 +5,14 @@
 
 mod collect;
 mod deps;
+mod environment;
 mod launch;
 mod orphans;
 mod span_meta;
 mod verdict;
 
 pub use deps::{dependency_state, Dependency};
+pub use environment::{environment_failed, image_of};
 pub use orphans::{sweep_orphans, OrphanReport};
 pub use span_meta::{
     CollectedMeta, FetchMeta, FetchResult, GatesMeta, LaunchedMeta, MergedInMeta,
