@@ -16,7 +16,7 @@ use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
 
 /// The environment the real CLI gets in these tests: the fake API, no retries, no updater.
-fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
+pub(crate) fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
     [
         ("ANTHROPIC_API_KEY", "sk-ant-api03-fake-key-for-tests"),
         ("ANTHROPIC_BASE_URL", api.url.as_str()),
@@ -298,7 +298,7 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
 
 /// The real sandbox image (`docs/sandbox/Dockerfile` on a debootstrapped Debian base with the
 /// pinned claude), built by `tests/setup-sandbox-image.sh`; `tests/run.sh` exports its name.
-fn real_sandbox_image() -> String {
+pub(crate) fn real_sandbox_image() -> String {
     std::env::var("ROVER_TEST_SANDBOX_IMAGE")
         .ok()
         .filter(|i| !i.is_empty())
@@ -388,7 +388,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
 
 /// What the model answers each step of "add a --json flag", by the step's role line; the
 /// workflow agent's answer (tool calls included) when the real CLI runs it too.
-fn json_flag_answers(
+pub(crate) fn json_flag_answers(
     workflow: Option<serde_json::Value>,
 ) -> Vec<(&'static str, serde_json::Value)> {
     use crate::support::scenario::task;
