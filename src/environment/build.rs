@@ -475,14 +475,24 @@ impl Log {
         tokio::pin!(timeout);
         while !(out_done && err_done) {
             let line = tokio::select! {
-                l = out.next_line(), if !out_done => match l {
-                    Ok(Some(l)) => { if stdout.len() < 1 << 20 { stdout.push_str(&l); stdout.push('\n'); } l }
-                    _ => { out_done = true; continue; }
-                },
-                l = err.next_line(), if !err_done => match l {
-                    Ok(Some(l)) => l,
-                    _ => { err_done = true; continue; }
-                },
+                l = out.next_line(), if !out_done => {
+                    let Ok(Some(l)) = l else {
+                        out_done = true;
+                        continue;
+                    };
+                    if stdout.len() < 1 << 20 {
+                        stdout.push_str(&l);
+                        stdout.push('\n');
+                    }
+                    l
+                }
+                l = err.next_line(), if !err_done => {
+                    let Ok(Some(l)) = l else {
+                        err_done = true;
+                        continue;
+                    };
+                    l
+                }
                 () = &mut timeout => {
                     let _ = child.start_kill();
                     self.note(&format!("rover: stopped after {} s", limit.as_secs())).await;

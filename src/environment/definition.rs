@@ -148,7 +148,11 @@ pub async fn define(
     }
     for (path, entry) in &snapshot.entries {
         let name = path.rsplit('/').next().unwrap_or(path);
-        if LOCKFILES.contains(&name) || (name.starts_with("requirements") && name.ends_with(".txt"))
+        if LOCKFILES.contains(&name)
+            || (name.starts_with("requirements")
+                && std::path::Path::new(name)
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("txt")))
         {
             definition.inputs.insert(path.clone(), entry.clone());
         }

@@ -32,7 +32,11 @@ pub fn devcontainer_cli() -> PathBuf {
 pub fn debian_base() -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(b"bookworm minbase git,ca-certificates\n");
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = digest.iter().fold(String::new(), |mut hex, b| {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
     format!("local/bookworm-minbase:{}", &hex[..12])
 }
 
@@ -225,9 +229,7 @@ async fn a_failed_build_ends_the_trace_with_its_error_and_the_reproduce_command(
             .contains("to run it again")),
         "the trace says how to reproduce it; last: {summary}"
     );
-    let agent_log = std::fs::read_dir(s.agent_log())
-        .map(|d| d.count())
-        .unwrap_or(0);
+    let agent_log = std::fs::read_dir(s.agent_log()).map_or(0, Iterator::count);
     let workflow_calls = crate::support::scenario::prompts(&s)
         .iter()
         .filter(|(p, _)| p.contains("## Task: "))
