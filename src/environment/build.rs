@@ -284,7 +284,9 @@ async fn run_build(
             let _ = capture(&argv(&["docker", "rm", "-f", id]), log_path).await;
         }
     }
-    let _ = capture(&argv(&["docker", "image", "rm", &setup_image]), log_path).await;
+    for image in log.tagged.iter().chain(std::iter::once(&setup_image)) {
+        let _ = capture(&argv(&["docker", "image", "rm", image]), log_path).await;
+    }
     log.note(&format!(
         "rover: {}",
         match &result {
@@ -408,6 +410,9 @@ pub(crate) fn shell_line(argv: &[String]) -> String {
 struct Log {
     path: PathBuf,
     file: tokio::fs::File,
+    /// Images the steps tagged on the way (the dev container CLI's `vsc-...` image), removed
+    /// once the environment image holds their layers.
+    tagged: Vec<String>,
 }
 
 impl Log {
@@ -429,6 +434,7 @@ impl Log {
         Ok(Self {
             path: path.to_path_buf(),
             file,
+            tagged: Vec::new(),
         })
     }
 
@@ -505,6 +511,14 @@ impl Log {
                 }
             };
             let _ = self.file.write_all(format!("{line}\n").as_bytes()).await;
+            if let Some(tag) = line
+                .split("Successfully tagged ")
+                .nth(1)
+                .map(str::trim)
+                .filter(|t| t.starts_with("vsc-"))
+            {
+                self.tagged.push(tag.to_owned());
+            }
             if milestone(&line) || said.elapsed() > Duration::from_secs(30) {
                 said = Instant::now();
                 tracing::info!(step, "environment build: {}", line.trim());

@@ -26,8 +26,12 @@ pub fn list(project: &str) -> Result<Vec<EnvImage>, String> {
             "{{.Repository}}:{{.Tag}}\t{{.CreatedAt}}",
         ])
         .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run `docker images`: {e}"))?;
+        .output();
+    let out = match out {
+        // No Docker on this machine: no images to collect.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.map_err(|e| format!("cannot run `docker images`: {e}"))?,
+    };
     if !out.status.success() {
         return Err(format!(
             "`docker images` failed: {}",
@@ -71,6 +75,62 @@ pub fn remove(image: &str) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     }
+}
+
+/// What `gc` did with the project's environment images.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sweep {
+    /// Removed (or, on a dry run, that would be).
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+    /// Why an image could not be listed or removed (a missing engine is not an error).
+    pub errors: Vec<String>,
+}
+
+/// Removes the project's environment images but the newest and those the traces in `live`
+/// (traces still holding their tasks) ran in; on `dry_run`, only says which (blocking).
+pub fn sweep(
+    store: &crate::store::AutopilotStore,
+    project: &str,
+    live: &[uuid::Uuid],
+    dry_run: bool,
+) -> Sweep {
+    let mut sweep = Sweep::default();
+    let images = match list(project) {
+        Ok(images) => images,
+        Err(e) => {
+            sweep.errors.push(e);
+            return sweep;
+        }
+    };
+    let keep: BTreeSet<String> = live
+        .iter()
+        .filter_map(|t| store.load_trace(*t).ok())
+        .flat_map(|view| {
+            view.spans
+                .iter()
+                .filter_map(crate::steps::workflow::image_of)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let gone = unused(&images, &keep);
+    sweep.kept = images
+        .iter()
+        .map(|i| i.image.clone())
+        .filter(|i| !gone.contains(i))
+        .collect();
+    for image in gone {
+        if dry_run {
+            sweep.removed.push(image);
+            continue;
+        }
+        match remove(&image) {
+            Ok(()) => sweep.removed.push(image),
+            Err(e) => sweep.errors.push(e),
+        }
+    }
+    sweep
 }
 
 #[cfg(test)]

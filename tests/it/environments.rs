@@ -65,6 +65,25 @@ pub fn workflow_span(trace: &TraceView) -> &Span {
         .expect("a workflow span")
 }
 
+/// Removes the environment images a test's project built, when the test ends (each scenario is
+/// a project of its own, and its images are of no use to another run).
+struct DropImages(String);
+
+impl Drop for DropImages {
+    fn drop(&mut self) {
+        crate::support::docker::remove_containers(&format!("rover.project={}", self.0));
+        if let Ok(images) = rover::environment::gc::list(&self.0) {
+            for image in images {
+                let _ = rover::environment::gc::remove(&image.image);
+            }
+        }
+    }
+}
+
+fn drop_images(s: &Scenario) -> DropImages {
+    DropImages(s.env.project_id.clone())
+}
+
 fn with_cli(s: &mut Scenario, extra: Value) {
     let cli = devcontainer_cli();
     merge(
@@ -86,6 +105,7 @@ fn image_exists(image: &str) -> bool {
 #[tokio::test]
 async fn a_setup_script_builds_the_image_the_agent_and_gates_run_in() {
     let mut s = Scenario::new().await;
+    let _images = drop_images(&s);
     s.with_sandbox().await;
     commit_on_main(
         &s,
@@ -135,12 +155,24 @@ async fn a_setup_script_builds_the_image_the_agent_and_gates_run_in() {
         "the agent ran in it"
     );
     assert_eq!(s.github.pulls().len(), 1, "the change shipped");
+    // `gc` keeps the newest environment image of the project.
+    let out = s
+        .env
+        .command(&["autopilot", "gc", "--dry-run", "--json"])
+        .current_dir(&s.checkout)
+        .output()
+        .unwrap();
+    let gc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(gc["environmentImages"]["kept"], json!([image]), "{gc:#}");
+    assert_eq!(gc["environmentImages"]["removed"], json!([]), "{gc:#}");
 }
 
 /// No dev container and no setup: `autopilot.sandbox.image` as it is, nothing built.
 #[tokio::test]
 async fn a_repository_that_declares_nothing_runs_in_the_configured_image() {
     let mut s = Scenario::new().await;
+    let _images = drop_images(&s);
     s.with_sandbox().await;
     with_cli(&mut s, json!({}));
     one_task_issue(
@@ -169,6 +201,7 @@ async fn a_repository_that_declares_nothing_runs_in_the_configured_image() {
 #[tokio::test]
 async fn a_failed_build_ends_the_trace_with_its_error_and_the_reproduce_command() {
     let mut s = Scenario::new().await;
+    let _images = drop_images(&s);
     s.with_sandbox().await;
     let image = s.extra_config["autopilot"]["sandbox"]["image"]
         .as_str()
@@ -414,6 +447,7 @@ async fn a_python_devcontainer_is_built_once_tested_offline_and_rebuilt_when_its
         &["python", "-B", "-m", "unittest", "-v"],
     )
     .await;
+    let _images = drop_images(&s);
     let config = json!({"name": "calc", "build": {"dockerfile": "Dockerfile"},
         "postCreateCommand": "pip install --no-cache-dir -r requirements.txt",
         "postStartCommand": "true"});
@@ -561,6 +595,7 @@ async fn a_rust_devcontainer_is_built_once_and_its_tests_run_offline() {
         &["cargo", "test", "--offline", "--locked"],
     )
     .await;
+    let _images = drop_images(&s);
     let config = json!({"name": "digits", "build": {"dockerfile": "Dockerfile"},
         "postCreateCommand": "cargo fetch --locked"});
     commit_on_main(
