@@ -8,6 +8,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod environment;
 pub mod error;
 pub mod git;
 pub mod github;

@@ -11,7 +11,8 @@ fi
 # sandbox image (docs/sandbox/Dockerfile on a debootstrapped Debian, cached by content hash).
 ROVER_TEST_CLAUDE_BIN="$(bash tests/setup-clis.sh)"
 ROVER_TEST_CODEX_BIN="$(bash tests/setup-clis.sh codex)"
-export ROVER_TEST_CLAUDE_BIN ROVER_TEST_CODEX_BIN
+ROVER_TEST_DEVCONTAINER_BIN="$(bash tests/setup-clis.sh devcontainer)"
+export ROVER_TEST_CLAUDE_BIN ROVER_TEST_CODEX_BIN ROVER_TEST_DEVCONTAINER_BIN
 ROVER_TEST_SANDBOX_IMAGE="$(bash tests/setup-sandbox-image.sh)"
 export ROVER_TEST_SANDBOX_IMAGE
 cargo test --locked

@@ -330,11 +330,20 @@ pub fn gc(
     } else {
         crate::steps::gc::run(&store, retain_days, &actor(None))?
     };
+    // Environment images: all of the project's but the newest and those of traces that keep
+    // their tasks.
+    let live: Vec<uuid::Uuid> = plan
+        .live
+        .iter()
+        .copied()
+        .chain(plan.later.iter().chain(&plan.open_prs).map(|r| r.trace_id))
+        .collect();
+    let images = crate::environment::gc::sweep(&store, &ctx.project_id()?, &live, dry_run);
     if json {
         out.print(&format!(
             "{}\n",
             serde_json::to_string_pretty(&serde_json::json!({
-                "retainDays": retain_days, "dryRun": dry_run, "plan": plan,
+                "retainDays": retain_days, "dryRun": dry_run, "plan": plan, "environmentImages": images,
                 "queued": queued.iter().map(ToString::to_string).collect::<Vec<_>>(),
             }))
             .expect("records serialize")
@@ -379,6 +388,15 @@ pub fn gc(
             "{} trace(s) with work queued or running keep theirs\n",
             plan.live.len()
         ))?;
+    }
+    for image in &images.removed {
+        out.print(&format!(
+            "environment image {}: {image}\n",
+            if dry_run { "unused" } else { "removed" }
+        ))?;
+    }
+    for error in &images.errors {
+        out.print(&format!("environment images: {error}\n"))?;
     }
     if !dry_run && !queued.is_empty() {
         wake_daemon(

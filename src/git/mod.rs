@@ -22,6 +22,7 @@ pub mod owner;
 mod push;
 mod read;
 mod scan;
+mod snapshot;
 mod workspace;
 
 pub use boundary::{WorktreeGit, NO_HOOKS};
@@ -39,4 +40,5 @@ pub use push::{PushReport, GIT_TOKEN_ENV};
 pub use scan::{
     describe_findings, ScanLimits, ScanReport, SecretFinding, SecretPlace, SecretScan, SecretWhat,
 };
+pub use snapshot::{DefaultBranchSnapshot, SnapshotEntry};
 pub use workspace::{BranchBase, PreparedWorktree, Workspace};

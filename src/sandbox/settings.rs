@@ -63,6 +63,12 @@ pub struct SandboxSettings {
     /// What one task may commit: the largest file, the total size and the number of files it
     /// adds or changes, checked before anything is staged.
     pub commit_limits: crate::git::CommitLimits,
+    /// Commands that set up the repository's environment over `image` when its default branch
+    /// has neither `.devcontainer/devcontainer.json` nor `.rover/setup.sh` (run once per
+    /// definition, with the network; see docs/sandbox.md).
+    pub setup: Vec<String>,
+    /// How the repository's own environment image is built.
+    pub environment: crate::environment::EnvironmentSettings,
 }
 
 impl Default for SandboxSettings {
@@ -83,6 +89,8 @@ impl Default for SandboxSettings {
             gates: Vec::new(),
             hooks: crate::git::HookMode::Sandbox,
             commit_limits: crate::git::CommitLimits::default(),
+            setup: Vec::new(),
+            environment: crate::environment::EnvironmentSettings::default(),
         }
     }
 }

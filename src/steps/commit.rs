@@ -146,16 +146,18 @@ impl CommitStep {
         message: &str,
     ) -> Result<Result<String, StepError>, StepError> {
         let sandbox = sandboxed::sandbox(&self.services)?;
-        let settings = &self.services.config.autopilot.sandbox;
-        sandbox.ensure_image(&settings.image).await.map_err(|e| {
-            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
-        })?;
-        let base = sandboxed::bare_spec(
+        let image = sandboxed::trace_image(ctx, &self.services, run.pending.trace_id).await;
+        sandbox
+            .ensure_image(&image)
+            .await
+            .map_err(|e| StepError::from_error(&e, e.is_retryable()).detail("image", &image))?;
+        let mut base = sandboxed::bare_spec(
             &self.services,
             vec!["true".into()],
             worktree,
             sandboxed::labels(&self.services, task.mapping.trace_id, run.action.id),
         );
+        base.image.clone_from(&image);
         let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
         let hooks = sandboxed::hook_container(
             ws,
@@ -169,9 +171,8 @@ impl CommitStep {
         .map_err(|e| git_error("cannot prepare the sandbox's git for the hooks", &e))?;
         let verdict = hooks.commit(message).await;
         let _ = tokio::fs::remove_dir_all(work_dir.join("git")).await;
-        let verdict = verdict.map_err(|e| {
-            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
-        })?;
+        let verdict = verdict
+            .map_err(|e| StepError::from_error(&e, e.is_retryable()).detail("image", &image))?;
         Ok(match verdict {
             HookVerdict::Passed { message: edited } => {
                 Ok(edited.filter(|m| !m.trim().is_empty()).map_or_else(

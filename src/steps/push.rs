@@ -268,16 +268,18 @@ impl PushStep {
         location: crate::git::HookLocation,
     ) -> Result<(), StepError> {
         let sandbox = super::sandboxed::sandbox(&self.services)?;
-        let settings = &self.services.config.autopilot.sandbox;
-        sandbox.ensure_image(&settings.image).await.map_err(|e| {
-            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
-        })?;
-        let base = super::sandboxed::bare_spec(
+        let image = super::sandboxed::trace_image(ctx, &self.services, run.pending.trace_id).await;
+        sandbox
+            .ensure_image(&image)
+            .await
+            .map_err(|e| StepError::from_error(&e, e.is_retryable()).detail("image", &image))?;
+        let mut base = super::sandboxed::bare_spec(
             &self.services,
             vec!["true".into()],
             worktree,
             super::sandboxed::labels(&self.services, run.pending.trace_id, run.action.id),
         );
+        base.image.clone_from(&image);
         let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
         let input = ws
             .pre_push_input(worktree, branch)

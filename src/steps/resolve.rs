@@ -78,19 +78,20 @@ impl ResolveStep {
             Ok(sandbox) => sandbox,
             Err(e) => return Ok(not_run(e.message)),
         };
-        let settings = &self.services.config.autopilot.sandbox;
-        if let Err(e) = sandbox.ensure_image(&settings.image).await {
+        let image = super::sandboxed::trace_image(ctx, &self.services, run.pending.trace_id).await;
+        if let Err(e) = sandbox.ensure_image(&image).await {
             return Ok(not_run(e.to_string()));
         }
         let ws = super::tasks::workspace(&self.services)
             .await
             .map_err(|e| super::tasks::git_error("cannot open the repository", &e))?;
-        let base = super::sandboxed::bare_spec(
+        let mut base = super::sandboxed::bare_spec(
             &self.services,
             vec!["true".into()],
             worktree,
             super::sandboxed::labels(&self.services, run.pending.trace_id, run.action.id),
         );
+        base.image.clone_from(&image);
         let work_dir = ctx.store.artifacts_dir(run.span.id).join("corrective");
         let runs = super::sandboxed::run_corrective(
             &self.services,
@@ -909,6 +910,31 @@ impl Step for ResolveStep {
                 reasoning: Some(why.clone()),
                 quick_exit: Some(ResolveQuickExit::Tampered),
                 tampered_span: Some(span.id),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+
+        // The repository's environment did not build: no agent ran, and another attempt would
+        // build the same definition again; the span holds the error and the command to rerun it.
+        if let Some(span) = view
+            .spans
+            .iter()
+            .find(|s| super::workflow::environment_failed(s))
+        {
+            let why = format!(
+                "the repository's environment did not build, so no agent ran: {}",
+                span.summary
+                    .as_deref()
+                    .unwrap_or_default()
+                    .trim_start_matches("not started: ")
+            );
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                quick_exit: Some(ResolveQuickExit::EnvironmentBuild),
+                environment_span: Some(span.id),
                 ..ResolveSpanMeta::default()
             };
             let finished = fail_finished(view, format!("fail: {why}"), &why);

@@ -13,7 +13,7 @@ use super::tasks::git_error;
 use super::Services;
 use crate::git::{GitError, HookLocation, Workspace};
 use crate::github::Visibility;
-use crate::orchestrator::StepError;
+use crate::orchestrator::{StepContext, StepError};
 use crate::sandbox::gates::run_to_end;
 use crate::sandbox::hooks::HookContainer;
 use crate::sandbox::{ContainerStatus, Sandbox, SandboxLabels, SandboxSpec};
@@ -51,6 +51,23 @@ pub fn bare_spec(
     labels: SandboxLabels,
 ) -> SandboxSpec {
     SandboxSpec::from_settings(&services.config.autopilot.sandbox, cmd, worktree, labels)
+}
+
+/// The image the trace's work ran in: its latest workflow run's environment (the repository's
+/// own image when it declares one), else `autopilot.sandbox.image`. Hooks and corrective
+/// commands run in it, so they find the tools the agent and the gates had.
+pub async fn trace_image(ctx: &StepContext, services: &Services, trace: Uuid) -> String {
+    let configured = services.config.autopilot.sandbox.image.clone();
+    let Ok(view) = crate::store::blocking(ctx.store.clone(), move |s| s.load_trace(trace)).await
+    else {
+        return configured;
+    };
+    view.spans
+        .iter()
+        .rev()
+        .filter(|s| s.step == crate::store::StepKind::Workflow)
+        .find_map(super::workflow::image_of)
+        .unwrap_or(configured)
 }
 
 /// A step error for a worktree whose git metadata a container changed: never retried.

@@ -9,6 +9,7 @@ mod agents;
 mod budget;
 mod daemon;
 mod demo;
+mod environments;
 mod follow_through;
 mod git;
 mod github;

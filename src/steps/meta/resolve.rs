@@ -62,6 +62,9 @@ pub struct ResolveSpanMeta {
     /// The span whose sandbox tampered with the worktree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tampered_span: Option<Uuid>,
+    /// The workflow span whose environment build failed (with `quickExit: environmentBuild`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_span: Option<Uuid>,
     /// The push span refused for the secrets it would have sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_span: Option<Uuid>,
@@ -114,6 +117,9 @@ pub enum ResolveQuickExit {
     ConflictUnchanged,
     /// The push was refused: what it would send holds secrets.
     SecretsInPush,
+    /// The repository's environment image did not build: no agent ran, and another attempt
+    /// would build the same definition again.
+    EnvironmentBuild,
 }
 
 /// The corrective commands of a `retry` as they ran in the sandbox (`ran` with `runs`), or why

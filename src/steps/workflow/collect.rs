@@ -390,11 +390,13 @@ impl WorkflowStep {
         if task_status == TaskStatus::Completed {
             if let Some(worktree) = &task.mapping.worktree_path {
                 let gates = &self.services.config.autopilot.sandbox.gates;
-                let base = self.base_spec(
+                let mut base = self.base_spec(
                     vec!["true".into()],
                     worktree,
                     self.labels(task.mapping.trace_id, task.action_id),
                 );
+                // The gates run in the image the agent ran in.
+                base.image = super::environment::image_of(span).unwrap_or(base.image);
                 match run_gates(sandbox, &base, gates, &artifacts.join("gates")).await {
                     Ok(report) => {
                         if report.failed_required() {

@@ -344,14 +344,18 @@ impl WorkflowStep {
         }
 
         let sandbox = self.sandbox()?;
-        let settings = &self.services.config.autopilot.sandbox;
-        sandbox.ensure_image(&settings.image).await.map_err(|e| {
-            StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
-        })?;
-
         let ws = tasks::workspace(&self.services)
             .await
             .map_err(|e| git_error("cannot open the repository", &e))?;
+        // The image comes first: a definition that does not build ends the task before any
+        // worktree or agent.
+        let environment = match self
+            .environment(ctx, run.span.id, action_id, &ws, sandbox.as_ref())
+            .await?
+        {
+            Ok(environment) => environment,
+            Err(failed) => return Ok(failed),
+        };
         let (branch, base, path) = self
             .placement(ctx, action_id, &meta, dependency_branch, &ws)
             .await?;
@@ -445,6 +449,7 @@ impl WorkflowStep {
         // The container gets a scratch git of its own; the worktree's `.git` must still be
         // rover's (an iteration reuses the worktree of an earlier run).
         let mut spec = self.base_spec(argv, &prepared.path, self.labels(trace_id, action_id));
+        spec.image.clone_from(&environment.image);
         let scratch = ctx.store.artifacts_dir(run.span.id).join("git");
         let sandbox_git = async {
             ws.verify_worktree(&prepared.path).await?;
@@ -522,6 +527,7 @@ impl WorkflowStep {
                 egress: Some(self.services.config.autopilot.sandbox.egress().describe()),
                 network: Some(spec.network.clone()),
             }),
+            environment: Some(environment),
             ..WorkflowSpanMeta::default()
         }
         .to_meta();

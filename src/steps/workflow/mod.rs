@@ -5,6 +5,7 @@
 
 mod collect;
 mod deps;
+mod environment;
 mod launch;
 mod network;
 mod orphans;
@@ -12,6 +13,7 @@ mod span_meta;
 mod verdict;
 
 pub use deps::{dependency_state, Dependency};
+pub use environment::{environment_failed, image_of};
 pub use network::proxy_dir;
 pub use orphans::{sweep_orphans, OrphanReport};
 pub use span_meta::{

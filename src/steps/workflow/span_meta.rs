@@ -50,6 +50,11 @@ pub struct WorkflowSpanMeta {
     /// How the container's run ended (written when it is collected).
     #[serde(flatten)]
     pub collected: Option<CollectedMeta>,
+    /// The image the run used and how it came about: built from the repository's definition
+    /// (its log and duration), found cached, the configured image, or the build's failure (its
+    /// error and the command that reproduces it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::environment::EnvironmentMeta>,
     /// Why the task could not start or finish (the orchestrator writes a step error here too).
     #[serde(
         default,

@@ -1,0 +1,608 @@
+//! Building a repository's environment image: the dev container CLI makes the image and runs
+//! the setup (`onCreateCommand`, `updateContentCommand`, `postCreateCommand`) in a container
+//! over a checkout of the default branch, with the network; rover commits that container and
+//! builds its own layer on top (`rover-env:<hash>`). The output goes to a log file as it comes,
+//! milestones to the daemon's log; a failed step leaves the command that runs it again.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use super::definition::Definition;
+use super::error::EnvironmentError;
+use super::layer::{rover_layer, setup_config};
+use super::record::{EnvSource, EnvironmentMeta};
+use super::settings::EnvironmentSettings;
+use super::{ENV_REPO, LABEL_ENV_BUILD, LABEL_ENV_HASH, LABEL_ENV_PROJECT};
+use crate::git::Workspace;
+
+/// The log of a build, in its directory.
+pub const BUILD_LOG: &str = "environment.log";
+
+/// How many of a failed step's last output lines its error quotes.
+const ERROR_LINES: usize = 25;
+
+/// The variables the build's programs get from rover's environment; nothing else (no model
+/// key, no token), so a definition's `${localEnv:...}` cannot read one into the setup.
+const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+    "LANG",
+    "TMPDIR",
+];
+
+/// What to build and where.
+pub struct BuildRequest<'a> {
+    pub definition: &'a Definition,
+    /// `autopilot.sandbox.image`: the agent CLIs come from it (the base of a setup script).
+    pub agents_image: &'a str,
+    pub settings: &'a EnvironmentSettings,
+    pub project: &'a str,
+    pub ws: &'a Workspace,
+    /// A directory of rover's for the build's files (the checkout, rover's layer) and its log.
+    pub dir: PathBuf,
+}
+
+/// The image a definition resolves to, before anything is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildPlan {
+    pub hash: String,
+    pub image: String,
+    /// Rover's layer with `{setup}` standing for the setup's image.
+    layer: String,
+    agents_id: String,
+}
+
+/// The environment image of `req`, built unless an image with its hash is there already. On
+/// failure, the record (with the error and the command that reproduces it) comes with the error.
+pub async fn build(
+    req: &BuildRequest<'_>,
+) -> Result<EnvironmentMeta, Box<(EnvironmentMeta, EnvironmentError)>> {
+    let mut meta = EnvironmentMeta {
+        source: req.definition.source,
+        commit: Some(req.definition.commit.clone()),
+        inputs: req.definition.inputs.keys().cloned().collect(),
+        notes: req
+            .definition
+            .devcontainer
+            .as_ref()
+            .map(|d| d.notes.clone())
+            .unwrap_or_default(),
+        ..EnvironmentMeta::image(req.agents_image)
+    };
+    let fail = |meta: &EnvironmentMeta, e: EnvironmentError| {
+        let mut meta = meta.clone();
+        meta.error = Some(e.to_string());
+        meta.reproduce = e.reproduce().map(str::to_owned);
+        Box::new((meta, e))
+    };
+    let log_path = req.dir.join(BUILD_LOG);
+    let plan = match plan(req, &log_path).await {
+        Ok(plan) => plan,
+        Err(e) => return Err(fail(&meta, e)),
+    };
+    meta.hash = Some(plan.hash.clone());
+    meta.image.clone_from(&plan.image);
+    if image_exists(&plan.image).await {
+        return Ok(meta);
+    }
+    // One build per hash at a time in this process; the second waiter finds the image.
+    let lock = build_lock(&plan.hash);
+    let _held = lock.lock().await;
+    if image_exists(&plan.image).await {
+        return Ok(meta);
+    }
+    tracing::info!(image = %plan.image, source = ?req.definition.source, log = %log_path.display(), "building the repository's environment");
+    let started = Instant::now();
+    meta.log = Some(log_path.clone());
+    let result = run_build(req, &plan, &log_path).await;
+    meta.duration_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+    match result {
+        Ok(()) => {
+            meta.built = true;
+            tracing::info!(image = %plan.image, secs = started.elapsed().as_secs(), "built the repository's environment");
+            Ok(meta)
+        }
+        Err(e) => {
+            tracing::warn!(image = %plan.image, error = %e, "the repository's environment did not build");
+            Err(fail(&meta, e))
+        }
+    }
+}
+
+/// The hash and image name of `req`: the definition, the agents image's id, the CLI's version
+/// and rover's layer.
+async fn plan(req: &BuildRequest<'_>, log: &Path) -> Result<BuildPlan, EnvironmentError> {
+    let inspect = argv(&[
+        "docker",
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        req.agents_image,
+    ]);
+    let agents_id = capture(&inspect, log)
+        .await
+        .map_err(|output| EnvironmentError::Build {
+            step: "find autopilot.sandbox.image".to_owned(),
+            output: format!(
+                "{output}; build it (docs/sandbox.md) or set `autopilot.sandbox.image`"
+            ),
+            log: log.to_path_buf(),
+            reproduce: shell_line(&inspect),
+        })?;
+    let version = argv(&[&req.settings.devcontainer_cli, "--version"]);
+    let cli_version = capture(&version, log)
+        .await
+        .map_err(|output| EnvironmentError::Build {
+            step: "find the dev container CLI".to_owned(),
+            output: format!("{output}; install it (`npm install -g @devcontainers/cli@0.89.0`) and set `autopilot.sandbox.environment.devcontainerCli` to its path"),
+            log: log.to_path_buf(),
+            reproduce: shell_line(&version),
+        })?;
+    let agents = (req.definition.source == EnvSource::Devcontainer).then_some(req.agents_image);
+    let layer = rover_layer("{setup}", agents, &[(LABEL_ENV_PROJECT, req.project)]);
+    let hash = req.definition.hash(&[
+        format!("project {}", req.project),
+        format!("agents {}", agents_id.trim()),
+        format!("devcontainer-cli {}", cli_version.trim()),
+        format!("layer {layer}"),
+    ]);
+    Ok(BuildPlan {
+        image: format!("{ENV_REPO}:{hash}"),
+        hash,
+        layer,
+        agents_id: agents_id.trim().to_owned(),
+    })
+}
+
+async fn run_build(
+    req: &BuildRequest<'_>,
+    plan: &BuildPlan,
+    log_path: &Path,
+) -> Result<(), EnvironmentError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| EnvironmentError::Io { path, source }
+    };
+    let workspace = req.dir.join("workspace");
+    if workspace.exists() {
+        tokio::fs::remove_dir_all(&workspace)
+            .await
+            .map_err(io(&workspace))?;
+    }
+    req.ws
+        .export_commit(&req.definition.commit, &workspace)
+        .await?;
+    let mut log = Log::create(log_path).await?;
+    log.note(&format!(
+        "rover: building {} from {} at {} (agents from {} {})",
+        plan.image,
+        req.definition
+            .config_path
+            .as_deref()
+            .unwrap_or(match req.definition.source {
+                EnvSource::SetupScript => super::definition::SETUP_SCRIPT,
+                _ => "autopilot.sandbox.setup",
+            }),
+        req.definition.commit,
+        req.agents_image,
+        plan.agents_id,
+    ))
+    .await;
+
+    let id_label = format!("{LABEL_ENV_BUILD}={}", plan.hash);
+    let mut up = argv(&[
+        &req.settings.devcontainer_cli,
+        "up",
+        "--workspace-folder",
+        &workspace.display().to_string(),
+        "--id-label",
+        &id_label,
+        "--remove-existing-container",
+        "--skip-post-attach",
+        "--log-format",
+        "text",
+    ]);
+    if req.definition.source != EnvSource::Devcontainer {
+        let config_dir = req.dir.join("setup");
+        tokio::fs::create_dir_all(&config_dir)
+            .await
+            .map_err(io(&config_dir))?;
+        let config = config_dir.join("devcontainer.json");
+        tokio::fs::write(
+            &config,
+            setup_config(req.agents_image, &req.definition.setup_commands),
+        )
+        .await
+        .map_err(io(&config))?;
+        up.extend(["--config".to_owned(), config.display().to_string()]);
+    } else if let Some(path) = &req.definition.config_path {
+        up.extend([
+            "--config".to_owned(),
+            workspace.join(path).display().to_string(),
+        ]);
+    }
+    let limit = Duration::from_secs(req.settings.build_timeout_secs);
+    let deadline = Instant::now() + limit;
+    let setup_image = format!("{ENV_REPO}-setup:{}", plan.hash);
+    let result = async {
+        let out = log
+            .run("set up (devcontainer up)", &up, deadline, limit)
+            .await?;
+        let container = outcome_container(&out).ok_or_else(|| EnvironmentError::Build {
+            step: "set up (devcontainer up)".to_owned(),
+            output: format!(
+                "the dev container CLI did not say which container it set up: {}",
+                out.lines().last().unwrap_or_default()
+            ),
+            log: log.path.clone(),
+            reproduce: shell_line(&up),
+        })?;
+        let commit = argv(&["docker", "commit", &container, &setup_image]);
+        log.run("keep the setup (docker commit)", &commit, deadline, limit)
+            .await?;
+        let layer_dir = req.dir.join("layer");
+        tokio::fs::create_dir_all(&layer_dir)
+            .await
+            .map_err(io(&layer_dir))?;
+        let dockerfile = layer_dir.join("Dockerfile");
+        let text = plan.layer.replace("{setup}", &setup_image)
+            + &format!("LABEL {LABEL_ENV_HASH}=\"{}\"\n", plan.hash);
+        tokio::fs::write(&dockerfile, text)
+            .await
+            .map_err(io(&dockerfile))?;
+        let layer = argv(&[
+            "docker",
+            "build",
+            "-t",
+            &plan.image,
+            &layer_dir.display().to_string(),
+        ]);
+        log.run("add rover's layer (docker build)", &layer, deadline, limit)
+            .await
+            .map(|_| ())
+    }
+    .await;
+    // The setup container and the setup's tag go, whatever happened (the image keeps its layers).
+    let leftovers = argv(&[
+        "docker",
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label={id_label}"),
+    ]);
+    if let Ok(ids) = capture(&leftovers, log_path).await {
+        for id in ids.split_whitespace() {
+            let _ = capture(&argv(&["docker", "rm", "-f", id]), log_path).await;
+        }
+    }
+    for image in log.tagged.iter().chain(std::iter::once(&setup_image)) {
+        let _ = capture(&argv(&["docker", "image", "rm", image]), log_path).await;
+    }
+    log.note(&format!(
+        "rover: {}",
+        match &result {
+            Ok(()) => format!("built {}", plan.image),
+            Err(e) => format!("failed: {e}"),
+        }
+    ))
+    .await;
+    result
+}
+
+/// The container id in the dev container CLI's last JSON line, when it says `success`.
+fn outcome_container(stdout: &str) -> Option<String> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))?;
+    let value: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    (value["outcome"] == "success")
+        .then(|| value["containerId"].as_str().map(str::to_owned))
+        .flatten()
+}
+
+/// The dev container CLI's own words for a failure (`message` and `description`), if it gave them.
+fn outcome_error(stdout: &str) -> Option<String> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))?;
+    let value: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    if value["outcome"] != "error" {
+        return None;
+    }
+    Some(
+        [value["description"].as_str(), value["message"].as_str()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+fn build_lock(hash: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    LOCKS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(hash.to_owned())
+        .or_default()
+        .clone()
+}
+
+async fn image_exists(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", image])
+        .env_clear()
+        .envs(passed_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .is_ok_and(|s| s.success())
+}
+
+fn argv(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+fn passed_env() -> Vec<(String, String)> {
+    PASSED_ENV
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|v| ((*name).to_owned(), v)))
+        .collect()
+}
+
+/// A short command's stdout, or what went wrong in words (also appended to `log` when it exists).
+async fn capture(argv: &[String], log: &Path) -> Result<String, String> {
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .envs(passed_env())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("`{}` cannot run: {e}", argv[0]))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    if log.exists() {
+        if let Ok(mut file) = tokio::fs::OpenOptions::new().append(true).open(log).await {
+            let _ = file
+                .write_all(format!("$ {}\n{stderr}\n", shell_line(argv)).as_bytes())
+                .await;
+        }
+    }
+    Err(format!("`{}` failed: {stderr}", shell_line(argv)))
+}
+
+/// `argv` as one line a shell runs as the same command.
+pub(crate) fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_./:=@,+-{}".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The build's log file: every step's command and output lines as they come.
+struct Log {
+    path: PathBuf,
+    file: tokio::fs::File,
+    /// Images the steps tagged on the way (the dev container CLI's `vsc-...` image), removed
+    /// once the environment image holds their layers.
+    tagged: Vec<String>,
+}
+
+impl Log {
+    async fn create(path: &Path) -> Result<Self, EnvironmentError> {
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|source| EnvironmentError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+        }
+        let file = tokio::fs::File::create(path)
+            .await
+            .map_err(|source| EnvironmentError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            tagged: Vec::new(),
+        })
+    }
+
+    async fn note(&mut self, line: &str) {
+        let _ = self.file.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = self.file.flush().await;
+    }
+
+    /// Runs one step, its output into the log as it comes; its stdout when it succeeds.
+    async fn run(
+        &mut self,
+        step: &str,
+        argv: &[String],
+        deadline: Instant,
+        limit: Duration,
+    ) -> Result<String, EnvironmentError> {
+        let reproduce = shell_line(argv);
+        self.note(&format!("rover: {step}\n$ {reproduce}")).await;
+        tracing::info!(step, "environment build: {step}");
+        let failed = |output: String, path: &Path| EnvironmentError::Build {
+            step: step.to_owned(),
+            output,
+            log: path.to_path_buf(),
+            reproduce: reproduce.clone(),
+        };
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .envs(passed_env())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| failed(format!("`{}` cannot run: {e}", argv[0]), &self.path))?;
+        let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let mut err = BufReader::new(child.stderr.take().expect("piped")).lines();
+        let (mut out_done, mut err_done) = (false, false);
+        let mut stdout = String::new();
+        let mut last: VecDeque<String> = VecDeque::new();
+        let mut said = Instant::now();
+        let timeout = tokio::time::sleep_until(deadline.into());
+        tokio::pin!(timeout);
+        while !(out_done && err_done) {
+            let line = tokio::select! {
+                l = out.next_line(), if !out_done => {
+                    let Ok(Some(l)) = l else {
+                        out_done = true;
+                        continue;
+                    };
+                    if stdout.len() < 1 << 20 {
+                        stdout.push_str(&l);
+                        stdout.push('\n');
+                    }
+                    l
+                }
+                l = err.next_line(), if !err_done => {
+                    let Ok(Some(l)) = l else {
+                        err_done = true;
+                        continue;
+                    };
+                    l
+                }
+                () = &mut timeout => {
+                    let _ = child.start_kill();
+                    self.note(&format!("rover: stopped after {} s", limit.as_secs())).await;
+                    return Err(EnvironmentError::Timeout {
+                        step: step.to_owned(),
+                        secs: limit.as_secs(),
+                        log: self.path.clone(),
+                        reproduce,
+                    });
+                }
+            };
+            let _ = self.file.write_all(format!("{line}\n").as_bytes()).await;
+            if let Some(tag) = line
+                .split("Successfully tagged ")
+                .nth(1)
+                .map(str::trim)
+                .filter(|t| t.starts_with("vsc-"))
+            {
+                self.tagged.push(tag.to_owned());
+            }
+            if milestone(&line) || said.elapsed() > Duration::from_secs(30) {
+                said = Instant::now();
+                tracing::info!(step, "environment build: {}", line.trim());
+            }
+            last.push_back(line);
+            if last.len() > ERROR_LINES {
+                last.pop_front();
+            }
+        }
+        let _ = self.file.flush().await;
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| failed(format!("cannot wait for `{}`: {e}", argv[0]), &self.path))?;
+        if status.success() {
+            return Ok(stdout);
+        }
+        let lines: Vec<String> = last
+            .into_iter()
+            .filter(|l| !l.trim_start().starts_with("at ") && !l.trim().is_empty())
+            .collect();
+        let said = outcome_error(&stdout).map_or_else(String::new, |s| format!("{s}; "));
+        Err(failed(
+            format!(
+                "{said}exit status {}; its last output:\n{}",
+                status.code().unwrap_or(-1),
+                lines.join("\n")
+            ),
+            &self.path,
+        ))
+    }
+}
+
+/// A line worth showing on the console while a build runs.
+fn milestone(line: &str) -> bool {
+    let line = line.trim();
+    let text = line
+        .strip_prefix('[')
+        .and_then(|l| l.split_once("] "))
+        .map_or(line, |(_, rest)| rest);
+    text.starts_with("Step ")
+        || text.starts_with("Running the ")
+        || text.starts_with("Start: Run: docker build")
+        || text.starts_with("Successfully built")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_cli_outcome() {
+        let ok =
+            "noise\n{\"outcome\":\"success\",\"containerId\":\"abc\",\"remoteUser\":\"root\"}\n";
+        assert_eq!(outcome_container(ok).as_deref(), Some("abc"));
+        let bad = "{\"outcome\":\"error\",\"message\":\"Command failed: /bin/sh -c cargo fetch --locked\",\"description\":\"postCreateCommand from devcontainer.json failed.\",\"containerId\":\"x\"}";
+        assert_eq!(outcome_container(bad), None);
+        assert_eq!(
+            outcome_error(bad).as_deref(),
+            Some("postCreateCommand from devcontainer.json failed. Command failed: /bin/sh -c cargo fetch --locked")
+        );
+    }
+
+    #[test]
+    fn shell_lines_quote_what_a_shell_would_split() {
+        let line = shell_line(&argv(&[
+            "docker",
+            "build",
+            "-t",
+            "rover-env:ab",
+            "/tmp/a b",
+            "it's",
+        ]));
+        assert_eq!(line, r"docker build -t rover-env:ab '/tmp/a b' 'it'\''s'");
+    }
+
+    #[test]
+    fn milestones_are_steps_and_commands() {
+        assert!(milestone("[2026-11-25T17:42:57.216Z] Step 1/8 : ARG X"));
+        assert!(milestone(
+            "[2026-11-25T17:43:31.882Z] Running the postCreateCommand from devcontainer.json..."
+        ));
+        assert!(!milestone(
+            "Get:1 http://deb.debian.org/debian bookworm InRelease"
+        ));
+    }
+}

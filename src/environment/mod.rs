@@ -1,0 +1,31 @@
+//! Per-repository environments: the image a repository's workflow agents, gates and sandboxed
+//! hooks run in, built from what the repository declares on its default branch (a
+//! `.devcontainer/devcontainer.json`, else `.rover/setup.sh` or `autopilot.sandbox.setup`), with
+//! the agent CLIs and rover's settings layered on top, cached by a content hash of everything
+//! that defines it. See docs/sandbox.md, "Per-repository environments".
+
+mod build;
+mod definition;
+mod devcontainer;
+mod error;
+pub mod gc;
+mod layer;
+mod record;
+mod settings;
+
+pub use build::{build, BuildPlan, BuildRequest};
+pub use definition::{define, Definition, LOCKFILES, SETUP_SCRIPT};
+pub use devcontainer::{parse_devcontainer, strip_jsonc, DevcontainerConfig, DEVCONTAINER_PATHS};
+pub use error::EnvironmentError;
+pub use layer::{rover_layer, setup_config};
+pub use record::{EnvSource, EnvironmentMeta};
+pub use settings::EnvironmentSettings;
+
+/// The image repository of built environments (`rover-env:<hash>`).
+pub const ENV_REPO: &str = "rover-env";
+/// Label on a built environment image naming its project (what `gc` lists by).
+pub const LABEL_ENV_PROJECT: &str = "rover.env.project";
+/// Label on a built environment image holding its content hash.
+pub const LABEL_ENV_HASH: &str = "rover.env.hash";
+/// Label on the setup container of a build (what a failed or cut-off build leaves is found by it).
+pub const LABEL_ENV_BUILD: &str = "rover.env.build";

@@ -1,0 +1,96 @@
+//! The image a workflow run uses: the repository's own environment, built (or found cached)
+//! from its default branch's definition, else `autopilot.sandbox.image`; and the failed span
+//! a build that did not succeed ends the task with, before any agent runs.
+
+use uuid::Uuid;
+
+use super::{WorkflowSpanMeta, WorkflowStep};
+use crate::environment::{self, BuildRequest, EnvironmentMeta};
+use crate::git::Workspace;
+use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
+use crate::sandbox::Sandbox;
+use crate::steps::meta::TaskStatus;
+use crate::store::Span;
+
+impl WorkflowStep {
+    /// The environment of the run of `action_id` in span `span_id`: `Ok(Err(outcome))` when
+    /// its build failed (the span fails with the build's error and the command that reproduces
+    /// it, and the commit step records the task as failed).
+    pub(super) async fn environment(
+        &self,
+        ctx: &StepContext,
+        span_id: Uuid,
+        action_id: Uuid,
+        ws: &Workspace,
+        sandbox: &dyn Sandbox,
+    ) -> Result<Result<EnvironmentMeta, Outcome>, StepError> {
+        let settings = &self.services.config.autopilot.sandbox;
+        let ensure = || async {
+            sandbox.ensure_image(&settings.image).await.map_err(|e| {
+                StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
+            })
+        };
+        let definition = match environment::define(ws, settings).await {
+            Ok(Some(definition)) => definition,
+            Ok(None) => {
+                ensure().await?;
+                return Ok(Ok(EnvironmentMeta::image(&settings.image)));
+            }
+            Err(e) => {
+                let mut meta = EnvironmentMeta::image(&settings.image);
+                meta.error = Some(e.to_string());
+                return Ok(Err(Self::build_failed(action_id, meta)));
+            }
+        };
+        ensure().await?;
+        let request = BuildRequest {
+            definition: &definition,
+            agents_image: &settings.image,
+            settings: &settings.environment,
+            project: &self.services.project_id,
+            ws,
+            dir: ctx.store.artifacts_dir(span_id).join("environment"),
+        };
+        match environment::build(&request).await {
+            Ok(meta) => Ok(Ok(meta)),
+            Err(failed) => Ok(Err(Self::build_failed(action_id, failed.0))),
+        }
+    }
+
+    /// The failed finish of a run whose environment did not build: no container was started.
+    fn build_failed(action_id: Uuid, meta: EnvironmentMeta) -> Outcome {
+        let error = meta
+            .error
+            .clone()
+            .unwrap_or_else(|| "the environment did not build".to_owned());
+        let summary = format!("not started: {error}");
+        Outcome::Finished(
+            Finished::failed(summary.clone())
+                .with_meta_record(&WorkflowSpanMeta {
+                    error: Some(StepError::fatal(error).to_meta()),
+                    environment: Some(meta),
+                    ..WorkflowSpanMeta::default()
+                })
+                .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
+        )
+    }
+}
+
+/// The image a launched run used (its gates run in the same one); `None` for a span that does
+/// not say.
+pub fn image_of(span: &Span) -> Option<String> {
+    let meta: WorkflowSpanMeta = crate::store::from_meta(&span.meta).ok()?;
+    meta.environment
+        .map(|e| e.image)
+        .or_else(|| meta.launched.map(|l| l.image))
+        .filter(|image| !image.is_empty())
+}
+
+/// Whether `span` is a workflow span whose environment build failed.
+pub fn environment_failed(span: &Span) -> bool {
+    span.step == crate::store::StepKind::Workflow
+        && crate::store::from_meta::<WorkflowSpanMeta>(&span.meta)
+            .ok()
+            .and_then(|m| m.environment)
+            .is_some_and(|e| e.error.is_some())
+}
