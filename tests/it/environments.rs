@@ -290,9 +290,20 @@ pub fn host_ca() -> Vec<u8> {
     std::fs::read(Path::new("/etc/ssl/certs/ca-certificates.crt")).unwrap()
 }
 
+/// The agent ran with the default egress: its own network, the model API through rover's
+/// proxy (which saw its requests) and nothing else; the gates ran with no network at all.
+fn assert_closed_network(workflow: &rover::store::Span) {
+    assert_eq!(workflow.meta["egress"], "model-only", "{:?}", workflow.meta);
+    assert!(
+        workflow.meta["network"]["requests"].as_u64().unwrap_or(0) >= 2,
+        "{:?}",
+        workflow.meta["network"]
+    );
+}
+
 /// A scenario whose model is the fake Anthropic API and whose agent is the real claude, on the
-/// host and in the sandbox (which shares the host's loopback to reach the fake API: tests only);
-/// the workflow agent runs `tools` (e.g. the project's tests) and then writes NOTES.md.
+/// host and in the sandbox (on its closed network: it reaches the fake API through rover's
+/// proxy); the workflow agent runs `tools` (e.g. the project's tests) and then writes NOTES.md.
 async fn real_claude_scenario(tools: Vec<Value>, gate: &[&str]) -> (Scenario, FakeAnthropic) {
     use crate::real_cli::{cli_env, json_flag_answers, real_sandbox_image};
     let mut tools = tools;
@@ -305,8 +316,6 @@ async fn real_claude_scenario(tools: Vec<Value>, gate: &[&str]) -> (Scenario, Fa
     let home = s.env.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let names = [
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_BASE_URL",
         "CLAUDE_CODE_MAX_RETRIES",
         "DISABLE_AUTOUPDATER",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
@@ -316,7 +325,7 @@ async fn real_claude_scenario(tools: Vec<Value>, gate: &[&str]) -> (Scenario, Fa
         &mut s.extra_config,
         &json!({"autopilot": {
             "agent": {"extraEnv": ["CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]},
-            "sandbox": {"image": real_sandbox_image(), "network": "host", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+            "sandbox": {"image": real_sandbox_image(), "egress": "model-only", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
                 "envAllow": names, "gates": [{"command": gate, "timeoutSecs": 300}]}}}),
     );
     with_cli(&mut s, json!({}));
@@ -509,6 +518,7 @@ async fn a_python_devcontainer_is_built_once_tested_offline_and_rebuilt_when_its
     );
     let gates = &workflow_span(&first).meta["gates"]["results"][0];
     assert_eq!(gates["outcome"], "passed", "{gates:#}");
+    assert_closed_network(&workflow_span(&first));
     let offline = run_offline(&s, &image, &["python", "-B", "-m", "unittest", "-v"]);
     assert!(
         offline.status.success(),
@@ -627,6 +637,7 @@ async fn a_rust_devcontainer_is_built_once_and_its_tests_run_offline() {
     );
     let gates = &workflow_span(&first).meta["gates"]["results"][0];
     assert_eq!(gates["outcome"], "passed", "{gates:#}");
+    assert_closed_network(&workflow_span(&first));
     let offline = run_offline(&s, &image, &["cargo", "test", "--offline", "--locked"]);
     assert!(
         offline.status.success(),
