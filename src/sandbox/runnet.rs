@@ -197,6 +197,12 @@ impl DockerSandbox {
             path: PathBuf::from("/proc/self/exe"),
             source,
         })?;
+        self.proxy_image_of(&exe).await
+    }
+
+    /// The image holding the rover binary at `exe` (see [`DockerSandbox::proxy_image`]).
+    pub async fn proxy_image_of(&self, exe: &Path) -> Result<String, SandboxError> {
+        let exe = exe.to_path_buf();
         let hashed = exe.clone();
         let digest = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
             let mut file = std::fs::File::open(&hashed)?;

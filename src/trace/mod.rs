@@ -2,6 +2,7 @@
 //! `rover autopilot traces`, and their stable JSON forms (documented in `docs/cli.md`).
 
 mod json;
+mod network;
 mod tree;
 
 pub use json::{trace_json, traces_json};

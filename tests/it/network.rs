@@ -139,9 +139,20 @@ fn host_lan_ip() -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Removes a container when dropped (a failed assertion included).
+struct Removed(String);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
 /// Another container, on Docker's default bridge, that accepts TCP on port 9000 (rover's relay
-/// mode, pointed at a socket that does not exist): its name and address.
-fn other_container(image: &str) -> (String, String) {
+/// mode, pointed at a socket that does not exist): it, and its address.
+fn other_container(image: &str) -> (Removed, String) {
     let name = format!("rover-net-peer-{}", uuid::Uuid::new_v4().simple());
     let rover = env!("CARGO_BIN_EXE_rover");
     let run = std::process::Command::new("docker")
@@ -172,8 +183,9 @@ fn other_container(image: &str) -> (String, String) {
         .output()
         .unwrap();
     let ip = String::from_utf8_lossy(&ip.stdout).trim().to_owned();
+    let peer = Removed(name);
     assert!(!ip.is_empty(), "the peer container has an address");
-    (name, ip)
+    (peer, ip)
 }
 
 /// The probe the agent runs with its Bash tool: raw connections, the same destinations
@@ -261,9 +273,7 @@ async fn probe_the_closed_network(codex: bool) {
     let mut s = Scenario::new().await;
     let api = Api::start(codex, &[script], 12, &mut s).await;
     s.run_until_settled(40).await;
-    let _ = std::process::Command::new("docker")
-        .args(["rm", "-f", &peer])
-        .output();
+    drop(peer);
     let trace = s.the_trace();
     let workflow = trace
         .spans
