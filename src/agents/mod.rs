@@ -28,8 +28,8 @@ pub use env::{
 };
 pub use error::AgentError;
 pub use pricing::{
-    ClaudePrices, CodexPrices, ModelPrice, CLAUDE_CACHE_WRITE_1H_FACTOR, CLAUDE_CACHE_WRITE_FACTOR,
-    DEFAULT_PRICE_KEY,
+    usd, ClaudePrices, CodexPrices, ModelPrice, CLAUDE_CACHE_WRITE_1H_FACTOR,
+    CLAUDE_CACHE_WRITE_FACTOR, DEFAULT_PRICE_KEY,
 };
 pub use prompts::{
     placeholders, render_prompt, step_request, step_schema, template, untrusted_block,

@@ -8,6 +8,15 @@ use serde::{Deserialize, Deserializer};
 
 use super::types::{AgentResponse, Usage};
 
+/// USD for people: four decimals under a dollar (`$0.0312`), two from there (`$3.20`).
+pub fn usd(v: f64) -> String {
+    if v.abs() < 1.0 {
+        format!("${v:.4}")
+    } else {
+        format!("${v:.2}")
+    }
+}
+
 /// The entry used for a model the table does not name, or when no model is configured.
 pub const DEFAULT_PRICE_KEY: &str = "default";
 

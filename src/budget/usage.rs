@@ -50,14 +50,7 @@ impl AddAssign for SpanUsage {
     }
 }
 
-/// USD for people: four decimals under a dollar, two above.
-pub fn usd(v: f64) -> String {
-    if v.abs() < 1.0 {
-        format!("${v:.4}")
-    } else {
-        format!("${v:.2}")
-    }
-}
+pub use crate::agents::usd;
 
 /// The usage of every span of a trace and their total.
 pub fn trace_usage(view: &TraceView) -> SpanUsage {

@@ -338,7 +338,13 @@ pub fn gc(
         .copied()
         .chain(plan.later.iter().chain(&plan.open_prs).map(|r| r.trace_id))
         .collect();
-    let images = crate::environment::gc::sweep(&store, &ctx.project_id()?, &live, dry_run);
+    let images = crate::environment::gc::sweep(
+        &store,
+        &ctx.project_id()?,
+        &live,
+        crate::steps::workflow::image_of,
+        dry_run,
+    );
     if json {
         out.print(&format!(
             "{}\n",

@@ -466,7 +466,7 @@ async fn release_proxy(services: &Services, store: &AutopilotStore) {
             );
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy")
+            tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy");
         }
     }
 }

@@ -17,9 +17,9 @@ use super::definition::Definition;
 use super::error::EnvironmentError;
 use super::layer::{rover_layer, setup_config};
 use super::record::{EnvSource, EnvironmentMeta};
-use super::settings::EnvironmentSettings;
 use super::{ENV_REPO, LABEL_ENV_BUILD, LABEL_ENV_HASH, LABEL_ENV_PROJECT};
 use crate::git::Workspace;
+use crate::sandbox::EnvironmentSettings;
 
 /// The log of a build, in its directory.
 pub const BUILD_LOG: &str = "environment.log";

@@ -89,11 +89,13 @@ pub struct Sweep {
 }
 
 /// Removes the project's environment images but the newest and those the traces in `live`
-/// (traces still holding their tasks) ran in; on `dry_run`, only says which (blocking).
+/// (traces still holding their tasks) ran in, as `image_of` reads a span's image; on `dry_run`,
+/// only says which (blocking).
 pub fn sweep(
     store: &crate::store::AutopilotStore,
     project: &str,
     live: &[uuid::Uuid],
+    image_of: impl Fn(&crate::store::Span) -> Option<String>,
     dry_run: bool,
 ) -> Sweep {
     let mut sweep = Sweep::default();
@@ -107,12 +109,7 @@ pub fn sweep(
     let keep: BTreeSet<String> = live
         .iter()
         .filter_map(|t| store.load_trace(*t).ok())
-        .flat_map(|view| {
-            view.spans
-                .iter()
-                .filter_map(crate::steps::workflow::image_of)
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|view| view.spans.iter().filter_map(&image_of).collect::<Vec<_>>())
         .collect();
     let gone = unused(&images, &keep);
     sweep.kept = images

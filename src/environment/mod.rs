@@ -11,15 +11,14 @@ mod error;
 pub mod gc;
 mod layer;
 mod record;
-mod settings;
 
+pub use crate::sandbox::EnvironmentSettings;
 pub use build::{build, BuildPlan, BuildRequest};
 pub use definition::{define, Definition, LOCKFILES, SETUP_SCRIPT};
 pub use devcontainer::{parse_devcontainer, strip_jsonc, DevcontainerConfig, DEVCONTAINER_PATHS};
 pub use error::EnvironmentError;
 pub use layer::{rover_layer, setup_config};
 pub use record::{EnvSource, EnvironmentMeta};
-pub use settings::EnvironmentSettings;
 
 /// The image repository of built environments (`rover-env:<hash>`).
 pub const ENV_REPO: &str = "rover-env";

@@ -130,8 +130,8 @@ pub(crate) async fn forward(
         if spend >= budget.stop_usd {
             let reason = format!(
                 "rover: this run's trace reached its budget stop limit ({} of {}, autopilot.budget.trace.usd); the request was not sent",
-                crate::budget::usd(spend),
-                crate::budget::usd(budget.stop_usd)
+                crate::agents::usd(spend),
+                crate::agents::usd(budget.stop_usd)
             );
             let dir = shared.dir().to_owned();
             let stop = budget.stop_usd;

@@ -7,6 +7,7 @@
 mod docker;
 pub mod egress;
 mod env;
+mod environment_settings;
 mod error;
 pub mod gates;
 pub mod hooks;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
 pub use egress::{Egress, EgressMode};
 pub use env::{check_env, ALWAYS_REFUSED_ENV};
+pub use environment_settings::EnvironmentSettings;
 pub use error::SandboxError;
 pub use settings::{GateSettings, SandboxSettings, MODEL_ENV_REFUSED};
 pub use spec::{

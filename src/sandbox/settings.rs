@@ -68,7 +68,7 @@ pub struct SandboxSettings {
     /// definition, with the network; see docs/sandbox.md).
     pub setup: Vec<String>,
     /// How the repository's own environment image is built.
-    pub environment: crate::environment::EnvironmentSettings,
+    pub environment: super::EnvironmentSettings,
 }
 
 impl Default for SandboxSettings {
@@ -90,7 +90,7 @@ impl Default for SandboxSettings {
             hooks: crate::git::HookMode::Sandbox,
             commit_limits: crate::git::CommitLimits::default(),
             setup: Vec::new(),
-            environment: crate::environment::EnvironmentSettings::default(),
+            environment: super::EnvironmentSettings::default(),
         }
     }
 }

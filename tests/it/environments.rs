@@ -518,7 +518,7 @@ async fn a_python_devcontainer_is_built_once_tested_offline_and_rebuilt_when_its
     );
     let gates = &workflow_span(&first).meta["gates"]["results"][0];
     assert_eq!(gates["outcome"], "passed", "{gates:#}");
-    assert_closed_network(&workflow_span(&first));
+    assert_closed_network(workflow_span(&first));
     let offline = run_offline(&s, &image, &["python", "-B", "-m", "unittest", "-v"]);
     assert!(
         offline.status.success(),
@@ -637,7 +637,7 @@ async fn a_rust_devcontainer_is_built_once_and_its_tests_run_offline() {
     );
     let gates = &workflow_span(&first).meta["gates"]["results"][0];
     assert_eq!(gates["outcome"], "passed", "{gates:#}");
-    assert_closed_network(&workflow_span(&first));
+    assert_closed_network(workflow_span(&first));
     let offline = run_offline(&s, &image, &["cargo", "test", "--offline", "--locked"]);
     assert!(
         offline.status.success(),

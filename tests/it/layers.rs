@@ -23,7 +23,10 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     ("foundation", &["error", "project", "secrets"]),
     ("store", &["store", "logging"]),
-    ("edges", &["agents", "github", "git", "sandbox"]),
+    (
+        "edges",
+        &["agents", "github", "git", "proxy", "sandbox", "environment"],
+    ),
     ("orchestrator", &["budget", "trace", "orchestrator"]),
     ("pipeline", &["config", "steps"]),
     ("top", &["daemon", "cli"]),

@@ -6,6 +6,7 @@
 //! denied in the workflow span; and the model key is in no environment variable, process
 //! argument or file the container can see.
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -220,11 +221,11 @@ proxied() {
     );
     for (name, target) in targets {
         let (host, port) = target.rsplit_once(':').unwrap();
-        s.push_str(&format!("raw {name} {host} {port} &\n"));
+        let _ = writeln!(s, "raw {name} {host} {port} &");
     }
     s.push_str("wait\ncat /tmp/raw-* >> \"$out\"\n");
     for (name, target) in via_proxy {
-        s.push_str(&format!("proxied {name} {target}\n"));
+        let _ = writeln!(s, "proxied {name} {target}");
     }
     s.push_str(
         r#"if timeout 5 getent hosts example.com >/dev/null 2>&1; then echo "dns example.com resolved" >> "$out"; else echo "dns example.com failed" >> "$out"; fi

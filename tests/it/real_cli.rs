@@ -720,7 +720,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {"agent": {"agent": "codex"},
-            "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "OPENAI_API_KEY", "CODEX_API_KEY"]}}}),
+            "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT"], "egress": "model-only"}}}),
     );
     s.github
         .add_issue(74, "Add a --json flag", "Please add --json.", "alice", &[]);
@@ -880,7 +880,7 @@ async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_fa
         merge(
             &mut s.extra_config,
             &json!({"autopilot": {"agent": {"agent": "codex"},
-                "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "OPENAI_API_KEY", "CODEX_API_KEY"]}}}),
+                "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT"], "egress": "model-only"}}}),
         );
         real_codex_env(api, s);
     };

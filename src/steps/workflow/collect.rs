@@ -357,7 +357,7 @@ impl WorkflowStep {
         } else {
             super::network::end_run(&ctx.store, &container).await
         };
-        let wire_stop = wire.as_ref().and_then(|l| l.stopped.clone());
+        let wire_stop = wire.as_ref().and_then(|l| l.stopped);
 
         let (mut task_status, mut summary) = verdict(&RunEnd {
             container: &container,

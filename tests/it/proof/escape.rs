@@ -1353,8 +1353,8 @@ fn files_holding(dir: &Path, skip: &Path, needle: &str) -> Vec<PathBuf> {
     found
 }
 
-/// The model key handed into the sandbox (through `envAllow`), written by the agent into a file
-/// of its worktree, and a key-shaped token in another file, never leave: the push is refused
+/// A secret handed into the sandbox (a secret-looking variable in `envAllow`; model keys
+/// never enter: see `tests/it/network.rs`), written by the agent into a file of its worktree, and a key-shaped token in another file, never leave: the push is refused
 /// before git sends anything, no branch reaches the remote and no pull request opens, the push
 /// span names the files and the kinds, the resolver ends the trace, and the channel is told,
 /// with none of the secrets rover holds in a span, a comment or a log.
@@ -1363,19 +1363,19 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let key = format!("model-key-{id}");
+    let key = format!("deploy-key-{id}");
     let webhook = format!("webhook-secret-{id}");
     let second_token = format!("second-gh-token-{id}");
     // Built here so no token-shaped literal sits in the source.
     let fake_token = format!("gh{}_{}", "p", "Fake0123".repeat(5));
-    s.env_vars.push(("ANTHROPIC_API_KEY".into(), key.clone()));
+    s.env_vars.push(("DEPLOY_API_KEY".into(), key.clone()));
     // Held too, though no webhook is served and `GITHUB_TOKEN` is the token rover uses.
     s.env_vars
         .push(("ROVER_WEBHOOK_SECRET".into(), webhook.clone()));
     s.env_vars.push(("GH_TOKEN".into(), second_token.clone()));
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "ANTHROPIC_API_KEY"]}}}),
+        &json!({"autopilot": {"sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "DEPLOY_API_KEY"]}, "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG", "DEPLOY_API_KEY"]}}}),
     );
 
     s.github.add_issue(
@@ -1394,7 +1394,7 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
     s.rules.push(json!({"prompt_contains": "## Task: Add the deploy settings",
         "write": {"notes.md": format!("# Deploy\n\nuse {fake_token} for the staging bot\n")},
         // The agent's Bash tool, in the container: the key it was handed, into a file.
-        "run": ["printf 'ANTHROPIC_API_KEY=%s\\n' \"$ANTHROPIC_API_KEY\" > settings.env"],
+        "run": ["printf 'DEPLOY_API_KEY=%s\\n' \"$DEPLOY_API_KEY\" > settings.env"],
         "structured": {"status": "completed", "summary": "Added the deploy settings.", "files_changed": ["settings.env", "notes.md"]}}));
     s.answer(
         COMMIT,
@@ -1449,7 +1449,7 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
         findings.iter().any(|f| f["path"] == "settings.env"
             && f["in"] == "content"
             && f["kind"] == "held"
-            && f["name"] == "ANTHROPIC_API_KEY"
+            && f["name"] == "DEPLOY_API_KEY"
             && f["line"] == 1),
         "{findings:?}"
     );
@@ -1462,7 +1462,7 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
     );
     let summary = push.summary.as_deref().unwrap_or_default();
     for part in [
-        "the value of ANTHROPIC_API_KEY in `settings.env` line 1",
+        "the value of DEPLOY_API_KEY in `settings.env` line 1",
         "a GitHub token shape",
         "`notes.md` line 3",
         "nothing was pushed",

@@ -145,13 +145,18 @@ async fn untrusted_authors_trigger_no_agent_and_no_container() {
 async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
-    // Even allow-listed by mistake, GitHub credentials never enter a sandbox or an agent.
+    // Even allow-listed by mistake, GitHub credentials never enter a sandbox or an agent; a
+    // model key cannot be allow-listed at all (rover's proxy holds it: tests/it/network.rs),
+    // and a variable that carries its value is left out.
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "GH_TOKEN"]}}}),
+        &json!({"autopilot": {"sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT", "GITHUB_TOKEN", "GH_TOKEN", "CARRIES_THE_KEY"]},
+            "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG", "CARRIES_THE_KEY"]}}}),
     );
     s.env_vars
         .push(("ANTHROPIC_API_KEY".into(), MODEL_KEY.into()));
+    s.env_vars
+        .push(("CARRIES_THE_KEY".into(), format!("prefix-{MODEL_KEY}")));
     one_task_issue(
         &mut s,
         50,
@@ -186,16 +191,22 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
         chain(&trace)
     );
 
-    // The sandbox: the model key (allowed) but never a GitHub credential, by name or value.
+    // The sandbox: never a GitHub credential nor a model key, by name or value.
     assert_eq!(envs.len(), 1, "one container: {envs:?}");
     assert!(s.containers().is_empty(), "removed once collected");
     let env = envs.into_values().next().expect("one container");
-    assert!(
-        env.iter()
-            .any(|e| e == &format!("ANTHROPIC_API_KEY={MODEL_KEY}")),
-        "{env:?}"
-    );
     for e in &env {
+        // Both carry the key's value: the variable set to hold it, and the fake agent's script
+        // (its notify answer quotes the key), so the sandboxed agent runs without its script
+        // and the workflow fails; the trace still ends with its answer.
+        assert!(
+            !e.starts_with("CARRIES_THE_KEY=") && !e.starts_with("ROVER_FAKE_AGENT_SCRIPT="),
+            "a variable carrying the model key is left out: {e}"
+        );
+        assert!(
+            !e.contains(MODEL_KEY),
+            "the model key is not in the sandbox env: {e}"
+        );
         assert!(
             !e.contains(TOKEN),
             "the GitHub token is not in the sandbox env"
@@ -227,8 +238,9 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
         prompts += 1;
     }
     assert!(
-        prompts >= 5,
-        "the host agent calls were recorded ({prompts})"
+        prompts >= 4,
+        "the host agent calls were recorded ({prompts}): {:?}",
+        chain(&trace)
     );
 
     // Every public body: no token, no key-shaped string.

@@ -1,4 +1,5 @@
-//! `EnvironmentSettings`: `autopilot.sandbox.environment` in `rover.json`.
+//! `EnvironmentSettings`: `autopilot.sandbox.environment` in `rover.json` (what
+//! [`crate::environment`] builds from; kept with the sandbox's settings it is part of).
 
 use serde::Deserialize;
 
