@@ -212,6 +212,7 @@ async fn run(
             }
         };
 
+    warn_without_proxy_key(&config);
     if config.autopilot.sandbox.hooks == crate::git::HookMode::Host {
         let text = "autopilot.sandbox.hooks is \"host\": the repository's own git hooks run on this machine with the agent's worktree as their working directory, so a hook that runs a file from the worktree (./scripts/lint, make, npm, node_modules/.bin, a hook manager) runs code the agent wrote; remove the setting to run every hook in a sandbox";
         println!("warning: {text}");
@@ -300,6 +301,15 @@ async fn run(
         }
         for w in &orphans.worktrees {
             println!("removed orphan worktree {}", w.display());
+        }
+        for run in &orphans.networks {
+            println!("removed the network and relay of run {run}, whose container is gone");
+        }
+        if !orphans.grants.is_empty() {
+            println!(
+                "removed the proxy grants of {} run(s) no task names",
+                orphans.grants.len()
+            );
         }
         for e in &orphans.errors {
             println!("warning: orphan cleanup: {e}");
@@ -444,6 +454,27 @@ async fn run(
         return Ok(ExitCode::from(EX_TEMPFAIL));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A sandboxed agent reaches its model API only through rover's proxy, which adds the key
+/// from rover's environment: without one, every workflow would fail at its first request.
+fn warn_without_proxy_key(config: &RoverConfig) {
+    if config.autopilot.sandbox.egress().is_none() {
+        return;
+    }
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    let missing = match config.autopilot.agent.agent {
+        crate::agents::AgentKind::Claude => (!set("ANTHROPIC_API_KEY")
+            && !set("CLAUDE_CODE_OAUTH_TOKEN"))
+        .then_some("ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN)"),
+        crate::agents::AgentKind::Codex => (!set("CODEX_API_KEY") && !set("OPENAI_API_KEY"))
+            .then_some("OPENAI_API_KEY (or CODEX_API_KEY)"),
+    };
+    if let Some(names) = missing {
+        let text = format!("{names} is not set: sandboxed agents reach the model API only through rover's proxy, which adds that key (a login of the CLI on this machine does not reach the sandbox), so workflows will fail until it is set in rover's environment");
+        println!("warning: {text}");
+        tracing::warn!("{text}");
+    }
 }
 
 /// rover's sandbox proxy outlives the process only while an agent run still needs it (a

@@ -48,6 +48,9 @@ pub struct BuildRequest<'a> {
     pub ws: &'a Workspace,
     /// A directory of rover's for the build's files (the checkout, rover's layer) and its log.
     pub dir: PathBuf,
+    /// Where the build says how far it got (a line per step, then one every 30 s and at each
+    /// milestone of its output), for the console.
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 /// The image a definition resolves to, before anything is built.
@@ -100,6 +103,16 @@ pub async fn build(
         return Ok(meta);
     }
     tracing::info!(image = %plan.image, source = ?req.definition.source, log = %log_path.display(), "building the repository's environment");
+    let say = |line: String| {
+        if let Some(progress) = &req.progress {
+            let _ = progress.send(line);
+        }
+    };
+    say(format!(
+        "building {} (log: {})",
+        plan.image,
+        log_path.display()
+    ));
     let started = Instant::now();
     meta.log = Some(log_path.clone());
     let result = run_build(req, &plan, &log_path).await;
@@ -108,10 +121,16 @@ pub async fn build(
         Ok(()) => {
             meta.built = true;
             tracing::info!(image = %plan.image, secs = started.elapsed().as_secs(), "built the repository's environment");
+            say(format!(
+                "built {} in {} s",
+                plan.image,
+                started.elapsed().as_secs()
+            ));
             Ok(meta)
         }
         Err(e) => {
             tracing::warn!(image = %plan.image, error = %e, "the repository's environment did not build");
+            say(format!("{} did not build: {e}", plan.image));
             Err(fail(&meta, e))
         }
     }
@@ -182,6 +201,7 @@ async fn run_build(
         .export_commit(&req.definition.commit, &workspace)
         .await?;
     let mut log = Log::create(log_path).await?;
+    log.progress.clone_from(&req.progress);
     log.note(&format!(
         "rover: building {} from {} at {} (agents from {} {})",
         plan.image,
@@ -413,6 +433,8 @@ struct Log {
     /// Images the steps tagged on the way (the dev container CLI's `vsc-...` image), removed
     /// once the environment image holds their layers.
     tagged: Vec<String>,
+    /// See [`BuildRequest::progress`].
+    progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Log {
@@ -435,7 +457,15 @@ impl Log {
             path: path.to_path_buf(),
             file,
             tagged: Vec::new(),
+            progress: None,
         })
+    }
+
+    /// A line for the console, when someone watches.
+    fn say(&self, line: &str) {
+        if let Some(progress) = &self.progress {
+            let _ = progress.send(line.chars().take(200).collect());
+        }
     }
 
     async fn note(&mut self, line: &str) {
@@ -454,6 +484,7 @@ impl Log {
         let reproduce = shell_line(argv);
         self.note(&format!("rover: {step}\n$ {reproduce}")).await;
         tracing::info!(step, "environment build: {step}");
+        self.say(step);
         let failed = |output: String, path: &Path| EnvironmentError::Build {
             step: step.to_owned(),
             output,
@@ -522,6 +553,7 @@ impl Log {
             if milestone(&line) || said.elapsed() > Duration::from_secs(30) {
                 said = Instant::now();
                 tracing::info!(step, "environment build: {}", line.trim());
+                self.say(&format!("{step}: {}", line.trim()));
             }
             last.push_back(line);
             if last.len() > ERROR_LINES {

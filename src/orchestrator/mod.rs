@@ -153,6 +153,7 @@ impl StepOrchestrator {
                     store: store.clone(),
                     cancel: CancellationToken::new(),
                     in_flight: Arc::default(),
+                    progress: Some(progress.clone()),
                 },
                 steps: by_kind,
                 permits,

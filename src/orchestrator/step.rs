@@ -22,9 +22,19 @@ pub struct StepContext {
     pub cancel: CancellationToken,
     /// The orchestrator's runs in progress (see [`StepContext::in_process`]).
     pub(super) in_flight: Arc<Mutex<InFlight>>,
+    /// The console's feed (see [`StepContext::notice`]).
+    pub(super) progress: Option<tokio::sync::broadcast::Sender<super::Progress>>,
 }
 
 impl StepContext {
+    /// Tells a person watching the console something about a step still running (a long
+    /// build's progress).
+    pub fn notice(&self, text: impl Into<String>) {
+        if let Some(progress) = &self.progress {
+            let _ = progress.send(super::Progress::Notice(text.into()));
+        }
+    }
+
     /// Whether a run of `action_id` is in progress in this process: claimed and its `process`
     /// not yet returned. A step's `monitor` leaves such a run alone (its detached work, if any,
     /// is not handed over yet).

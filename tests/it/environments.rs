@@ -128,6 +128,14 @@ async fn a_setup_script_builds_the_image_the_agent_and_gates_run_in() {
         "note.txt",
     );
     s.answer(NOTIFY, json!({"message": "Opened a PR with the note."}));
+    // The console says how the build goes while it runs.
+    let first = s.run_once().await;
+    let console = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        console.contains("environment build: building rover-env:")
+            && console.contains("environment build: built rover-env:"),
+        "{console}"
+    );
     s.run_until_settled(12).await;
     let trace = s.the_trace();
     let env = environment(&trace);

@@ -379,9 +379,11 @@ async fn probe_the_closed_network(codex: bool) {
     );
     let denied = rows.len();
     eprintln!(
-        "closed network: {} raw connections failed, {denied} destinations denied and recorded by the proxy, {} model requests proxied ({} bytes down)",
+        "closed network ({}): {} raw connections failed, {denied} destinations denied and recorded by the proxy, {} model requests proxied ({} bytes up, {} bytes down)",
+        if codex { "codex" } else { "claude" },
         targets.len() - 1,
         wire["requests"],
+        wire["bytesUp"],
         wire["bytesDown"]
     );
     if codex {
@@ -459,5 +461,51 @@ async fn cross_the_stop_limit(codex: bool) {
         !chain(&trace).iter().any(|c| c.starts_with("push:")),
         "{:?}",
         chain(&trace)
+    );
+}
+
+/// What a crash can leave of a run's network (its run gone: a network and relay, a grant and
+/// ledger in the proxy dir) is removed when rover starts, and said.
+#[tokio::test]
+async fn a_run_network_and_grant_left_by_a_crash_are_swept_at_start() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let run = format!("rover-ghost-{}", uuid::Uuid::new_v4().simple());
+    let network = format!("{run}-net");
+    let made = std::process::Command::new("docker")
+        .args(["network", "create", "--internal", "--label"])
+        .arg(format!("rover.proxy.project={}", s.env.project_id))
+        .arg("--label")
+        .arg(format!("rover.proxy.run={run}"))
+        .arg(&network)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let grant_dir = s.store().root().join("proxy").join("runs").join(&run);
+    std::fs::create_dir_all(&grant_dir).unwrap();
+    std::fs::write(grant_dir.join("grant.json"), "{}").unwrap();
+    let out = s.run_once().await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("removed the network and relay of run {run}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("removed the proxy grants of 1 run(s)"),
+        "{stdout}"
+    );
+    assert!(!grant_dir.exists());
+    let listed = std::process::Command::new("docker")
+        .args(["network", "ls", "-q", "--filter"])
+        .arg(format!("name={network}"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).trim().is_empty(),
+        "the network is gone"
     );
 }

@@ -43,6 +43,15 @@ impl WorkflowStep {
             }
         };
         ensure().await?;
+        // A long build says how far it got on the console, as it goes.
+        let (progress, mut said) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let console = ctx.clone();
+        let short = span_id.to_string()[..8].to_owned();
+        tokio::spawn(async move {
+            while let Some(line) = said.recv().await {
+                console.notice(format!("{short} environment build: {line}"));
+            }
+        });
         let request = BuildRequest {
             definition: &definition,
             agents_image: &settings.image,
@@ -50,6 +59,7 @@ impl WorkflowStep {
             project: &self.services.project_id,
             ws,
             dir: ctx.store.artifacts_dir(span_id).join("environment"),
+            progress: Some(progress),
         };
         match environment::build(&request).await {
             Ok(meta) => Ok(Ok(meta)),

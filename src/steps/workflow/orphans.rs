@@ -25,6 +25,9 @@ pub struct OrphanReport {
     /// Networks and relays of agent runs whose container is gone (removed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<String>,
+    /// Proxy grants and ledgers of runs no task names (removed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
     /// What could not be removed, and why.
     pub errors: Vec<String>,
 }
@@ -85,6 +88,24 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
                 }
             }
             Err(e) => report.errors.push(format!("cannot list run networks: {e}")),
+        }
+    }
+    // Grants and ledgers of runs no task names any more (a crash between collecting a run and
+    // forgetting it): their spans hold what they said. Swept at start, before any launch.
+    let runs_dir = super::network::proxy_dir(store).join(crate::proxy::RUNS_DIR);
+    let named: Vec<&str> = known
+        .iter()
+        .filter_map(|t| t.mapping.container_id.as_deref())
+        .collect();
+    if let Ok(entries) = std::fs::read_dir(&runs_dir) {
+        for entry in entries.flatten() {
+            let run = entry.file_name().to_string_lossy().into_owned();
+            if !named.contains(&run.as_str()) {
+                match std::fs::remove_dir_all(entry.path()) {
+                    Ok(()) => report.grants.push(run),
+                    Err(e) => report.errors.push(format!("proxy files of {run}: {e}")),
+                }
+            }
         }
     }
     let dir = Services::worktrees_dir(store);
