@@ -49,6 +49,8 @@ pub struct DockerSandbox {
     no_storage_opt: Arc<AtomicBool>,
     /// One proxy server start at a time (parallel launches would race to make it).
     proxy_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The image of this process's binary, once known (hashing it costs a read of the binary).
+    proxy_image: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl DockerSandbox {
@@ -74,6 +76,7 @@ impl DockerSandbox {
             env_allow,
             no_storage_opt: Arc::new(AtomicBool::new(false)),
             proxy_lock: Arc::new(tokio::sync::Mutex::new(())),
+            proxy_image: Arc::new(tokio::sync::OnceCell::new()),
         })
     }
 
@@ -485,7 +488,15 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {
-        let image = self.proxy_image().await?;
+        let mut image = self
+            .proxy_image
+            .get_or_try_init(|| self.proxy_image())
+            .await?
+            .clone();
+        // Removed since (an image prune): imported again, under the same name.
+        if !self.image_exists(&image).await? {
+            image = self.proxy_image().await?;
+        }
         self.ensure_proxy(&ProxyServer {
             project: run.project.clone(),
             dir: run.proxy_dir.clone(),
