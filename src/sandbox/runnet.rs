@@ -260,6 +260,7 @@ impl DockerSandbox {
                     tracing::info!(container = %name, "restarting rover's sandbox proxy with new settings");
                     self.remove_named(&name).await?;
                     self.create_server(server, &name, &config).await?;
+                    self.prune_proxy_images(&server.image).await;
                 }
             }
             Err(e) if status_of(&e) == Some(404) => {
@@ -488,6 +489,46 @@ impl DockerSandbox {
         runs.sort();
         runs.dedup();
         Ok(runs)
+    }
+
+    /// Removes the images of earlier rover binaries that no container uses any more (an image
+    /// in use is refused by the engine and stays).
+    async fn prune_proxy_images(&self, current: &str) {
+        let filters = HashMap::from([(
+            "reference".to_owned(),
+            vec![format!("{PROXY_IMAGE_REPO}:*")],
+        )]);
+        let Ok(images) = self
+            .client()
+            .list_images(Some(
+                bollard::query_parameters::ListImagesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+        else {
+            return;
+        };
+        for tag in images.into_iter().flat_map(|i| i.repo_tags) {
+            if tag != current && tag.starts_with(&format!("{PROXY_IMAGE_REPO}:")) {
+                match self
+                    .client()
+                    .remove_image(
+                        &tag,
+                        None::<bollard::query_parameters::RemoveImageOptions>,
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(image = %tag, "removed the proxy image of an earlier rover binary");
+                    }
+                    Err(e) => {
+                        tracing::debug!(image = %tag, error = %e, "an earlier proxy image stays");
+                    }
+                }
+            }
+        }
     }
 
     /// Stops and removes the proxy server of `dir` (when no run needs it any more).
