@@ -1,7 +1,8 @@
 //! A model response body passed through frame by frame (nothing held back, so server-sent events
-//! flow) while its bytes are counted and its usage read; when it ends the run's ledger is
-//! updated before the end reaches the client, and when the client goes away mid-stream the
-//! ledger is updated with what was seen.
+//! flow) while its bytes are counted and its usage read; once the event that closes the usage
+//! has come (or the body ends) the run's ledger is updated before that frame reaches the client,
+//! so the client's next request, which may follow before the body's end, is checked against
+//! it; when the client goes away mid-stream the ledger is updated with what was seen.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +35,8 @@ pub(crate) struct MeteredBody {
     exchange: Option<Exchange>,
     /// The ledger write started at the end of the body; the end is passed on once it is done.
     writing: Option<JoinHandle<()>>,
+    /// The frame that completed the usage, passed on once the ledger write is done.
+    held: Option<Frame<Bytes>>,
     done: bool,
 }
 
@@ -45,6 +48,7 @@ impl MeteredBody {
             bytes_down: 0,
             exchange: Some(exchange),
             writing: None,
+            held: None,
             done: false,
         }
     }
@@ -90,20 +94,34 @@ impl Body for MeteredBody {
         let this = self.get_mut();
         loop {
             if let Some(writing) = this.writing.as_mut() {
-                // A failed write was logged by the task; the client still gets its end.
+                // A failed write was logged by the task; the client still gets its frame or end.
                 let _ = ready!(Pin::new(writing).poll(cx));
                 this.writing = None;
-                this.done = true;
+                match this.held.take() {
+                    Some(frame) => return Poll::Ready(Some(Ok(frame))),
+                    None => this.done = true,
+                }
             }
             if this.done {
                 return Poll::Ready(None);
             }
             match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => {
+                    let mut complete = false;
                     if let Some(data) = frame.data_ref() {
                         this.bytes_down += data.len() as u64;
                         if let Some(parser) = this.parser.as_mut() {
                             parser.feed(data);
+                            complete = parser.complete();
+                        }
+                    }
+                    // The answer is whole: its spend is recorded before the client has it (the
+                    // few bytes after it are not counted).
+                    if complete {
+                        if let Some(writing) = this.settle() {
+                            this.writing = Some(writing);
+                            this.held = Some(frame);
+                            continue;
                         }
                     }
                     return Poll::Ready(Some(Ok(frame)));

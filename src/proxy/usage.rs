@@ -47,6 +47,9 @@ pub struct UsageParser {
     json: Vec<u8>,
     json_oversize: bool,
     seen: SeenUsage,
+    /// The event that closes the response's usage went by (Anthropic `message_delta`, OpenAI
+    /// `response.completed`): the client may act on the answer before the body ends.
+    complete: bool,
 }
 
 impl UsageParser {
@@ -70,6 +73,7 @@ impl UsageParser {
             json: Vec::new(),
             json_oversize: false,
             seen: SeenUsage::default(),
+            complete: false,
         }
     }
 
@@ -97,6 +101,11 @@ impl UsageParser {
                 self.push_line_part(chunk);
             }
         }
+    }
+
+    /// Whether the usage is final already: the event that closes it went by.
+    pub fn complete(&self) -> bool {
+        self.complete
     }
 
     /// The usage seen, once the body ended or was cut off.
@@ -180,6 +189,7 @@ impl UsageParser {
             }
             (Provider::Anthropic, Some("message_delta")) => {
                 self.read_anthropic(&event["usage"]);
+                self.complete = true;
             }
             (
                 Provider::Openai,
@@ -187,6 +197,7 @@ impl UsageParser {
             ) => {
                 self.note_model(&event["response"]["model"]);
                 self.read_openai(&event["response"]["usage"]);
+                self.complete = true;
             }
             _ => {}
         }

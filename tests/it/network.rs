@@ -331,6 +331,19 @@ async fn probe_the_closed_network(codex: bool) {
         "the host's loopback was reached"
     );
 
+    // `trace` lists them under the workflow.
+    let tree = crate::support::env::stdout(&s.env.rover(&[
+        "autopilot",
+        "trace",
+        &trace.trace_id().to_string(),
+    ]));
+    eprintln!("{tree}");
+    assert!(
+        tree.contains("network: model-only;")
+            && tree.contains("denied: ")
+            && tree.contains("example.com:443 ×1"),
+        "{tree}"
+    );
     // Every attempt through the proxy is in the span, denied, once.
     let wire = &workflow.meta["network"];
     let rows = wire["connections"].as_array().unwrap();
@@ -433,8 +446,10 @@ async fn cross_the_stop_limit(codex: bool) {
     let wire = &workflow.meta["network"];
     let stopped = &wire["stopped"];
     assert!(
-        stopped["spendUsd"].as_f64().unwrap() >= 0.005,
-        "the spend at the stop is recorded: {wire}"
+        stopped["spendUsd"].as_f64().is_some_and(|v| v >= 0.005),
+        "the spend at the stop is recorded: {wire}\n{:?}\n{:?}",
+        chain(&trace),
+        workflow.meta
     );
     assert_eq!(stopped["stopUsd"].as_f64(), Some(0.005), "{wire}");
     assert_eq!(workflow.status.to_string(), "failed", "{:?}", workflow.meta);
@@ -454,6 +469,16 @@ async fn cross_the_stop_limit(codex: bool) {
     assert!(
         wire["refusals"].to_string().contains("budget stop limit"),
         "{wire}"
+    );
+    // `trace` says it under the workflow.
+    let tree = crate::support::env::stdout(&s.env.rover(&[
+        "autopilot",
+        "trace",
+        &trace.trace_id().to_string(),
+    ]));
+    assert!(
+        tree.contains("network: model-only;") && tree.contains("stopped by budget at the wire: $"),
+        "{tree}"
     );
     // Nothing of the stopped run is pushed.
     assert!(s.github.pulls().is_empty());
