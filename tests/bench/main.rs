@@ -15,6 +15,7 @@ mod agents;
 mod e2e;
 mod orchestrator;
 mod prompts;
+mod sandbox;
 mod store;
 
 fn main() {
@@ -44,6 +45,9 @@ fn main() {
     }
     if wants("prompts") {
         prompts::run();
+    }
+    if wants("sandbox") {
+        sandbox::run();
     }
 }
 
