@@ -32,6 +32,10 @@ enum Format {
 
 /// Feeds on a response body chunk by chunk; [`UsageParser::finish`] gives what it carried.
 #[derive(Debug)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "independent states of one streaming parser"
+)]
 pub struct UsageParser {
     provider: Provider,
     format: Format,

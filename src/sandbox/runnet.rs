@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkCreateRequest,
-    NetworkingConfig, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, EndpointSettings, HostConfig, Ipam, IpamConfig, Mount, MountType,
+    NetworkCreateRequest, NetworkingConfig, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
@@ -381,22 +381,41 @@ impl DockerSandbox {
                 "true".to_owned(),
             );
         }
-        let request = NetworkCreateRequest {
+        let request = |subnet: Option<String>| NetworkCreateRequest {
             name: name.clone(),
             driver: Some("bridge".to_owned()),
             internal: Some(net.internal),
-            options: Some(options),
+            options: Some(options.clone()),
             labels: Some(HashMap::from([
                 (LABEL_PROXY_PROJECT.to_owned(), net.project.clone()),
                 (LABEL_PROXY_ROLE.to_owned(), "network".to_owned()),
                 (LABEL_PROXY_RUN.to_owned(), net.run.clone()),
             ])),
+            ipam: subnet.map(|subnet| Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(subnet),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
             ..Default::default()
         };
-        match self.client().create_network(request).await {
-            Ok(_) => {}
-            Err(e) if status_of(&e) == Some(409) => {}
-            Err(e) => return Err(self.err("create network", &name, e)),
+        // An internal network takes a /28 of its own from RUN_SUBNETS (the engine's default
+        // pools hold about 30 networks; the host has no address on these, so no route of the
+        // host's can clash); a slice in use is skipped. An `open` one takes the engine's.
+        let mut tries: Vec<Option<String>> = if net.internal {
+            run_subnets(&net.run).take(SUBNET_TRIES).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        tries.reverse();
+        while let Some(subnet) = tries.pop() {
+            match self.client().create_network(request(subnet.clone())).await {
+                Ok(_) => break,
+                Err(e) if status_of(&e) == Some(409) => break,
+                Err(e) if subnet.is_some() && !tries.is_empty() && overlaps(&e) => {}
+                Err(e) => return Err(self.err("create network", &name, e)),
+            }
         }
         let relay = relay_name(&net.run);
         let body = ContainerCreateBody {
@@ -537,6 +556,33 @@ impl DockerSandbox {
     }
 }
 
+/// The range internal run networks are cut from: `10.213.0.0/16`, in 4,096 slices of /28.
+const RUN_SUBNET_BASE: [u8; 2] = [10, 213];
+/// Slices tried before giving up (each one in use is skipped).
+const SUBNET_TRIES: usize = 64;
+
+/// The /28 slices run `run` tries, in order: from one its name picks, onwards.
+fn run_subnets(run: &str) -> impl Iterator<Item = String> {
+    let digest = Sha256::digest(run.as_bytes());
+    let start = (usize::from(digest[0]) << 8 | usize::from(digest[1])) % 4096;
+    (0..4096).map(move |i| {
+        let slice = (start + i) % 4096;
+        format!(
+            "{}.{}.{}.{}/28",
+            RUN_SUBNET_BASE[0],
+            RUN_SUBNET_BASE[1],
+            slice / 16,
+            (slice % 16) * 16
+        )
+    })
+}
+
+/// The engine refused a subnet because another network has it.
+fn overlaps(e: &bollard::errors::Error) -> bool {
+    let text = e.to_string();
+    text.contains("overlap") || text.contains("in use")
+}
+
 /// Whether something accepts connections on `socket`.
 fn socket_answers(socket: &Path) -> bool {
     std::os::unix::net::UnixStream::connect(socket).is_ok()
@@ -545,6 +591,25 @@ fn socket_answers(socket: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_subnets_are_slices_of_a_16_that_wrap_around() {
+        let all: Vec<String> = run_subnets("rover-a").take(4096).collect();
+        assert!(all
+            .iter()
+            .all(|s| s.starts_with("10.213.") && s.ends_with("/28")));
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 4096, "every slice once");
+        assert!(unique.contains(&"10.213.0.0/28".to_owned()));
+        assert!(unique.contains(&"10.213.255.240/28".to_owned()));
+        assert_ne!(
+            run_subnets("rover-a").next(),
+            run_subnets("rover-b").next(),
+            "runs start apart"
+        );
+    }
 
     #[test]
     fn names_follow_the_run_and_the_store() {

@@ -608,6 +608,7 @@ impl Bench {
                 project: &self.project,
                 ws: &ws,
                 dir: root.path().join("build"),
+                progress: None,
             })
             .await
             .unwrap_or_else(|e| panic!("{what}: {}; log in {:?}", e.1, e.0.log))
