@@ -13,7 +13,7 @@ use crate::agents::AgentKind;
 use crate::orchestrator::{StepContext, StepError};
 use crate::proxy::{self, Grant, GrantBudget, Ledger, Provider};
 use crate::sandbox::runnet::{PROXY_ALIAS, PROXY_PORT};
-use crate::sandbox::{Egress, RunConnect, Sandbox};
+use crate::sandbox::{RunConnect, Sandbox};
 use crate::store::AutopilotStore;
 
 /// `<store>/proxy`: the grants, the ledgers and the server's socket.
@@ -111,7 +111,7 @@ impl WorkflowStep {
                 trace_id,
                 token_sha256: proxy::token_sha256(&token),
                 providers: vec![provider(kind)],
-                egress: grant_egress(&egress),
+                egress: egress.policy(),
                 budget: self.wire_budget(ctx, trace_id).await,
                 ended: false,
                 created_at: Utc::now(),
@@ -143,13 +143,6 @@ impl WorkflowStep {
             env: agent_env(kind, &token),
         }))
     }
-}
-
-/// The grant's form of the egress setting.
-fn grant_egress(egress: &Egress) -> proxy::Egress {
-    serde_json::to_value(egress.policy())
-        .and_then(serde_json::from_value)
-        .unwrap_or(proxy::Egress::ModelOnly)
 }
 
 /// What the proxy saw of run `container` (`None`: it had no network, or saw nothing), and its
