@@ -380,9 +380,10 @@ impl Sandbox for DockerSandbox {
             }
         }
         // Inspect gives the OOM flag as well as the code. The engine may record the OOM event a
-        // moment after the exit (seen on cgroup v1): a SIGKILL exit is looked at a few more times.
+        // moment after the exit (seen on cgroup v1, later on a loaded machine): a SIGKILL exit is
+        // looked at again for up to 2 s.
         let mut status = self.inspect_status(id).await?;
-        for _ in 0..10 {
+        for _ in 0..20 {
             if !matches!(
                 status,
                 ContainerStatus::Exited {
