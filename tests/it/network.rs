@@ -534,3 +534,72 @@ async fn a_run_network_and_grant_left_by_a_crash_are_swept_at_start() {
         "the network is gone"
     );
 }
+
+/// `egress: {"allow": [...]}`: a destination on the list is reached through the proxy (here a
+/// server of the test's on the host's Docker bridge address, allowed by its literal IP, as a
+/// private address must be), one not on it is refused, and both are in the span and `trace`.
+#[tokio::test]
+async fn an_allow_listed_destination_is_reached_through_the_proxy_and_another_refused() {
+    let (server, hits) = counting_http_server().await;
+    let allowed = format!("172.17.0.1:{}", server.port());
+    let command = format!(
+        "git ls-remote http://{allowed}/widgets.git > probe.txt 2>&1; \
+         git ls-remote http://example.com/widgets.git >> probe.txt 2>&1; true"
+    );
+    let mut s = Scenario::new().await;
+    let _api = Api::start(false, &[command], 12, &mut s).await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"egress": {"allow": [allowed.clone()]}}}}),
+    );
+    s.run_until_settled(30).await;
+    let trace = s.the_trace();
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert_eq!(workflow.meta["egress"], format!("allow {allowed}"));
+    let wire = &workflow.meta["network"];
+    let rows = wire["connections"].as_array().unwrap();
+    let row = |host: &str, port: u16| {
+        rows.iter()
+            .find(|r| r["host"] == host && r["port"] == port)
+            .unwrap_or_else(|| panic!("{host}:{port} is not recorded: {wire}"))
+    };
+    assert_eq!(row("172.17.0.1", server.port())["allowed"], true, "{wire}");
+    assert_eq!(row("example.com", 80)["allowed"], false, "{wire}");
+    assert!(
+        hits.load(Ordering::SeqCst) >= 1,
+        "the allowed server was reached"
+    );
+    let tree = crate::support::env::stdout(&s.env.rover(&[
+        "autopilot",
+        "trace",
+        &trace.trace_id().to_string(),
+    ]));
+    assert!(
+        tree.contains(&format!("allowed: {allowed} ×"))
+            && tree.contains("denied: example.com:80 ×"),
+        "{tree}"
+    );
+}
+
+/// An HTTP server on all the host's addresses that answers 404 to anything and counts requests.
+async fn counting_http_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let seen = hits.clone();
+    let app = axum::Router::new().fallback(move || {
+        let seen = seen.clone();
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            (axum::http::StatusCode::NOT_FOUND, "no such repository")
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, hits)
+}
