@@ -680,7 +680,7 @@ impl AutopilotStore {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age < every);
         if recent {
-            return sweep_dir(&self.autopilot_dir(), min_age);
+            return Ok(sweep_dir(&self.autopilot_dir(), min_age));
         }
         let n = self.sweep_temp_files(min_age)?;
         fsio::write_atomic(&marker, Utc::now().to_rfc3339().as_bytes())?;
@@ -698,16 +698,16 @@ impl AutopilotStore {
             self.autopilot_dir(),
             self.trace_index_dir(),
         ] {
-            n += sweep_dir(&dir, min_age)?;
+            n += sweep_dir(&dir, min_age);
         }
         Ok(n)
     }
 }
 
 /// Remove the `.tmp-*` files of `dir` older than `min_age`; a missing directory has none.
-fn sweep_dir(dir: &Path, min_age: std::time::Duration) -> Result<usize> {
+fn sweep_dir(dir: &Path, min_age: std::time::Duration) -> usize {
     let Ok(entries) = fs::read_dir(dir) else {
-        return Ok(0);
+        return 0;
     };
     let mut n = 0;
     for entry in entries.flatten() {
@@ -725,7 +725,7 @@ fn sweep_dir(dir: &Path, min_age: std::time::Duration) -> Result<usize> {
             n += 1;
         }
     }
-    Ok(n)
+    n
 }
 
 /// Whether two records are the same once written (times are stored to the millisecond).

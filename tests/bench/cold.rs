@@ -189,7 +189,7 @@ fn history(store: &AutopilotStore, n: usize) -> Span {
         let mut root = Span::root(
             Uuid::new_v4(),
             at,
-            rover_meta(json!({"type": "IssuesEvent", "action": "opened", "label": label})),
+            rover_meta(&json!({"type": "IssuesEvent", "action": "opened", "label": label})),
         );
         root.finish(SpanStatus::Completed, &label, Meta::new(), at)
             .unwrap();
@@ -264,7 +264,7 @@ fn set_queue(store: &AutopilotStore, parent: &Span, n: usize) {
     store.compact_state().unwrap();
 }
 
-fn rover_meta(v: serde_json::Value) -> Meta {
+fn rover_meta(v: &serde_json::Value) -> Meta {
     v.as_object().cloned().unwrap_or_default()
 }
 
