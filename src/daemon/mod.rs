@@ -262,8 +262,10 @@ async fn run(
         project.id,
         store.root().display()
     );
-    // Temp files of writes a crash interrupted (never read; old ones only).
-    if let Ok(n) = store.sweep_temp_files(Duration::from_secs(60)) {
+    // Temp files of writes a crash interrupted (never read; old ones only; the history's
+    // directories once a day, so a start under cron does not list them every time).
+    if let Ok(n) = store.sweep_temp_files_due(Duration::from_secs(60), Duration::from_secs(86_400))
+    {
         if n > 0 {
             tracing::info!(files = n, "removed temp files of interrupted writes");
         }
@@ -421,7 +423,11 @@ async fn run(
                 }
             }
         }
-        orchestrator.run_until_idle(shutdown.clone()).await
+        let r = orchestrator.run_until_idle(shutdown.clone()).await;
+        // The tasks that hold the orchestrator (the wake loop) end with the token, so the
+        // console sees its channel close at once instead of waiting out its timeout.
+        shutdown.cancel();
+        r
     } else {
         let r = orchestrator.run(shutdown.clone()).await;
         shutdown.cancel();

@@ -123,7 +123,8 @@ enum Outcome {
     Raced,
 }
 
-fn state_seq(state: &State) -> u64 {
+/// The last journal record `state.json` includes (its `journalSeq`; 0 for a store without one).
+pub fn state_seq(state: &State) -> u64 {
     state
         .extra
         .get(SEQ_KEY)

@@ -252,7 +252,8 @@ impl AutopilotStore {
     }
 
     /// Fold the journal into `state.json` (the daemon does at start and stop), so that a reader
-    /// of `state.json` alone sees the whole queue.
+    /// of `state.json` alone sees the whole queue. Nothing is written when the journal holds no
+    /// record `state.json` lacks (an idle `start --once` then costs nothing in the queue's size).
     pub fn compact_state(&self) -> Result<()> {
         self.transact(|txn: &mut Txn<'_>| txn.compact())
     }
@@ -657,6 +658,35 @@ impl AutopilotStore {
         DaemonLock::holder(&self.daemon_lock_path())
     }
 
+    /// Where [`AutopilotStore::sweep_temp_files_due`] notes its last full sweep (its time is the
+    /// file's).
+    pub fn temp_sweep_path(&self) -> PathBuf {
+        self.autopilot_dir().join("temp-sweep")
+    }
+
+    /// [`AutopilotStore::sweep_temp_files`] at most once per `every`: listing the span, action and
+    /// trace-index directories costs in proportion to the store's history, so a start between
+    /// two full sweeps (a `start --once` under cron) sweeps only `autopilot/`. A leftover temp file
+    /// is never read; it only waits for the next full sweep.
+    pub fn sweep_temp_files_due(
+        &self,
+        min_age: std::time::Duration,
+        every: std::time::Duration,
+    ) -> Result<usize> {
+        let marker = self.temp_sweep_path();
+        let recent = fs::metadata(&marker)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < every);
+        if recent {
+            return Ok(sweep_dir(&self.autopilot_dir(), min_age));
+        }
+        let n = self.sweep_temp_files(min_age)?;
+        fsio::write_atomic(&marker, Utc::now().to_rfc3339().as_bytes())?;
+        Ok(n)
+    }
+
     /// Remove the temp files that interrupted writes left behind (`.tmp-*`, never anything
     /// else), once they are older than `min_age`: a younger one may be another process's write
     /// in progress.
@@ -668,26 +698,34 @@ impl AutopilotStore {
             self.autopilot_dir(),
             self.trace_index_dir(),
         ] {
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let stale = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age >= min_age);
-                if entry.file_name().to_string_lossy().starts_with(".tmp-")
-                    && stale
-                    && fs::remove_file(entry.path()).is_ok()
-                {
-                    n += 1;
-                }
-            }
+            n += sweep_dir(&dir, min_age);
         }
         Ok(n)
     }
+}
+
+/// Remove the `.tmp-*` files of `dir` older than `min_age`; a missing directory has none.
+fn sweep_dir(dir: &Path, min_age: std::time::Duration) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for entry in entries.flatten() {
+        // The name first: a stat of every span and action file would cost far more.
+        if !entry.file_name().to_string_lossy().starts_with(".tmp-") {
+            continue;
+        }
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= min_age);
+        if stale && fs::remove_file(entry.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Whether two records are the same once written (times are stored to the millisecond).

@@ -12,6 +12,7 @@
 )]
 
 mod agents;
+mod cold;
 mod e2e;
 mod orchestrator;
 mod prompts;
@@ -32,6 +33,9 @@ fn main() {
     let mut floor = None;
     if wants("store") {
         floor = Some(store::run());
+    }
+    if wants("cold") {
+        cold::run();
     }
     if wants("orchestrator") {
         let floor = floor.unwrap_or_else(store::floor_only);

@@ -909,3 +909,105 @@ fn a_crash_between_writing_state_json_and_replacing_the_journal_duplicates_nothi
     assert_eq!(state.pending.len(), 3);
     assert!(!queued(&state).contains(&ids[2]));
 }
+
+#[test]
+fn a_start_between_full_sweeps_lists_only_the_autopilot_dir() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let stale = |path: &Path| {
+        fs::write(path, "{").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    };
+    let day = Duration::from_secs(86_400);
+    let in_spans = store.spans_dir().join(".tmp-a");
+    stale(&in_spans);
+    // No sweep yet: a full one, noted.
+    assert_eq!(
+        store
+            .sweep_temp_files_due(Duration::from_secs(60), day)
+            .unwrap(),
+        1
+    );
+    assert!(!in_spans.exists());
+    assert!(store.temp_sweep_path().is_file());
+    // Within the day: the history's directories wait, `autopilot/` is swept.
+    stale(&in_spans);
+    let in_autopilot = store.autopilot_dir().join(".tmp-b");
+    stale(&in_autopilot);
+    assert_eq!(
+        store
+            .sweep_temp_files_due(Duration::from_secs(60), day)
+            .unwrap(),
+        1
+    );
+    assert!(in_spans.exists(), "left for the next full sweep");
+    assert!(!in_autopilot.exists());
+    // Once the day is over, the full sweep again.
+    assert_eq!(
+        store
+            .sweep_temp_files_due(Duration::from_secs(60), Duration::ZERO)
+            .unwrap(),
+        1
+    );
+    assert!(!in_spans.exists());
+}
+
+#[test]
+fn compacting_a_folded_queue_writes_nothing_and_a_journal_is_still_folded() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let root = Span::root(Uuid::new_v4(), Utc::now(), Meta::new());
+    let a = Action::new(StepKind::Coordinate, &root, "x", Meta::new(), Utc::now());
+    store.enqueue(&a, root.id).unwrap();
+    store.compact_state().unwrap();
+    let state_file = fs::metadata(store.state_path()).unwrap();
+    let journal = fs::read(store.journal_path()).unwrap();
+    // Nothing to fold: neither file is replaced (an idle `start --once` costs nothing per
+    // pending action).
+    store.compact_state().unwrap();
+    assert_eq!(
+        fs::metadata(store.state_path())
+            .unwrap()
+            .modified()
+            .unwrap(),
+        state_file.modified().unwrap()
+    );
+    assert_eq!(fs::read(store.journal_path()).unwrap(), journal);
+    // A record appended: folded as before.
+    store.dequeue(a.id).unwrap();
+    store.compact_state().unwrap();
+    let on_disk: Value = serde_json::from_slice(&fs::read(store.state_path()).unwrap()).unwrap();
+    assert_eq!(on_disk["pending"], json!([]));
+    assert_eq!(store.read_state().unwrap().pending.len(), 0);
+}
+
+#[test]
+fn an_old_state_without_journal_seq_opens_and_compacts_to_nothing() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let root = Span::root(Uuid::new_v4(), Utc::now(), Meta::new());
+    let a = Action::new(StepKind::Coordinate, &root, "x", Meta::new(), Utc::now());
+    let mut state = State::new(Utc::now());
+    state.pending.push(a.pending(root.id, Utc::now()));
+    fs::create_dir_all(store.autopilot_dir()).unwrap();
+    fs::write(
+        store.state_path(),
+        serde_json::to_vec_pretty(&state).unwrap(),
+    )
+    .unwrap();
+    let before = fs::read(store.state_path()).unwrap();
+    store.compact_state().unwrap();
+    assert_eq!(
+        fs::read(store.state_path()).unwrap(),
+        before,
+        "a store an older rover wrote is left as it was until something changes"
+    );
+    store.dequeue(a.id).unwrap();
+    assert!(store.read_state().unwrap().pending.is_empty());
+}

@@ -309,7 +309,9 @@ async fn sigkill_chaos_of_cron_runs_against_github_ingests_and_answers_each_even
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(150 + rng.below(1200))).await;
+        // Within a run's work: an idle `--once` ends at once (it used to wait out a 1 s console
+        // timeout, which these kills mostly landed in).
+        tokio::time::sleep(Duration::from_millis(50 + rng.below(600))).await;
         if run.try_wait().unwrap().is_none() {
             kills += 1;
         }
