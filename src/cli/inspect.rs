@@ -15,7 +15,8 @@ use crate::trace::{self, render_list, render_tree, short};
 pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<ExitCode, CliError> {
     let store = ctx.existing_store()?;
     let trace_id = store.resolve_trace_id(id)?;
-    let view = store.load_trace(trace_id)?;
+    let mut view = store.load_trace(trace_id)?;
+    trace::note_building(&mut view, |span| store.artifacts_dir(span));
     if json {
         out.json(&trace::trace_json(&view))?;
     } else {

@@ -1,10 +1,12 @@
 //! Rendering traces for people and for scripts: the tree of `rover autopilot trace`, the table of
 //! `rover autopilot traces`, and their stable JSON forms (documented in `docs/cli.md`).
 
+mod environment;
 mod json;
 mod network;
 mod tree;
 
+pub use environment::{note_building, BUILDING_KEY};
 pub use json::{trace_json, traces_json};
 pub use tree::{render_list, render_tree, Style};
 

@@ -192,6 +192,10 @@ impl<'a> Renderer<'a> {
         for warning in &run_meta.budget_warnings {
             let _ = writeln!(self.out, "{detail_lead}budget warning: {warning}");
         }
+        self.out.push_str(&super::environment::environment_lines(
+            &span.meta,
+            &detail_lead,
+        ));
         self.out
             .push_str(&super::network::network_lines(&span.meta, &detail_lead));
         let n = children.len();

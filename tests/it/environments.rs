@@ -150,6 +150,15 @@ async fn a_setup_script_builds_the_image_the_agent_and_gates_run_in() {
     assert!(image_exists(image));
     let log = std::fs::read_to_string(env["log"].as_str().unwrap()).unwrap();
     assert!(log.contains("rover: built rover-env:"), "{log}");
+    let tree = crate::support::env::stdout(&s.env.rover(&[
+        "autopilot",
+        "trace",
+        &trace.trace_id().to_string(),
+    ]));
+    assert!(
+        tree.contains(&format!("environment: {image} (setupScript), built in ")),
+        "{tree}"
+    );
     let workflow = workflow_span(&trace);
     assert_eq!(
         workflow.status.to_string(),
