@@ -34,7 +34,7 @@ pub const PROXY_PORT: u16 = 8080;
 /// Where the proxy dir is mounted in the server, and the socket dir in a relay.
 pub const PROXY_MOUNT: &str = "/rover-proxy";
 /// The socket's file name, in the proxy dir's `sock/` (the only part a relay sees).
-pub const SOCKET_NAME: &str = "proxy.sock";
+pub use crate::proxy::SOCKET_FILE as SOCKET_NAME;
 /// Labels of the proxy's containers and networks. Not `rover.project`: the workflow's orphan
 /// sweep removes any container of the project that no task names.
 pub const LABEL_PROXY_PROJECT: &str = "rover.proxy.project";
