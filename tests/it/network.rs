@@ -603,3 +603,36 @@ async fn counting_http_server() -> (SocketAddr, Arc<AtomicUsize>) {
     });
     (addr, hits)
 }
+
+/// Sandboxed agents reach the model API only through the proxy, which adds rover's key: `start`
+/// says so at once when there is none, rather than every workflow failing later.
+#[tokio::test]
+async fn start_warns_when_the_proxy_has_no_model_key() {
+    let mut s = Scenario::new().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"egress": "model-only"}}}),
+    );
+    let mut once = s.once_command();
+    once.env_remove("ANTHROPIC_API_KEY")
+        .env_remove("CLAUDE_CODE_OAUTH_TOKEN");
+    // Off the test's runtime: the fake GitHub answers on it.
+    let out = tokio::task::spawn_blocking(move || once.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("warning: ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN) is not set: sandboxed agents reach the model API only through rover's proxy"),
+        "{stdout}"
+    );
+    s.env_vars.push((
+        "ANTHROPIC_API_KEY".into(),
+        "sk-ant-api03-some-key-0123".into(),
+    ));
+    let out = s.run_once().await;
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("is not set: sandboxed agents"),
+        "no warning with a key"
+    );
+}
