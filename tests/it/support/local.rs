@@ -181,7 +181,30 @@ impl LocalWorld {
                         (super::scenario::chain(&v), v.outcome())
                     })
                     .collect();
-                panic!("not settled in {limit:?}: {summary:#?}");
+                // What the unfinished ones are waiting on: their queue entries and the last
+                // error of each, so a failure here says why.
+                let stuck: Vec<String> = traces
+                    .iter()
+                    .filter_map(|t| store.load_trace(*t).ok())
+                    .filter(|v| !matches!(v.outcome(), TraceOutcome::Finished { .. }))
+                    .map(|v| {
+                        let last_error = v
+                            .spans
+                            .iter()
+                            .rev()
+                            .find(|s| s.status.to_string() == "error")
+                            .map(|s| {
+                                format!(
+                                    "{} {:?} {}",
+                                    s.step.as_str(),
+                                    s.summary,
+                                    serde_json::Value::Object(s.meta.clone())
+                                )
+                            });
+                        format!("pending {:?}; last error: {last_error:?}", v.pending)
+                    })
+                    .collect();
+                panic!("not settled in {limit:?}: {summary:#?}\n{stuck:#?}");
             }
             std::thread::sleep(Duration::from_millis(200));
         }
