@@ -37,7 +37,7 @@ pub(crate) async fn connect(
     let Some((host, port)) = req.uri().authority().and_then(|a| destination(a, 443)) else {
         return text(
             StatusCode::BAD_REQUEST,
-            "rover's proxy: CONNECT needs a host:port target",
+            "rover's proxy: CONNECT needs a host:port target (a host of at most 253 characters)",
         );
     };
     let stream = match open(&shared, &grant, &host, port).await {
@@ -249,6 +249,10 @@ async fn record(shared: &Shared, grant: &Grant, change: impl FnOnce(&mut Ledger)
     }
 }
 
+/// The longest host name DNS allows; a longer one is no destination (and would swell the
+/// ledger and the span, which record each host tried).
+const MAX_HOST: usize = 253;
+
 /// The host (lowercase, without IPv6 brackets or a trailing dot) and port of `authority`.
 fn destination(authority: &Authority, default_port: u16) -> Option<(String, u16)> {
     let host = authority
@@ -257,7 +261,8 @@ fn destination(authority: &Authority, default_port: u16) -> Option<(String, u16)
         .trim_end_matches(']')
         .trim_end_matches('.')
         .to_ascii_lowercase();
-    (!host.is_empty()).then(|| (host, authority.port_u16().unwrap_or(default_port)))
+    (!host.is_empty() && host.len() <= MAX_HOST)
+        .then(|| (host, authority.port_u16().unwrap_or(default_port)))
 }
 
 /// The password of a `Basic` credential.
@@ -314,5 +319,9 @@ mod tests {
             destination(&Authority::from_static("PyPI.org."), 443),
             Some(("pypi.org".into(), 443))
         );
+        let long: Authority = format!("{}.example:443", "a".repeat(300))
+            .parse()
+            .expect("an authority");
+        assert_eq!(destination(&long, 443), None);
     }
 }
