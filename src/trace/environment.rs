@@ -55,6 +55,8 @@ fn last_line(path: &Path) -> String {
         .find(|l| !l.is_empty())
         .unwrap_or_default()
         .chars()
+        // Build output printed on a terminal: no escape sequence of it gets through.
+        .filter(|c| !c.is_control())
         .take(160)
         .collect()
 }
@@ -147,8 +149,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join(LOG);
         std::fs::create_dir_all(log.parent().unwrap()).unwrap();
-        std::fs::write(&log, "rover: building\nStep 3/7 : RUN pip install\n\n").unwrap();
-        assert_eq!(last_line(&log), "Step 3/7 : RUN pip install");
+        std::fs::write(
+            &log,
+            "rover: building\nStep 3/7 : RUN \u{1b}[31mpip install\n\n",
+        )
+        .unwrap();
+        assert_eq!(last_line(&log), "Step 3/7 : RUN [31mpip install");
         let building = meta(json!({BUILDING_KEY: {"log": log, "lastLine": last_line(&log)}}));
         assert!(environment_lines(&building, "").starts_with("environment: building (log "));
     }

@@ -49,6 +49,8 @@ impl WorkflowStep {
         let short = span_id.to_string()[..8].to_owned();
         tokio::spawn(async move {
             while let Some(line) = said.recv().await {
+                // Build output for a terminal: no escape sequence of it gets through.
+                let line: String = line.chars().filter(|c| !c.is_control()).collect();
                 console.notice(format!("{short} environment build: {line}"));
             }
         });
