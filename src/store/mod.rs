@@ -16,6 +16,7 @@ mod journal;
 mod lock;
 pub mod log;
 pub mod records;
+mod records_de;
 pub mod stats;
 mod traces;
 mod traces_log;

@@ -210,7 +210,7 @@ fn version() -> String {
     VERSION.to_owned()
 }
 
-fn check_version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn check_version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = String::deserialize(d)?;
     if v.split('.').next() == Some("1") {
         Ok(v)
@@ -989,8 +989,9 @@ impl ActionSchedule {
     }
 }
 
-/// An entry of the pending queue: which step should process which action.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An entry of the pending queue: which step should process which action. (Read by
+/// `records_de`, which keeps unknown keys in `extra` without `serde(flatten)`'s second pass.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingAction {
     pub trace_id: Uuid,
@@ -1111,11 +1112,11 @@ impl From<TaskMappingWire> for TaskMapping {
     }
 }
 
-/// `autopilot/state.json`: the pending queue and the task mappings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `autopilot/state.json`: the pending queue and the task mappings. (Read by `records_de`, as
+/// [`PendingAction`] is.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct State {
-    #[serde(deserialize_with = "check_version")]
     pub version: String,
     #[serde(with = "iso")]
     pub updated_at: DateTime<Utc>,
