@@ -17,6 +17,8 @@ pub enum BotIdentity {
     Learned(String),
     /// The token has no user (a GitHub App installation token): `<appSlug>[bot]`.
     App(String),
+    /// rover runs as the GitHub App `github.appId`: `<slug>[bot]`, the slug from `GET /app`.
+    FromApp(String),
     /// Not known: only rover's footer marker tells its posts apart. Says why.
     Unknown(String),
 }
@@ -25,7 +27,7 @@ impl BotIdentity {
     /// The login, when known.
     pub fn login(&self) -> Option<&str> {
         match self {
-            Self::Configured(l) | Self::Learned(l) | Self::App(l) => Some(l),
+            Self::Configured(l) | Self::Learned(l) | Self::App(l) | Self::FromApp(l) => Some(l),
             Self::Unknown(_) => None,
         }
     }
@@ -38,6 +40,9 @@ impl BotIdentity {
             Self::App(l) => format!(
                 "rover acts as {l} (github.appSlug: the token has no user, as an app installation token)"
             ),
+            Self::FromApp(l) => {
+                format!("rover acts as {l} (the GitHub App github.appId, its slug from GET /app)")
+            }
             Self::Unknown(why) => format!(
                 "rover does not know its own login ({why}); only the marker in its posts tells them apart: set github.botLogin or github.appSlug in rover.json"
             ),

@@ -37,6 +37,8 @@ pub enum IntakeOutcome {
     Skipped,
     /// Not about one event: a possible gap, the backlog skipped, a reconcile.
     Notice,
+    /// A `/rover` command on the thread, and what became of it (`reason`).
+    Command,
 }
 
 impl IntakeOutcome {
@@ -46,6 +48,7 @@ impl IntakeOutcome {
             Self::Duplicate => "duplicate",
             Self::Skipped => "skipped",
             Self::Notice => "notice",
+            Self::Command => "command",
         }
     }
 }

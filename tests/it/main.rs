@@ -13,6 +13,7 @@ mod environments;
 mod follow_through;
 mod git;
 mod github;
+mod github_app;
 mod idle;
 mod inspect;
 mod intake;
