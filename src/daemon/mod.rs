@@ -7,6 +7,7 @@
 
 mod console;
 mod github;
+mod reactions;
 pub mod reconcile;
 pub mod webhook;
 
@@ -356,6 +357,22 @@ async fn run(
         _ => None,
     };
 
+    // The stop reaction on the posts of running traces (see `reactions`).
+    let stop_watch = match (&github, &config.autopilot.github.reactions.stop) {
+        (Some(gh), Some(stop)) => Some(tokio::spawn(
+            reactions::StopWatch {
+                store: store.clone(),
+                github: gh.clone(),
+                trust: crate::github::TrustPolicy::new(&config.autopilot.github.trust),
+                stop: stop.clone(),
+                every: Duration::from_secs(config.autopilot.github.reactions.poll_secs.max(1)),
+                bot_login: config.autopilot.github.bot_login.clone(),
+                orchestrator: orchestrator.clone(),
+            }
+            .run(shutdown.clone(), options.once),
+        )),
+        _ => None,
+    };
     let poller_task = github.map(|gh| {
         let store = store.clone();
         let orch = orchestrator.clone();
@@ -384,6 +401,9 @@ async fn run(
                 }
             }
         }
+        if let Some(task) = stop_watch {
+            let _ = task.await;
+        }
         let r = orchestrator.run_until_idle(shutdown.clone()).await;
         // The tasks that hold the orchestrator (the wake loop) end with the token, so the
         // console sees its channel close at once instead of waiting out its timeout.
@@ -396,6 +416,9 @@ async fn run(
             let _ = task.await;
         }
         if let Some(task) = webhook_task {
+            let _ = task.await;
+        }
+        if let Some(task) = stop_watch {
             let _ = task.await;
         }
         r

@@ -46,7 +46,7 @@ pub use octo::{token_from_env, OctoGitHub};
 pub use poll::{
     next_poll_at, poll_once, PollCursor, PollResult, PollSettings, Poller, ResponseMeta,
 };
-pub use reactions::{ReactionTarget, ReactionsFetch};
+pub use reactions::{Reaction, ReactionTarget, ReactionsFetch};
 pub use redact::Redactor;
 pub use settings::{GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK};
 pub use trust::{TrustDecision, TrustPolicy, TrustSettings};

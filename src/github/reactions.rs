@@ -75,17 +75,26 @@ impl ReactionTarget {
 pub enum ReactionsFetch {
     /// 304: the same as the ETag's answer.
     NotModified,
-    /// Who reacted, and the ETag to send next time.
+    /// Who reacted and when, and the ETag to send next time.
     Logins {
-        logins: Vec<String>,
+        reactions: Vec<Reaction>,
         etag: Option<String>,
     },
+}
+
+/// One reaction: who left it, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaction {
+    pub login: String,
+    pub created_at: Option<chrono::DateTime<Utc>>,
 }
 
 #[derive(Deserialize)]
 struct RawReaction {
     #[serde(default)]
     user: Option<RawUser>,
+    #[serde(default)]
+    created_at: Option<chrono::DateTime<Utc>>,
 }
 
 #[derive(Deserialize)]
@@ -143,10 +152,15 @@ impl OctoGitHub {
                 detail: e.to_string(),
             })?;
         Ok(ReactionsFetch::Logins {
-            logins: raw
+            reactions: raw
                 .into_iter()
-                .filter_map(|r| r.user.map(|u| u.login))
-                .filter(|l| !l.is_empty())
+                .filter_map(|r| {
+                    let login = r.user.map(|u| u.login).filter(|l| !l.is_empty())?;
+                    Some(Reaction {
+                        login,
+                        created_at: r.created_at,
+                    })
+                })
                 .collect(),
             etag: meta.etag,
         })

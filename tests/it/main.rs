@@ -30,4 +30,5 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod thread;
 mod webhook;
