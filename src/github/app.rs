@@ -34,6 +34,9 @@ const MAX_RENEW_MARGIN: TimeDelta = TimeDelta::minutes(5);
 /// ...and at least this share of its life before (for short-lived tokens).
 const RENEW_SHARE: i32 = 3;
 
+/// How long a token is kept when this machine's clock says it expired before it was minted.
+const CLOCK_SKEW_REUSE: TimeDelta = TimeDelta::seconds(60);
+
 /// The key file named by `ROVER_GITHUB_APP_KEY_FILE`, when set.
 pub fn key_path_from_env() -> Option<PathBuf> {
     std::env::var_os(APP_KEY_ENV)
@@ -268,11 +271,21 @@ impl AppTokens {
             .push(raw.token.clone());
         let now = Utc::now();
         let life = raw.expires_at - now;
-        let margin = (life / RENEW_SHARE).clamp(TimeDelta::zero(), MAX_RENEW_MARGIN);
+        let renew_at = if life > TimeDelta::zero() {
+            raw.expires_at - (life / RENEW_SHARE).min(MAX_RENEW_MARGIN)
+        } else {
+            // Expired already by this machine's clock: the clock is off (GitHub's decides).
+            // Kept for a while rather than minting at every request.
+            tracing::warn!(
+                expires_at = %raw.expires_at,
+                "a new installation token is already expired by this machine's clock: is the clock right?"
+            );
+            now + CLOCK_SKEW_REUSE
+        };
         Ok(Minted {
             token: raw.token,
             expires_at: raw.expires_at,
-            renew_at: raw.expires_at - margin,
+            renew_at,
         })
     }
 

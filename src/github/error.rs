@@ -26,7 +26,7 @@ pub enum GitHubError {
     Config { what: String, detail: String },
     /// 401: the token is wrong, expired or revoked.
     #[error(
-        "github rejected the token on {what} (401 bad credentials): check GITHUB_TOKEN or GH_TOKEN"
+        "github rejected the token on {what} (401 bad credentials): check GITHUB_TOKEN or GH_TOKEN (for a GitHub App: that it is still installed on the repository)"
     )]
     BadCredentials { what: String },
     /// 404: the thing does not exist or the token cannot see it.

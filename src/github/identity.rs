@@ -1,8 +1,9 @@
 //! Who rover is on GitHub: the login its pushes, pull requests and comments carry, so that
 //! they are never taken for new work.
 //!
-//! `github.botLogin` wins when configured. Otherwise the login is learned from the token at
-//! start (`GET /user`). An installation token of a GitHub App has no user (`GET /user` answers
+//! `github.botLogin` wins when configured. Running as a GitHub App (`github.appId`), it is the
+//! app's `<slug>[bot]`, the slug read with the app's JWT (`GET /app`). Otherwise the login is
+//! learned from the token at start (`GET /user`). An installation token of a GitHub App has no user (`GET /user` answers
 //! 403, and `GET /app` needs the app's own JWT), so then `github.appSlug` names the bot as
 //! `<slug>[bot]`. Whatever is decided is said on the console and in the log.
 

@@ -81,7 +81,20 @@ pub fn parse(body: &str) -> Option<ThreadCommand> {
         "retry" => ThreadCommand::Retry,
         "status" => ThreadCommand::Status,
         "help" => ThreadCommand::Help,
-        other => ThreadCommand::Unknown(other.chars().take(40).collect()),
+        // Echoed in the answer: only plain characters, so it can mention or format nothing.
+        other => ThreadCommand::Unknown(
+            other
+                .chars()
+                .take(40)
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect(),
+        ),
     })
 }
 
@@ -544,6 +557,10 @@ mod tests {
         assert_eq!(
             parse("/rover frobnicate"),
             Some(ThreadCommand::Unknown("frobnicate".into()))
+        );
+        assert_eq!(
+            parse("/rover @org/team`x`"),
+            Some(ThreadCommand::Unknown("?org?team?x?".into()))
         );
         assert_eq!(parse("/roverstop"), None);
         assert_eq!(parse("please /rover stop"), None);
