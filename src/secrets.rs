@@ -238,6 +238,15 @@ impl LiveSecrets {
             .add(name, value);
     }
 
+    /// Stops holding `value` (an installation token long expired).
+    pub fn remove(&self, value: &str) {
+        self.inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .list
+            .retain(|s| s.value != value.trim());
+    }
+
     /// The values held now.
     pub fn snapshot(&self) -> HeldSecrets {
         self.inner

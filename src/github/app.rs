@@ -34,6 +34,9 @@ const MAX_RENEW_MARGIN: TimeDelta = TimeDelta::minutes(5);
 /// ...and at least this share of its life before (for short-lived tokens).
 const RENEW_SHARE: i32 = 3;
 
+/// How many of the latest installation tokens stay held (about two days of hourly tokens).
+const HELD_TOKENS: usize = 48;
+
 /// How long a token is kept when this machine's clock says it expired before it was minted.
 const CLOCK_SKEW_REUSE: TimeDelta = TimeDelta::seconds(60);
 
@@ -263,12 +266,21 @@ impl AppTokens {
         let raw: RawToken = self
             .call_with(&what, Method::POST, &path, Some(&body))
             .await?;
-        // Held before anything else sees it.
+        // Held before anything else sees it; the oldest, expired for a day or more, let go (a
+        // daemon running for months would otherwise scan thousands of dead tokens in every
+        // message).
         self.secrets.add(INSTALLATION_TOKEN_NAME, &raw.token);
-        self.minted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(raw.token.clone());
+        {
+            let mut minted = self
+                .minted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            minted.push(raw.token.clone());
+            while minted.len() > HELD_TOKENS {
+                let old = minted.remove(0);
+                self.secrets.remove(&old);
+            }
+        }
         let now = Utc::now();
         let life = raw.expires_at - now;
         let renew_at = if life > TimeDelta::zero() {

@@ -96,6 +96,10 @@ async fn a_github_app_daemon_keeps_polling_commenting_and_pushing_across_token_e
         "Does it quote fields?",
         coordinate("notify", json!({"message": "It does."})),
     );
+    // The task takes a few seconds in its container, so the push comes after a renewal.
+    s.rules.push(json!({"prompt_contains": "## Task: Add the csv flag", "run": ["sleep 6"],
+        "write": {"csv.txt": "Add the csv flag\n"},
+        "structured": {"status": "completed", "summary": "Add the csv flag: completed", "files_changed": []}}));
     one_task_issue(
         &mut s,
         30,
@@ -139,9 +143,10 @@ async fn a_github_app_daemon_keeps_polling_commenting_and_pushing_across_token_e
         "polling renewed the token while idle: {phase1_tokens} then {idle_tokens}"
     );
     // ...and still answers a comment.
-    s.github.add_comment(30, "alice", "Does it quote fields?");
+    let question = s.github.add_comment(30, "alice", "Does it quote fields?");
     s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created", "issue": {"number": 30},
-        "comment": {"id": 9901, "body": "Does it quote fields?", "user": {"login": "alice"}, "html_url": "https://github.com/octo-org/widgets/issues/30#issuecomment-9901"}}));
+        "comment": {"id": question, "body": "Does it quote fields?", "user": {"login": "alice"},
+            "html_url": format!("https://github.com/octo-org/widgets/issues/30#issuecomment-{question}")}}));
     tokio::task::block_in_place(|| {
         let start = Instant::now();
         while s.traces().len() < 2 || !s.settled() {
@@ -166,6 +171,14 @@ async fn a_github_app_daemon_keeps_polling_commenting_and_pushing_across_token_e
         "{out}"
     );
 
+    // Picked up, as the app: 👀 on the issue and on the question.
+    let reactions = s.github.reactions();
+    for target in ["issue:30".to_owned(), format!("comment:{question}")] {
+        assert!(
+            reactions.contains(&(target.clone(), "rover-app[bot]".into(), "eyes".into())),
+            "{target}: {reactions:?}"
+        );
+    }
     let app = s.github.app();
     let tokens: Vec<String> = app.tokens.iter().map(|(t, _)| t.clone()).collect();
     assert!(app.jwts_refused.is_empty(), "{:?}", app.jwts_refused);
