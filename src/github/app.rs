@@ -85,6 +85,23 @@ struct RawToken {
     expires_at: DateTime<Utc>,
 }
 
+/// When to replace a token that expires at `expires_at`, minted `now`: a third of its life
+/// before it expires, at most [`MAX_RENEW_MARGIN`] before. A token already expired by this
+/// machine's clock (the clock is off: GitHub's decides) is kept a minute rather than replaced
+/// at every request.
+fn renew_at(expires_at: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
+    let life = expires_at - now;
+    if life > TimeDelta::zero() {
+        expires_at - (life / RENEW_SHARE).min(MAX_RENEW_MARGIN)
+    } else {
+        tracing::warn!(
+            %expires_at,
+            "a new installation token is already expired by this machine's clock: is the clock right?"
+        );
+        now + CLOCK_SKEW_REUSE
+    }
+}
+
 /// An installation token and when to replace it.
 struct Minted {
     token: String,
@@ -263,9 +280,18 @@ impl AppTokens {
         );
         let path = format!("/app/installations/{}/access_tokens", self.installation_id);
         let body = json!({"repositories": [self.repo.name]});
-        let raw: RawToken = self
-            .call_with(&what, Method::POST, &path, Some(&body))
-            .await?;
+        let raw: RawToken = match self.call_with(&what, Method::POST, &path, Some(&body)).await {
+            Err(GitHubError::NotFound { .. }) => {
+                return Err(GitHubError::Config {
+                    what: "github.installationId".into(),
+                    detail: format!(
+                        "installation {} is not one of app {}'s (404): use the id from the installation's settings page, or remove it to have it looked up",
+                        self.installation_id, self.app_id
+                    ),
+                })
+            }
+            other => other?,
+        };
         // Held before anything else sees it; the oldest, expired for a day or more, let go (a
         // daemon running for months would otherwise scan thousands of dead tokens in every
         // message).
@@ -281,19 +307,7 @@ impl AppTokens {
                 self.secrets.remove(&old);
             }
         }
-        let now = Utc::now();
-        let life = raw.expires_at - now;
-        let renew_at = if life > TimeDelta::zero() {
-            raw.expires_at - (life / RENEW_SHARE).min(MAX_RENEW_MARGIN)
-        } else {
-            // Expired already by this machine's clock: the clock is off (GitHub's decides).
-            // Kept for a while rather than minting at every request.
-            tracing::warn!(
-                expires_at = %raw.expires_at,
-                "a new installation token is already expired by this machine's clock: is the clock right?"
-            );
-            now + CLOCK_SKEW_REUSE
-        };
+        let renew_at = renew_at(raw.expires_at, Utc::now());
         Ok(Minted {
             token: raw.token,
             expires_at: raw.expires_at,
@@ -360,6 +374,19 @@ impl AppTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_is_renewed_a_third_of_its_life_before_it_expires_at_most_five_minutes() {
+        let now = DateTime::parse_from_rfc3339("2026-11-25T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let hour = now + TimeDelta::hours(1);
+        assert_eq!(renew_at(hour, now), now + TimeDelta::minutes(55));
+        let short = now + TimeDelta::seconds(6);
+        assert_eq!(renew_at(short, now), now + TimeDelta::seconds(4));
+        let expired = now - TimeDelta::seconds(1);
+        assert_eq!(renew_at(expired, now), now + TimeDelta::seconds(60));
+    }
 
     #[test]
     fn the_key_is_held_whole_and_line_by_line() {

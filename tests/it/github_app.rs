@@ -340,3 +340,40 @@ async fn a_personal_token_keeps_working_and_pushes_over_http_with_it() {
         "{pushes:?}"
     );
 }
+
+#[tokio::test]
+async fn a_configured_installation_is_used_without_a_lookup_and_a_wrong_one_is_named() {
+    let keys = tempfile::tempdir().unwrap();
+    let (mut s, _) = app_scenario(keys.path(), Duration::from_secs(60)).await;
+    s.extra_config = json!({"autopilot": {"github": {"installationId": INSTALLATION}}});
+    let out = s.run_once().await;
+    assert!(
+        stdout(&out).contains("identity: rover acts as rover-app[bot]"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        s.github.count(
+            &axum::http::Method::GET,
+            "/repos/octo-org/widgets/installation"
+        ),
+        0,
+        "no lookup"
+    );
+    assert_eq!(s.github.app().tokens.len(), 1);
+    assert_eq!(
+        s.github.count(&axum::http::Method::GET, "/user"),
+        0,
+        "an app's login comes from GET /app"
+    );
+
+    s.extra_config = json!({"autopilot": {"github": {"installationId": 5}}});
+    let out = s.run_once_raw().await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("github.installationId")
+            && stderr(&out).contains("installation 5 is not one of app 424242's"),
+        "{}",
+        stderr(&out)
+    );
+}
