@@ -88,8 +88,9 @@ pub fn retry(
 ) -> Result<ExitCode, CliError> {
     let store = open_store(ctx)?;
     let trace_id = store.resolve_trace_id(id)?;
-    let retried = crate::steps::intervene::retry_trace(&store, trace_id, Some(id), &actor(by))
-        .map_err(refused)?;
+    let retried =
+        crate::steps::intervene::retry_trace(&store, trace_id, Some(id), &actor(by), None)
+            .map_err(refused)?;
     out.print(&format!(
         "{}: queued as action {}\n",
         retried.summary,

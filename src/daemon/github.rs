@@ -29,16 +29,22 @@ pub(super) async fn connect(
     config: &mut RoverConfig,
     secrets: &LiveSecrets,
 ) -> Result<Connected, StartError> {
+    let settings = &config.autopilot.github;
+    // Credentials first (the first thing a new user is missing), then the repository.
+    let token = match settings.app_id {
+        Some(_) => None,
+        None => Some(token_auth()?),
+    };
     let repo = project.repo.clone().ok_or_else(|| StartError::Refused(
         "cannot tell which GitHub repository to watch: the `origin` remote is not a GitHub URL; pass --repo OWNER/NAME".into(),
     ))?;
     let repo = RepoRef::parse(&repo.to_string()).map_err(|e| refused(&e))?;
-    let settings = &config.autopilot.github;
     settings.reactions.validate().map_err(StartError::Refused)?;
     let api_url = crate::github::octo::api_url_from_env();
-    let auth = match settings.app_id {
-        Some(app_id) => app_auth(app_id, settings, &api_url, &repo, secrets).await?,
-        None => token_auth()?,
+    let auth = match (settings.app_id, token) {
+        (Some(app_id), _) => app_auth(app_id, settings, &api_url, &repo, secrets).await?,
+        (None, Some(token)) => token,
+        (None, None) => unreachable!("a token is read when there is no app"),
     };
     let mut client =
         OctoGitHub::with_auth(&api_url, auth.clone(), repo, settings).map_err(|e| refused(&e))?;

@@ -323,6 +323,15 @@ pub(super) async fn take(
     let store_error = |what: &'static str| {
         move |e: StoreError| StepError::from_error(&e, true).detail("what", what)
     };
+    let github = services
+        .github
+        .as_ref()
+        .ok_or_else(|| StepError::fatal("a command from GitHub but rover has no GitHub client"))?;
+    // Acknowledged before anything else: the person sees at once that rover took it.
+    let mut acknowledged = false;
+    if let (true, Some(content)) = (trust.trusted, settings.reactions.acknowledge.as_deref()) {
+        acknowledged = acknowledge(github.as_ref(), event, content).await;
+    }
     let (outcome, detail, target, answer): (CommandOutcome, String, Option<Uuid>, Option<String>) =
         if trust.trusted {
             match command {
@@ -373,14 +382,6 @@ pub(super) async fn take(
         if recent {
             answer = None;
         }
-    }
-    let github = services
-        .github
-        .as_ref()
-        .ok_or_else(|| StepError::fatal("a command from GitHub but rover has no GitHub client"))?;
-    let mut acknowledged = false;
-    if let (true, Some(content)) = (trust.trusted, settings.reactions.acknowledge.as_deref()) {
-        acknowledged = acknowledge(github.as_ref(), event, content).await;
     }
     let mut answered = false;
     if let Some(message) = &answer {
@@ -457,6 +458,32 @@ fn act(
     actor: &str,
 ) -> Result<Acted, StoreError> {
     let traces = traces_about(store, own, number)?;
+    // This command's own mark on what it did: a run cut off after acting and run again finds
+    // it and does not act twice.
+    let mark = format!("command trace {}", crate::trace::short(own));
+    for view in &traces {
+        let done = view.spans.iter().find(|s| {
+            matches!(s.step.as_str(), "cancel" | "retry")
+                && crate::store::InterventionSpanMeta::of(s)
+                    .and_then(|m| m.reason)
+                    .is_some_and(|r| r.contains(&mark))
+        });
+        if let Some(span) = done {
+            let summary = span.summary.clone().unwrap_or_default();
+            let answer = (span.step.as_str() == "retry").then(|| {
+                format!(
+                    "Retrying: {summary} (trace `{}`).",
+                    crate::trace::short(view.trace_id())
+                )
+            });
+            return Ok((
+                CommandOutcome::Done,
+                format!("trace {}: {summary}", crate::trace::short(view.trace_id())),
+                Some(view.trace_id()),
+                answer,
+            ));
+        }
+    }
     let closed = store.read_state()?.closed;
     let nothing = |what: &str| {
         (
@@ -481,7 +508,7 @@ fn act(
                 store,
                 id,
                 "cancel",
-                &format!("{PREFIX} stop on #{number}"),
+                &format!("{PREFIX} stop on #{number} ({mark})"),
                 actor,
             ) {
                 // The stopped trace answers on the thread itself (that it was cancelled).
@@ -505,7 +532,8 @@ fn act(
                 return Ok(nothing(&format!("rover has no work on #{number} to retry")));
             };
             let id = view.trace_id();
-            match super::intervene::retry_trace(store, id, None, actor) {
+            let reason = format!("{PREFIX} retry on #{number} ({mark})");
+            match super::intervene::retry_trace(store, id, None, actor, Some(&reason)) {
                 Ok(retried) => (
                     CommandOutcome::Done,
                     format!("trace {}: {}", crate::trace::short(id), retried.summary),

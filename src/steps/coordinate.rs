@@ -291,17 +291,6 @@ impl CoordinateStep {
                 return trust_unknown(&self.services, &event.actor, &e, attempt).map(Err);
             }
         };
-        if let Some(content) = self
-            .services
-            .config
-            .autopilot
-            .github
-            .reactions
-            .acknowledge
-            .as_deref()
-        {
-            super::command::acknowledge(github.as_ref(), event, content).await;
-        }
         if !trust.trusted {
             let reason = format!("untrusted author: {}", trust.reason);
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
@@ -317,6 +306,10 @@ impl CoordinateStep {
                 ))));
         }
         let settings = &self.services.config.autopilot.github;
+        // Picked up: a trusted author's issue, comment or review is acknowledged at once.
+        if let Some(content) = settings.reactions.acknowledge.as_deref() {
+            super::command::acknowledge(github.as_ref(), event, content).await;
+        }
         let context = build_context(
             github.as_ref(),
             event,

@@ -150,12 +150,13 @@ pub struct Retried {
 }
 
 /// `retry`: queue the failed action again (a new action with a fresh attempt budget, from the
-/// same producer), recorded by a `retry` span.
+/// same producer), recorded by a `retry` span (with `reason`, when given: what asked).
 pub fn retry_trace(
     store: &AutopilotStore,
     trace_id: Uuid,
     id: Option<&str>,
     by: &str,
+    reason: Option<&str>,
 ) -> Result<Retried, InterveneError> {
     let view = store.load_trace(trace_id)?;
     let short = crate::trace::short(trace_id);
@@ -182,6 +183,7 @@ pub fn retry_trace(
     again.reason = format!("retried by {by}: {}", original.reason);
     let record = InterventionSpanMeta {
         by: by.to_owned(),
+        reason: reason.map(str::to_owned),
         retried: Some(original.id),
         action: Some(again.id),
         ..InterventionSpanMeta::default()

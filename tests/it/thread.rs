@@ -201,9 +201,9 @@ async fn an_untrusted_author_gets_one_short_answer_and_nothing_else() {
     s.github
         .add_issue(81, "Something", "A thing.", "alice", &[]);
     // mallory (read access) tries twice; the second is recorded and not answered.
-    let first = comment(&s, 81, "mallory", "/rover stop");
+    comment(&s, 81, "mallory", "/rover stop");
     s.run_once().await;
-    let second = comment(&s, 81, "mallory", "/rover retry");
+    comment(&s, 81, "mallory", "/rover retry");
     // rover's own comment, even if it started with the prefix, is never a command.
     s.github.seed_event(
         "IssueCommentEvent",
@@ -221,13 +221,11 @@ async fn an_untrusted_author_gets_one_short_answer_and_nothing_else() {
         answers[0]
     );
     assert!(s.store().read_state().unwrap().closed.is_empty());
-    let reacted: Vec<_> = s
-        .github
-        .reactions()
-        .into_iter()
-        .filter(|(t, _, _)| *t == format!("comment:{first}") || *t == format!("comment:{second}"))
-        .collect();
-    assert!(reacted.is_empty(), "no acknowledgement: {reacted:?}");
+    assert!(
+        s.github.reactions().is_empty(),
+        "no acknowledgement of an untrusted author: {:?}",
+        s.github.reactions()
+    );
     let commands = command_events(&s);
     assert_eq!(commands.len(), 2);
     for c in &commands {
