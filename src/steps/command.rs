@@ -573,6 +573,62 @@ fn act(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::github::{Channel, EventKind, Visibility};
+
+    /// Issue #`number` opened by alice, ingested as the poller does: a trace with its
+    /// `coordinate` queued.
+    fn work_on(store: &AutopilotStore, number: u64) -> Uuid {
+        let mut event = NormalizedEvent::local("40000000001", "alice", "", Utc::now());
+        event.kind = EventKind::Issues;
+        event.action = Some(EventAction::Opened);
+        event.repo = "octo-org/widgets".into();
+        event.number = Some(number);
+        event.body = None;
+        event.channel = Channel::IssueComment { number };
+        event.visibility = Visibility::Public;
+        match crate::steps::event::ingest_event(store, "p", &event, crate::steps::event::Via::Poll)
+            .expect("ingest")
+        {
+            crate::steps::event::Ingested::New(t) => t,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_stop_run_again_after_a_crash_finds_its_mark_and_does_not_act_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        let work = work_on(&store, 12);
+        let own = Uuid::new_v4();
+        let first = act(&store, own, 12, &ThreadCommand::Stop, "alice").unwrap();
+        assert_eq!((first.0, first.2), (CommandOutcome::Done, Some(work)));
+        assert!(store.read_state().unwrap().closed.contains_key(&work));
+        // The same command again (its coordinate cut off after acting): done, nothing more.
+        let again = act(&store, own, 12, &ThreadCommand::Stop, "alice").unwrap();
+        assert_eq!((again.0, again.2), (CommandOutcome::Done, Some(work)));
+        let cancels = store
+            .load_trace(work)
+            .unwrap()
+            .spans
+            .iter()
+            .filter(|s| s.step.as_str() == "cancel")
+            .count();
+        assert_eq!(cancels, 1);
+        // Another command finds nothing left to stop, and says so.
+        let other = act(&store, Uuid::new_v4(), 12, &ThreadCommand::Stop, "bob").unwrap();
+        assert_eq!(other.0, CommandOutcome::Nothing);
+        assert!(other.3.unwrap().contains("nothing to stop"));
+        // Status names the trace and the command to see it.
+        let status = act(&store, Uuid::new_v4(), 12, &ThreadCommand::Status, "bob").unwrap();
+        let text = status.3.unwrap();
+        assert!(
+            text.contains(&format!(
+                "`rover autopilot trace {}`",
+                crate::trace::short(work)
+            )),
+            "{text}"
+        );
+    }
 
     #[test]
     fn only_a_first_line_starting_with_the_prefix_is_a_command() {
