@@ -1,10 +1,11 @@
 //! The stop reaction: a trusted person's reaction (`github.reactions.stop`, 👎 `-1` by
 //! default) on a pull request rover opened, or on a comment rover posted, stops the trace that
-//! made it, as `rover autopilot cancel` does.
+//! made it, as `rover autopilot cancel` does; on a comment rover posted on the thread of a
+//! running trace (an earlier answer on the same issue or pull request), it stops that trace.
 //!
 //! Reactions are not in the events feed, so they are polled: every `reactions.pollSecs`, one
-//! `GET .../reactions?content=<stop>` per post of a trace still running (its pull requests and
-//! comments; ended traces cost nothing), each with the ETag of its last answer, so an unchanged
+//! `GET .../reactions?content=<stop>` per post of a trace still running (its pull requests, and
+//! rover's comments on its thread; ended traces cost nothing), each with the ETag of its last answer, so an unchanged
 //! list is a `304` that GitHub does not count against the rate limit. The stop is recorded in
 //! the trace (a `cancel` span naming who) and listed by `rover autopilot events`.
 
@@ -18,14 +19,39 @@ use uuid::Uuid;
 
 use crate::github::{GitHub, ReactionTarget, ReactionsFetch, TrustPolicy};
 use crate::orchestrator::StepOrchestrator;
-use crate::steps::meta::{NotifySpanMeta, PushSpanMeta};
+use crate::steps::meta::{EventMeta, NotifySpanMeta, PushSpanMeta};
 use crate::store::{blocking, AutopilotStore, IntakeOutcome, IntakeRecord, StepKind, StoreError};
 
 /// A post of a running trace: the trace, when it started, and the post.
 type Watched = (Uuid, DateTime<Utc>, ReactionTarget);
 
-/// The posts of the traces still running: each with the trace that made it and when the trace
-/// started (an older reaction, left on an earlier run's post, stops nothing).
+/// How many recent traces are searched for rover's comments on a running trace's thread.
+const LOOKBACK: usize = 100;
+
+/// The issue or pull request number a trace's event is about.
+fn number_of(view: &crate::store::TraceView) -> Option<u64> {
+    EventMeta::of(view.root()?).ok()?.event?.number
+}
+
+/// What a span posted: the pull request a push opened, the comment a notify posted.
+fn posted(span: &crate::store::Span) -> Option<ReactionTarget> {
+    match span.step {
+        StepKind::Push => crate::store::from_meta::<PushSpanMeta>(&span.meta)
+            .ok()
+            .and_then(|m| m.pull_request.pr_number)
+            .map(|number| ReactionTarget::Issue { number }),
+        StepKind::Notify => NotifySpanMeta::of(span)
+            .and_then(|m| m.delivery)
+            .and_then(|d| d.comment_id)
+            .map(|id| ReactionTarget::IssueComment { id }),
+        _ => None,
+    }
+}
+
+/// The posts of the traces still running, each with the trace it stops and when that trace
+/// started (an older reaction, left before the trace began, stops nothing): the pull requests
+/// the trace opened and the comments it posted, and rover's comments on the thread the trace
+/// works on (posted by any recent trace about the same issue or pull request).
 fn watched(store: &AutopilotStore) -> Result<Vec<Watched>, StoreError> {
     let state = store.read_state()?;
     let mut running: Vec<Uuid> = state
@@ -36,28 +62,37 @@ fn watched(store: &AutopilotStore) -> Result<Vec<Watched>, StoreError> {
         .collect();
     running.sort_unstable();
     running.dedup();
-    let mut out = Vec::new();
+    if running.is_empty() {
+        return Ok(Vec::new());
+    }
+    // rover's comments by thread, from the recent traces.
+    let mut comments: HashMap<u64, Vec<ReactionTarget>> = HashMap::new();
+    for entry in store.recent_traces(LOOKBACK)? {
+        let Ok(view) = store.load_trace(entry.trace_id) else {
+            continue;
+        };
+        let Some(number) = number_of(&view) else {
+            continue;
+        };
+        for target in view.spans.iter().filter_map(posted) {
+            if matches!(target, ReactionTarget::IssueComment { .. }) {
+                comments.entry(number).or_default().push(target);
+            }
+        }
+    }
+    let mut out: Vec<Watched> = Vec::new();
     for trace in running {
         let Ok(view) = store.load_trace(trace) else {
             continue;
         };
-        for span in &view.spans {
-            let target = match span.step {
-                StepKind::Push => crate::store::from_meta::<PushSpanMeta>(&span.meta)
-                    .ok()
-                    .and_then(|m| m.pull_request.pr_number)
-                    .map(|number| ReactionTarget::Issue { number }),
-                StepKind::Notify => NotifySpanMeta::of(span)
-                    .and_then(|m| m.delivery)
-                    .and_then(|d| d.comment_id)
-                    .map(|id| ReactionTarget::IssueComment { id }),
-                _ => None,
-            };
-            let started = view.spans.first().map_or_else(Utc::now, |s| s.timestamp);
-            if let Some(target) = target {
-                if !out.iter().any(|(t, _, w)| *t == trace && *w == target) {
-                    out.push((trace, started, target));
-                }
+        let started = view.root().map_or_else(Utc::now, |s| s.timestamp);
+        let thread = number_of(&view)
+            .and_then(|n| comments.get(&n))
+            .cloned()
+            .unwrap_or_default();
+        for target in view.spans.iter().filter_map(posted).chain(thread) {
+            if !out.iter().any(|(t, _, w)| *t == trace && *w == target) {
+                out.push((trace, started, target));
             }
         }
     }

@@ -297,8 +297,24 @@ async fn rover_retry_runs_the_last_failed_step_again() {
     );
 }
 
+/// Where the 👎 goes: rover's pull request, or the comment rover posted on the issue.
+#[derive(Clone, Copy, PartialEq)]
+enum OnWhat {
+    PullRequest,
+    Comment,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trusted_thumbs_down_on_rovers_pull_request_stops_its_trace() {
+    thumbs_down_stops(OnWhat::PullRequest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_thumbs_down_on_rovers_comment_on_the_thread_stops_the_trace() {
+    thumbs_down_stops(OnWhat::Comment).await;
+}
+
+async fn thumbs_down_stops(on: OnWhat) {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     crate::support::scenario::merge(
@@ -340,13 +356,38 @@ async fn a_trusted_thumbs_down_on_rovers_pull_request_stops_its_trace() {
                 .any(|p| p.trace_id == work)
         });
     });
+    let (target, path, described) = match on {
+        OnWhat::PullRequest => (
+            format!("issue:{pr}"),
+            format!("/issues/{pr}/reactions"),
+            format!("#{pr}"),
+        ),
+        OnWhat::Comment => {
+            tokio::task::block_in_place(|| {
+                wait_for("rover's comment on the issue", limit, &|| {
+                    !rovers(&s, 30).is_empty()
+                });
+            });
+            let id = s
+                .github
+                .comments_of(30)
+                .into_iter()
+                .find(|(_, author, _)| author == BOT)
+                .unwrap()
+                .0;
+            (
+                format!("comment:{id}"),
+                format!("/issues/comments/{id}/reactions"),
+                format!("comment {id}"),
+            )
+        }
+    };
     // An untrusted 👎 does nothing...
-    s.github
-        .add_reaction(&format!("issue:{pr}"), "mallory", "-1");
+    s.github.add_reaction(&target, "mallory", "-1");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(s.store().read_state().unwrap().closed.is_empty());
     // ...a trusted one stops the trace.
-    s.github.add_reaction(&format!("issue:{pr}"), "alice", "-1");
+    s.github.add_reaction(&target, "alice", "-1");
     tokio::task::block_in_place(|| {
         wait_for("the trace to be stopped", Duration::from_secs(30), &|| {
             s.store().read_state().unwrap().closed.contains_key(&work)
@@ -361,7 +402,7 @@ async fn a_trusted_thumbs_down_on_rovers_pull_request_stops_its_trace() {
         .github
         .requests()
         .into_iter()
-        .filter(|r| r.path.ends_with(&format!("/issues/{pr}/reactions")))
+        .filter(|r| r.path.ends_with(&path))
         .collect::<Vec<_>>();
     let _ = daemon.kill();
     let _ = daemon.wait();
@@ -372,7 +413,7 @@ async fn a_trusted_thumbs_down_on_rovers_pull_request_stops_its_trace() {
         cancel.meta["reason"]
             .as_str()
             .unwrap()
-            .contains(&format!("alice reacted -1 on #{pr}")),
+            .contains(&format!("alice reacted -1 on {described}")),
         "{:?}",
         cancel.meta
     );
