@@ -34,6 +34,7 @@ use super::meta::{
     RoverPrMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
+use super::trust_check::trust_unknown;
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, CoordinateDecision, CoordinateResult, PromptVars};
 use crate::github::{
@@ -270,56 +271,6 @@ impl CoordinateStep {
         Ok(Outcome::Finished(done.with_meta_record(&span_meta)))
     }
 
-    /// The permission lookup gave no definite answer. A transient failure (rate limit, 5xx,
-    /// network) is a retryable error: the orchestrator keeps the action queued and runs it again
-    /// after its backoff (not before a rate limit's reset), the error recorded in this span.
-    /// When the attempts are spent, or the failure is not transient (a token GitHub refuses),
-    /// the trace ends in a failed span and a `noop` that says so: an author rover could not
-    /// verify never makes it act, not even by a notify.
-    fn trust_unknown(
-        &self,
-        login: &str,
-        error: &crate::github::GitHubError,
-        attempt: u32,
-    ) -> Result<Result<Gathered, Finished>, StepError> {
-        let max = self
-            .services
-            .config
-            .autopilot
-            .pipeline
-            .orchestrator()
-            .max_attempts;
-        if error.is_retryable() && attempt < max {
-            return Err(StepError::from_error(error, true)
-                .not_before(error.retry_at())
-                .detail("what", format!("looking up the permission of {login}"))
-                .detail("login", login)
-                .detail("decidedBy", DecidedBy::Trust));
-        }
-        let why = if error.is_retryable() {
-            format!("after {attempt} attempts")
-        } else {
-            "and the failure is not transient".to_owned()
-        };
-        let reason = format!(
-            "could not verify that {login} may make rover work ({why}): {}; nothing was done",
-            crate::error::error_chain(error)
-        );
-        tracing::error!(%login, %reason, "trust lookup failed for good");
-        let mut finished = Finished::failed(format!("decided noop: {reason}"))
-            .with_meta_record(&CoordinateSpanMeta::decided("noop", DecidedBy::Trust));
-        StepError::from_error(error, error.is_retryable())
-            .detail("login", login)
-            .to_meta()
-            .put_into(&mut finished.meta);
-        Ok(Err(finished.then(
-            NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
-                untrusted: true,
-                ..NoopMeta::default()
-            }),
-        )))
-    }
-
     /// Trust, context and rover-PR detection for a GitHub event; `Err(finished)` when the
     /// author is not trusted (the run ends there, without AI).
     async fn gather_github(
@@ -336,7 +287,9 @@ impl CoordinateStep {
         })?;
         let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
             Ok(trust) => trust,
-            Err(e) => return self.trust_unknown(&event.actor, &e, attempt),
+            Err(e) => {
+                return trust_unknown(&self.services, &event.actor, &e, attempt).map(Err);
+            }
         };
         if !trust.trusted {
             let reason = format!("untrusted author: {}", trust.reason);
@@ -353,6 +306,10 @@ impl CoordinateStep {
                 ))));
         }
         let settings = &self.services.config.autopilot.github;
+        // Picked up: a trusted author's issue, comment or review is acknowledged at once.
+        if let Some(content) = settings.reactions.acknowledge.as_deref() {
+            super::command::acknowledge(github.as_ref(), event, content).await;
+        }
         let context = build_context(
             github.as_ref(),
             event,
@@ -808,7 +765,7 @@ fn route(
                 .with_meta(&NoopMeta {
                     waiting_for: Some(condition),
                     subject: gathered.subject.clone(),
-                    untrusted: false,
+                    ..NoopMeta::default()
                 });
             }
             let secs = i64::try_from(policy.secs).unwrap_or(i64::MAX);
@@ -907,6 +864,21 @@ impl Step for CoordinateStep {
         }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;
+        if let Some((event, command)) = super::command::of_meta(&meta, &self.services) {
+            let github = self.services.github.clone().ok_or_else(|| {
+                StepError::fatal("a command from GitHub but rover has no GitHub client")
+            })?;
+            let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
+                Ok(trust) => trust,
+                Err(e) => {
+                    let finished =
+                        trust_unknown(&self.services, &event.actor, &e, run.pending.attempts)?;
+                    return Ok(Outcome::Finished(finished));
+                }
+            };
+            return super::command::take(&self.services, ctx, run, &meta, event, &command, trust)
+                .await;
+        }
         let mappings = task_mappings(ctx).await?;
         let mut gathered = match (meta.source, &meta.event) {
             (EventSource::Github, Some(event)) => {

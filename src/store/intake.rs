@@ -39,6 +39,8 @@ pub enum IntakeOutcome {
     Skipped,
     /// Not about one event: a possible gap, the backlog skipped, a reconcile.
     Notice,
+    /// A `/rover` command on the thread, and what became of it (`reason`).
+    Command,
 }
 
 impl IntakeOutcome {
@@ -48,6 +50,7 @@ impl IntakeOutcome {
             Self::Duplicate => "duplicate",
             Self::Skipped => "skipped",
             Self::Notice => "notice",
+            Self::Command => "command",
         }
     }
 }
