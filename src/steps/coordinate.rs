@@ -65,10 +65,19 @@ struct RoverPr {
 impl RoverPr {
     fn find(branch: Option<&str>, mappings: &[MappedTask]) -> Option<RoverPr> {
         let branch = branch.filter(|b| !b.is_empty())?;
-        let of_branch: Vec<&MappedTask> = mappings
+        let mut of_branch: Vec<&MappedTask> = mappings
             .iter()
             .filter(|t| t.mapping.branch_name == branch)
             .collect();
+        // A consolidated pull request carries every task of the trace that opened it, each on
+        // its own branch: the head's tasks first (an iteration reuses the first), then the rest.
+        let traces: std::collections::BTreeSet<Uuid> =
+            of_branch.iter().map(|t| t.mapping.trace_id).collect();
+        of_branch.extend(
+            mappings.iter().filter(|t| {
+                t.mapping.branch_name != branch && traces.contains(&t.mapping.trace_id)
+            }),
+        );
         (!of_branch.is_empty()).then(|| RoverPr {
             branch: branch.to_owned(),
             tasks: of_branch
@@ -912,13 +921,20 @@ impl Step for CoordinateStep {
             },
         };
 
-        // A merged rover PR: a simple fork, hardcoded.
+        // A rover PR merged or closed: a simple fork, hardcoded. Closed without merging, its
+        // work is not wanted as it is; its workspace is freed all the same (the branch stays on
+        // GitHub, and a reopened pull request's next review starts a fresh task from it).
         let closed_pr = meta.event.as_ref().is_some_and(|e| {
             e.kind == EventKind::PullRequest && e.action == Some(EventAction::Closed)
         });
-        if let (true, true, Some(pr)) = (closed_pr, gathered.merged, &gathered.rover_pr) {
+        if let (true, Some(pr)) = (closed_pr, &gathered.rover_pr) {
+            let how = if gathered.merged {
+                "was merged"
+            } else {
+                "was closed without merging"
+            };
             let reason = format!(
-                "rover's pull request from `{}` was merged: tear down its workspace",
+                "rover's pull request from `{}` {how}: tear down its workspace",
                 pr.branch
             );
             return Ok(Outcome::Finished(
@@ -1188,6 +1204,26 @@ mod tests {
         assert!(RoverPr::find(Some("feature/x"), &mappings).is_none());
         assert!(RoverPr::find(Some(""), &mappings).is_none());
         assert!(RoverPr::find(None, &mappings).is_none());
+    }
+
+    #[test]
+    fn a_consolidated_rover_pr_carries_every_task_of_its_trace() {
+        let trace = Uuid::new_v4();
+        let same = |task: &str, branch: &str| TaskMapping::new(task, branch, trace, Uuid::new_v4());
+        let (head, other, stranger) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let mappings = vec![
+            MappedTask::new(other.to_string(), same("t-2", "rover/t2")),
+            MappedTask::new(stranger.to_string(), mapping("t-3", "rover/t3")),
+            MappedTask::new(head.to_string(), same("t-1", "rover/t1")),
+        ];
+        let pr = RoverPr::find(Some("rover/t1"), &mappings).expect("rover pr");
+        assert_eq!(pr.workflow_action_ids, vec![head, other]);
+        assert_eq!(
+            pr.existing_task(),
+            Some(head),
+            "an iteration reuses the head's task"
+        );
+        assert_eq!(pr.cleanup().tasks, vec![head, other]);
     }
 
     #[test]

@@ -568,6 +568,14 @@ impl FakeGitHub {
         }
     }
 
+    /// Close a pull request without merging it.
+    pub fn close_pull(&self, number: u64) {
+        let mut st = self.st();
+        let issue = st.issues.get_mut(&number).expect("a pull request to close");
+        assert!(issue.pr.is_some(), "#{number} is not a pull request");
+        issue.state = "closed".into();
+    }
+
     /// Bodies of the comments on issue/PR `number`.
     pub fn comment_bodies(&self, number: u64) -> Vec<String> {
         self.st()
