@@ -389,7 +389,7 @@ fn status_shows_the_soonest_waits_and_counts_the_rest() {
                 let a = rover::store::Action::new(
                     StepKind::Coordinate,
                     &root,
-                    &format!("wait number {i}"),
+                    format!("wait number {i}"),
                     rover::store::Meta::new(),
                     now,
                 );

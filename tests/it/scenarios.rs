@@ -1047,7 +1047,7 @@ async fn a_rover_pr_closed_without_merging_frees_its_workspace() {
             "cleanup:completed"
         ]
     );
-    assert_workspace_freed(&s, &[branch.clone()]);
+    assert_workspace_freed(&s, std::slice::from_ref(&branch));
     // The work stays on GitHub: only the local workspace was freed.
     assert!(!git(&s.origin, &["rev-parse", &branch]).is_empty());
 }
