@@ -29,4 +29,5 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod telemetry;
 mod webhook;

@@ -18,6 +18,7 @@ pub mod fake_openai;
 pub mod fake_server;
 pub mod gitrepo;
 pub mod local;
+pub mod otlp;
 pub mod pipeline;
 pub mod scenario;
 pub mod storegen;
