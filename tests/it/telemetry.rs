@@ -393,3 +393,84 @@ async fn with_content_on_text_is_exported_redacted_as_public_comments_are() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_span_open_when_rover_is_killed_is_exported_once_when_the_next_run_closes_it() {
+    let receiver = OtlpReceiver::start().await;
+    let mut s = Scenario::new().await;
+    s.github.add_issue(
+        5,
+        "Is the export bug fixed?",
+        "It crashed in v2.0.",
+        "alice",
+        &[],
+    );
+    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created", "issue": {"number": 5}, "comment": {"id": 77, "body": "Still broken?", "html_url": "https://github.com/octo-org/widgets/issues/5#issuecomment-77"}}));
+    // The coordinator takes its time: rover is killed while its span is open.
+    s.rules.push(
+        json!({"prompt_contains": COORDINATE, "mode": "slow", "lines": 1, "delay_ms": 20_000,
+        "structured": coordinate("notify", json!({"message": "Fixed."}))}),
+    );
+    s.env_vars
+        .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), receiver.url.clone()));
+    let mut daemon = s
+        .start_command(&[])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let store = s.store();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let open = loop {
+        let running = store.read_state().ok().and_then(|st| {
+            st.pending
+                .iter()
+                .find_map(|p| p.running_span_id)
+                .and_then(|id| store.read_span(id).ok())
+        });
+        if let Some(span) = running.filter(|sp| sp.step.as_str() == "coordinate") {
+            break span;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    daemon.kill().unwrap(); // SIGKILL: the span stays open on disk
+    daemon.wait().unwrap();
+    assert!(
+        !receiver
+            .spans()
+            .iter()
+            .any(|r| r.span_id == span_id_hex(open.id)),
+        "an open span is not exported"
+    );
+
+    s.rules.clear();
+    s.answer(
+        COORDINATE,
+        coordinate("notify", json!({"message": "Fixed."})),
+    );
+    s.answer(NOTIFY, json!({"message": "This was fixed in v2.1."}));
+    s.run_once().await;
+
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:error",
+            "coordinate:completed",
+            "notify:completed"
+        ]
+    );
+    let got = by_span_id(&receiver.spans());
+    let want: BTreeSet<String> = trace.spans.iter().map(|sp| span_id_hex(sp.id)).collect();
+    assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
+    let closed = &got[&span_id_hex(open.id)];
+    assert_eq!(closed.status.0, 2, "closed as an error: STATUS_CODE_ERROR");
+    assert_eq!(closed.attr("rover.interrupted"), Some("true"));
+    assert_eq!(closed.attr("rover.status"), Some("error"));
+    let t = status_json(&s)["telemetry"].clone();
+    assert_eq!(t["exported"], trace.spans.len(), "{t}");
+}
