@@ -474,3 +474,30 @@ async fn a_span_open_when_rover_is_killed_is_exported_once_when_the_next_run_clo
     let t = status_json(&s)["telemetry"].clone();
     assert_eq!(t["exported"], trace.spans.len(), "{t}");
 }
+
+#[tokio::test]
+async fn over_grpc_the_collector_gets_the_same_spans() {
+    let receiver = OtlpReceiver::start_grpc().await;
+    let (s, chain, _) = answered_question_with(&receiver.url, "Fixed in v2.1.", |s| {
+        s.env_vars
+            .push(("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "grpc".into()));
+    })
+    .await;
+    assert_eq!(chain.len(), 3);
+    let trace = s.the_trace();
+    let got = by_span_id(&receiver.spans());
+    assert_eq!(got.len(), trace.spans.len());
+    for sp in &trace.spans {
+        let r = &got[&span_id_hex(sp.id)];
+        assert_eq!(r.trace_id, trace_id_hex(trace.trace_id()));
+        assert_eq!(
+            r.parent_span_id,
+            sp.parent_id.map(span_id_hex).unwrap_or_default()
+        );
+    }
+    let coord = &got[&span_id_hex(step(&trace, "coordinate").id)];
+    assert_eq!(coord.name, "invoke_agent coordinator");
+    let t = status_json(&s)["telemetry"].clone();
+    assert_eq!(t["protocol"], "grpc", "{t}");
+    assert_eq!(t["exported"], trace.spans.len(), "{t}");
+}

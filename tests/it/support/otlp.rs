@@ -1,7 +1,8 @@
-//! An OTLP/HTTP trace receiver, as an OpenTelemetry Collector's `otlp` receiver serves it:
+//! An OTLP trace receiver, as an OpenTelemetry Collector's `otlp` receiver serves it: over HTTP,
 //! `POST /v1/traces` with an `application/x-protobuf` body, decoded as the real
-//! `ExportTraceServiceRequest` (the `opentelemetry-proto` crate's prost types), answered with an
-//! `ExportTraceServiceResponse`. Anything else is refused, as the collector refuses it.
+//! `ExportTraceServiceRequest` (the `opentelemetry-proto` crate's prost types) and answered with
+//! an `ExportTraceServiceResponse` (anything else is refused, as the collector refuses it); over
+//! gRPC, the generated `TraceService` server of the same crate on tonic.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -108,6 +112,17 @@ async fn traces(
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
+    record(&inner, headers, &request);
+    let reply = ExportTraceServiceResponse::default().encode_to_vec();
+    (
+        StatusCode::OK,
+        [("content-type", "application/x-protobuf")],
+        reply,
+    )
+        .into_response()
+}
+
+fn record(inner: &Mutex<Inner>, headers: HeaderMap, request: &ExportTraceServiceRequest) {
     let mut inner = inner.lock().unwrap();
     inner.requests += 1;
     inner.headers.push(headers);
@@ -144,13 +159,20 @@ async fn traces(
             }
         }
     }
-    let reply = ExportTraceServiceResponse::default().encode_to_vec();
-    (
-        StatusCode::OK,
-        [("content-type", "application/x-protobuf")],
-        reply,
-    )
-        .into_response()
+}
+
+struct Grpc(Arc<Mutex<Inner>>);
+
+#[tonic::async_trait]
+impl TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let headers = request.metadata().clone().into_headers();
+        record(&self.0, headers, request.get_ref());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
 }
 
 impl OtlpReceiver {
@@ -164,6 +186,26 @@ impl OtlpReceiver {
             url: format!("http://{}", served.addr),
             inner,
             _served: served,
+        }
+    }
+
+    /// The same receiver over gRPC (`TraceService/Export`, HTTP/2 without TLS).
+    pub async fn start_grpc() -> OtlpReceiver {
+        let inner = Arc::new(Mutex::new(Inner::default()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let service = TraceServiceServer::new(Grpc(inner.clone()));
+        let task = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream_of(listener))
+                .await
+                .expect("the gRPC receiver serves");
+        });
+        OtlpReceiver {
+            url: format!("http://{addr}"),
+            inner,
+            _served: Served::from_task(addr, task),
         }
     }
 
@@ -185,4 +227,14 @@ impl OtlpReceiver {
 pub fn dead_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// A listener's connections as the stream tonic serves.
+fn tokio_stream_of(
+    listener: tokio::net::TcpListener,
+) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures_util::stream::unfold(listener, |l| async move {
+        let conn = l.accept().await.map(|(s, _)| s);
+        Some((conn, l))
+    })
 }
