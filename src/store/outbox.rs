@@ -8,8 +8,8 @@
 //! (one `stat`), so with export off a span close costs nothing more.
 //!
 //! Appends are single `write`s of 37 bytes with `O_APPEND` under an exclusive `flock` of the
-//! outbox, which the exporter also takes to cut the consumed part off: a line is never torn,
-//! and never lost between a read and a truncation. The outbox is not `fsync`ed: a machine crash
+//! outbox, which the exporter also takes to cut the consumed part off and shares to read: a
+//! line is never read torn, and never lost between a read and a truncation. The outbox is not `fsync`ed: a machine crash
 //! may lose the export of the spans closed in its last moments, never a span.
 
 use std::fs::{self, File, OpenOptions};
@@ -114,6 +114,8 @@ pub fn read_from(store: &AutopilotStore, offset: u64, max: usize) -> Result<Batc
         }
         Err(e) => return Err(StoreError::io("open", &path)(e)),
     };
+    // Shared with other readers, never with an append half done.
+    fs2::FileExt::lock_shared(&file).map_err(StoreError::io("lock", &path))?;
     let len = file
         .metadata()
         .map_err(StoreError::io("stat", &path))?
