@@ -77,7 +77,14 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
     let shown = settings.shown_endpoint.clone();
     let protocol = settings.protocol;
     let state = blocking(store.clone(), move |s| {
+        // Never on, nothing to undo: a start with export off touches nothing (cron's `--once`).
+        if !enabled && !outbox::dir(s).exists() {
+            return Ok(ExportState::default());
+        }
         let mut state = state::load(s)?;
+        if !enabled && !state.enabled && !outbox::is_armed(s) {
+            return Ok(state);
+        }
         state.enabled = enabled;
         if enabled {
             outbox::arm(s)?;

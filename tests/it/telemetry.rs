@@ -289,7 +289,7 @@ async fn a_dead_collector_changes_nothing_but_the_drop_counter() {
     let receiver = OtlpReceiver::start().await;
     let (live, live_chain, live_posted) = answered_question(&receiver.url).await;
     let dead_url = format!("http://127.0.0.1:{}", dead_port());
-    let (dead, dead_chain, dead_posted) = answered_question(&dead_url).await;
+    let (mut dead, dead_chain, dead_posted) = answered_question(&dead_url).await;
 
     assert_eq!(
         live_chain,
@@ -343,6 +343,15 @@ async fn a_dead_collector_changes_nothing_but_the_drop_counter() {
         )),
         "{text}"
     );
+
+    // Turned off again: the next start disarms the store and drops the outbox; counts stay.
+    dead.env_vars.clear();
+    dead.run_once().await;
+    let off = status_json(&dead)["telemetry"].clone();
+    assert_eq!(off["enabled"], false, "{off}");
+    assert_eq!(off["dropped"], spans, "{off}");
+    assert!(!rover::store::outbox::is_armed(&dead.store()));
+    assert!(!rover::store::outbox::path(&dead.store()).exists());
 }
 
 #[tokio::test]
