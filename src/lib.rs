@@ -20,4 +20,5 @@ pub mod sandbox;
 pub mod secrets;
 pub mod steps;
 pub mod store;
+pub mod telemetry;
 pub mod trace;

@@ -79,6 +79,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
         }
     }
     let standing = super::budget::standing(ctx, &store)?;
+    let (telemetry, waiting) = super::telemetry::standing(&store)?;
     if json {
         out.json(&json!({
             "daemon": { "running": pid.is_some(), "pid": pid },
@@ -90,6 +91,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "later": later.iter().map(|p| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "notBefore": p.not_before, "attempts": p.attempts, "reason": p.summary})).collect::<Vec<Value>>(),
             "taskMappings": state.task_mappings,
             "budget": super::budget::standing_json(&standing),
+            "telemetry": super::telemetry::to_json(&telemetry, waiting),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -173,6 +175,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
         );
     }
     text.push_str(&super::budget::standing_text(&standing));
+    text.push_str(&super::telemetry::to_text(&telemetry, waiting));
     out.print(&text)?;
     Ok(ExitCode::SUCCESS)
 }

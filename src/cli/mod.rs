@@ -8,6 +8,7 @@ mod output;
 mod proxy;
 mod start;
 mod submit;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

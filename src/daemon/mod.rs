@@ -6,7 +6,9 @@
 //! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
 
 mod console;
+mod export;
 mod github;
+mod proxy;
 mod reactions;
 pub mod reconcile;
 pub mod webhook;
@@ -109,6 +111,9 @@ fn held_secrets(
     if let Some(secret) = webhook_secret {
         held.add(crate::github::webhook::SECRET_ENV, &secret);
     }
+    for (name, value) in crate::telemetry::settings::header_values() {
+        held.add(name, &value);
+    }
     held.with_env(crate::secrets::MODEL_KEY_ENV)
         .with_env_if_secret(&config.autopilot.sandbox.env_allow)
         .with_env_if_secret(&config.autopilot.agent.extra_env)
@@ -170,7 +175,7 @@ async fn run(
             }
         };
 
-    warn_without_proxy_key(&config);
+    proxy::warn_without_proxy_key(&config);
     if config.autopilot.sandbox.hooks == crate::git::HookMode::Host {
         let text = "autopilot.sandbox.hooks is \"host\": the repository's own git hooks run on this machine with the agent's worktree as their working directory, so a hook that runs a file from the worktree (./scripts/lint, make, npm, node_modules/.bin, a hook manager) runs code the agent wrote; remove the setting to run every hook in a sandbox";
         println!("warning: {text}");
@@ -202,6 +207,7 @@ async fn run(
         git_env: Vec::new(),
         config: config.clone(),
     });
+    let telemetry = export::start(&config, &store, &services).await?;
     let orchestrator = StepOrchestrator::new(
         store.clone(),
         build_steps(&services),
@@ -425,7 +431,10 @@ async fn run(
     };
     let internal_errors = orchestrator.internal_errors();
     drop(orchestrator);
-    release_proxy(&services, &store).await;
+    proxy::release_proxy(&services, &store).await;
+    if let Some(t) = telemetry {
+        t.finish().await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
     result?;
     println!("rover autopilot stopped");
@@ -444,52 +453,6 @@ async fn run(
         return Ok(ExitCode::from(EX_TEMPFAIL));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A sandboxed agent reaches its model API only through rover's proxy, which adds the key
-/// from rover's environment: without one, every workflow would fail at its first request.
-fn warn_without_proxy_key(config: &RoverConfig) {
-    if config.autopilot.sandbox.egress().is_none() {
-        return;
-    }
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    let missing = match config.autopilot.agent.agent {
-        crate::agents::AgentKind::Claude => (!set("ANTHROPIC_API_KEY")
-            && !set("CLAUDE_CODE_OAUTH_TOKEN"))
-        .then_some("ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN)"),
-        crate::agents::AgentKind::Codex => (!set("CODEX_API_KEY") && !set("OPENAI_API_KEY"))
-            .then_some("OPENAI_API_KEY (or CODEX_API_KEY)"),
-    };
-    if let Some(names) = missing {
-        let text = format!("{names} is not set: sandboxed agents reach the model API only through rover's proxy, which adds that key (a login of the CLI on this machine does not reach the sandbox), so workflows will fail until it is set in rover's environment");
-        println!("warning: {text}");
-        tracing::warn!("{text}");
-    }
-}
-
-/// rover's sandbox proxy outlives the process only while an agent run still needs it (a
-/// `--once` run leaves its workflows running): with none left, it is stopped.
-async fn release_proxy(services: &Services, store: &AutopilotStore) {
-    let Some(sandbox) = &services.sandbox else {
-        return;
-    };
-    match sandbox.run_networks(&services.project_id).await {
-        Ok(runs) if runs.is_empty() => {
-            let dir = crate::steps::workflow::proxy_dir(store);
-            if let Err(e) = sandbox.stop_proxy(&dir).await {
-                tracing::warn!(error = %e, "cannot stop rover's sandbox proxy");
-            }
-        }
-        Ok(runs) => {
-            tracing::info!(
-                runs = runs.len(),
-                "rover's sandbox proxy stays up for the runs still going"
-            );
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy");
-        }
-    }
 }
 
 /// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits), and

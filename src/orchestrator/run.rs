@@ -78,6 +78,9 @@ impl Inner {
             span = %run.span.id,
             action = %action_id,
             attempt = run.pending.attempts,
+            // The OpenTelemetry ids of the same trace and span (docs/observability.md).
+            trace_id = %crate::store::otel::trace_id_hex(run.pending.trace_id),
+            span_id = %crate::store::otel::span_id_hex(run.span.id),
         );
         let mut handle = tokio::spawn(
             async move {

@@ -15,6 +15,8 @@ pub mod intake;
 mod journal;
 mod lock;
 pub mod log;
+pub mod otel;
+pub mod outbox;
 pub mod records;
 mod records_de;
 pub mod stats;
@@ -185,11 +187,27 @@ impl AutopilotStore {
                 }
                 .into());
             }
-            return write_json_atomic(&path, span);
+            write_json_atomic(&path, span)?;
+            // Closed by this write (a rewrite of a closed span was exported already).
+            if span.status.is_final() && !existing.status.is_final() {
+                self.record_closed(span.id);
+            }
+            return Ok(());
         }
         write_json_atomic(&path, span)?;
         self.index_id(ids::IdKind::Span, span.id);
+        if span.status.is_final() {
+            self.record_closed(span.id);
+        }
         Ok(())
+    }
+
+    /// Note a span closed for OpenTelemetry export (see `outbox`): a failure loses only its
+    /// export, and is logged.
+    fn record_closed(&self, id: Uuid) {
+        if let Err(e) = outbox::record_closed(self, id) {
+            tracing::warn!(error = &e as &dyn std::error::Error, %id, "cannot record a closed span for export");
+        }
     }
 
     pub fn read_span(&self, id: Uuid) -> Result<Span> {

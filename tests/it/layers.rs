@@ -28,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["agents", "github", "git", "proxy", "sandbox", "environment"],
     ),
     ("orchestrator", &["budget", "trace", "orchestrator"]),
-    ("pipeline", &["config", "steps"]),
+    ("pipeline", &["config", "steps", "telemetry"]),
     ("top", &["daemon", "cli"]),
 ];
 

@@ -30,5 +30,6 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod telemetry;
 mod thread;
 mod webhook;

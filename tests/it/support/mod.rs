@@ -19,6 +19,7 @@ pub mod fake_server;
 pub mod git_http;
 pub mod gitrepo;
 pub mod local;
+pub mod otlp;
 pub mod pipeline;
 pub mod scenario;
 pub mod storegen;
