@@ -293,7 +293,8 @@ async fn run(
         let stop = shutdown.clone();
         let retain_days = config.autopilot.pipeline.retain_days;
         let once = options.once;
-        let first = reclaim_due(store.clone(), retain_days).await;
+        let github = services.github.clone();
+        let first = reclaim_due(store.clone(), retain_days, github.clone()).await;
         if first > 0 {
             orch.wake();
         }
@@ -304,7 +305,7 @@ async fn run(
                         () = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
                         () = stop.cancelled() => return,
                     }
-                    if reclaim_due(store.clone(), retain_days).await > 0 {
+                    if reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
                         orch.wake();
                     }
                 }
@@ -615,10 +616,53 @@ fn once_retry_delay(error: &crate::steps::event::IngestError, attempt: u32) -> O
     }
 }
 
-/// Queue the cleanup of every ended trace past its retention; returns how many were queued.
-async fn reclaim_due(store: AutopilotStore, retain_days: u64) -> usize {
+/// The pull requests traces are kept for that GitHub says are closed (one request each; one that
+/// cannot be read is kept and logged).
+async fn closed_pull_requests(
+    store: &AutopilotStore,
+    retain_days: u64,
+    github: &dyn crate::github::GitHub,
+) -> Vec<u64> {
+    let store = store.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        crate::steps::gc::plan(
+            &store,
+            crate::steps::gc::retention(retain_days),
+            chrono::Utc::now(),
+        )
+    })
+    .await;
+    let Ok(Ok(plan)) = plan else {
+        return Vec::new();
+    };
+    let mut closed = Vec::new();
+    for number in plan.open_prs.iter().filter_map(|r| r.pr_number) {
+        match github.get_pull_request(number).await {
+            Ok(pr) if pr.state == crate::github::IssueState::Closed => closed.push(number),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                pr = number,
+                error = %crate::error::error_chain(&e),
+                "cannot read the state of a pull request a trace is kept for"
+            ),
+        }
+    }
+    closed
+}
+
+/// Queue the cleanup of every ended trace past its retention, and of every trace kept for a pull
+/// request GitHub says is closed; returns how many were queued.
+async fn reclaim_due(
+    store: AutopilotStore,
+    retain_days: u64,
+    github: Option<Arc<dyn crate::github::GitHub>>,
+) -> usize {
+    let closed = match github {
+        Some(github) => closed_pull_requests(&store, retain_days, github.as_ref()).await,
+        None => Vec::new(),
+    };
     let done = tokio::task::spawn_blocking(move || {
-        crate::steps::gc::run(&store, retain_days, "rover (pipeline.retainDays)")
+        crate::steps::gc::run_releasing(&store, retain_days, "rover (pipeline.retainDays)", &closed)
     })
     .await;
     match done {

@@ -1052,6 +1052,58 @@ async fn a_rover_pr_closed_without_merging_frees_its_workspace() {
     assert!(!git(&s.origin, &["rev-parse", &branch]).is_empty());
 }
 
+/// A pull request closed while rover was not looking (its close event never seen): the next
+/// start asks GitHub for the state of each pull request a trace is kept for, and frees it.
+#[tokio::test]
+async fn a_rover_pr_closed_unseen_is_released_by_the_next_start() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    // Open on GitHub: kept, whatever the retention.
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"retainDays": 0}}}),
+    );
+    let out = s.run_once().await;
+    assert!(
+        !stdout(&out).contains("reclaiming trace"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(s.store().read_state().unwrap().task_mappings.len(), 1);
+    // Closed without an event rover sees, then released at the next start.
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"retainDays": 30}}}),
+    );
+    s.github.close_pull(number);
+    let out = s.run_once().await;
+    assert!(
+        stdout(&out).contains("reclaiming trace"),
+        "{}",
+        stdout(&out)
+    );
+    let trace = s
+        .traces()
+        .into_iter()
+        .find(|t| t.spans.iter().any(|sp| sp.step.as_str() == "gc"))
+        .expect("a trace with a gc span");
+    let gc = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "gc")
+        .unwrap();
+    assert!(
+        gc.summary
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&format!("pull request #{number} is closed")),
+        "{:?}",
+        gc.summary
+    );
+    assert_workspace_freed(&s, std::slice::from_ref(&branch));
+}
+
 #[tokio::test]
 async fn changes_requested_on_a_rover_pr_are_made_on_the_same_branch_and_pr() {
     let mut s = Scenario::new().await;
