@@ -316,6 +316,12 @@ impl Sandbox for DockerSandbox {
 
     async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
         check_env(&spec.env, &self.env_allow)?;
+        if spec.shipped() {
+            return Err(SandboxError::Unsupported {
+                backend: "local",
+                what: "ship a workspace yet",
+            });
+        }
         let user = Self::user(spec).await?;
         let mut body = self.create_body(spec, user)?;
         let name = spec.container_name();
