@@ -5,6 +5,7 @@
 //! with the worktree mounted ([`gates`]), so project code never runs on the host.
 
 mod docker;
+mod docker_ship;
 pub mod egress;
 mod env;
 mod environment_settings;
@@ -13,8 +14,10 @@ pub mod gates;
 pub mod hooks;
 pub mod image;
 pub mod logcap;
+pub mod returned;
 pub mod runnet;
 mod settings;
+pub mod ship;
 mod spec;
 
 use std::collections::BTreeMap;

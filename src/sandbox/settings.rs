@@ -103,11 +103,11 @@ impl SandboxBackend {
     }
 
     /// How the workspace reaches a container when `autopilot.sandbox.workspace` is not set:
-    /// a sandbox on another node cannot see the host, so a swarm ships it.
+    /// shipped on both (a sandbox on another node cannot see the host; on the local engine the
+    /// measured cost is small, see docs/sandbox.md#the-workspace-travels).
     pub fn default_workspace(self) -> WorkspaceMode {
         match self {
-            Self::Local => WorkspaceMode::Mounted,
-            Self::Swarm => WorkspaceMode::Shipped,
+            Self::Local | Self::Swarm => WorkspaceMode::Shipped,
         }
     }
 }
@@ -274,10 +274,10 @@ mod tests {
     fn backend_and_workspace_parse_and_default_per_backend() {
         let s = SandboxSettings::default();
         assert_eq!(s.backend, SandboxBackend::Local);
-        assert_eq!(s.workspace_mode(), WorkspaceMode::Mounted);
-        let s: SandboxSettings =
-            serde_json::from_str(r#"{"backend":"local","workspace":"shipped"}"#).expect("valid");
         assert_eq!(s.workspace_mode(), WorkspaceMode::Shipped);
+        let s: SandboxSettings =
+            serde_json::from_str(r#"{"backend":"local","workspace":"mounted"}"#).expect("valid");
+        assert_eq!(s.workspace_mode(), WorkspaceMode::Mounted);
         assert!(s.validate().is_ok());
         let s: SandboxSettings = serde_json::from_str(r#"{"backend":"swarm"}"#).expect("valid");
         assert_eq!(s.backend, SandboxBackend::Swarm);

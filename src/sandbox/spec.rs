@@ -71,6 +71,12 @@ pub struct SandboxSpec {
     /// mounted, and nothing comes back unless rover takes `/workspace` back
     /// ([`super::Sandbox::fetch_workspace`]). [`WorkspaceMode::Mounted`]: bind mounts.
     pub workspace: WorkspaceMode,
+    /// The most bytes a shipped `/workspace` taken back may hold
+    /// (`autopilot.sandbox.workspaceLimitMb`).
+    pub workspace_limit: u64,
+    /// Take `/workspace` back and apply it to the worktree when the container has run to its
+    /// end ([`super::gates::run_to_end`]; corrective commands); a gate's changes are not kept.
+    pub take_back: bool,
     /// An optional directory bind-mounted read-only at [`INPUT_MOUNT`].
     pub input_dir: Option<PathBuf>,
     /// `uid:gid` to run as; `None` means the owner of the worktree, so files the agent writes
@@ -108,6 +114,8 @@ impl SandboxSpec {
             env: Vec::new(),
             worktree: worktree.into(),
             workspace: settings.workspace_mode(),
+            workspace_limit: settings.workspace_limit_bytes(),
+            take_back: false,
             input_dir: None,
             user: None,
             limits: settings.limits(),
