@@ -102,8 +102,9 @@ impl DockerSandbox {
             let chunk = chunk.map_err(|e| self.err("take the workspace back from", id, e))?;
             written += chunk.len() as u64;
             if written > limit {
-                drop(file);
-                let _ = tokio::fs::remove_file(into).await;
+                // What came is kept for the caller to name the entry that passed the limit.
+                let _ = file.write_all(&chunk).await;
+                let _ = file.flush().await;
                 return Err(SandboxError::Returned {
                     entry: "workspace/".to_owned(),
                     reason: format!(

@@ -87,6 +87,19 @@ pub async fn take_back(
         .await;
     let archive_bytes = match fetched {
         Ok(n) => n,
+        Err(SandboxError::Returned { entry, reason }) => {
+            // Past the limit: the entry that was coming when it was passed, from what came.
+            let path = archive.clone();
+            let last = tokio::task::spawn_blocking(move || last_entry(&path))
+                .await
+                .ok()
+                .flatten();
+            let _ = tokio::fs::remove_file(&archive).await;
+            return Err(SandboxError::Returned {
+                entry: last.unwrap_or(entry),
+                reason,
+            });
+        }
         Err(e) => {
             let _ = tokio::fs::remove_file(&archive).await;
             return Err(e);
@@ -118,6 +131,18 @@ pub async fn take_back(
     let mut applied = applied??;
     applied.archive_bytes = archive_bytes;
     Ok(Some(applied))
+}
+
+/// The name of the last entry whose header a (cut) archive holds.
+fn last_entry(archive: &Path) -> Option<String> {
+    let file = std::fs::File::open(archive).ok()?;
+    let mut tar = tar::Archive::new(io::BufReader::new(file));
+    let mut last = None;
+    for entry in tar.entries().ok()? {
+        let Ok(entry) = entry else { break };
+        last = Some(String::from_utf8_lossy(&entry.path_bytes()).into_owned());
+    }
+    last
 }
 
 /// Checks the tar at `archive` (entries `workspace/...`) and makes `worktree` hold exactly its
