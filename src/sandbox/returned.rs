@@ -4,13 +4,15 @@
 //! a refused archive changes nothing.
 //!
 //! Refused, naming the entry: a path that is absolute or climbs out (`..`) or passes through a
-//! link or a file; a symbolic link pointing out of the worktree (absolute, or `..` past its
-//! root); a hard link to anything but a file of the archive; a device, a fifo, a sparse file or
-//! any other entry type; a file larger than a sandbox may write
-//! (`autopilot.sandbox.fileSizeLimitMb`); more than [`MAX_ENTRIES`] entries; and any `.git`:
-//! the worktree's git metadata is never taken from a sandbox (rover's own git file, shipped in,
-//! may come back unchanged and is skipped). The archive's size is capped while it is fetched
-//! (`autopilot.sandbox.workspaceLimitMb`). Links are created as links, never followed; no
+//! link or a file; a hard link to anything but a file of the archive; a device, a fifo, a sparse
+//! file or any other entry type; a file larger than a sandbox may write
+//! (`autopilot.sandbox.fileSizeLimitMb`); more than [`MAX_ENTRIES`] entries; and the worktree's
+//! `.git` replaced or changed (or anything under it): the worktree's git metadata is never taken
+//! from a sandbox (rover's own git file, shipped in, may come back unchanged and is skipped). A
+//! repository nested deeper (`sub/.git`) comes back as files, as it would on a mount, and the
+//! commit step leaves it out. The archive's size is capped while it is fetched
+//! (`autopilot.sandbox.workspaceLimitMb`). Symbolic links are created as links, whatever they
+//! point at (as on a mount: git records a link's target as text), and never followed; no
 //! filter or hook runs; modes keep only permission bits.
 
 use std::collections::HashSet;
@@ -268,28 +270,6 @@ fn clear(path: &Path, keep_dir: bool) -> Result<(), SandboxError> {
     }
 }
 
-/// Whether a link at `parts` to `target` stays inside the worktree (lexically: links are never
-/// resolved on the host).
-fn link_stays_inside(parts: &[Vec<u8>], target: &[u8]) -> bool {
-    if target.is_empty() || target.first() == Some(&b'/') {
-        return false;
-    }
-    let mut depth = parts.len().saturating_sub(1);
-    for part in target.split(|b| *b == b'/') {
-        match part {
-            b"" | b"." => {}
-            b".." => {
-                if depth == 0 {
-                    return false;
-                }
-                depth -= 1;
-            }
-            _ => depth += 1,
-        }
-    }
-    true
-}
-
 fn is_git(part: &[u8]) -> bool {
     part.eq_ignore_ascii_case(b".git")
 }
@@ -338,9 +318,9 @@ fn extract(
             }
             return Err(refuse(&name, "replaces the workspace's root"));
         }
-        if let Some(at) = parts.iter().position(|p| is_git(p)) {
+        if is_git(&parts[0]) {
             // rover's own git file, as shipped, is the one `.git` allowed back (and skipped).
-            if at == 0 && parts.len() == 1 && kind.is_file() {
+            if parts.len() == 1 && kind.is_file() {
                 if let Some(shipped) = &rules.gitfile {
                     let size = entry.header().size().unwrap_or(u64::MAX);
                     if size == shipped.len() as u64 {
@@ -357,7 +337,7 @@ fn extract(
             }
             return Err(refuse(
                 &name,
-                "is git metadata (`.git`): the worktree's git is never taken from a sandbox",
+                "replaces or changes the worktree's `.git`: its git metadata is never taken from a sandbox",
             ));
         }
         let path = join(staging, &parts);
@@ -407,15 +387,6 @@ fn extract(
                     .link_name_bytes()
                     .map(std::borrow::Cow::into_owned)
                     .unwrap_or_default();
-                if !link_stays_inside(&parts, &target) {
-                    return Err(refuse(
-                        &name,
-                        format!(
-                            "is a link pointing out of the worktree (to `{}`)",
-                            String::from_utf8_lossy(&target)
-                        ),
-                    ));
-                }
                 clear(&path, false)?;
                 std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &path)
                     .map_err(io_err(&path))?;

@@ -211,18 +211,8 @@ fn path_traversal_is_refused() {
 }
 
 #[test]
-fn links_pointing_out_and_writes_through_links_are_refused() {
+fn links_stay_links_and_nothing_is_written_through_one() {
     let fx = Fixture::new();
-    fx.refused(
-        &[link("workspace/etc", T::Symlink, "/etc")],
-        "workspace/etc",
-        "pointing out of the worktree (to `/etc`)",
-    );
-    fx.refused(
-        &[link("workspace/src/up", T::Symlink, "../../outside")],
-        "workspace/src/up",
-        "pointing out",
-    );
     fx.refused(
         &[
             link("workspace/inner", T::Symlink, "src"),
@@ -230,6 +220,14 @@ fn links_pointing_out_and_writes_through_links_are_refused() {
         ],
         "workspace/inner/f",
         "passes through the link `inner`",
+    );
+    fx.refused(
+        &[
+            link("workspace/etc", T::Symlink, "/etc"),
+            file("workspace/etc/cron.d/evil", "x"),
+        ],
+        "workspace/etc/cron.d/evil",
+        "passes through the link `etc`",
     );
     fx.refused(
         &[link("workspace/pw", T::Link, "/etc/passwd")],
@@ -240,6 +238,13 @@ fn links_pointing_out_and_writes_through_links_are_refused() {
         &[link("workspace/pw", T::Link, "workspace/../../etc/passwd")],
         "workspace/pw",
         "not a file of the workspace",
+    );
+    // A link pointing out is a link, as on a mount: created, never followed.
+    fx.apply(&[link("workspace/passwd", T::Symlink, "/etc/passwd")])
+        .expect("a link is data");
+    assert_eq!(
+        std::fs::read_link(fx.worktree.join("passwd")).expect("a link"),
+        Path::new("/etc/passwd")
     );
 }
 
@@ -315,10 +320,13 @@ fn git_metadata_is_never_taken() {
         "git metadata",
     );
     fx.refused(
-        &[file("workspace/vendor/.GIT/config", "[core]\n")],
-        "workspace/vendor/.GIT/config",
+        &[file("workspace/.GIT", "gitdir: /x\n")],
+        "workspace/.GIT",
         "git metadata",
     );
+    // A repository nested deeper comes back as files (the commit step leaves it out).
+    fx.apply(&[file("workspace/vendor/.git/config", "[core]\n")])
+        .expect("a nested repository is files");
     // Without a git file shipped, no `.git` may come back at all.
     let rules = Rules {
         gitfile: None,

@@ -18,6 +18,7 @@ mod orchestrator;
 mod prompts;
 mod sandbox;
 mod store;
+mod workspace;
 
 fn main() {
     let filter: Vec<String> = std::env::args()
@@ -52,6 +53,9 @@ fn main() {
     }
     if wants("sandbox") {
         sandbox::run();
+    }
+    if wants("workspace") {
+        workspace::run();
     }
 }
 
