@@ -1,8 +1,11 @@
 //! Docker sandboxes in which workflow agents run, behind a narrow trait.
 //!
-//! The workflow step talks to [`Sandbox`]; [`DockerSandbox`] implements it with bollard. Images
-//! are built locally without a registry ([`image`]), and verification gates run in the same image
-//! with the worktree mounted ([`gates`]), so project code never runs on the host.
+//! The steps talk to [`Sandbox`], the backend seam made by [`connect`] from
+//! `autopilot.sandbox.backend`; [`DockerSandbox`] implements it with bollard for the local
+//! engine. Images are built locally without a registry ([`image`]); the worktree is shipped into
+//! containers ([`ship`]) and what comes back is checked before it is applied ([`returned`]), or
+//! mounted; verification gates run in the same image over it ([`gates`]), so project code never
+//! runs on the host.
 
 mod docker;
 mod docker_ship;
