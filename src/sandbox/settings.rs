@@ -103,8 +103,9 @@ impl SandboxBackend {
     }
 
     /// How the workspace reaches a container when `autopilot.sandbox.workspace` is not set:
-    /// shipped on both (a sandbox on another node cannot see the host; on the local engine the
-    /// measured cost is small, see docs/sandbox.md#the-workspace-travels).
+    /// shipped on both (a sandbox on another node cannot see the host; on the local engine it
+    /// measured 0.3 s more at start and 0.1 s back for a small repository, 0.6 s and 0.7 s for a
+    /// 100 MB one: see docs/sandbox.md#the-workspace-travels).
     pub fn default_workspace(self) -> WorkspaceMode {
         match self {
             Self::Local | Self::Swarm => WorkspaceMode::Shipped,
