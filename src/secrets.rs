@@ -214,6 +214,56 @@ impl HeldSecrets {
     }
 }
 
+/// A [`HeldSecrets`] shared by its clones and grown while rover runs: the installation tokens
+/// of a GitHub App are minted hourly, and each is held from the moment it exists. `Debug` never
+/// shows a value.
+#[derive(Debug, Clone, Default)]
+pub struct LiveSecrets {
+    // std RwLock: held only to read or push a value, never across an await.
+    inner: std::sync::Arc<std::sync::RwLock<HeldSecrets>>,
+}
+
+impl LiveSecrets {
+    pub fn new(held: HeldSecrets) -> LiveSecrets {
+        LiveSecrets {
+            inner: std::sync::Arc::new(std::sync::RwLock::new(held)),
+        }
+    }
+
+    /// Holds `value` as the secret of `name` from now on, for every clone.
+    pub fn add(&self, name: &str, value: &str) {
+        self.inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .add(name, value);
+    }
+
+    /// Stops holding `value` (an installation token long expired).
+    pub fn remove(&self, value: &str) {
+        self.inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .list
+            .retain(|s| s.value != value.trim());
+    }
+
+    /// The values held now.
+    pub fn snapshot(&self) -> HeldSecrets {
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// [`HeldSecrets::mask_values`] over the values held now.
+    pub fn mask_values(&self, text: &str) -> String {
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .mask_values(text)
+    }
+}
+
 /// A kind of key recognised by its shape (`meta` spells it in camelCase: `githubToken`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

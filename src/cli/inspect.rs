@@ -48,6 +48,9 @@ pub fn traces(
     Ok(ExitCode::SUCCESS)
 }
 
+/// How many of the actions that run later `status` shows (the soonest first).
+const LATER_SHOWN: usize = 10;
+
 pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, CliError> {
     let store = ctx.existing_store()?;
     let pid = store.daemon_pid();
@@ -119,7 +122,10 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             trace::human_age(span.timestamp, Utc::now())
         );
     }
-    for p in &later {
+    // The soonest few: a queue of thousands of waits is a count, not a page (`--json` has all).
+    let mut soonest: Vec<_> = later.iter().collect();
+    soonest.sort_by_key(|p| p.not_before);
+    for p in soonest.iter().take(LATER_SHOWN) {
         let at = p.not_before.unwrap_or(now);
         let _ = writeln!(
             text,
@@ -135,6 +141,13 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
                 String::new()
             },
             p.summary.lines().next().unwrap_or_default()
+        );
+    }
+    if later.len() > LATER_SHOWN {
+        let _ = writeln!(
+            text,
+            "later    ... and {} more (`rover autopilot status --json` lists them all)",
+            later.len() - LATER_SHOWN
         );
     }
     for p in &dead_letters {

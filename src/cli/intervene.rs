@@ -8,11 +8,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::{CliError, Context, Output};
-use crate::steps::meta::{NotifyMeta, NotifyPurpose};
-use crate::store::{
-    Action, AutopilotStore, ClosedTrace, InterventionSpanMeta, RunSpanMeta, Span, SpanStatus,
-    StepKind, TraceView,
-};
+use crate::store::{AutopilotStore, InterventionSpanMeta, Span};
 
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
     let project_id = ctx.project_id()?;
@@ -39,13 +35,15 @@ fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(
     }
 }
 
-/// Whether anything of the trace is queued or running.
-fn has_work(view: &TraceView) -> bool {
-    !view.pending.is_empty()
+fn refused(e: crate::steps::intervene::InterveneError) -> CliError {
+    match e {
+        crate::steps::intervene::InterveneError::Store(e) => CliError::Store(e),
+        crate::steps::intervene::InterveneError::Refused(text) => CliError::Refused(text),
+    }
 }
 
 /// `cancel` and `fail`: close the trace, take its queued work off the queue, stop what runs,
-/// and answer on its channel saying who did it.
+/// and answer on its channel saying who did it (`steps::intervene`).
 pub fn close(
     ctx: &Context,
     out: &mut Output,
@@ -56,105 +54,28 @@ pub fn close(
 ) -> Result<ExitCode, CliError> {
     let store = open_store(ctx)?;
     let trace_id = store.resolve_trace_id(id)?;
-    let view = store.load_trace(trace_id)?;
     let short = crate::trace::short(trace_id);
-    if let Some(closed) = store.read_state()?.closed.get(&trace_id) {
-        return Err(CliError::Refused(format!(
-            "trace {short} was already {}",
-            closed.describe()
-        )));
-    }
-    if !has_work(&view) {
-        return Err(CliError::Refused(format!(
-            "trace {short} has ended (nothing queued or running): nothing to {command}; `rover autopilot trace {short}` shows how"
-        )));
-    }
-    let closed = ClosedTrace {
-        command: command.to_owned(),
-        by: actor(by),
-        reason: reason.unwrap_or_default().trim().to_owned(),
-        at: Utc::now(),
-    };
-    let what = closed.describe();
-    let running: Vec<String> = store
-        .read_state()?
-        .pending
-        .iter()
-        .filter(|p| p.trace_id == trace_id && p.running_span_id.is_some())
-        .map(|p| format!("{} ({})", p.action, crate::trace::short(p.action_id)))
-        .collect();
-    let record = InterventionSpanMeta {
-        by: closed.by.clone(),
-        reason: Some(closed.reason.clone()),
-        stopping: Some(running.clone()),
-        ..InterventionSpanMeta::default()
-    };
-    let span = Span::intervention(trace_id, command, what.clone(), &record);
-    let notify = NotifyMeta {
-        purpose: if command == "fail" {
-            NotifyPurpose::Failure
-        } else {
-            NotifyPurpose::Flag
-        },
-        message: Some(format!("This work was {what}.")),
-        failed_step: None,
-        error: (command == "fail").then(|| what.clone()),
-        pr_url: None,
-        breaker_note: None,
-        // A person's decision, not a failure of rover's: the circuit breaker does not count it.
-        circuit_breaker: true,
-    };
-    let notify_meta = crate::steps::meta::to_meta(&notify);
-    let answer = Action::new(
-        StepKind::Notify,
-        &span,
-        what.clone(),
-        notify_meta,
-        Utc::now(),
-    );
-    let removed = store.intervene(
-        &span,
-        std::slice::from_ref(&answer),
-        |p| p.trace_id == trace_id && !p.action.is_terminal(),
-        Some(closed),
-    )?;
-    out.print(&format!("trace {short} {what}\n"))?;
-    for p in &removed {
+    let closed = crate::steps::intervene::close_trace(
+        &store,
+        trace_id,
+        command,
+        &reason.unwrap_or_default(),
+        &actor(by),
+    )
+    .map_err(refused)?;
+    out.print(&format!("trace {short} {}\n", closed.what))?;
+    for p in &closed.removed {
         out.print(&format!(
             "  took {} ({}) off the queue\n",
             p.action,
             crate::trace::short(p.action_id)
         ))?;
     }
-    for r in &running {
+    for r in &closed.running {
         out.print(&format!("  stopping {r}\n"))?;
     }
     wake_daemon(&store, out, "stops what still runs and posts the answer")?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The action a `retry <id>` means: the action itself, or the trace's latest failed action.
-fn failed_action(store: &AutopilotStore, view: &TraceView, id: &str) -> Result<Action, CliError> {
-    let short = crate::trace::short(view.trace_id());
-    let named = view
-        .actions
-        .iter()
-        .find(|a| a.id.to_string() == id || (id.len() >= 8 && a.id.to_string().starts_with(id)));
-    if let Some(action) = named {
-        return Ok(action.clone());
-    }
-    let failed = view
-        .spans
-        .iter()
-        .filter(|s| s.status == SpanStatus::Error && s.action_id.is_some())
-        .filter(|s| !RunSpanMeta::of(s).stopped())
-        .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
-        .ok_or_else(|| {
-            CliError::Refused(format!(
-                "trace {short} has no failed step to retry; `rover autopilot trace {short}` shows it"
-            ))
-        })?;
-    Ok(store.read_action(failed.action_id.expect("filtered"))?)
 }
 
 /// `retry <trace|action>`: queue the failed action again (a new action with a fresh attempt
@@ -167,46 +88,13 @@ pub fn retry(
 ) -> Result<ExitCode, CliError> {
     let store = open_store(ctx)?;
     let trace_id = store.resolve_trace_id(id)?;
-    let view = store.load_trace(trace_id)?;
-    let short = crate::trace::short(trace_id);
-    if let Some(closed) = store.read_state()?.closed.get(&trace_id) {
-        return Err(CliError::Refused(format!(
-            "trace {short} was {}; it is not retried",
-            closed.describe()
-        )));
-    }
-    let original = failed_action(&store, &view, id)?;
-    if let Some(p) = view.pending.iter().find(|p| p.action_id == original.id) {
-        return Err(CliError::Refused(format!(
-            "action {} ({}) is still queued (attempt {}): nothing to retry yet",
-            crate::trace::short(original.id),
-            original.action,
-            p.attempts
-        )));
-    }
-    let by = actor(by);
-    // Same producer and meta as the original, so the step sees the same input; a new id, so
-    // a fresh attempt budget.
-    let mut again = original.clone();
-    again.id = Uuid::new_v4();
-    again.timestamp = Utc::now();
-    again.reason = format!("retried by {by}: {}", original.reason);
-    let record = InterventionSpanMeta {
-        by: by.clone(),
-        retried: Some(original.id),
-        action: Some(again.id),
-        ..InterventionSpanMeta::default()
-    };
-    let summary = format!(
-        "{} ({}) retried by {by}",
-        original.action,
-        crate::trace::short(original.id)
-    );
-    let span = Span::intervention(trace_id, "retry", summary.clone(), &record);
-    store.intervene(&span, std::slice::from_ref(&again), |_| false, None)?;
+    let retried =
+        crate::steps::intervene::retry_trace(&store, trace_id, Some(id), &actor(by), None)
+            .map_err(refused)?;
     out.print(&format!(
-        "{summary}: queued as action {}\n",
-        crate::trace::short(again.id)
+        "{}: queued as action {}\n",
+        retried.summary,
+        crate::trace::short(retried.action)
     ))?;
     wake_daemon(&store, out, "runs it")?;
     Ok(ExitCode::SUCCESS)

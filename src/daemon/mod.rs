@@ -6,6 +6,8 @@
 //! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
 
 mod console;
+mod github;
+mod reactions;
 pub mod reconcile;
 pub mod webhook;
 
@@ -18,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::agent_from_settings;
 use crate::config::RoverConfig;
-use crate::github::{GitHub, OctoGitHub, Redactor, RepoRef};
+use crate::github::{GitHub, Redactor};
 use crate::orchestrator::StepOrchestrator;
 use crate::project::{Project, ProjectError};
 use crate::sandbox::{Sandbox, SandboxError};
-use crate::secrets::HeldSecrets;
+use crate::secrets::{HeldSecrets, LiveSecrets};
 use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
@@ -91,36 +93,6 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
     code
 }
 
-/// Rover's own login (see `github::identity`): configured, else learned from the token. A
-/// token GitHub rejects stops the start; any other failure falls back and says so.
-async fn bot_identity(
-    client: &OctoGitHub,
-    settings: &crate::github::GitHubSettings,
-) -> Result<crate::github::BotIdentity, StartError> {
-    let configured = settings
-        .bot_login
-        .as_deref()
-        .filter(|l| !l.trim().is_empty());
-    let learned = match configured {
-        Some(_) => None,
-        None => Some(client.token_login().await),
-    };
-    if let Some(Err(e @ crate::github::GitHubError::BadCredentials { .. })) = &learned {
-        return Err(StartError::Refused(crate::error::error_chain(e)));
-    }
-    let identity =
-        crate::github::identity::resolve(configured, settings.app_slug.as_deref(), learned);
-    let text = identity.describe();
-    if identity.login().is_some() {
-        println!("identity: {text}");
-        tracing::info!(identity = %text, "own login");
-    } else {
-        println!("warning: {text}");
-        tracing::warn!(identity = %text, "own login unknown");
-    }
-    Ok(identity)
-}
-
 /// The secrets rover holds, for redaction and the push scan alike: the GitHub tokens (both
 /// variables, taken out of the environment at start), the webhook secret (served or not), the
 /// model keys, the value of every variable `envAllow` or `extraEnv` may hand an agent that looks
@@ -161,32 +133,18 @@ async fn run(
         })?),
         None => None,
     };
-    // GitHub: required unless the daemon serves local requests only.
-    let token = crate::github::token_from_env().ok();
+    // GitHub: required unless the daemon serves local requests only. The secrets rover holds
+    // grow while it runs (a GitHub App's tokens), so the set is made first.
+    let secrets = LiveSecrets::default();
     let mut normalize = None;
+    let mut auth = None;
     let github: Option<Arc<dyn GitHub>> = if options.local {
         None
     } else {
-        let token = token.clone().ok_or_else(|| StartError::Refused(
-            "no GitHub token: set GITHUB_TOKEN (or GH_TOKEN) to a token that can read the repository and write issues and pull requests, or run `rover autopilot start --local` for local requests only".into(),
-        ))?;
-        let repo = project.repo.clone().ok_or_else(|| StartError::Refused(
-            "cannot tell which GitHub repository to watch: the `origin` remote is not a GitHub URL; pass --repo OWNER/NAME".into(),
-        ))?;
-        let repo =
-            RepoRef::parse(&repo.to_string()).map_err(|e| StartError::Refused(e.to_string()))?;
-        let mut client = OctoGitHub::new(
-            &crate::github::octo::api_url_from_env(),
-            &token,
-            repo,
-            &config.autopilot.github,
-        )
-        .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
-        let identity = bot_identity(&client, &config.autopilot.github).await?;
-        config.autopilot.github.bot_login = identity.login().map(str::to_owned);
-        client.set_bot_login(config.autopilot.github.bot_login.clone());
-        normalize = Some(client.normalize_options().clone());
-        Some(Arc::new(client))
+        let connected = github::connect(&project, &mut config, &secrets).await?;
+        normalize = Some(connected.client.normalize_options().clone());
+        auth = Some(connected.auth);
+        Some(Arc::new(connected.client))
     };
 
     // The agent CLI must answer before rover takes any work.
@@ -226,6 +184,10 @@ async fn run(
         crate::github::webhook::secret_from_env(),
         &config,
     );
+    for secret in held.iter() {
+        secrets.add(secret.name(), secret.value());
+    }
+    let held = secrets.snapshot();
     let names: Vec<&str> = held.iter().map(crate::secrets::HeldSecret::name).collect();
     tracing::info!(
         secrets = ?names,
@@ -238,8 +200,8 @@ async fn run(
         agent,
         github: github.clone(),
         sandbox,
-        redactor: Redactor::from_held(held),
-        github_token: token,
+        redactor: Redactor::from_live(secrets.clone()),
+        github_token: auth,
         git_env: Vec::new(),
         config: config.clone(),
     });
@@ -398,6 +360,22 @@ async fn run(
         _ => None,
     };
 
+    // The stop reaction on the posts of running traces (see `reactions`).
+    let stop_watch = match (&github, &config.autopilot.github.reactions.stop) {
+        (Some(gh), Some(stop)) => Some(tokio::spawn(
+            reactions::StopWatch {
+                store: store.clone(),
+                github: gh.clone(),
+                trust: crate::github::TrustPolicy::new(&config.autopilot.github.trust),
+                stop: stop.clone(),
+                every: Duration::from_secs(config.autopilot.github.reactions.poll_secs.max(1)),
+                bot_login: config.autopilot.github.bot_login.clone(),
+                orchestrator: orchestrator.clone(),
+            }
+            .run(shutdown.clone(), options.once),
+        )),
+        _ => None,
+    };
     let poller_task = github.map(|gh| {
         let store = store.clone();
         let orch = orchestrator.clone();
@@ -426,6 +404,9 @@ async fn run(
                 }
             }
         }
+        if let Some(task) = stop_watch {
+            let _ = task.await;
+        }
         let r = orchestrator.run_until_idle(shutdown.clone()).await;
         // The tasks that hold the orchestrator (the wake loop) end with the token, so the
         // console sees its channel close at once instead of waiting out its timeout.
@@ -438,6 +419,9 @@ async fn run(
             let _ = task.await;
         }
         if let Some(task) = webhook_task {
+            let _ = task.await;
+        }
+        if let Some(task) = stop_watch {
             let _ = task.await;
         }
         r

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::error::GitHubError;
 use super::events::EventPage;
 use super::poll::ResponseMeta;
+use super::reactions::{ReactionTarget, ReactionsFetch};
 
 /// `owner/name` of a repository.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -323,6 +324,16 @@ pub trait GitHub: Send + Sync {
     ) -> Result<Option<PullRequest>, GitHubError>;
     /// Open a PR.
     async fn open_pull_request(&self, new: &NewPullRequest) -> Result<PullRequest, GitHubError>;
+    /// React with `content` (`eyes`, `-1`, ...) on `target`; the same reaction twice is one.
+    async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError>;
+    /// Who reacted with `content` on `target`; with the last answer's `etag`, an unchanged list
+    /// is `NotModified` (free).
+    async fn reactions(
+        &self,
+        target: ReactionTarget,
+        content: &str,
+        etag: Option<&str>,
+    ) -> Result<ReactionsFetch, GitHubError>;
 }
 
 #[cfg(test)]

@@ -8,12 +8,25 @@ pub enum GitHubError {
     /// No token in the environment.
     #[error("no github token: set GITHUB_TOKEN or GH_TOKEN")]
     MissingToken,
+    /// The GitHub App's private key cannot be used.
+    #[error("the GitHub App's private key {} (ROVER_GITHUB_APP_KEY_FILE) is not usable: {detail}", .path.display())]
+    AppKey {
+        path: std::path::PathBuf,
+        detail: String,
+    },
+    /// 401 to a request signed with the app's JWT: the key is not the app's, or the app id is
+    /// wrong.
+    #[error("github rejected the app's JWT on {what} (401): is ROVER_GITHUB_APP_KEY_FILE a private key of app {app_id} (github.appId), and is this machine's clock right?")]
+    AppRejected { what: String, app_id: u64 },
+    /// The app has no installation on the repository.
+    #[error("the GitHub App {app} is not installed on {repo}: install it on the repository (its settings page, Install App), or set github.installationId")]
+    NotInstalled { app: String, repo: String },
     /// The configured API URL or repository is not usable.
     #[error("invalid github setting {what}: {detail}")]
     Config { what: String, detail: String },
     /// 401: the token is wrong, expired or revoked.
     #[error(
-        "github rejected the token on {what} (401 bad credentials): check GITHUB_TOKEN or GH_TOKEN"
+        "github rejected the token on {what} (401 bad credentials): check GITHUB_TOKEN or GH_TOKEN (for a GitHub App: that it is still installed on the repository)"
     )]
     BadCredentials { what: String },
     /// 404: the thing does not exist or the token cannot see it.

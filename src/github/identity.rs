@@ -1,8 +1,9 @@
 //! Who rover is on GitHub: the login its pushes, pull requests and comments carry, so that
 //! they are never taken for new work.
 //!
-//! `github.botLogin` wins when configured. Otherwise the login is learned from the token at
-//! start (`GET /user`). An installation token of a GitHub App has no user (`GET /user` answers
+//! `github.botLogin` wins when configured. Running as a GitHub App (`github.appId`), it is the
+//! app's `<slug>[bot]`, the slug read with the app's JWT (`GET /app`). Otherwise the login is
+//! learned from the token at start (`GET /user`). An installation token of a GitHub App has no user (`GET /user` answers
 //! 403, and `GET /app` needs the app's own JWT), so then `github.appSlug` names the bot as
 //! `<slug>[bot]`. Whatever is decided is said on the console and in the log.
 
@@ -17,6 +18,8 @@ pub enum BotIdentity {
     Learned(String),
     /// The token has no user (a GitHub App installation token): `<appSlug>[bot]`.
     App(String),
+    /// rover runs as the GitHub App `github.appId`: `<slug>[bot]`, the slug from `GET /app`.
+    FromApp(String),
     /// Not known: only rover's footer marker tells its posts apart. Says why.
     Unknown(String),
 }
@@ -25,7 +28,7 @@ impl BotIdentity {
     /// The login, when known.
     pub fn login(&self) -> Option<&str> {
         match self {
-            Self::Configured(l) | Self::Learned(l) | Self::App(l) => Some(l),
+            Self::Configured(l) | Self::Learned(l) | Self::App(l) | Self::FromApp(l) => Some(l),
             Self::Unknown(_) => None,
         }
     }
@@ -38,6 +41,9 @@ impl BotIdentity {
             Self::App(l) => format!(
                 "rover acts as {l} (github.appSlug: the token has no user, as an app installation token)"
             ),
+            Self::FromApp(l) => {
+                format!("rover acts as {l} (the GitHub App github.appId, its slug from GET /app)")
+            }
             Self::Unknown(why) => format!(
                 "rover does not know its own login ({why}); only the marker in its posts tells them apart: set github.botLogin or github.appSlug in rover.json"
             ),

@@ -7,10 +7,13 @@
 //! - `api`: the `GitHub` trait and its records; `octo`: its octocrab implementation.
 //! - `trust`: who may make rover work. `context`: what the coordinator reads.
 //! - `deliver`: posting answers once, with the footer marker. `redact`: what may leave.
+//! - `auth`: the token behind requests and pushes; `app`: a GitHub App's installation tokens.
 //! - `identity`: rover's own login (configured, or learned from the token at start).
 //! - `webhook`: webhook deliveries: the signature check and the events-feed envelope.
 
 pub mod api;
+pub mod app;
+pub mod auth;
 pub mod context;
 pub mod deliver;
 pub mod error;
@@ -18,6 +21,7 @@ pub mod events;
 pub mod identity;
 pub mod octo;
 pub mod poll;
+pub mod reactions;
 pub mod reconcile;
 pub mod redact;
 pub mod settings;
@@ -29,6 +33,7 @@ pub use api::{
     CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, NewPullRequest, Permission,
     Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
+pub use auth::GitHubAuth;
 pub use context::{build_context, ContextSettings, EventContext};
 pub use deliver::{compose, deliver, marker, Delivery, Outgoing};
 pub use error::GitHubError;
@@ -41,6 +46,7 @@ pub use octo::{token_from_env, OctoGitHub};
 pub use poll::{
     next_poll_at, poll_once, PollCursor, PollResult, PollSettings, Poller, ResponseMeta,
 };
+pub use reactions::{Reaction, ReactionTarget, ReactionsFetch};
 pub use redact::Redactor;
 pub use settings::{GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK};
 pub use trust::{TrustDecision, TrustPolicy, TrustSettings};

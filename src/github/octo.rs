@@ -19,12 +19,13 @@ use super::api::{
     CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
     NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
+use super::auth::GitHubAuth;
+pub use super::auth::{held_tokens, seal_token, token_from_env};
 use super::error::GitHubError;
 use super::events::{parse_events_page, NormalizeOptions};
 use super::poll::{link_path, ResponseMeta};
-use super::settings::{
-    GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
-};
+use super::reactions::{ReactionTarget, ReactionsFetch};
+use super::settings::{GitHubSettings, API_URL_ENV, DEFAULT_API_URL};
 use super::wire::{
     summarize_ci, RawCheckRuns, RawCombined, RawComment, RawIssue, RawPermission, RawPosted,
     RawPull, RawReview, RawReviewComment,
@@ -32,56 +33,6 @@ use super::wire::{
 
 /// Most pages fetched for one list call (100 items each).
 const MAX_PAGES: u32 = 5;
-
-/// The tokens taken out of the environment by [`seal_token`], if it ran: each variable's value.
-static SEALED: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
-
-/// The non-empty values of `GITHUB_TOKEN` and `GH_TOKEN`, in that order, with their names.
-fn env_tokens() -> Vec<(&'static str, String)> {
-    [TOKEN_ENV, TOKEN_ENV_FALLBACK]
-        .into_iter()
-        .filter_map(|name| Some((name, std::env::var(name).ok()?.trim().to_owned())))
-        .filter(|(_, v)| !v.is_empty())
-        .collect()
-}
-
-/// Every GitHub token rover was given (`GITHUB_TOKEN` and `GH_TOKEN` both, when both were set
-/// and differ: rover uses the first but holds both), with the variable each came from.
-pub fn held_tokens() -> Vec<(&'static str, String)> {
-    match SEALED.get() {
-        Some(sealed) => sealed.clone(),
-        None => env_tokens(),
-    }
-}
-
-/// Takes the GitHub token out of the process: keeps its value in memory, removes `GITHUB_TOKEN`
-/// and `GH_TOKEN` from the environment (no child inherits them), and marks the process
-/// non-dumpable, so processes of the same user (hooks, agents) cannot read it from
-/// `/proc/<pid>/environ` or memory, nor attach a debugger. Call it first thing in `main`,
-/// before any thread exists.
-pub fn seal_token() {
-    let tokens = env_tokens();
-    for name in [TOKEN_ENV, TOKEN_ENV_FALLBACK] {
-        std::env::remove_var(name);
-    }
-    let _ = SEALED.set(tokens);
-    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        tracing::warn!(
-            error = &e as &dyn std::error::Error,
-            "cannot mark the process non-dumpable"
-        );
-    }
-}
-
-/// The token from `GITHUB_TOKEN`, else `GH_TOKEN` (as [`seal_token`] kept it, when it ran);
-/// empty values do not count.
-pub fn token_from_env() -> Result<String, GitHubError> {
-    held_tokens()
-        .into_iter()
-        .next()
-        .map(|(_, token)| token)
-        .ok_or(GitHubError::MissingToken)
-}
 
 /// The API base URL from `ROVER_GITHUB_API_URL`, else `https://api.github.com`.
 pub fn api_url_from_env() -> String {
@@ -105,7 +56,9 @@ pub fn web_url_for(api_url: &str) -> String {
 /// The octocrab-backed GitHub client for one repository.
 #[derive(Clone)]
 pub struct OctoGitHub {
+    /// No credential of its own: each request carries `auth`'s token of the moment.
     client: Octocrab,
+    auth: GitHubAuth,
     repo: RepoRef,
     normalize: NormalizeOptions,
     timeout: Duration,
@@ -134,6 +87,17 @@ impl OctoGitHub {
         repo: RepoRef,
         settings: &GitHubSettings,
     ) -> Result<Self, GitHubError> {
+        Self::with_auth(api_url, GitHubAuth::from(token), repo, settings)
+    }
+
+    /// Build against `api_url`, each request authenticated by `auth` (a token, or a GitHub
+    /// App's installation tokens).
+    pub fn with_auth(
+        api_url: &str,
+        auth: GitHubAuth,
+        repo: RepoRef,
+        settings: &GitHubSettings,
+    ) -> Result<Self, GitHubError> {
         let config_err = |detail: String| GitHubError::Config {
             what: format!("api url {api_url}"),
             detail,
@@ -142,7 +106,6 @@ impl OctoGitHub {
         let client = Octocrab::builder()
             .base_uri(api_url.trim_end_matches('/'))
             .map_err(|e| config_err(format!("not a url: {e}")))?
-            .personal_token(token.to_owned())
             .add_retry_config(RetryConfig::None)
             // The whole request is bounded by `timeout` (in `send`); the client's own limits get
             // headroom so that bound is what fires, and says so.
@@ -164,6 +127,7 @@ impl OctoGitHub {
         };
         Ok(Self {
             client,
+            auth,
             repo,
             normalize,
             timeout,
@@ -195,15 +159,16 @@ impl OctoGitHub {
         &self.normalize
     }
 
-    fn path(&self, rest: &str) -> String {
+    pub(super) fn path(&self, rest: &str) -> String {
         format!("/repos/{}/{}{rest}", self.repo.owner, self.repo.name)
     }
 
     /// Send one request; returns status meta and body whatever the status.
     ///
     /// A timeout inside the HTTP client is a `Timeout` like the outer bound, not a transport
-    /// failure: callers retry and back off the same way.
-    async fn send(
+    /// failure: callers retry and back off the same way. A token GitHub refuses is replaced
+    /// once when it is a GitHub App's (a new one is minted).
+    pub(super) async fn send(
         &self,
         what: &str,
         method: Method,
@@ -211,12 +176,50 @@ impl OctoGitHub {
         body: Option<&Value>,
         headers: Option<HeaderMap>,
     ) -> Result<(ResponseMeta, String), GitHubError> {
+        let token = self.auth.token().await?;
+        let sent = self
+            .send_with(what, &method, path, body, headers.clone(), &token)
+            .await?;
+        // An app's token refused (revoked, or expired early): once more with a new one.
+        if sent.0.status == 401 && self.auth.rejected(&token).await {
+            let token = self.auth.token().await?;
+            return self
+                .send_with(what, &method, path, body, headers, &token)
+                .await;
+        }
+        Ok(sent)
+    }
+
+    /// [`OctoGitHub::send`] with `token`, once.
+    async fn send_with(
+        &self,
+        what: &str,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: Option<HeaderMap>,
+        token: &str,
+    ) -> Result<(ResponseMeta, String), GitHubError> {
+        let mut bearer =
+            HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| GitHubError::Config {
+                what: "the github token".into(),
+                detail: "it is not a valid header value".into(),
+            })?;
+        bearer.set_sensitive(true);
         let request = async {
-            let response = if method == Method::POST {
-                self.client._post(path, body).await
+            let mut builder = http::Request::builder()
+                .method(method.clone())
+                .uri(path)
+                .header(http::header::AUTHORIZATION, bearer);
+            for (name, value) in headers.iter().flatten() {
+                builder = builder.header(name, value);
+            }
+            let request = if *method == Method::GET {
+                self.client.build_request(builder, None::<&()>)
             } else {
-                self.client._get_with_headers(path, headers).await
+                self.client.build_request(builder, body)
             }?;
+            let response = self.client.execute(request).await?;
             let meta = ResponseMeta::from_headers(response.status().as_u16(), response.headers());
             let text = self.client.body_to_string(response).await?;
             Ok::<_, octocrab::Error>((meta, text))
@@ -658,6 +661,19 @@ impl GitHub for OctoGitHub {
             .call::<RawPull>(&what, Method::POST, &self.path("/pulls"), Some(&payload))
             .await?;
         Ok(raw.into())
+    }
+
+    async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError> {
+        self.post_reaction(target, content).await
+    }
+
+    async fn reactions(
+        &self,
+        target: ReactionTarget,
+        content: &str,
+        etag: Option<&str>,
+    ) -> Result<ReactionsFetch, GitHubError> {
+        self.list_reactions(target, content, etag).await
     }
 }
 

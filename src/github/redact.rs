@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use regex::{Captures, Regex};
 
 use super::events::Visibility;
-use crate::secrets::{last4, HeldSecrets};
+use crate::secrets::{last4, HeldSecrets, LiveSecrets};
 
 /// What replaces a secret (`crate::secrets::SECRET`).
 pub use crate::secrets::SECRET;
@@ -49,9 +49,12 @@ static FINGERPRINT_HEX: LazyLock<Regex> =
     LazyLock::new(|| re(r"\b(?:[0-9a-fA-F]{2}:){7,}[0-9a-fA-F]{2}\b"));
 
 /// Redacts text for a channel, knowing the exact secret values rover holds.
+///
+/// Clones share one set: a secret learned later (a GitHub App installation token minted while
+/// the daemon runs, see `github::app`) is hidden by every clone from then on.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    held: HeldSecrets,
+    held: LiveSecrets,
 }
 
 impl Redactor {
@@ -67,17 +70,29 @@ impl Redactor {
         for value in secrets {
             held.add("", &value.into());
         }
-        Self { held }
+        Self::from_held(held)
     }
 
     /// Over the secrets rover holds (the daemon collects them: `secrets::HeldSecrets`); the
     /// push scan reads the same set through [`Redactor::held`].
     pub fn from_held(held: HeldSecrets) -> Self {
+        Self {
+            held: LiveSecrets::new(held),
+        }
+    }
+
+    /// Over a shared set that grows while rover runs (see [`LiveSecrets`]).
+    pub fn from_live(held: LiveSecrets) -> Self {
         Self { held }
     }
 
-    /// The exact secret values this redactor hides.
-    pub fn held(&self) -> &HeldSecrets {
+    /// The exact secret values this redactor hides, as of now.
+    pub fn held(&self) -> HeldSecrets {
+        self.held.snapshot()
+    }
+
+    /// The shared set itself, to hold secrets learned later (every clone sees them).
+    pub fn live(&self) -> &LiveSecrets {
         &self.held
     }
 

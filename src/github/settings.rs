@@ -23,9 +23,19 @@ pub struct GitHubSettings {
     /// The bot's login: its events are ignored so rover never answers itself. Learned from the
     /// token at start (`GET /user`) when unset.
     pub bot_login: Option<String>,
-    /// The slug of the GitHub App whose installation token rover uses: its login is
-    /// `<slug>[bot]` (such a token cannot learn it from `GET /user`).
+    /// The slug of the GitHub App whose installation token rover is given in `GITHUB_TOKEN`:
+    /// its login is `<slug>[bot]` (such a token cannot learn it from `GET /user`). Not needed
+    /// with `appId`, which learns it from `GET /app`.
     pub app_slug: Option<String>,
+    /// The GitHub App rover runs as: with its private key (a file named by
+    /// `ROVER_GITHUB_APP_KEY_FILE`), rover mints and renews installation tokens itself.
+    pub app_id: Option<u64>,
+    /// The app's installation on the repository; looked up with the app's JWT when unset.
+    pub installation_id: Option<u64>,
+    /// Reactions: 👀 on what rover picks up, and a stop reaction on rover's posts.
+    pub reactions: ReactionSettings,
+    /// `/rover` commands on the thread.
+    pub commands: CommandSettings,
     /// Visibility recorded on GitHub events (public unless configured).
     pub visibility: Visibility,
     /// Human-facing base URL; derived from the API URL when unset.
@@ -42,12 +52,79 @@ impl Default for GitHubSettings {
         Self {
             bot_login: None,
             app_slug: None,
+            app_id: None,
+            installation_id: None,
+            reactions: ReactionSettings::default(),
+            commands: CommandSettings::default(),
             visibility: Visibility::Public,
             web_url: None,
             request_timeout_secs: 30,
             poll: PollSettings::default(),
             trust: TrustSettings::default(),
             context: ContextSettings::default(),
+        }
+    }
+}
+
+/// What reactions rover leaves and heeds (`content` names: `+1 -1 laugh confused heart
+/// hooray rocket eyes`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReactionSettings {
+    /// Left on an issue, comment or review rover picks up and on a command it takes; `null`:
+    /// none.
+    pub acknowledge: Option<String>,
+    /// Left by a trusted person on rover's pull request or comment, it stops the trace that
+    /// made it; `null`: reactions stop nothing (and nothing is polled).
+    pub stop: Option<String>,
+    /// How often the posts of running traces are looked at for the stop reaction (seconds).
+    pub poll_secs: u64,
+}
+
+impl Default for ReactionSettings {
+    fn default() -> Self {
+        Self {
+            acknowledge: Some("eyes".into()),
+            stop: Some("-1".into()),
+            poll_secs: 60,
+        }
+    }
+}
+
+impl ReactionSettings {
+    /// Each configured reaction is one GitHub knows.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, value) in [("acknowledge", &self.acknowledge), ("stop", &self.stop)] {
+            if let Some(v) = value {
+                if !super::reactions::CONTENTS.contains(&v.as_str()) {
+                    return Err(format!(
+                        "autopilot.github.reactions.{key} is {v:?}: use one of {} (or null for none)",
+                        super::reactions::CONTENTS.join(" ")
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `/rover` commands.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct CommandSettings {
+    /// Whether comments starting with `/rover` are commands (otherwise they are events like
+    /// any comment).
+    pub enabled: bool,
+    /// At most one refusal (an unknown command, an untrusted author) is answered per author in
+    /// this many seconds; the others are recorded only.
+    pub refusal_interval_secs: u64,
+}
+
+impl Default for CommandSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            refusal_interval_secs: 3600,
         }
     }
 }

@@ -34,6 +34,7 @@ use super::meta::{
     RoverPrMeta, WaitMeta, WAIT_PREFIX,
 };
 use super::plan::workflow_meta;
+use super::trust_check::trust_unknown;
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, CoordinateDecision, CoordinateResult, PromptVars};
 use crate::github::{
@@ -64,10 +65,19 @@ struct RoverPr {
 impl RoverPr {
     fn find(branch: Option<&str>, mappings: &[MappedTask]) -> Option<RoverPr> {
         let branch = branch.filter(|b| !b.is_empty())?;
-        let of_branch: Vec<&MappedTask> = mappings
+        let mut of_branch: Vec<&MappedTask> = mappings
             .iter()
             .filter(|t| t.mapping.branch_name == branch)
             .collect();
+        // A consolidated pull request carries every task of the trace that opened it, each on
+        // its own branch: the head's tasks first (an iteration reuses the first), then the rest.
+        let traces: std::collections::BTreeSet<Uuid> =
+            of_branch.iter().map(|t| t.mapping.trace_id).collect();
+        of_branch.extend(
+            mappings.iter().filter(|t| {
+                t.mapping.branch_name != branch && traces.contains(&t.mapping.trace_id)
+            }),
+        );
         (!of_branch.is_empty()).then(|| RoverPr {
             branch: branch.to_owned(),
             tasks: of_branch
@@ -270,56 +280,6 @@ impl CoordinateStep {
         Ok(Outcome::Finished(done.with_meta_record(&span_meta)))
     }
 
-    /// The permission lookup gave no definite answer. A transient failure (rate limit, 5xx,
-    /// network) is a retryable error: the orchestrator keeps the action queued and runs it again
-    /// after its backoff (not before a rate limit's reset), the error recorded in this span.
-    /// When the attempts are spent, or the failure is not transient (a token GitHub refuses),
-    /// the trace ends in a failed span and a `noop` that says so: an author rover could not
-    /// verify never makes it act, not even by a notify.
-    fn trust_unknown(
-        &self,
-        login: &str,
-        error: &crate::github::GitHubError,
-        attempt: u32,
-    ) -> Result<Result<Gathered, Finished>, StepError> {
-        let max = self
-            .services
-            .config
-            .autopilot
-            .pipeline
-            .orchestrator()
-            .max_attempts;
-        if error.is_retryable() && attempt < max {
-            return Err(StepError::from_error(error, true)
-                .not_before(error.retry_at())
-                .detail("what", format!("looking up the permission of {login}"))
-                .detail("login", login)
-                .detail("decidedBy", DecidedBy::Trust));
-        }
-        let why = if error.is_retryable() {
-            format!("after {attempt} attempts")
-        } else {
-            "and the failure is not transient".to_owned()
-        };
-        let reason = format!(
-            "could not verify that {login} may make rover work ({why}): {}; nothing was done",
-            crate::error::error_chain(error)
-        );
-        tracing::error!(%login, %reason, "trust lookup failed for good");
-        let mut finished = Finished::failed(format!("decided noop: {reason}"))
-            .with_meta_record(&CoordinateSpanMeta::decided("noop", DecidedBy::Trust));
-        StepError::from_error(error, error.is_retryable())
-            .detail("login", login)
-            .to_meta()
-            .put_into(&mut finished.meta);
-        Ok(Err(finished.then(
-            NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
-                untrusted: true,
-                ..NoopMeta::default()
-            }),
-        )))
-    }
-
     /// Trust, context and rover-PR detection for a GitHub event; `Err(finished)` when the
     /// author is not trusted (the run ends there, without AI).
     async fn gather_github(
@@ -336,7 +296,9 @@ impl CoordinateStep {
         })?;
         let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
             Ok(trust) => trust,
-            Err(e) => return self.trust_unknown(&event.actor, &e, attempt),
+            Err(e) => {
+                return trust_unknown(&self.services, &event.actor, &e, attempt).map(Err);
+            }
         };
         if !trust.trusted {
             let reason = format!("untrusted author: {}", trust.reason);
@@ -353,6 +315,10 @@ impl CoordinateStep {
                 ))));
         }
         let settings = &self.services.config.autopilot.github;
+        // Picked up: a trusted author's issue, comment or review is acknowledged at once.
+        if let Some(content) = settings.reactions.acknowledge.as_deref() {
+            super::command::acknowledge(github.as_ref(), event, content).await;
+        }
         let context = build_context(
             github.as_ref(),
             event,
@@ -808,7 +774,7 @@ fn route(
                 .with_meta(&NoopMeta {
                     waiting_for: Some(condition),
                     subject: gathered.subject.clone(),
-                    untrusted: false,
+                    ..NoopMeta::default()
                 });
             }
             let secs = i64::try_from(policy.secs).unwrap_or(i64::MAX);
@@ -907,6 +873,21 @@ impl Step for CoordinateStep {
         }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;
+        if let Some((event, command)) = super::command::of_meta(&meta, &self.services) {
+            let github = self.services.github.clone().ok_or_else(|| {
+                StepError::fatal("a command from GitHub but rover has no GitHub client")
+            })?;
+            let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
+                Ok(trust) => trust,
+                Err(e) => {
+                    let finished =
+                        trust_unknown(&self.services, &event.actor, &e, run.pending.attempts)?;
+                    return Ok(Outcome::Finished(finished));
+                }
+            };
+            return super::command::take(&self.services, ctx, run, &meta, event, &command, trust)
+                .await;
+        }
         let mappings = task_mappings(ctx).await?;
         let mut gathered = match (meta.source, &meta.event) {
             (EventSource::Github, Some(event)) => {
@@ -940,13 +921,20 @@ impl Step for CoordinateStep {
             },
         };
 
-        // A merged rover PR: a simple fork, hardcoded.
+        // A rover PR merged or closed: a simple fork, hardcoded. Closed without merging, its
+        // work is not wanted as it is; its workspace is freed all the same (the branch stays on
+        // GitHub, and a reopened pull request's next review starts a fresh task from it).
         let closed_pr = meta.event.as_ref().is_some_and(|e| {
             e.kind == EventKind::PullRequest && e.action == Some(EventAction::Closed)
         });
-        if let (true, true, Some(pr)) = (closed_pr, gathered.merged, &gathered.rover_pr) {
+        if let (true, Some(pr)) = (closed_pr, &gathered.rover_pr) {
+            let how = if gathered.merged {
+                "was merged"
+            } else {
+                "was closed without merging"
+            };
             let reason = format!(
-                "rover's pull request from `{}` was merged: tear down its workspace",
+                "rover's pull request from `{}` {how}: tear down its workspace",
                 pr.branch
             );
             return Ok(Outcome::Finished(
@@ -1216,6 +1204,26 @@ mod tests {
         assert!(RoverPr::find(Some("feature/x"), &mappings).is_none());
         assert!(RoverPr::find(Some(""), &mappings).is_none());
         assert!(RoverPr::find(None, &mappings).is_none());
+    }
+
+    #[test]
+    fn a_consolidated_rover_pr_carries_every_task_of_its_trace() {
+        let trace = Uuid::new_v4();
+        let same = |task: &str, branch: &str| TaskMapping::new(task, branch, trace, Uuid::new_v4());
+        let (head, other, stranger) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        let mappings = vec![
+            MappedTask::new(other.to_string(), same("t-2", "rover/t2")),
+            MappedTask::new(stranger.to_string(), mapping("t-3", "rover/t3")),
+            MappedTask::new(head.to_string(), same("t-1", "rover/t1")),
+        ];
+        let pr = RoverPr::find(Some("rover/t1"), &mappings).expect("rover pr");
+        assert_eq!(pr.workflow_action_ids, vec![head, other]);
+        assert_eq!(
+            pr.existing_task(),
+            Some(head),
+            "an iteration reuses the head's task"
+        );
+        assert_eq!(pr.cleanup().tasks, vec![head, other]);
     }
 
     #[test]

@@ -4,10 +4,12 @@
 
 mod agent_call;
 pub mod cleanup;
+pub mod command;
 pub mod commit;
 pub mod coordinate;
 pub mod event;
 pub mod gc;
+pub mod intervene;
 pub mod meta;
 pub mod noop;
 pub mod notify;
@@ -17,6 +19,7 @@ pub mod push;
 pub mod resolve;
 pub mod sandboxed;
 pub mod tasks;
+mod trust_check;
 pub mod workflow;
 
 use std::path::PathBuf;
@@ -34,7 +37,7 @@ pub use workflow::{sweep_orphans, OrphanReport, WorkflowStep};
 
 use crate::agents::{Agent, AgentSettings};
 use crate::config::RoverConfig;
-use crate::github::{GitHub, Redactor};
+use crate::github::{GitHub, GitHubAuth, Redactor};
 use crate::orchestrator::Step;
 use crate::project::RepoSlug;
 use crate::sandbox::Sandbox;
@@ -57,13 +60,22 @@ pub struct Services {
     pub sandbox: Option<Arc<dyn Sandbox>>,
     /// Applied before anything leaves rover (public/private channels).
     pub redactor: Redactor,
-    /// For `git push` only; never given to an agent, a sandbox or a prompt.
-    pub github_token: Option<String>,
+    /// For `git push` and `fetch` only; never given to an agent, a sandbox or a prompt. A
+    /// GitHub App's renews itself (see `github::app`).
+    pub github_token: Option<GitHubAuth>,
     /// Extra environment for the `git` children (tests: hermetic config).
     pub git_env: Vec<(String, String)>,
 }
 
 impl Services {
+    /// A token for one `git push` or `fetch`, valid now (`None` without GitHub).
+    pub async fn git_token(&self) -> Result<Option<String>, crate::github::GitHubError> {
+        match &self.github_token {
+            Some(auth) => auth.token().await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     pub fn agent_settings(&self) -> &AgentSettings {
         &self.config.autopilot.agent
     }

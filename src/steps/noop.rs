@@ -104,7 +104,7 @@ impl Step for SummarizingNoopStep {
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let view = load_trace(ctx, run.pending.trace_id).await?;
         let noop: NoopMeta = meta::read(&run.action).unwrap_or_default();
-        if noop.untrusted {
+        if noop.untrusted || noop.command {
             return Ok(Outcome::Finished(finished(
                 run,
                 &chain_summary(&view),

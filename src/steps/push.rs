@@ -309,7 +309,7 @@ impl PushStep {
     /// What a push must not send: the secrets rover holds (the redactor's set), key shapes, and
     /// the key-shaped strings the user allowed.
     fn secret_scan(&self) -> SecretScan {
-        SecretScan::new(self.services.redactor.held().clone()).allowing(
+        SecretScan::new(self.services.redactor.held()).allowing(
             self.services
                 .config
                 .autopilot
@@ -369,11 +369,16 @@ impl PushStep {
             self.sandbox_pre_push(ctx, run, &ws, &worktree, &target, location.clone())
                 .await?;
         }
+        let token = self
+            .services
+            .git_token()
+            .await
+            .map_err(|e| github_step_error("get a GitHub token for the push", &e))?;
         let pushed = ws
             .push_branch(
                 &worktree,
                 &target,
-                self.services.github_token.as_deref(),
+                token.as_deref(),
                 &hooks,
                 &self.secret_scan(),
             )

@@ -4,12 +4,14 @@
 //! reads it.
 //!
 //! Bounded: once the file holds [`FILE_RECORDS`] records it becomes `intake.jsonl.1` (the older
-//! one dropped), so at most twice that many are kept. Each append rewrites the live file
-//! atomically under the store lock, so a line is never torn and a line that does not parse is
-//! corruption: an error naming the file and the line, never skipped or reset.
+//! one dropped), so at most twice that many are kept. Records are appended under the store lock
+//! (a line each, on disk when the append returns), so an event costs the same whatever the file
+//! holds. A last line without its newline is a write a crash cut off: readers leave it out and
+//! the next append cuts it off. A whole line that does not parse is corruption: an error naming
+//! the file and the line, never skipped or reset; the file is not rotated away while it has one.
 
-use std::fs;
-use std::io;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -17,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::error::{Result, StoreError};
-use super::fsio::{ensure_dir, sync_dir, write_atomic};
+use super::fsio::{ensure_dir, sync_dir};
 use super::lock::StoreLock;
 use super::AutopilotStore;
 
@@ -37,6 +39,8 @@ pub enum IntakeOutcome {
     Skipped,
     /// Not about one event: a possible gap, the backlog skipped, a reconcile.
     Notice,
+    /// A `/rover` command on the thread, and what became of it (`reason`).
+    Command,
 }
 
 impl IntakeOutcome {
@@ -46,6 +50,7 @@ impl IntakeOutcome {
             Self::Duplicate => "duplicate",
             Self::Skipped => "skipped",
             Self::Notice => "notice",
+            Self::Command => "command",
         }
     }
 }
@@ -112,8 +117,7 @@ impl AutopilotStore {
         self.autopilot_dir().join("intake.jsonl.1")
     }
 
-    /// Append records to `intake.jsonl` under the store lock (atomic rewrite of the live file,
-    /// rotated at [`FILE_RECORDS`]). Must not be called inside [`AutopilotStore::transact`].
+    /// Append records to `intake.jsonl` under the store lock (rotated at [`FILE_RECORDS`]). Must not be called inside [`AutopilotStore::transact`].
     pub fn append_intake(&self, records: &[IntakeRecord]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
@@ -130,42 +134,81 @@ impl AutopilotStore {
             return Ok(());
         }
         let path = self.intake_path();
-        let existing = read_text(&path)?;
-        // A live file that does not parse is not appended to (nor rotated away): the error
-        // names it until a person looks.
-        let count = parse_lines(&path, &existing)?.len();
-        let mut text = if count >= FILE_RECORDS {
+        let existing = read_bytes(&path)?;
+        let valid = whole_lines(&existing);
+        #[allow(clippy::naive_bytecount)] // at most FILE_RECORDS lines
+        let count = existing[..valid].iter().filter(|b| **b == b'\n').count();
+        let valid = if count >= FILE_RECORDS {
+            // A live file that does not parse is not rotated away: the error names it until a
+            // person looks.
+            parse_lines(&path, &String::from_utf8_lossy(&existing[..valid]))?;
             fs::rename(&path, self.intake_backup_path())
                 .map_err(StoreError::io("rotate", path.clone()))?;
             sync_dir(&self.autopilot_dir())?;
-            String::new()
+            0
         } else {
-            existing
+            valid
         };
+        let mut text = Vec::new();
         for record in records {
-            text.push_str(&serde_json::to_string(record).expect("intake records serialize"));
-            text.push('\n');
+            serde_json::to_writer(&mut text, record).expect("intake records serialize");
+            text.push(b'\n');
         }
-        write_atomic(&path, text.as_bytes())
+        append_at(&path, valid as u64, &text)
     }
 
     /// The records kept, oldest first (the rotated file, then the live one).
     pub fn read_intake(&self) -> Result<Vec<IntakeRecord>> {
         let mut out = Vec::new();
         for path in [self.intake_backup_path(), self.intake_path()] {
-            let text = read_text(&path)?;
+            let bytes = read_bytes(&path)?;
+            let text = String::from_utf8_lossy(&bytes[..whole_lines(&bytes)]);
             out.extend(parse_lines(&path, &text)?);
         }
         Ok(out)
     }
 }
 
-fn read_text(path: &Path) -> Result<String> {
-    match fs::read_to_string(path) {
-        Ok(t) => Ok(t),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
+fn read_bytes(path: &Path) -> Result<Vec<u8>> {
+    match fs::read(path) {
+        Ok(b) => Ok(b),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(StoreError::io("read", path)(e)),
     }
+}
+
+/// The bytes up to the last newline: what follows is a write a crash cut off.
+fn whole_lines(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1)
+}
+
+/// Write `bytes` at `valid` (cutting off a torn tail first) and sync them.
+fn append_at(path: &Path, valid: u64, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(StoreError::io("open", path))?;
+    let len = file.metadata().map_err(StoreError::io("stat", path))?.len();
+    if len != valid {
+        file.set_len(valid)
+            .map_err(StoreError::io("truncate", path))?;
+    }
+    file.seek(SeekFrom::Start(valid))
+        .map_err(StoreError::io("seek", path))?;
+    file.write_all(bytes)
+        .map_err(StoreError::io("append to", path))?;
+    file.sync_data().map_err(StoreError::io("fsync", path))?;
+    if len == 0 {
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_lines(path: &Path, text: &str) -> Result<Vec<IntakeRecord>> {
@@ -210,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_line_is_an_error_naming_the_file_and_line() {
+    fn a_corrupt_line_is_an_error_naming_the_file_and_line_and_is_never_rotated_away() {
         let dir = tempfile::tempdir().unwrap();
         let store = AutopilotStore::open(dir.path(), "p").unwrap();
         store.append_intake(&[record(1)]).unwrap();
@@ -223,8 +266,51 @@ mod tests {
             err.contains("intake.jsonl") && err.contains("line 2"),
             "{err}"
         );
-        let err = store.append_intake(&[record(2)]).unwrap_err().to_string();
-        assert!(err.contains("intake.jsonl"), "{err}");
+        // Later events are still recorded after it, and the damaged line stays for a person.
+        store.append_intake(&[record(2)]).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("{not json") && text.ends_with('\n'), "{text}");
+        // A full file with a damaged line is not rotated away.
+        for n in 3..FILE_RECORDS as u64 {
+            store.append_intake(&[record(n)]).unwrap();
+        }
+        let err = store.append_intake(&[record(999)]).unwrap_err().to_string();
+        assert!(
+            err.contains("intake.jsonl") && err.contains("line 2"),
+            "{err}"
+        );
         assert!(fs::read_to_string(&path).unwrap().contains("{not json"));
+        assert!(!store.intake_backup_path().exists());
+    }
+
+    #[test]
+    fn an_append_adds_lines_and_cuts_off_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        store.append_intake(&[record(1)]).unwrap();
+        let path = store.intake_path();
+        let first = fs::read(&path).unwrap();
+        store.append_intake(&[record(2)]).unwrap();
+        let both = fs::read(&path).unwrap();
+        assert!(both.starts_with(&first), "appended, not rewritten");
+        let mut torn = both.clone();
+        torn.extend_from_slice(b"{\"at\":\"2026");
+        fs::write(&path, &torn).unwrap();
+        let numbers = |store: &AutopilotStore| -> Vec<Option<u64>> {
+            store
+                .read_intake()
+                .unwrap()
+                .iter()
+                .map(|r| r.number)
+                .collect()
+        };
+        assert_eq!(
+            numbers(&store),
+            [Some(1), Some(2)],
+            "the torn line is left out"
+        );
+        store.append_intake(&[record(3)]).unwrap();
+        assert_eq!(numbers(&store), [Some(1), Some(2), Some(3)]);
+        assert!(fs::read(&path).unwrap().starts_with(&both));
     }
 }

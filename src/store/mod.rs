@@ -16,8 +16,10 @@ mod journal;
 mod lock;
 pub mod log;
 pub mod records;
+mod records_de;
 pub mod stats;
 mod traces;
+mod traces_log;
 mod txn;
 
 use std::fs;
@@ -39,6 +41,7 @@ pub use records::{
     SpanStatus, State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
+pub use traces_log::COMPACT_LINES as TRACES_LOG_LINES;
 pub use txn::Txn;
 
 use fsio::{ensure_dir, read_json, write_json_atomic};

@@ -152,53 +152,7 @@ impl fmt::Display for SpanStatus {
     }
 }
 
-/// ISO-8601 timestamps with millisecond precision, UTC.
-pub mod iso {
-    use chrono::{DateTime, SecondsFormat, Utc};
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let s = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| serde::de::Error::custom(format!("bad ISO-8601 time {s:?}: {e}")))
-    }
-
-    /// The same for an optional time (`null` while unset).
-    pub mod option {
-        use chrono::{DateTime, SecondsFormat, Utc};
-        use serde::{Deserialize, Deserializer, Serializer};
-
-        #[allow(clippy::ref_option)] // serde's `with` passes `&Option<T>`
-        pub fn serialize<S: Serializer>(
-            t: &Option<DateTime<Utc>>,
-            s: S,
-        ) -> Result<S::Ok, S::Error> {
-            match t {
-                Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Millis, true)),
-                None => s.serialize_none(),
-            }
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<DateTime<Utc>>, D::Error> {
-            Option::<String>::deserialize(d)?
-                .map(|s| {
-                    DateTime::parse_from_rfc3339(&s)
-                        .map(|t| t.with_timezone(&Utc))
-                        .map_err(|e| {
-                            serde::de::Error::custom(format!("bad ISO-8601 time {s:?}: {e}"))
-                        })
-                })
-                .transpose()
-        }
-    }
-}
+pub mod iso;
 
 /// Deserialize an `Option` that must be present (as `null` or a value), as the spec's nullable
 /// fields are: serde would otherwise accept a missing field as `None`.
@@ -210,7 +164,7 @@ fn version() -> String {
     VERSION.to_owned()
 }
 
-fn check_version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+pub(super) fn check_version<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = String::deserialize(d)?;
     if v.split('.').next() == Some("1") {
         Ok(v)
@@ -989,8 +943,9 @@ impl ActionSchedule {
     }
 }
 
-/// An entry of the pending queue: which step should process which action.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// An entry of the pending queue: which step should process which action. (Read by
+/// `records_de`, which keeps unknown keys in `extra` without `serde(flatten)`'s second pass.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingAction {
     pub trace_id: Uuid,
@@ -1111,11 +1066,11 @@ impl From<TaskMappingWire> for TaskMapping {
     }
 }
 
-/// `autopilot/state.json`: the pending queue and the task mappings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `autopilot/state.json`: the pending queue and the task mappings. (Read by `records_de`, as
+/// [`PendingAction`] is.)
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct State {
-    #[serde(deserialize_with = "check_version")]
     pub version: String,
     #[serde(with = "iso")]
     pub updated_at: DateTime<Utc>,

@@ -16,7 +16,7 @@ use super::records::{
     Action, PendingAction, Span, SpanStatus, StepKind, TraceEntry, TraceIndex, TracesCache,
     TRACES_CACHE_CAPACITY,
 };
-use super::{event_label, AutopilotStore, StoreLock};
+use super::{event_label, traces_log, AutopilotStore, StoreLock};
 
 /// The shortest id prefix accepted.
 pub const MIN_PREFIX: usize = 8;
@@ -258,18 +258,59 @@ fn file_stems(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// `traces.json`, or the same list rebuilt from the root spans when it is missing (a store
-/// written by another implementation of the format, or the cache deleted) or unreadable; the
-/// flag says whether the file needs writing.
+/// The recent-traces list: `traces.json` plus the traces logged since (`traces.jsonl`), or the
+/// same list rebuilt from the root spans when `traces.json` is missing (a store written by
+/// another implementation of the format, or the cache deleted) or either file is unreadable;
+/// the flag says whether `traces.json` needs writing.
 pub(super) fn load_cache(store: &AutopilotStore) -> Result<(TracesCache, bool)> {
+    let log = match traces_log::read(&store.traces_log_path()) {
+        Ok(log) => log,
+        Err(StoreError::Unreadable { .. }) => return Ok((rebuild_cache(store)?, true)),
+        Err(e) => return Err(e),
+    };
     match read_json::<TracesCache>(&store.traces_path()) {
-        Ok(Some(cache)) => Ok((cache, false)),
+        Ok(Some(mut cache)) => {
+            let now = Utc::now();
+            let mut changed = false;
+            for entry in log {
+                changed |= cache.add(entry, now);
+            }
+            Ok((cache, changed))
+        }
         Ok(None) if file_stems(&store.spans_dir())?.is_empty() => {
             Ok((TracesCache::new(Utc::now()), true))
         }
         Ok(None) | Err(StoreError::Unreadable { .. }) => Ok((rebuild_cache(store)?, true)),
         Err(e) => Err(e),
     }
+}
+
+/// List newly started traces (the caller holds the store lock): a line each appended to
+/// `traces.jsonl`, whatever the list's length; every [`traces_log::COMPACT_LINES`] traces, or
+/// when `traces.json` is missing, the log is folded into `traces.json` instead.
+pub(super) fn record_new(store: &AutopilotStore, entries: &[TraceEntry]) -> Result<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let log_path = store.traces_log_path();
+    let (lines, valid) = traces_log::count(&log_path)?;
+    if lines + entries.len() < traces_log::COMPACT_LINES && store.traces_path().is_file() {
+        return traces_log::append(&log_path, valid, entries);
+    }
+    let (mut cache, _) = load_cache(store)?;
+    let now = Utc::now();
+    for entry in entries {
+        cache.add(entry.clone(), now);
+    }
+    cache.updated_at = now;
+    write_cache(store, &cache)
+}
+
+/// Write `traces.json` whole, then drop the log it now includes (a crash in between leaves
+/// entries in both, which readers count once).
+fn write_cache(store: &AutopilotStore, cache: &TracesCache) -> Result<()> {
+    write_json_atomic(&store.traces_path(), cache)?;
+    traces_log::remove(&store.traces_log_path())
 }
 
 pub(super) fn recent(store: &AutopilotStore, limit: usize) -> Result<Vec<TraceEntry>> {
@@ -407,6 +448,6 @@ pub(super) fn rebuild(store: &AutopilotStore) -> Result<usize> {
     for (id, index) in &by_trace {
         write_json_atomic(&store.trace_index_path(*id), index)?;
     }
-    write_json_atomic(&store.traces_path(), &rebuild_cache(store)?)?;
+    write_cache(store, &rebuild_cache(store)?)?;
     Ok(by_trace.len())
 }

@@ -18,7 +18,7 @@ use super::error::{Result, StoreError};
 use super::fsio::{quarantine, read_json, write_json_atomic};
 use super::intake::IntakeRecord;
 use super::journal::{self, Cached, Op};
-use super::records::{Cursor, PendingAction, Span, State, TraceEntry, TraceIndex, TracesCache};
+use super::records::{Cursor, PendingAction, Span, State, TraceEntry, TraceIndex};
 use super::{traces, AutopilotStore};
 
 struct Loaded<T> {
@@ -39,7 +39,8 @@ pub struct Txn<'a> {
     whole: bool,
     compact: bool,
     cursor: Option<Loaded<Cursor>>,
-    cache: Option<Loaded<TracesCache>>,
+    /// Traces started in this transaction, listed in the recent-traces log on commit.
+    new_traces: Vec<TraceEntry>,
     indexes: BTreeMap<Uuid, Loaded<Option<TraceIndex>>>,
     /// Intake records to append once the rest is written, still under the lock.
     intake: Vec<IntakeRecord>,
@@ -74,7 +75,7 @@ impl<'a> Txn<'a> {
             whole: false,
             compact: false,
             cursor: None,
-            cache: None,
+            new_traces: Vec::new(),
             indexes: BTreeMap::new(),
             intake: Vec::new(),
         }
@@ -194,12 +195,9 @@ impl<'a> Txn<'a> {
             created_at: root.timestamp,
             event,
         };
-        if self.cache.is_none() {
-            let (value, dirty) = traces::load_cache(self.store)?;
-            self.cache = Some(Loaded { value, dirty });
+        if !self.new_traces.iter().any(|e| e.trace_id == entry.trace_id) {
+            self.new_traces.push(entry);
         }
-        let cache = self.cache.as_mut().expect("just loaded");
-        cache.dirty |= cache.value.add(entry, Utc::now());
         Ok(())
     }
 
@@ -230,7 +228,7 @@ impl<'a> Txn<'a> {
                 write_json_atomic(&self.store.trace_index_path(*id), index)?;
             }
         }
-        save(&self.store.traces_path(), self.cache.as_ref())?;
+        traces::record_new(self.store, &self.new_traces)?;
         let mut kept = self.state.or(self.cached);
         let mut stale = false;
         if let Some(c) = kept.as_mut() {

@@ -31,6 +31,8 @@ pub fn run() {
             .unwrap_or_else(|| std::env::temp_dir().into_os_string()),
     )
     .expect("temp dir");
+    // `ROVER_BENCH_KEEP=1` leaves the stores on disk, to profile a command against them by hand.
+    let keep = std::env::var_os("ROVER_BENCH_KEEP").is_some();
     println!(
         "\n== cold commands (a fresh `rover` process per operation, {RUNS} runs each, p50; data in {})",
         dir.path().display()
@@ -123,6 +125,10 @@ pub fn run() {
             p50[2][i] / p50[0][i],
             p50[3][i] / p50[0][i],
         );
+    }
+    if keep {
+        let kept = dir.keep();
+        println!("stores kept in {} (ROVER_BENCH_KEEP)", kept.display());
     }
 }
 

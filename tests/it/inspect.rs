@@ -375,6 +375,50 @@ fn status_reports_the_queue_running_steps_and_dead_letters() {
     assert_eq!(v["running"][0]["step"], "workflow");
 }
 
+#[test]
+fn status_shows_the_soonest_waits_and_counts_the_rest() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let trace_id = example_store(&store);
+    let root = store.load_trace(trace_id).unwrap().spans[0].clone();
+    let now = chrono::Utc::now();
+    store
+        .transact(|txn| {
+            // 25 waits, queued latest first: the listing must sort them.
+            for i in (0..25i64).rev() {
+                let a = rover::store::Action::new(
+                    StepKind::Coordinate,
+                    &root,
+                    format!("wait number {i}"),
+                    rover::store::Meta::new(),
+                    now,
+                );
+                let mut p = a.pending(trace_id, now);
+                p.not_before = Some(now + chrono::Duration::hours(i + 1));
+                txn.push_pending(p)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let out = env.rover(&["autopilot", "status"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let shown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("later    coordinate"))
+        .collect();
+    assert_eq!(shown.len(), 10, "{text}");
+    assert!(shown[0].ends_with("wait number 0"), "{text}");
+    assert!(shown[9].ends_with("wait number 9"), "{text}");
+    assert!(
+        text.contains("later    ... and 15 more (`rover autopilot status --json` lists them all)"),
+        "{text}"
+    );
+    let v: Value =
+        serde_json::from_str(&stdout(&env.rover(&["autopilot", "status", "--json"]))).unwrap();
+    assert_eq!(v["later"].as_array().unwrap().len(), 25);
+}
+
 /// The first fenced block after `heading` in `text`.
 fn block_after(text: &str, heading: &str) -> String {
     let rest = &text[text.find(heading).expect("the heading") + heading.len()..];

@@ -326,6 +326,43 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
         );
     }
     assert!(s.containers().is_empty(), "{:?}", s.containers());
+
+    // Merged: every task of the consolidated PR is freed, not only the one on its head branch.
+    let branches: Vec<String> = s
+        .store()
+        .read_state()
+        .unwrap()
+        .task_mappings
+        .values()
+        .map(|m| m.branch_name.clone())
+        .collect();
+    assert_eq!(branches.len(), 2, "{branches:?}");
+    s.github.merge_pull(*number);
+    let sha = git(&s.origin, &["rev-parse", head]);
+    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(*number, head, &sha)}));
+    s.run_until_settled(6).await;
+    assert_workspace_freed(&s, &branches);
+}
+
+/// No task mapping, worktree or local branch (of `branches`) is left.
+fn assert_workspace_freed(s: &Scenario, branches: &[String]) {
+    assert!(
+        s.store().read_state().unwrap().task_mappings.is_empty(),
+        "every task mapping is gone"
+    );
+    let worktrees = s.store().root().join("worktrees");
+    let left: Vec<_> = std::fs::read_dir(&worktrees)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "worktrees left: {left:?}");
+    for branch in branches {
+        let local = git(&s.checkout, &["branch", "--list", branch]);
+        assert!(
+            local.is_empty(),
+            "the local branch {branch} is gone: {local}"
+        );
+    }
+    assert!(s.containers().is_empty(), "{:?}", s.containers());
 }
 
 #[tokio::test]
@@ -989,6 +1026,30 @@ async fn a_merged_rover_pr_is_cleaned_up() {
     assert!(s.containers().is_empty(), "the container is gone");
     let local = git(&s.checkout, &["branch", "--list", &branch]);
     assert!(local.is_empty(), "the local branch is gone: {local}");
+}
+
+#[tokio::test]
+async fn a_rover_pr_closed_without_merging_frees_its_workspace() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    assert_eq!(s.store().read_state().unwrap().task_mappings.len(), 1);
+    s.github.close_pull(number);
+    let sha = git(&s.origin, &["rev-parse", &branch]);
+    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, &branch, &sha)}));
+    s.run_until_settled(6).await;
+    let closed = s.traces().pop().unwrap();
+    assert_eq!(
+        chain(&closed),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "cleanup:completed"
+        ]
+    );
+    assert_workspace_freed(&s, std::slice::from_ref(&branch));
+    // The work stays on GitHub: only the local workspace was freed.
+    assert!(!git(&s.origin, &["rev-parse", &branch]).is_empty());
 }
 
 #[tokio::test]

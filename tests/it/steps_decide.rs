@@ -751,6 +751,62 @@ async fn merged_rover_pr_is_cleaned_up_without_the_agent() {
 }
 
 #[tokio::test]
+async fn a_rover_pr_closed_without_merging_frees_every_task_of_its_trace() {
+    let fake = FakeGitHub::start().await;
+    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
+    fake.set_permission("alice", "admin");
+    let p = Pipeline::new();
+    // A consolidated pull request: two tasks of one trace, each on its own branch.
+    let trace = Uuid::new_v4();
+    let (head, other) = (Uuid::new_v4(), Uuid::new_v4());
+    p.store
+        .transact(|txn| {
+            let mappings = &mut txn.state_mut()?.task_mappings;
+            let m = TaskMapping::new("task-fix-login", ROVER_BRANCH, trace, Uuid::new_v4());
+            mappings.insert(head.to_string(), m);
+            let m = TaskMapping::new("task-tests", "rover/task-tests", trace, Uuid::new_v4());
+            mappings.insert(other.to_string(), m);
+            Ok(())
+        })
+        .expect("write mappings");
+    let unrelated = add_mapping(&p, "rover/elsewhere");
+    let (p, orch) = Case::on(p, &json!([]))
+        .config(config())
+        .github(&fake)
+        .build(steps);
+    let mut e = event(
+        EventKind::PullRequest,
+        Some(EventAction::Closed),
+        Some(7),
+        "alice",
+        Channel::PrComment { number: 7 },
+    );
+    e.merged = Some(false);
+    e.head_branch = Some(ROVER_BRANCH.into());
+    let closed = submit_github(&p, &e);
+    p.run(&orch).await;
+
+    assert_eq!(
+        p.chain(closed),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "cleanup:completed"
+        ]
+    );
+    let view = p.trace(closed);
+    let cleanup: CleanupMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    assert_eq!(cleanup.tasks, vec![head, other]);
+    let reasoning = last_span(&view, "coordinate").meta["reasoning"].to_string();
+    assert!(reasoning.contains("closed without merging"), "{reasoning}");
+    assert!(
+        !cleanup.tasks.contains(&unrelated),
+        "another trace's task is left alone"
+    );
+    assert_eq!(p.agents.calls().len(), 0, "no agent decides it");
+}
+
+#[tokio::test]
 async fn coordinator_cleanup_decision_names_the_mapped_task() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(3, "Done with the login fix", "", "alice", &[]);

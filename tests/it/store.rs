@@ -9,7 +9,8 @@ use std::time::Duration;
 use chrono::Utc;
 use rover::store::{
     Action, AutopilotStore, Cursor, LogEntry, Meta, PendingAction, Recovery, Span, SpanStatus,
-    State, StepKind, StoreError, TraceIndex, TraceOutcome, TracesCache,
+    State, StepKind, StoreError, TraceEntry, TraceIndex, TraceOutcome, TracesCache,
+    TRACES_LOG_LINES,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -479,6 +480,115 @@ fn a_corrupt_cache_is_rebuilt_from_the_spans() {
 const CRASH_TRACES: usize = 24;
 
 /// The deterministic ids of event `i`, as a poller would derive them from a GitHub event id.
+fn log_lines(store: &AutopilotStore) -> Vec<TraceEntry> {
+    fs::read_to_string(store.traces_log_path())
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_new_trace_appends_a_line_and_the_list_is_rewritten_once_per_hundred() {
+    let env = TestEnv::new();
+    let store = env.store();
+    // The store's first trace writes `traces.json` (there is none to append to).
+    new_trace(&store, "t0");
+    let snapshot = fs::read(store.traces_path()).unwrap();
+    assert!(!store.traces_log_path().exists());
+    for i in 1..TRACES_LOG_LINES {
+        new_trace(&store, &format!("t{i}"));
+    }
+    assert_eq!(
+        fs::read(store.traces_path()).unwrap(),
+        snapshot,
+        "traces.json is not rewritten while the log has room"
+    );
+    let logged = log_lines(&store);
+    assert_eq!(logged.len(), TRACES_LOG_LINES - 1);
+    assert_eq!(logged[0].event, "t1");
+    let recent = store.recent_traces(1000).unwrap();
+    assert_eq!(
+        recent.len(),
+        TRACES_LOG_LINES,
+        "the list is traces.json plus the log"
+    );
+    assert_eq!(recent[0].event, format!("t{}", TRACES_LOG_LINES - 1));
+    assert_eq!(recent.last().unwrap().event, "t0");
+
+    // The log is full: the next trace folds it into traces.json and removes it.
+    new_trace(&store, "last");
+    assert!(!store.traces_log_path().exists());
+    let cache: TracesCache =
+        serde_json::from_str(&fs::read_to_string(store.traces_path()).unwrap()).unwrap();
+    assert_eq!(cache.traces.len(), TRACES_LOG_LINES + 1);
+    assert_eq!(cache.traces.last().unwrap().event, "last");
+    assert_eq!(store.recent_traces(1).unwrap()[0].event, "last");
+}
+
+#[test]
+fn a_torn_last_line_of_the_traces_log_is_left_out_and_cut_off_by_the_next_trace() {
+    let env = TestEnv::new();
+    let store = env.store();
+    new_trace(&store, "a");
+    new_trace(&store, "b");
+    let path = store.traces_log_path();
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"traceId\":\"0000");
+    fs::write(&path, &bytes).unwrap();
+    let events = |store: &AutopilotStore| -> Vec<String> {
+        store
+            .recent_traces(10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect()
+    };
+    assert_eq!(events(&store), ["b", "a"]);
+    new_trace(&store, "c");
+    assert_eq!(events(&store), ["c", "b", "a"]);
+    let logged: Vec<String> = log_lines(&store).into_iter().map(|e| e.event).collect();
+    assert_eq!(
+        logged,
+        ["b", "c"],
+        "the torn bytes are gone, every line parses"
+    );
+}
+
+#[test]
+fn a_trace_in_both_traces_json_and_the_log_is_listed_once() {
+    // A crash between writing traces.json and removing the log it folded in.
+    let env = TestEnv::new();
+    let store = env.store();
+    new_trace(&store, "a");
+    new_trace(&store, "b");
+    let log = fs::read(store.traces_log_path()).unwrap();
+    // `b` and 98 more fill the log; the 99th folds it.
+    for i in 0..TRACES_LOG_LINES - 1 {
+        new_trace(&store, &format!("t{i}"));
+    }
+    assert!(!store.traces_log_path().exists(), "folded");
+    fs::write(store.traces_log_path(), log).unwrap();
+    let recent = store.recent_traces(1000).unwrap();
+    assert_eq!(recent.len(), TRACES_LOG_LINES + 1);
+    assert_eq!(
+        recent.iter().filter(|e| e.event == "b").count(),
+        1,
+        "listed once"
+    );
+}
+
+#[test]
+fn a_damaged_traces_log_is_rebuilt_from_the_spans_like_traces_json() {
+    let env = TestEnv::new();
+    let store = env.store();
+    new_trace(&store, "a");
+    new_trace(&store, "b");
+    fs::write(store.traces_log_path(), "not json\n").unwrap();
+    let recent = store.recent_traces(10).unwrap();
+    assert_eq!(recent.len(), 2, "rebuilt by a scan of the root spans");
+}
+
 fn event_ids(i: usize) -> (Uuid, Uuid, String) {
     let root = Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("crash-event-{i}").as_bytes());
     let first = Uuid::new_v5(&root, b"first");
@@ -587,6 +697,15 @@ fn assert_all_files_parse(store: &AutopilotStore) -> usize {
     ] {
         assert!(ok.unwrap_or(true), "{} does not parse", path.display());
     }
+    // The traces log: every whole line parses (a torn last one is a write cut off by the kill).
+    let log = fs::read_to_string(store.traces_log_path()).unwrap_or_default();
+    let whole = log.rfind('\n').map_or("", |at| &log[..at]);
+    for line in whole.lines() {
+        assert!(
+            serde_json::from_str::<TraceEntry>(line).is_ok(),
+            "traces.jsonl: {line:?} does not parse"
+        );
+    }
     n
 }
 
@@ -692,6 +811,18 @@ fn crash_safety_under_sigkill() {
         traces.insert(root_id);
     }
     assert_eq!(traces.len(), CRASH_TRACES);
+    let listed: Vec<Uuid> = store
+        .recent_traces(1000)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.trace_id)
+        .collect();
+    assert_eq!(
+        listed.len(),
+        CRASH_TRACES,
+        "every trace listed once by `traces`"
+    );
+    assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), traces);
     let twice: Vec<_> = completed_runs.iter().filter(|(_, n)| **n > 1).collect();
     assert!(
         twice.is_empty(),

@@ -112,6 +112,9 @@ pub struct CoordinateSpanMeta {
     pub ci_status: Option<crate::github::CiStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<crate::store::AgentMeta>,
+    /// A `/rover` command this run took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<crate::steps::command::CommandRecord>,
 }
 
 impl CoordinateSpanMeta {

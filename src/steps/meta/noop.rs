@@ -22,6 +22,9 @@ pub struct NoopMeta {
     /// summarize it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub untrusted: bool,
+    /// The trace was a `/rover` command: nothing to summarize (its record says what it did).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub command: bool,
 }
 
 /// The `noop` span's meta: why nothing is done, a one-line summary of what the trace evaluated

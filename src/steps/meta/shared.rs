@@ -28,6 +28,8 @@ pub enum DecidedBy {
     Ci,
     /// A scheduled re-evaluation of a wait that a newer trace took over.
     Wait,
+    /// A `/rover` command on the thread (`steps::command`).
+    Command,
     /// A value this rover does not write (another implementation's).
     #[serde(other)]
     Other,

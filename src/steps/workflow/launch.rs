@@ -127,10 +127,15 @@ impl WorkflowStep {
         }
         // One fetch per refspec: a missing pull request ref must not keep the default branch
         // stale.
-        let token = self.services.github_token.as_deref();
+        let token = self.services.git_token().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "no GitHub token for the fetch; fetching without one");
+            None
+        });
         let mut fetched = Vec::new();
         for refspec in &refspecs {
-            let result = ws.fetch(std::slice::from_ref(refspec), token).await;
+            let result = ws
+                .fetch(std::slice::from_ref(refspec), token.as_deref())
+                .await;
             if let Err(e) = &result {
                 tracing::warn!(refspec, error = %e, "cannot fetch before forking; using the checkout's copy");
             }

@@ -93,7 +93,15 @@ impl WorkflowStep {
     /// reaches the model API through rover's proxy, whose variables rover sets itself.
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
         let allow = &self.services.config.autopilot.sandbox.env_allow;
-        let token = self.services.github_token.clone().filter(|t| t.len() >= 8);
+        let tokens: Vec<String> = self
+            .services
+            .github_token
+            .as_ref()
+            .map(crate::github::GitHubAuth::known_tokens)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.len() >= 8)
+            .collect();
         let model_keys: Vec<String> = crate::secrets::MODEL_KEY_ENV
             .iter()
             .filter_map(|name| std::env::var(name).ok())
@@ -105,7 +113,7 @@ impl WorkflowStep {
                 .chain(crate::sandbox::MODEL_ENV_REFUSED)
                 .any(|r| r.eq_ignore_ascii_case(name))
                 || agents::ALWAYS_DENIED_ENV.contains(&name)
-                || token.as_deref().is_some_and(|t| value.contains(t))
+                || tokens.iter().any(|t| value.contains(t.as_str()))
                 || model_keys.iter().any(|k| value.contains(k.as_str()))
                 || !allow.iter().any(|a| a == name)
         };
@@ -272,7 +280,7 @@ mod tests {
             github: None,
             sandbox: None,
             redactor: crate::github::Redactor::new(Vec::<String>::new()),
-            github_token: token.map(str::to_owned),
+            github_token: token.map(Into::into),
             git_env: Vec::new(),
         })
     }

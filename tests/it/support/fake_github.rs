@@ -23,6 +23,10 @@ use serde_json::{json, Value};
 
 use super::fake_server::{serve, Served};
 
+#[path = "fake_github_app.rs"]
+mod app;
+pub use app::{FakeApp, ReactionRec};
+
 /// The token the fake accepts.
 pub const TOKEN: &str = "ghp_faketoken0123456789abcdefghijklmn";
 /// The repository the fake hosts.
@@ -161,6 +165,9 @@ struct FakeState {
     rate_remaining: u64,
     faults: Vec<Fault>,
     log: Vec<Recorded>,
+    /// When set, rover must come as this GitHub App (see `fake_github_app`).
+    app: Option<FakeApp>,
+    reactions: Vec<ReactionRec>,
 }
 
 impl FakeState {
@@ -391,6 +398,64 @@ impl FakeGitHub {
         self.st().app_slug = Some(slug.into());
     }
 
+    /// Make rover come as the GitHub App `app` (its installation tokens only; see
+    /// `fake_github_app`); rover's posts are authored by `<slug>[bot]`.
+    pub fn use_app(&self, app: FakeApp) {
+        let mut st = self.st();
+        st.app_slug = Some(app.slug.clone());
+        st.app = Some(app);
+    }
+
+    /// The app as it stands (tokens minted, JWTs seen).
+    pub fn app(&self) -> FakeApp {
+        self.st().app.clone().expect("the app is on")
+    }
+
+    /// Whether a token is accepted now (an unexpired installation token, or `TOKEN` without
+    /// an app): what the git server asks.
+    pub fn token_checker(&self) -> super::git_http::Accepts {
+        let state = self.state.clone();
+        std::sync::Arc::new(move |token: &str| {
+            let st = state.lock().expect("fake state lock");
+            match &st.app {
+                Some(app) => app.token_valid(token),
+                None => token == TOKEN,
+            }
+        })
+    }
+
+    /// `login` leaves `content` on `target` (`issue:<n>`, `comment:<id>`, `review-comment:<id>`).
+    pub fn add_reaction(&self, target: &str, login: &str, content: &str) {
+        let mut st = self.st();
+        let id = st.id();
+        st.reactions.push(ReactionRec {
+            id,
+            target: target.to_owned(),
+            user: login.to_owned(),
+            content: content.to_owned(),
+            created_at: now(),
+        });
+    }
+
+    /// Every reaction: `(target, user, content)`.
+    pub fn reactions(&self) -> Vec<(String, String, String)> {
+        self.st()
+            .reactions
+            .iter()
+            .map(|r| (r.target.clone(), r.user.clone(), r.content.clone()))
+            .collect()
+    }
+
+    /// Ids of the comments on issue/PR `number`, with their authors and bodies.
+    pub fn comments_of(&self, number: u64) -> Vec<(u64, String, String)> {
+        self.st()
+            .comments
+            .iter()
+            .filter(|c| c.number == number)
+            .map(|c| (c.id, c.author.clone(), c.body.clone()))
+            .collect()
+    }
+
     /// Set how many requests the rate limit has left.
     pub fn set_rate_remaining(&self, remaining: u64) {
         self.st().rate_remaining = remaining;
@@ -501,6 +566,14 @@ impl FakeGitHub {
         if let Some(pr) = issue.pr.as_mut() {
             pr.merged = true;
         }
+    }
+
+    /// Close a pull request without merging it.
+    pub fn close_pull(&self, number: u64) {
+        let mut st = self.st();
+        let issue = st.issues.get_mut(&number).expect("a pull request to close");
+        assert!(issue.pr.is_some(), "#{number} is not a pull request");
+        issue.state = "closed".into();
     }
 
     /// Bodies of the comments on issue/PR `number`.
@@ -798,11 +871,26 @@ async fn handle(
         None => None,
     };
 
-    let authorized = header_map
-        .get("authorization")
-        .is_some_and(|a| a == &format!("Bearer {TOKEN}") || a == &format!("token {TOKEN}"));
-    if out.is_none() && !authorized {
-        out = Some(error(401, "Bad credentials"));
+    if out.is_none() {
+        let mut st = state.lock().expect("fake state lock");
+        let payload: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        out = app::app_route(
+            &mut st,
+            &method,
+            &path,
+            header_map.get("authorization"),
+            &payload,
+        );
+        let authorized = if st.app.is_some() {
+            app::app_authorized(&mut st, header_map.get("authorization"))
+        } else {
+            header_map
+                .get("authorization")
+                .is_some_and(|a| a == &format!("Bearer {TOKEN}") || a == &format!("token {TOKEN}"))
+        };
+        if out.is_none() && !authorized {
+            out = Some(error(401, "Bad credentials"));
+        }
     }
     let reply = if let Some(r) = out {
         r
@@ -904,6 +992,9 @@ fn route(
         return unknown();
     };
     let seg: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+    if let Some(r) = app::reactions_route(st, method, &seg, query, headers, payload, &me) {
+        return r;
+    }
     let num = |s: &str| s.parse::<u64>().ok();
     match (method.as_str(), seg.as_slice()) {
         ("GET", ["events"]) => events(
@@ -1313,6 +1404,14 @@ fn authenticated_user(st: &FakeState) -> Reply {
     reply(200, &me)
 }
 
+/// A strong ETag of an answer (its query and body).
+fn etag_of(query: &str, body: &str) -> String {
+    let mut h = DefaultHasher::new();
+    query.hash(&mut h);
+    body.hash(&mut h);
+    format!("\"{:016x}\"", h.finish())
+}
+
 fn unknown() -> Reply {
     let mut r = error(404, "Not Found");
     r.known = false;
@@ -1340,10 +1439,7 @@ fn events(st: &FakeState, query: &str, headers: &HashMap<String, String>, path: 
     }
     let newest_first: Vec<Value> = st.events.iter().rev().take(EVENT_CAP).cloned().collect();
     let mut r = paginate(newest_first, query, path);
-    let mut h = DefaultHasher::new();
-    query.hash(&mut h);
-    r.body.hash(&mut h);
-    let etag = format!("\"{:016x}\"", h.finish());
+    let etag = etag_of(query, &r.body);
     r.headers
         .push(("x-poll-interval".into(), st.poll_interval.to_string()));
     r.headers.push(("etag".into(), etag.clone()));

@@ -370,7 +370,7 @@ impl Sandboxed {
         Arc::new(Services {
             repo: None,
             project_id: self.project.clone(),
-            github_token: self.github_token.clone(),
+            github_token: self.github_token.clone().map(Into::into),
             ..self.p.services_owned(agent, config, None, sandbox)
         })
     }

@@ -33,6 +33,8 @@ pub struct Scenario {
     pub extra_config: Value,
     /// Extra environment for the rover process (e.g. a model key).
     pub env_vars: Vec<(String, String)>,
+    /// Run as a GitHub App: its id and private key file (no `GITHUB_TOKEN`, no `botLogin`).
+    pub app: Option<(u64, PathBuf)>,
 }
 
 impl Scenario {
@@ -70,7 +72,34 @@ impl Scenario {
             rules: Vec::new(),
             extra_config: json!({}),
             env_vars: Vec::new(),
+            app: None,
         }
+    }
+
+    /// Run rover as the GitHub App `app_id` with the private key in `key` (the fake must know
+    /// the app: `FakeGitHub::use_app`).
+    pub fn as_app(&mut self, app_id: u64, key: PathBuf) {
+        self.app = Some((app_id, key));
+    }
+
+    /// Serve `origin.git` over HTTP, asking for a token the fake GitHub accepts now, and make
+    /// it the checkout's `origin` (so rover fetches and pushes through it).
+    pub async fn serve_origin_over_http(&self) -> super::git_http::GitHttp {
+        let server = super::git_http::GitHttp::start(
+            self.env.path().to_owned(),
+            self.github.token_checker(),
+        )
+        .await;
+        git(
+            &self.checkout,
+            &[
+                "remote",
+                "set-url",
+                "origin",
+                &format!("{}/origin.git", server.url),
+            ],
+        );
+        server
     }
 
     /// What the fake agent answers: a structured answer for the step whose prompt has `phrase`.
@@ -89,6 +118,13 @@ impl Scenario {
                 "pipeline": {"fallbackIntervalSecs": 1, "followCi": false}
             }
         });
+        if let Some((app_id, _)) = &self.app {
+            config["autopilot"]["github"]
+                .as_object_mut()
+                .unwrap()
+                .remove("botLogin");
+            config["autopilot"]["github"]["appId"] = json!(app_id);
+        }
         merge(&mut config, &self.extra_config);
         std::fs::write(
             self.checkout.join("rover.json"),
@@ -150,7 +186,6 @@ impl Scenario {
         all.extend_from_slice(&["--repo", REPO]);
         let mut cmd = self.env.command(&all);
         cmd.current_dir(&self.checkout)
-            .env("GITHUB_TOKEN", TOKEN)
             .env("ROVER_GITHUB_API_URL", &self.github.url)
             .env(
                 "ROVER_FAKE_AGENT_SCRIPT",
@@ -158,6 +193,10 @@ impl Scenario {
             )
             .env("ROVER_FAKE_AGENT_LOG", self.agent_log())
             .envs(self.env_vars.iter().map(|(k, v)| (k, v)));
+        match &self.app {
+            Some((_, key)) => cmd.env("ROVER_GITHUB_APP_KEY_FILE", key),
+            None => cmd.env("GITHUB_TOKEN", TOKEN),
+        };
         cmd
     }
 
