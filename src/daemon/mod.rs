@@ -25,7 +25,7 @@ use crate::config::RoverConfig;
 use crate::github::{GitHub, Redactor};
 use crate::orchestrator::StepOrchestrator;
 use crate::project::{Project, ProjectError};
-use crate::sandbox::{DockerSandbox, Sandbox};
+use crate::sandbox::{Sandbox, SandboxError};
 use crate::secrets::{HeldSecrets, LiveSecrets};
 use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
@@ -163,8 +163,11 @@ async fn run(
     // Docker is needed by workflows only: without it rover still answers, and workflows fail
     // with a clear reason.
     let sandbox: Option<Arc<dyn Sandbox>> =
-        match DockerSandbox::connect(config.autopilot.sandbox.env_allow.clone()).await {
-            Ok(s) => Some(Arc::new(s)),
+        match crate::sandbox::connect(&config.autopilot.sandbox).await {
+            Ok(s) => Some(s),
+            Err(e @ SandboxError::BackendUnavailable { .. }) => {
+                return Err(StartError::Refused(crate::error::error_chain(&e)));
+            }
             Err(e) => {
                 println!(
                     "warning: {}; workflows will fail until Docker answers",

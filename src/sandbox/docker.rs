@@ -118,6 +118,11 @@ impl DockerSandbox {
         if let Some(user) = &spec.user {
             return Ok(user.clone());
         }
+        if spec.shipped() {
+            // Nothing of the host is mounted: the shipped copy is the user's, the worktree stays
+            // as it is.
+            return Ok(Self::shipped_owner(spec)?.user());
+        }
         let worktree = spec.worktree.clone();
         let writable: Vec<std::path::PathBuf> = spec
             .extra_mounts
@@ -156,6 +161,22 @@ impl DockerSandbox {
             path: spec.worktree.clone(),
             source,
         })?;
+        let mounts = if spec.shipped() {
+            Self::shipped_mounts(spec)
+        } else {
+            Self::bind_mounts(spec)?
+        };
+        Ok(Self::body_with(
+            spec,
+            user,
+            mounts,
+            self.no_storage_opt.load(Ordering::Relaxed),
+        ))
+    }
+
+    /// The bind mounts of a mounted spec: the worktree, rover's `.git` over it, the input dir
+    /// and the extra mounts.
+    fn bind_mounts(spec: &SandboxSpec) -> Result<Vec<Mount>, SandboxError> {
         // Structured mounts, not `host:target:mode` strings: paths may contain `:`.
         let bind = |host: &Path, target: &str, read_only: bool| Mount {
             source: Some(host.to_string_lossy().into_owned()),
@@ -197,6 +218,15 @@ impl DockerSandbox {
             })?;
             mounts.push(bind(&mount.host, &mount.target, mount.read_only));
         }
+        Ok(mounts)
+    }
+
+    fn body_with(
+        spec: &SandboxSpec,
+        user: String,
+        mounts: Vec<Mount>,
+        no_storage_opt: bool,
+    ) -> ContainerCreateBody {
         let mut env: Vec<String> = Vec::new();
         if !spec.env.iter().any(|(k, _)| k == "HOME") {
             env.push("HOME=/tmp".to_string());
@@ -237,10 +267,10 @@ impl DockerSandbox {
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             readonly_rootfs: Some(spec.readonly_rootfs),
             // The writable layer is bounded where the engine can (a read-only root writes none).
-            storage_opt: (!spec.readonly_rootfs
-                && spec.limits.writable_mb > 0
-                && !self.no_storage_opt.load(Ordering::Relaxed))
-            .then(|| HashMap::from([("size".to_owned(), format!("{}m", spec.limits.writable_mb))])),
+            storage_opt: (!spec.readonly_rootfs && spec.limits.writable_mb > 0 && !no_storage_opt)
+                .then(|| {
+                    HashMap::from([("size".to_owned(), format!("{}m", spec.limits.writable_mb))])
+                }),
             tmpfs: spec
                 .readonly_rootfs
                 .then(|| HashMap::from([("/tmp".to_string(), "rw,exec,size=512m".to_string())])),
@@ -251,7 +281,7 @@ impl DockerSandbox {
             log_config: Some(engine_log_config(spec.limits.log_bytes)),
             ..Default::default()
         };
-        Ok(ContainerCreateBody {
+        ContainerCreateBody {
             image: Some(spec.image.clone()),
             cmd: Some(spec.cmd.clone()),
             env: Some(env),
@@ -263,7 +293,7 @@ impl DockerSandbox {
             open_stdin: Some(false),
             host_config: Some(host_config),
             ..Default::default()
-        })
+        }
     }
 
     async fn inspect_status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
@@ -338,6 +368,14 @@ impl Sandbox for DockerSandbox {
             }
         }
         let created = match created {
+            Ok(created) if spec.shipped() => {
+                // The workspace goes in before the command starts.
+                if let Err(e) = self.ship(&created.id, spec).await {
+                    let _ = self.remove(&created.id).await;
+                    return Err(e);
+                }
+                created
+            }
             Ok(created) => created,
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(SandboxError::ImageMissing {
@@ -462,6 +500,15 @@ impl Sandbox for DockerSandbox {
             stderr_cut: err.cut,
             limit_bytes,
         })
+    }
+
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        into: &Path,
+        limit: u64,
+    ) -> Result<u64, SandboxError> {
+        self.fetch(id, into, limit).await
     }
 
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {

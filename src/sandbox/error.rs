@@ -48,6 +48,18 @@ pub enum SandboxError {
     /// rover's model and egress proxy, or a run's relay, is not answering.
     #[error("rover's sandbox proxy is not available: {reason}")]
     Proxy { reason: String },
+    /// `autopilot.sandbox.backend` names a backend this build cannot run.
+    #[error("the sandbox backend \"{backend}\" (autopilot.sandbox.backend) is not available in this build yet; set it to \"local\" (or remove it) to run sandboxes on the Docker engine at DOCKER_HOST")]
+    BackendUnavailable { backend: &'static str },
+    /// This backend cannot do what was asked (e.g. take back a workspace).
+    #[error("the {backend} sandbox backend cannot {what}")]
+    Unsupported {
+        backend: &'static str,
+        what: &'static str,
+    },
+    /// A workspace taken back from a container broke a rule; nothing of it was applied.
+    #[error("refused the workspace the sandbox returned: entry `{entry}` {reason}; nothing of it was applied to the worktree")]
+    Returned { entry: String, reason: String },
     /// Any other engine error.
     #[error("docker `{operation}` failed for `{target}`")]
     Api {

@@ -1,5 +1,6 @@
-//! Verification gates: commands from settings run in the sandbox image with the worktree mounted,
-//! after the agent and before the commit. Project code never runs on the host.
+//! Verification gates: commands from settings run in the sandbox image over the worktree (shipped
+//! or mounted, as `autopilot.sandbox.workspace` says; a shipped gate's changes are not taken
+//! back), after the agent and before the commit. Project code never runs on the host.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -173,7 +174,13 @@ pub async fn run_to_end(
             sandbox.logs_to_file(&id, log_path, spec.limits.log_bytes),
             wait_or_kill(sandbox, &id, limit),
         );
-        Ok::<_, SandboxError>((logs?, finished?))
+        let (logs, finished) = (logs?, finished?);
+        // A shipped workspace asked back (corrective commands) comes back before the
+        // container goes; a gate's changes are not kept.
+        if spec.take_back {
+            super::returned::take_back(sandbox, &id, spec).await?;
+        }
+        Ok::<_, SandboxError>((logs, finished))
     }
     .await;
     let removed = sandbox.remove(&id).await;

@@ -87,6 +87,11 @@ impl HookContainer<'_> {
 
     fn spec(&self, phase: &str, args: &[String]) -> SandboxSpec {
         let mut spec = self.base.clone();
+        // The phase's files (the message the hooks may edit) come back through a mount: on
+        // the local engine hooks keep the worktree mounted (see docs/sandbox.md).
+        if self.sandbox.backend() == super::SandboxBackend::Local.name() {
+            spec.workspace = super::WorkspaceMode::Mounted;
+        }
         spec.name = Some(format!("{}-hooks-{phase}", self.base.container_name()));
         spec.env.clear();
         spec.cmd = vec![

@@ -1,10 +1,14 @@
 //! Docker sandboxes in which workflow agents run, behind a narrow trait.
 //!
-//! The workflow step talks to [`Sandbox`]; [`DockerSandbox`] implements it with bollard. Images
-//! are built locally without a registry ([`image`]), and verification gates run in the same image
-//! with the worktree mounted ([`gates`]), so project code never runs on the host.
+//! The steps talk to [`Sandbox`], the backend seam made by [`connect`] from
+//! `autopilot.sandbox.backend`; [`DockerSandbox`] implements it with bollard for the local
+//! engine. Images are built locally without a registry ([`image`]); the worktree is shipped into
+//! containers ([`ship`]) and what comes back is checked before it is applied ([`returned`]), or
+//! mounted; verification gates run in the same image over it ([`gates`]), so project code never
+//! runs on the host.
 
 mod docker;
+mod docker_ship;
 pub mod egress;
 mod env;
 mod environment_settings;
@@ -13,12 +17,15 @@ pub mod gates;
 pub mod hooks;
 pub mod image;
 pub mod logcap;
+pub mod returned;
 pub mod runnet;
 mod settings;
+pub mod ship;
 mod spec;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +36,9 @@ pub use egress::{Egress, EgressMode};
 pub use env::{check_env, ALWAYS_REFUSED_ENV};
 pub use environment_settings::EnvironmentSettings;
 pub use error::SandboxError;
-pub use settings::{GateSettings, SandboxSettings, MODEL_ENV_REFUSED};
+pub use settings::{
+    GateSettings, SandboxBackend, SandboxSettings, WorkspaceMode, MODEL_ENV_REFUSED,
+};
 pub use spec::{
     BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
     LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
@@ -164,9 +173,28 @@ pub struct Finished {
     pub timed_out: bool,
 }
 
-/// What the workflow step needs from a container engine. One container per workflow action.
+/// The sandbox backend seam: what the steps need from a container engine to run one task's
+/// container and get its result. One container per workflow action (gates, hooks and
+/// corrective commands get their own). The steps hold a `dyn Sandbox` made by [`connect`]
+/// from `autopilot.sandbox.backend` and never know which backend runs them.
+///
+/// A backend implements the required methods: [`Sandbox::ensure_image`], [`Sandbox::run`] (it
+/// must honour [`SandboxSpec::workspace`]: with [`WorkspaceMode::Shipped`] no host path is
+/// mounted; the worktree and the spec's other host paths are copied in before the command
+/// starts, see [`SandboxSpec::workspace`]), [`Sandbox::status`], [`Sandbox::wait`],
+/// [`Sandbox::logs_to_file`], [`Sandbox::kill`], [`Sandbox::remove`],
+/// [`Sandbox::list_by_labels`]; and, to take a shipped workspace back,
+/// [`Sandbox::fetch_workspace`] (the tar of `/workspace`; rover checks it and applies it to the
+/// worktree). The network methods ([`Sandbox::connect_run`] and the three after it) have
+/// defaults for a backend without rover's proxy. Ids are whatever the backend names a
+/// container by (a name given in the spec must find it too).
 #[async_trait]
 pub trait Sandbox: Send + Sync {
+    /// The backend's name as `autopilot.sandbox.backend` spells it (`local`, `swarm`).
+    fn backend(&self) -> &'static str {
+        "local"
+    }
+
     /// Checks that `image` is present locally (it is never pulled); [`SandboxError::ImageMissing`] if not.
     async fn ensure_image(&self, image: &str) -> Result<(), SandboxError>;
 
@@ -191,6 +219,24 @@ pub trait Sandbox: Send + Sync {
         path: &Path,
         limit: u64,
     ) -> Result<LogStats, SandboxError>;
+
+    /// Writes the tar of the exited container's `/workspace` to `into` (created or truncated),
+    /// as the engine sends it: entries named `workspace/...`. Stops with
+    /// [`SandboxError::Returned`] as soon as more than `limit` bytes came; returns the bytes
+    /// written. Only for a spec with [`WorkspaceMode::Shipped`]; the container must not be
+    /// removed before. The archive is untrusted: rover checks every entry.
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        _into: &Path,
+        _limit: u64,
+    ) -> Result<u64, SandboxError> {
+        let _ = id;
+        Err(SandboxError::Unsupported {
+            backend: self.backend(),
+            what: "take a workspace back from a container",
+        })
+    }
 
     /// Kills the container (SIGKILL); fine when it is not running or already gone.
     async fn kill(&self, id: &str) -> Result<(), SandboxError>;
@@ -232,6 +278,19 @@ pub trait Sandbox: Send + Sync {
     ) -> Result<Vec<ContainerInfo>, SandboxError>;
 }
 
+/// The backend `settings.backend` names, connected: the local Docker engine (at `DOCKER_HOST`,
+/// or the local socket), or [`SandboxError::BackendUnavailable`] for one this build cannot run.
+pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    match settings.backend {
+        SandboxBackend::Local => Ok(Arc::new(
+            DockerSandbox::connect(settings.env_allow.clone()).await?,
+        )),
+        SandboxBackend::Swarm => Err(SandboxError::BackendUnavailable {
+            backend: SandboxBackend::Swarm.name(),
+        }),
+    }
+}
+
 /// Waits for a container at most `limit`; past it, kills the container and waits for the kill.
 pub async fn wait_or_kill(
     sandbox: &dyn Sandbox,
@@ -264,4 +323,25 @@ pub fn stderr_path(stdout_path: &Path) -> std::path::PathBuf {
         .unwrap_or_default();
     name.push(".stderr");
     stdout_path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_swarm_backend_is_refused_with_what_to_do() {
+        let settings: SandboxSettings =
+            serde_json::from_str(r#"{"backend":"swarm"}"#).expect("valid settings");
+        let Err(err) = connect(&settings).await else {
+            panic!("no swarm backend in this build");
+        };
+        assert!(
+            matches!(err, SandboxError::BackendUnavailable { backend: "swarm" }),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("not available in this build yet"), "{text}");
+        assert!(text.contains("autopilot.sandbox.backend"), "{text}");
+    }
 }

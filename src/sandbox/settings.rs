@@ -69,6 +69,59 @@ pub struct SandboxSettings {
     pub setup: Vec<String>,
     /// How the repository's own environment image is built.
     pub environment: super::EnvironmentSettings,
+    /// Which engine runs the sandboxes: `local` (the Docker engine rover talks to) or `swarm`
+    /// (Docker Swarm services; not available in this build yet).
+    pub backend: SandboxBackend,
+    /// How a container gets the task's worktree: `shipped` (copied in through the engine's API,
+    /// only what the agent produced taken back, checked, and applied) or `mounted` (the host's
+    /// worktree bind-mounted; `local` only). Default: see [`SandboxBackend::default_workspace`].
+    pub workspace: Option<WorkspaceMode>,
+    /// The most a workspace taken back from a container may hold, in MiB (its tar as the engine
+    /// sends it: every file's full size, a sparse one included). Past it the run fails and
+    /// nothing of it reaches the worktree.
+    pub workspace_limit_mb: u64,
+}
+
+/// Which engine runs the sandboxes (`autopilot.sandbox.backend`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxBackend {
+    /// The Docker engine at `DOCKER_HOST` (or the local socket).
+    #[default]
+    Local,
+    /// Docker Swarm: the sandbox runs as a service task on any node of the swarm.
+    Swarm,
+}
+
+impl SandboxBackend {
+    /// The name in `rover.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Swarm => "swarm",
+        }
+    }
+
+    /// How the workspace reaches a container when `autopilot.sandbox.workspace` is not set:
+    /// shipped on both (a sandbox on another node cannot see the host; on the local engine it
+    /// measured 0.3 s more at start and 0.1 s back for a small repository, 0.6 s and 0.7 s for a
+    /// 100 MB one: see docs/sandbox.md#the-workspace-travels).
+    pub fn default_workspace(self) -> WorkspaceMode {
+        match self {
+            Self::Local | Self::Swarm => WorkspaceMode::Shipped,
+        }
+    }
+}
+
+/// How a container gets the task's worktree (`autopilot.sandbox.workspace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceMode {
+    /// Copied into the container through the engine's API before it starts; what the
+    /// container leaves in `/workspace` is taken back, checked and applied to the worktree.
+    Shipped,
+    /// The host's worktree bind-mounted at `/workspace` (local engine only).
+    Mounted,
 }
 
 impl Default for SandboxSettings {
@@ -91,6 +144,9 @@ impl Default for SandboxSettings {
             commit_limits: crate::git::CommitLimits::default(),
             setup: Vec::new(),
             environment: super::EnvironmentSettings::default(),
+            backend: SandboxBackend::Local,
+            workspace: None,
+            workspace_limit_mb: 8192,
         }
     }
 }
@@ -109,6 +165,17 @@ impl SandboxSettings {
             // At least a MiB: a zero limit would keep nothing of what went wrong.
             log_bytes: self.log_limit_mb.clamp(1, 1 << 20) * 1024 * 1024,
         }
+    }
+
+    /// How containers get the worktree: `workspace`, else the backend's default.
+    pub fn workspace_mode(&self) -> WorkspaceMode {
+        self.workspace
+            .unwrap_or_else(|| self.backend.default_workspace())
+    }
+
+    /// The most bytes a workspace taken back from a container may hold.
+    pub fn workspace_limit_bytes(&self) -> u64 {
+        self.workspace_limit_mb.max(1).saturating_mul(1024 * 1024)
     }
 
     /// The egress in force: `egress`, or the replaced `network` key read as one.
@@ -140,6 +207,11 @@ impl SandboxSettings {
                     "autopilot.sandbox.network: `{other}` is not supported any more; it is replaced by `egress` (\"model-only\", {{\"allow\": [hosts]}}, \"none\" or \"open\"): see docs/sandbox.md#network-and-credentials"
                 ))
             }
+        }
+        if self.backend == SandboxBackend::Swarm && self.workspace == Some(WorkspaceMode::Mounted) {
+            return Err(
+                "autopilot.sandbox.workspace: \"mounted\" needs the host's worktree on the node that runs the sandbox, which a swarm does not have; remove the setting (a swarm ships the workspace) or set `backend` to \"local\"".into(),
+            );
         }
         if self.network.is_some() && self.egress != Egress::default() {
             return Err(
@@ -197,6 +269,27 @@ mod tests {
         assert!(s.gates[0].required);
         assert!(!s.gates[1].required);
         assert_eq!(s.gates[1].timeout_secs, 600);
+    }
+
+    #[test]
+    fn backend_and_workspace_parse_and_default_per_backend() {
+        let s = SandboxSettings::default();
+        assert_eq!(s.backend, SandboxBackend::Local);
+        assert_eq!(s.workspace_mode(), WorkspaceMode::Shipped);
+        let s: SandboxSettings =
+            serde_json::from_str(r#"{"backend":"local","workspace":"mounted"}"#).expect("valid");
+        assert_eq!(s.workspace_mode(), WorkspaceMode::Mounted);
+        assert!(s.validate().is_ok());
+        let s: SandboxSettings = serde_json::from_str(r#"{"backend":"swarm"}"#).expect("valid");
+        assert_eq!(s.backend, SandboxBackend::Swarm);
+        assert_eq!(s.workspace_mode(), WorkspaceMode::Shipped);
+        let s: SandboxSettings =
+            serde_json::from_str(r#"{"backend":"swarm","workspace":"mounted"}"#).expect("parses");
+        let err = s.validate().expect_err("a swarm cannot mount");
+        assert!(err.contains("autopilot.sandbox.workspace"), "{err}");
+        let err = serde_json::from_str::<SandboxSettings>(r#"{"backend":"k8s"}"#)
+            .expect_err("unknown backend");
+        assert!(err.to_string().contains("k8s"), "{err}");
     }
 
     #[test]

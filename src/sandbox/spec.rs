@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::settings::SandboxSettings;
+use super::settings::{SandboxSettings, WorkspaceMode};
 
 /// Label naming the rover project a container belongs to.
 pub const LABEL_PROJECT: &str = "rover.project";
@@ -61,8 +61,22 @@ pub struct SandboxSpec {
     pub cmd: Vec<String>,
     /// Environment pairs from the caller; every name must be allow-listed (see `check_env`).
     pub env: Vec<(String, String)>,
-    /// The worktree, bind-mounted read-write at [`WORKSPACE_MOUNT`] (also the working dir).
+    /// The worktree: its content appears at [`WORKSPACE_MOUNT`] (also the working dir), shipped
+    /// or bind-mounted as [`SandboxSpec::workspace`] says.
     pub worktree: PathBuf,
+    /// How the worktree and every other host path of the spec (`input_dir`, `extra_mounts`)
+    /// reach the container. [`WorkspaceMode::Shipped`]: each is copied into a volume of the
+    /// container through the engine's API before it starts (links as links, the worktree's
+    /// `.git` left out unless a mount puts rover's git file there), nothing of the host is
+    /// mounted, and nothing comes back unless rover takes `/workspace` back
+    /// ([`super::Sandbox::fetch_workspace`]). [`WorkspaceMode::Mounted`]: bind mounts.
+    pub workspace: WorkspaceMode,
+    /// The most bytes a shipped `/workspace` taken back may hold
+    /// (`autopilot.sandbox.workspaceLimitMb`).
+    pub workspace_limit: u64,
+    /// Take `/workspace` back and apply it to the worktree when the container has run to its
+    /// end ([`super::gates::run_to_end`]; corrective commands); a gate's changes are not kept.
+    pub take_back: bool,
     /// An optional directory bind-mounted read-only at [`INPUT_MOUNT`].
     pub input_dir: Option<PathBuf>,
     /// `uid:gid` to run as; `None` means the owner of the worktree, so files the agent writes
@@ -99,6 +113,9 @@ impl SandboxSpec {
             cmd,
             env: Vec::new(),
             worktree: worktree.into(),
+            workspace: settings.workspace_mode(),
+            workspace_limit: settings.workspace_limit_bytes(),
+            take_back: false,
             input_dir: None,
             user: None,
             limits: settings.limits(),
@@ -138,6 +155,11 @@ impl SandboxSpec {
             target: format!("{WORKSPACE_MOUNT}/.git"),
             read_only: true,
         });
+    }
+
+    /// Whether the worktree is shipped rather than mounted.
+    pub fn shipped(&self) -> bool {
+        self.workspace == WorkspaceMode::Shipped
     }
 
     /// All labels as a map.

@@ -146,6 +146,8 @@ pub async fn run_corrective(
         let mut spec = base.clone();
         spec.cmd = vec!["/bin/sh".into(), "-c".into(), command.clone()];
         spec.env.clear();
+        // What the command changes is the point: a shipped workspace comes back (checked).
+        spec.take_back = true;
         spec.name = Some(format!("{}-fix-{index}", base.container_name()));
         spec.extra_labels
             .insert(LABEL_CORRECTIVE.to_owned(), index.to_string());

@@ -19,6 +19,7 @@ mod prompts;
 mod sandbox;
 mod store;
 mod telemetry;
+mod workspace;
 
 fn main() {
     let filter: Vec<String> = std::env::args()
@@ -56,6 +57,9 @@ fn main() {
     }
     if wants("telemetry") {
         telemetry::run();
+    }
+    if wants("workspace") {
+        workspace::run();
     }
 }
 

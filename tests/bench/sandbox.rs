@@ -321,8 +321,8 @@ async fn proxy_latency() {
 // Containers and run networks on the real engine.
 
 /// Removes every container and network of the bench's project when dropped (a panic included).
-struct Cleanup {
-    project: String,
+pub(crate) struct Cleanup {
+    pub(crate) project: String,
 }
 
 impl Cleanup {
@@ -871,7 +871,7 @@ fn git(dir: &Path, args: &[&str]) {
 }
 
 /// A checkout whose `origin/main` holds `files`.
-fn repository(root: &Path, files: &[(&str, &[u8])]) -> PathBuf {
+pub(crate) fn repository(root: &Path, files: &[(&str, &[u8])]) -> PathBuf {
     git(root, &["init", "-q", "--bare", "-b", "main", "origin.git"]);
     let checkout = root.join("checkout");
     std::fs::create_dir_all(&checkout).expect("a checkout dir");

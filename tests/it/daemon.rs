@@ -235,6 +235,39 @@ fn start_refuses_without_a_token_or_an_agent() {
 }
 
 #[test]
+fn start_refuses_the_swarm_backend_until_this_build_has_it() {
+    let env = TestEnv::new();
+    env.repo();
+    std::fs::write(
+        env.repo().join("rover.json"),
+        r#"{"autopilot": {"sandbox": {"backend": "swarm"}}}"#,
+    )
+    .unwrap();
+    let out = env.rover(&["autopilot", "start", "--once", "--local"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("the sandbox backend \"swarm\"")
+            && err.contains("not available in this build yet")
+            && err.contains("\"local\""),
+        "{err}"
+    );
+    // A swarm cannot mount the host's worktree: a configuration error that says so.
+    std::fs::write(
+        env.repo().join("rover.json"),
+        r#"{"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted"}}}"#,
+    )
+    .unwrap();
+    let out = env.rover(&["autopilot", "start", "--once", "--local"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("autopilot.sandbox.workspace"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn submit_creates_a_local_trace_and_wakes_the_daemon() {
     let env = TestEnv::new();
     env.repo();

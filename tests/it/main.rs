@@ -24,6 +24,7 @@ mod orchestrator;
 mod proof;
 mod real_cli;
 mod sandbox;
+mod sandbox_shipped;
 mod scenarios;
 mod soak;
 mod steps_decide;

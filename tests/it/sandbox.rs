@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use rover::git::{BranchBase, CommitOutcome};
 use rover::sandbox::gates::{run_gates, GateOutcome, GatesReport, LABEL_GATE};
+use rover::sandbox::returned::take_back;
 use rover::sandbox::{
     stderr_path, wait_or_kill, ContainerStatus, DockerSandbox, GateSettings, Sandbox, SandboxError,
-    LABEL_ACTION,
+    WorkspaceMode, LABEL_ACTION,
 };
 
 use crate::support::docker::{sandbox, test_image, TestContainers};
@@ -43,6 +44,8 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
     spec.input_dir = Some(input.clone());
 
     docker.ensure_image(&image).await.expect("image present");
+    // Never root inside: the worktree's owner, or the sandbox uid for a root-owned one.
+    let run_as = rover::git::owner::run_as(&wt.path).expect("owner").uid;
     let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("write.log");
     let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
@@ -54,9 +57,12 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
             oom_killed: false
         }
     );
+    // Shipped (the default): what the agent wrote comes back, checked; mounted: it is there.
+    let applied = take_back(&docker, &id, &spec).await.expect("take back");
+    assert_eq!(applied.is_some(), spec.shipped());
     let stdout = std::fs::read_to_string(&log).expect("stdout log");
     let owner = std::fs::metadata(&wt.path).expect("worktree meta").uid();
-    assert_eq!(stdout, format!("input-read-only\nout-line\n{owner}\n"));
+    assert_eq!(stdout, format!("input-read-only\nout-line\n{run_as}\n"));
     assert!(!input.join("nope").exists());
     assert_eq!(
         std::fs::read_to_string(stderr_path(&log)).expect("stderr log"),
@@ -119,6 +125,7 @@ async fn runs_as_the_worktree_owner_and_cannot_write_what_it_does_not_own() {
         }
     );
     assert_eq!(std::fs::read_to_string(&log).expect("log"), "1000\n1000\n");
+    take_back(&docker, &id, &spec).await.expect("take back");
     let made = std::fs::metadata(owned.join("made-inside")).expect("file made inside");
     assert_eq!((made.uid(), made.gid()), (1000, 1000));
 
@@ -610,6 +617,9 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
                   (mv .git moved 2>/dev/null && echo moved) || echo gitfile-not-moved; \
                   git rev-parse --git-dir";
     let mut spec = tc.spec(&image, &wt.path, "gitinside", script);
+    // What a mount protects: the shipped counterpart is
+    // `shipped::a_shipped_run_can_replace_its_git_file_inside_but_never_the_hosts`.
+    spec.workspace = WorkspaceMode::Mounted;
     spec.mount_git(&git);
     let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("gitinside.log");

@@ -31,7 +31,7 @@ use crate::support::pipeline::{last_span, sandbox_config, Pipeline, Sandboxed, S
 const FAKE_TOKEN: &str = "ghp_fakeTOKENfakeTOKENfakeTOKEN1234";
 
 /// Stands in for the resolver: finishes at once.
-struct FakeResolveStep;
+pub(crate) struct FakeResolveStep;
 
 #[async_trait]
 impl Step for FakeResolveStep {
@@ -137,6 +137,15 @@ impl Sandbox for FlakySandbox {
         self.check()?;
         self.inner.logs_to_file(id, path, limit).await
     }
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        into: &Path,
+        limit: u64,
+    ) -> Result<u64, SandboxError> {
+        self.check()?;
+        self.inner.fetch_workspace(id, into, limit).await
+    }
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
         self.check()?;
         self.inner.kill(id).await
@@ -192,6 +201,14 @@ impl Sandbox for InspectingSandbox {
     ) -> Result<LogStats, SandboxError> {
         self.inner.logs_to_file(id, path, limit).await
     }
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        into: &Path,
+        limit: u64,
+    ) -> Result<u64, SandboxError> {
+        self.inner.fetch_workspace(id, into, limit).await
+    }
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
         self.inner.kill(id).await
     }
@@ -206,27 +223,27 @@ impl Sandbox for InspectingSandbox {
     }
 }
 
-fn env_allow() -> Vec<String> {
+pub(crate) fn env_allow() -> Vec<String> {
     [SCRIPT_ENV, "IS_SANDBOX", "ANTHROPIC_API_KEY"]
         .map(String::from)
         .to_vec()
 }
 
-async fn docker() -> Arc<DockerSandbox> {
+pub(crate) async fn docker() -> Arc<DockerSandbox> {
     Arc::new(crate::support::docker::connect(env_allow()).await)
 }
 
-async fn agent_image(docker: &DockerSandbox) -> String {
+pub(crate) async fn agent_image(docker: &DockerSandbox) -> String {
     fake_agent_image(docker).await
 }
 
-fn config(image: &str, timeout_secs: u64, gates: Vec<GateSettings>) -> RoverConfig {
+pub(crate) fn config(image: &str, timeout_secs: u64, gates: Vec<GateSettings>) -> RoverConfig {
     sandbox_config(image, timeout_secs, env_allow(), gates)
 }
 
 /// One test's world: a sandboxed pipeline whose services hold a GitHub token (a task must never
 /// see it), its containers removed on drop.
-struct World(Sandboxed);
+pub(crate) struct World(Sandboxed);
 
 impl std::ops::Deref for World {
     type Target = Sandboxed;
@@ -236,11 +253,11 @@ impl std::ops::Deref for World {
 }
 
 impl World {
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         World(Sandboxed::new("wf-test").with_github_token(FAKE_TOKEN))
     }
 
-    fn steps(services: &Arc<Services>, sandbox_script: &Value) -> Vec<Arc<dyn Step>> {
+    pub(crate) fn steps(services: &Arc<Services>, sandbox_script: &Value) -> Vec<Arc<dyn Step>> {
         vec![
             Arc::new(
                 WorkflowStep::new(services.clone())
@@ -255,7 +272,7 @@ impl World {
     }
 
     /// A trace whose first action is `first`; more actions of the same trace via `enqueue`.
-    fn trace_with(&self, kind: StepKind, meta: &Value) -> (Uuid, Action) {
+    pub(crate) fn trace_with(&self, kind: StepKind, meta: &Value) -> (Uuid, Action) {
         self.p.trace_with("workflow test", kind, meta)
     }
 
@@ -264,7 +281,7 @@ impl World {
     }
 }
 
-fn task(title: &str, depends_on: &[Uuid]) -> Value {
+pub(crate) fn task(title: &str, depends_on: &[Uuid]) -> Value {
     serde_json::to_value(WorkflowMeta {
         title: title.to_owned(),
         description: format!("do {title}"),
@@ -276,7 +293,7 @@ fn task(title: &str, depends_on: &[Uuid]) -> Value {
 }
 
 /// A sandbox rule: for the task titled `title`, write `files` and report `completed`.
-fn writes(title: &str, files: &[(&str, &str)]) -> Value {
+pub(crate) fn writes(title: &str, files: &[(&str, &str)]) -> Value {
     let write: serde_json::Map<String, Value> = files
         .iter()
         .map(|(k, v)| ((*k).to_owned(), json!(v)))
@@ -286,12 +303,12 @@ fn writes(title: &str, files: &[(&str, &str)]) -> Value {
             "files_changed": files.iter().map(|(k, _)| *k).collect::<Vec<_>>()}})
 }
 
-fn commit_rule() -> Value {
+pub(crate) fn commit_rule() -> Value {
     json!([{"prompt_contains": "", "structured": {"subject": "Add the greeting", "body": "Written by the task."}}])
 }
 
 /// Drains until nothing is queued and nothing runs (bounded).
-async fn settle(p: &Pipeline, orch: &StepOrchestrator) {
+pub(crate) async fn settle(p: &Pipeline, orch: &StepOrchestrator) {
     tokio::time::timeout(Duration::from_secs(120), async {
         loop {
             orch.drain().await.expect("drain");
@@ -306,7 +323,7 @@ async fn settle(p: &Pipeline, orch: &StepOrchestrator) {
     .expect("the pipeline settles within two minutes");
 }
 
-fn chain_of(p: &Pipeline, trace: Uuid) -> Vec<String> {
+pub(crate) fn chain_of(p: &Pipeline, trace: Uuid) -> Vec<String> {
     p.chain(trace).into_iter().skip(1).collect()
 }
 

@@ -384,6 +384,13 @@ impl WorkflowStep {
             }
         }
 
+        // A shipped workspace comes back (checked) before anything reads the worktree.
+        let (workspace, refused) = self.take_back(ctx, sandbox, task, status).await;
+        if let Some(e) = &refused {
+            task_status = TaskStatus::Failed;
+            summary.clone_from(&e.message);
+        }
+
         let mut gate_warnings = None;
         let mut gates_ran = None;
         // Gates, only for work the agent calls done.
@@ -476,7 +483,7 @@ impl WorkflowStep {
             _ => (None, false),
         };
         let was_tampered = tampered.is_some();
-        let error = match tampered {
+        let error = match tampered.or(refused) {
             Some(error) => Some(error.to_meta()),
             None => (task_status == TaskStatus::Error)
                 .then(|| container_error(&summary, false, &container)),
@@ -509,6 +516,7 @@ impl WorkflowStep {
                 logs,
                 notes: (!notes.is_empty()).then_some(notes),
                 network: wire,
+                workspace,
             }),
             error,
             ..task_meta(task, &container, Some(status))

@@ -10,6 +10,7 @@ mod launch;
 mod network;
 mod orphans;
 mod span_meta;
+mod take_back;
 mod verdict;
 
 pub use deps::{dependency_state, Dependency};

@@ -187,6 +187,10 @@ pub struct CollectedMeta {
         skip_serializing_if = "Option::is_none"
     )]
     pub network: Option<crate::proxy::Ledger>,
+    /// The shipped workspace taken back from the container and applied to the worktree
+    /// (absent when the worktree was mounted, or nothing came back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<crate::sandbox::returned::Applied>,
 }
 
 /// The gates of a run: `"none configured"`, or the report of every gate.
@@ -467,6 +471,7 @@ mod tests {
                 logs: Some(LogStats::default()),
                 notes: Some(vec!["n".into()]),
                 network: None,
+                workspace: None,
             }),
             error: Some(ErrorMeta {
                 message: "m".into(),

@@ -201,12 +201,12 @@ async fn nothing_an_agent_writes_in_its_sandbox_runs_on_the_host() {
         touch(m.path("issue-body")),
         // A link to a host secret, to be committed, read or quoted.
         format!("ln -s {} leak.txt", secret.display()),
-        // Replace the worktree's `.git`: remove it, move it, rewrite it, point it at a repo of ours.
-        "rm -f .git; mv .git .git-moved; true".to_owned(),
+        // A repository of ours next to the worktree's `.git`, to point it at. (Replacing that
+        // `.git` fails the run of a shipped workspace, the entry named, nothing applied: see
+        // `sandbox_shipped`; on a mount the file is read-only.)
         format!("mkdir -p {evil_repo}/objects {evil_repo}/refs/heads {evil_repo}/hooks; echo 'ref: refs/heads/main' > {evil_repo}/HEAD"),
         format!("printf '[core]\\n\\tfsmonitor = {}\\n\\thooksPath = {evil_repo}/hooks\\n' > {evil_repo}/config", touch(m.path("fsmonitor"))),
         format!("printf '#!/bin/sh\\n{}\\n' > {evil_repo}/hooks/pre-commit; chmod +x {evil_repo}/hooks/pre-commit", touch(m.path("replaced-git-hook"))),
-        format!("echo 'gitdir: {evil_repo}' > .git; true"),
         // The container's own scratch git: configure fsmonitor and hooks there.
         format!("printf '[core]\\n\\tfsmonitor = {}\\n' >> /rover-git/config; true", touch(m.path("scratch-fsmonitor"))),
         format!("mkdir -p /rover-git/hooks && printf '#!/bin/sh\\n{}\\n' > /rover-git/hooks/pre-commit && chmod +x /rover-git/hooks/pre-commit; true", touch(m.path("scratch-hook"))),

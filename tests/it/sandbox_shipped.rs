@@ -1,0 +1,276 @@
+//! The shipped workspace on the local engine, through the workflow step: nothing of the host is
+//! mounted into an agent's container, its work comes back checked, and a container that leaves
+//! hostile entries in `/workspace` fails its run with the entry named and nothing applied.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rover::sandbox::{
+    ContainerInfo, ContainerStatus, DockerSandbox, LogStats, Sandbox, SandboxError, SandboxSpec,
+};
+use rover::store::{SpanStatus, StepKind};
+use serde_json::{json, Value};
+
+use crate::steps_workflow::{
+    agent_image, chain_of, commit_rule, config, docker, settle, task, writes, World,
+};
+use crate::support::gitrepo::git;
+use crate::support::pipeline::last_span;
+
+/// One mount of a container as the engine reports it: type, source, destination.
+type MountSeen = (Option<String>, Option<String>, Option<String>);
+
+/// The real engine, inspecting each agent container right after it started, while it runs.
+struct MountsSandbox {
+    inner: Arc<DockerSandbox>,
+    seen: Mutex<Vec<(bool, Vec<MountSeen>)>>,
+}
+
+#[async_trait]
+impl Sandbox for MountsSandbox {
+    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
+        self.inner.ensure_image(image).await
+    }
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
+        let id = self.inner.run(spec).await?;
+        let inspect = self
+            .inner
+            .client()
+            .inspect_container(&id, None)
+            .await
+            .expect("inspect a started container");
+        let running = inspect
+            .state
+            .and_then(|s| s.running)
+            .expect("a state with `running`");
+        let mounts = inspect
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| (m.typ, m.source, m.destination))
+            .collect();
+        self.seen.lock().expect("seen").push((running, mounts));
+        Ok(id)
+    }
+    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.inner.status(id).await
+    }
+    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
+        self.inner.wait(id).await
+    }
+    async fn logs_to_file(
+        &self,
+        id: &str,
+        path: &Path,
+        limit: u64,
+    ) -> Result<LogStats, SandboxError> {
+        self.inner.logs_to_file(id, path, limit).await
+    }
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        into: &Path,
+        limit: u64,
+    ) -> Result<u64, SandboxError> {
+        self.inner.fetch_workspace(id, into, limit).await
+    }
+    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
+        self.inner.kill(id).await
+    }
+    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
+        self.inner.remove(id).await
+    }
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<ContainerInfo>, SandboxError> {
+        self.inner.list_by_labels(labels).await
+    }
+}
+
+/// A rule for the task titled `title` that writes `hello.txt`, runs `commands` in its
+/// `/workspace` and reports `completed`, answering only after `delay_ms`.
+fn runs(title: &str, commands: &[&str], delay_ms: u64) -> Value {
+    let mut rule = writes(title, &[("hello.txt", "hello from the sandbox\n")]);
+    rule["run"] = json!(commands);
+    rule["delay_ms"] = json!(delay_ms);
+    rule
+}
+
+#[tokio::test]
+async fn a_shipped_agent_run_mounts_nothing_of_the_host_and_its_work_comes_back() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let watching = Arc::new(MountsSandbox {
+        inner: docker.clone(),
+        seen: Mutex::new(Vec::new()),
+    });
+    let cfg = config(&image, 300, Vec::new());
+    assert!(cfg.autopilot.sandbox.workspace.is_none(), "the default");
+    let services = w.services(&commit_rule(), cfg, Some(watching.clone()));
+    // The agent answers after 3 s, so the container still runs when it is inspected.
+    let script = json!([runs(
+        "Shipped",
+        &[
+            "ln -s hello.txt link.txt",
+            "mkdir -p docs && echo doc > docs/a.md"
+        ],
+        3000
+    )]);
+    let orch = w.p.orchestrator(World::steps(&services, &script));
+    let (trace, _wf) = w.trace_with(StepKind::Workflow, &task("Shipped", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        [
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed"
+        ]
+    );
+    let view = w.p.trace(trace);
+    let span = last_span(&view, "workflow");
+    let worktree = PathBuf::from(span.meta["worktreePath"].as_str().expect("worktree"));
+    let store = w.p.store.root().to_path_buf();
+
+    let seen = watching.seen.lock().expect("seen").clone();
+    assert_eq!(seen.len(), 1, "one agent container: {seen:?}");
+    let (running, mounts) = &seen[0];
+    assert!(*running, "inspected while it ran");
+    let destinations: Vec<&str> = mounts.iter().filter_map(|m| m.2.as_deref()).collect();
+    for wanted in ["/workspace", "/rover-git", "/rover-git-objects"] {
+        assert!(destinations.contains(&wanted), "{wanted} in {mounts:?}");
+    }
+    for (typ, source, destination) in mounts {
+        assert_eq!(
+            typ.as_deref(),
+            Some("volume"),
+            "{destination:?} is a volume filled through the engine, not a bind mount: {mounts:?}"
+        );
+        let source = source.as_deref().unwrap_or_default();
+        assert!(
+            !source.starts_with(worktree.to_str().expect("utf-8"))
+                && !source.starts_with(store.to_str().expect("utf-8")),
+            "no host path of the task is mounted: {mounts:?}"
+        );
+    }
+
+    // What the agent made came back and was committed: a file, a directory, a link as a link.
+    let branch = span.meta["branchName"].as_str().expect("branch").to_owned();
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:hello.txt")]
+        ),
+        "hello from the sandbox"
+    );
+    assert_eq!(
+        git(
+            &w.p.repo.checkout,
+            &["show", &format!("{branch}:docs/a.md")]
+        ),
+        "doc"
+    );
+    let link = git(&w.p.repo.checkout, &["ls-tree", &branch, "link.txt"]);
+    assert!(link.starts_with("120000 "), "a link stays a link: {link}");
+    let returned = &span.meta["workspace"];
+    assert!(
+        returned["entries"].as_u64().expect("entries") >= 4,
+        "{returned}"
+    );
+    assert!(
+        returned["archiveBytes"].as_u64().expect("bytes") > 0,
+        "{returned}"
+    );
+}
+
+/// One attack of the hostile-archive test: the task's title, the commands its agent runs, and
+/// the entry and words its refusal must show.
+struct Attack {
+    title: &'static str,
+    commands: &'static [&'static str],
+    entry: &'static str,
+    says: &'static str,
+}
+
+const ATTACKS: &[Attack] = &[
+    Attack {
+        title: "Fifo",
+        commands: &["mkfifo pipe"],
+        entry: "workspace/pipe",
+        says: "is a fifo",
+    },
+    Attack {
+        title: "Git file",
+        commands: &["rm -f .git && printf 'gitdir: /tmp/evil\\n' > .git"],
+        entry: "workspace/.git",
+        says: "git metadata",
+    },
+    Attack {
+        title: "Sparse",
+        commands: &["truncate -s 40M holes.bin"],
+        entry: "workspace/holes.bin",
+        says: "more than 16 MiB (autopilot.sandbox.workspaceLimitMb)",
+    },
+];
+
+#[tokio::test]
+async fn hostile_entries_in_a_returned_workspace_fail_the_run_naming_each_and_change_nothing() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let mut cfg = config(&image, 300, Vec::new());
+    cfg.autopilot.sandbox.workspace_limit_mb = 16;
+    let services = w.services(&commit_rule(), cfg, Some(docker.clone()));
+    let script = Value::Array(
+        ATTACKS
+            .iter()
+            .map(|a| runs(a.title, a.commands, 0))
+            .collect(),
+    );
+    let orch = w.p.orchestrator(World::steps(&services, &script));
+    let traces: Vec<_> = ATTACKS
+        .iter()
+        .map(|a| w.trace_with(StepKind::Workflow, &task(a.title, &[])).0)
+        .collect();
+    settle(&w.p, &orch).await;
+
+    for (attack, trace) in ATTACKS.iter().zip(traces) {
+        let view = w.p.trace(trace);
+        let span = last_span(&view, "workflow");
+        assert_eq!(
+            span.status,
+            SpanStatus::Failed,
+            "{}: {:?}",
+            attack.title,
+            span
+        );
+        let error = span.meta["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("entry `{}`", attack.entry)) && error.contains(attack.says),
+            "{}: {error}",
+            attack.title
+        );
+        assert!(error.contains("nothing of it was applied"), "{error}");
+        // Nothing of the run reached the worktree (its other file neither), and nothing was
+        // left next to it.
+        let worktree = PathBuf::from(span.meta["worktreePath"].as_str().expect("worktree"));
+        assert!(!worktree.join("hello.txt").exists(), "{}", attack.title);
+        let gitfile = std::fs::read_to_string(worktree.join(".git")).expect("rover's git file");
+        assert!(!gitfile.contains("/tmp/evil"), "{gitfile}");
+        let leftovers: Vec<String> = std::fs::read_dir(worktree.parent().expect("tasks dir"))
+            .expect("tasks dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        // Nothing was committed on the task's branch.
+        let branch = span.meta["branchName"].as_str().expect("branch");
+        let fork = git(&w.p.repo.checkout, &["merge-base", branch, "HEAD"]);
+        assert_eq!(git(&w.p.repo.checkout, &["rev-parse", branch]), fork);
+    }
+}
