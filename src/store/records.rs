@@ -639,6 +639,7 @@ impl InterventionSpanMeta {
 /// A key holding a value of another type reads as missing (it never spoils the others).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+#[allow(clippy::struct_excessive_bools)] // each flag is its own span meta key on disk
 pub struct RunSpanMeta {
     /// The run was cut off (a shutdown, or a restart found it running) before its step
     /// finished: its action stays queued and runs again.
@@ -664,6 +665,9 @@ pub struct RunSpanMeta {
     /// The run was closed because a person closed its trace (`cancel`/`fail`).
     #[serde(deserialize_with = "flag", skip_serializing_if = "std::ops::Not::not")]
     pub closed_by_hand: bool,
+    /// The run tripped the budget's circuit breaker: no new trace starts until `resume`.
+    #[serde(deserialize_with = "flag", skip_serializing_if = "std::ops::Not::not")]
+    pub circuit_breaker_tripped: bool,
     /// The actions the span produced, named by the store when it finishes the span (or an
     /// intervention), so a crash before they are queued is completed on restart. Present (and
     /// maybe empty) once the hand-over started. Its key is [`crate::store::PRODUCED_KEY`].
@@ -801,6 +805,8 @@ mod run_span_meta_tests {
             }),
             // A run closed by a person, handing over nothing.
             json!({"closedByHand": true, "actionIds": []}),
+            // A failure that tripped the circuit breaker.
+            json!({"circuitBreakerTripped": true}),
             json!({}),
         ];
         for shape in written {
@@ -828,6 +834,7 @@ mod run_span_meta_tests {
             budget_warnings: vec!["w".into()],
             budget_stopped: true,
             closed_by_hand: false,
+            circuit_breaker_tripped: true,
             action_ids: Some(vec![Uuid::new_v4()]),
         };
         let mut meta = Meta::new();
