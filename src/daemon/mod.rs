@@ -664,6 +664,8 @@ async fn reclaim_due(
         Some(github) => closed_pull_requests(&store, retain_days, github.as_ref()).await,
         None => Vec::new(),
     };
+    // Planned again after the requests (not reusing the plan they were made from): a trace may
+    // have taken new work while GitHub answered, and a live trace is never reclaimed.
     let done = tokio::task::spawn_blocking(move || {
         crate::steps::gc::run_releasing(&store, retain_days, "rover (pipeline.retainDays)", &closed)
     })
