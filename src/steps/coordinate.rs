@@ -949,6 +949,33 @@ impl Step for CoordinateStep {
                     .then(NextAction::new(StepKind::Cleanup, reason).with_meta(&pr.cleanup())),
             ));
         }
+        // A pull request from one of rover's branches, closed after its workspace was already
+        // freed (the start's check of kept pull requests found it closed first, or an earlier
+        // close event did): nothing is left to do, and no model is asked about a closed PR.
+        let head = meta.event.as_ref().and_then(|e| e.head_branch.as_deref());
+        if let (true, None, Some(branch)) = (closed_pr, &gathered.rover_pr, head) {
+            if branch.starts_with(crate::git::BRANCH_PREFIX) {
+                let reason = format!(
+                    "the pull request from rover's branch `{branch}` is closed and rover holds no workspace for it any more: nothing to do"
+                );
+                return Ok(Outcome::Finished(
+                    Finished::completed(format!("decided noop: {reason}"))
+                        .with_meta_record(&CoordinateSpanMeta {
+                            confidence: Some(1.0),
+                            reasoning: Some(reason.clone()),
+                            rover_pr: Some(None),
+                            trust: Some(gathered.trust.clone()),
+                            ..CoordinateSpanMeta::decided("noop", DecidedBy::Rule)
+                        })
+                        .then(
+                            NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                                rule: true,
+                                ..NoopMeta::default()
+                            }),
+                        ),
+                ));
+            }
+        }
 
         gathered.wait_round = scheduled.wait.as_ref().map_or(0, |w| w.round);
         if let Some(subject) = gathered.subject.clone() {

@@ -338,9 +338,7 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
         .collect();
     assert_eq!(branches.len(), 2, "{branches:?}");
     s.github.merge_pull(*number);
-    let sha = git(&s.origin, &["rev-parse", head]);
-    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(*number, head, &sha)}));
-    s.run_until_settled(6).await;
+    close_and_settle(&s, *number, head).await;
     assert_workspace_freed(&s, &branches);
 }
 
@@ -363,6 +361,63 @@ fn assert_workspace_freed(s: &Scenario, branches: &[String]) {
         );
     }
     assert!(s.containers().is_empty(), "{:?}", s.containers());
+}
+
+/// Seed the close event of rover's pull request `number` (merged or closed on the fake already)
+/// and run until settled. The start's check of kept pull requests and the close event race to
+/// free the workspace, and either is right: the close event's coordinator decides by rule,
+/// without a model (`cleanup` when it still found the workspace, `noop` when the check freed it
+/// first, in a `gc` span of the pull request's own trace). Returns the close event's trace.
+async fn close_and_settle(s: &Scenario, number: u64, branch: &str) -> TraceView {
+    let sha = git(&s.origin, &["rev-parse", branch]);
+    let calls = prompts(s).len();
+    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, branch, &sha)}));
+    s.run_until_settled(6).await;
+    assert_eq!(
+        prompts(s).len(),
+        calls,
+        "no model is asked about a closed PR"
+    );
+    let traces = s.traces();
+    let closed = traces.last().unwrap().clone();
+    let coordinate = closed
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "coordinate")
+        .expect("a coordinate span");
+    assert_eq!(
+        coordinate.meta["decidedBy"], "rule",
+        "{:?}",
+        coordinate.meta
+    );
+    match coordinate.meta["decision"].as_str() {
+        Some("cleanup") => assert_eq!(
+            chain(&closed),
+            [
+                "event:completed",
+                "coordinate:completed",
+                "cleanup:completed"
+            ]
+        ),
+        Some("noop") => {
+            assert_eq!(
+                chain(&closed),
+                ["event:completed", "coordinate:completed", "noop:completed"]
+            );
+            let released = traces
+                .iter()
+                .find(|t| t.spans.iter().any(|sp| sp.step.as_str() == "gc"))
+                .expect("the start's check freed it: a gc span");
+            assert!(
+                chain(released)
+                    .ends_with(&["gc:completed".to_owned(), "cleanup:completed".to_owned()]),
+                "{:?}",
+                chain(released)
+            );
+        }
+        other => panic!("a closed rover PR is cleaned up or already freed: {other:?}"),
+    }
+    closed
 }
 
 #[tokio::test]
@@ -1002,18 +1057,7 @@ async fn a_merged_rover_pr_is_cleaned_up() {
     let worktrees = s.store().root().join("worktrees");
     assert_eq!(std::fs::read_dir(&worktrees).unwrap().count(), 1);
     s.github.merge_pull(number);
-    let sha = git(&s.origin, &["rev-parse", &branch]);
-    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, &branch, &sha)}));
-    s.run_until_settled(6).await;
-    let cleanup = s.traces().pop().unwrap();
-    assert_eq!(
-        chain(&cleanup),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
+    close_and_settle(&s, number, &branch).await;
     assert!(
         s.store().read_state().unwrap().task_mappings.is_empty(),
         "the task mapping is gone"
@@ -1035,18 +1079,7 @@ async fn a_rover_pr_closed_without_merging_frees_its_workspace() {
     let (number, branch) = rover_pr(&mut s).await;
     assert_eq!(s.store().read_state().unwrap().task_mappings.len(), 1);
     s.github.close_pull(number);
-    let sha = git(&s.origin, &["rev-parse", &branch]);
-    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, &branch, &sha)}));
-    s.run_until_settled(6).await;
-    let closed = s.traces().pop().unwrap();
-    assert_eq!(
-        chain(&closed),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
+    close_and_settle(&s, number, &branch).await;
     assert_workspace_freed(&s, std::slice::from_ref(&branch));
     // The work stays on GitHub: only the local workspace was freed.
     assert!(!git(&s.origin, &["rev-parse", &branch]).is_empty());
@@ -1102,6 +1135,24 @@ async fn a_rover_pr_closed_unseen_is_released_by_the_next_start() {
         gc.summary
     );
     assert_workspace_freed(&s, std::slice::from_ref(&branch));
+
+    // Its close event, seen late (the feed lags): already freed, decided by rule, no model.
+    let late = close_and_settle(&s, number, &branch).await;
+    let coordinate = late
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "coordinate")
+        .unwrap();
+    assert_eq!(coordinate.meta["decision"], "noop", "{:?}", coordinate.meta);
+    assert!(
+        coordinate
+            .summary
+            .as_deref()
+            .unwrap_or_default()
+            .contains("holds no workspace for it"),
+        "{:?}",
+        coordinate.summary
+    );
 }
 
 #[tokio::test]
