@@ -48,5 +48,7 @@ pub use poll::{
 };
 pub use reactions::{Reaction, ReactionTarget, ReactionsFetch};
 pub use redact::Redactor;
-pub use settings::{GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK};
+pub use settings::{
+    ContributorPrs, GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
+};
 pub use trust::{TrustDecision, TrustPolicy, TrustSettings};

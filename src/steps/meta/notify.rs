@@ -64,6 +64,10 @@ pub struct NotifyMeta {
     /// after the message, so the trace is answered once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker_note: Option<String>,
+    /// Rover's own words posted after the message as they are (what was done with a person's
+    /// pull request), so no rephrasing can leave them out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Rover's own notify (the breaker's, a person's decision): not a trace outcome for the
     /// circuit breaker (`circuitBreaker`, read below the steps as `store::NotifyHeader`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -92,6 +96,7 @@ impl NotifyMeta {
             error: Some(error.to_owned()),
             pr_url: None,
             breaker_note: None,
+            note: None,
             circuit_breaker: false,
         }
     }

@@ -59,6 +59,7 @@ impl Scenario {
         git(&checkout, &["commit", "-q", "-m", "Initial commit"]);
         git(&checkout, &["push", "-q", "origin", "main"]);
         let github = FakeGitHub::start().await;
+        github.check_branches_in(&origin);
         github.set_poll_interval(1);
         for login in ["alice", "bob"] {
             github.set_permission(login, "write");
