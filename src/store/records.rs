@@ -444,34 +444,9 @@ impl EventHeader {
     }
 }
 
-/// What the budget reads of a `notify` action's meta: the part of the notify step's
-/// `NotifyMeta` (`steps::meta`) that says why it is sent and whether it is rover's own notify
-/// (the breaker's, a person's decision), which is no trace outcome. A field of another type
-/// reads as missing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NotifyHeader {
-    /// `failure`, `budget`, ... as serialized.
-    #[serde(default, deserialize_with = "text")]
-    pub purpose: Option<String>,
-    #[serde(default, deserialize_with = "flag")]
-    pub circuit_breaker: bool,
-}
-
 /// `true` only for the JSON value `true`.
 fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     Ok(matches!(Value::deserialize(d)?, Value::Bool(true)))
-}
-
-impl NotifyHeader {
-    /// The header of a notify action's meta.
-    pub fn of(meta: &Meta) -> NotifyHeader {
-        from_meta(meta).unwrap_or_default()
-    }
-
-    pub fn is_purpose(&self, purpose: &str) -> bool {
-        self.purpose.as_deref() == Some(purpose)
-    }
 }
 
 /// `meta.agent` of a span whose step called an agent: the call's figures, or why it failed.

@@ -169,12 +169,12 @@ fn the_budget_reads_the_purpose_and_breaker_mark_the_notify_step_writes() {
     };
     let meta = to_meta(&own);
     assert_eq!(meta["circuitBreaker"], serde_json::json!(true));
-    let header = crate::store::NotifyHeader::of(&meta);
-    assert!(header.is_purpose("failure") && header.circuit_breaker);
+    let header = crate::budget::NotifyHeader::of(&meta);
+    assert!(header.purpose == Some(NotifyPurpose::Failure) && header.circuit_breaker);
     assert_eq!(NotifyMeta::purpose_of(&meta), Some(NotifyPurpose::Failure));
     let plain = to_meta(&NotifyMeta::failure(&StepKind::Push, "x"));
     assert!(!plain.contains_key("circuitBreaker"), "{plain:?}");
-    assert!(!crate::store::NotifyHeader::of(&plain).circuit_breaker);
+    assert!(!crate::budget::NotifyHeader::of(&plain).circuit_breaker);
 }
 
 #[test]
