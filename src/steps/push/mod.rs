@@ -54,35 +54,31 @@ struct Task {
     meta: Option<WorkflowMeta>,
 }
 
+/// Why a push sent nothing and the resolver decides what next.
+enum NotPushed {
+    /// What it would send holds secrets.
+    Secrets(Refused),
+    /// Parallel tasks that touch the same lines: consolidating their branches conflicts.
+    Conflict {
+        conflict: PushConflict,
+        /// The git failure as the span records it.
+        error: StepError,
+    },
+}
+
 /// A consolidation conflict: the push span fails naming the branches and files, and the
 /// resolver gets the decision.
-fn conflict_to_resolver(error: &StepError) -> Finished {
-    let detail = |key: &str| error.details.get(key).cloned().unwrap_or_default();
-    let files: Vec<String> = detail("conflicts")
-        .as_array()
-        .map(|f| {
-            f.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let source = detail("sourceBranch")
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let target = detail("target").as_str().unwrap_or_default().to_owned();
+fn conflict_to_resolver(conflict: PushConflict, error: &StepError) -> Finished {
     let summary = format!(
-        "merge conflict: `{source}` conflicts with `{target}` in {}",
-        files.join(", ")
+        "merge conflict: `{}` conflicts with `{}` in {}",
+        conflict.source_branch,
+        conflict.target,
+        conflict.files.join(", ")
     );
     Finished::failed(summary.clone())
         .with_meta_record(&PushSpanMeta {
             status: Some(PushStatus::Conflict),
-            conflict: Some(PushConflict {
-                source_branch: source,
-                target,
-                files,
-            }),
+            conflict: Some(conflict),
             ..PushSpanMeta::default()
         })
         .with_error(error)
@@ -325,14 +321,15 @@ impl PushStep {
     }
 
     /// Merge the other branches into the first in its worktree, then push it to the remote's
-    /// branch `dest` (unless what it would send holds secrets: `Err(Refused)` inside).
+    /// branch `dest` (unless the branches conflict or what it would send holds secrets:
+    /// `Err(NotPushed)` inside).
     async fn consolidate_and_push(
         &self,
         ctx: &StepContext,
         run: &StepRun,
         (branches, dest): (&[String], &str),
         tasks: &[Task],
-    ) -> Result<Result<Pushed, Refused>, StepError> {
+    ) -> Result<Result<Pushed, NotPushed>, StepError> {
         let ws = self
             .workspace()
             .await
@@ -356,14 +353,28 @@ impl PushStep {
         let merged = if rest.is_empty() {
             Vec::new()
         } else {
-            ws.merge_branches(&worktree, rest)
-                .await
-                .map_err(|e| {
-                    git_step_error("consolidate the branches", &e)
+            match ws.merge_branches(&worktree, rest).await {
+                Ok(merge) => merge.merged,
+                Err(e) => {
+                    let error = git_step_error("consolidate the branches", &e)
                         .detail("target", &target)
-                        .detail("branches", branches)
-                })?
-                .merged
+                        .detail("branches", branches);
+                    return match e {
+                        GitError::MergeConflict {
+                            source_branch,
+                            files,
+                        } => Ok(Err(NotPushed::Conflict {
+                            conflict: PushConflict {
+                                source_branch,
+                                target,
+                                files,
+                            },
+                            error,
+                        })),
+                        _ => Err(error),
+                    };
+                }
+            }
         };
         let hooks = ws
             .hook_plan(&worktree, ws.hook_mode())
@@ -396,13 +407,15 @@ impl PushStep {
                     .detail("dest", dest)
                     .detail("merged", &merged);
                 return match e {
-                    GitError::SecretsInPush { findings, more, .. } => Ok(Err(Refused {
-                        target,
-                        merged,
-                        worktree,
-                        error,
-                        found: SecretsFound { findings, more },
-                    })),
+                    GitError::SecretsInPush { findings, more, .. } => {
+                        Ok(Err(NotPushed::Secrets(Refused {
+                            target,
+                            merged,
+                            worktree,
+                            error,
+                            found: SecretsFound { findings, more },
+                        })))
+                    }
                     _ => Err(error),
                 };
             }
@@ -490,11 +503,13 @@ impl Step for PushStep {
             Ok(Ok(pushed)) => pushed,
             // Nothing left; a secret in history is not fixed by a commit on top: the resolver
             // ends the trace.
-            Ok(Err(refused)) => return Ok(Outcome::Finished(refused.finished(&branches))),
-            // Parallel tasks that touch the same lines: the resolver decides (it can iterate on
-            // the conflicting task with the conflict as input) instead of the trace failing.
-            Err(e) if e.details.contains_key("conflicts") => {
-                return Ok(Outcome::Finished(conflict_to_resolver(&e)));
+            Ok(Err(NotPushed::Secrets(refused))) => {
+                return Ok(Outcome::Finished(refused.finished(&branches)))
+            }
+            // The resolver decides (it can iterate on the conflicting task with the conflict as
+            // input) instead of the trace failing.
+            Ok(Err(NotPushed::Conflict { conflict, error })) => {
+                return Ok(Outcome::Finished(conflict_to_resolver(conflict, &error)));
             }
             Err(e) => return Err(e),
         };
