@@ -8,8 +8,10 @@
 mod console;
 mod export;
 mod github;
+mod poll_loop;
 mod proxy;
 mod reactions;
+mod reclaim;
 pub mod reconcile;
 pub mod webhook;
 
@@ -27,7 +29,6 @@ use crate::orchestrator::StepOrchestrator;
 use crate::project::{Project, ProjectError};
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::secrets::{HeldSecrets, LiveSecrets};
-use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
 
@@ -297,7 +298,7 @@ async fn run(
         let retain_days = config.autopilot.pipeline.retain_days;
         let once = options.once;
         let github = services.github.clone();
-        let first = reclaim_due(store.clone(), retain_days, github.clone()).await;
+        let first = reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await;
         if first > 0 {
             orch.wake();
         }
@@ -308,7 +309,7 @@ async fn run(
                         () = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
                         () = stop.cancelled() => return,
                     }
-                    if reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
+                    if reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
                         orch.wake();
                     }
                 }
@@ -393,7 +394,7 @@ async fn run(
         let backlog = options.backlog;
         let normalize = normalize.clone().unwrap_or_default();
         tokio::spawn(async move {
-            poll_loop(
+            poll_loop::poll_loop(
                 store, project_id, gh, settings, normalize, backlog, orch, token, once,
             )
             .await
@@ -457,249 +458,6 @@ async fn run(
         return Ok(ExitCode::from(EX_TEMPFAIL));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits), and
-/// reconcile with the list APIs after a restart, after a gap in the feed and every
-/// `reconcileIntervalSecs` (0: never).
-#[allow(clippy::too_many_arguments, reason = "the loop's parts, passed once")]
-async fn poll_loop(
-    store: AutopilotStore,
-    project_id: String,
-    github: Arc<dyn GitHub>,
-    settings: crate::github::PollSettings,
-    normalize: crate::github::NormalizeOptions,
-    backlog: Option<usize>,
-    orchestrator: StepOrchestrator,
-    shutdown: CancellationToken,
-    once: bool,
-) -> PollEnd {
-    let mut poller = match resume_poller(&store, settings) {
-        Ok(p) => match backlog {
-            Some(n) => p.with_backlog(n),
-            None => p,
-        },
-        Err(e) => {
-            tracing::error!(
-                error = &e as &dyn std::error::Error,
-                "cannot read the event cursor; not polling"
-            );
-            println!("error: cannot read the event cursor: {e}; not polling GitHub");
-            return PollEnd::default();
-        }
-    };
-    // A restart sweeps what happened while rover was down; a first start has nothing before it
-    // (the backlog is the poller's), so the sweeps start from now.
-    let restart = poller.cursor().primed;
-    let mut reconciler = reconcile::Reconciler::new(poller.settings(), restart);
-    if reconciler.enabled() && !restart {
-        let store = store.clone();
-        let now = chrono::Utc::now();
-        let init =
-            tokio::task::spawn_blocking(move || reconcile::init_reconcile_watermark(&store, now))
-                .await;
-        if let Ok(Err(e)) = init {
-            tracing::warn!(
-                error = &e as &dyn std::error::Error,
-                "cannot record the reconcile watermark"
-            );
-        }
-    }
-    let mut attempt = 0;
-    loop {
-        match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
-            Ok(report) => {
-                if report.backlog_skipped > 0 {
-                    let notice = backlog_notice(report.backlog_skipped);
-                    tracing::info!(skipped = report.backlog_skipped, "{notice}");
-                    println!("{notice}");
-                }
-                if let Some(gap) = &report.gap {
-                    tracing::warn!(gap = %gap, "a gap in the events feed may exist");
-                    println!("warning: a gap in the events feed may exist: {gap}");
-                    reconciler.on_gap();
-                }
-                if !report.new_traces.is_empty() {
-                    println!("{} new event(s) from GitHub", report.new_traces.len());
-                    orchestrator.wake();
-                }
-            }
-            Err(e) => {
-                tracing::warn!(
-                    error = &e as &dyn std::error::Error,
-                    attempt,
-                    "polling GitHub failed"
-                );
-                println!(
-                    "warning: polling GitHub failed: {}",
-                    crate::error::error_chain(&e)
-                );
-                // A `--once` run retries a blip within itself, a few times with backoff and
-                // never past a rate limit's reset; then it says GitHub is unavailable (75).
-                if once {
-                    match once_retry_delay(&e, attempt) {
-                        Some(delay) => {
-                            attempt += 1;
-                            tokio::select! {
-                                () = shutdown.cancelled() => return PollEnd::default(),
-                                () = tokio::time::sleep(delay) => {}
-                            }
-                            poller.retry_now();
-                            continue;
-                        }
-                        // Still down after the retries: try again later (75).
-                        None if is_transient(&e) => {
-                            return PollEnd {
-                                unavailable: Some(crate::error::error_chain(&e)),
-                            }
-                        }
-                        // Not a blip (credentials, a store error): warned, as in the daemon.
-                        None => {}
-                    }
-                }
-            }
-        }
-        if reconciler
-            .run_if_due(&store, &project_id, github.as_ref(), &normalize)
-            .await
-        {
-            orchestrator.wake();
-        }
-        if once {
-            return PollEnd::default();
-        }
-        let mut wait = poller
-            .next_poll_at()
-            .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
-            .unwrap_or(Duration::from_secs(60))
-            .max(Duration::from_millis(100));
-        if let Some(until) = reconciler.until_next() {
-            wait = wait.min(until.max(Duration::from_millis(100)));
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return PollEnd::default(),
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
-}
-
-/// How the poll loop ended.
-#[derive(Debug, Default)]
-struct PollEnd {
-    /// A `--once` run could not reach GitHub after its retries: the last error.
-    unavailable: Option<String>,
-}
-
-/// Retries of a failed poll within one `--once` run, and the first delay (doubling).
-const ONCE_POLL_RETRIES: u32 = 3;
-const ONCE_FIRST_DELAY: Duration = Duration::from_secs(1);
-
-/// Whether a failed poll is GitHub being unavailable for now (5xx, network, a rate limit).
-fn is_transient(error: &crate::steps::event::IngestError) -> bool {
-    matches!(error, crate::steps::event::IngestError::GitHub(e) if e.is_retryable())
-}
-
-/// The delay before the next try of a `--once` poll that failed with `error` after `attempt`
-/// retries; `None` to stop (not transient, out of retries, or a rate limit resetting later than
-/// the run should wait).
-fn once_retry_delay(error: &crate::steps::event::IngestError, attempt: u32) -> Option<Duration> {
-    let crate::steps::event::IngestError::GitHub(error) = error else {
-        return None;
-    };
-    if !error.is_retryable() || attempt >= ONCE_POLL_RETRIES {
-        return None;
-    }
-    let backoff = ONCE_FIRST_DELAY * 2u32.pow(attempt);
-    match error.retry_at() {
-        Some(at) => {
-            let until = (at - chrono::Utc::now()).to_std().unwrap_or_default();
-            (until <= Duration::from_secs(60)).then(|| until.max(backoff))
-        }
-        None => Some(backoff),
-    }
-}
-
-/// The pull requests traces are kept for that GitHub says are closed (one request each; one that
-/// cannot be read is kept and logged).
-async fn closed_pull_requests(
-    store: &AutopilotStore,
-    retain_days: u64,
-    github: &dyn crate::github::GitHub,
-) -> Vec<u64> {
-    let store = store.clone();
-    let plan = tokio::task::spawn_blocking(move || {
-        crate::steps::gc::plan(
-            &store,
-            crate::steps::gc::retention(retain_days),
-            chrono::Utc::now(),
-        )
-    })
-    .await;
-    let Ok(Ok(plan)) = plan else {
-        return Vec::new();
-    };
-    let mut closed = Vec::new();
-    for number in plan.open_prs.iter().filter_map(|r| r.pr_number) {
-        match github.get_pull_request(number).await {
-            Ok(pr) if pr.state == crate::github::IssueState::Closed => closed.push(number),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                pr = number,
-                error = %crate::error::error_chain(&e),
-                "cannot read the state of a pull request a trace is kept for"
-            ),
-        }
-    }
-    closed
-}
-
-/// Queue the cleanup of every ended trace past its retention, and of every trace kept for a pull
-/// request GitHub says is closed; returns how many were queued.
-async fn reclaim_due(
-    store: AutopilotStore,
-    retain_days: u64,
-    github: Option<Arc<dyn crate::github::GitHub>>,
-) -> usize {
-    let closed = match github {
-        Some(github) => closed_pull_requests(&store, retain_days, github.as_ref()).await,
-        None => Vec::new(),
-    };
-    // Planned again after the requests (not reusing the plan they were made from): a trace may
-    // have taken new work while GitHub answered, and a live trace is never reclaimed.
-    let done = tokio::task::spawn_blocking(move || {
-        crate::steps::gc::run_releasing(&store, retain_days, "rover (pipeline.retainDays)", &closed)
-    })
-    .await;
-    match done {
-        Ok(Ok((plan, queued))) => {
-            for r in &plan.due {
-                println!(
-                    "reclaiming trace {} ({} task(s), ended {}): {}",
-                    crate::trace::short(r.trace_id),
-                    r.tasks.len(),
-                    r.ended_at.format("%Y-%m-%d"),
-                    r.label
-                );
-            }
-            if !queued.is_empty() {
-                tracing::info!(
-                    traces = queued.len(),
-                    retain_days,
-                    "reclaiming ended traces"
-                );
-            }
-            queued.len()
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(
-                error = &e as &dyn std::error::Error,
-                "cannot plan the reclaiming of ended traces"
-            );
-            println!("warning: cannot plan the reclaiming of ended traces: {e}");
-            0
-        }
-        Err(_) => 0,
-    }
 }
 
 /// SIGINT/SIGTERM: the first stops gracefully, a second exits at once. SIGUSR1: drain now.
