@@ -13,6 +13,7 @@ mod proxy;
 mod reactions;
 mod reclaim;
 pub mod reconcile;
+mod supervise;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 use crate::secrets::{HeldSecrets, LiveSecrets};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
+use supervise::{Policy, Supervisor};
 
 /// How `start` runs.
 #[derive(Debug, Clone, Copy)]
@@ -290,27 +292,33 @@ async fn run(
         }
     }
 
+    // The long-lived tasks, supervised (see `supervise`): a failure or panic is said and the
+    // task restarted, or the daemon stopped with it; never silently gone.
+    let mut supervisor = Supervisor::new(shutdown.clone());
+
     // Resources of ended traces, by `pipeline.retainDays`: now, then every hour.
     {
-        let store = store.clone();
-        let orch = orchestrator.clone();
-        let stop = shutdown.clone();
         let retain_days = config.autopilot.pipeline.retain_days;
-        let once = options.once;
         let github = services.github.clone();
-        let first = reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await;
-        if first > 0 {
-            orch.wake();
+        if reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
+            orchestrator.wake();
         }
-        if !once {
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        () = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
-                        () = stop.cancelled() => return,
-                    }
-                    if reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
-                        orch.wake();
+        if !options.once {
+            let (store, orch, stop) = (store.clone(), orchestrator.clone(), shutdown.clone());
+            supervisor.spawn("reclaim loop", Policy::Restart, move || {
+                let (store, orch, stop, github) =
+                    (store.clone(), orch.clone(), stop.clone(), github.clone());
+                async move {
+                    loop {
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                            () = stop.cancelled() => return Ok(()),
+                        }
+                        if reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await
+                            > 0
+                        {
+                            orch.wake();
+                        }
                     }
                 }
             });
@@ -319,121 +327,157 @@ async fn run(
 
     // SIGUSR1 (a new local request) wakes the drain loop.
     {
-        let orch = orchestrator.clone();
-        let wake = wake.clone();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = wake.notified() => orch.wake(),
-                    () = stop.cancelled() => return,
+        let (orch, wake, stop) = (orchestrator.clone(), wake.clone(), shutdown.clone());
+        supervisor.spawn("wake loop", Policy::Restart, move || {
+            let (orch, wake, stop) = (orch.clone(), wake.clone(), stop.clone());
+            async move {
+                loop {
+                    tokio::select! {
+                        () = wake.notified() => orch.wake(),
+                        () = stop.cancelled() => return Ok(()),
+                    }
                 }
             }
         });
     }
 
     // Webhooks: bound now, so a taken address stops the start; served until the shutdown, which
-    // stops accepting and lets requests in flight finish.
-    let webhook_task = match (options.webhook, webhook_secret) {
-        (Some(addr), Some(secret)) => {
-            let state = webhook::WebhookState {
-                store: store.clone(),
-                project_id: project.id.clone(),
-                repo: project.repo.as_ref().map(ToString::to_string),
-                normalize: normalize.clone().unwrap_or_default(),
-                secret: secret.into_bytes(),
-                wake: wake.clone(),
-            };
-            let server = webhook::WebhookServer::bind(addr, state)
-                .await
-                .map_err(|e| {
-                    StartError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
-                })?;
-            let bound = server
-                .local_addr()
-                .map_err(|e| StartError::Refused(format!("cannot listen for webhooks: {e}")))?;
-            println!("webhook listening on {bound}");
-            tracing::info!(addr = %bound, "webhook listening");
-            let stop = shutdown.clone();
-            Some(tokio::spawn(async move {
-                if let Err(e) = server.serve(stop).await {
-                    tracing::error!(
-                        error = &e as &dyn std::error::Error,
-                        "the webhook server failed"
-                    );
-                    println!("error: the webhook server failed: {e}");
-                }
-            }))
-        }
-        _ => None,
-    };
+    // stops accepting and lets requests in flight finish. A server that fails stops the daemon
+    // (a daemon that silently stopped hearing webhooks would miss events until the next poll).
+    if let (Some(addr), Some(secret)) = (options.webhook, webhook_secret) {
+        let state = webhook::WebhookState {
+            store: store.clone(),
+            project_id: project.id.clone(),
+            repo: project.repo.as_ref().map(ToString::to_string),
+            normalize: normalize.clone().unwrap_or_default(),
+            secret: secret.into_bytes(),
+            wake: wake.clone(),
+        };
+        let server = webhook::WebhookServer::bind(addr, state)
+            .await
+            .map_err(|e| {
+                StartError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
+            })?;
+        let bound = server
+            .local_addr()
+            .map_err(|e| StartError::Refused(format!("cannot listen for webhooks: {e}")))?;
+        println!("webhook listening on {bound}");
+        tracing::info!(addr = %bound, "webhook listening");
+        let server = Arc::new(std::sync::Mutex::new(Some(server)));
+        let stop = shutdown.clone();
+        supervisor.spawn("webhook server", Policy::Stop, move || {
+            let (server, stop) = (server.lock().ok().and_then(|mut s| s.take()), stop.clone());
+            async move {
+                let server = server.ok_or("its listener is gone; it cannot be served again")?;
+                server.serve(stop).await.map_err(|e| e.to_string())
+            }
+        });
+    }
 
     // The stop reaction on the posts of running traces (see `reactions`).
     let stop_watch = match (&github, &config.autopilot.github.reactions.stop) {
-        (Some(gh), Some(stop)) => Some(tokio::spawn(
-            reactions::StopWatch {
+        (Some(gh), Some(stop)) => {
+            let (gh, stop, store, orch) = (
+                gh.clone(),
+                stop.clone(),
+                store.clone(),
+                orchestrator.clone(),
+            );
+            let settings = config.autopilot.github.clone();
+            Some(move || reactions::StopWatch {
                 store: store.clone(),
                 github: gh.clone(),
-                trust: crate::github::TrustPolicy::new(&config.autopilot.github.trust),
+                trust: crate::github::TrustPolicy::new(&settings.trust),
                 stop: stop.clone(),
-                every: Duration::from_secs(config.autopilot.github.reactions.poll_secs.max(1)),
-                bot_login: config.autopilot.github.bot_login.clone(),
-                orchestrator: orchestrator.clone(),
-            }
-            .run(shutdown.clone(), options.once),
-        )),
+                every: Duration::from_secs(settings.reactions.poll_secs.max(1)),
+                bot_login: settings.bot_login.clone(),
+                orchestrator: orch.clone(),
+            })
+        }
         _ => None,
     };
-    let poller_task = github.map(|gh| {
-        let store = store.clone();
-        let orch = orchestrator.clone();
-        let token = shutdown.clone();
+    let poll = github.map(|gh| {
+        let (store, orch, token) = (store.clone(), orchestrator.clone(), shutdown.clone());
         let project_id = project.id.clone();
         let settings = config.autopilot.github.poll.clone();
-        let once = options.once;
-        let backlog = options.backlog;
+        let (once, backlog) = (options.once, options.backlog);
         let normalize = normalize.clone().unwrap_or_default();
-        tokio::spawn(async move {
+        move || {
             poll_loop::poll_loop(
-                store, project_id, gh, settings, normalize, backlog, orch, token, once,
+                store.clone(),
+                project_id.clone(),
+                gh.clone(),
+                settings.clone(),
+                normalize.clone(),
+                backlog,
+                orch.clone(),
+                token.clone(),
+                once,
             )
-            .await
-        })
+        }
     });
 
-    let mut unavailable = None;
+    let (mut unavailable, mut once_failure) = (None, None);
     let result = if options.once {
-        if let Some(task) = poller_task {
-            match task.await {
-                Ok(end) => unavailable = end.unavailable,
+        if let Some(poll) = poll {
+            match tokio::spawn(poll()).await {
+                Ok(end) => {
+                    unavailable = end.unavailable;
+                    once_failure = end.failed.map(|e| format!("the poller failed: {e}"));
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "the poller stopped");
                     unavailable = Some(format!("the poller stopped: {e}"));
                 }
             }
         }
-        if let Some(task) = stop_watch {
-            let _ = task.await;
+        if let Some(watch) = stop_watch {
+            if let Err(e) = tokio::spawn(watch().run(shutdown.clone(), true)).await {
+                tracing::error!(error = %e, "the stop-reaction watch stopped");
+            }
         }
         let r = orchestrator.run_until_idle(shutdown.clone()).await;
         // The tasks that hold the orchestrator (the wake loop) end with the token, so the
         // console sees its channel close at once instead of waiting out its timeout.
         shutdown.cancel();
-        r
+        r.map_err(StartError::from)
     } else {
-        let r = orchestrator.run(shutdown.clone()).await;
-        shutdown.cancel();
-        if let Some(task) = poller_task {
-            let _ = task.await;
+        if let Some(poll) = poll {
+            let stop = shutdown.clone();
+            supervisor.spawn("poller", Policy::Restart, move || {
+                let (run, stop) = (poll(), stop.clone());
+                async move {
+                    let end = run.await;
+                    match end.failed {
+                        Some(e) if !stop.is_cancelled() => Err(e),
+                        _ => Ok(()),
+                    }
+                }
+            });
         }
-        if let Some(task) = webhook_task {
-            let _ = task.await;
+        if let Some(watch) = stop_watch {
+            let stop = shutdown.clone();
+            supervisor.spawn("stop-reaction watch", Policy::Restart, move || {
+                let (watch, stop) = (watch(), stop.clone());
+                async move {
+                    watch.run(stop, false).await;
+                    Ok(())
+                }
+            });
         }
-        if let Some(task) = stop_watch {
-            let _ = task.await;
-        }
-        r
+        let (orch, stop) = (orchestrator.clone(), shutdown.clone());
+        supervisor.spawn("drain", Policy::Stop, move || {
+            let (orch, stop) = (orch.clone(), stop.clone());
+            async move {
+                let ran = orch.run(stop.clone()).await;
+                stop.cancel();
+                ran.map_err(|e| crate::error::error_chain(&e))
+            }
+        });
+        shutdown.cancelled().await;
+        Ok(())
     };
+    let stopped_by = supervisor.join().await.or(once_failure);
     let internal_errors = orchestrator.internal_errors();
     drop(orchestrator);
     proxy::release_proxy(&services, &store).await;
@@ -442,6 +486,11 @@ async fn run(
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
     result?;
+    if let Some(why) = stopped_by {
+        return Err(StartError::Refused(format!(
+            "rover stopped: {why}; what was running is recovered at the next start"
+        )));
+    }
     println!("rover autopilot stopped");
     // For cron: a step that hit an internal error (an error or panic inside it) makes the run
     // fail, so the user hears about it; the trace says what happened.

@@ -37,7 +37,10 @@ pub(super) async fn poll_loop(
                 "cannot read the event cursor; not polling"
             );
             println!("error: cannot read the event cursor: {e}; not polling GitHub");
-            return PollEnd::default();
+            return PollEnd {
+                failed: Some(format!("cannot read the event cursor: {e}")),
+                ..PollEnd::default()
+            };
         }
     };
     // A restart sweeps what happened while rover was down; a first start has nothing before it
@@ -103,6 +106,7 @@ pub(super) async fn poll_loop(
                         None if is_transient(&e) => {
                             return PollEnd {
                                 unavailable: Some(crate::error::error_chain(&e)),
+                                failed: None,
                             }
                         }
                         // Not a blip (credentials, a store error): warned, as in the daemon.
@@ -140,6 +144,8 @@ pub(super) async fn poll_loop(
 pub(super) struct PollEnd {
     /// A `--once` run could not reach GitHub after its retries: the last error.
     pub unavailable: Option<String>,
+    /// The loop could not go on (an unreadable cursor): why.
+    pub failed: Option<String>,
 }
 
 /// Retries of a failed poll within one `--once` run, and the first delay (doubling).

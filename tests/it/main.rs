@@ -32,6 +32,7 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod supervise;
 mod telemetry;
 mod thread;
 mod webhook;
