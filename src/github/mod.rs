@@ -24,6 +24,7 @@ pub mod poll;
 pub mod reactions;
 pub mod reconcile;
 pub mod redact;
+mod response;
 pub mod settings;
 pub mod trust;
 pub mod webhook;
