@@ -12,6 +12,14 @@ use crate::git::Workspace;
 use crate::github::{compose, ContributorPrs, GitHub, GitHubError, NewPullRequest, PullRequest};
 use crate::orchestrator::StepError;
 
+/// What the choice depends on besides the pull request.
+pub(super) struct Here<'a> {
+    /// This repository (`owner/name`).
+    pub repo: Option<&'a str>,
+    pub default_branch: Option<&'a str>,
+    pub mode: ContributorPrs,
+}
+
 /// Where the change goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Delivery {
@@ -33,8 +41,7 @@ impl Delivery {
         gh: &dyn GitHub,
         event: &EventMeta,
         target: &str,
-        repo: Option<&str>,
-        mode: ContributorPrs,
+        here: &Here<'_>,
     ) -> Result<Delivery, GitHubError> {
         let Some(number) = event
             .event
@@ -45,17 +52,25 @@ impl Delivery {
             return Ok(Delivery::Own);
         };
         let pr = gh.get_pull_request(number).await?;
-        Ok(Delivery::decide(pr, target, repo, mode))
+        Ok(Delivery::decide(pr, target, here))
     }
 
-    fn decide(pr: PullRequest, target: &str, repo: Option<&str>, mode: ContributorPrs) -> Delivery {
+    fn decide(pr: PullRequest, target: &str, here: &Here<'_>) -> Delivery {
         if pr.head_branch == target || pr.merged {
             return Delivery::Own;
         }
-        match (repo.is_some_and(|r| pr.head_in(r)), mode) {
-            (true, ContributorPrs::Propose) => Delivery::Propose(pr),
-            (true, ContributorPrs::Push) => Delivery::Onto(pr),
-            (false, _) => Delivery::BranchOnly(pr),
+        if !here.repo.is_some_and(|r| pr.head_in(r)) {
+            return Delivery::BranchOnly(pr);
+        }
+        // Never onto the default branch (a pull request from it into another), nor onto a name
+        // git would not take as a plain branch: proposed instead.
+        let onto = here.mode == ContributorPrs::Push
+            && crate::git::is_branch_name(&pr.head_branch)
+            && here.default_branch != Some(pr.head_branch.as_str());
+        if onto {
+            Delivery::Onto(pr)
+        } else {
+            Delivery::Propose(pr)
         }
     }
 
@@ -200,16 +215,23 @@ mod tests {
         }
     }
 
+    fn here(mode: ContributorPrs) -> Here<'static> {
+        Here {
+            repo: Some("o/r"),
+            default_branch: Some("main"),
+            mode,
+        }
+    }
+
     #[test]
     fn a_persons_pull_request_is_never_duplicated_into_the_default_branch() {
         let same = pr("feature/fast", Some("O/R"));
-        let repo = Some("o/r");
         assert_eq!(
-            Delivery::decide(same.clone(), "rover/x", repo, ContributorPrs::Propose),
+            Delivery::decide(same.clone(), "rover/x", &here(ContributorPrs::Propose)),
             Delivery::Propose(same.clone())
         );
         assert_eq!(
-            Delivery::decide(same.clone(), "rover/x", repo, ContributorPrs::Push),
+            Delivery::decide(same.clone(), "rover/x", &here(ContributorPrs::Push)),
             Delivery::Onto(same.clone())
         );
         assert_eq!(Delivery::Onto(same.clone()).dest("rover/x"), "feature/fast");
@@ -218,25 +240,33 @@ mod tests {
         for mode in [ContributorPrs::Propose, ContributorPrs::Push] {
             let fork = pr("feature/fast", Some("bob/r"));
             assert_eq!(
-                Delivery::decide(fork.clone(), "rover/x", repo, mode),
+                Delivery::decide(fork.clone(), "rover/x", &here(mode)),
                 Delivery::BranchOnly(fork)
             );
             let gone = pr("feature/fast", None);
             assert_eq!(
-                Delivery::decide(gone.clone(), "rover/x", repo, mode),
+                Delivery::decide(gone.clone(), "rover/x", &here(mode)),
                 Delivery::BranchOnly(gone)
+            );
+        }
+        // Never pushed onto the default branch, nor onto a name git would read as syntax.
+        for head in ["main", "-f", "a:b"] {
+            let theirs = pr(head, Some("o/r"));
+            assert_eq!(
+                Delivery::decide(theirs.clone(), "rover/x", &here(ContributorPrs::Push)),
+                Delivery::Propose(theirs)
             );
         }
         // rover's own pull request, and a merged one: the usual.
         let own = pr("rover/x", Some("o/r"));
         assert_eq!(
-            Delivery::decide(own, "rover/x", repo, ContributorPrs::Push),
+            Delivery::decide(own, "rover/x", &here(ContributorPrs::Push)),
             Delivery::Own
         );
         let mut merged = pr("feature/fast", Some("o/r"));
         merged.merged = true;
         assert_eq!(
-            Delivery::decide(merged, "rover/x", repo, ContributorPrs::Push),
+            Delivery::decide(merged, "rover/x", &here(ContributorPrs::Push)),
             Delivery::Own
         );
     }

@@ -484,15 +484,23 @@ impl Step for PushStep {
         };
         let repo = self.services.repo.as_ref().map(ToString::to_string);
         let delivery = match &github {
-            Some(gh) => Delivery::find(
-                gh.as_ref(),
-                &event,
-                &branches[0],
-                repo.as_deref(),
-                self.services.config.autopilot.github.contributor_prs,
-            )
-            .await
-            .map_err(|e| github_step_error("read the pull request the work is about", &e))?,
+            Some(gh) => {
+                let default_branch = self
+                    .workspace()
+                    .await
+                    .map_err(|e| git_step_error("open the repository", &e))?
+                    .default_branch()
+                    .await
+                    .map_err(|e| git_step_error("find the default branch", &e))?;
+                let here = deliver::Here {
+                    repo: repo.as_deref(),
+                    default_branch: Some(&default_branch),
+                    mode: self.services.config.autopilot.github.contributor_prs,
+                };
+                Delivery::find(gh.as_ref(), &event, &branches[0], &here)
+                    .await
+                    .map_err(|e| github_step_error("read the pull request the work is about", &e))?
+            }
             None => Delivery::Own,
         };
         let dest = delivery.dest(&branches[0]);
