@@ -26,6 +26,7 @@ use super::meta::{
     NotifyMeta, NotifyPurpose, OutcomeSpanMeta, PushConflict, PushMeta, ResolveQuickExit,
     ResolveSpanMeta, ResolveWaitMeta, SecretsFound, SecretsSpanMeta, WorkflowMeta, WorkflowType,
 };
+use super::tasks::mapping_worktree;
 use super::Services;
 use crate::agents::{
     truncate_marked, untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult,
@@ -128,11 +129,6 @@ async fn load_state(ctx: &StepContext, trace_id: Uuid) -> Result<TraceState, Ste
     .map_err(|e| StepError::from_error(&e, true))
 }
 
-/// The worktree directory a task mapping records, when it still exists.
-pub fn mapping_worktree(mapping: &TaskMapping) -> Option<PathBuf> {
-    mapping.worktree_path.clone().filter(|p| p.is_dir())
-}
-
 /// Whether a queued or running action of `kind` belongs to the trace (other than `except`).
 fn busy(
     view: &TraceView,
@@ -176,8 +172,8 @@ fn waits_for_the_resolver(state: &TraceState, action_id: Uuid) -> bool {
     queue.task_mappings.clone_from(&state.mappings);
     meta.depends_on.iter().any(|dep| {
         matches!(
-            super::workflow::dependency_state(&state.view, &queue, *dep),
-            super::workflow::Dependency::Blocked(_)
+            super::history::dependency_state(&state.view, &queue, *dep),
+            super::history::Dependency::Blocked(_)
         )
     })
 }
@@ -921,7 +917,7 @@ impl Step for ResolveStep {
         if let Some(span) = view
             .spans
             .iter()
-            .find(|s| super::workflow::environment_failed(s))
+            .find(|s| super::history::environment_failed(s))
         {
             let why = format!(
                 "the repository's environment did not build, so no agent ran: {}",

@@ -327,3 +327,142 @@ fn the_check_sees_grouped_inline_and_nested_crate_paths_and_skips_comments() {
     );
     assert_eq!(shortest_loop(&edges, &found[0]), ["a", "b", "c", "a"]);
 }
+
+/// The steps of the pipeline (each one `Step`): none names another. What two steps share lives
+/// in a shared module of `steps` (`meta`, `tasks`, `history`, `agent_call`, ...), which names
+/// no step either; only the assembly (`steps/mod.rs`, `steps/pipeline.rs`) names them all.
+const STEPS: &[&str] = &[
+    "event",
+    "coordinate",
+    "plan",
+    "workflow",
+    "commit",
+    "resolve",
+    "push",
+    "notify",
+    "noop",
+    "cleanup",
+];
+const ASSEMBLY: &[&str] = &["mod.rs", "pipeline.rs"];
+
+/// The names that follow each `prefix` in `code` (a `{...}` group's first names at depth one).
+fn names_after(code: &str, prefix: &str) -> Vec<(String, usize)> {
+    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(hit) = code[from..].find(prefix) {
+        let start = from + hit;
+        from = start + prefix.len();
+        if code[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| is_ident(c) || c == ':')
+        {
+            continue;
+        }
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut entry_start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => entry_start = true,
+                    c if depth == 1 && entry_start && is_ident(c) => {
+                        let name: String =
+                            group[i..].chars().take_while(|c| is_ident(*c)).collect();
+                        found.push((name, line_at(from + 1 + i)));
+                        entry_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+            found.push((name, line_at(start)));
+        }
+    }
+    found
+}
+
+/// The modules of `steps` a file of it names (`crate::steps::x`, and `super::x` or
+/// `super::super::x` where that is `steps`), its test module left out.
+fn steps_named(rel: &Path, text: &str) -> Vec<(String, usize)> {
+    let code: String = text
+        .lines()
+        .map(|l| l.find("//").map_or(l, |at| &l[..at]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+    let depth = rel.components().count();
+    let in_mod_rs = rel.file_name().is_some_and(|f| f == "mod.rs");
+    // From `steps/x.rs` and `steps/x/mod.rs`, `super` is `steps`; from `steps/x/y.rs`,
+    // `super::super` is.
+    let up = match (depth, in_mod_rs) {
+        (1, _) | (2, true) => "super::",
+        (2, false) | (3, true) => "super::super::",
+        _ => "super::super::super::",
+    };
+    let mut names = names_after(code, "crate::steps::");
+    names.extend(names_after(code, up));
+    names
+}
+
+#[test]
+fn no_step_names_another_step() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let steps_dir = src.join("steps");
+    let mut files = Vec::new();
+    rust_files(&steps_dir, &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&steps_dir).expect("under steps");
+        if rel.components().count() == 1 && ASSEMBLY.iter().any(|a| rel == Path::new(a)) {
+            continue;
+        }
+        let owner = rel
+            .iter()
+            .next()
+            .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_owned())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for (name, line) in steps_named(rel, &text) {
+            if STEPS.contains(&name.as_str()) && name != owner {
+                wrong.push(format!(
+                    "src/steps/{}:{line} names the step `{name}`",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a step names another step (share it through a module of steps instead):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_step_check_sees_each_way_of_naming_a_step() {
+    let text = "use super::meta::X;\nuse super::{tasks, resolve::y};\nlet a = crate::steps::push::z();\n// super::plan in a comment\n#[cfg(test)]\nmod tests { use super::super::notify; }\n";
+    let names: Vec<String> = steps_named(Path::new("commit.rs"), text)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["push", "meta", "tasks", "resolve"]);
+    let nested: Vec<String> = steps_named(
+        Path::new("coordinate/ci.rs"),
+        "use super::gather::G;\nuse super::super::plan::p;\n",
+    )
+    .into_iter()
+    .map(|(n, _)| n)
+    .collect();
+    assert_eq!(nested, ["plan"]);
+}

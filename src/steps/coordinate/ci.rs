@@ -1,13 +1,13 @@
 //! A look at the CI of what rover pushed (no AI), and the CI watches a CI outcome wakes.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use super::CoordinateStep;
 use crate::github::{CiState, CiStatus};
 use crate::orchestrator::{Finished, NextAction, Outcome, StepError};
 use crate::steps::meta::{
-    CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy, DecisionSpanMeta, NotifyMeta,
-    NotifyPurpose,
+    ci_watch_action, CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy, DecisionSpanMeta,
+    NotifyMeta, NotifyPurpose,
 };
 use crate::store::{AutopilotStore, StepKind};
 
@@ -142,31 +142,6 @@ impl CoordinateStep {
         span_meta.ci_status = Some(status);
         Ok(Outcome::Finished(done.with_meta_record(&span_meta)))
     }
-}
-
-/// The scheduled look at a pull request's CI (see [`CiWatchMeta`]), `ci_poll_secs` from `now`.
-pub fn ci_watch_action(
-    watch: CiWatchMeta,
-    pipeline: &crate::config::PipelineConfig,
-    now: DateTime<Utc>,
-) -> NextAction {
-    let secs = i64::try_from(pipeline.ci_poll_secs).unwrap_or(i64::MAX);
-    let at = now + chrono::Duration::try_seconds(secs).unwrap_or(chrono::Duration::MAX);
-    NextAction::new(
-        StepKind::Coordinate,
-        format!(
-            "follow the CI of pull request #{} at {} (look {} of at most {})",
-            watch.pr_number,
-            short_sha(&watch.sha),
-            watch.round,
-            pipeline.ci_max_polls
-        ),
-    )
-    .with_meta(&CoordinateMeta {
-        wait: None,
-        ci: Some(watch),
-        not_before: Some(at),
-    })
 }
 
 pub(super) fn short_sha(sha: &str) -> &str {

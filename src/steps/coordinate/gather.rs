@@ -52,7 +52,7 @@ impl CoordinateStep {
         let settings = &self.services.config.autopilot.github;
         // Picked up: a trusted author's issue, comment or review is acknowledged at once.
         if let Some(content) = settings.reactions.acknowledge.as_deref() {
-            crate::steps::command::acknowledge(github.as_ref(), event, content).await;
+            super::command::acknowledge(github.as_ref(), event, content).await;
         }
         let context = build_context(
             github.as_ref(),

@@ -47,6 +47,7 @@ const MAX_WAITS: usize = 5;
 pub const REEVALUATION_HEADING: &str = "## Re-evaluating a wait";
 
 mod ci;
+pub mod command;
 mod gather;
 mod routing;
 mod rover_pr;
@@ -54,7 +55,8 @@ mod rover_pr;
 mod tests;
 mod waits;
 
-pub use ci::{ci_verdict, ci_watch_action, wake_ci_watches, CiVerdict};
+pub use super::meta::ci_watch_action;
+pub use ci::{ci_verdict, wake_ci_watches, CiVerdict};
 use routing::{render_mappings, route};
 use rover_pr::RoverPr;
 use waits::render_waits;
@@ -137,7 +139,7 @@ impl Step for CoordinateStep {
         }
         let view = load_trace(ctx, trace_id).await?;
         let meta = event_meta(&view)?;
-        if let Some((event, command)) = super::command::of_meta(&meta, &self.services) {
+        if let Some((event, command)) = command::of_meta(&meta, &self.services) {
             let github = self.services.github.clone().ok_or_else(|| {
                 StepError::fatal("a command from GitHub but rover has no GitHub client")
             })?;
@@ -149,8 +151,7 @@ impl Step for CoordinateStep {
                     return Ok(Outcome::Finished(finished));
                 }
             };
-            return super::command::take(&self.services, ctx, run, &meta, event, &command, trust)
-                .await;
+            return command::take(&self.services, ctx, run, &meta, event, &command, trust).await;
         }
         let mappings = task_mappings(ctx).await?;
         let mut gathered = match (meta.source, &meta.event) {

@@ -8,9 +8,9 @@ use crate::agents::{untrusted_block, CoordinateDecision, CoordinateResult};
 use crate::orchestrator::NextAction;
 use crate::steps::agent_call::MappedTask;
 use crate::steps::meta::{
-    CoordinateMeta, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta, WAIT_PREFIX,
+    workflow_meta, CoordinateMeta, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, WaitMeta,
+    WAIT_PREFIX,
 };
-use crate::steps::plan::workflow_meta;
 use crate::store::StepKind;
 
 /// Rover's task mappings for the prompt, their names in untrusted blocks: task ids come from

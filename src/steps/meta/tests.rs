@@ -444,7 +444,6 @@ fn a_written_notify_span_meta_reads_back_equal_and_local_takes_every_shape() {
 
 #[test]
 fn the_cleanup_span_meta_keeps_its_keys() {
-    use crate::steps::cleanup::{Piece, TaskCleanup};
     let read: CleanupSpanMeta = round_trips(&serde_json::json!({
         "tasks": [{
             "workflowActionId": "00000000-0000-0000-0000-000000000001",

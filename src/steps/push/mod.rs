@@ -25,7 +25,7 @@ use super::meta::{
     self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushConflict, PushMeta,
     PushSpanMeta, PushStatus, SecretsFound, WorkflowMeta,
 };
-use super::resolve::mapping_worktree;
+use super::tasks::mapping_worktree;
 use super::Services;
 use crate::git::{BranchBase, GitError, SecretScan, Workspace};
 use crate::github::{EventKind, GitHubError};
@@ -662,7 +662,7 @@ impl Step for PushStep {
         let mut finished =
             finished.then(NextAction::new(StepKind::Notify, reason).with_meta(&notify));
         if let Some(watch) = ci_watch {
-            finished = finished.then(super::coordinate::ci_watch_action(
+            finished = finished.then(super::meta::ci_watch_action(
                 watch,
                 &self.services.config.autopilot.pipeline,
                 chrono::Utc::now(),
