@@ -139,7 +139,14 @@ pub(crate) async fn ask<T: StepResult + 'static>(
         format!("{}.transcript.jsonl", step.name()),
     )
     .await?;
-    run_structured::<T>(services.agent.as_ref(), request).await
+    let (system, prompt) = (request.system_prompt.clone(), request.prompt.clone());
+    let answer = run_structured::<T>(services.agent.as_ref(), request).await?;
+    // Kept for replay: the answer, and which prompt it answered.
+    if crate::store::replay_record::is_recording() {
+        let value = serde_json::to_value(&answer.value).unwrap_or_default();
+        crate::store::replay_record::note_answer(step.name(), &system, &prompt, value);
+    }
+    Ok(answer)
 }
 
 /// A step error for a failed agent call, with its step, its class and the raw answer when there
@@ -223,6 +230,7 @@ pub(crate) async fn task_mappings(ctx: &StepContext) -> Result<Vec<MappedTask>, 
     let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
         .await
         .map_err(|e| StepError::from_error(&e, true))?;
+    crate::store::replay_record::note_mappings(&state.task_mappings);
     Ok(state
         .task_mappings
         .into_iter()

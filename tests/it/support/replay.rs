@@ -1,0 +1,82 @@
+//! Replay as a maintainer runs it in CI: `rover autopilot replay --export <folder> --last N`,
+//! then `rover autopilot replay --dir <folder> --json`, with GitHub and the model APIs pointed at
+//! closed ports, no GitHub token and no agent binary, so that any call out would fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::Value;
+
+use super::env::{stderr, stdout};
+use super::scenario::Scenario;
+
+/// A local port nothing listens on (bound, then released).
+pub fn closed_port_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// `rover autopilot replay <args>` in the scenario's checkout, with no way out.
+pub async fn replay_cmd(s: &Scenario, args: &[&str]) -> Output {
+    let mut all = vec!["autopilot", "replay"];
+    all.extend_from_slice(args);
+    let mut cmd = s.env.command(&all);
+    let closed = closed_port_url();
+    cmd.current_dir(&s.checkout)
+        .env("ROVER_GITHUB_API_URL", &closed)
+        .env("ANTHROPIC_BASE_URL", &closed)
+        .env("OPENAI_BASE_URL", &closed)
+        .env("ROVER_CLAUDE_BIN", s.env.path().join("no-such-agent"))
+        .env("ROVER_CODEX_BIN", s.env.path().join("no-such-agent"));
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Export every trace of the scenario's store into `folder` (made if missing).
+pub async fn export_all(s: &Scenario, folder: &Path) {
+    let out = replay_cmd(s, &["--export", folder.to_str().unwrap(), "--last", "1000"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "export failed:\n{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// `replay --dir folder --json`: the exit code and the report.
+pub async fn replay_dir(s: &Scenario, folder: &Path, extra: &[&str]) -> (i32, Value) {
+    let mut args = vec!["--dir", folder.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let out = replay_cmd(s, &args).await;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "replay --json printed no JSON ({e}):\n{}\n{}",
+            stdout(&out),
+            stderr(&out)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// Every trace of the scenario replays on this build with no divergence and without a single
+/// request to the fake GitHub; returns the folder of exports and the report.
+pub async fn assert_replays_clean(s: &Scenario) -> (PathBuf, Value) {
+    let folder = s.env.path().join("replay-export");
+    export_all(s, &folder).await;
+    let before = s.github.requests().len();
+    let (code, report) = replay_dir(s, &folder, &[]).await;
+    assert_eq!(
+        s.github.requests().len(),
+        before,
+        "replay made no request to GitHub"
+    );
+    assert_eq!(code, 0, "a replay diverged or could not run: {report:#}");
+    for t in report["traces"].as_array().unwrap() {
+        assert_eq!(t["replay"]["verdict"], "same", "{t:#}");
+    }
+    (folder, report)
+}
