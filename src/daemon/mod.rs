@@ -207,9 +207,9 @@ async fn run(
         project_id: project.id.clone(),
         agent,
         // Steps read GitHub through the recording client (kept for `rover autopilot replay`).
-        github: github
-            .clone()
-            .map(crate::github::recorded::RecordingGitHub::wrap),
+        github: github.clone().map(|g| {
+            crate::github::recorded::RecordingGitHub::wrap(g, Redactor::from_live(secrets.clone()))
+        }),
         sandbox,
         redactor: Redactor::from_live(secrets.clone()),
         github_token: auth,

@@ -14,16 +14,23 @@ use super::api::{
 };
 use super::error::GitHubError;
 use super::reactions::{ReactionTarget, ReactionsFetch};
+use super::redact::Redactor;
 use crate::store::replay_record::{is_recording, note_read, RecordedError};
 
-/// Wraps a client; reads made inside a recording are noted.
+/// Wraps a client; reads made inside a recording are noted, with the secrets rover holds taken
+/// out (an issue can quote one; the record is kept on disk and exported).
 pub struct RecordingGitHub {
     inner: Arc<dyn GitHub>,
+    redactor: Redactor,
 }
 
 impl RecordingGitHub {
-    pub fn wrap(inner: Arc<dyn GitHub>) -> Arc<dyn GitHub> {
-        Arc::new(RecordingGitHub { inner })
+    pub fn wrap(inner: Arc<dyn GitHub>, redactor: Redactor) -> Arc<dyn GitHub> {
+        Arc::new(RecordingGitHub { inner, redactor })
+    }
+
+    fn note<T: Serialize>(&self, call: &str, key: &str, result: &Result<T, GitHubError>) {
+        note_with(Some(&self.redactor), call, key, result);
     }
 }
 
@@ -33,12 +40,18 @@ pub fn record_of_error(e: &GitHubError) -> RecordedError {
         message: e.to_string(),
         not_found: matches!(e, GitHubError::NotFound { .. }),
         retryable: e.is_retryable(),
+        retry_at: e.retry_at(),
     }
 }
 
 /// A recorded failure as the error a step sees (its class kept: 404, retryable or not).
 pub fn error_of_record(call: &str, e: &RecordedError) -> GitHubError {
-    if e.not_found {
+    if let Some(until) = e.retry_at {
+        GitHubError::RateLimited {
+            what: format!("{call} (recorded: {})", e.message),
+            until,
+        }
+    } else if e.not_found {
         GitHubError::NotFound {
             what: format!("{call} (recorded: {})", e.message),
         }
@@ -56,16 +69,43 @@ pub fn error_of_record(call: &str, e: &RecordedError) -> GitHubError {
     }
 }
 
-/// Note `result` of `call(key)` when a recording is on.
+/// Note `result` of `call(key)` when a recording is on (a value without text that could hold a
+/// secret: a permission).
 pub fn note<T: Serialize>(call: &str, key: &str, result: &Result<T, GitHubError>) {
+    note_with(None, call, key, result);
+}
+
+/// [`note`], the held secrets masked in the answer's text first.
+fn note_with<T: Serialize>(
+    redactor: Option<&Redactor>,
+    call: &str,
+    key: &str,
+    result: &Result<T, GitHubError>,
+) {
     if !is_recording() {
         return;
     }
-    let answer = match result {
-        Ok(value) => Ok(serde_json::to_value(value).unwrap_or(serde_json::Value::Null)),
-        Err(e) => Err(record_of_error(e)),
+    let redact = |text: String| match redactor {
+        Some(r) => r.redact_held(&text),
+        None => text,
     };
-    note_read(call, key, answer);
+    let answer = match result {
+        Ok(value) => serde_json::to_string(value)
+            .ok()
+            .and_then(|json| serde_json::from_str(&redact(json)).ok())
+            .ok_or_else(|| RecordedError {
+                message: "the answer could not be recorded".to_owned(),
+                not_found: false,
+                retryable: false,
+                retry_at: None,
+            }),
+        Err(e) => {
+            let mut error = record_of_error(e);
+            error.message = redact(error.message);
+            Err(error)
+        }
+    };
+    note_read(call, &redact(key.to_owned()), answer);
 }
 
 #[async_trait]
@@ -99,42 +139,42 @@ impl GitHub for RecordingGitHub {
     }
     async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {
         let r = self.inner.get_issue(number).await;
-        note("get_issue", &number.to_string(), &r);
+        self.note("get_issue", &number.to_string(), &r);
         r
     }
     async fn get_pull_request(&self, number: u64) -> Result<PullRequest, GitHubError> {
         let r = self.inner.get_pull_request(number).await;
-        note("get_pull_request", &number.to_string(), &r);
+        self.note("get_pull_request", &number.to_string(), &r);
         r
     }
     async fn list_comments(&self, number: u64, last: usize) -> Result<Vec<Comment>, GitHubError> {
         let r = self.inner.list_comments(number, last).await;
-        note("list_comments", &format!("{number}/{last}"), &r);
+        self.note("list_comments", &format!("{number}/{last}"), &r);
         r
     }
     async fn list_reviews(&self, number: u64) -> Result<Vec<Review>, GitHubError> {
         let r = self.inner.list_reviews(number).await;
-        note("list_reviews", &number.to_string(), &r);
+        self.note("list_reviews", &number.to_string(), &r);
         r
     }
     async fn list_review_comments(&self, number: u64) -> Result<Vec<ReviewComment>, GitHubError> {
         let r = self.inner.list_review_comments(number).await;
-        note("list_review_comments", &number.to_string(), &r);
+        self.note("list_review_comments", &number.to_string(), &r);
         r
     }
     async fn list_commit_comments(&self, sha: &str) -> Result<Vec<Comment>, GitHubError> {
         let r = self.inner.list_commit_comments(sha).await;
-        note("list_commit_comments", sha, &r);
+        self.note("list_commit_comments", sha, &r);
         r
     }
     async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
         let r = self.inner.permission(login).await;
-        note("permission", login, &r);
+        self.note("permission", login, &r);
         r
     }
     async fn ci_status(&self, git_ref: &str) -> Result<CiStatus, GitHubError> {
         let r = self.inner.ci_status(git_ref).await;
-        note("ci_status", git_ref, &r);
+        self.note("ci_status", git_ref, &r);
         r
     }
     async fn post_comment(&self, number: u64, body: &str) -> Result<Posted, GitHubError> {
@@ -166,7 +206,7 @@ impl GitHub for RecordingGitHub {
         branch: &str,
     ) -> Result<Option<PullRequest>, GitHubError> {
         let r = self.inner.find_pull_request_for_branch(branch).await;
-        note("find_pull_request_for_branch", branch, &r);
+        self.note("find_pull_request_for_branch", branch, &r);
         r
     }
     async fn open_pull_request(&self, new: &NewPullRequest) -> Result<PullRequest, GitHubError> {

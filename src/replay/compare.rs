@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::steps::meta::DecisionSpanMeta;
-use crate::store::{Action, Meta, Span, SpanStatus, StepKind};
+use crate::store::{Action, Meta, RunSpanMeta, Span, SpanStatus, StepKind};
 
 /// The action meta keys compared: the notify's purpose, the workflow's type, the branch and task
 /// an iteration works on, the noop's kind, the retry's step.
@@ -32,6 +32,9 @@ pub struct StepDecision {
     pub decision: Option<String>,
     /// Each action handed on: `step` or `step(key=value, ...)`.
     pub next: Vec<String>,
+    /// An error the orchestrator retries: the action stays queued for another run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retried: bool,
 }
 
 impl StepDecision {
@@ -41,6 +44,7 @@ impl StepDecision {
             status: span.status,
             decision: DecisionSpanMeta::of(span).decision,
             next: actions.map(|a| next_label(&a.action, &a.meta)).collect(),
+            retried: RunSpanMeta::of(span).retry_at.is_some(),
         }
     }
 
@@ -56,6 +60,7 @@ impl StepDecision {
                 .unwrap_or_default()
                 .decision,
             next: actions.map(|(kind, meta)| next_label(kind, meta)).collect(),
+            retried: false,
         }
     }
 
@@ -66,7 +71,9 @@ impl StepDecision {
             out.push_str(", decided ");
             out.push_str(d);
         }
-        if self.next.is_empty() {
+        if self.retried {
+            out.push_str(" → retried later");
+        } else if self.next.is_empty() {
             out.push_str(" → (nothing)");
         } else {
             out.push_str(" → ");
@@ -113,6 +120,14 @@ pub fn differences(recorded: &StepDecision, replayed: &StepDecision) -> Vec<Stri
             "decision: recorded {}, now {}",
             show(&recorded.decision),
             show(&replayed.decision)
+        ));
+    }
+    if recorded.retried != replayed.retried {
+        let show = |r: bool| if r { "retried later" } else { "not retried" };
+        out.push(format!(
+            "retry: recorded {}, now {}",
+            show(recorded.retried),
+            show(replayed.retried)
         ));
     }
     if recorded.next != replayed.next {

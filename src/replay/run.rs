@@ -20,7 +20,7 @@ use crate::config::RoverConfig;
 use crate::github::{Redactor, RepoRef};
 use crate::orchestrator::{Outcome, Step, StepContext};
 use crate::project::RepoSlug;
-use crate::steps::meta::DecisionSpanMeta;
+use crate::steps::meta::{DecidedBy, DecisionSpanMeta};
 use crate::steps::{CoordinateStep, PlanStep, ResolveStep, Services};
 use crate::store::replay_record::{always_recorded, ReplayRecord};
 use crate::store::{Meta, Span, SpanStatus, StepKind};
@@ -165,6 +165,16 @@ async fn replay_one(
     step: &mut StepReplay,
 ) {
     let record = bundle.records.get(&span.id);
+    if DecisionSpanMeta::of(span).decided_by == Some(DecidedBy::Command) {
+        // A command stops, retries or reports on other traces of the store and answers on
+        // GitHub: an intervention, not a decision; replay does not run it.
+        step.how = StepHow::Skipped;
+        step.reason = Some(
+            "a `/rover` command acts on the store's other traces and answers on GitHub: its recorded result stands in"
+                .to_owned(),
+        );
+        return;
+    }
     let reached = matches!(span.status, SpanStatus::Completed | SpanStatus::Failed)
         || (span.status == SpanStatus::Error && record.is_some());
     if !reached {
@@ -264,19 +274,33 @@ async fn run_step(
         }
         Err(e) => {
             notes.push(format!("the step ended with an error: {}", e.message));
-            // As the orchestrator ends a run on an error: an error span and the hand-over.
-            let next = crate::steps::pipeline::pipeline().fail_forward(
-                &span.step,
-                world.run.action.id,
-                &e,
-            );
             let mut meta = Meta::new();
             e.to_meta().put_into(&mut meta);
-            StepDecision::replayed(
-                SpanStatus::Error,
-                &meta,
-                next.iter().map(|a| (&a.kind, &a.meta)),
-            )
+            // As the orchestrator ends a run on an error: retried while attempts are left,
+            // otherwise an error span and the pipeline's hand-over.
+            let max = settings
+                .config
+                .autopilot
+                .pipeline
+                .orchestrator()
+                .max_attempts;
+            if e.retryable && world.run.pending.attempts < max {
+                StepDecision {
+                    retried: true,
+                    ..StepDecision::replayed(SpanStatus::Error, &meta, std::iter::empty())
+                }
+            } else {
+                let next = crate::steps::pipeline::pipeline().fail_forward(
+                    &span.step,
+                    world.run.action.id,
+                    &e,
+                );
+                StepDecision::replayed(
+                    SpanStatus::Error,
+                    &meta,
+                    next.iter().map(|a| (&a.kind, &a.meta)),
+                )
+            }
         }
     };
     for check in agent.checks() {

@@ -267,6 +267,21 @@ impl Agent for ReplayAgent {
                 step: recorded.step.clone(),
                 same: prompt_sha256(&req.system_prompt, &req.prompt) == recorded.prompt_sha256,
             });
+        if let Some(error) = &recorded.error {
+            // The recorded call failed: the same failure, as retryable as it was.
+            return Err(if error.retryable {
+                AgentError::Failed {
+                    exit: None,
+                    message: format!("recorded: {}", error.message),
+                    stderr: String::new(),
+                }
+            } else {
+                AgentError::Prompt {
+                    step: recorded.step.clone(),
+                    reason: format!("recorded: {}", error.message),
+                }
+            });
+        }
         Ok(AgentResponse {
             text: recorded.answer.to_string(),
             structured: Some(recorded.answer.clone()),

@@ -81,6 +81,9 @@ pub struct RecordedError {
     pub not_found: bool,
     #[serde(default)]
     pub retryable: bool,
+    /// When GitHub said to try again (a rate limit's reset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// One structured agent answer.
@@ -91,8 +94,12 @@ pub struct RecordedAnswer {
     pub step: String,
     /// SHA-256 (hex) of the system prompt, a NUL, and the prompt: a changed prompt shows.
     pub prompt_sha256: String,
-    /// The structured answer as the step parsed it.
+    /// The structured answer as the step parsed it (absent when the call failed).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     pub answer: Value,
+    /// The call failed: its error (message and whether it was retryable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RecordedError>,
 }
 
 tokio::task_local! {
@@ -198,9 +205,18 @@ pub fn note_mappings(mappings: &BTreeMap<String, TaskMapping>) {
     });
 }
 
-/// Note an agent answer with its prompt.
-pub fn note_answer(step: &str, system_prompt: &str, prompt: &str, answer: Value) {
+/// Note an agent answer (or the call's failure) with its prompt.
+pub fn note_answer(
+    step: &str,
+    system_prompt: &str,
+    prompt: &str,
+    answer: std::result::Result<Value, RecordedError>,
+) {
     with_recorder(|record| {
+        let (answer, error) = match answer {
+            Ok(value) => (value, None),
+            Err(e) => (Value::Null, Some(e)),
+        };
         let size = serde_json::to_vec(&answer).map_or(usize::MAX, |v| v.len());
         if record.answers.len() >= MAX_ANSWERS || size > MAX_ANSWER_BYTES {
             record.truncated = true;
@@ -210,6 +226,7 @@ pub fn note_answer(step: &str, system_prompt: &str, prompt: &str, answer: Value)
             step: step.to_owned(),
             prompt_sha256: prompt_sha256(system_prompt, prompt),
             answer,
+            error,
         });
     });
 }
@@ -260,9 +277,15 @@ mod tests {
                     message: "404".into(),
                     not_found: true,
                     retryable: false,
+                    retry_at: None,
                 }),
             );
-            note_answer("coordinate", "sys", "prompt", serde_json::json!({"a": 1}));
+            note_answer(
+                "coordinate",
+                "sys",
+                "prompt",
+                Ok(serde_json::json!({"a": 1})),
+            );
         })
         .await;
         let record = read_record(&store, span).unwrap().unwrap();

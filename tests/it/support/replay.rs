@@ -20,6 +20,13 @@ pub fn closed_port_url() -> String {
 
 /// `rover autopilot replay <args>` in the scenario's checkout, with no way out.
 pub async fn replay_cmd(s: &Scenario, args: &[&str]) -> Output {
+    let mut cmd = command(s, args);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn command(s: &Scenario, args: &[&str]) -> std::process::Command {
     let mut all = vec!["autopilot", "replay"];
     all.extend_from_slice(args);
     let mut cmd = s.env.command(&all);
@@ -30,9 +37,70 @@ pub async fn replay_cmd(s: &Scenario, args: &[&str]) -> Output {
         .env("OPENAI_BASE_URL", &closed)
         .env("ROVER_CLAUDE_BIN", s.env.path().join("no-such-agent"))
         .env("ROVER_CODEX_BIN", s.env.path().join("no-such-agent"));
-    tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap()
+    cmd
+}
+
+/// The check every scenario ends with (`Scenario`'s drop): its traces, exported and replayed
+/// as CI replays them, decide the same on this build, without a request to GitHub. Blocking
+/// (the replay needs none of the test's servers); nothing to check when rover never ran.
+pub fn check_scenario_replays(s: &Scenario) {
+    if !s
+        .env
+        .data_dir
+        .join("projects")
+        .join(&s.env.project_id)
+        .is_dir()
+    {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let folder = s.env.path().join("replay-check");
+    let out = command(s, &["--export", folder.to_str().unwrap(), "--last", "1000"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the replay check's export failed:\n{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    if std::fs::read_dir(&folder).map_or(true, |mut d| d.next().is_none()) {
+        return;
+    }
+    let before = s.github.requests().len();
+    let out = command(s, &["--dir", folder.to_str().unwrap()])
+        .output()
+        .unwrap();
+    if out.status.code() != Some(0) {
+        // The steps that differ, as `--json` has them, for the failure message.
+        let json = command(s, &["--dir", folder.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&json.stdout).unwrap_or(Value::Null);
+        let differing: Vec<&Value> = report["traces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t["replay"]["steps"].as_array().into_iter().flatten())
+            .filter(|st| !st["differences"].is_null() || st["how"] == "notReplayable")
+            .collect();
+        panic!(
+            "the scenario's traces do not replay the same on this build:\n{}\n{}\n{differing:#?}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        s.github.requests().len(),
+        before,
+        "replay made no request to GitHub"
+    );
+    eprintln!(
+        "replay check: {} trace(s) in {} ms",
+        std::fs::read_dir(&folder).map_or(0, Iterator::count),
+        started.elapsed().as_millis()
+    );
 }
 
 /// Export every trace of the scenario's store into `folder` (made if missing).
