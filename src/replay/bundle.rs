@@ -123,6 +123,7 @@ impl TraceBundle {
         self.spans
             .iter()
             .find(|s| s.id == self.trace_id)
+            .or_else(|| self.spans.iter().find(|s| s.parent_id.is_none()))
             .map_or_else(|| "(no root span)".to_owned(), crate::store::event_label)
     }
 }

@@ -195,6 +195,28 @@ mod tests {
     }
 
     #[test]
+    fn a_retried_error_differs_from_a_handed_over_one() {
+        let retried = StepDecision {
+            retried: true,
+            ..StepDecision::replayed(SpanStatus::Error, &Meta::new(), std::iter::empty())
+        };
+        let notify = (StepKind::Notify, meta(json!({"purpose": "failure"})));
+        let handed_over = StepDecision::replayed(
+            SpanStatus::Error,
+            &Meta::new(),
+            [(&notify.0, &notify.1)].into_iter(),
+        );
+        assert_eq!(retried.line(), "error → retried later");
+        assert_eq!(
+            differences(&retried, &handed_over),
+            vec![
+                "retry: recorded retried later, now not retried".to_owned(),
+                "next: recorded (nothing), now notify(purpose=failure)".to_owned()
+            ]
+        );
+    }
+
+    #[test]
     fn a_changed_decision_status_or_next_step_is_each_named() {
         let resolve = (StepKind::Resolve, Meta::new());
         let notify = (StepKind::Notify, meta(json!({"purpose": "failure"})));

@@ -23,7 +23,7 @@ use crate::project::RepoSlug;
 use crate::steps::meta::{DecidedBy, DecisionSpanMeta};
 use crate::steps::{CoordinateStep, PlanStep, ResolveStep, Services};
 use crate::store::replay_record::{always_recorded, ReplayRecord};
-use crate::store::{Meta, Span, SpanStatus, StepKind};
+use crate::store::{ErrorMeta, Meta, RunSpanMeta, Span, SpanStatus, StepKind};
 
 /// What replay runs with besides the trace.
 #[derive(Clone)]
@@ -175,8 +175,13 @@ async fn replay_one(
         );
         return;
     }
-    let reached = matches!(span.status, SpanStatus::Completed | SpanStatus::Failed)
-        || (span.status == SpanStatus::Error && record.is_some());
+    // An error span is the step's own error only when it carries one and was not cut off
+    // (a shutdown or a kill between the run and its recording ends it `interrupted`).
+    let own_error = span.status == SpanStatus::Error
+        && record.is_some()
+        && ErrorMeta::of(span).is_some()
+        && !RunSpanMeta::of(span).interrupted;
+    let reached = matches!(span.status, SpanStatus::Completed | SpanStatus::Failed) || own_error;
     if !reached {
         step.how = StepHow::Skipped;
         step.reason = Some(if span.status == SpanStatus::Running {

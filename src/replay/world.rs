@@ -2,8 +2,9 @@
 //! trace as it stood when the original run started. Spans that started earlier are there (one
 //! still running then is written as running, its action claimed), actions created earlier are
 //! there (the ones no earlier run had consumed are queued), the replayed action is queued with
-//! its attempts so far, and `state.json` holds the task mappings the original run read. Then
-//! the replayed action is claimed as the orchestrator claims it.
+//! its attempts so far, and `state.json` holds the task mappings the original run read (without
+//! their worktree and container: a replay reads no task's files). Then the replayed action is
+//! claimed as the orchestrator claims it.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -98,7 +99,14 @@ pub fn build(
                 txn.push_pending(pending)?;
             }
             if let Some(mappings) = &record.task_mappings {
-                txn.state_mut()?.task_mappings.clone_from(mappings);
+                // Without their worktree and container: a replay reads no task's files (an
+                // export may come from anywhere, its paths too) and touches no container.
+                let mut mappings = mappings.clone();
+                for m in mappings.values_mut() {
+                    m.worktree_path = None;
+                    m.container_id = None;
+                }
+                txn.state_mut()?.task_mappings = mappings;
             }
             Ok(())
         })

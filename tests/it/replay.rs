@@ -266,6 +266,7 @@ async fn dir_prints_a_table_and_exits_0_1_or_3() {
     )
     .unwrap();
     let out = replay_cmd(&s, &["--dir", folder.to_str().unwrap()]).await;
+    eprintln!("{}", stdout(&out));
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
         stdout(&out).contains("4 trace(s): 1 same, 1 diverged, 2 not replayable"),
@@ -353,6 +354,10 @@ async fn a_changed_max_retries_is_a_divergence_at_the_resolve_step_it_changes() 
         replayed,
         ["coordinate", "plan", "resolve", "resolve", "resolve"]
     );
+    eprintln!(
+        "replay of a trace with 5 deciding steps: {} ms",
+        traces(&report)[0]["replay"]["millis"]
+    );
 
     // A maintainer lowers the limit in rover.json: the second resolve gives up instead.
     let path = s.checkout.join("rover.json");
@@ -385,6 +390,29 @@ async fn a_changed_max_retries_is_a_divergence_at_the_resolve_step_it_changes() 
         second["replayed"]["next"],
         json!(["notify(purpose=failure)"])
     );
+    // The same from the store, as text: the step marked, both outcomes, what differs.
+    let id = trace.trace_id().to_string();
+    let out = replay_cmd(&s, &[&id]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    eprintln!("{text}");
+    assert!(
+        text.contains(&format!(
+            "DIVERGED       {}  ← first divergence",
+            &resolves[1].0[..8]
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("differs:  decision: recorded iterate, now fail"),
+        "{text}"
+    );
+    assert!(
+        text.contains("now:      completed, decided fail → notify(purpose=failure)"),
+        "{text}"
+    );
+    assert!(text.starts_with(&format!("trace {id}")), "{text}");
+    assert!(text.contains("diverged: 5 step(s) replayed in"), "{text}");
 
     // Raised instead: the third resolve would ask the model, and the trace holds no answer.
     config["autopilot"]["pipeline"]["maxRetries"] = json!(3);
