@@ -232,6 +232,8 @@ async fn run_step(
     record: &ReplayRecord,
     settings: &ReplaySettings,
 ) -> Result<Replayed, String> {
+    // A newer trace's takeover of a wait is a mark on the queue entry, which the trace does not
+    // keep; the span recorded it.
     let superseded_by = DecisionSpanMeta::of(span)
         .superseded_by
         .and_then(|s| Uuid::parse_str(&s).ok());

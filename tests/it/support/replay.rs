@@ -96,10 +96,28 @@ pub fn check_scenario_replays(s: &Scenario) {
         before,
         "replay made no request to GitHub"
     );
+    let elapsed = started.elapsed().as_millis();
+    // Not vacuous: a deciding step that finished is replayed, unless it stands in (a command)
+    // or never reached its code, and then it says why.
+    let json = command(s, &["--dir", folder.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+    for t in report["traces"].as_array().unwrap() {
+        for st in t["replay"]["steps"].as_array().unwrap() {
+            let deciding =
+                ["coordinate", "plan", "resolve"].contains(&st["step"].as_str().unwrap());
+            let finished =
+                ["completed", "failed"].contains(&st["recorded"]["status"].as_str().unwrap());
+            if deciding && finished && st["how"] != "replayed" {
+                assert_eq!(st["how"], "skipped", "{st:#}");
+                assert!(st["reason"].as_str().unwrap().contains("command"), "{st:#}");
+            }
+        }
+    }
     eprintln!(
-        "replay check: {} trace(s) in {} ms",
+        "replay check: {} trace(s) in {elapsed} ms",
         std::fs::read_dir(&folder).map_or(0, Iterator::count),
-        started.elapsed().as_millis()
     );
 }
 
