@@ -16,6 +16,7 @@ pub mod logging;
 pub mod orchestrator;
 pub mod project;
 pub mod proxy;
+pub mod replay;
 pub mod sandbox;
 pub mod secrets;
 pub mod steps;

@@ -206,7 +206,10 @@ async fn run(
         repo: project.repo.clone(),
         project_id: project.id.clone(),
         agent,
-        github: github.clone(),
+        // Steps read GitHub through the recording client (kept for `rover autopilot replay`).
+        github: github.clone().map(|g| {
+            crate::github::recorded::RecordingGitHub::wrap(g, Redactor::from_live(secrets.clone()))
+        }),
         sandbox,
         redactor: Redactor::from_live(secrets.clone()),
         github_token: auth,

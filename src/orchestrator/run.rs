@@ -85,7 +85,14 @@ impl Inner {
         let mut handle = tokio::spawn(
             async move {
                 tracing::info!("step started");
-                let result = task_step.process(&ctx, &task_run).await;
+                // What the run reads from the world is kept for `rover autopilot replay`.
+                let result = crate::store::replay_record::recording(
+                    &ctx.store,
+                    task_run.span.id,
+                    &task_run.span.step,
+                    task_step.process(&ctx, &task_run),
+                )
+                .await;
                 match &result {
                     Ok(Outcome::Finished(f)) => {
                         tracing::info!(status = %f.status, summary = %f.summary, "step finished");

@@ -19,6 +19,7 @@ pub mod otel;
 pub mod outbox;
 pub mod records;
 mod records_de;
+pub mod replay_record;
 pub mod stats;
 mod traces;
 mod traces_log;

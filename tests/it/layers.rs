@@ -28,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["agents", "github", "git", "proxy", "sandbox", "environment"],
     ),
     ("orchestrator", &["budget", "trace", "orchestrator"]),
-    ("pipeline", &["config", "steps", "telemetry"]),
+    ("pipeline", &["config", "steps", "telemetry", "replay"]),
     ("top", &["daemon", "cli"]),
 ];
 

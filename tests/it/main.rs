@@ -24,6 +24,7 @@ mod network;
 mod orchestrator;
 mod proof;
 mod real_cli;
+mod replay;
 mod sandbox;
 mod sandbox_shipped;
 mod scenarios;

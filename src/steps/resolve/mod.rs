@@ -117,18 +117,17 @@ struct TraceState {
 }
 
 async fn load_state(ctx: &StepContext, trace_id: Uuid) -> Result<TraceState, StepError> {
-    blocking(ctx.store.clone(), move |s| {
-        let view = s.load_trace(trace_id)?;
-        let mappings = s
-            .read_state()?
-            .task_mappings
-            .into_iter()
-            .filter(|(_, m)| m.trace_id == trace_id)
-            .collect();
-        Ok(TraceState { view, mappings })
+    let (view, all) = blocking(ctx.store.clone(), move |s| {
+        Ok((s.load_trace(trace_id)?, s.read_state()?.task_mappings))
     })
     .await
-    .map_err(|e| StepError::from_error(&e, true))
+    .map_err(|e| StepError::from_error(&e, true))?;
+    crate::store::replay_record::note_mappings(&all);
+    let mappings = all
+        .into_iter()
+        .filter(|(_, m)| m.trace_id == trace_id)
+        .collect();
+    Ok(TraceState { view, mappings })
 }
 
 #[async_trait]

@@ -21,5 +21,6 @@ pub mod gitrepo;
 pub mod local;
 pub mod otlp;
 pub mod pipeline;
+pub mod replay;
 pub mod scenario;
 pub mod storegen;

@@ -35,6 +35,9 @@ pub struct Scenario {
     pub env_vars: Vec<(String, String)>,
     /// Run as a GitHub App: its id and private key file (no `GITHUB_TOKEN`, no `botLogin`).
     pub app: Option<(u64, PathBuf)>,
+    /// Replay the traces at the end (on by default; off only where a test makes its store
+    /// unreplayable on purpose, saying why).
+    pub replay_check: bool,
 }
 
 impl Scenario {
@@ -74,6 +77,7 @@ impl Scenario {
             extra_config: json!({}),
             env_vars: Vec::new(),
             app: None,
+            replay_check: true,
         }
     }
 
@@ -339,10 +343,15 @@ impl Scenario {
 }
 
 impl Drop for Scenario {
-    /// Containers a test leaves (a run cut off before collecting): remove this test's.
+    /// Containers a test leaves (a run cut off before collecting): remove this test's; then
+    /// replay its traces (`replay_check`).
     fn drop(&mut self) {
         remove_containers(&format!("rover.project={}", self.env.project_id));
         remove_proxy(&self.env.project_id);
+        // Every scenario ends with its traces replayed on this build (docs/observability.md).
+        if self.replay_check && !std::thread::panicking() {
+            super::replay::check_scenario_replays(self);
+        }
     }
 }
 
