@@ -31,6 +31,7 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod store_cold;
 mod telemetry;
 mod thread;
 mod webhook;
