@@ -404,13 +404,110 @@ impl<'a> Scan<'a> {
             return Some(entries);
         }
         loop {
-            entries.push(self.entry()?);
+            let entry = match self.entry_as_written() {
+                Some(e) => e,
+                None => self.entry()?,
+            };
+            entries.push(entry);
             match self.next()? {
                 b',' => {}
                 b']' => return Some(entries),
                 _ => return None,
             }
         }
+    }
+
+    /// The literal bytes `lit` next (consumed), or not (nothing consumed).
+    fn lit(&mut self, lit: &[u8]) -> bool {
+        let found = self.text.as_bytes()[self.at..].starts_with(lit);
+        if found {
+            self.at += lit.len();
+        }
+        found
+    }
+
+    /// An entry laid out exactly as rover writes it at this depth (its known keys in their
+    /// order, each value in rover's form), read without looking keys up; `None`, with nothing
+    /// consumed, for anything else (the general [`Scan::entry`] reads it).
+    fn entry_as_written(&mut self) -> Option<PendingAction> {
+        let start = self.at;
+        let entry = self.as_written();
+        if entry.is_none() {
+            self.at = start;
+        }
+        entry
+    }
+
+    fn as_written(&mut self) -> Option<PendingAction> {
+        const KEY: &[u8] = b"\n      \"";
+        self.ws();
+        // The key `name` next (consumed), or not (nothing consumed).
+        let key = |s: &mut Self, name: &str, first: bool| {
+            let start = s.at;
+            let found =
+                (first || s.lit(b",")) && s.lit(KEY) && s.lit(name.as_bytes()) && s.lit(b"\": ");
+            if !found {
+                s.at = start;
+            }
+            found
+        };
+        if !(self.lit(b"{") && key(self, "traceId", true)) {
+            return None;
+        }
+        let trace_id = self.uuid_as_written()?;
+        key(self, "actionId", false).then_some(())?;
+        let action_id = self.uuid_as_written()?;
+        key(self, "spanId", false).then_some(())?;
+        let span_id = self.uuid_as_written()?;
+        key(self, "action", false).then_some(())?;
+        let action = self.str().filter(|n| !n.is_empty())?;
+        let action = action.parse::<StepKind>().expect("infallible");
+        key(self, "summary", false).then_some(())?;
+        let summary = self.str()?.to_owned();
+        key(self, "createdAt", false).then_some(())?;
+        let created_at = self.time_as_written()?;
+        let mut attempts = 0;
+        if key(self, "attempts", false) {
+            attempts = self.u32()?;
+        }
+        let mut running_span_id = None;
+        if key(self, "runningSpanId", false) {
+            running_span_id = Some(self.uuid_as_written()?);
+        }
+        let mut not_before = None;
+        if key(self, "notBefore", false) {
+            not_before = Some(self.time_as_written()?);
+        }
+        let mut superseded_by = None;
+        if key(self, "supersededBy", false) {
+            superseded_by = Some(self.uuid_as_written()?);
+        }
+        self.lit(b"\n    }").then_some(())?;
+        Some(PendingAction {
+            trace_id,
+            action_id,
+            span_id,
+            action,
+            summary,
+            created_at,
+            attempts,
+            running_span_id,
+            not_before,
+            superseded_by,
+            extra: Map::new(),
+        })
+    }
+
+    fn uuid_as_written(&mut self) -> Option<Uuid> {
+        let id = self.fixed::<36>().and_then(hyphenated)?;
+        self.at += 38;
+        Some(id)
+    }
+
+    fn time_as_written(&mut self) -> Option<DateTime<Utc>> {
+        let t = self.fixed::<24>().and_then(|b| iso::ours(b))?;
+        self.at += 26;
+        Some(t)
     }
 
     fn entry(&mut self) -> Option<PendingAction> {
@@ -463,25 +560,39 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// The value of each hex digit (either case); 0xFF for any other byte.
+const HEX: [u8; 256] = {
+    let mut t = [0xFF; 256];
+    let mut i: u8 = 0;
+    while i < 10 {
+        t[(b'0' + i) as usize] = i;
+        i += 1;
+    }
+    let mut i: u8 = 0;
+    while i < 6 {
+        t[(b'a' + i) as usize] = 10 + i;
+        t[(b'A' + i) as usize] = 10 + i;
+        i += 1;
+    }
+    t
+};
+
+/// Where each byte's two hex digits start in `8-4-4-4-12`.
+const PAIRS: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+
 /// A hyphenated UUID (`8-4-4-4-12` hex digits, either case), as `Uuid::parse_str` reads it.
 fn hyphenated(b: &[u8; 36]) -> Option<Uuid> {
-    let mut n: u128 = 0;
-    for (i, c) in b.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if *c != b'-' {
-                return None;
-            }
-            continue;
-        }
-        let digit = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            b'A'..=b'F' => c - b'A' + 10,
-            _ => return None,
-        };
-        n = n << 4 | u128::from(digit);
+    if b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
+        return None;
     }
-    Some(Uuid::from_u128(n))
+    let mut bytes = [0u8; 16];
+    let mut bad = 0u8;
+    for (byte, at) in bytes.iter_mut().zip(PAIRS) {
+        let (hi, lo) = (HEX[usize::from(b[at])], HEX[usize::from(b[at + 1])]);
+        bad |= hi | lo;
+        *byte = (hi << 4) | lo;
+    }
+    (bad & 0xF0 == 0).then_some(Uuid::from_bytes(bytes))
 }
 
 /// Set a field once: a second value is out of form (serde says which key is repeated).
@@ -684,5 +795,45 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(state_from_slice(&bytes).unwrap_err().to_string(), want);
+    }
+
+    #[test]
+    fn entries_as_rover_writes_them_are_read_in_one_pass_and_alike() {
+        let t = "2026-11-25T10:00:00.123Z";
+        for mask in 0..32u32 {
+            let mut v = entry();
+            v["createdAt"] = json!(t);
+            if mask & 1 != 0 {
+                v["attempts"] = json!(mask);
+            }
+            if mask & 2 != 0 {
+                v["runningSpanId"] = json!("55555555-5555-5555-5555-55555555555a");
+            }
+            if mask & 4 != 0 {
+                v["notBefore"] = json!("2027-01-01T00:00:00.000Z");
+            }
+            if mask & 8 != 0 {
+                v["supersededBy"] = json!("66666666-6666-6666-6666-666666666666");
+            }
+            // An escaped summary is read the general way.
+            let escaped = mask & 16 != 0;
+            if escaped {
+                v["summary"] = json!("say \"hi\"");
+            }
+            let p: PendingAction = serde_json::from_value(v).unwrap();
+            let mut state = State::new(Utc::now());
+            state.pending.push(p.clone());
+            state.pending.push(p.clone());
+            let text = serde_json::to_string_pretty(&state).unwrap();
+            let at = text.find("\"pending\": [").unwrap() + "\"pending\": [".len();
+            let mut scan = Scan { text: &text, at };
+            assert_eq!(
+                scan.entry_as_written(),
+                (!escaped).then(|| p.clone()),
+                "{text}"
+            );
+            let by_serde: State = serde_json::from_str(&text).unwrap();
+            assert_eq!(self::scan(&text), Some(by_serde), "{text}");
+        }
     }
 }
