@@ -19,6 +19,7 @@ pub mod otel;
 pub mod outbox;
 pub mod records;
 mod records_de;
+mod records_ser;
 pub mod replay_record;
 pub mod stats;
 mod traces;
@@ -321,7 +322,8 @@ impl AutopilotStore {
     }
 
     /// [`AutopilotStore::create_trace`] with the arrival recorded in the intake log in the same
-    /// locked update (a local request).
+    /// locked update: a local request, whose root id was just made (`Uuid::new_v4`): its first
+    /// action is journaled without reading the queue (see [`Txn::push_new_pending`]).
     pub fn create_recorded_trace(
         &self,
         root: &Span,
@@ -329,7 +331,7 @@ impl AutopilotStore {
         record: IntakeRecord,
     ) -> Result<bool> {
         self.transact(|txn| {
-            let created = self.create_trace_in(txn, root, first, &[])?;
+            let created = self.start_trace_in(txn, root, first, &[], true)?;
             txn.record_intake(record);
             Ok(created)
         })
@@ -374,6 +376,20 @@ impl AutopilotStore {
         first: Option<&Action>,
         event_ids: &[String],
     ) -> Result<bool> {
+        self.start_trace_in(txn, root, first, event_ids, false)
+    }
+
+    /// [`AutopilotStore::create_trace_in`]; `new_id`: the root's id was just made
+    /// (`Uuid::new_v4`, a local request), so a trace without an index cannot have its first
+    /// action queued yet, and a separate process queues it without reading the queue.
+    fn start_trace_in(
+        &self,
+        txn: &mut Txn<'_>,
+        root: &Span,
+        first: Option<&Action>,
+        event_ids: &[String],
+        new_id: bool,
+    ) -> Result<bool> {
         let now = Utc::now();
         for id in event_ids {
             txn.cursor_mut()?.insert(id);
@@ -404,7 +420,11 @@ impl AutopilotStore {
         txn.create_trace_index(&root, event_label(&root))?;
         if let Some(first) = &first {
             txn.add_to_trace(root.id, &[], &[first.id], now)?;
-            txn.push_pending(first.pending(root.id, now))?;
+            if new_id && !existed {
+                txn.push_new_pending(first.pending(root.id, now))?;
+            } else {
+                txn.push_pending(first.pending(root.id, now))?;
+            }
         }
         Ok(!existed)
     }

@@ -33,6 +33,7 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod store_cold;
 mod supervise;
 mod telemetry;
 mod thread;
