@@ -472,8 +472,12 @@ async fn run(
         supervisor.spawn("drain", Policy::Stop, move || {
             let (orch, stop) = (orch.clone(), stop.clone());
             async move {
+                // Ended by the shutdown: the others end with it. An error stops the daemon
+                // through the supervisor, which says why.
                 let ran = orch.run(stop.clone()).await;
-                stop.cancel();
+                if ran.is_ok() {
+                    stop.cancel();
+                }
                 ran.map_err(|e| crate::error::error_chain(&e))
             }
         });

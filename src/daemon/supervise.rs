@@ -104,11 +104,21 @@ impl Supervisor {
                     Ok(Ok(())) | Err(_) => return,
                 };
                 if shutdown.is_cancelled() {
+                    // Stopping anyway: a component whose failure stops the daemon still makes
+                    // the stop a failure; another is only logged.
                     tracing::warn!(
                         component = name,
                         error,
                         "a component ended with an error while stopping"
                     );
+                    if policy == Policy::Stop {
+                        let why = format!("the {name} {error}");
+                        println!("error: {why}");
+                        stopped_by
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .get_or_insert(why);
+                    }
                     return;
                 }
                 let delay = match policy {
@@ -236,6 +246,27 @@ mod tests {
             Some("the breaker failed: the socket is gone")
         );
         assert!(shutdown.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_stop_component_failing_while_stopping_still_fails_the_daemon() {
+        let shutdown = CancellationToken::new();
+        let mut sup = Supervisor::new(shutdown.clone());
+        let stop = shutdown.clone();
+        sup.spawn("drain", Policy::Stop, move || {
+            let stop = stop.clone();
+            async move {
+                stop.cancel();
+                Err("the store is unreadable".to_owned())
+            }
+        });
+        let why = tokio::time::timeout(Duration::from_secs(5), sup.join())
+            .await
+            .expect("ended");
+        assert_eq!(
+            why.as_deref(),
+            Some("the drain failed: the store is unreadable")
+        );
     }
 
     #[tokio::test]
