@@ -385,7 +385,7 @@ fn read_state_file(path: &Path) -> Result<Option<State>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(StoreError::io("read", path)(e)),
     };
-    super::records_de::state_from_slice(&bytes)
+    super::records_scan::state_from_slice(&bytes)
         .map(Some)
         .map_err(|e| StoreError::Unreadable {
             path: path.to_owned(),

@@ -19,6 +19,7 @@ pub mod otel;
 pub mod outbox;
 pub mod records;
 mod records_de;
+mod records_scan;
 mod records_ser;
 pub mod replay_record;
 pub mod stats;
