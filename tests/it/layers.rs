@@ -67,59 +67,18 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The modules named by `crate::` paths in `text`, with the line of each mention.
-fn mentions(text: &str) -> Vec<(String, usize)> {
-    let code: String = text
-        .lines()
+/// `text` without its line comments.
+fn code_of(text: &str) -> String {
+    text.lines()
         .map(|l| l.find("//").map_or(l, |at| &l[..at]))
         .collect::<Vec<_>>()
-        .join("\n");
-    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(hit) = code[from..].find("crate::") {
-        let start = from + hit;
-        from = start + "crate::".len();
-        // `$crate::` and `rover_crate::` are other things.
-        if code[..start]
-            .chars()
-            .next_back()
-            .is_some_and(|c| is_ident(c) || c == '$')
-        {
-            continue;
-        }
-        let rest = &code[from..];
-        if let Some(group) = rest.strip_prefix('{') {
-            // `crate::{a::b, c, d::{e, f}}`: the first name of each entry at depth one.
-            let mut depth = 1;
-            let mut entry_start = true;
-            for (i, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    ',' if depth == 1 => entry_start = true,
-                    c if depth == 1 && entry_start && is_ident(c) => {
-                        let name: String =
-                            group[i..].chars().take_while(|c| is_ident(*c)).collect();
-                        found.push((name, line_at(from + 1 + i)));
-                        entry_start = false;
-                    }
-                    _ => {}
-                }
-            }
-        } else {
-            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
-            if !name.is_empty() {
-                found.push((name, line_at(start)));
-            }
-        }
-    }
-    found
+        .join("\n")
+}
+
+/// The modules named by `crate::` paths in `text`, with the line of each mention.
+fn mentions(text: &str) -> Vec<(String, usize)> {
+    // `$crate::` and `rover_crate::` are other things.
+    names_after(&code_of(text), "crate::", |c| is_ident(c) || c == '$')
 }
 
 /// Edges between top-level modules, each with the places (`file:line`) that make it.
@@ -345,19 +304,16 @@ const STEPS: &[&str] = &[
 ];
 const ASSEMBLY: &[&str] = &["mod.rs", "pipeline.rs"];
 
-/// The names that follow each `prefix` in `code` (a `{...}` group's first names at depth one).
-fn names_after(code: &str, prefix: &str) -> Vec<(String, usize)> {
+/// The names that follow each `prefix` in `code` (a `{...}` group's first names at depth one),
+/// with their lines; a `prefix` right after a character `not_after` accepts is another path.
+fn names_after(code: &str, prefix: &str, not_after: impl Fn(char) -> bool) -> Vec<(String, usize)> {
     let line_at = |at: usize| code[..at].matches('\n').count() + 1;
     let mut found = Vec::new();
     let mut from = 0;
     while let Some(hit) = code[from..].find(prefix) {
         let start = from + hit;
         from = start + prefix.len();
-        if code[..start]
-            .chars()
-            .next_back()
-            .is_some_and(|c| is_ident(c) || c == ':')
-        {
+        if code[..start].chars().next_back().is_some_and(&not_after) {
             continue;
         }
         let rest = &code[from..];
@@ -385,7 +341,9 @@ fn names_after(code: &str, prefix: &str) -> Vec<(String, usize)> {
             }
         } else {
             let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
-            found.push((name, line_at(start)));
+            if !name.is_empty() {
+                found.push((name, line_at(start)));
+            }
         }
     }
     found
@@ -394,11 +352,7 @@ fn names_after(code: &str, prefix: &str) -> Vec<(String, usize)> {
 /// The modules of `steps` a file of it names (`crate::steps::x`, and `super::x` or
 /// `super::super::x` where that is `steps`), its test module left out.
 fn steps_named(rel: &Path, text: &str) -> Vec<(String, usize)> {
-    let code: String = text
-        .lines()
-        .map(|l| l.find("//").map_or(l, |at| &l[..at]))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = code_of(text);
     let code = code.split("#[cfg(test)]").next().unwrap_or_default();
     let depth = rel.components().count();
     let in_mod_rs = rel.file_name().is_some_and(|f| f == "mod.rs");
@@ -409,8 +363,9 @@ fn steps_named(rel: &Path, text: &str) -> Vec<(String, usize)> {
         (2, false) | (3, true) => "super::super::",
         _ => "super::super::super::",
     };
-    let mut names = names_after(code, "crate::steps::");
-    names.extend(names_after(code, up));
+    let path_char = |c: char| is_ident(c) || c == ':';
+    let mut names = names_after(code, "crate::steps::", path_char);
+    names.extend(names_after(code, up, path_char));
     names
 }
 
