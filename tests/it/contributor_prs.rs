@@ -13,13 +13,7 @@ use crate::support::scenario::{chain, changes_requested, head_sha, merge, Scenar
 
 /// Carol's pull request #40 from `feature/csv` (one commit on main): returns its head.
 fn carols_pull_request(s: &Scenario) -> String {
-    let other = s.env.path().join("carol");
-    git(
-        s.env.path(),
-        &["clone", "-q", s.origin.to_str().unwrap(), "carol"],
-    );
-    git(&other, &["config", "user.name", "Carol"]);
-    git(&other, &["config", "user.email", "carol@example.com"]);
+    let other = s.clone_as("carol", "Carol", "carol@example.com");
     git(&other, &["checkout", "-q", "-b", "feature/csv"]);
     std::fs::write(other.join("csv.txt"), "export --csv\n").unwrap();
     git(&other, &["add", "-A"]);

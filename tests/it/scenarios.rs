@@ -1393,14 +1393,7 @@ async fn the_repositorys_hooks_never_see_the_github_token() {
 
 /// A clone of `s`'s origin next to the checkout, for commits the checkout has not fetched.
 fn other_clone(s: &Scenario) -> PathBuf {
-    let other = s.env.path().join("other");
-    git(
-        s.env.path(),
-        &["clone", "-q", s.origin.to_str().unwrap(), "other"],
-    );
-    git(&other, &["config", "user.name", "Someone Else"]);
-    git(&other, &["config", "user.email", "else@example.com"]);
-    other
+    s.clone_as("other", "Someone Else", "else@example.com")
 }
 
 fn span_of_step<'v>(trace: &'v TraceView, step: &str) -> &'v rover::store::Span {

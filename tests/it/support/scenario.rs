@@ -209,6 +209,18 @@ impl Scenario {
         self.env.store()
     }
 
+    /// A clone of the origin in `<env>/<dir>`, committing as `name` (someone other than rover).
+    pub fn clone_as(&self, dir: &str, name: &str, email: &str) -> PathBuf {
+        let path = self.env.path().join(dir);
+        git(
+            self.env.path(),
+            &["clone", "-q", self.origin.to_str().unwrap(), dir],
+        );
+        git(&path, &["config", "user.name", name]);
+        git(&path, &["config", "user.email", email]);
+        path
+    }
+
     /// Workflows in real containers: the fake agent as `claude` in a locally built image; the
     /// script reaches it through the sandbox's env allow-list.
     pub async fn with_sandbox(&mut self) {
