@@ -7,8 +7,7 @@
 
 use super::super::meta::{ContributorDelivery, ContributorHow, EventMeta};
 use super::super::Services;
-use super::{git_step_error, github_step_error, pr_body, pr_title, Task};
-use crate::git::Workspace;
+use super::{github_step_error, pr_body, pr_title, Task};
 use crate::github::{compose, ContributorPrs, GitHub, GitHubError, NewPullRequest, PullRequest};
 use crate::orchestrator::StepError;
 
@@ -16,7 +15,7 @@ use crate::orchestrator::StepError;
 pub(super) struct Here<'a> {
     /// This repository (`owner/name`).
     pub repo: Option<&'a str>,
-    pub default_branch: Option<&'a str>,
+    pub default_branch: &'a str,
     pub mode: ContributorPrs,
 }
 
@@ -66,7 +65,7 @@ impl Delivery {
         // git would not take as a plain branch: proposed instead.
         let onto = here.mode == ContributorPrs::Push
             && crate::git::is_branch_name(&pr.head_branch)
-            && here.default_branch != Some(pr.head_branch.as_str());
+            && here.default_branch != pr.head_branch;
         if onto {
             Delivery::Onto(pr)
         } else {
@@ -138,8 +137,8 @@ impl Delivery {
 /// What a pull request rover finds or opens is made of.
 pub(super) struct Opening<'a> {
     pub branch: &'a str,
-    /// The branch it goes into; the default branch when `None`.
-    pub base: Option<&'a str>,
+    /// The branch it goes into.
+    pub base: &'a str,
     pub tasks: &'a [&'a Task],
     pub event: &'a EventMeta,
     pub trace_id: &'a str,
@@ -160,16 +159,7 @@ pub(super) async fn find_or_open(
     {
         return Ok((existing, false));
     }
-    let base = if let Some(base) = opening.base {
-        base.to_owned()
-    } else {
-        let ws = Workspace::open(services.repo_root.clone())
-            .await
-            .map_err(|e| git_step_error("open the repository", &e))?;
-        ws.default_branch()
-            .await
-            .map_err(|e| git_step_error("find the default branch", &e))?
-    };
+    let base = opening.base.to_owned();
     let event = opening.event;
     let body = services
         .redactor
@@ -218,7 +208,7 @@ mod tests {
     fn here(mode: ContributorPrs) -> Here<'static> {
         Here {
             repo: Some("o/r"),
-            default_branch: Some("main"),
+            default_branch: "main",
             mode,
         }
     }

@@ -483,7 +483,8 @@ impl Step for PushStep {
             _ => None,
         };
         let repo = self.services.repo.as_ref().map(ToString::to_string);
-        let delivery = match &github {
+        // The default branch: what rover's own pull request goes into, and never pushed onto.
+        let (delivery, default_branch) = match &github {
             Some(gh) => {
                 let default_branch = self
                     .workspace()
@@ -494,14 +495,17 @@ impl Step for PushStep {
                     .map_err(|e| git_step_error("find the default branch", &e))?;
                 let here = deliver::Here {
                     repo: repo.as_deref(),
-                    default_branch: Some(&default_branch),
+                    default_branch: &default_branch,
                     mode: self.services.config.autopilot.github.contributor_prs,
                 };
-                Delivery::find(gh.as_ref(), &event, &branches[0], &here)
+                let delivery = Delivery::find(gh.as_ref(), &event, &branches[0], &here)
                     .await
-                    .map_err(|e| github_step_error("read the pull request the work is about", &e))?
+                    .map_err(|e| {
+                        github_step_error("read the pull request the work is about", &e)
+                    })?;
+                (delivery, default_branch)
             }
-            None => Delivery::Own,
+            None => (Delivery::Own, String::new()),
         };
         let dest = delivery.dest(&branches[0]);
         let pushed = match self
@@ -569,16 +573,13 @@ impl Step for PushStep {
                     action_id: &action,
                 };
                 match &delivery {
-                    Delivery::Own => {
-                        Some(find_or_open(gh.as_ref(), &self.services, &opening(None)).await?)
-                    }
+                    Delivery::Own => Some(
+                        find_or_open(gh.as_ref(), &self.services, &opening(&default_branch))
+                            .await?,
+                    ),
                     Delivery::Propose(theirs) => Some(
-                        find_or_open(
-                            gh.as_ref(),
-                            &self.services,
-                            &opening(Some(&theirs.head_branch)),
-                        )
-                        .await?,
+                        find_or_open(gh.as_ref(), &self.services, &opening(&theirs.head_branch))
+                            .await?,
                     ),
                     Delivery::Onto(theirs) => Some((theirs.clone(), false)),
                     Delivery::BranchOnly(_) => None,
