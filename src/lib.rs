@@ -12,6 +12,7 @@ pub mod environment;
 pub mod error;
 pub mod git;
 pub mod github;
+pub mod intake;
 pub mod logging;
 pub mod orchestrator;
 pub mod project;

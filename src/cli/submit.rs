@@ -1,11 +1,12 @@
-//! `rover autopilot submit "<request>"`: a local event. It enters the same pipeline as a GitHub
-//! event (visibility private; the answer goes into the trace and `start`'s output), and wakes a
-//! running daemon so it is picked up at once.
+//! `rover autopilot submit "<request>"`: a local event, intake's fourth source. It enters the
+//! store through the same `intake::ingest` as a GitHub event (visibility private; the answer goes
+//! into the trace and `start`'s output), and wakes a running daemon so it is picked up at once.
 
 use std::io::Read;
 use std::process::ExitCode;
 
 use super::{CliError, Context, Output};
+use crate::intake::Arrival;
 use crate::store::AutopilotStore;
 
 pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<ExitCode, CliError> {
@@ -24,13 +25,15 @@ pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<E
     let project_id = ctx.project_id()?;
     let store = AutopilotStore::open(&crate::project::data_dir()?, &project_id)?;
     let actor = std::env::var("USER").unwrap_or_else(|_| "local".into());
-    let (root, first) = crate::steps::event::local_trace(&request, &actor);
-    let record = crate::steps::event::local_record(root.id, &actor);
-    store.create_recorded_trace(&root, Some(&first), record)?;
-    out.print(&format!("submitted trace {}\n", root.id))?;
+    let arrival = Arrival::Local {
+        request: &request,
+        actor: &actor,
+    };
+    let trace = crate::intake::ingest(&store, &project_id, arrival)?.trace();
+    out.print(&format!("submitted trace {trace}\n"))?;
     match super::wake_daemon(&store) {
         Some(pid) => {
-            out.print(&format!("the daemon (pid {pid}) picks it up now; follow it with `rover autopilot trace {}`\n", crate::trace::short(root.id)))?;
+            out.print(&format!("the daemon (pid {pid}) picks it up now; follow it with `rover autopilot trace {}`\n", crate::trace::short(trace)))?;
         }
         None => out.print(
             "no daemon is running: `rover autopilot start --once` (or `start`) processes it\n",

@@ -3,18 +3,16 @@
 //! crash left, then polls the event sources and runs the orchestrator until SIGINT/SIGTERM
 //! (graceful; a second signal exits at once). `--once` is one poll and one drain, for cron.
 //! SIGUSR1 (sent by `rover autopilot submit`) wakes it to pick up new local requests at once.
-//! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
+//! `--webhook ADDR` also serves GitHub webhook deliveries. The event sources themselves (poll,
+//! webhook, reconcile) are `intake`'s; the daemon runs them as supervised components.
 
 mod console;
 mod export;
 mod github;
-mod poll_loop;
 mod proxy;
 mod reactions;
 mod reclaim;
-pub mod reconcile;
 mod supervise;
-pub mod webhook;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -26,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agents::agent_from_settings;
 use crate::config::RoverConfig;
 use crate::github::{GitHub, Redactor};
+use crate::intake::{poll, webhook, Queue};
 use crate::orchestrator::StepOrchestrator;
 use crate::project::{Project, ProjectError};
 use crate::sandbox::{Sandbox, SandboxError};
@@ -354,7 +353,7 @@ async fn run(
             repo: project.repo.as_ref().map(ToString::to_string),
             normalize: normalize.clone().unwrap_or_default(),
             secret: secret.into_bytes(),
-            wake: wake.clone(),
+            queue: Arc::new(orchestrator.clone()),
         };
         let server = webhook::WebhookServer::bind(addr, state)
             .await
@@ -400,20 +399,21 @@ async fn run(
         _ => None,
     };
     let poll = github.map(|gh| {
-        let (store, orch, token) = (store.clone(), orchestrator.clone(), shutdown.clone());
+        let queue: Arc<dyn Queue> = Arc::new(orchestrator.clone());
+        let (store, token) = (store.clone(), shutdown.clone());
         let project_id = project.id.clone();
         let settings = config.autopilot.github.poll.clone();
         let (once, backlog) = (options.once, options.backlog);
         let normalize = normalize.clone().unwrap_or_default();
         move || {
-            poll_loop::poll_loop(
+            poll::poll_loop(
                 store.clone(),
                 project_id.clone(),
                 gh.clone(),
                 settings.clone(),
                 normalize.clone(),
                 backlog,
-                orch.clone(),
+                queue.clone(),
                 token.clone(),
                 once,
             )

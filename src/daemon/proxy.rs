@@ -34,7 +34,7 @@ pub(super) async fn release_proxy(services: &Services, store: &AutopilotStore) {
     };
     match sandbox.run_networks(&services.project_id).await {
         Ok(runs) if runs.is_empty() => {
-            let dir = crate::steps::workflow::proxy_dir(store);
+            let dir = store.proxy_dir();
             if let Err(e) = sandbox.stop_proxy(&dir).await {
                 tracing::warn!(error = %e, "cannot stop rover's sandbox proxy");
             }

@@ -6,8 +6,8 @@
 //!
 //! One job a file: `drain` (recovery, monitors, admission and dispatch), `run` (one run, its
 //! errors and retries), `finish` (the hand-over), `budget` (the [`BudgetGate`]), `pipeline` (the
-//! policy the steps supply: fail-forward and the answers of stopped traces), `step` (the
-//! contract).
+//! policy the steps supply: fail-forward and the answers of stopped traces), `signal` (intake's
+//! `Queue`: new work and CI outcomes), `step` (the contract).
 
 mod budget;
 mod drain;
@@ -15,6 +15,7 @@ mod finish;
 mod pipeline;
 mod progress;
 mod run;
+mod signal;
 mod step;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -10,8 +10,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::InFlight;
+use crate::intake::Signal;
 use crate::store::{
-    AutopilotStore, ErrorMeta, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun,
+    Action, AutopilotStore, ErrorMeta, Meta, PendingAction, Span, SpanStatus, StepKind, StepRun,
 };
 
 /// What every step run may use.
@@ -273,6 +274,13 @@ pub trait Step: Send + Sync + 'static {
     /// orchestrator starts a run only while in-process plus detached runs stay below
     /// `max_parallel`, and says why the others wait. Off by default.
     fn detached_holds_slot(&self) -> bool {
+        false
+    }
+
+    /// Whether `action`, queued for this step and scheduled for later (`notBefore`), waits on
+    /// `signal` (a CI outcome intake took in): then it is made due now. Nothing waits on
+    /// signals by default.
+    fn woken_by(&self, _action: &Action, _signal: &Signal) -> bool {
         false
     }
 

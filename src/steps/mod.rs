@@ -4,10 +4,8 @@
 
 mod agent_call;
 pub mod cleanup;
-
 pub mod commit;
 pub mod coordinate;
-pub mod event;
 pub mod gc;
 pub mod history;
 pub mod intervene;

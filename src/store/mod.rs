@@ -160,6 +160,10 @@ impl AutopilotStore {
     pub fn log_path(&self) -> PathBuf {
         self.autopilot_dir().join("log.jsonl")
     }
+    /// `<store>/proxy`: rover's sandbox proxy's grants, ledgers and socket (`proxy`).
+    pub fn proxy_dir(&self) -> PathBuf {
+        self.root().join("proxy")
+    }
     /// Where a span's bulky artifacts (agent transcripts, container logs) live.
     pub fn artifacts_dir(&self, span_id: Uuid) -> PathBuf {
         self.root.join("artifacts").join(span_id.to_string())
@@ -332,10 +336,22 @@ impl AutopilotStore {
         record: IntakeRecord,
     ) -> Result<bool> {
         self.transact(|txn| {
-            let created = self.start_trace_in(txn, root, first, &[], true)?;
+            let created = self.create_new_trace_in(txn, root, first)?;
             txn.record_intake(record);
             Ok(created)
         })
+    }
+
+    /// Start a trace whose root id was just made (`Uuid::new_v4`: a local request) in
+    /// transaction `txn`: its first action is journaled without reading the queue (see
+    /// [`Txn::push_new_pending`]). Returns whether the trace is new.
+    pub fn create_new_trace_in(
+        &self,
+        txn: &mut Txn<'_>,
+        root: &Span,
+        first: Option<&Action>,
+    ) -> Result<bool> {
+        self.start_trace_in(txn, root, first, &[], true)
     }
 
     /// Start the trace of a GitHub event in transaction `txn`, unless the same event already

@@ -16,7 +16,8 @@ use serde_json::Value as Json;
 
 use crate::agents::{AgentKind, AgentSettings, AgentStep};
 use crate::github::{Channel, Redactor, Visibility};
-use crate::steps::meta::{DecisionSpanMeta, EventMeta};
+use crate::intake::{EventMeta, EventSource};
+use crate::steps::meta::DecisionSpanMeta;
 use crate::store::otel::{span_id_bytes, trace_id_bytes};
 use crate::store::{
     AgentMeta, ErrorMeta, PushPullRequest, RunSpanMeta, Span, SpanStatus, StepKind,
@@ -165,8 +166,8 @@ fn root_attrs(span: &Span, a: &mut Attrs<'_>) -> String {
     a.push(
         "rover.event.source",
         match event.source {
-            crate::steps::meta::EventSource::Github => "github",
-            crate::steps::meta::EventSource::Local => "local",
+            EventSource::Github => "github",
+            EventSource::Local => "local",
         },
     );
     a.push(

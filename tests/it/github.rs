@@ -797,7 +797,7 @@ async fn delivery_redacts_for_the_channel_visibility_before_posting() {
 /// noise starts nothing; a second poll ingests nothing.
 #[tokio::test]
 async fn each_event_type_starts_a_trace_with_its_channel_and_a_coordinate_action() {
-    use rover::steps::event::{poll_github, resume_poller};
+    use rover::intake::poll::{poll_github, resume_poller};
     use rover::steps::meta::EventMeta;
     let fake = FakeGitHub::start().await;
     seed_all_types(&fake);

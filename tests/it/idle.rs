@@ -143,7 +143,7 @@ async fn a_run_that_finishes_during_a_drain_is_not_mistaken_for_idle() {
         },
     );
     assert!(cell.set(orch.clone()).is_ok());
-    let (root, first) = rover::steps::event::local_trace("wake-up", "tester");
+    let (root, first) = rover::intake::local_trace("wake-up", "tester");
     store.create_trace(&root, Some(&first), &[]).unwrap();
 
     tokio::time::timeout(
@@ -180,7 +180,7 @@ fn a_store_handle_sees_every_queue_change_another_handle_makes() {
 
     let env = TestEnv::new();
     let handles = [env.store(), env.store()];
-    let (root, first) = rover::steps::event::local_trace("two handles", "tester");
+    let (root, first) = rover::intake::local_trace("two handles", "tester");
     handles[0].create_trace(&root, Some(&first), &[]).unwrap();
     let mut queued = vec![first.id];
     let view = |h: &rover::store::AutopilotStore| {

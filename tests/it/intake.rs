@@ -4,7 +4,7 @@
 
 use axum::http::Method;
 use rover::github::{OctoGitHub, PollSettings};
-use rover::steps::event::{poll_github, resume_poller};
+use rover::intake::poll::{poll_github, resume_poller};
 use rover::store::{AutopilotStore, IntakeOutcome};
 use serde_json::{json, Value};
 
@@ -28,7 +28,7 @@ fn settings() -> PollSettings {
 
 /// One poll by a poller resumed from the store's cursor, as after a restart (so no poll
 /// interval is waited for).
-async fn poll(store: &AutopilotStore, gh: &OctoGitHub) -> rover::steps::event::IngestReport {
+async fn poll(store: &AutopilotStore, gh: &OctoGitHub) -> rover::intake::poll::IngestReport {
     let mut poller = resume_poller(store, settings()).unwrap();
     poll_github(store, "p", gh, &mut poller).await.unwrap()
 }

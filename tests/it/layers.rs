@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! foundation (error, project, secrets) → store (store, logging) → edges (agents, github, git, sandbox)
-//!   → orchestrator (budget, trace, orchestrator) → pipeline (config, steps) → top (daemon, cli)
+//!   → intake (intake) → orchestrator (budget, trace, orchestrator) → pipeline (config, steps)
+//!   → top (daemon, cli)
 //! ```
 //!
 //! and no two top-level modules may import each other, directly or round a loop. Edges against
@@ -27,6 +28,9 @@ const LAYERS: &[(&str, &[&str])] = &[
         "edges",
         &["agents", "github", "git", "proxy", "sandbox", "environment"],
     ),
+    // What brings work in (poll, webhook, reconcile, submit) and the one path into the store:
+    // above the store and GitHub it reads, below the scheduler and the steps it feeds.
+    ("intake", &["intake"]),
     ("orchestrator", &["budget", "trace", "orchestrator"]),
     ("pipeline", &["config", "steps", "telemetry", "replay"]),
     ("top", &["daemon", "cli"]),
@@ -291,7 +295,6 @@ fn the_check_sees_grouped_inline_and_nested_crate_paths_and_skips_comments() {
 /// in a shared module of `steps` (`meta`, `tasks`, `history`, `agent_call`, ...), which names
 /// no step either; only the assembly (`steps/mod.rs`, `steps/pipeline.rs`) names them all.
 const STEPS: &[&str] = &[
-    "event",
     "coordinate",
     "plan",
     "workflow",
@@ -420,4 +423,39 @@ fn the_step_check_sees_each_way_of_naming_a_step() {
     .map(|(n, _)| n)
     .collect();
     assert_eq!(nested, ["plan"]);
+}
+
+/// Outside `steps`, no module names a step (`crate::steps::<step>`): the daemon runs intake's
+/// sources and the orchestrator, and what reaches a step goes through the store or the
+/// orchestrator (a CI outcome is intake's `Signal`, answered by `Step::woken_by`). Only replay
+/// builds the deciding steps, through the assembly's re-exports (`crate::steps::CoordinateStep`).
+#[test]
+fn no_module_outside_steps_names_a_step() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).expect("under src");
+        if rel.starts_with("steps") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        let code = code_of(&text);
+        let path_char = |c: char| is_ident(c) || c == ':';
+        for (name, line) in names_after(&code, "crate::steps::", path_char) {
+            if STEPS.contains(&name.as_str()) {
+                wrong.push(format!(
+                    "src/{}:{line} names the step `{name}`",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a module outside steps names a step (hand it work through the store or the orchestrator):\n{}",
+        wrong.join("\n")
+    );
 }

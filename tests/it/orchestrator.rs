@@ -122,7 +122,7 @@ fn orchestrator(
 }
 
 fn submit(store: &AutopilotStore, text: &str) -> Uuid {
-    let (root, first) = rover::steps::event::local_trace(text, "tester");
+    let (root, first) = rover::intake::local_trace(text, "tester");
     store.create_trace(&root, Some(&first), &[]).unwrap();
     root.id
 }

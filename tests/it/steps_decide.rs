@@ -80,7 +80,7 @@ fn event(
 
 /// Start a trace for a GitHub event (root span + its `coordinate` action).
 fn submit_github(p: &Pipeline, e: &NormalizedEvent) -> Uuid {
-    let (root, first) = rover::steps::event::github_trace(&p.project_id, e);
+    let (root, first) = rover::intake::github_trace(&p.project_id, e);
     p.store
         .create_trace(&root, Some(&first), std::slice::from_ref(&e.id))
         .expect("create trace");
@@ -89,7 +89,7 @@ fn submit_github(p: &Pipeline, e: &NormalizedEvent) -> Uuid {
 
 /// Start a trace for a GitHub event whose first action is a `notify` with `notify` meta.
 fn submit_notify(p: &Pipeline, e: &NormalizedEvent, notify: &NotifyMeta) -> (Uuid, Uuid) {
-    let (root, _) = rover::steps::event::github_trace(&p.project_id, e);
+    let (root, _) = rover::intake::github_trace(&p.project_id, e);
     let Value::Object(meta) = serde_json::to_value(notify).expect("meta") else {
         unreachable!("a struct serializes to an object")
     };
@@ -548,15 +548,26 @@ async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
     let wait = &produced(&p.trace(trace), "coordinate")[0];
     assert_eq!(wait.meta["wait"]["headSha"], SHA);
 
-    // A CI outcome for another commit wakes nothing; one for the PR's head wakes the wait.
+    // A CI outcome for another commit wakes nothing; one for the PR's head wakes the wait. It
+    // reaches the wait the way intake hands it on: to the orchestrator, which asks the step.
+    let ci = |sha: &str| {
+        rover::intake::Signal::Ci(rover::intake::CiOutcome::new(
+            sha,
+            "check_run completed (success)",
+        ))
+    };
     let other = "0123456789abcdef0123456789abcdef01234567";
     assert_eq!(
-        rover::steps::coordinate::wake_ci_watches(&p.store, other).unwrap(),
+        rover::intake::Queue::signal(&orch, &ci(other))
+            .await
+            .unwrap(),
         0
     );
     fake.add_check_run(SHA, "ci / lint", "completed", Some("success"));
     assert_eq!(
-        rover::steps::coordinate::wake_ci_watches(&p.store, &SHA.to_uppercase()).unwrap(),
+        rover::intake::Queue::signal(&orch, &ci(&SHA.to_uppercase()))
+            .await
+            .unwrap(),
         1
     );
     assert_eq!(p.store.read_state().unwrap().pending[0].not_before, None);

@@ -455,7 +455,7 @@ fn submit_issue(p: &Pipeline, number: u64) -> Uuid {
     event.body = None;
     event.channel = rover::github::Channel::IssueComment { number };
     event.visibility = Visibility::Public;
-    let (root, first) = rover::steps::event::github_trace(&p.project_id, &event);
+    let (root, first) = rover::intake::github_trace(&p.project_id, &event);
     p.store
         .create_trace(&root, Some(&first), std::slice::from_ref(&event.id))
         .expect("create trace");

@@ -32,8 +32,8 @@ fn folded_queue(env: &TestEnv, n: usize) -> Vec<Uuid> {
 /// A local request through a fresh handle (a separate process, as `submit`): its first action.
 fn submit(env: &TestEnv) -> Uuid {
     let store = env.store();
-    let (root, first) = rover::steps::event::local_trace("look at the flaky test", "alice");
-    let record = rover::steps::event::local_record(root.id, "alice");
+    let (root, first) = rover::intake::local_trace("look at the flaky test", "alice");
+    let record = rover::intake::local_record(root.id, "alice");
     assert!(store
         .create_recorded_trace(&root, Some(&first), record)
         .unwrap());
@@ -41,8 +41,8 @@ fn submit(env: &TestEnv) -> Uuid {
 }
 
 fn try_submit(env: &TestEnv) -> Result<bool, rover::store::StoreError> {
-    let (root, first) = rover::steps::event::local_trace("look at the flaky test", "alice");
-    let record = rover::steps::event::local_record(root.id, "alice");
+    let (root, first) = rover::intake::local_trace("look at the flaky test", "alice");
+    let record = rover::intake::local_record(root.id, "alice");
     env.store()
         .create_recorded_trace(&root, Some(&first), record)
 }

@@ -1,15 +1,16 @@
-//! A look at the CI of what rover pushed (no AI), and the CI watches a CI outcome wakes.
+//! A look at the CI of what rover pushed (no AI), and which scheduled runs a CI outcome wakes.
 
 use chrono::Utc;
 
 use super::CoordinateStep;
 use crate::github::{CiState, CiStatus};
+use crate::intake::Signal;
 use crate::orchestrator::{Finished, NextAction, Outcome, StepError};
 use crate::steps::meta::{
     ci_watch_action, CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy, DecisionSpanMeta,
     NotifyMeta, NotifyPurpose,
 };
-use crate::store::{AutopilotStore, StepKind};
+use crate::store::{Action, StepKind};
 
 impl CoordinateStep {
     /// One look at the CI of a pull request rover pushed (no AI): red hands over to the
@@ -187,31 +188,16 @@ pub fn ci_verdict(status: &CiStatus, round: u32, max: u32) -> CiVerdict {
     }
 }
 
-/// A check run, check suite or status reported for `sha`: the CI watches of that commit look
-/// now, and the coordinator waits on a pull request whose head it is re-evaluate now, instead
-/// of at their scheduled time. Returns how many were woken.
-pub fn wake_ci_watches(
-    store: &AutopilotStore,
-    sha: &str,
-) -> Result<usize, crate::store::StoreError> {
-    let state = store.read_state()?;
-    let mut woken = 0;
-    for pending in state.pending.iter().filter(|p| {
-        p.action == StepKind::Coordinate && p.running_span_id.is_none() && p.not_before.is_some()
-    }) {
-        let Ok(action) = store.read_action(pending.action_id) else {
-            continue;
-        };
-        let scheduled = crate::steps::meta::read::<CoordinateMeta>(&action).unwrap_or_default();
-        let same = |s: &str| s.eq_ignore_ascii_case(sha);
-        let watches_sha = scheduled.ci.is_some_and(|ci| same(&ci.sha))
-            || scheduled
-                .wait
-                .and_then(|w| w.head_sha)
-                .is_some_and(|s| same(&s));
-        if watches_sha && store.wake_pending(pending.action_id)? {
-            woken += 1;
-        }
-    }
-    Ok(woken)
+/// Whether a scheduled coordinate action waits on `signal`: a CI outcome for the commit of its
+/// CI watch, or for the head of the pull request its wait is about. Then the orchestrator makes
+/// it due now (`orchestrator::Step::woken_by`): the watch looks at the CI, the wait is
+/// re-evaluated, instead of at their scheduled time.
+pub fn waits_on(action: &Action, signal: &Signal) -> bool {
+    let Signal::Ci(outcome) = signal;
+    let scheduled = crate::steps::meta::read::<CoordinateMeta>(action).unwrap_or_default();
+    scheduled.ci.is_some_and(|ci| outcome.is_for(&ci.sha))
+        || scheduled
+            .wait
+            .and_then(|w| w.head_sha)
+            .is_some_and(|s| outcome.is_for(&s))
 }

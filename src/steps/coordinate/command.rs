@@ -549,10 +549,12 @@ mod tests {
         event.body = None;
         event.channel = Channel::IssueComment { number };
         event.visibility = Visibility::Public;
-        match crate::steps::event::ingest_event(store, "p", &event, crate::steps::event::Via::Poll)
-            .expect("ingest")
-        {
-            crate::steps::event::Ingested::New(t) => t,
+        let arrival = crate::intake::Arrival::Github {
+            event: &event,
+            via: crate::intake::Via::Poll,
+        };
+        match crate::intake::ingest(store, "p", arrival).expect("ingest") {
+            crate::intake::Ingested::New(t) => t,
             other => panic!("{other:?}"),
         }
     }

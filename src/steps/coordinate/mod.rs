@@ -56,7 +56,7 @@ mod tests;
 mod waits;
 
 pub use super::meta::ci_watch_action;
-pub use ci::{ci_verdict, wake_ci_watches, CiVerdict};
+pub use ci::{ci_verdict, waits_on, CiVerdict};
 use routing::{render_mappings, route};
 use rover_pr::RoverPr;
 use waits::render_waits;
@@ -108,6 +108,10 @@ impl Step for CoordinateStep {
 
     fn max_parallel(&self) -> usize {
         3
+    }
+
+    fn woken_by(&self, action: &crate::store::Action, signal: &crate::intake::Signal) -> bool {
+        waits_on(action, signal)
     }
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {

@@ -7,7 +7,6 @@
 mod cleanup;
 mod commit;
 mod coordinate;
-mod event;
 mod noop;
 mod notify;
 mod plan;
@@ -20,10 +19,11 @@ mod workflow_span;
 #[cfg(test)]
 mod tests;
 
+/// The root `event` span's meta is the intake's (it writes the root span).
+pub use crate::intake::{EventMeta, EventSource};
 pub use cleanup::*;
 pub use commit::*;
 pub use coordinate::*;
-pub use event::*;
 pub use noop::*;
 pub use notify::*;
 pub use plan::*;

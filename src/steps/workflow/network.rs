@@ -18,7 +18,7 @@ use crate::store::AutopilotStore;
 
 /// `<store>/proxy`: the grants, the ledgers and the server's socket.
 pub fn proxy_dir(store: &AutopilotStore) -> PathBuf {
-    store.root().join("proxy")
+    store.proxy_dir()
 }
 
 /// The variables that point an agent at rover's proxy with the run's `token`: the model API's

@@ -152,7 +152,7 @@ impl Pipeline {
 
     /// Start a trace from a local request; returns the trace id.
     pub fn submit(&self, request: &str) -> Uuid {
-        let (root, first) = rover::steps::event::local_trace(request, "tester");
+        let (root, first) = rover::intake::local_trace(request, "tester");
         self.store
             .create_trace(&root, Some(&first), &[])
             .expect("create trace");
@@ -162,7 +162,7 @@ impl Pipeline {
     /// Start a trace from the local request `request` whose first action is a `kind` action
     /// with `meta` (an object); returns the trace id and the action.
     pub fn trace_with(&self, request: &str, kind: StepKind, meta: &Value) -> (Uuid, Action) {
-        let (root, _) = rover::steps::event::local_trace(request, "tester");
+        let (root, _) = rover::intake::local_trace(request, "tester");
         let action = action_on(&root, kind, meta);
         self.store
             .create_trace(&root, Some(&action), &[])

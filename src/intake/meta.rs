@@ -1,4 +1,4 @@
-//! The root `event` span's meta: the normalized event and its channel.
+//! The root `event` span's meta, written by intake: the normalized event and its channel.
 
 use serde::{Deserialize, Serialize};
 

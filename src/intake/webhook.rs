@@ -1,11 +1,12 @@
-//! `rover autopilot start --webhook ADDR`: serves `POST /github` for GitHub webhook deliveries.
+//! Webhook deliveries as a source (`rover autopilot start --webhook ADDR`): serves `POST /github`.
 //!
-//! A delivery is verified (`X-Hub-Signature-256`), normalized like a polled event and written to
-//! the store (root span and `coordinate` action, through the poller's own `ingest_event`) before
-//! the 2xx goes out, so a crash after the answer loses nothing and a store error (500) makes
-//! GitHub's redelivery worth trying. A CI outcome (`check_run`, `check_suite`, `status`) makes
-//! no trace: it wakes the CI watches of rover's pull requests at that commit. Plain HTTP: put it
-//! behind a TLS-terminating proxy.
+//! A delivery is verified (`X-Hub-Signature-256`), normalized like a polled event
+//! (`github::webhook`) and written to the store (root span and `coordinate` action, through the
+//! same [`super::ingest`] as every source) before the 2xx goes out, so a crash after the answer
+//! loses nothing and a store error (500) makes GitHub's redelivery worth trying. A CI outcome
+//! (`check_run`, `check_suite`, `workflow_run`, `status`) makes no trace: it goes to the queue
+//! as a signal ([`super::ci`]), which makes the runs waiting on that commit due now, and the
+//! answer says how many. Plain HTTP: put it behind a TLS-terminating proxy.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,13 +18,13 @@ use axum::routing::post;
 use axum::Router;
 use futures_util::StreamExt;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::ci::{ingest_ci, CiOutcome};
+use super::{ingest, label, skipped_delivery, Arrival, Ingested, Queue, Via};
 use crate::github::webhook::{parse_delivery, verify_signature, Delivery, MAX_BODY_BYTES};
 use crate::github::NormalizeOptions;
-use crate::steps::event::{ingest_event, label, Ingested, Via};
-use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord};
+use crate::store::{AutopilotStore, IntakeRecord};
 
 /// What the handler needs; shared by every request.
 pub struct WebhookState {
@@ -33,8 +34,8 @@ pub struct WebhookState {
     pub repo: Option<String>,
     pub normalize: NormalizeOptions,
     pub secret: Vec<u8>,
-    /// Wakes the orchestrator after an event is stored.
-    pub wake: Arc<Notify>,
+    /// Where what came in goes on: woken after an event is stored, handed CI outcomes.
+    pub queue: Arc<dyn Queue>,
 }
 
 /// A bound webhook listener, not serving yet.
@@ -177,30 +178,23 @@ async fn github(
             return (StatusCode::BAD_REQUEST, format!("malformed: {why}\n"));
         }
         Ok(Delivery::Ci { sha, what }) => {
-            // Only a hint: the CI watches of that commit look at GitHub now.
-            let store = st.store.clone();
-            let woken = {
-                let sha = sha.clone();
-                tokio::task::spawn_blocking(move || {
-                    crate::steps::coordinate::wake_ci_watches(&store, &sha)
-                })
-                .await
-            };
-            if let Ok(Ok(n)) = woken {
-                tracing::info!(delivery = %delivery, %sha, %what, woken = n, "webhook ci outcome");
-                if n > 0 {
-                    st.wake.notify_one();
+            // Only a hint: the runs waiting on that commit look at GitHub now.
+            return match ingest_ci(st.queue.as_ref(), CiOutcome::new(&sha, what.clone())).await {
+                Ok(n) => {
+                    tracing::info!(delivery = %delivery, %sha, %what, woken = n, "webhook ci outcome");
+                    (
+                        StatusCode::ACCEPTED,
+                        format!("{what} for {sha}: {n} ci watch(es) look now\n"),
+                    )
                 }
-                return (
-                    StatusCode::ACCEPTED,
-                    format!("{what} for {sha}: {n} ci watch(es) look now\n"),
-                );
-            }
-            tracing::error!(delivery = %delivery, %sha, "cannot wake the ci watches");
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "cannot read the store; redeliver it later\n".into(),
-            );
+                Err(e) => {
+                    tracing::error!(delivery = %delivery, %sha, error = &e as &dyn std::error::Error, "cannot hand a ci outcome to the queue");
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "cannot read the store; redeliver it later\n".into(),
+                    )
+                }
+            };
         }
         Ok(Delivery::Event(normalized)) => normalized,
     };
@@ -209,7 +203,11 @@ async fn github(
         let st = st.clone();
         let normalized = normalized.clone();
         tokio::task::spawn_blocking(move || {
-            ingest_event(&st.store, &st.project_id, &normalized, Via::Webhook)
+            let arrival = Arrival::Github {
+                event: &normalized,
+                via: Via::Webhook,
+            };
+            ingest(&st.store, &st.project_id, arrival)
         })
         .await
     };
@@ -217,7 +215,7 @@ async fn github(
     match ingested {
         Ok(Ok(Ingested::New(trace))) => {
             println!("webhook: {} (delivery {delivery})", label(&normalized));
-            st.wake.notify_one();
+            st.queue.wake();
             (StatusCode::OK, format!("ingested: trace {trace}\n"))
         }
         Ok(Ok(Ingested::Duplicate(trace))) => {
@@ -246,32 +244,6 @@ async fn github(
             )
         }
     }
-}
-
-/// The intake record of a verified delivery rover does not act on, with what the payload says
-/// about it (read leniently: it may be the reason it was skipped).
-fn skipped_delivery(event: &str, delivery: &str, body: &[u8], reason: &str) -> IntakeRecord {
-    let payload: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-    let text = |p: &str| {
-        payload
-            .pointer(p)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-    };
-    let mut r = IntakeRecord::new(
-        Via::Webhook.as_str(),
-        IntakeOutcome::Skipped,
-        chrono::Utc::now(),
-    )
-    .reason(reason);
-    r.event_id = Some(delivery.to_owned());
-    r.kind = Some(event.to_owned());
-    r.action = text("/action");
-    r.actor = text("/sender/login");
-    r.number = ["/issue/number", "/pull_request/number", "/number"]
-        .iter()
-        .find_map(|p| payload.pointer(p).and_then(serde_json::Value::as_u64));
-    r
 }
 
 /// Append to the intake log; a failure is logged, never fails the delivery (the event itself is

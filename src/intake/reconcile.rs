@@ -1,15 +1,16 @@
-//! Reconcile: a sweep of the list APIs (`github::reconcile`) for events neither the feed nor a
-//! webhook brought, after a restart, after a gap in the feed and every `reconcileIntervalSecs`.
-//! What no path ingested yet starts a trace through the same `ingest_event` (and its content-key
-//! matching); the watermark is kept in `cursor.json` under `reconcile`.
+//! Reconcile as a source: a sweep of the list APIs (`github::reconcile`) for events neither the
+//! feed nor a webhook brought, after a restart, after a gap in the feed and every
+//! `reconcileIntervalSecs`. What no path ingested yet starts a trace through the same
+//! [`super::ingest`] (and its content-key matching); the watermark is kept in `cursor.json`
+//! under `reconcile`.
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use uuid::Uuid;
 
+use super::{ingest, Arrival, IngestError, Ingested, Via};
 use crate::github::{GitHub, NormalizeOptions, PollSettings};
-use crate::steps::event::{ingest_event, IngestError, Ingested, Via};
 use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord, ReconcileCursor, StoreError};
 
 /// When to reconcile next, and why.
@@ -185,7 +186,11 @@ pub async fn reconcile_github(
                 continue;
             }
             // Its intake record goes with it (none when a later sweep finds it again).
-            if let Ingested::New(trace) = ingest_event(&store, &project_id, event, Via::Reconcile)? {
+            let arrival = Arrival::Github {
+                event,
+                via: Via::Reconcile,
+            };
+            if let Ingested::New(trace) = ingest(&store, &project_id, arrival)? {
                 new.push(trace);
             }
         }

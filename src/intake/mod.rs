@@ -1,0 +1,191 @@
+//! Intake: everything that brings work to rover, and the one path it takes into the store.
+//!
+//! Four sources: the events feed (`poll`), webhook deliveries (`webhook`), sweeps of the list
+//! APIs for what those two missed (`reconcile`), and local requests (`rover autopilot submit`,
+//! [`Arrival::Local`]). Each hands what it took in to [`ingest`] (or [`ingest_in`], within a
+//! locked update the source makes anyway, as the poller does with its cursor): the one function
+//! that builds the trace's root `event` span and first `coordinate` action, dedups (the
+//! event's id, and its content key for the same event by another path), enqueues, and records
+//! what became of it in `intake.jsonl`, all in one locked update. Who may trigger work is judged
+//! later, by the coordinate step (`steps::trust_check`); intake only drops rover's own events
+//! and what GitHub sends that rover does not react to (`github::events`).
+//!
+//! A CI outcome (`ci`) starts no trace: it is a [`Signal`] handed to the [`Queue`], whose
+//! scheduler (the orchestrator) asks the steps which of their scheduled runs wait on it and
+//! makes those due now.
+//!
+//! ```text
+//!  events feed ─ poll ──────┐
+//!  deliveries ── webhook ───┤                      ┌─ state.json (queue) ─▶ drain ─▶ steps
+//!  list APIs ─── reconcile ─┼─▶ ingest ─▶ store ───┼─ spans/ actions/ traces
+//!  submit ────── local ─────┘   (dedup)            └─ cursor.json, intake.jsonl
+//!  CI outcome ── webhook ─────▶ Signal ─▶ Queue (orchestrator) ─▶ Step::woken_by ─▶ due now
+//! ```
+//!
+//! GitHub's wire formats (events, deliveries, list APIs) are parsed at the edge, in `github`;
+//! the daemon only runs the sources as supervised components.
+
+pub mod ci;
+mod meta;
+pub mod poll;
+pub mod reconcile;
+mod record;
+mod root;
+pub mod webhook;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub use ci::{CiOutcome, Signal};
+pub use meta::{EventMeta, EventSource};
+pub use record::{event_record, ingested_record, local_record, skipped_delivery, skipped_record};
+pub use root::{github_trace, label, local_trace};
+
+use crate::github::{GitHubError, NormalizedEvent};
+use crate::store::{AutopilotStore, StoreError, TraceCreated, Txn};
+
+/// The path an event came by (recorded with its content key and in `intake.jsonl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Poll,
+    Webhook,
+    /// The list APIs, swept for what the feed missed.
+    Reconcile,
+    /// `rover autopilot submit`.
+    Local,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+            Self::Webhook => "webhook",
+            Self::Reconcile => "reconcile",
+            Self::Local => "local",
+        }
+    }
+}
+
+/// What came in, from any source.
+#[derive(Debug, Clone, Copy)]
+pub enum Arrival<'a> {
+    /// A GitHub event, from the feed, a webhook delivery or a reconcile sweep (`via`).
+    Github {
+        event: &'a NormalizedEvent,
+        via: Via,
+    },
+    /// A local request (`rover autopilot submit`): private, answered in the trace.
+    Local { request: &'a str, actor: &'a str },
+}
+
+/// What ingesting one arrival did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingested {
+    /// A new trace started.
+    New(Uuid),
+    /// The event (same id) had already started this trace.
+    Duplicate(Uuid),
+    /// The same event had already come by the other path and started this trace.
+    OtherPath(Uuid),
+}
+
+impl Ingested {
+    /// The trace the arrival started or was folded into.
+    pub fn trace(self) -> Uuid {
+        match self {
+            Self::New(t) | Self::Duplicate(t) | Self::OtherPath(t) => t,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    GitHub(#[from] GitHubError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where the sources hand on what they took in: the scheduler (the orchestrator implements
+/// it). Kept narrow so intake never names the orchestrator or a step.
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// New work is in the store: look at the queue now.
+    fn wake(&self);
+
+    /// A signal that concerns scheduled runs (a CI outcome): make the runs that wait on it due
+    /// now, persisted before this returns. Returns how many were made due.
+    async fn signal(&self, signal: &Signal) -> Result<usize, StoreError>;
+}
+
+/// Ingest one arrival in its own locked update (see [`ingest_in`]). Blocking (store I/O).
+pub fn ingest(
+    store: &AutopilotStore,
+    project_id: &str,
+    arrival: Arrival<'_>,
+) -> Result<Ingested, StoreError> {
+    store.transact(|txn| ingest_in(store, txn, project_id, arrival))
+}
+
+/// The one path into the store: start the trace of an arrival (its root span and `coordinate`
+/// action, enqueued) unless the same event already has one, and record what became of it in
+/// the intake log in the same locked update (so arrivals are listed in the order the store saw
+/// them), except a reconcile sweep finding its own event again, which the first sweep recorded.
+///
+/// A GitHub event's ids derive from the project and the event id (the delivery id for a
+/// webhook), so an event ingested twice (a crash between writing the trace and the cursor,
+/// GitHub serving it again, a redelivered webhook) lands on the same trace; the same event by
+/// two paths (two ids) is recognised by its content key (`NormalizedEvent::dedupe_key`).
+pub fn ingest_in(
+    store: &AutopilotStore,
+    txn: &mut Txn<'_>,
+    project_id: &str,
+    arrival: Arrival<'_>,
+) -> Result<Ingested, StoreError> {
+    match arrival {
+        Arrival::Github { event, via } => {
+            let ingested = ingest_event_in(store, txn, project_id, event, via)?;
+            if !matches!((via, ingested), (Via::Reconcile, Ingested::Duplicate(_))) {
+                txn.record_intake(ingested_record(event, via, ingested));
+            }
+            Ok(ingested)
+        }
+        Arrival::Local { request, actor } => {
+            let (root, first) = local_trace(request, actor);
+            store.create_new_trace_in(txn, &root, Some(&first))?;
+            txn.record_intake(local_record(root.id, actor));
+            tracing::info!(trace = %root.id, via = Via::Local.as_str(), "new trace");
+            Ok(Ingested::New(root.id))
+        }
+    }
+}
+
+/// A GitHub event into the store within `txn`, without its intake record.
+fn ingest_event_in(
+    store: &AutopilotStore,
+    txn: &mut Txn<'_>,
+    project_id: &str,
+    event: &NormalizedEvent,
+    via: Via,
+) -> Result<Ingested, StoreError> {
+    let (root, first) = github_trace(project_id, event);
+    let created = store.create_event_trace_in(
+        txn,
+        &root,
+        Some(&first),
+        &event.id,
+        event.dedupe_key.as_deref(),
+        via.as_str(),
+    )?;
+    Ok(match created {
+        TraceCreated::New => {
+            tracing::info!(trace = %root.id, event = %event.id, via = via.as_str(), label = %label(event), "new trace");
+            Ingested::New(root.id)
+        }
+        TraceCreated::Existing(trace) => Ingested::Duplicate(trace),
+        TraceCreated::OtherPath(trace) => {
+            tracing::info!(trace = %trace, event = %event.id, via = via.as_str(), key = event.dedupe_key.as_deref().unwrap_or(""), "event already ingested by the other path");
+            Ingested::OtherPath(trace)
+        }
+    })
+}

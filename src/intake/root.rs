@@ -1,0 +1,83 @@
+//! The root span and first action of a new trace: a GitHub event's (deterministic ids) or a
+//! local request's, and the one-line label lists show.
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::meta::{EventMeta, EventSource};
+use crate::github::{Channel, NormalizedEvent, Visibility};
+use crate::store::{Action, Meta, Span, SpanStatus, StepKind};
+
+/// A one-line label: `IssuesEvent opened #12 by alice`.
+pub fn label(event: &NormalizedEvent) -> String {
+    let mut parts = vec![event.kind.as_str().to_owned()];
+    if let Some(action) = event.action {
+        parts.push(action.as_str().to_owned());
+    }
+    match (event.number, &event.git_ref) {
+        (Some(n), _) => parts.push(format!("#{n}")),
+        (None, Some(git_ref)) => {
+            parts.push(format!("to {}", git_ref.trim_start_matches("refs/heads/")));
+        }
+        (None, None) => {}
+    }
+    parts.push(format!("by {}", event.actor));
+    if let (None, Some(sha)) = (event.number, &event.commit_sha) {
+        parts.push(format!("({})", &sha[..sha.len().min(7)]));
+    }
+    parts.join(" ")
+}
+
+/// The root span and first action of the trace for a GitHub event (deterministic ids).
+pub fn github_trace(project_id: &str, event: &NormalizedEvent) -> (Span, Action) {
+    let root_id = Uuid::new_v5(
+        &Uuid::NAMESPACE_URL,
+        format!("rover:{project_id}:github-event:{}", event.id).as_bytes(),
+    );
+    let meta = EventMeta {
+        source: EventSource::Github,
+        label: label(event),
+        kind: event.kind.as_str().to_owned(),
+        action: action_str(event),
+        channel: event.channel.clone(),
+        visibility: event.visibility,
+        event: Some(event.clone()),
+        request: None,
+    };
+    build(root_id, &meta, format!("new {} event", event.kind.as_str()))
+}
+
+/// The root span and first action of the trace for a local request (private, answered in the
+/// trace itself).
+pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
+    let first_line = request
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    let short: String = first_line.chars().take(80).collect();
+    let meta = EventMeta {
+        source: EventSource::Local,
+        label: format!("local request by {actor}: {short}"),
+        kind: "LocalRequest".into(),
+        action: None,
+        channel: Channel::Local,
+        visibility: Visibility::Private,
+        event: None,
+        request: Some(request.to_owned()),
+    };
+    build(Uuid::new_v4(), &meta, "new local request".into())
+}
+
+fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {
+    let now = Utc::now();
+    let mut root = Span::root(root_id, now, meta.to_meta());
+    root.finish(SpanStatus::Completed, meta.label.clone(), Meta::new(), now)
+        .expect("a new span finishes");
+    let mut first = Action::new(StepKind::Coordinate, &root, reason, Meta::new(), now);
+    first.id = Uuid::new_v5(&root_id, b"coordinate");
+    (root, first)
+}
+
+pub(super) fn action_str(event: &NormalizedEvent) -> Option<String> {
+    event.action.map(|a| a.as_str().to_owned())
+}
