@@ -81,3 +81,31 @@ fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {
 pub(super) fn action_str(event: &NormalizedEvent) -> Option<String> {
     event.action.map(|a| a.as_str().to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store lists a trace by its root span's summary, where the root is finished with the
+    /// event's label, the same line its meta keeps: the list shows the label without the store
+    /// reading intake's meta.
+    #[test]
+    fn the_store_lists_a_trace_by_the_label_intake_writes() {
+        let (root, _) = local_trace("\nfix the flaky test\nin ci", "alice");
+        let label = "local request by alice: fix the flaky test";
+        assert_eq!(EventMeta::of(&root).expect("its meta").label, label);
+        assert_eq!(crate::store::event_label(&root), label);
+
+        let mut event = NormalizedEvent::local("7", "bob", "x", Utc::now());
+        event.number = Some(12);
+        let (root, _) = github_trace("p", &event);
+        let label = EventMeta::of(&root).expect("its meta").label;
+        assert!(label.ends_with("#12 by bob"), "{label}");
+        assert_eq!(crate::store::event_label(&root), label);
+
+        // A root without a summary (written by another implementation) is listed as `event`.
+        let mut bare = root.clone();
+        bare.summary = None;
+        assert_eq!(crate::store::event_label(&bare), "event");
+    }
+}

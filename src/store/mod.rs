@@ -41,9 +41,9 @@ pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     from_meta, to_meta, Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor,
-    ErrorMeta, EventHeader, EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta,
-    PendingAction, PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus,
-    State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    ErrorMeta, EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta, PendingAction,
+    PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind,
+    TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use traces_log::COMPACT_LINES as TRACES_LOG_LINES;
@@ -326,25 +326,10 @@ impl AutopilotStore {
         self.transact(|txn| self.create_trace_in(txn, root, first, event_ids))
     }
 
-    /// [`AutopilotStore::create_trace`] with the arrival recorded in the intake log in the same
-    /// locked update: a local request, whose root id was just made (`Uuid::new_v4`): its first
-    /// action is journaled without reading the queue (see [`Txn::push_new_pending`]).
-    pub fn create_recorded_trace(
-        &self,
-        root: &Span,
-        first: Option<&Action>,
-        record: IntakeRecord,
-    ) -> Result<bool> {
-        self.transact(|txn| {
-            let created = self.create_new_trace_in(txn, root, first)?;
-            txn.record_intake(record);
-            Ok(created)
-        })
-    }
-
     /// Start a trace whose root id was just made (`Uuid::new_v4`: a local request) in
     /// transaction `txn`: its first action is journaled without reading the queue (see
-    /// [`Txn::push_new_pending`]). Returns whether the trace is new.
+    /// [`Txn::push_new_pending`]), the arrival recorded by the caller in the same update.
+    /// Returns whether the trace is new.
     pub fn create_new_trace_in(
         &self,
         txn: &mut Txn<'_>,
@@ -803,7 +788,13 @@ pub enum Recovery {
     StillRunning { span: Uuid },
 }
 
-/// A one-line label of a root event span, from the fields the event step records.
+/// The one line a trace is listed by (`traces.json`, `trace`): its root span's summary, where
+/// intake writes the event's label (`IssuesEvent opened #12 by alice`), else `event`. The store
+/// reads no step's meta for it.
 pub fn event_label(root: &Span) -> String {
-    EventHeader::of(root).label()
+    root.summary
+        .as_deref()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or("event")
+        .to_owned()
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::fs;
 
 use chrono::Utc;
+use rover::intake::{Arrival, Ingested};
 use rover::store::{Action, AutopilotStore, Meta, Span, State, StepKind};
 use serde_json::Value;
 use uuid::Uuid;
@@ -31,20 +32,18 @@ fn folded_queue(env: &TestEnv, n: usize) -> Vec<Uuid> {
 
 /// A local request through a fresh handle (a separate process, as `submit`): its first action.
 fn submit(env: &TestEnv) -> Uuid {
-    let store = env.store();
-    let (root, first) = rover::intake::local_trace("look at the flaky test", "alice");
-    let record = rover::intake::local_record(root.id, "alice");
-    assert!(store
-        .create_recorded_trace(&root, Some(&first), record)
-        .unwrap());
-    first.id
+    let trace = try_submit(env).unwrap().trace();
+    // The first action's id derives from the trace's (`intake::local_trace`).
+    Uuid::new_v5(&trace, b"coordinate")
 }
 
-fn try_submit(env: &TestEnv) -> Result<bool, rover::store::StoreError> {
-    let (root, first) = rover::intake::local_trace("look at the flaky test", "alice");
-    let record = rover::intake::local_record(root.id, "alice");
-    env.store()
-        .create_recorded_trace(&root, Some(&first), record)
+/// What `submit` does, through a fresh handle: a local request through `intake::ingest`.
+fn try_submit(env: &TestEnv) -> Result<Ingested, rover::store::StoreError> {
+    let arrival = Arrival::Local {
+        request: "look at the flaky test",
+        actor: "alice",
+    };
+    rover::intake::ingest(&env.store(), &env.project_id, arrival)
 }
 
 fn queued(store: &AutopilotStore) -> Vec<Uuid> {

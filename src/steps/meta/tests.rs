@@ -177,26 +177,6 @@ fn the_budget_reads_the_purpose_and_breaker_mark_the_notify_step_writes() {
     assert!(!crate::budget::NotifyHeader::of(&plain).circuit_breaker);
 }
 
-#[test]
-fn the_store_reads_the_label_the_event_step_writes() {
-    let meta = EventMeta {
-        source: EventSource::Local,
-        label: "local request by me: x".into(),
-        kind: "LocalRequest".into(),
-        action: None,
-        channel: Channel::Local,
-        visibility: Visibility::Private,
-        event: None,
-        request: Some("x".into()),
-    };
-    let root = Span::root(Uuid::nil(), chrono::Utc::now(), meta.to_meta());
-    assert_eq!(crate::store::event_label(&root), meta.label);
-    let mut bare = root.clone();
-    bare.meta.remove("label");
-    bare.meta.insert("action".into(), serde_json::json!(7));
-    assert_eq!(crate::store::event_label(&bare), "LocalRequest");
-}
-
 // The span metas: today's JSON reads in and writes back unchanged.
 
 /// `json` reads into `T` and serializes back to the same JSON.

@@ -1,5 +1,4 @@
-//! The parts of a span's `meta` the store itself reads or writes: the root event's header,
-//! an agent call's figures, an error, an intervention, the keys the orchestrator adds to any
+//! The parts of a span's `meta` the store itself reads or writes: an agent call's figures, an error, an intervention, the keys the orchestrator adds to any
 //! span, the pull request a push opened.
 
 use chrono::{DateTime, Utc};
@@ -9,62 +8,6 @@ use uuid::Uuid;
 
 use super::span::{from_meta, Span, StepKind};
 use super::{iso, Meta};
-
-/// What the store reads of a root `event` span's meta to list the trace: the part of the event
-/// step's `EventMeta` (`steps::meta`) that names the event. Every field is optional: a root
-/// written by another implementation may lack them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventHeader {
-    /// One line for lists: `IssuesEvent opened #12 by alice: title`.
-    #[serde(
-        default,
-        deserialize_with = "text",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub label: Option<String>,
-    /// `IssuesEvent`, ..., or `LocalRequest`.
-    #[serde(
-        default,
-        rename = "type",
-        deserialize_with = "text",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub kind: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "text",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub action: Option<String>,
-}
-
-/// A string, or none for a value of any other type.
-pub(super) fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::String(s) => Some(s),
-        _ => None,
-    })
-}
-
-impl EventHeader {
-    /// The header of a root span's meta (a field of another type reads as missing).
-    pub fn of(root: &Span) -> EventHeader {
-        from_meta(&root.meta).unwrap_or_default()
-    }
-
-    /// The label, else `<type>.<action>`, else `<type>`, else `event`.
-    pub fn label(&self) -> String {
-        if let Some(label) = &self.label {
-            return label.clone();
-        }
-        let kind = self.kind.as_deref().unwrap_or("event");
-        match &self.action {
-            Some(action) => format!("{kind}.{action}"),
-            None => kind.to_owned(),
-        }
-    }
-}
 
 /// `true` only for the JSON value `true`.
 pub(super) fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
