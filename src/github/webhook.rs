@@ -118,9 +118,9 @@ pub enum Delivery {
     Event(Box<NormalizedEvent>),
     /// Not for rover: another event type, an action it ignores, its own doing, another repo.
     Skipped(String),
-    /// A CI outcome (`check_run` or `check_suite` completed, a final `status`) for commit `sha`
-    /// of the watched repository: no work by itself, it makes rover look at the CI of its own
-    /// pull request at that commit now (the look reads GitHub, not this payload).
+    /// A CI outcome (`check_run`, `check_suite` or `workflow_run` completed, a final `status`)
+    /// for commit `sha` of the watched repository: no work by itself, intake hands it to the
+    /// queue and the runs waiting on that commit look now (they read GitHub, not this payload).
     Ci { sha: String, what: String },
 }
 
@@ -128,12 +128,8 @@ pub enum Delivery {
 pub fn ci_outcome_sha(github_event: &str, payload: &Value) -> Option<(String, String)> {
     let text = |p: &str| payload.pointer(p).and_then(Value::as_str);
     let (sha, what) = match github_event {
-        "check_run" | "check_suite" => {
-            let object = if github_event == "check_run" {
-                "check_run"
-            } else {
-                "check_suite"
-            };
+        "check_run" | "check_suite" | "workflow_run" => {
+            let object = github_event;
             if text("/action") != Some("completed") {
                 return None;
             }
@@ -173,7 +169,10 @@ pub fn parse_delivery(
     if github_event == "ping" {
         return Ok(Delivery::Ping);
     }
-    if matches!(github_event, "check_run" | "check_suite" | "status") {
+    if matches!(
+        github_event,
+        "check_run" | "check_suite" | "workflow_run" | "status"
+    ) {
         let payload: Value =
             serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
         let full_name = payload
@@ -312,6 +311,18 @@ mod tests {
             ci_outcome_sha("status", &status),
             Some((sha.to_owned(), "status success".to_owned()))
         );
+        // A GitHub Actions workflow run, completed or not yet.
+        let mut workflow = serde_json::json!({"action": "completed",
+            "workflow_run": {"id": 30_433_642, "name": "Build", "head_sha": sha, "status": "completed", "conclusion": "success"}});
+        assert_eq!(
+            ci_outcome_sha("workflow_run", &workflow),
+            Some((
+                sha.to_owned(),
+                "workflow_run completed (success)".to_owned()
+            ))
+        );
+        workflow["action"] = "in_progress".into();
+        assert_eq!(ci_outcome_sha("workflow_run", &workflow), None);
         let pending = serde_json::json!({"sha": sha, "state": "pending"});
         assert_eq!(ci_outcome_sha("status", &pending), None);
         let bogus = serde_json::json!({"sha": "../../etc", "state": "failure"});
