@@ -876,3 +876,93 @@ fn every_step_is_registered_exactly_once() {
         .unwrap();
     assert_eq!(noop.max_parallel(), 5);
 }
+
+/// A step whose scheduled actions wait on the commit their reason names (`watch <sha>`).
+struct Watching {
+    runs: AtomicUsize,
+}
+
+#[async_trait]
+impl Step for Watching {
+    fn kind(&self) -> StepKind {
+        StepKind::Notify
+    }
+    fn max_parallel(&self) -> usize {
+        1
+    }
+    fn woken_by(&self, action: &rover::store::Action, signal: &rover::intake::Signal) -> bool {
+        let rover::intake::Signal::Ci(outcome) = signal;
+        action
+            .reason
+            .strip_prefix("watch ")
+            .is_some_and(|sha| outcome.is_for(sha))
+    }
+    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(Outcome::Finished(Finished::completed("looked")))
+    }
+}
+
+/// Intake hands a CI outcome to the orchestrator as a signal: of the queued actions, only those
+/// scheduled for later whose step says they wait on it become due (on disk), once; an action
+/// due anyway, or waiting on another commit, is left as it is.
+#[tokio::test]
+async fn a_ci_signal_makes_due_only_the_scheduled_runs_whose_step_waits_on_it() {
+    use rover::intake::{CiOutcome, Queue, Signal};
+    let env = TestEnv::new();
+    let store = env.store();
+    let root = Span::root(
+        Uuid::new_v4(),
+        chrono::Utc::now(),
+        rover::store::Meta::new(),
+    );
+    store.create_trace(&root, None, &[]).unwrap();
+    let (ours, other) = ("a".repeat(40), "b".repeat(40));
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let mut scheduled = rover::store::Meta::new();
+    scheduled.insert("notBefore".into(), serde_json::json!(later));
+    let action = |reason: String, meta: &rover::store::Meta| {
+        let a = rover::store::Action::new(
+            StepKind::Notify,
+            &root,
+            reason,
+            meta.clone(),
+            chrono::Utc::now(),
+        );
+        store.enqueue(&a, root.id).unwrap();
+        a.id
+    };
+    let waiting = action(format!("watch {ours}"), &scheduled);
+    let elsewhere = action(format!("watch {other}"), &scheduled);
+    let due = action(format!("watch {ours}"), &rover::store::Meta::new());
+    let watching = Arc::new(Watching {
+        runs: AtomicUsize::new(0),
+    });
+    let orch = orchestrator(&store, vec![watching.clone()], Duration::from_secs(3600));
+    let not_before = |id: Uuid| {
+        store
+            .read_state()
+            .unwrap()
+            .pending_for(id)
+            .unwrap()
+            .not_before
+    };
+
+    let ci = Signal::Ci(CiOutcome::new(&ours.to_uppercase(), "check_run completed"));
+    assert_eq!(orch.signal(&ci).await.unwrap(), 1);
+    assert_eq!(not_before(waiting), None);
+    assert!(not_before(elsewhere).is_some());
+    assert_eq!(not_before(due), None);
+    assert_eq!(orch.signal(&ci).await.unwrap(), 0, "once");
+
+    settle(&orch).await;
+    assert_eq!(watching.runs.load(Ordering::SeqCst), 2);
+    let left: Vec<Uuid> = store
+        .read_state()
+        .unwrap()
+        .pending
+        .iter()
+        .map(|p| p.action_id)
+        .collect();
+    assert_eq!(left, [elsewhere], "the other commit's watch keeps its time");
+}
