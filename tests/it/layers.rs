@@ -459,3 +459,33 @@ fn no_module_outside_steps_names_a_step() {
         wrong.join("\n")
     );
 }
+
+/// The most lines a file of `src` may have (inline tests included): past it, split the file by
+/// what its parts do.
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_file_in_src_is_over_800_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(file)
+                .expect("read a source file")
+                .lines()
+                .count();
+            (lines > MAX_LINES).then(|| {
+                let rel = file.strip_prefix(&src).expect("under src").display();
+                format!("src/{rel}: {lines} lines")
+            })
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines (split them by what their parts do):\n{}",
+        long.join("\n")
+    );
+}
