@@ -400,7 +400,9 @@ mod tests {
             log.write(&chunk).await.expect("write");
         }
         let stats = log.finish().await.expect("finish");
-        let grown_mib = (peak_kib() - before) / 1024;
+        // The kernel's resident counters are approximate (per-CPU caches): under a loaded parallel
+        // run the peak can read back a little lower than before.
+        let grown_mib = peak_kib().saturating_sub(before) / 1024;
         assert_eq!(stats.seen, 256 << 20);
         assert!(std::fs::metadata(&path).expect("meta").len() < (1 << 20) + 200);
         assert!(
