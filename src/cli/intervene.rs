@@ -8,7 +8,8 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::{CliError, Context, Output};
-use crate::store::{AutopilotStore, InterventionSpanMeta, Span};
+use crate::steps::meta::InterventionSpanMeta;
+use crate::store::{AutopilotStore, Span};
 
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
     let project_id = ctx.project_id()?;

@@ -6,10 +6,9 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::meta::{NotifyMeta, NotifyPurpose};
+use super::meta::{InterventionSpanMeta, NotifyMeta, NotifyPurpose};
 use crate::store::{
-    Action, AutopilotStore, ClosedTrace, InterventionSpanMeta, PendingAction, RunSpanMeta, Span,
-    SpanStatus, StepKind, StoreError, TraceView,
+    Action, AutopilotStore, ClosedTrace, PendingAction, Span, StepKind, StoreError, TraceView,
 };
 
 /// Why an intervention was not made.
@@ -119,26 +118,15 @@ fn failed_action(
     id: Option<&str>,
 ) -> Result<Action, InterveneError> {
     let short = crate::trace::short(view.trace_id());
-    if let Some(id) = id {
-        let named = view.actions.iter().find(|a| {
-            a.id.to_string() == id || (id.len() >= 8 && a.id.to_string().starts_with(id))
-        });
-        if let Some(action) = named {
-            return Ok(action.clone());
-        }
+    if let Some(action) = id.and_then(|id| super::history::action_named(view, id)) {
+        return Ok(action.clone());
     }
-    let failed = view
-        .spans
-        .iter()
-        .filter(|s| s.status == SpanStatus::Error && s.action_id.is_some())
-        .filter(|s| !RunSpanMeta::of(s).stopped())
-        .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
-        .ok_or_else(|| {
-            InterveneError::Refused(format!(
-                "trace {short} has no failed step to retry; `rover autopilot trace {short}` shows it"
-            ))
-        })?;
-    Ok(store.read_action(failed.action_id.expect("filtered"))?)
+    let failed = super::history::last_errored_run(view).ok_or_else(|| {
+        InterveneError::Refused(format!(
+            "trace {short} has no failed step to retry; `rover autopilot trace {short}` shows it"
+        ))
+    })?;
+    Ok(store.read_action(failed.action_id.expect("an errored run of an action"))?)
 }
 
 /// What a retry queued.

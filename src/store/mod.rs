@@ -41,9 +41,9 @@ pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     from_meta, to_meta, Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor,
-    ErrorMeta, EventHeader, EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta,
-    PendingAction, PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus,
-    State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    ErrorMeta, EventHeader, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, PollCursor,
+    ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind, TaskMapping, TraceEntry,
+    TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use traces_log::COMPACT_LINES as TRACES_LOG_LINES;
