@@ -12,7 +12,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::history::{ended_at, open_pull_request};
-use super::meta::{self, CleanupMeta, InterventionSpanMeta};
+use super::meta::{self, CleanupMeta, Intervention, InterventionSpanMeta};
 use crate::store::{Action, AutopilotStore, Span, StepKind, StoreError};
 
 /// A trace whose resources are due (or not yet) for reclaiming.
@@ -168,7 +168,12 @@ pub fn enqueue(
             tasks: Some(reclaim.tasks.clone()),
             ..InterventionSpanMeta::default()
         };
-        let span = Span::intervention(reclaim.trace_id, "gc", summary.clone(), &record);
+        let span = Span::intervention(
+            reclaim.trace_id,
+            Intervention::Gc.as_str(),
+            summary.clone(),
+            &record,
+        );
         let cleanup = Action::new(
             StepKind::Cleanup,
             &span,

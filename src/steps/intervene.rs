@@ -6,7 +6,7 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::meta::{InterventionSpanMeta, NotifyMeta, NotifyPurpose};
+use super::meta::{Intervention, InterventionSpanMeta, NotifyMeta, NotifyPurpose};
 use crate::store::{
     Action, AutopilotStore, ClosedTrace, PendingAction, Span, StepKind, StoreError, TraceView,
 };
@@ -75,15 +75,16 @@ pub fn close_trace(
         ..InterventionSpanMeta::default()
     };
     let span = Span::intervention(trace_id, command, what.clone(), &record);
+    let fails = Intervention::parse(command) == Some(Intervention::Fail);
     let notify = NotifyMeta {
-        purpose: if command == "fail" {
+        purpose: if fails {
             NotifyPurpose::Failure
         } else {
             NotifyPurpose::Flag
         },
         message: Some(format!("This work was {what}.")),
         failed_step: None,
-        error: (command == "fail").then(|| what.clone()),
+        error: fails.then(|| what.clone()),
         pr_url: None,
         breaker_note: None,
         note: None,
@@ -182,7 +183,12 @@ pub fn retry_trace(
         original.action,
         crate::trace::short(original.id)
     );
-    let span = Span::intervention(trace_id, "retry", summary.clone(), &record);
+    let span = Span::intervention(
+        trace_id,
+        Intervention::Retry.as_str(),
+        summary.clone(),
+        &record,
+    );
     store.intervene(&span, std::slice::from_ref(&again), |_| false, None)?;
     Ok(Retried {
         summary,

@@ -30,7 +30,8 @@ use crate::orchestrator::{Finished, NextAction, Outcome, StepContext, StepError}
 use crate::steps::agent_call::event_meta;
 use crate::steps::history::{intervention_marked, pushed_pull_request, refusal_answered_since};
 use crate::steps::meta::{
-    CommandOutcome, CommandRecord, CoordinateSpanMeta, DecidedBy, Decision, EventMeta, NoopMeta,
+    CommandOutcome, CommandRecord, CoordinateSpanMeta, DecidedBy, Decision, EventMeta,
+    Intervention, NoopMeta,
 };
 use crate::steps::Services;
 use crate::store::{
@@ -417,7 +418,7 @@ fn act(
     for view in &traces {
         if let Some(span) = intervention_marked(view, &mark) {
             let summary = span.summary.clone().unwrap_or_default();
-            let answer = (span.step.as_str() == "retry").then(|| {
+            let answer = (Intervention::of(span) == Some(Intervention::Retry)).then(|| {
                 format!(
                     "Retrying: {summary} (trace `{}`).",
                     crate::trace::short(view.trace_id())
@@ -454,7 +455,7 @@ fn act(
             match crate::steps::intervene::close_trace(
                 store,
                 id,
-                "cancel",
+                Intervention::Cancel.as_str(),
                 &format!("{PREFIX} stop on #{number} ({mark})"),
                 actor,
             ) {
@@ -558,7 +559,7 @@ mod tests {
             .unwrap()
             .spans
             .iter()
-            .filter(|s| s.step.as_str() == "cancel")
+            .filter(|s| Intervention::of(s) == Some(Intervention::Cancel))
             .count();
         assert_eq!(cancels, 1);
         // Another command finds nothing left to stop, and says so.

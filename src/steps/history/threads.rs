@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::steps::meta::{
-    subject_key, CommandOutcome, CoordinateSpanMeta, EventMeta, InterventionSpanMeta,
+    subject_key, CommandOutcome, CoordinateSpanMeta, EventMeta, Intervention, InterventionSpanMeta,
     PushPullRequest,
 };
 use crate::store::{Span, SpanStatus, StepKind, TraceView};
@@ -64,10 +64,12 @@ pub fn refusal_answered_since(view: &TraceView, since: DateTime<Utc>) -> bool {
 /// a command run again after a crash finds it and does not act twice.
 pub fn intervention_marked<'v>(view: &'v TraceView, mark: &str) -> Option<&'v Span> {
     view.spans.iter().find(|s| {
-        matches!(s.step.as_str(), "cancel" | "retry")
-            && InterventionSpanMeta::of(s)
-                .and_then(|m| m.reason)
-                .is_some_and(|r| r.contains(mark))
+        matches!(
+            Intervention::of(s),
+            Some(Intervention::Cancel | Intervention::Retry)
+        ) && InterventionSpanMeta::of(s)
+            .and_then(|m| m.reason)
+            .is_some_and(|r| r.contains(mark))
     })
 }
 

@@ -8,6 +8,59 @@ use uuid::Uuid;
 
 use crate::store::{Span, StepKind};
 
+/// What an intervention was: the step name of its span (`StepKind::Other`), as people type it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intervention {
+    /// A person cancelled the trace (`rover autopilot cancel`, `/rover stop`, a stop reaction).
+    Cancel,
+    /// A person failed the trace (`rover autopilot fail`).
+    Fail,
+    /// A person queued a failed action again (`rover autopilot retry`, `/rover retry`).
+    Retry,
+    /// A person dropped a dead letter.
+    Drop,
+    /// A person queued a dead letter again.
+    Requeue,
+    /// The `gc` policy reclaimed an ended trace's resources.
+    Gc,
+}
+
+impl Intervention {
+    pub const ALL: [Intervention; 6] = [
+        Intervention::Cancel,
+        Intervention::Fail,
+        Intervention::Retry,
+        Intervention::Drop,
+        Intervention::Requeue,
+        Intervention::Gc,
+    ];
+
+    /// The name its span's step has.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Intervention::Cancel => "cancel",
+            Intervention::Fail => "fail",
+            Intervention::Retry => "retry",
+            Intervention::Drop => "drop",
+            Intervention::Requeue => "requeue",
+            Intervention::Gc => "gc",
+        }
+    }
+
+    /// The intervention named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Intervention> {
+        Intervention::ALL.into_iter().find(|i| i.as_str() == name)
+    }
+
+    /// The intervention `span` records (none for a step run's span).
+    pub fn of(span: &Span) -> Option<Intervention> {
+        match &span.step {
+            StepKind::Other(name) => Intervention::parse(name),
+            _ => None,
+        }
+    }
+}
+
 /// The meta of a span that records an intervention, not a step run ([`Span::intervention`]): a
 /// person's `cancel`, `fail`, `retry`, `drop` or `requeue`, or the `gc` policy reclaiming an
 /// ended trace. Who did it, and what it was about.
@@ -68,5 +121,21 @@ mod tests {
             assert_eq!(Value::Object(span.meta.clone()), written);
             assert_eq!(InterventionSpanMeta::of(&span), Some(record));
         }
+    }
+
+    #[test]
+    fn an_intervention_is_known_by_its_spans_step_name_only() {
+        for kind in Intervention::ALL {
+            let span = Span::intervention(Uuid::new_v4(), kind.as_str(), "s".into(), &json!({}));
+            assert_eq!(Intervention::of(&span), Some(kind));
+        }
+        let span = Span::intervention(Uuid::new_v4(), "mystery", "s".into(), &json!({}));
+        assert_eq!(Intervention::of(&span), None);
+        let root = Span::root(
+            Uuid::new_v4(),
+            chrono::Utc::now(),
+            crate::store::Meta::new(),
+        );
+        assert_eq!(Intervention::of(&root), None);
     }
 }

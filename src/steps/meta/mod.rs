@@ -27,7 +27,7 @@ pub use commit::*;
 pub use coordinate::*;
 pub use decision::Decision;
 pub use event::*;
-pub use intervention::InterventionSpanMeta;
+pub use intervention::{Intervention, InterventionSpanMeta};
 pub use noop::*;
 pub use notify::*;
 pub use plan::*;
