@@ -22,6 +22,7 @@ pub mod runnet;
 mod settings;
 pub mod ship;
 mod spec;
+pub mod swarm;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -43,6 +44,7 @@ pub use spec::{
     BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
     LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
 };
+pub use swarm::{SwarmSandbox, SWARM_HOST_ENV};
 
 /// Where a container is in its life, as far as the workflow step cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -56,6 +58,9 @@ pub enum ContainerStatus {
     Exited { code: i64, oom_killed: bool },
     /// No such container any more.
     Gone,
+    /// The node that ran it (a swarm backend) went away mid-run: its engine stopped answering
+    /// the swarm's manager, so the run's outcome is lost (see [`swarm`]).
+    NodeLost,
 }
 
 /// A container found by its labels.

@@ -31,5 +31,6 @@ mod steps_decide;
 mod steps_resolve;
 mod steps_workflow;
 mod store;
+mod swarm;
 mod thread;
 mod webhook;

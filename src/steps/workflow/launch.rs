@@ -597,7 +597,8 @@ impl WorkflowStep {
                 adopted: true,
                 replaced_unstarted: false,
             }),
-            ContainerStatus::Created | ContainerStatus::Gone => {
+            // Never started, gone, or lost with its node: made again.
+            ContainerStatus::Created | ContainerStatus::Gone | ContainerStatus::NodeLost => {
                 sandbox.remove(&container).await.map_err(|e| failed(&e))?;
                 let id = sandbox.run(spec).await.map_err(|e| failed(&e))?;
                 Ok(StartedMeta {

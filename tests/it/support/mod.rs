@@ -22,3 +22,4 @@ pub mod local;
 pub mod pipeline;
 pub mod scenario;
 pub mod storegen;
+pub mod swarm;

@@ -1,0 +1,100 @@
+//! Integration tests for the swarm backend (`sandbox::swarm`): a real two-node Docker Swarm on
+//! this machine (`tests/setup-swarm.sh`), the worker in a network namespace of its own.
+
+use rover::sandbox::{ContainerStatus, Sandbox};
+
+use crate::support::docker::{test_image, TestContainers};
+use crate::support::gitrepo::TestRepo;
+use crate::support::swarm::{remove_services, swarm, MANAGER_NODE, ON_WORKER, WORKER_NODE};
+
+/// Far above what these containers print.
+const LOG_LIMIT: u64 = 64 << 20;
+
+/// Removes the test's services on drop (the containers of `TestContainers` are local).
+struct Services<'a>(&'a TestContainers);
+
+impl Drop for Services<'_> {
+    fn drop(&mut self) {
+        remove_services(&self.0.id);
+    }
+}
+
+#[tokio::test]
+async fn a_run_placed_on_the_worker_runs_there_as_a_job_and_its_output_comes_back() {
+    let local = crate::support::docker::sandbox().await;
+    let image = test_image(&local).await;
+    let (swarm, worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let tc = TestContainers::new();
+    let _services = Services(&tc);
+    let repo = TestRepo::new();
+    let dir = repo.data.join("work");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let spec = tc.spec(
+        &image,
+        &dir,
+        "on-worker",
+        "echo out-line; echo err-line >&2; hostname; exit 3",
+    );
+
+    let id = swarm.run(&spec).await.expect("a service is made");
+    let log = repo.data.join("run.log");
+    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 3,
+            oom_killed: false
+        }
+    );
+    let stats = logs.expect("logs");
+    let stdout = std::fs::read_to_string(&log).expect("stdout log");
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("out-line"), "{stdout}");
+    let container_host = lines.next().expect("the container's hostname");
+    assert_eq!(
+        std::fs::read_to_string(rover::sandbox::stderr_path(&log)).expect("stderr log"),
+        "err-line\n"
+    );
+    assert_eq!(stats.stderr_bytes, 9);
+
+    // It ran on the worker: the manager places it there, and the worker's engine ran the
+    // container (its id starts with the hostname the task printed).
+    let placed = swarm.placements("rover-tests").await.expect("placements");
+    let ours = placed
+        .iter()
+        .find(|p| p.service == spec.container_name())
+        .expect("the run's service is listed");
+    assert_eq!(ours.node.as_deref(), Some(WORKER_NODE), "{placed:?}");
+    assert_eq!(ours.task_state, "failed", "{ours:?}");
+    let on_worker = worker
+        .client()
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::default()
+                .all(true)
+                .build(),
+        ))
+        .await
+        .expect("list the worker's containers");
+    assert!(
+        on_worker.iter().any(|c| c
+            .id
+            .as_deref()
+            .is_some_and(|i| i.starts_with(container_host))),
+        "the worker's engine ran {container_host}: {on_worker:?}"
+    );
+    assert_ne!(ours.node.as_deref(), Some(MANAGER_NODE));
+
+    // Listed by its labels as the workflow's sweep lists containers, then removed.
+    let found = swarm
+        .list_by_labels(&[tc.label()])
+        .await
+        .expect("list by labels");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].state, "exited");
+    assert!(swarm.remove(&id).await.expect("remove"));
+    assert_eq!(
+        swarm.status(&id).await.expect("status"),
+        ContainerStatus::Gone
+    );
+    assert!(!swarm.remove(&id).await.expect("remove again"));
+}
