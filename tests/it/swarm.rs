@@ -1,11 +1,15 @@
 //! Integration tests for the swarm backend (`sandbox::swarm`): a real two-node Docker Swarm on
 //! this machine (`tests/setup-swarm.sh`), the worker in a network namespace of its own.
 
+use std::time::{Duration, Instant};
+
 use rover::sandbox::{ContainerStatus, Sandbox};
 
 use crate::support::docker::{test_image, TestContainers};
 use crate::support::gitrepo::TestRepo;
-use crate::support::swarm::{remove_services, swarm, MANAGER_NODE, ON_WORKER, WORKER_NODE};
+use crate::support::swarm::{
+    ensure_swarm, remove_services, stop_worker_engine, swarm, MANAGER_NODE, ON_WORKER, WORKER_NODE,
+};
 
 /// Far above what these containers print.
 const LOG_LIMIT: u64 = 64 << 20;
@@ -20,10 +24,10 @@ impl Drop for Services<'_> {
 }
 
 #[tokio::test]
-async fn a_run_placed_on_the_worker_runs_there_as_a_job_and_its_output_comes_back() {
+async fn a_run_placed_on_the_worker_runs_there_and_its_output_comes_back() {
     let local = crate::support::docker::sandbox().await;
     let image = test_image(&local).await;
-    let (swarm, worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let (_guard, swarm, worker) = swarm(&[ON_WORKER], &[&image]).await;
     let tc = TestContainers::new();
     let _services = Services(&tc);
     let repo = TestRepo::new();
@@ -97,4 +101,113 @@ async fn a_run_placed_on_the_worker_runs_there_as_a_job_and_its_output_comes_bac
         ContainerStatus::Gone
     );
     assert!(!swarm.remove(&id).await.expect("remove again"));
+}
+
+/// Waits until the service's task runs.
+async fn until_running(swarm: &rover::sandbox::SwarmSandbox, id: &str, service: &str) {
+    for _ in 0..600 {
+        let placed = swarm.placements("rover-tests").await.expect("placements");
+        if placed
+            .iter()
+            .any(|p| p.service == service && p.task_state == "running")
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{id} did not start within 60 s");
+}
+
+#[tokio::test]
+async fn a_run_whose_node_goes_down_ends_as_lost_with_its_node() {
+    let local = crate::support::docker::sandbox().await;
+    let image = test_image(&local).await;
+    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let tc = TestContainers::new();
+    let _services = Services(&tc);
+    let repo = TestRepo::new();
+    let dir = repo.data.join("work");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let spec = tc.spec(&image, &dir, "node-loss", "echo started; sleep 600");
+    let id = swarm.run(&spec).await.expect("a service is made");
+    until_running(&swarm, &id, &spec.container_name()).await;
+
+    let stopped = Instant::now();
+    stop_worker_engine().await;
+    let status = tokio::time::timeout(Duration::from_secs(90), swarm.wait(&id))
+        .await
+        .expect("the run ends once its node is down")
+        .expect("wait");
+    println!(
+        "a run on the worker ended as lost {:.1} s after the worker's engine was sent SIGTERM",
+        stopped.elapsed().as_secs_f64()
+    );
+    let placed = swarm.placements("rover-tests").await.expect("placements");
+    ensure_swarm().await;
+    assert_eq!(status, ContainerStatus::NodeLost, "{placed:?}");
+    // Once the worker is back, the task is still the lost one (the engine: "No such container").
+    assert_eq!(
+        swarm.status(&id).await.expect("status"),
+        ContainerStatus::NodeLost
+    );
+    assert!(swarm.remove(&id).await.expect("remove"));
+}
+
+#[tokio::test]
+async fn a_kill_stops_a_task_on_the_worker_at_once() {
+    let local = crate::support::docker::sandbox().await;
+    let image = test_image(&local).await;
+    let (_guard, swarm, worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let tc = TestContainers::new();
+    let _services = Services(&tc);
+    let repo = TestRepo::new();
+    let dir = repo.data.join("work");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let spec = tc.spec(&image, &dir, "kill", "echo started; sleep 600");
+    let id = swarm.run(&spec).await.expect("a service is made");
+    until_running(&swarm, &id, &spec.container_name()).await;
+    let service_name = spec.container_name();
+    let on_worker = || async {
+        let filters = std::collections::HashMap::from([(
+            "label".to_owned(),
+            vec![format!("com.docker.swarm.service.name={service_name}")],
+        )]);
+        worker
+            .client()
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .expect("list the worker's containers")
+            .len()
+    };
+    assert_eq!(on_worker().await, 1, "the task runs on the worker");
+
+    let t = Instant::now();
+    swarm.kill(&service_name).await.expect("kill");
+    assert_eq!(
+        swarm.wait(&id).await.expect("wait"),
+        ContainerStatus::Exited {
+            code: 137,
+            oom_killed: false
+        }
+    );
+    let mut gone = false;
+    for _ in 0..100 {
+        if on_worker().await == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "a task on the worker was gone from its engine {:.1} s after the kill",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        gone,
+        "the worker's container is gone within 10 s of the kill"
+    );
 }

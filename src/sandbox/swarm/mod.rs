@@ -18,18 +18,18 @@ mod task;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
-use bollard::models::{NodeState, Service, Task};
+use bollard::models::{NodeState, Service, ServiceSpecMode, ServiceSpecModeReplicated, Task};
 use bollard::query_parameters::{
     ListServicesOptionsBuilder, ListTasksOptionsBuilder, LogsOptionsBuilder,
+    UpdateServiceOptionsBuilder,
 };
 use futures_util::StreamExt;
 
-pub use service::{service_spec, ServicePlan, LABEL_SWARM};
+pub use service::{service_spec, ServicePlan, LABEL_STOPPED, LABEL_SWARM};
 pub use task::{task_status, Placement};
 
 use super::docker::{bind_mounts, container_env};
@@ -55,9 +55,6 @@ pub struct SwarmSandbox {
     local: DockerSandbox,
     manager: DockerSandbox,
     constraints: Vec<String>,
-    /// Services rover stopped (removed, as Swarm has no kill): how they ended, by name and id,
-    /// for the `status` and `wait` that follow a kill.
-    stopped: Arc<Mutex<HashMap<String, ContainerStatus>>>,
 }
 
 impl SwarmSandbox {
@@ -84,7 +81,6 @@ impl SwarmSandbox {
             local,
             manager,
             constraints,
-            stopped: Arc::new(Mutex::new(HashMap::new())),
         })
     }
 
@@ -102,14 +98,6 @@ impl SwarmSandbox {
     /// corrective commands are named after their run, and run beside rover).
     fn for_swarm(spec: &SandboxSpec) -> bool {
         spec.name.is_none()
-    }
-
-    fn stopped_status(&self, id: &str) -> Option<ContainerStatus> {
-        self.stopped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(id)
-            .copied()
     }
 
     /// The service named or numbered `id`, if the swarm has one.
@@ -155,7 +143,12 @@ impl SwarmSandbox {
             Some(node) => self.node(node).await,
             None => None,
         };
-        let status = task_status(latest.as_ref(), node.as_ref().map(|(s, _)| *s));
+        let stopped = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.labels.as_ref())
+            .is_some_and(|l| l.contains_key(LABEL_STOPPED));
+        let status = task_status(latest.as_ref(), node.as_ref().map(|(s, _)| *s), stopped);
         Ok((status, latest, node))
     }
 
@@ -228,20 +221,10 @@ impl SwarmSandbox {
             .create_service(service_spec(spec, plan), None)
             .await
         {
-            Ok(created) => {
-                self.forget_stopped(&name);
-                Ok(created.id.unwrap_or(name))
-            }
+            Ok(created) => Ok(created.id.unwrap_or(name)),
             Err(e) if status_of(&e) == Some(409) => Err(SandboxError::Conflict { name, source: e }),
             Err(e) => Err(self.manager.err("create service", &name, e)),
         }
-    }
-
-    fn forget_stopped(&self, id: &str) {
-        self.stopped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(id);
     }
 
     async fn service_logs(
@@ -344,9 +327,6 @@ impl Sandbox for SwarmSandbox {
     }
 
     async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        if let Some(status) = self.stopped_status(id) {
-            return Ok(status);
-        }
         match self.service(id).await? {
             Some(service) => Ok(self.service_state(&service).await?.0),
             None => self.local.status(id).await,
@@ -354,7 +334,7 @@ impl Sandbox for SwarmSandbox {
     }
 
     async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        if self.service(id).await?.is_none() && self.stopped_status(id).is_none() {
+        if self.service(id).await?.is_none() {
             return self.local.wait(id).await;
         }
         loop {
@@ -382,44 +362,56 @@ impl Sandbox for SwarmSandbox {
         let Some(service) = self.service(id).await? else {
             return self.local.kill(id).await;
         };
-        // Swarm has no kill: the service is removed (its stop signal is SIGKILL, with no
-        // grace). How it ended is kept for the `status` and `wait` that follow; its logs were
-        // followed as it ran.
-        let (status, ..) = self.service_state(&service).await?;
-        let end = match status {
-            ContainerStatus::Running | ContainerStatus::Created => ContainerStatus::Exited {
-                code: 137,
-                oom_killed: false,
-            },
-            other => other,
-        };
+        // Swarm has no kill: the service is scaled to 0 (its stop signal is SIGKILL, with no
+        // grace) and labelled as stopped by rover, in one update; it stays, with its task's
+        // logs, until it is removed.
         let sid = service.id.clone().unwrap_or_default();
-        match self.manager.client().delete_service(&sid).await {
-            Ok(()) => {}
-            Err(e) if status_of(&e) == Some(404) => {}
-            Err(e) => return Err(self.manager.err("remove service", &sid, e)),
+        let mut spec = service.spec.clone().unwrap_or_default();
+        if spec
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(LABEL_STOPPED))
+        {
+            return Ok(());
         }
-        let mut stopped = self
-            .stopped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        stopped.insert(sid, end);
-        if let Some(name) = service.spec.and_then(|s| s.name) {
-            stopped.insert(name, end);
+        spec.labels
+            .get_or_insert_with(HashMap::new)
+            .insert(LABEL_STOPPED.to_owned(), "1".to_owned());
+        spec.mode = Some(ServiceSpecMode {
+            replicated: Some(ServiceSpecModeReplicated { replicas: Some(0) }),
+            ..Default::default()
+        });
+        let version = service
+            .version
+            .as_ref()
+            .and_then(|v| v.index)
+            .and_then(|i| i32::try_from(i).ok())
+            .unwrap_or_default();
+        match self
+            .manager
+            .client()
+            .update_service(
+                &sid,
+                spec,
+                UpdateServiceOptionsBuilder::default()
+                    .version(version)
+                    .build(),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if status_of(&e) == Some(404) => Ok(()),
+            Err(e) => Err(self.manager.err("stop service", &sid, e)),
         }
-        stopped.insert(id.to_owned(), end);
-        Ok(())
     }
 
     async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
-        let was_stopped = self.stopped_status(id).is_some();
-        let removed = match self.manager.client().delete_service(id).await {
-            Ok(()) => true,
-            Err(e) if status_of(&e) == Some(404) => self.local.remove(id).await? || was_stopped,
-            Err(e) => return Err(self.manager.err("remove service", id, e)),
-        };
-        self.forget_stopped(id);
-        Ok(removed)
+        match self.manager.client().delete_service(id).await {
+            Ok(()) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => self.local.remove(id).await,
+            Err(e) => Err(self.manager.err("remove service", id, e)),
+        }
     }
 
     async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {

@@ -1,11 +1,18 @@
-//! A sandbox spec as a Swarm `replicated-job` service: one task, never restarted, placed by
-//! the spec's limits (as reservations and limits) and the configured constraints. Pure.
+//! A sandbox spec as a Swarm service of one task that is never restarted, placed by the spec's
+//! limits (as reservations and limits) and the configured constraints. Pure.
+//!
+//! Not a `replicated-job`: on engines before 24 (Debian bookworm ships 20.10), removing a job
+//! service leaves its running tasks running (moby/moby#44312, fixed by moby/swarmkit#3112), and
+//! Swarm has no other way to stop a task, so a job on such an engine could not be cancelled. A
+//! `replicated` service of one replica with the restart condition `none` runs once as well (a
+//! completed task is not replaced, and neither is one lost with its node: measured, see
+//! docs/scale.md), and scaling it to 0 stops its task at once.
 
 use std::collections::HashMap;
 
 use bollard::models::{
     Limit, Mount, MountTmpfsOptions, MountType, NetworkAttachmentConfig, ResourceObject,
-    ResourcesUlimits, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicatedJob, TaskSpec,
+    ResourcesUlimits, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec,
     TaskSpecContainerSpec, TaskSpecContainerSpecPrivileges, TaskSpecLogDriver, TaskSpecPlacement,
     TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum,
 };
@@ -14,6 +21,9 @@ use crate::sandbox::spec::{SandboxSpec, WORKSPACE_MOUNT};
 
 /// Label on every service rover makes, so its own can be told from others on a shared swarm.
 pub const LABEL_SWARM: &str = "rover.swarm";
+/// Label rover adds to a service whose task it stopped (scaled to 0): its task's `shutdown`
+/// is then a kill, not the loss of its node.
+pub const LABEL_STOPPED: &str = "rover.swarm.stopped";
 
 /// What goes into one service besides the spec.
 #[derive(Debug, Clone)]
@@ -87,7 +97,7 @@ pub fn service_spec(spec: &SandboxSpec, plan: ServicePlan) -> ServiceSpec {
             soft: Some(spec.limits.file_bytes),
             hard: Some(spec.limits.file_bytes),
         }]),
-        // Removing the service is how a task is stopped (Swarm has no kill): at once.
+        // Scaling the service to 0 is how a task is stopped (Swarm has no kill): at once.
         stop_signal: Some("SIGKILL".to_owned()),
         stop_grace_period: Some(0),
         ..Default::default()
@@ -138,10 +148,7 @@ pub fn service_spec(spec: &SandboxSpec, plan: ServicePlan) -> ServiceSpec {
             ..Default::default()
         }),
         mode: Some(ServiceSpecMode {
-            replicated_job: Some(ServiceSpecModeReplicatedJob {
-                max_concurrent: Some(1),
-                total_completions: Some(1),
-            }),
+            replicated: Some(ServiceSpecModeReplicated { replicas: Some(1) }),
             ..Default::default()
         }),
         ..Default::default()
@@ -185,14 +192,11 @@ mod tests {
     }
 
     #[test]
-    fn a_job_of_one_task_never_restarted_with_limits_as_reservations() {
+    fn one_task_never_restarted_with_limits_as_reservations() {
         let s = service_spec(&spec("rover-a-net"), plan());
         assert_eq!(s.name.as_deref(), Some("rover-a"));
-        let mode = s.mode.expect("mode").replicated_job.expect("a job");
-        assert_eq!(
-            (mode.max_concurrent, mode.total_completions),
-            (Some(1), Some(1))
-        );
+        let mode = s.mode.expect("mode").replicated.expect("replicated");
+        assert_eq!(mode.replicas, Some(1));
         let task = s.task_template.expect("template");
         let restart = task.restart_policy.expect("restart");
         assert_eq!(

@@ -32,11 +32,19 @@ pub fn latest(tasks: &[Task]) -> Option<&Task> {
     })
 }
 
-/// The state of a task whose node is in `node` (`None`: not placed yet, or unknown).
-pub fn task_status(task: Option<&Task>, node: Option<NodeState>) -> ContainerStatus {
+/// The state of a task whose node is in `node` (`None`: not placed yet, or unknown); `stopped`:
+/// rover stopped it (see [`super::LABEL_STOPPED`]).
+pub fn task_status(task: Option<&Task>, node: Option<NodeState>, stopped: bool) -> ContainerStatus {
     let Some(task) = task else {
-        // Created, no task yet: the manager is about to make one.
-        return ContainerStatus::Running;
+        // Created, no task yet: the manager is about to make one (none ever, once stopped).
+        return if stopped {
+            ContainerStatus::Exited {
+                code: 137,
+                oom_killed: false,
+            }
+        } else {
+            ContainerStatus::Running
+        };
     };
     let status = task.status.clone().unwrap_or_default();
     let node_gone = matches!(
@@ -49,22 +57,24 @@ pub fn task_status(task: Option<&Task>, node: Option<NodeState>) -> ContainerSta
             code: code.unwrap_or(0),
             oom_killed: false,
         },
-        // A node that came back finds no container for a task it ran when it went away: the
-        // engine says only "No such container" (its record of the task is older than its
-        // restart). That run is lost with the node, not the agent's failure.
-        Some(TaskState::FAILED | TaskState::REJECTED | TaskState::ORPHANED)
-            if code.is_none() && lost_container(status.err.as_deref()) =>
-        {
-            ContainerStatus::NodeLost
-        }
-        Some(TaskState::ORPHANED) => ContainerStatus::NodeLost,
-        Some(TaskState::FAILED | TaskState::REJECTED) => ContainerStatus::Exited {
-            code: code.unwrap_or(-1),
+        // Stopped by rover (scaled to 0): a kill, whatever the code says.
+        Some(TaskState::SHUTDOWN | TaskState::REMOVE) if stopped => ContainerStatus::Exited {
+            code: 137,
             oom_killed: false,
         },
-        // Stopped by the manager (the service removed): as a kill.
-        Some(TaskState::SHUTDOWN | TaskState::REMOVE) => ContainerStatus::Exited {
-            code: code.unwrap_or(137),
+        // Shut down by the manager, not by rover: its node went down (the manager stops the
+        // task of a down node and, the restart condition being `none`, starts no other). A
+        // node that came back may instead report its task failed with only "No such
+        // container" (its record of the task is older than its restart; the engine gives an
+        // exit code of 0 then). Either way the run is lost with the node, not the agent's doing.
+        Some(TaskState::SHUTDOWN | TaskState::REMOVE | TaskState::ORPHANED) => {
+            ContainerStatus::NodeLost
+        }
+        Some(TaskState::FAILED | TaskState::REJECTED) if lost_container(status.err.as_deref()) => {
+            ContainerStatus::NodeLost
+        }
+        Some(TaskState::FAILED | TaskState::REJECTED) => ContainerStatus::Exited {
+            code: code.unwrap_or(-1),
             oom_killed: false,
         },
         // Assigned to a node or running on it: lost with it when the node is gone. Swarm itself
@@ -109,22 +119,28 @@ mod tests {
     fn a_running_task_is_lost_with_its_node() {
         let t = task(TaskState::RUNNING, None, None);
         assert_eq!(
-            task_status(Some(&t), Some(NodeState::READY)),
+            task_status(Some(&t), Some(NodeState::READY), false),
             ContainerStatus::Running
         );
         for gone in [NodeState::DOWN, NodeState::DISCONNECTED, NodeState::UNKNOWN] {
-            assert_eq!(task_status(Some(&t), Some(gone)), ContainerStatus::NodeLost);
+            assert_eq!(
+                task_status(Some(&t), Some(gone), false),
+                ContainerStatus::NodeLost
+            );
         }
         let pending = task(TaskState::PENDING, None, None);
-        assert_eq!(task_status(Some(&pending), None), ContainerStatus::Running);
-        assert_eq!(task_status(None, None), ContainerStatus::Running);
+        assert_eq!(
+            task_status(Some(&pending), None, false),
+            ContainerStatus::Running
+        );
+        assert_eq!(task_status(None, None, false), ContainerStatus::Running);
     }
 
     #[test]
     fn ends_map_to_exit_codes() {
         let done = task(TaskState::COMPLETE, Some(0), None);
         assert_eq!(
-            task_status(Some(&done), Some(NodeState::DOWN)),
+            task_status(Some(&done), Some(NodeState::DOWN), false),
             ContainerStatus::Exited {
                 code: 0,
                 oom_killed: false
@@ -133,7 +149,7 @@ mod tests {
         );
         let failed = task(TaskState::FAILED, Some(3), Some("task: non-zero exit (3)"));
         assert_eq!(
-            task_status(Some(&failed), Some(NodeState::READY)),
+            task_status(Some(&failed), Some(NodeState::READY), false),
             ContainerStatus::Exited {
                 code: 3,
                 oom_killed: false
@@ -141,16 +157,31 @@ mod tests {
         );
         let back = task(
             TaskState::FAILED,
-            None,
+            Some(0),
             Some("No such container: rover-a.1.x"),
         );
         assert_eq!(
-            task_status(Some(&back), Some(NodeState::READY)),
+            task_status(Some(&back), Some(NodeState::READY), false),
             ContainerStatus::NodeLost
         );
+        let shut = task(TaskState::SHUTDOWN, Some(0), None);
+        assert_eq!(
+            task_status(Some(&shut), Some(NodeState::READY), false),
+            ContainerStatus::NodeLost,
+            "shut down by the manager: its node went away"
+        );
+        let killed = ContainerStatus::Exited {
+            code: 137,
+            oom_killed: false,
+        };
+        assert_eq!(
+            task_status(Some(&shut), Some(NodeState::READY), true),
+            killed
+        );
+        assert_eq!(task_status(None, None, true), killed);
         let image = task(TaskState::REJECTED, None, Some("No such image: sha256:abc"));
         assert_eq!(
-            task_status(Some(&image), Some(NodeState::READY)),
+            task_status(Some(&image), Some(NodeState::READY), false),
             ContainerStatus::Exited {
                 code: -1,
                 oom_killed: false

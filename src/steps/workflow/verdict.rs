@@ -226,7 +226,7 @@ mod tests {
         assert!(summary.contains("rover-c disappeared"), "{summary}");
         let (status, summary) = verdict(&end(ContainerStatus::Running, &done, ""));
         assert_eq!(status, TaskStatus::Error);
-        assert!(summary.contains("did not finish"), "{summary}");        // Lost with its swarm node: a failure for the resolver, whatever the log held.
+        assert!(summary.contains("did not finish"), "{summary}"); // Lost with its swarm node: a failure for the resolver, whatever the log held.
         let (status, summary) = verdict(&end(ContainerStatus::NodeLost, &done, ""));
         assert_eq!(status, TaskStatus::Failed);
         assert!(summary.starts_with("node lost: "), "{summary}");

@@ -34,9 +34,20 @@ pub async fn ensure_swarm() {
     );
 }
 
+/// One test on the swarm at a time: a test stops the worker's engine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The test's hold on the swarm (see [`swarm`]).
+pub type SwarmGuard = tokio::sync::MutexGuard<'static, ()>;
+
 /// The swarm backend with the given placement constraints, and the worker's engine, with
-/// `images` loaded onto both nodes from the main engine.
-pub async fn swarm(constraints: &[&str], images: &[&str]) -> (SwarmSandbox, DockerSandbox) {
+/// `images` loaded onto both nodes from the main engine; the guard keeps other swarm tests
+/// out until it drops.
+pub async fn swarm(
+    constraints: &[&str],
+    images: &[&str],
+) -> (SwarmGuard, SwarmSandbox, DockerSandbox) {
+    let guard = ONE_AT_A_TIME.lock().await;
     ensure_swarm().await;
     let local = DockerSandbox::connect(env_allow())
         .await
@@ -59,7 +70,26 @@ pub async fn swarm(constraints: &[&str], images: &[&str]) -> (SwarmSandbox, Dock
             .await
             .expect("load the image onto the worker");
     }
-    (swarm, worker)
+    (guard, swarm, worker)
+}
+
+/// Stops the worker's engine as a crash of its node would (SIGTERM to its dockerd, which stops
+/// its containers), and waits until it has exited; `ensure_swarm` brings it back.
+pub async fn stop_worker_engine() {
+    let pid: i32 = std::fs::read_to_string("/run/rover-swarm/wkr/dockerd.pid")
+        .expect("the worker's pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the worker");
+    for _ in 0..600 {
+        if nix::sys::signal::kill(pid, None).is_err() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the worker's engine did not stop within 60 s");
 }
 
 /// Removes the services a test made (labelled `rover.test=<id>`) from the test swarm.
