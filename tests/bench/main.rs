@@ -18,6 +18,7 @@ mod orchestrator;
 mod prompts;
 mod sandbox;
 mod store;
+mod swarm;
 mod workspace;
 
 fn main() {
@@ -56,6 +57,9 @@ fn main() {
     }
     if wants("workspace") {
         workspace::run();
+    }
+    if wants("swarm") {
+        swarm::run();
     }
 }
 

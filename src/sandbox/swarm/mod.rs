@@ -14,6 +14,7 @@
 
 pub mod images;
 mod service;
+mod settings;
 mod task;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +31,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 pub use service::{service_spec, ServicePlan, LABEL_STOPPED, LABEL_SWARM};
+pub use settings::SwarmSettings;
 pub use task::{task_status, Placement};
 
 use super::docker::{bind_mounts, container_env};
