@@ -284,15 +284,25 @@ pub trait Sandbox: Send + Sync {
 }
 
 /// The backend `settings.backend` names, connected: the local Docker engine (at `DOCKER_HOST`,
-/// or the local socket), or [`SandboxError::BackendUnavailable`] for one this build cannot run.
+/// or the local socket), or a swarm whose manager answers at `ROVER_SWARM_HOST` (default
+/// `DOCKER_HOST`); [`SandboxError::Swarm`] when that engine is no swarm manager.
 pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, SandboxError> {
     match settings.backend {
         SandboxBackend::Local => Ok(Arc::new(
             DockerSandbox::connect(settings.env_allow.clone()).await?,
         )),
-        SandboxBackend::Swarm => Err(SandboxError::BackendUnavailable {
-            backend: SandboxBackend::Swarm.name(),
-        }),
+        SandboxBackend::Swarm => {
+            let local = DockerSandbox::connect(settings.env_allow.clone()).await?;
+            let manager = docker_host(
+                std::env::var(SWARM_HOST_ENV)
+                    .ok()
+                    .filter(|h| !h.trim().is_empty())
+                    .or_else(|| std::env::var(DOCKER_HOST_ENV).ok()),
+            );
+            Ok(Arc::new(
+                SwarmSandbox::connect(local, &manager, settings.swarm.constraints.clone()).await?,
+            ))
+        }
     }
 }
 
@@ -328,25 +338,4 @@ pub fn stderr_path(stdout_path: &Path) -> std::path::PathBuf {
         .unwrap_or_default();
     name.push(".stderr");
     stdout_path.with_file_name(name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_swarm_backend_is_refused_with_what_to_do() {
-        let settings: SandboxSettings =
-            serde_json::from_str(r#"{"backend":"swarm"}"#).expect("valid settings");
-        let Err(err) = connect(&settings).await else {
-            panic!("no swarm backend in this build");
-        };
-        assert!(
-            matches!(err, SandboxError::BackendUnavailable { backend: "swarm" }),
-            "{err:?}"
-        );
-        let text = err.to_string();
-        assert!(text.contains("not available in this build yet"), "{text}");
-        assert!(text.contains("autopilot.sandbox.backend"), "{text}");
-    }
 }

@@ -195,6 +195,8 @@ impl Bench {
             memory_mb: 256,
             cpus,
             egress: Egress::Mode(EgressMode::None),
+            // A swarm task cannot be shipped its workspace yet: these nodes share the disk.
+            workspace: Some(rover::sandbox::WorkspaceMode::Mounted),
             ..SandboxSettings::default()
         };
         SandboxSpec::from_settings(
@@ -242,19 +244,26 @@ impl Bench {
             let id = sandbox.run(&spec).await.expect("a sandbox starts");
             // The local engine has started the container when `run` returns; a swarm has made
             // the service, and its task runs once the worker has started its container.
+            let mut refused = None;
             if let Some(swarm) = swarm {
                 let name = spec.container_name();
-                while !swarm
-                    .placements(&self.project)
-                    .await
-                    .expect("placements")
-                    .iter()
-                    .any(|p| p.service == name && p.task_state == "running")
-                {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                loop {
+                    let placed = swarm.placements(&self.project).await.expect("placements");
+                    let ours = placed.iter().find(|p| p.service == name);
+                    match ours.map(|p| p.task_state.as_str()) {
+                        Some("running") => break,
+                        Some("rejected" | "failed" | "shutdown") => {
+                            refused = ours.and_then(|p| p.message.clone());
+                            break;
+                        }
+                        _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
                 }
             }
-            running.push(ms(t.elapsed()));
+            match refused {
+                None => running.push(ms(t.elapsed())),
+                Some(why) => println!("  ({tag} start {i} did not run: the swarm said \"{why}\")"),
+            }
             sandbox.kill(&id).await.expect("kill");
             let _ = sandbox.wait(&id).await;
             sandbox.remove(&id).await.expect("remove");
@@ -280,8 +289,14 @@ impl Bench {
 
     async fn start_latency(&self) {
         let show = |what: &str, samples: Vec<f64>| {
+            let samples_len = samples.len();
+            if samples.is_empty() {
+                println!("{what:<72} none of {STARTS} starts ran");
+                return;
+            }
             let (p50, p99) = percentiles(samples);
-            println!("{what:<72} p50 {p50:>6.0} ms   p99 {p99:>6.0} ms   ({STARTS} starts)");
+            let n = samples_len;
+            println!("{what:<72} p50 {p50:>6.0} ms   p99 {p99:>6.0} ms   ({n} of {STARTS} starts)");
         };
         let (run_l, done_l) = self.starts(&self.local, "local", None, false).await;
         show("local backend: `run()` to a running container", run_l);

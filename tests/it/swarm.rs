@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use rover::sandbox::{ContainerStatus, Sandbox};
+use rover::sandbox::{ContainerStatus, Sandbox, SandboxError, WorkspaceMode};
 
 use crate::support::docker::{test_image, TestContainers};
 use crate::support::gitrepo::TestRepo;
@@ -33,12 +33,13 @@ async fn a_run_placed_on_the_worker_runs_there_and_its_output_comes_back() {
     let repo = TestRepo::new();
     let dir = repo.data.join("work");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let spec = tc.spec(
+    let mut spec = tc.spec(
         &image,
         &dir,
         "on-worker",
         "echo out-line; echo err-line >&2; hostname; exit 3",
     );
+    spec.workspace = WorkspaceMode::Mounted;
 
     let id = swarm.run(&spec).await.expect("a service is made");
     let log = repo.data.join("run.log");
@@ -128,7 +129,8 @@ async fn a_run_whose_node_goes_down_ends_as_lost_with_its_node() {
     let repo = TestRepo::new();
     let dir = repo.data.join("work");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let spec = tc.spec(&image, &dir, "node-loss", "echo started; sleep 600");
+    let mut spec = tc.spec(&image, &dir, "node-loss", "echo started; sleep 600");
+    spec.workspace = WorkspaceMode::Mounted;
     let id = swarm.run(&spec).await.expect("a service is made");
     until_running(&swarm, &id, &spec.container_name()).await;
 
@@ -163,7 +165,8 @@ async fn a_kill_stops_a_task_on_the_worker_at_once() {
     let repo = TestRepo::new();
     let dir = repo.data.join("work");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let spec = tc.spec(&image, &dir, "kill", "echo started; sleep 600");
+    let mut spec = tc.spec(&image, &dir, "kill", "echo started; sleep 600");
+    spec.workspace = WorkspaceMode::Mounted;
     let id = swarm.run(&spec).await.expect("a service is made");
     until_running(&swarm, &id, &spec.container_name()).await;
     let service_name = spec.container_name();
@@ -210,4 +213,179 @@ async fn a_kill_stops_a_task_on_the_worker_at_once() {
         gone,
         "the worker's container is gone within 10 s of the kill"
     );
+}
+
+/// The (service, node) pairs seen running.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Where each of rover's services ran, watched while a scenario runs (a service is removed
+/// once its run is collected).
+fn watch_nodes(
+    swarm: rover::sandbox::SwarmSandbox,
+    project: String,
+) -> (tokio::task::JoinHandle<()>, Seen) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let out = seen.clone();
+    let handle = tokio::spawn(async move {
+        loop {
+            if let Ok(placed) = swarm.placements(&project).await {
+                let mut seen = seen.lock().unwrap();
+                for p in placed {
+                    if let Some(node) = p.node {
+                        if p.task_state == "running"
+                            && !seen.contains(&(p.service.clone(), node.clone()))
+                        {
+                            seen.push((p.service, node));
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (handle, out)
+}
+
+#[tokio::test]
+async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_proxy_and_opens_a_pr(
+) {
+    use serde_json::json;
+
+    use crate::real_cli::{cli_env, json_flag_answers, real_sandbox_image};
+    use crate::support::fake_anthropic::{FakeAnthropic, Reply};
+    use crate::support::scenario::{chain, merge, Scenario};
+    use crate::support::swarm::MANAGER;
+
+    let image = real_sandbox_image();
+    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let mut s = Scenario::new().await;
+    // The agent's tool writes a file from the worker; its answer names it.
+    let command = "echo written-on-a-swarm-worker > worker.txt && cat /etc/hostname >> worker.txt";
+    let tools = [
+        json!({"name": "Bash", "input": {"command": command, "description": "write it", "timeout": 120_000}}),
+    ];
+    let answer = json!({"status": "completed", "summary": "Wrote worker.txt.", "files_changed": ["worker.txt"]});
+    let workflow = json!({"__input_tokens": 12, "__tools": tools, "answer": answer});
+    let api =
+        FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(Some(workflow)))]).await;
+    let home = s.env.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    s.env_vars.extend(cli_env(&api, &home));
+    s.env_vars.push((
+        "ROVER_CLAUDE_BIN".into(),
+        crate::proof::escape::real_claude().display().to_string(),
+    ));
+    s.env_vars.push(("ROVER_SWARM_HOST".into(), MANAGER.into()));
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {
+            "agent": {"extraEnv": ["CLAUDE_CODE_MAX_RETRIES"]},
+            "sandbox": {"image": image, "memoryMb": 1024, "cpus": 1.0, "timeoutSecs": 300,
+                "envAllow": ["CLAUDE_CODE_MAX_RETRIES", "IS_SANDBOX"],
+                "backend": "swarm", "workspace": "mounted",
+                "swarm": {"constraints": [ON_WORKER]}}}}),
+    );
+    s.github
+        .add_issue(81, "Add a --json flag", "Please add --json.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 81, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    let project = s.env.project_id.clone();
+    let (watcher, seen) = watch_nodes(swarm.clone(), project.clone());
+
+    s.run_until_settled(40).await;
+    watcher.abort();
+    let trace = s.the_trace();
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert_eq!(
+        workflow.status.to_string(),
+        "completed",
+        "{:?}",
+        workflow.meta
+    );
+    assert_eq!(
+        chain(&trace).last().map(String::as_str),
+        Some("notify:completed"),
+        "{:?}",
+        chain(&trace)
+    );
+    // The workflow's container ran on the worker, as a service of the swarm.
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|(_, node)| node == WORKER_NODE),
+        "the run was seen on the worker: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|(_, node)| node == WORKER_NODE),
+        "nothing ran elsewhere: {seen:?}"
+    );
+    // What it wrote is on the pushed branch.
+    let push = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "push")
+        .unwrap();
+    let branch = push.meta["branch"].as_str().unwrap();
+    let file = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:worker.txt")]);
+    assert!(file.starts_with("written-on-a-swarm-worker"), "{file}");
+    // It asked the model through rover's proxy (the relay on the manager, the server beside
+    // rover): the proxy recorded its requests, and the API saw the real key on each, never
+    // the run's token.
+    let wire = &workflow.meta["network"];
+    assert!(wire["requests"].as_u64().unwrap() >= 2, "{wire}");
+    let requests: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/messages")
+        .collect();
+    assert!(
+        requests.iter().any(|r| r.body["system"]
+            .to_string()
+            .contains("Role: rover workflow agent")),
+        "the workflow agent asked the model"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.key.as_deref() == Some("sk-ant-api03-fake-key-for-tests")),
+        "every model request carried rover's key, added by the proxy"
+    );
+    // The run's service, overlay and relay are gone.
+    let left = swarm
+        .list_by_labels(&[("rover.swarm".to_owned(), "1".to_owned())])
+        .await
+        .expect("list");
+    assert!(left.is_empty(), "{left:?}");
+    let runs = swarm.run_networks(&project).await.expect("networks");
+    assert!(runs.is_empty(), "{runs:?}");
+}
+
+#[tokio::test]
+async fn a_shipped_workspace_is_refused_on_the_swarm_with_what_to_do() {
+    let local = crate::support::docker::sandbox().await;
+    let image = test_image(&local).await;
+    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let tc = TestContainers::new();
+    let _services = Services(&tc);
+    let repo = TestRepo::new();
+    let dir = repo.data.join("work");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut spec = tc.spec(&image, &dir, "shipped", "true");
+    spec.workspace = WorkspaceMode::Shipped;
+    let err = swarm.run(&spec).await.expect_err("not on a swarm yet");
+    assert!(
+        matches!(
+            err,
+            SandboxError::Unsupported {
+                backend: "swarm",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("\"mounted\""), "{err}");
+    let left = swarm.list_by_labels(&[tc.label()]).await.expect("list");
+    assert!(left.is_empty(), "nothing was started: {left:?}");
 }

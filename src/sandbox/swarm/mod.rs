@@ -316,12 +316,24 @@ impl SwarmSandbox {
 
 #[async_trait]
 impl Sandbox for SwarmSandbox {
+    fn backend(&self) -> &'static str {
+        "swarm"
+    }
+
     async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
         self.local.ensure_image(image).await
     }
 
     async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
         if Self::for_swarm(spec) {
+            if spec.shipped() {
+                // A task on another node cannot be filled through the engine's archive API
+                // before it starts (only its node's engine could); see docs/scale.md.
+                return Err(SandboxError::Unsupported {
+                    backend: "swarm",
+                    what: "ship a workspace to a node yet; set autopilot.sandbox.workspace to \"mounted\" on a swarm whose nodes see rover's data dir at the same path (docs/scale.md)",
+                });
+            }
             self.start_service(spec).await
         } else {
             self.local.run(spec).await
@@ -358,6 +370,21 @@ impl Sandbox for SwarmSandbox {
             Some(service) => self.service_logs(&service, path, limit).await,
             None => self.local.logs_to_file(id, path, limit).await,
         }
+    }
+
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        into: &Path,
+        limit: u64,
+    ) -> Result<u64, SandboxError> {
+        if self.service(id).await?.is_some() {
+            return Err(SandboxError::Unsupported {
+                backend: "swarm",
+                what: "take a workspace back from a node yet",
+            });
+        }
+        self.local.fetch_workspace(id, into, limit).await
     }
 
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
