@@ -352,6 +352,25 @@ async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_p
             .all(|r| r.key.as_deref() == Some("sk-ant-api03-fake-key-for-tests")),
         "every model request carried rover's key, added by the proxy"
     );
+    // `status` asks the swarm (the project's backend is `swarm`): nothing runs there now.
+    let out = s
+        .env
+        .command(&["autopilot", "status", "--json"])
+        .current_dir(&s.checkout)
+        .env("ROVER_SWARM_HOST", MANAGER)
+        .output()
+        .expect("status");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(status["placements"], json!([]), "{status}");
+    let out = s
+        .env
+        .command(&["autopilot", "status"])
+        .current_dir(&s.checkout)
+        .env("ROVER_SWARM_HOST", MANAGER)
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("nodes    no sandbox on the swarm"), "{text}");
     // The run's service, overlay and relay are gone.
     let left = swarm
         .list_by_labels(&[("rover.swarm".to_owned(), "1".to_owned())])
