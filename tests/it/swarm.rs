@@ -408,3 +408,131 @@ async fn a_shipped_workspace_is_refused_on_the_swarm_with_what_to_do() {
     let left = swarm.list_by_labels(&[tc.label()]).await.expect("list");
     assert!(left.is_empty(), "nothing was started: {left:?}");
 }
+
+#[tokio::test]
+async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_other_node() {
+    use serde_json::json;
+
+    use crate::support::scenario::{
+        chain, merge, one_task_issue, resolve, scenario_image, Scenario, NOTIFY,
+    };
+    use crate::support::swarm::MANAGER;
+
+    let image = scenario_image().await;
+    let (_guard, swarm, _worker) = swarm(&[], &[&image]).await;
+    // Sandboxes go where `rover.sandbox=yes`: the worker only, until it is lost.
+    let label = |node: &str, add: bool| {
+        let mut cmd = std::process::Command::new("docker");
+        cmd.args(["-H", MANAGER, "node", "update"]);
+        if add {
+            cmd.args(["--label-add", "rover.sandbox=yes"]);
+        } else {
+            cmd.args(["--label-rm", "rover.sandbox"]);
+        }
+        let out = cmd.arg(node).output().expect("docker node update");
+        assert!(
+            out.status.success() || !add,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    label(WORKER_NODE, true);
+    label(MANAGER_NODE, false);
+
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.env_vars.push(("ROVER_SWARM_HOST".into(), MANAGER.into()));
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted", "timeoutSecs": 120,
+            "swarm": {"constraints": ["node.labels.rover.sandbox==yes"]}}}}),
+    );
+    one_task_issue(
+        &mut s,
+        7,
+        "Add a flag",
+        "Please add it.",
+        "Add the flag",
+        "flag.txt",
+    );
+    // The resolver retries a run lost with its node (after the rule that pushes a commit).
+    s.rules.push(json!({"prompt_contains": "node lost", "structured": resolve("retry", json!({"retry_step": "workflow"}))}));
+    // Every run of the agent takes 20 s: long enough to lose the first one with its node.
+    for rule in &mut s.rules {
+        if rule["prompt_contains"] == "## Task: Add the flag" {
+            rule["delay_ms"] = json!(20_000);
+        }
+    }
+    s.answer(NOTIFY, json!({"message": "Done."}));
+
+    // Once the run is on the worker, the worker's engine stops, and the manager becomes
+    // the node sandboxes may go to.
+    let project = s.env.project_id.clone();
+    let watcher = {
+        let swarm = swarm.clone();
+        tokio::spawn(async move {
+            for _ in 0..1200 {
+                let placed = swarm.placements(&project).await.unwrap_or_default();
+                if placed
+                    .iter()
+                    .any(|p| p.task_state == "running" && p.node.as_deref() == Some(WORKER_NODE))
+                {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    stop_worker_engine().await;
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            false
+        })
+    };
+    let (nodes, seen) = watch_nodes(swarm.clone(), s.env.project_id.clone());
+    let watcher = async move {
+        let stopped = watcher.await.expect("the watcher");
+        label(MANAGER_NODE, true);
+        stopped
+    };
+    // `--once` as cron runs it, every second, until the trace has ended (at most 4 minutes).
+    let settle = async {
+        for _ in 0..240 {
+            s.run_once().await;
+            if s.settled() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        false
+    };
+    let (stopped, settled) = tokio::join!(watcher, settle);
+    nodes.abort();
+    ensure_swarm().await;
+    label(MANAGER_NODE, false);
+    assert!(stopped, "the run reached the worker");
+
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    for sp in &trace.spans {
+        eprintln!("{} {}: {:?}", sp.step, sp.status, sp.summary);
+    }
+    assert!(settled, "{steps:?}");
+    let workflows: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|sp| sp.step.as_str() == "workflow")
+        .collect();
+    assert_eq!(workflows.len(), 2, "{steps:?}");
+    assert_eq!(workflows[0].status.to_string(), "failed", "{steps:?}");
+    let summary = workflows[0].summary.clone().unwrap_or_default();
+    assert!(summary.starts_with("node lost: "), "{summary}");
+    assert_eq!(workflows[1].status.to_string(), "completed", "{steps:?}");
+    assert_eq!(
+        steps.last().map(String::as_str),
+        Some("notify:completed"),
+        "{steps:?}"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|(_, n)| n == WORKER_NODE) && seen.iter().any(|(_, n)| n == MANAGER_NODE),
+        "the first run on the worker, the retry on the manager: {seen:?}"
+    );
+}
