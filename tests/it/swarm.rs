@@ -373,7 +373,7 @@ async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_p
     assert!(text.contains("nodes    no sandbox on the swarm"), "{text}");
     // The run's service, overlay and relay are gone.
     let left = swarm
-        .list_by_labels(&[("rover.swarm".to_owned(), "1".to_owned())])
+        .list_by_labels(&[("rover.project".to_owned(), project.clone())])
         .await
         .expect("list");
     assert!(left.is_empty(), "{left:?}");
@@ -507,6 +507,14 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
     nodes.abort();
     ensure_swarm().await;
     label(MANAGER_NODE, false);
+    // What the last `--once` left for the next one to collect.
+    for left in swarm
+        .list_by_labels(&[("rover.project".to_owned(), s.env.project_id.clone())])
+        .await
+        .unwrap_or_default()
+    {
+        let _ = swarm.remove(&left.id).await;
+    }
     assert!(stopped, "the run reached the worker");
 
     let trace = s.the_trace();
