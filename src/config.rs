@@ -51,6 +51,66 @@ pub struct AutopilotConfig {
     pub pipeline: PipelineConfig,
     /// Spending limits, the circuit breaker, hourly caps, stuck detection.
     pub budget: BudgetSettings,
+    /// OpenTelemetry export of the traces (docs/observability.md).
+    pub telemetry: TelemetryConfig,
+}
+
+/// `autopilot.telemetry`: `true`, `false`, or an object. Off by default; the standard
+/// `OTEL_EXPORTER_OTLP_*` variables switch it on too and win over what is written here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
+pub struct TelemetryConfig {
+    pub enabled: bool,
+    /// The collector's base URL (as `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub endpoint: Option<String>,
+    /// `http/protobuf` (the default) or `grpc` (as `OTEL_EXPORTER_OTLP_PROTOCOL`).
+    pub protocol: Option<String>,
+    /// `service.name` (as `OTEL_SERVICE_NAME`; default `rover`).
+    pub service_name: Option<String>,
+    /// Export the text of spans too (summaries, reasons, errors), redacted as public comments
+    /// are. Off: only ids, names, times, figures and rover's fixed vocabulary leave.
+    pub content: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TelemetryObject {
+    #[serde(default = "yes")]
+    enabled: bool,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    protocol: Option<String>,
+    #[serde(default)]
+    service_name: Option<String>,
+    #[serde(default)]
+    content: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl TryFrom<serde_json::Value> for TelemetryConfig {
+    type Error = String;
+
+    fn try_from(value: serde_json::Value) -> Result<TelemetryConfig, String> {
+        if let serde_json::Value::Bool(enabled) = value {
+            return Ok(TelemetryConfig {
+                enabled,
+                ..TelemetryConfig::default()
+            });
+        }
+        let o: TelemetryObject =
+            serde_json::from_value(value).map_err(|e| format!("{e} (true, false or an object)"))?;
+        Ok(TelemetryConfig {
+            enabled: o.enabled,
+            endpoint: o.endpoint,
+            protocol: o.protocol,
+            service_name: o.service_name,
+            content: o.content,
+        })
+    }
 }
 
 /// Limits of the pipeline itself.
@@ -196,6 +256,30 @@ mod tests {
         let err = RoverConfig::parse(r#"{"autopilot": {"github": {"poll": {"backLog": 2}}}}"#)
             .unwrap_err();
         assert!(err.contains("backLog"), "{err}");
+    }
+
+    #[test]
+    fn telemetry_is_a_switch_or_an_object_and_misspellings_are_refused() {
+        assert!(
+            !RoverConfig::parse("{}")
+                .unwrap()
+                .autopilot
+                .telemetry
+                .enabled
+        );
+        let on = RoverConfig::parse(r#"{"autopilot": {"telemetry": true}}"#).unwrap();
+        assert!(on.autopilot.telemetry.enabled && !on.autopilot.telemetry.content);
+        let c = RoverConfig::parse(
+            r#"{"autopilot": {"telemetry": {"endpoint": "http://otel:4318", "content": true}}}"#,
+        )
+        .unwrap()
+        .autopilot
+        .telemetry;
+        assert!(c.enabled && c.content);
+        assert_eq!(c.endpoint.as_deref(), Some("http://otel:4318"));
+        let err =
+            RoverConfig::parse(r#"{"autopilot": {"telemetry": {"contents": true}}}"#).unwrap_err();
+        assert!(err.contains("contents"), "{err}");
     }
 
     #[test]

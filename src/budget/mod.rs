@@ -7,6 +7,7 @@
 //! and what a finished span means ([`Budget::after_span`]).
 
 mod ledger;
+mod notify;
 mod policy;
 mod settings;
 mod stuck;
@@ -15,6 +16,7 @@ mod usage;
 use std::path::PathBuf;
 
 pub use ledger::{day_key, BreakerState, Ledger, TraceSpend, Tripped};
+pub use notify::{NotifyHeader, NotifyPurpose};
 pub use policy::{breaker_message, Budget, Limit, SpanVerdict, Standing};
 pub use settings::{
     BreakerSettings, BudgetAction, BudgetSettings, PeriodLimit, RateCaps, TraceLimits,

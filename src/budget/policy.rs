@@ -8,7 +8,8 @@ use uuid::Uuid;
 use super::ledger::{BreakerState, Ledger, Tripped};
 use super::settings::{BudgetAction, BudgetSettings};
 use super::usage::{usd, SpanUsage};
-use crate::store::{Meta, NotifyHeader, Span, SpanStatus, StepKind};
+use super::NotifyHeader;
+use crate::store::{Meta, Span, SpanStatus, StepKind};
 
 /// Which limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -272,8 +273,7 @@ impl Budget {
     ) -> Option<String> {
         let breaker = &self.settings.circuit_breaker;
         let header = NotifyHeader::of(action_meta);
-        let failure = header.is_purpose("failure") && !header.circuit_breaker;
-        if !breaker.notify || !failure {
+        if !breaker.notify || !header.is_failure() {
             return None;
         }
         ledger
@@ -296,10 +296,10 @@ fn trace_end(span: &Span, action_meta: &Meta) -> Option<bool> {
         return None;
     }
     let header = NotifyHeader::of(action_meta);
-    if header.circuit_breaker || header.is_purpose("budget") {
+    if header.is_rovers_own() {
         return None;
     }
-    Some(span.status == SpanStatus::Error || header.is_purpose("failure"))
+    Some(span.status == SpanStatus::Error || header.is_failure())
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let placements = super::placements::placements(ctx, &project_id);
+    let (telemetry, waiting) = super::telemetry::standing(&store)?;
     if json {
         out.json(&json!({
             "daemon": { "running": pid.is_some(), "pid": pid },
@@ -102,6 +103,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
                 Some(Ok(list)) => json!(list),
                 Some(Err(e)) => json!({"error": e}),
             },
+            "telemetry": super::telemetry::to_json(&telemetry, waiting),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -208,6 +210,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
         }
     }
     text.push_str(&super::budget::standing_text(&standing));
+    text.push_str(&super::telemetry::to_text(&telemetry, waiting));
     out.print(&text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -230,7 +230,7 @@ pub fn gc(
         &store,
         &ctx.project_id()?,
         &live,
-        crate::steps::workflow::image_of,
+        crate::steps::history::image_of,
         dry_run,
     );
     if json {

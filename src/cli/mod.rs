@@ -7,8 +7,10 @@ mod intervene;
 mod output;
 mod placements;
 mod proxy;
+mod replay;
 mod start;
 mod submit;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -108,6 +110,30 @@ pub enum AutopilotCommand {
         /// A trace, span or action id, or an unambiguous prefix of one (8+ characters)
         id: String,
         /// Print the trace as JSON (format in docs/cli.md)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run recorded traces again through this build's deciding steps, with the recorded model
+    /// answers and GitHub reads (nothing is sent anywhere), and report where it decides
+    /// otherwise. Exit 0: nothing diverged; 1: a divergence; 3: a trace cannot be replayed
+    Replay {
+        /// A trace id or an unambiguous prefix (8+ characters), from this project's store
+        #[arg(conflicts_with = "dir")]
+        trace: Option<String>,
+        /// Replay every exported trace (*.json) in this folder and print a summary table
+        #[arg(long, value_name = "FOLDER")]
+        dir: Option<PathBuf>,
+        /// Instead of replaying: write the trace (or the --last N most recent) as export files
+        /// into this folder
+        #[arg(long, value_name = "FOLDER", conflicts_with = "dir")]
+        export: Option<PathBuf>,
+        /// With --export: the N most recent traces
+        #[arg(long, value_name = "N", requires = "export")]
+        last: Option<usize>,
+        /// Decide with this config file instead of the project's rover.json
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Print the replay as JSON (format in docs/cli.md)
         #[arg(long)]
         json: bool,
     },
@@ -280,6 +306,25 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
             AutopilotCommand::Submit { text } => submit::submit(&ctx, out, text),
             AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
             AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),
+            AutopilotCommand::Replay {
+                trace,
+                dir,
+                export,
+                last,
+                config,
+                json,
+            } => replay::replay(
+                &ctx,
+                out,
+                &replay::ReplayArgs {
+                    trace,
+                    dir,
+                    export,
+                    last,
+                    config,
+                    json,
+                },
+            ),
             AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),
             AutopilotCommand::Resume => budget::resume(&ctx, out),
             AutopilotCommand::Cancel { id, reason, by } => {

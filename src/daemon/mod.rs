@@ -6,9 +6,14 @@
 //! `--webhook ADDR` also serves GitHub webhook deliveries (see `webhook`).
 
 mod console;
+mod export;
 mod github;
+mod poll_loop;
+mod proxy;
 mod reactions;
+mod reclaim;
 pub mod reconcile;
+mod supervise;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -25,9 +30,9 @@ use crate::orchestrator::StepOrchestrator;
 use crate::project::{Project, ProjectError};
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::secrets::{HeldSecrets, LiveSecrets};
-use crate::steps::event::{backlog_notice, poll_github, resume_poller};
 use crate::steps::{build_steps, Services};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
+use supervise::{Policy, Supervisor};
 
 /// How `start` runs.
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +114,9 @@ fn held_secrets(
     if let Some(secret) = webhook_secret {
         held.add(crate::github::webhook::SECRET_ENV, &secret);
     }
+    for (name, value) in crate::telemetry::settings::header_values() {
+        held.add(name, &value);
+    }
     held.with_env(crate::secrets::MODEL_KEY_ENV)
         .with_env_if_secret(&config.autopilot.sandbox.env_allow)
         .with_env_if_secret(&config.autopilot.agent.extra_env)
@@ -173,7 +181,7 @@ async fn run(
             }
         };
 
-    warn_without_proxy_key(&config);
+    proxy::warn_without_proxy_key(&config);
     if config.autopilot.sandbox.hooks == crate::git::HookMode::Host {
         let text = "autopilot.sandbox.hooks is \"host\": the repository's own git hooks run on this machine with the agent's worktree as their working directory, so a hook that runs a file from the worktree (./scripts/lint, make, npm, node_modules/.bin, a hook manager) runs code the agent wrote; remove the setting to run every hook in a sandbox";
         println!("warning: {text}");
@@ -198,13 +206,17 @@ async fn run(
         repo: project.repo.clone(),
         project_id: project.id.clone(),
         agent,
-        github: github.clone(),
+        // Steps read GitHub through the recording client (kept for `rover autopilot replay`).
+        github: github.clone().map(|g| {
+            crate::github::recorded::RecordingGitHub::wrap(g, Redactor::from_live(secrets.clone()))
+        }),
         sandbox,
         redactor: Redactor::from_live(secrets.clone()),
         github_token: auth,
         git_env: Vec::new(),
         config: config.clone(),
     });
+    let telemetry = export::start(&config, &store, &services).await?;
     let orchestrator = StepOrchestrator::new(
         store.clone(),
         build_steps(&services),
@@ -283,26 +295,33 @@ async fn run(
         }
     }
 
+    // The long-lived tasks, supervised (see `supervise`): a failure or panic is said and the
+    // task restarted, or the daemon stopped with it; never silently gone.
+    let mut supervisor = Supervisor::new(shutdown.clone());
+
     // Resources of ended traces, by `pipeline.retainDays`: now, then every hour.
     {
-        let store = store.clone();
-        let orch = orchestrator.clone();
-        let stop = shutdown.clone();
         let retain_days = config.autopilot.pipeline.retain_days;
-        let once = options.once;
-        let first = reclaim_due(store.clone(), retain_days).await;
-        if first > 0 {
-            orch.wake();
+        let github = services.github.clone();
+        if reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
+            orchestrator.wake();
         }
-        if !once {
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        () = tokio::time::sleep(std::time::Duration::from_secs(3600)) => {}
-                        () = stop.cancelled() => return,
-                    }
-                    if reclaim_due(store.clone(), retain_days).await > 0 {
-                        orch.wake();
+        if !options.once {
+            let (store, orch, stop) = (store.clone(), orchestrator.clone(), shutdown.clone());
+            supervisor.spawn("reclaim loop", Policy::Restart, move || {
+                let (store, orch, stop, github) =
+                    (store.clone(), orch.clone(), stop.clone(), github.clone());
+                async move {
+                    loop {
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                            () = stop.cancelled() => return Ok(()),
+                        }
+                        if reclaim::reclaim_due(store.clone(), retain_days, github.clone()).await
+                            > 0
+                        {
+                            orch.wake();
+                        }
                     }
                 }
             });
@@ -311,126 +330,174 @@ async fn run(
 
     // SIGUSR1 (a new local request) wakes the drain loop.
     {
-        let orch = orchestrator.clone();
-        let wake = wake.clone();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = wake.notified() => orch.wake(),
-                    () = stop.cancelled() => return,
+        let (orch, wake, stop) = (orchestrator.clone(), wake.clone(), shutdown.clone());
+        supervisor.spawn("wake loop", Policy::Restart, move || {
+            let (orch, wake, stop) = (orch.clone(), wake.clone(), stop.clone());
+            async move {
+                loop {
+                    tokio::select! {
+                        () = wake.notified() => orch.wake(),
+                        () = stop.cancelled() => return Ok(()),
+                    }
                 }
             }
         });
     }
 
     // Webhooks: bound now, so a taken address stops the start; served until the shutdown, which
-    // stops accepting and lets requests in flight finish.
-    let webhook_task = match (options.webhook, webhook_secret) {
-        (Some(addr), Some(secret)) => {
-            let state = webhook::WebhookState {
-                store: store.clone(),
-                project_id: project.id.clone(),
-                repo: project.repo.as_ref().map(ToString::to_string),
-                normalize: normalize.clone().unwrap_or_default(),
-                secret: secret.into_bytes(),
-                wake: wake.clone(),
-            };
-            let server = webhook::WebhookServer::bind(addr, state)
-                .await
-                .map_err(|e| {
-                    StartError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
-                })?;
-            let bound = server
-                .local_addr()
-                .map_err(|e| StartError::Refused(format!("cannot listen for webhooks: {e}")))?;
-            println!("webhook listening on {bound}");
-            tracing::info!(addr = %bound, "webhook listening");
-            let stop = shutdown.clone();
-            Some(tokio::spawn(async move {
-                if let Err(e) = server.serve(stop).await {
-                    tracing::error!(
-                        error = &e as &dyn std::error::Error,
-                        "the webhook server failed"
-                    );
-                    println!("error: the webhook server failed: {e}");
-                }
-            }))
-        }
-        _ => None,
-    };
+    // stops accepting and lets requests in flight finish. A server that fails stops the daemon
+    // (a daemon that silently stopped hearing webhooks would miss events until the next poll).
+    if let (Some(addr), Some(secret)) = (options.webhook, webhook_secret) {
+        let state = webhook::WebhookState {
+            store: store.clone(),
+            project_id: project.id.clone(),
+            repo: project.repo.as_ref().map(ToString::to_string),
+            normalize: normalize.clone().unwrap_or_default(),
+            secret: secret.into_bytes(),
+            wake: wake.clone(),
+        };
+        let server = webhook::WebhookServer::bind(addr, state)
+            .await
+            .map_err(|e| {
+                StartError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
+            })?;
+        let bound = server
+            .local_addr()
+            .map_err(|e| StartError::Refused(format!("cannot listen for webhooks: {e}")))?;
+        println!("webhook listening on {bound}");
+        tracing::info!(addr = %bound, "webhook listening");
+        let server = Arc::new(std::sync::Mutex::new(Some(server)));
+        let stop = shutdown.clone();
+        supervisor.spawn("webhook server", Policy::Stop, move || {
+            let (server, stop) = (server.lock().ok().and_then(|mut s| s.take()), stop.clone());
+            async move {
+                let server = server.ok_or("its listener is gone; it cannot be served again")?;
+                server.serve(stop).await.map_err(|e| e.to_string())
+            }
+        });
+    }
 
     // The stop reaction on the posts of running traces (see `reactions`).
     let stop_watch = match (&github, &config.autopilot.github.reactions.stop) {
-        (Some(gh), Some(stop)) => Some(tokio::spawn(
-            reactions::StopWatch {
+        (Some(gh), Some(stop)) => {
+            let (gh, stop, store, orch) = (
+                gh.clone(),
+                stop.clone(),
+                store.clone(),
+                orchestrator.clone(),
+            );
+            let settings = config.autopilot.github.clone();
+            Some(move || reactions::StopWatch {
                 store: store.clone(),
                 github: gh.clone(),
-                trust: crate::github::TrustPolicy::new(&config.autopilot.github.trust),
+                trust: crate::github::TrustPolicy::new(&settings.trust),
                 stop: stop.clone(),
-                every: Duration::from_secs(config.autopilot.github.reactions.poll_secs.max(1)),
-                bot_login: config.autopilot.github.bot_login.clone(),
-                orchestrator: orchestrator.clone(),
-            }
-            .run(shutdown.clone(), options.once),
-        )),
+                every: Duration::from_secs(settings.reactions.poll_secs.max(1)),
+                bot_login: settings.bot_login.clone(),
+                orchestrator: orch.clone(),
+            })
+        }
         _ => None,
     };
-    let poller_task = github.map(|gh| {
-        let store = store.clone();
-        let orch = orchestrator.clone();
-        let token = shutdown.clone();
+    let poll = github.map(|gh| {
+        let (store, orch, token) = (store.clone(), orchestrator.clone(), shutdown.clone());
         let project_id = project.id.clone();
         let settings = config.autopilot.github.poll.clone();
-        let once = options.once;
-        let backlog = options.backlog;
+        let (once, backlog) = (options.once, options.backlog);
         let normalize = normalize.clone().unwrap_or_default();
-        tokio::spawn(async move {
-            poll_loop(
-                store, project_id, gh, settings, normalize, backlog, orch, token, once,
+        move || {
+            poll_loop::poll_loop(
+                store.clone(),
+                project_id.clone(),
+                gh.clone(),
+                settings.clone(),
+                normalize.clone(),
+                backlog,
+                orch.clone(),
+                token.clone(),
+                once,
             )
-            .await
-        })
+        }
     });
 
-    let mut unavailable = None;
+    let (mut unavailable, mut once_failure) = (None, None);
     let result = if options.once {
-        if let Some(task) = poller_task {
-            match task.await {
-                Ok(end) => unavailable = end.unavailable,
+        if let Some(poll) = poll {
+            match tokio::spawn(poll()).await {
+                Ok(end) => {
+                    unavailable = end.unavailable;
+                    once_failure = end.failed.map(|e| format!("the poller failed: {e}"));
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "the poller stopped");
                     unavailable = Some(format!("the poller stopped: {e}"));
                 }
             }
         }
-        if let Some(task) = stop_watch {
-            let _ = task.await;
+        if let Some(watch) = stop_watch {
+            if let Err(e) = tokio::spawn(watch().run(shutdown.clone(), true)).await {
+                tracing::error!(error = %e, "the stop-reaction watch stopped");
+            }
         }
         let r = orchestrator.run_until_idle(shutdown.clone()).await;
         // The tasks that hold the orchestrator (the wake loop) end with the token, so the
         // console sees its channel close at once instead of waiting out its timeout.
         shutdown.cancel();
-        r
+        r.map_err(StartError::from)
     } else {
-        let r = orchestrator.run(shutdown.clone()).await;
-        shutdown.cancel();
-        if let Some(task) = poller_task {
-            let _ = task.await;
+        if let Some(poll) = poll {
+            let stop = shutdown.clone();
+            supervisor.spawn("poller", Policy::Restart, move || {
+                let (run, stop) = (poll(), stop.clone());
+                async move {
+                    let end = run.await;
+                    match end.failed {
+                        Some(e) if !stop.is_cancelled() => Err(e),
+                        _ => Ok(()),
+                    }
+                }
+            });
         }
-        if let Some(task) = webhook_task {
-            let _ = task.await;
+        if let Some(watch) = stop_watch {
+            let stop = shutdown.clone();
+            supervisor.spawn("stop-reaction watch", Policy::Restart, move || {
+                let (watch, stop) = (watch(), stop.clone());
+                async move {
+                    watch.run(stop, false).await;
+                    Ok(())
+                }
+            });
         }
-        if let Some(task) = stop_watch {
-            let _ = task.await;
-        }
-        r
+        let (orch, stop) = (orchestrator.clone(), shutdown.clone());
+        supervisor.spawn("drain", Policy::Stop, move || {
+            let (orch, stop) = (orch.clone(), stop.clone());
+            async move {
+                // Ended by the shutdown: the others end with it. An error stops the daemon
+                // through the supervisor, which says why.
+                let ran = orch.run(stop.clone()).await;
+                if ran.is_ok() {
+                    stop.cancel();
+                }
+                ran.map_err(|e| crate::error::error_chain(&e))
+            }
+        });
+        shutdown.cancelled().await;
+        Ok(())
     };
+    let stopped_by = supervisor.join().await.or(once_failure);
     let internal_errors = orchestrator.internal_errors();
     drop(orchestrator);
-    release_proxy(&services, &store).await;
+    proxy::release_proxy(&services, &store).await;
+    if let Some(t) = telemetry {
+        t.finish().await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
     result?;
+    if let Some(why) = stopped_by {
+        return Err(StartError::Refused(format!(
+            "rover stopped: {why}; what was running is recovered at the next start"
+        )));
+    }
     println!("rover autopilot stopped");
     // For cron: a step that hit an internal error (an error or panic inside it) makes the run
     // fail, so the user hears about it; the trace says what happened.
@@ -447,250 +514,6 @@ async fn run(
         return Ok(ExitCode::from(EX_TEMPFAIL));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A sandboxed agent reaches its model API only through rover's proxy, which adds the key
-/// from rover's environment: without one, every workflow would fail at its first request.
-fn warn_without_proxy_key(config: &RoverConfig) {
-    if config.autopilot.sandbox.egress().is_none() {
-        return;
-    }
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    let missing = match config.autopilot.agent.agent {
-        crate::agents::AgentKind::Claude => (!set("ANTHROPIC_API_KEY")
-            && !set("CLAUDE_CODE_OAUTH_TOKEN"))
-        .then_some("ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN)"),
-        crate::agents::AgentKind::Codex => (!set("CODEX_API_KEY") && !set("OPENAI_API_KEY"))
-            .then_some("OPENAI_API_KEY (or CODEX_API_KEY)"),
-    };
-    if let Some(names) = missing {
-        let text = format!("{names} is not set: sandboxed agents reach the model API only through rover's proxy, which adds that key (a login of the CLI on this machine does not reach the sandbox), so workflows will fail until it is set in rover's environment");
-        println!("warning: {text}");
-        tracing::warn!("{text}");
-    }
-}
-
-/// rover's sandbox proxy outlives the process only while an agent run still needs it (a
-/// `--once` run leaves its workflows running): with none left, it is stopped.
-async fn release_proxy(services: &Services, store: &AutopilotStore) {
-    let Some(sandbox) = &services.sandbox else {
-        return;
-    };
-    match sandbox.run_networks(&services.project_id).await {
-        Ok(runs) if runs.is_empty() => {
-            let dir = crate::steps::workflow::proxy_dir(store);
-            if let Err(e) = sandbox.stop_proxy(&dir).await {
-                tracing::warn!(error = %e, "cannot stop rover's sandbox proxy");
-            }
-        }
-        Ok(runs) => {
-            tracing::info!(
-                runs = runs.len(),
-                "rover's sandbox proxy stays up for the runs still going"
-            );
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether runs still need rover's sandbox proxy");
-        }
-    }
-}
-
-/// Poll GitHub whenever the poller is due (it obeys `X-Poll-Interval` and rate limits), and
-/// reconcile with the list APIs after a restart, after a gap in the feed and every
-/// `reconcileIntervalSecs` (0: never).
-#[allow(clippy::too_many_arguments, reason = "the loop's parts, passed once")]
-async fn poll_loop(
-    store: AutopilotStore,
-    project_id: String,
-    github: Arc<dyn GitHub>,
-    settings: crate::github::PollSettings,
-    normalize: crate::github::NormalizeOptions,
-    backlog: Option<usize>,
-    orchestrator: StepOrchestrator,
-    shutdown: CancellationToken,
-    once: bool,
-) -> PollEnd {
-    let mut poller = match resume_poller(&store, settings) {
-        Ok(p) => match backlog {
-            Some(n) => p.with_backlog(n),
-            None => p,
-        },
-        Err(e) => {
-            tracing::error!(
-                error = &e as &dyn std::error::Error,
-                "cannot read the event cursor; not polling"
-            );
-            println!("error: cannot read the event cursor: {e}; not polling GitHub");
-            return PollEnd::default();
-        }
-    };
-    // A restart sweeps what happened while rover was down; a first start has nothing before it
-    // (the backlog is the poller's), so the sweeps start from now.
-    let restart = poller.cursor().primed;
-    let mut reconciler = reconcile::Reconciler::new(poller.settings(), restart);
-    if reconciler.enabled() && !restart {
-        let store = store.clone();
-        let now = chrono::Utc::now();
-        let init =
-            tokio::task::spawn_blocking(move || reconcile::init_reconcile_watermark(&store, now))
-                .await;
-        if let Ok(Err(e)) = init {
-            tracing::warn!(
-                error = &e as &dyn std::error::Error,
-                "cannot record the reconcile watermark"
-            );
-        }
-    }
-    let mut attempt = 0;
-    loop {
-        match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
-            Ok(report) => {
-                if report.backlog_skipped > 0 {
-                    let notice = backlog_notice(report.backlog_skipped);
-                    tracing::info!(skipped = report.backlog_skipped, "{notice}");
-                    println!("{notice}");
-                }
-                if let Some(gap) = &report.gap {
-                    tracing::warn!(gap = %gap, "a gap in the events feed may exist");
-                    println!("warning: a gap in the events feed may exist: {gap}");
-                    reconciler.on_gap();
-                }
-                if !report.new_traces.is_empty() {
-                    println!("{} new event(s) from GitHub", report.new_traces.len());
-                    orchestrator.wake();
-                }
-            }
-            Err(e) => {
-                tracing::warn!(
-                    error = &e as &dyn std::error::Error,
-                    attempt,
-                    "polling GitHub failed"
-                );
-                println!(
-                    "warning: polling GitHub failed: {}",
-                    crate::error::error_chain(&e)
-                );
-                // A `--once` run retries a blip within itself, a few times with backoff and
-                // never past a rate limit's reset; then it says GitHub is unavailable (75).
-                if once {
-                    match once_retry_delay(&e, attempt) {
-                        Some(delay) => {
-                            attempt += 1;
-                            tokio::select! {
-                                () = shutdown.cancelled() => return PollEnd::default(),
-                                () = tokio::time::sleep(delay) => {}
-                            }
-                            poller.retry_now();
-                            continue;
-                        }
-                        // Still down after the retries: try again later (75).
-                        None if is_transient(&e) => {
-                            return PollEnd {
-                                unavailable: Some(crate::error::error_chain(&e)),
-                            }
-                        }
-                        // Not a blip (credentials, a store error): warned, as in the daemon.
-                        None => {}
-                    }
-                }
-            }
-        }
-        if reconciler
-            .run_if_due(&store, &project_id, github.as_ref(), &normalize)
-            .await
-        {
-            orchestrator.wake();
-        }
-        if once {
-            return PollEnd::default();
-        }
-        let mut wait = poller
-            .next_poll_at()
-            .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
-            .unwrap_or(Duration::from_secs(60))
-            .max(Duration::from_millis(100));
-        if let Some(until) = reconciler.until_next() {
-            wait = wait.min(until.max(Duration::from_millis(100)));
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return PollEnd::default(),
-            () = tokio::time::sleep(wait) => {}
-        }
-    }
-}
-
-/// How the poll loop ended.
-#[derive(Debug, Default)]
-struct PollEnd {
-    /// A `--once` run could not reach GitHub after its retries: the last error.
-    unavailable: Option<String>,
-}
-
-/// Retries of a failed poll within one `--once` run, and the first delay (doubling).
-const ONCE_POLL_RETRIES: u32 = 3;
-const ONCE_FIRST_DELAY: Duration = Duration::from_secs(1);
-
-/// Whether a failed poll is GitHub being unavailable for now (5xx, network, a rate limit).
-fn is_transient(error: &crate::steps::event::IngestError) -> bool {
-    matches!(error, crate::steps::event::IngestError::GitHub(e) if e.is_retryable())
-}
-
-/// The delay before the next try of a `--once` poll that failed with `error` after `attempt`
-/// retries; `None` to stop (not transient, out of retries, or a rate limit resetting later than
-/// the run should wait).
-fn once_retry_delay(error: &crate::steps::event::IngestError, attempt: u32) -> Option<Duration> {
-    let crate::steps::event::IngestError::GitHub(error) = error else {
-        return None;
-    };
-    if !error.is_retryable() || attempt >= ONCE_POLL_RETRIES {
-        return None;
-    }
-    let backoff = ONCE_FIRST_DELAY * 2u32.pow(attempt);
-    match error.retry_at() {
-        Some(at) => {
-            let until = (at - chrono::Utc::now()).to_std().unwrap_or_default();
-            (until <= Duration::from_secs(60)).then(|| until.max(backoff))
-        }
-        None => Some(backoff),
-    }
-}
-
-/// Queue the cleanup of every ended trace past its retention; returns how many were queued.
-async fn reclaim_due(store: AutopilotStore, retain_days: u64) -> usize {
-    let done = tokio::task::spawn_blocking(move || {
-        crate::steps::gc::run(&store, retain_days, "rover (pipeline.retainDays)")
-    })
-    .await;
-    match done {
-        Ok(Ok((plan, queued))) => {
-            for r in &plan.due {
-                println!(
-                    "reclaiming trace {} ({} task(s), ended {}): {}",
-                    crate::trace::short(r.trace_id),
-                    r.tasks.len(),
-                    r.ended_at.format("%Y-%m-%d"),
-                    r.label
-                );
-            }
-            if !queued.is_empty() {
-                tracing::info!(
-                    traces = queued.len(),
-                    retain_days,
-                    "reclaiming ended traces"
-                );
-            }
-            queued.len()
-        }
-        Ok(Err(e)) => {
-            tracing::warn!(
-                error = &e as &dyn std::error::Error,
-                "cannot plan the reclaiming of ended traces"
-            );
-            println!("warning: cannot plan the reclaiming of ended traces: {e}");
-            0
-        }
-        Err(_) => 0,
-    }
 }
 
 /// SIGINT/SIGTERM: the first stops gracefully, a second exits at once. SIGUSR1: drain now.

@@ -32,6 +32,15 @@ pub fn slugify(title: &str) -> String {
     }
 }
 
+/// Whether `name` (from GitHub: a person's head branch) is a branch name git takes as it is:
+/// a valid `refs/heads/<name>`, not an option, nothing a refspec would read as syntax.
+pub fn is_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(['-', '+'])
+        && !name.contains(':')
+        && git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
+}
+
 /// `rover/<short-id>-<slug>` where the short id is the first 12 ASCII alphanumerics of `id`
 /// (lowercased; a trace or task id) and the slug comes from `title`. Always a valid ref name.
 pub fn branch_name(id: &str, title: &str) -> String {
@@ -52,6 +61,27 @@ pub fn branch_name(id: &str, title: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_branch_names_are_taken() {
+        for ok in ["feature/csv", "fix-1", "a.b"] {
+            assert!(is_branch_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-f",
+            "+main",
+            "a:b",
+            "a..b",
+            "a b",
+            "a~1",
+            "x.lock",
+            "a\\b",
+            "refs/../x",
+        ] {
+            assert!(!is_branch_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn slug_is_ascii_lowercase_and_dashed() {

@@ -120,11 +120,13 @@ pub struct PrePushInput {
 }
 
 impl Workspace {
-    /// The arguments and input git would give `pre-push` for pushing `branch` from `worktree`.
+    /// The arguments and input git would give `pre-push` for pushing `branch` from `worktree`
+    /// to the remote's branch `dest`.
     pub async fn pre_push_input(
         &self,
         worktree: &Path,
         branch: &str,
+        dest: &str,
     ) -> Result<PrePushInput, GitError> {
         let wg = self.worktree_git(worktree).await?;
         let target = Target::Worktree {
@@ -150,7 +152,7 @@ impl Workspace {
                 "rev-parse",
                 "--verify",
                 "--quiet",
-                &format!("refs/remotes/{}/{branch}", self.remote()),
+                &format!("refs/remotes/{}/{dest}", self.remote()),
             ],
             self.envs(),
         )
@@ -161,7 +163,7 @@ impl Workspace {
         );
         Ok(PrePushInput {
             args: vec![self.remote().to_owned(), url],
-            stdin: format!("refs/heads/{branch} {local} refs/heads/{branch} {remote_sha}\n"),
+            stdin: format!("refs/heads/{branch} {local} refs/heads/{dest} {remote_sha}\n"),
         })
     }
 

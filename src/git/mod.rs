@@ -26,7 +26,7 @@ mod snapshot;
 mod workspace;
 
 pub use boundary::{WorktreeGit, NO_HOOKS};
-pub use branch::{branch_name, slugify, BRANCH_PREFIX};
+pub use branch::{branch_name, is_branch_name, slugify, BRANCH_PREFIX};
 pub use cleanup::{CleanupReport, Removal, WorktreeInfo};
 pub use command::{bounded_text as bounded_output, CommandFailure, OUTPUT_LIMIT_BYTES};
 pub use commit::{commit_message, CommitOutcome, Staged, ROVER_TRAILER};

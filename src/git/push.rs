@@ -21,8 +21,10 @@ const TOKEN_HELPER: &str =
 /// What `push_branch` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushReport {
-    /// The branch pushed (same name on the remote).
+    /// The local branch pushed.
     pub branch: String,
+    /// The remote's branch it was pushed to (the same name, unless pushed onto another's).
+    pub dest: String,
     /// The remote pushed to.
     pub remote: String,
     /// Whether the first push was rejected as non-fast-forward and the branch was rebased onto
@@ -31,9 +33,10 @@ pub struct PushReport {
 }
 
 impl Workspace {
-    /// Pushes `branch` from `worktree` to the workspace's remote and sets it as upstream.
+    /// Pushes `branch` from `worktree` to the workspace's remote branch `dest` (the same name,
+    /// or a person's branch rover's commits go onto) and sets it as upstream.
     ///
-    /// A non-fast-forward rejection leads to `git pull --rebase` and one more push; a second
+    /// A non-fast-forward rejection leads to `git pull --rebase` (of `dest`) and one more push; a second
     /// rejection or a rebase conflict is an error (the rebase is aborted). Never forced.
     /// `token`, when given, reaches git only through a credential helper reading an env var.
     ///
@@ -47,6 +50,7 @@ impl Workspace {
         &self,
         worktree: &Path,
         branch: &str,
+        dest: &str,
         token: Option<&str>,
         hooks: &HookPlan,
         secrets: &SecretScan,
@@ -54,7 +58,7 @@ impl Workspace {
         let wg = self.verify_worktree(worktree).await?;
         self.check_outgoing(branch, secrets).await?;
         if let HookPlan::Host { dir, .. } = hooks {
-            let input = self.pre_push_input(worktree, branch).await?;
+            let input = self.pre_push_input(worktree, branch, dest).await?;
             self.run_host_hook(worktree, dir, "pre-push", &input.args, &input.stdin)
                 .await?;
         }
@@ -66,7 +70,7 @@ impl Workspace {
         if let Some(token) = token {
             envs.extend(credential_envs(token));
         }
-        let refspec = format!("refs/heads/{branch}:refs/heads/{branch}");
+        let refspec = format!("refs/heads/{branch}:refs/heads/{dest}");
         let push_args = [
             "push",
             "--porcelain",
@@ -79,6 +83,7 @@ impl Workspace {
             Ok(_) => {
                 return Ok(PushReport {
                     branch: branch.to_string(),
+                    dest: dest.to_string(),
                     remote: self.remote().to_string(),
                     rebased: false,
                 })
@@ -96,7 +101,7 @@ impl Workspace {
         );
         let pull = run_git(
             target,
-            &["pull", "--rebase", "--no-autostash", self.remote(), branch],
+            &["pull", "--rebase", "--no-autostash", self.remote(), dest],
             &envs,
         )
         .await;
@@ -116,6 +121,7 @@ impl Workspace {
         run_git(target, &push_args, &envs).await?;
         Ok(PushReport {
             branch: branch.to_string(),
+            dest: dest.to_string(),
             remote: self.remote().to_string(),
             rebased: true,
         })

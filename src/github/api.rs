@@ -93,8 +93,24 @@ pub struct PullRequest {
     pub author: String,
     pub head_branch: String,
     pub head_sha: String,
+    /// The repository the head branch lives in (`owner/name`): this repository's for a branch
+    /// of it, a fork's otherwise; `None` when the fork was deleted.
+    pub head_repo: Option<String>,
+    /// Whether the author lets maintainers push to the head branch ("Allow edits by
+    /// maintainers"; GitHub's `maintainer_can_modify`).
+    pub maintainer_can_modify: bool,
     pub base_branch: String,
     pub html_url: String,
+}
+
+impl PullRequest {
+    /// Whether the head branch is a branch of `repo` (`owner/name`, compared as GitHub does,
+    /// without regard to case), not of a fork.
+    pub fn head_in(&self, repo: &str) -> bool {
+        self.head_repo
+            .as_deref()
+            .is_some_and(|r| r.eq_ignore_ascii_case(repo))
+    }
 }
 
 /// A comment on an issue or PR conversation, or on a commit.

@@ -8,6 +8,7 @@
 //! - `trust`: who may make rover work. `context`: what the coordinator reads.
 //! - `deliver`: posting answers once, with the footer marker. `redact`: what may leave.
 //! - `auth`: the token behind requests and pushes; `app`: a GitHub App's installation tokens.
+//! - `recorded`: the client noting each read a step run makes, for replay.
 //! - `identity`: rover's own login (configured, or learned from the token at start).
 //! - `webhook`: webhook deliveries: the signature check and the events-feed envelope.
 
@@ -23,7 +24,9 @@ pub mod octo;
 pub mod poll;
 pub mod reactions;
 pub mod reconcile;
+pub mod recorded;
 pub mod redact;
+mod response;
 pub mod settings;
 pub mod trust;
 pub mod webhook;
@@ -48,5 +51,7 @@ pub use poll::{
 };
 pub use reactions::{Reaction, ReactionTarget, ReactionsFetch};
 pub use redact::Redactor;
-pub use settings::{GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK};
+pub use settings::{
+    ContributorPrs, GitHubSettings, API_URL_ENV, DEFAULT_API_URL, TOKEN_ENV, TOKEN_ENV_FALLBACK,
+};
 pub use trust::{TrustDecision, TrustPolicy, TrustSettings};

@@ -252,6 +252,8 @@ mod tests {
             author: "alice".into(),
             head_branch: "feat".into(),
             head_sha: "abc".into(),
+            head_repo: Some("o/r".into()),
+            maintainer_can_modify: false,
             base_branch: "main".into(),
             html_url: "h".into(),
         }

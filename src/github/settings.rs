@@ -36,6 +36,8 @@ pub struct GitHubSettings {
     pub reactions: ReactionSettings,
     /// `/rover` commands on the thread.
     pub commands: CommandSettings,
+    /// What rover does with its change when the work is about someone else's pull request.
+    pub contributor_prs: ContributorPrs,
     /// Visibility recorded on GitHub events (public unless configured).
     pub visibility: Visibility,
     /// Human-facing base URL; derived from the API URL when unset.
@@ -56,6 +58,7 @@ impl Default for GitHubSettings {
             installation_id: None,
             reactions: ReactionSettings::default(),
             commands: CommandSettings::default(),
+            contributor_prs: ContributorPrs::default(),
             visibility: Visibility::Public,
             web_url: None,
             request_timeout_secs: 30,
@@ -64,6 +67,21 @@ impl Default for GitHubSettings {
             context: ContextSettings::default(),
         }
     }
+}
+
+/// Where rover's change goes when a trace works on a person's pull request (a review asking
+/// for changes, a comment asking rover to fix something on it). Never a second pull request
+/// into the default branch carrying the person's commits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContributorPrs {
+    /// A pull request from rover's branch whose base is the person's head branch (a branch of
+    /// this repository); the person merges it into theirs.
+    #[default]
+    Propose,
+    /// rover's commits pushed onto the person's head branch (a branch of this repository),
+    /// never forced; the person's pull request then carries them.
+    Push,
 }
 
 /// What reactions rover leaves and heeds (`content` names: `+1 -1 laugh confused heart

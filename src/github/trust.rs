@@ -134,6 +134,8 @@ impl TrustPolicy {
             .filter(|(at, _)| now.saturating_duration_since(*at) < self.ttl)
             .map(|(_, p)| *p);
         let permission = if let Some(p) = cached {
+            // A replay asks again: the cached answer is what this run read.
+            super::recorded::note("permission", login, &Ok::<_, GitHubError>(p));
             p
         } else {
             match github.permission(login).await {

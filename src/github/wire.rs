@@ -87,6 +87,14 @@ struct RawBranch {
     git_ref: String,
     #[serde(default)]
     sha: String,
+    /// `null` for the head of a pull request whose fork was deleted.
+    #[serde(default)]
+    repo: Option<RawRepo>,
+}
+
+#[derive(Deserialize)]
+struct RawRepo {
+    full_name: String,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +118,8 @@ pub(super) struct RawPull {
     base: RawBranch,
     #[serde(default)]
     html_url: String,
+    #[serde(default)]
+    maintainer_can_modify: bool,
 }
 
 impl From<RawPull> for PullRequest {
@@ -123,8 +133,10 @@ impl From<RawPull> for PullRequest {
             merged: r.merged.unwrap_or(r.merged_at.is_some()),
             labels: r.labels.into_iter().map(|l| l.name).collect(),
             author: login(r.user),
+            head_repo: r.head.repo.map(|repo| repo.full_name),
             head_branch: r.head.git_ref,
             head_sha: r.head.sha,
+            maintainer_can_modify: r.maintainer_can_modify,
             base_branch: r.base.git_ref,
             html_url: r.html_url,
         }
@@ -365,6 +377,31 @@ pub(super) fn summarize_ci(sha: String, combined: RawCombined, checks: &RawCheck
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_pull_request_says_where_its_head_lives_and_whether_maintainers_may_push() {
+        // As `GET /repos/{owner}/{repo}/pulls/{n}` answers for a fork's pull request (trimmed).
+        let fork: RawPull = serde_json::from_value(json!({"number": 7, "state": "open",
+            "user": {"login": "bob"}, "maintainer_can_modify": true,
+            "head": {"label": "bob:fix", "ref": "fix", "sha": "abc",
+                     "repo": {"id": 2, "name": "widgets", "full_name": "bob/widgets"}},
+            "base": {"label": "octo-org:main", "ref": "main", "sha": "def",
+                     "repo": {"id": 1, "name": "widgets", "full_name": "octo-org/widgets"}}}))
+        .expect("json");
+        let fork = PullRequest::from(fork);
+        assert_eq!(fork.head_repo.as_deref(), Some("bob/widgets"));
+        assert!(fork.maintainer_can_modify);
+        assert!(!fork.head_in("octo-org/widgets"));
+        assert!(fork.head_in("Bob/Widgets"));
+        // A deleted fork: `repo` is null; the flag is absent from older payloads.
+        let gone: RawPull = serde_json::from_value(json!({"number": 8, "state": "open",
+            "head": {"ref": "fix", "sha": "abc", "repo": null}, "base": {"ref": "main"}}))
+        .expect("json");
+        let gone = PullRequest::from(gone);
+        assert_eq!(gone.head_repo, None);
+        assert!(!gone.maintainer_can_modify);
+        assert!(!gone.head_in("octo-org/widgets"));
+    }
 
     #[test]
     fn ci_summary_folds_statuses_and_checks() {

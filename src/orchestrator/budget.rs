@@ -448,8 +448,11 @@ impl BudgetGate {
             let announced = self.pipeline.has_breaker_note(&run.action.meta);
             tracing::error!(trace = %trace_id, reason = %tripped.reason, "circuit breaker open: no new traces until `rover autopilot resume`");
             self.notice(text.clone());
-            span.meta
-                .insert("circuitBreakerTripped".into(), true.into());
+            RunSpanMeta {
+                circuit_breaker_tripped: true,
+                ..RunSpanMeta::default()
+            }
+            .put_into(&mut span.meta);
             if breaker_notify && !announced {
                 next.extend(self.pipeline.breaker_tripped(&text));
             }

@@ -78,11 +78,21 @@ impl Inner {
             span = %run.span.id,
             action = %action_id,
             attempt = run.pending.attempts,
+            // The OpenTelemetry ids of the same trace and span (docs/observability.md).
+            trace_id = %crate::store::otel::trace_id_hex(run.pending.trace_id),
+            span_id = %crate::store::otel::span_id_hex(run.span.id),
         );
         let mut handle = tokio::spawn(
             async move {
                 tracing::info!("step started");
-                let result = task_step.process(&ctx, &task_run).await;
+                // What the run reads from the world is kept for `rover autopilot replay`.
+                let result = crate::store::replay_record::recording(
+                    &ctx.store,
+                    task_run.span.id,
+                    &task_run.span.step,
+                    task_step.process(&ctx, &task_run),
+                )
+                .await;
                 match &result {
                     Ok(Outcome::Finished(f)) => {
                         tracing::info!(status = %f.status, summary = %f.summary, "step finished");

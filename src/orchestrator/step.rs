@@ -27,6 +27,17 @@ pub struct StepContext {
 }
 
 impl StepContext {
+    /// A context for one run outside an orchestrator (a replay): nothing else in flight, no
+    /// console, never cancelled.
+    pub fn standalone(store: AutopilotStore) -> StepContext {
+        StepContext {
+            store,
+            cancel: CancellationToken::new(),
+            in_flight: Arc::default(),
+            progress: None,
+        }
+    }
+
     /// Tells a person watching the console something about a step still running (a long
     /// build's progress).
     pub fn notice(&self, text: impl Into<String>) {

@@ -139,7 +139,27 @@ pub(crate) async fn ask<T: StepResult + 'static>(
         format!("{}.transcript.jsonl", step.name()),
     )
     .await?;
-    run_structured::<T>(services.agent.as_ref(), request).await
+    let (system, prompt) = (request.system_prompt.clone(), request.prompt.clone());
+    let answer = run_structured::<T>(services.agent.as_ref(), request).await;
+    // Kept for replay: the answer or the failure, and which prompt it was for; the held
+    // secrets masked, as in the transcript (an answer can quote its prompt).
+    if crate::store::replay_record::is_recording() {
+        let redactor = &services.redactor;
+        let recorded = match &answer {
+            Ok(answer) => Ok(serde_json::to_string(&answer.value)
+                .ok()
+                .and_then(|json| serde_json::from_str(&redactor.redact_held(&json)).ok())
+                .unwrap_or_default()),
+            Err(e) => Err(crate::store::replay_record::RecordedError {
+                message: redactor.redact_held(&crate::error::error_chain(e)),
+                not_found: false,
+                retryable: e.is_retryable(),
+                retry_at: None,
+            }),
+        };
+        crate::store::replay_record::note_answer(step.name(), &system, &prompt, recorded);
+    }
+    answer
 }
 
 /// A step error for a failed agent call, with its step, its class and the raw answer when there
@@ -223,6 +243,7 @@ pub(crate) async fn task_mappings(ctx: &StepContext) -> Result<Vec<MappedTask>, 
     let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
         .await
         .map_err(|e| StepError::from_error(&e, true))?;
+    crate::store::replay_record::note_mappings(&state.task_mappings);
     Ok(state
         .task_mappings
         .into_iter()

@@ -6,51 +6,16 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::meta::{self, CleanupMeta, CleanupSpanMeta};
+use super::meta::{self, CleanupMeta, CleanupSpanMeta, Piece, TaskCleanup, WorkflowSpanMeta};
 use super::tasks::{self, Task};
-use super::workflow::WorkflowSpanMeta;
 use super::Services;
-use crate::git::{Removal, Workspace};
+use crate::git::Workspace;
 use crate::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
 use crate::sandbox::LABEL_ACTION;
 use crate::store::blocking;
 use crate::store::{AutopilotStore, StepKind, StepRun, TaskMapping};
-
-/// What happened to one resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "result", content = "detail")]
-pub enum Piece {
-    Removed,
-    AlreadyGone,
-    /// Nothing to do (e.g. no container was ever recorded).
-    NotApplicable,
-    /// Could not be removed: why.
-    Failed(String),
-}
-
-impl From<Removal> for Piece {
-    fn from(r: Removal) -> Piece {
-        match r {
-            Removal::Removed => Piece::Removed,
-            Removal::Absent => Piece::AlreadyGone,
-        }
-    }
-}
-
-/// The cleanup of one task (`meta.tasks` of the span: [`CleanupSpanMeta`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskCleanup {
-    pub workflow_action_id: Option<Uuid>,
-    pub branch: Option<String>,
-    pub containers: Piece,
-    pub worktree: Piece,
-    pub branch_removal: Piece,
-    pub mapping: Piece,
-}
 
 pub struct CleanupStep {
     services: Arc<Services>,

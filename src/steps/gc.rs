@@ -30,6 +30,9 @@ pub struct Reclaim {
     /// When it is due (`ended_at` + retention).
     pub due_at: DateTime<Utc>,
     pub label: String,
+    /// The pull request the trace pushed (for a trace kept for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_number: Option<u64>,
 }
 
 /// What holds resources, grouped by trace: due now, later, and kept for an open pull request.
@@ -44,15 +47,37 @@ pub struct Plan {
     pub live: Vec<Uuid>,
 }
 
-/// Whether the trace pushed a pull request that nothing cleaned up yet.
-fn has_open_pr(view: &TraceView) -> bool {
-    let pushed = view.spans.iter().any(|s| {
-        s.step == StepKind::Push
-            && s.status == SpanStatus::Completed
-            && PushPullRequest::of(s).exists()
-    });
+/// A pull request a trace pushed and nothing cleaned up yet.
+struct OpenPr {
+    /// The last push's number, when recorded.
+    number: Option<u64>,
+}
+
+/// The pull request the trace pushed that nothing cleaned up yet, if any.
+fn open_pr(view: &TraceView) -> Option<OpenPr> {
+    let pushed: Vec<PushPullRequest> = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Push && s.status == SpanStatus::Completed)
+        .map(PushPullRequest::of)
+        .filter(PushPullRequest::exists)
+        .collect();
     let cleaned = view.spans.iter().any(|s| s.step == StepKind::Cleanup);
-    pushed && !cleaned
+    (!pushed.is_empty() && !cleaned).then(|| OpenPr {
+        number: pushed.iter().rev().find_map(|p| p.pr_number),
+    })
+}
+
+/// Traces kept for a pull request that GitHub says is closed (merged or not) are due now: the
+/// close event that would have cleaned them up was missed (rover was down, the feed skipped
+/// it). `closed` holds the numbers of the pull requests found closed.
+pub fn release_closed(plan: &mut Plan, closed: &[u64], now: DateTime<Utc>) {
+    let (gone, kept): (Vec<Reclaim>, Vec<Reclaim>) = std::mem::take(&mut plan.open_prs)
+        .into_iter()
+        .partition(|r| r.pr_number.is_some_and(|n| closed.contains(&n)));
+    plan.open_prs = kept;
+    plan.due
+        .extend(gone.into_iter().map(|r| Reclaim { due_at: now, ..r }));
 }
 
 /// The retention as a duration (at most a century).
@@ -66,7 +91,20 @@ pub fn run(
     retain_days: u64,
     by: &str,
 ) -> Result<(Plan, Vec<Uuid>), StoreError> {
-    let plan = plan(store, retention(retain_days), Utc::now())?;
+    run_releasing(store, retain_days, by, &[])
+}
+
+/// [`run`], with the traces kept for the pull requests numbered in `closed` due now (see
+/// [`release_closed`]).
+pub fn run_releasing(
+    store: &AutopilotStore,
+    retain_days: u64,
+    by: &str,
+    closed: &[u64],
+) -> Result<(Plan, Vec<Uuid>), StoreError> {
+    let now = Utc::now();
+    let mut plan = plan(store, retention(retain_days), now)?;
+    release_closed(&mut plan, closed, now);
     let queued = enqueue(store, &plan.due, by, retain_days)?;
     Ok((plan, queued))
 }
@@ -107,6 +145,7 @@ pub fn plan(
             .filter_map(|s| s.completed)
             .max()
             .unwrap_or(view.index.created_at);
+        let pr = open_pr(&view);
         let reclaim = Reclaim {
             trace_id,
             tasks,
@@ -114,8 +153,9 @@ pub fn plan(
             ended_at,
             due_at: ended_at + retain,
             label: view.index.event.clone(),
+            pr_number: pr.as_ref().and_then(|p| p.number),
         };
-        if has_open_pr(&view) {
+        if pr.is_some() {
             plan.open_prs.push(reclaim);
         } else if reclaim.due_at <= now {
             plan.due.push(reclaim);
@@ -137,13 +177,19 @@ pub fn enqueue(
     let mut queued = Vec::new();
     for reclaim in due {
         let now = Utc::now();
-        let summary = format!(
-            "reclaiming {} task(s) by {by}: the trace ended {} (retainDays {retain_days})",
-            reclaim.tasks.len(),
-            reclaim
-                .ended_at
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-        );
+        let summary = match reclaim.pr_number {
+            Some(n) => format!(
+                "reclaiming {} task(s) by {by}: its pull request #{n} is closed on GitHub",
+                reclaim.tasks.len()
+            ),
+            None => format!(
+                "reclaiming {} task(s) by {by}: the trace ended {} (retainDays {retain_days})",
+                reclaim.tasks.len(),
+                reclaim
+                    .ended_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        };
         let record = InterventionSpanMeta {
             by: by.to_owned(),
             retain_days: Some(retain_days),

@@ -87,6 +87,7 @@ pub fn close_trace(
         error: (command == "fail").then(|| what.clone()),
         pr_url: None,
         breaker_note: None,
+        note: None,
         // A person's decision, not a failure of rover's: the circuit breaker does not count it.
         circuit_breaker: true,
     };

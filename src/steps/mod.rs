@@ -4,11 +4,12 @@
 
 mod agent_call;
 pub mod cleanup;
-pub mod command;
+
 pub mod commit;
 pub mod coordinate;
 pub mod event;
 pub mod gc;
+pub mod history;
 pub mod intervene;
 pub mod meta;
 pub mod noop;

@@ -112,6 +112,14 @@ impl Step for SummarizingNoopStep {
                 None,
             )));
         }
+        if noop.rule {
+            return Ok(Outcome::Finished(finished(
+                run,
+                &chain_summary(&view),
+                SummarySource::SpanSummaries,
+                None,
+            )));
+        }
         let redactor = &self.services.redactor;
         let mut vars = PromptVars::new();
         // The reason quotes the deciding agent (a coordinator's reasoning, a planner's analysis).

@@ -95,6 +95,12 @@ pub fn intent(meta: &NotifyMeta) -> String {
     if let Some(url) = &meta.pr_url {
         let _ = write!(out, "\n- pull request: {url}");
     }
+    if let Some(note) = &meta.note {
+        let _ = write!(
+            out,
+            "\n- rover adds this after your message, word for word (do not repeat it): {note}"
+        );
+    }
     out
 }
 
@@ -239,6 +245,9 @@ impl Step for NotifyStep {
                 ),
             };
         let mut message = with_pr_link(redactor.redact(&draft, visibility), &notify);
+        if let Some(note) = &notify.note {
+            message = format!("{message}\n\n{}", redactor.redact(note, visibility));
+        }
         if let Some(note) = &notify.breaker_note {
             message = format!("{message}\n\nrover paused itself: {note}.");
         }

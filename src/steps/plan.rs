@@ -10,37 +10,14 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, load_trace, render_trace, task_mappings, usage_meta};
-use super::meta::{
-    self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, PlanSpanMeta, PlannedTask, WorkflowMeta,
-    WorkflowType,
-};
+use super::meta::workflow_meta;
+use super::meta::{self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, PlanSpanMeta, PlannedTask};
 use super::Services;
 use crate::agents::{
-    self, check_dependencies, untrusted_block, AgentStep, PlanResult, PromptVars, StepResult,
-    TaskSpec,
+    check_dependencies, untrusted_block, AgentStep, PlanResult, PromptVars, StepResult, TaskSpec,
 };
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::{StepKind, StepRun};
-
-/// The workflow meta of a planned (or coordinated) task.
-pub fn workflow_meta(task: &TaskSpec, depends_on: Vec<Uuid>) -> WorkflowMeta {
-    WorkflowMeta {
-        title: task.title.trim().to_owned(),
-        description: task.description.trim().to_owned(),
-        acceptance_criteria: task.acceptance_criteria.clone(),
-        workflow_type: match task.workflow_type {
-            agents::WorkflowType::Swe => WorkflowType::Swe,
-            agents::WorkflowType::CodeReview => WorkflowType::CodeReview,
-            agents::WorkflowType::BugFinder => WorkflowType::BugFinder,
-            agents::WorkflowType::SecurityAnalyst => WorkflowType::SecurityAnalyst,
-        },
-        depends_on,
-        iterate_on: None,
-        branch: None,
-        instructions: None,
-        merge_from: None,
-    }
-}
 
 /// The workflow actions of a plan: preset ids, `dependsOn` mapped from task ids to action ids,
 /// the existing task and branch (an iteration on a rover PR) on the first task that depends on
@@ -227,6 +204,8 @@ impl Step for PlanStep {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agents;
+    use crate::steps::meta::{WorkflowMeta, WorkflowType};
 
     fn task(id: &str, deps: &[&str]) -> TaskSpec {
         TaskSpec {

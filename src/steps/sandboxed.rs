@@ -66,7 +66,7 @@ pub async fn trace_image(ctx: &StepContext, services: &Services, trace: Uuid) ->
         .iter()
         .rev()
         .filter(|s| s.step == crate::store::StepKind::Workflow)
-        .find_map(super::workflow::image_of)
+        .find_map(super::history::image_of)
         .unwrap_or(configured)
 }
 

@@ -2,6 +2,8 @@
 //! workflow, commit and cleanup steps read and write them, plus the small shared helpers those
 //! three steps need (the repository workspace, turning git errors into step errors).
 
+use std::path::PathBuf;
+
 use uuid::Uuid;
 
 use super::Services;
@@ -134,6 +136,11 @@ pub fn store_error(context: &str, e: &StoreError) -> StepError {
 /// The first characters of an id, for summaries.
 pub fn short(id: Uuid) -> String {
     crate::trace::short(id)
+}
+
+/// The worktree directory a task mapping records, when it still exists.
+pub fn mapping_worktree(mapping: &TaskMapping) -> Option<PathBuf> {
+    mapping.worktree_path.clone().filter(|p| p.is_dir())
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! fsync of the directory) and reads whose errors name the file.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
@@ -186,6 +186,42 @@ pub fn ensure_dir(dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).map_err(StoreError::io("create directory", dir))?;
     if let Some(parent) = dir.parent() {
         sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// The length of `bytes` up to its last newline: what follows is a line a crash cut off.
+pub fn whole_lines(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1)
+}
+
+/// Append `bytes` to a line file at `valid` (its whole lines' length, read under the same lock),
+/// cutting off a torn tail first; the bytes are on disk when this returns (and a new file's
+/// directory entry too). The caller holds the store lock.
+pub fn append_lines(path: &Path, valid: u64, bytes: &[u8]) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(StoreError::io("open", path))?;
+    let len = file.metadata().map_err(StoreError::io("stat", path))?.len();
+    if len != valid {
+        file.set_len(valid)
+            .map_err(StoreError::io("truncate", path))?;
+    }
+    file.seek(SeekFrom::Start(valid))
+        .map_err(StoreError::io("seek", path))?;
+    file.write_all(bytes)
+        .map_err(StoreError::io("append to", path))?;
+    file.sync_data().map_err(StoreError::io("fsync", path))?;
+    if len == 0 {
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
     }
     Ok(())
 }

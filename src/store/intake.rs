@@ -10,8 +10,8 @@
 //! the next append cuts it off. A whole line that does not parse is corruption: an error naming
 //! the file and the line, never skipped or reset; the file is not rotated away while it has one.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::error::{Result, StoreError};
-use super::fsio::{ensure_dir, sync_dir};
+use super::fsio::{append_lines, ensure_dir, sync_dir, whole_lines};
 use super::lock::StoreLock;
 use super::AutopilotStore;
 
@@ -154,7 +154,7 @@ impl AutopilotStore {
             serde_json::to_writer(&mut text, record).expect("intake records serialize");
             text.push(b'\n');
         }
-        append_at(&path, valid as u64, &text)
+        append_lines(&path, valid as u64, &text)
     }
 
     /// The records kept, oldest first (the rotated file, then the live one).
@@ -175,40 +175,6 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(StoreError::io("read", path)(e)),
     }
-}
-
-/// The bytes up to the last newline: what follows is a write a crash cut off.
-fn whole_lines(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |at| at + 1)
-}
-
-/// Write `bytes` at `valid` (cutting off a torn tail first) and sync them.
-fn append_at(path: &Path, valid: u64, bytes: &[u8]) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(StoreError::io("open", path))?;
-    let len = file.metadata().map_err(StoreError::io("stat", path))?.len();
-    if len != valid {
-        file.set_len(valid)
-            .map_err(StoreError::io("truncate", path))?;
-    }
-    file.seek(SeekFrom::Start(valid))
-        .map_err(StoreError::io("seek", path))?;
-    file.write_all(bytes)
-        .map_err(StoreError::io("append to", path))?;
-    file.sync_data().map_err(StoreError::io("fsync", path))?;
-    if len == 0 {
-        if let Some(dir) = path.parent() {
-            sync_dir(dir)?;
-        }
-    }
-    Ok(())
 }
 
 fn parse_lines(path: &Path, text: &str) -> Result<Vec<IntakeRecord>> {

@@ -23,7 +23,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::{Result, StoreError};
-use super::fsio::{quarantine, write_atomic, write_json_atomic};
+use super::fsio::{quarantine, write_atomic};
 use super::records::{PendingAction, State};
 use super::AutopilotStore;
 
@@ -292,7 +292,7 @@ fn frame<T: Serialize>(value: &T) -> Vec<u8> {
 fn load_full(store: &AutopilotStore, locked: bool) -> Result<Outcome> {
     let state_path = store.state_path();
     let state_file = FileId::of(&state_path)?;
-    let mut state = match super::fsio::read_json::<State>(&state_path) {
+    let mut state = match read_state_file(&state_path) {
         Ok(Some(s)) => s,
         Ok(None) => State::new(Utc::now()),
         Err(StoreError::Unreadable { path, reason }) if locked => {
@@ -378,6 +378,21 @@ fn load_full(store: &AutopilotStore, locked: bool) -> Result<Outcome> {
     Ok(Outcome::Loaded(Box::new(Cached { state, pos })))
 }
 
+/// `state.json` (`None` when missing); a file that does not parse is an error naming it.
+fn read_state_file(path: &Path) -> Result<Option<State>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io("read", path)(e)),
+    };
+    super::records_scan::state_from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::Unreadable {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
 fn apply(state: &mut State, record: &Record) {
     for op in &record.ops {
         match op {
@@ -442,13 +457,143 @@ pub fn append(
     Ok(c.pos.journal_valid > MIN_COMPACT_BYTES.max(state_len))
 }
 
+/// What [`append_new`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blind {
+    /// Appended; `true` when the journal has grown enough to be compacted.
+    Appended(bool),
+    /// The files are not as a compaction and appends leave them (no journal, a journal that does
+    /// not continue `state.json`, a `state.json` rover did not write): nothing was written, the
+    /// caller takes the full path, which reads the queue and says what is wrong.
+    Unusual,
+}
+
+/// Durably append `ops` as the next record without reading the queue in `state.json` (under the
+/// store lock, for a cold handle): only the ends of `state.json` (its `version` and its
+/// `journalSeq`) and the journal itself are read. Meant for puts of entries nobody else can have
+/// queued yet (a new trace's first action): a put replaces an entry of the same id.
+///
+/// The sequence rules of [`load`] hold: the record follows the journal's last whole record, a
+/// torn last line is cut off first, and anything else out of the ordinary (no `state.json` or no
+/// journal, a journal header ahead of `state.json`, records out of order, a compaction cut off
+/// between its two writes so that `state.json` is ahead of the journal, a damaged line) is
+/// [`Blind::Unusual`].
+pub fn append_new(store: &AutopilotStore, ops: Vec<Op>, at: DateTime<Utc>) -> Result<Blind> {
+    let state_path = store.state_path();
+    let Some((base, state_len)) = state_ends(&state_path)? else {
+        return Ok(Blind::Unusual);
+    };
+    let path = store.journal_path();
+    let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Blind::Unusual),
+        Err(e) => return Err(StoreError::io("open", &path)(e)),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(StoreError::io("read", &path))?;
+    // A damaged line: the full path names the file and keeps a copy of it.
+    let Ok(lines) = split(&path, &bytes, 0, true) else {
+        return Ok(Blind::Unusual);
+    };
+    let Some(((header, _), records)) = lines.records.split_first() else {
+        return Ok(Blind::Unusual);
+    };
+    let Ok(header) = serde_json::from_slice::<Header>(header) else {
+        return Ok(Blind::Unusual);
+    };
+    if header.after > base {
+        return Ok(Blind::Unusual);
+    }
+    let mut last = header.after;
+    for (line, _) in records {
+        match serde_json::from_slice::<SeqOnly>(line) {
+            Ok(r) if r.seq == last + 1 => last = r.seq,
+            _ => return Ok(Blind::Unusual),
+        }
+    }
+    if last < base {
+        return Ok(Blind::Unusual);
+    }
+    let line = frame(&Record {
+        seq: last + 1,
+        at,
+        ops,
+    });
+    if bytes.len() as u64 != lines.valid {
+        file.set_len(lines.valid)
+            .map_err(StoreError::io("truncate", &path))?;
+    }
+    file.seek(SeekFrom::Start(lines.valid))
+        .map_err(StoreError::io("seek", &path))?;
+    file.write_all(&line)
+        .map_err(StoreError::io("append to", &path))?;
+    file.sync_data().map_err(StoreError::io("fsync", &path))?;
+    super::stats::fsync();
+    super::stats::journal_append();
+    let size = lines.valid + line.len() as u64;
+    Ok(Blind::Appended(size > MIN_COMPACT_BYTES.max(state_len)))
+}
+
+/// A record's sequence number alone (its operations are skipped, not built).
+#[derive(Deserialize)]
+struct SeqOnly {
+    seq: u64,
+}
+
+/// How far the ends of `state.json` are read.
+const ENDS: u64 = 64;
+
+/// `state.json`'s `journalSeq` and length, read from its two ends only, when it is as rover
+/// writes it (pretty-printed, `"version": "1.` first, `"journalSeq": N` last); `None` otherwise
+/// (missing, another writer's layout, no `journalSeq`).
+///
+/// In a JSON document that ends with `\n  "journalSeq": N\n}\n`, the closing brace is the
+/// top-level object's and the line before it its last member: `N` is the value every reader
+/// takes (the last of a repeated key wins, as in [`state_seq`]).
+fn state_ends(path: &Path) -> Result<Option<(u64, u64)>> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io("open", path)(e)),
+    };
+    let len = file.metadata().map_err(StoreError::io("stat", path))?.len();
+    let mut head = [0u8; 18];
+    if len < head.len() as u64 {
+        return Ok(None);
+    }
+    let mut tail = vec![0u8; usize::try_from(len.min(ENDS)).expect("at most ENDS")];
+    file.read_exact(&mut head)
+        .and_then(|()| file.seek(SeekFrom::Start(len - tail.len() as u64)))
+        .and_then(|_| file.read_exact(&mut tail))
+        .map_err(StoreError::io("read", path))?;
+    if !head.starts_with(b"{\n  \"version\": \"1.") {
+        return Ok(None);
+    }
+    Ok(seq_at_end(&tail).map(|seq| (seq, len)))
+}
+
+/// `N` of a tail `...\n  "journalSeq": N\n}\n` (`N` a JSON number that is a `u64`).
+fn seq_at_end(tail: &[u8]) -> Option<u64> {
+    let rest = tail.strip_suffix(b"\n}\n")?;
+    let digits = rest.len() - rest.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    let (before, n) = rest.split_at(digits);
+    before.strip_suffix(b"\n  \"journalSeq\": ")?;
+    if n.is_empty() || (n.len() > 1 && n[0] == b'0') {
+        return None;
+    }
+    std::str::from_utf8(n).ok()?.parse().ok()
+}
+
 /// Write the whole state to `state.json` as the next sequence number, then start the journal
 /// afresh after it (under the store lock). A crash in between leaves records that `state.json`
 /// already includes: replay skips them.
 pub fn compact(store: &AutopilotStore, c: &mut Cached) -> Result<()> {
     let seq = c.pos.seq + 1;
     c.state.extra.insert(SEQ_KEY.into(), seq.into());
-    write_json_atomic(&store.state_path(), &c.state)?;
+    let mut bytes = super::records_ser::state_to_vec_pretty(&mut c.state);
+    bytes.push(b'\n');
+    write_atomic(&store.state_path(), &bytes)?;
     let header = frame(&Header { after: seq });
     let path = store.journal_path();
     write_atomic(&path, &header)?;

@@ -15,8 +15,13 @@ pub mod intake;
 mod journal;
 mod lock;
 pub mod log;
+pub mod otel;
+pub mod outbox;
 pub mod records;
 mod records_de;
+mod records_scan;
+mod records_ser;
+pub mod replay_record;
 pub mod stats;
 mod traces;
 mod traces_log;
@@ -37,8 +42,8 @@ pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     from_meta, to_meta, Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor,
     ErrorMeta, EventHeader, EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta,
-    NotifyHeader, PendingAction, PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span,
-    SpanStatus, State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    PendingAction, PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus,
+    State, StepKind, TaskMapping, TraceEntry, TraceIndex, TracesCache,
 };
 pub use traces::{TraceOutcome, TraceView};
 pub use traces_log::COMPACT_LINES as TRACES_LOG_LINES;
@@ -185,11 +190,27 @@ impl AutopilotStore {
                 }
                 .into());
             }
-            return write_json_atomic(&path, span);
+            write_json_atomic(&path, span)?;
+            // Closed by this write (a rewrite of a closed span was exported already).
+            if span.status.is_final() && !existing.status.is_final() {
+                self.record_closed(span.id);
+            }
+            return Ok(());
         }
         write_json_atomic(&path, span)?;
         self.index_id(ids::IdKind::Span, span.id);
+        if span.status.is_final() {
+            self.record_closed(span.id);
+        }
         Ok(())
+    }
+
+    /// Note a span closed for OpenTelemetry export (see `outbox`): a failure loses only its
+    /// export, and is logged.
+    fn record_closed(&self, id: Uuid) {
+        if let Err(e) = outbox::record_closed(self, id) {
+            tracing::warn!(error = &e as &dyn std::error::Error, %id, "cannot record a closed span for export");
+        }
     }
 
     pub fn read_span(&self, id: Uuid) -> Result<Span> {
@@ -302,7 +323,8 @@ impl AutopilotStore {
     }
 
     /// [`AutopilotStore::create_trace`] with the arrival recorded in the intake log in the same
-    /// locked update (a local request).
+    /// locked update: a local request, whose root id was just made (`Uuid::new_v4`): its first
+    /// action is journaled without reading the queue (see [`Txn::push_new_pending`]).
     pub fn create_recorded_trace(
         &self,
         root: &Span,
@@ -310,7 +332,7 @@ impl AutopilotStore {
         record: IntakeRecord,
     ) -> Result<bool> {
         self.transact(|txn| {
-            let created = self.create_trace_in(txn, root, first, &[])?;
+            let created = self.start_trace_in(txn, root, first, &[], true)?;
             txn.record_intake(record);
             Ok(created)
         })
@@ -355,6 +377,20 @@ impl AutopilotStore {
         first: Option<&Action>,
         event_ids: &[String],
     ) -> Result<bool> {
+        self.start_trace_in(txn, root, first, event_ids, false)
+    }
+
+    /// [`AutopilotStore::create_trace_in`]; `new_id`: the root's id was just made
+    /// (`Uuid::new_v4`, a local request), so a trace without an index cannot have its first
+    /// action queued yet, and a separate process queues it without reading the queue.
+    fn start_trace_in(
+        &self,
+        txn: &mut Txn<'_>,
+        root: &Span,
+        first: Option<&Action>,
+        event_ids: &[String],
+        new_id: bool,
+    ) -> Result<bool> {
         let now = Utc::now();
         for id in event_ids {
             txn.cursor_mut()?.insert(id);
@@ -385,7 +421,11 @@ impl AutopilotStore {
         txn.create_trace_index(&root, event_label(&root))?;
         if let Some(first) = &first {
             txn.add_to_trace(root.id, &[], &[first.id], now)?;
-            txn.push_pending(first.pending(root.id, now))?;
+            if new_id && !existed {
+                txn.push_new_pending(first.pending(root.id, now))?;
+            } else {
+                txn.push_pending(first.pending(root.id, now))?;
+            }
         }
         Ok(!existed)
     }

@@ -38,7 +38,7 @@ impl<'de> Deserialize<'de> for IsoOption {
 }
 
 /// A record version this rover reads (`1.x`).
-struct Version(String);
+pub(super) struct Version(pub(super) String);
 
 impl<'de> Deserialize<'de> for Version {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -205,69 +205,5 @@ impl<'de> Visitor<'de> for PendingVisitor {
             superseded_by: superseded_by.flatten(),
             extra,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn entry() -> Value {
-        json!({
-            "traceId": "11111111-1111-1111-1111-111111111111",
-            "actionId": "22222222-2222-2222-2222-222222222222",
-            "spanId": "33333333-3333-3333-3333-333333333333",
-            "action": "coordinate",
-            "summary": "new event",
-            "createdAt": "2026-11-25T10:00:00.000Z",
-        })
-    }
-
-    #[test]
-    fn unknown_keys_are_kept_and_written_back_unchanged() {
-        let mut v = entry();
-        v["otherImpl"] = json!({"nested": [1, 2]});
-        v["attempts"] = json!(2);
-        v["notBefore"] = json!(null);
-        let p: PendingAction = serde_json::from_value(v.clone()).unwrap();
-        assert_eq!(p.attempts, 2);
-        assert_eq!(p.extra.get("otherImpl"), Some(&json!({"nested": [1, 2]})));
-        let back = serde_json::to_value(&p).unwrap();
-        assert_eq!(back["otherImpl"], v["otherImpl"]);
-        let state = json!({
-            "version": "1.3", "updatedAt": "2026-11-25T10:00:00.000Z",
-            "pending": [v], "taskMappings": {}, "journalSeq": 7, "futureKey": "x",
-        });
-        let s: State = serde_json::from_value(state).unwrap();
-        assert_eq!(s.extra.get("journalSeq"), Some(&json!(7)));
-        assert_eq!(s.extra.get("futureKey"), Some(&json!("x")));
-        assert_eq!(s.pending.len(), 1);
-        assert!(s.closed.is_empty());
-    }
-
-    #[test]
-    fn missing_duplicate_and_bad_fields_are_refused_by_name() {
-        let mut v = entry();
-        v.as_object_mut().unwrap().remove("summary");
-        let e = serde_json::from_value::<PendingAction>(v).unwrap_err();
-        assert!(e.to_string().contains("missing field `summary`"), "{e}");
-        let e = serde_json::from_str::<PendingAction>(
-            r#"{"traceId":"11111111-1111-1111-1111-111111111111","traceId":"11111111-1111-1111-1111-111111111111"}"#,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("duplicate field `traceId`"), "{e}");
-        let mut v = entry();
-        v["createdAt"] = json!("yesterday");
-        let e = serde_json::from_value::<PendingAction>(v).unwrap_err();
-        assert!(e.to_string().contains("bad ISO-8601 time"), "{e}");
-        let e = serde_json::from_value::<State>(json!({
-            "version": "2.0", "updatedAt": "2026-11-25T10:00:00.000Z", "pending": [], "taskMappings": {},
-        }))
-        .unwrap_err();
-        assert!(e.to_string().contains("unsupported record version"), "{e}");
-        let e =
-            serde_json::from_value::<State>(json!({"version": "1.0", "pending": []})).unwrap_err();
-        assert!(e.to_string().contains("missing field `updatedAt`"), "{e}");
     }
 }

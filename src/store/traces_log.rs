@@ -10,12 +10,12 @@
 //! Appends happen under the store lock. A last line without its newline is a write that never
 //! returned: readers leave it out and the next writer cuts it off before appending.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::fs;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::error::{Result, StoreError};
-use super::fsio::sync_dir;
+use super::fsio::{append_lines, sync_dir, whole_lines};
 use super::records::TraceEntry;
 use super::AutopilotStore;
 
@@ -37,10 +37,7 @@ pub(super) fn read(path: &Path) -> Result<Vec<TraceEntry>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(StoreError::io("read", path)(e)),
     };
-    let valid = bytes
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |at| at + 1);
+    let valid = whole_lines(&bytes);
     let mut entries = Vec::new();
     for (n, line) in bytes[..valid].split(|b| *b == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -58,36 +55,12 @@ pub(super) fn read(path: &Path) -> Result<Vec<TraceEntry>> {
 /// Append entries (the caller holds the store lock): a torn last line is cut off first, and the
 /// lines are on disk (`fdatasync`) when this returns.
 pub(super) fn append(path: &Path, valid: u64, entries: &[TraceEntry]) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(StoreError::io("open", path))?;
-    let len = file.metadata().map_err(StoreError::io("stat", path))?.len();
-    let created = len == 0 && valid == 0;
-    if len != valid {
-        // The bytes past the last whole line (read under this same lock) are a torn write.
-        file.set_len(valid)
-            .map_err(StoreError::io("truncate", path))?;
-    }
-    file.seek(SeekFrom::Start(valid))
-        .map_err(StoreError::io("seek", path))?;
     let mut text = Vec::new();
     for entry in entries {
         serde_json::to_writer(&mut text, entry).expect("trace entries serialize");
         text.push(b'\n');
     }
-    file.write_all(&text)
-        .map_err(StoreError::io("write", path))?;
-    file.sync_data().map_err(StoreError::io("sync", path))?;
-    if created {
-        if let Some(dir) = path.parent() {
-            sync_dir(dir)?;
-        }
-    }
-    Ok(())
+    append_lines(path, valid, &text)
 }
 
 /// Remove the log once `traces.json` holds its entries.
@@ -109,10 +82,7 @@ pub(super) fn count(path: &Path) -> Result<(usize, u64)> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
         Err(e) => return Err(StoreError::io("open", path)(e)),
     };
-    let valid = bytes
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(0, |at| at + 1);
+    let valid = whole_lines(&bytes);
     #[allow(clippy::naive_bytecount)] // at most 100 short lines
     let lines = bytes[..valid].iter().filter(|b| **b == b'\n').count();
     Ok((lines, valid as u64))

@@ -34,6 +34,8 @@ pub struct Txn<'a> {
     state: Option<Cached>,
     /// Queue changes to journal, in order; entries changed in place are put at commit.
     ops: Vec<Op>,
+    /// New entries pushed before the state was loaded ([`Txn::push_new_pending`]).
+    fresh: Vec<PendingAction>,
     touched: BTreeSet<Uuid>,
     /// The state changed otherwise: write it whole.
     whole: bool,
@@ -71,6 +73,7 @@ impl<'a> Txn<'a> {
             cached,
             state: None,
             ops: Vec::new(),
+            fresh: Vec::new(),
             touched: BTreeSet::new(),
             whole: false,
             compact: false,
@@ -112,7 +115,15 @@ impl<'a> Txn<'a> {
     fn loaded(&mut self) -> Result<&mut Cached> {
         if self.state.is_none() {
             let cached = self.cached.take();
-            self.state = Some(journal::load(self.store, true, cached)?);
+            let mut c = journal::load(self.store, true, cached)?;
+            // Pushed before the load: queued now, as `push_pending` would have (first in order).
+            for p in std::mem::take(&mut self.fresh) {
+                if c.state.pending_for(p.action_id).is_none() {
+                    c.state.pending.push(p.clone());
+                    self.ops.push(Op::Put(p));
+                }
+            }
+            self.state = Some(c);
         }
         Ok(self.state.as_mut().expect("just loaded"))
     }
@@ -139,6 +150,20 @@ impl<'a> Txn<'a> {
         self.touched.remove(&pending.action_id);
         self.ops.push(Op::Put(pending));
         Ok(true)
+    }
+
+    /// Append an entry nobody else can have queued (the first action of a trace whose id was
+    /// just made): as [`Txn::push_pending`], but a handle that holds no state (a separate
+    /// process: `submit`) appends it to the journal without reading the queue, unless this
+    /// transaction reads the state anyway or the files are out of the ordinary
+    /// (`journal::append_new`).
+    pub fn push_new_pending(&mut self, pending: PendingAction) -> Result<()> {
+        if self.state.is_some() || self.cached.is_some() {
+            self.push_pending(pending)?;
+        } else if !self.fresh.iter().any(|p| p.action_id == pending.action_id) {
+            self.fresh.push(pending);
+        }
+        Ok(())
     }
 
     pub fn remove_pending(&mut self, action_id: Uuid) -> Result<Option<PendingAction>> {
@@ -229,10 +254,13 @@ impl<'a> Txn<'a> {
             }
         }
         traces::record_new(self.store, &self.new_traces)?;
+        let mut ops = self.ops;
         let mut kept = self.state.or(self.cached);
+        if kept.is_none() && !self.fresh.is_empty() {
+            kept = append_fresh(self.store, &self.fresh, &mut ops, now)?;
+        }
         let mut stale = false;
         if let Some(c) = kept.as_mut() {
-            let mut ops = self.ops;
             for id in &self.touched {
                 if let Some(p) = c.state.pending_for(*id) {
                     ops.push(Op::Put(p.clone()));
@@ -270,5 +298,42 @@ impl<'a> Txn<'a> {
             );
         }
         Ok(kept)
+    }
+}
+
+/// Journal the entries of [`Txn::push_new_pending`] without reading the queue; when the
+/// files are out of the ordinary, the state is read and returned with them as `ops`, for the
+/// usual append.
+fn append_fresh(
+    store: &AutopilotStore,
+    fresh: &[PendingAction],
+    ops: &mut Vec<Op>,
+    now: DateTime<Utc>,
+) -> Result<Option<Cached>> {
+    let puts = fresh.iter().cloned().map(Op::Put).collect();
+    match journal::append_new(store, puts, now)? {
+        journal::Blind::Appended(false) => Ok(None),
+        journal::Blind::Appended(true) => {
+            // The record is durable: a fold that fails now is retried by the next one.
+            let folded =
+                journal::load(store, true, None).and_then(|mut c| journal::compact(store, &mut c));
+            if let Err(e) = folded {
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "cannot fold the queue journal into state.json"
+                );
+            }
+            Ok(None)
+        }
+        journal::Blind::Unusual => {
+            let mut c = journal::load(store, true, None)?;
+            for p in fresh {
+                if c.state.pending_for(p.action_id).is_none() {
+                    c.state.pending.push(p.clone());
+                    ops.push(Op::Put(p.clone()));
+                }
+            }
+            Ok(Some(c))
+        }
     }
 }

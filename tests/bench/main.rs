@@ -19,6 +19,7 @@ mod prompts;
 mod sandbox;
 mod store;
 mod swarm;
+mod telemetry;
 mod workspace;
 
 fn main() {
@@ -54,6 +55,9 @@ fn main() {
     }
     if wants("sandbox") {
         sandbox::run();
+    }
+    if wants("telemetry") {
+        telemetry::run();
     }
     if wants("workspace") {
         workspace::run();

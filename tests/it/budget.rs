@@ -315,6 +315,7 @@ async fn the_circuit_breaker_trips_after_n_failed_traces_and_resume_lifts_it() {
         "{message}"
     );
     assert_eq!(notifies[0].meta["circuitBreakerTripped"], json!(true));
+    assert!(rover::store::RunSpanMeta::of(notifies[0]).circuit_breaker_tripped);
     let first = w.p.trace(a);
     let message = first_span(&first, "notify").meta["message"]
         .as_str()

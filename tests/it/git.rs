@@ -389,6 +389,7 @@ async fn push_rebases_and_retries_instead_of_forcing() {
         .push_branch(
             &path,
             branch,
+            branch,
             None,
             &plan(&ws, &path).await,
             &SecretScan::default(),
@@ -415,6 +416,7 @@ async fn push_rebases_and_retries_instead_of_forcing() {
     let second = ws
         .push_branch(
             &path,
+            branch,
             branch,
             Some("ghp_not_a_real_token"),
             &plan(&ws, &path).await,
@@ -451,6 +453,7 @@ async fn push_failure_keeps_the_token_out_of_argv_and_output() {
     let err = ws
         .push_branch(
             &path,
+            "rover/tok",
             "rover/tok",
             Some("ghp_secret_value"),
             &plan(&ws, &path).await,
@@ -494,6 +497,7 @@ async fn a_push_carrying_a_held_secret_sends_nothing() {
     let err = ws
         .push_branch(
             &path,
+            branch,
             branch,
             None,
             &plan(&ws, &path).await,

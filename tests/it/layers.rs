@@ -28,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["agents", "github", "git", "proxy", "sandbox", "environment"],
     ),
     ("orchestrator", &["budget", "trace", "orchestrator"]),
-    ("pipeline", &["config", "steps"]),
+    ("pipeline", &["config", "steps", "telemetry", "replay"]),
     ("top", &["daemon", "cli"]),
 ];
 
@@ -67,59 +67,18 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The modules named by `crate::` paths in `text`, with the line of each mention.
-fn mentions(text: &str) -> Vec<(String, usize)> {
-    let code: String = text
-        .lines()
+/// `text` without its line comments.
+fn code_of(text: &str) -> String {
+    text.lines()
         .map(|l| l.find("//").map_or(l, |at| &l[..at]))
         .collect::<Vec<_>>()
-        .join("\n");
-    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(hit) = code[from..].find("crate::") {
-        let start = from + hit;
-        from = start + "crate::".len();
-        // `$crate::` and `rover_crate::` are other things.
-        if code[..start]
-            .chars()
-            .next_back()
-            .is_some_and(|c| is_ident(c) || c == '$')
-        {
-            continue;
-        }
-        let rest = &code[from..];
-        if let Some(group) = rest.strip_prefix('{') {
-            // `crate::{a::b, c, d::{e, f}}`: the first name of each entry at depth one.
-            let mut depth = 1;
-            let mut entry_start = true;
-            for (i, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    ',' if depth == 1 => entry_start = true,
-                    c if depth == 1 && entry_start && is_ident(c) => {
-                        let name: String =
-                            group[i..].chars().take_while(|c| is_ident(*c)).collect();
-                        found.push((name, line_at(from + 1 + i)));
-                        entry_start = false;
-                    }
-                    _ => {}
-                }
-            }
-        } else {
-            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
-            if !name.is_empty() {
-                found.push((name, line_at(start)));
-            }
-        }
-    }
-    found
+        .join("\n")
+}
+
+/// The modules named by `crate::` paths in `text`, with the line of each mention.
+fn mentions(text: &str) -> Vec<(String, usize)> {
+    // `$crate::` and `rover_crate::` are other things.
+    names_after(&code_of(text), "crate::", |c| is_ident(c) || c == '$')
 }
 
 /// Edges between top-level modules, each with the places (`file:line`) that make it.
@@ -326,4 +285,139 @@ fn the_check_sees_grouped_inline_and_nested_crate_paths_and_skips_comments() {
         ["a", "b", "c"].iter().map(|s| (*s).to_owned()).collect()
     );
     assert_eq!(shortest_loop(&edges, &found[0]), ["a", "b", "c", "a"]);
+}
+
+/// The steps of the pipeline (each one `Step`): none names another. What two steps share lives
+/// in a shared module of `steps` (`meta`, `tasks`, `history`, `agent_call`, ...), which names
+/// no step either; only the assembly (`steps/mod.rs`, `steps/pipeline.rs`) names them all.
+const STEPS: &[&str] = &[
+    "event",
+    "coordinate",
+    "plan",
+    "workflow",
+    "commit",
+    "resolve",
+    "push",
+    "notify",
+    "noop",
+    "cleanup",
+];
+const ASSEMBLY: &[&str] = &["mod.rs", "pipeline.rs"];
+
+/// The names that follow each `prefix` in `code` (a `{...}` group's first names at depth one),
+/// with their lines; a `prefix` right after a character `not_after` accepts is another path.
+fn names_after(code: &str, prefix: &str, not_after: impl Fn(char) -> bool) -> Vec<(String, usize)> {
+    let line_at = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(hit) = code[from..].find(prefix) {
+        let start = from + hit;
+        from = start + prefix.len();
+        if code[..start].chars().next_back().is_some_and(&not_after) {
+            continue;
+        }
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut entry_start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    ',' if depth == 1 => entry_start = true,
+                    c if depth == 1 && entry_start && is_ident(c) => {
+                        let name: String =
+                            group[i..].chars().take_while(|c| is_ident(*c)).collect();
+                        found.push((name, line_at(from + 1 + i)));
+                        entry_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+            if !name.is_empty() {
+                found.push((name, line_at(start)));
+            }
+        }
+    }
+    found
+}
+
+/// The modules of `steps` a file of it names (`crate::steps::x`, and `super::x` or
+/// `super::super::x` where that is `steps`), its test module left out.
+fn steps_named(rel: &Path, text: &str) -> Vec<(String, usize)> {
+    let code = code_of(text);
+    let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+    let depth = rel.components().count();
+    let in_mod_rs = rel.file_name().is_some_and(|f| f == "mod.rs");
+    // From `steps/x.rs` and `steps/x/mod.rs`, `super` is `steps`; from `steps/x/y.rs`,
+    // `super::super` is.
+    let up = match (depth, in_mod_rs) {
+        (1, _) | (2, true) => "super::",
+        (2, false) | (3, true) => "super::super::",
+        _ => "super::super::super::",
+    };
+    let path_char = |c: char| is_ident(c) || c == ':';
+    let mut names = names_after(code, "crate::steps::", path_char);
+    names.extend(names_after(code, up, path_char));
+    names
+}
+
+#[test]
+fn no_step_names_another_step() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let steps_dir = src.join("steps");
+    let mut files = Vec::new();
+    rust_files(&steps_dir, &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&steps_dir).expect("under steps");
+        if rel.components().count() == 1 && ASSEMBLY.iter().any(|a| rel == Path::new(a)) {
+            continue;
+        }
+        let owner = rel
+            .iter()
+            .next()
+            .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_owned())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for (name, line) in steps_named(rel, &text) {
+            if STEPS.contains(&name.as_str()) && name != owner {
+                wrong.push(format!(
+                    "src/steps/{}:{line} names the step `{name}`",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a step names another step (share it through a module of steps instead):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_step_check_sees_each_way_of_naming_a_step() {
+    let text = "use super::meta::X;\nuse super::{tasks, resolve::y};\nlet a = crate::steps::push::z();\n// super::plan in a comment\n#[cfg(test)]\nmod tests { use super::super::notify; }\n";
+    let names: Vec<String> = steps_named(Path::new("commit.rs"), text)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["push", "meta", "tasks", "resolve"]);
+    let nested: Vec<String> = steps_named(
+        Path::new("coordinate/ci.rs"),
+        "use super::gather::G;\nuse super::super::plan::p;\n",
+    )
+    .into_iter()
+    .map(|(n, _)| n)
+    .collect();
+    assert_eq!(nested, ["plan"]);
 }

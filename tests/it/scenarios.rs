@@ -338,9 +338,7 @@ async fn a_new_issue_is_planned_into_two_tasks_pushed_as_one_pr_and_answered() {
         .collect();
     assert_eq!(branches.len(), 2, "{branches:?}");
     s.github.merge_pull(*number);
-    let sha = git(&s.origin, &["rev-parse", head]);
-    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(*number, head, &sha)}));
-    s.run_until_settled(6).await;
+    close_and_settle(&s, *number, head).await;
     assert_workspace_freed(&s, &branches);
 }
 
@@ -363,6 +361,63 @@ fn assert_workspace_freed(s: &Scenario, branches: &[String]) {
         );
     }
     assert!(s.containers().is_empty(), "{:?}", s.containers());
+}
+
+/// Seed the close event of rover's pull request `number` (merged or closed on the fake already)
+/// and run until settled. The start's check of kept pull requests and the close event race to
+/// free the workspace, and either is right: the close event's coordinator decides by rule,
+/// without a model (`cleanup` when it still found the workspace, `noop` when the check freed it
+/// first, in a `gc` span of the pull request's own trace). Returns the close event's trace.
+async fn close_and_settle(s: &Scenario, number: u64, branch: &str) -> TraceView {
+    let sha = git(&s.origin, &["rev-parse", branch]);
+    let calls = prompts(s).len();
+    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, branch, &sha)}));
+    s.run_until_settled(6).await;
+    assert_eq!(
+        prompts(s).len(),
+        calls,
+        "no model is asked about a closed PR"
+    );
+    let traces = s.traces();
+    let closed = traces.last().unwrap().clone();
+    let coordinate = closed
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "coordinate")
+        .expect("a coordinate span");
+    assert_eq!(
+        coordinate.meta["decidedBy"], "rule",
+        "{:?}",
+        coordinate.meta
+    );
+    match coordinate.meta["decision"].as_str() {
+        Some("cleanup") => assert_eq!(
+            chain(&closed),
+            [
+                "event:completed",
+                "coordinate:completed",
+                "cleanup:completed"
+            ]
+        ),
+        Some("noop") => {
+            assert_eq!(
+                chain(&closed),
+                ["event:completed", "coordinate:completed", "noop:completed"]
+            );
+            let released = traces
+                .iter()
+                .find(|t| t.spans.iter().any(|sp| sp.step.as_str() == "gc"))
+                .expect("the start's check freed it: a gc span");
+            assert!(
+                chain(released)
+                    .ends_with(&["gc:completed".to_owned(), "cleanup:completed".to_owned()]),
+                "{:?}",
+                chain(released)
+            );
+        }
+        other => panic!("a closed rover PR is cleaned up or already freed: {other:?}"),
+    }
+    closed
 }
 
 #[tokio::test]
@@ -1002,18 +1057,7 @@ async fn a_merged_rover_pr_is_cleaned_up() {
     let worktrees = s.store().root().join("worktrees");
     assert_eq!(std::fs::read_dir(&worktrees).unwrap().count(), 1);
     s.github.merge_pull(number);
-    let sha = git(&s.origin, &["rev-parse", &branch]);
-    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, &branch, &sha)}));
-    s.run_until_settled(6).await;
-    let cleanup = s.traces().pop().unwrap();
-    assert_eq!(
-        chain(&cleanup),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
+    close_and_settle(&s, number, &branch).await;
     assert!(
         s.store().read_state().unwrap().task_mappings.is_empty(),
         "the task mapping is gone"
@@ -1035,21 +1079,80 @@ async fn a_rover_pr_closed_without_merging_frees_its_workspace() {
     let (number, branch) = rover_pr(&mut s).await;
     assert_eq!(s.store().read_state().unwrap().task_mappings.len(), 1);
     s.github.close_pull(number);
-    let sha = git(&s.origin, &["rev-parse", &branch]);
-    s.github.seed_event("PullRequestEvent", "alice", json!({"action": "closed", "number": number, "pull_request": pr_payload(number, &branch, &sha)}));
-    s.run_until_settled(6).await;
-    let closed = s.traces().pop().unwrap();
-    assert_eq!(
-        chain(&closed),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
+    close_and_settle(&s, number, &branch).await;
     assert_workspace_freed(&s, std::slice::from_ref(&branch));
     // The work stays on GitHub: only the local workspace was freed.
     assert!(!git(&s.origin, &["rev-parse", &branch]).is_empty());
+}
+
+/// A pull request closed while rover was not looking (its close event never seen): the next
+/// start asks GitHub for the state of each pull request a trace is kept for, and frees it.
+#[tokio::test]
+async fn a_rover_pr_closed_unseen_is_released_by_the_next_start() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    // Open on GitHub: kept, whatever the retention.
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"retainDays": 0}}}),
+    );
+    let out = s.run_once().await;
+    assert!(
+        !stdout(&out).contains("reclaiming trace"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(s.store().read_state().unwrap().task_mappings.len(), 1);
+    // Closed without an event rover sees, then released at the next start.
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"retainDays": 30}}}),
+    );
+    s.github.close_pull(number);
+    let out = s.run_once().await;
+    assert!(
+        stdout(&out).contains("reclaiming trace"),
+        "{}",
+        stdout(&out)
+    );
+    let trace = s
+        .traces()
+        .into_iter()
+        .find(|t| t.spans.iter().any(|sp| sp.step.as_str() == "gc"))
+        .expect("a trace with a gc span");
+    let gc = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "gc")
+        .unwrap();
+    assert!(
+        gc.summary
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&format!("pull request #{number} is closed")),
+        "{:?}",
+        gc.summary
+    );
+    assert_workspace_freed(&s, std::slice::from_ref(&branch));
+
+    // Its close event, seen late (the feed lags): already freed, decided by rule, no model.
+    let late = close_and_settle(&s, number, &branch).await;
+    let coordinate = late
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "coordinate")
+        .unwrap();
+    assert_eq!(coordinate.meta["decision"], "noop", "{:?}", coordinate.meta);
+    assert!(
+        coordinate
+            .summary
+            .as_deref()
+            .unwrap_or_default()
+            .contains("holds no workspace for it"),
+        "{:?}",
+        coordinate.summary
+    );
 }
 
 #[tokio::test]
@@ -1290,14 +1393,7 @@ async fn the_repositorys_hooks_never_see_the_github_token() {
 
 /// A clone of `s`'s origin next to the checkout, for commits the checkout has not fetched.
 fn other_clone(s: &Scenario) -> PathBuf {
-    let other = s.env.path().join("other");
-    git(
-        s.env.path(),
-        &["clone", "-q", s.origin.to_str().unwrap(), "other"],
-    );
-    git(&other, &["config", "user.name", "Someone Else"]);
-    git(&other, &["config", "user.email", "else@example.com"]);
-    other
+    s.clone_as("other", "Someone Else", "else@example.com")
 }
 
 fn span_of_step<'v>(trace: &'v TraceView, step: &str) -> &'v rover::store::Span {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::git::Removal;
 use crate::store::Span;
 
 /// `cleanup`: tear down the workspace of a rover task.
@@ -22,7 +23,7 @@ pub struct CleanupMeta {
 #[serde(rename_all = "camelCase")]
 pub struct CleanupSpanMeta {
     #[serde(default)]
-    pub tasks: Vec<crate::steps::cleanup::TaskCleanup>,
+    pub tasks: Vec<TaskCleanup>,
     #[serde(default)]
     pub notes: Vec<String>,
 }
@@ -32,4 +33,37 @@ impl CleanupSpanMeta {
     pub fn of(span: &Span) -> Option<CleanupSpanMeta> {
         crate::store::from_meta(&span.meta).ok()
     }
+}
+
+/// What happened to one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "result", content = "detail")]
+pub enum Piece {
+    Removed,
+    AlreadyGone,
+    /// Nothing to do (e.g. no container was ever recorded).
+    NotApplicable,
+    /// Could not be removed: why.
+    Failed(String),
+}
+
+impl From<Removal> for Piece {
+    fn from(r: Removal) -> Piece {
+        match r {
+            Removal::Removed => Piece::Removed,
+            Removal::Absent => Piece::AlreadyGone,
+        }
+    }
+}
+
+/// The cleanup of one task (`meta.tasks` of the span: [`CleanupSpanMeta`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCleanup {
+    pub workflow_action_id: Option<Uuid>,
+    pub branch: Option<String>,
+    pub containers: Piece,
+    pub worktree: Piece,
+    pub branch_removal: Piece,
+    pub mapping: Piece,
 }

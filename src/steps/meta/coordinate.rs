@@ -1,11 +1,13 @@
 //! `coordinate`: its action (a first look, a scheduled wait, a look at CI) and its span.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::github::NormalizedEvent;
+use crate::orchestrator::NextAction;
 use crate::store::records::present;
-use crate::store::Span;
+use crate::store::{Span, StepKind};
 
 use super::{DecidedBy, DecisionSpanMeta};
 
@@ -114,7 +116,7 @@ pub struct CoordinateSpanMeta {
     pub agent: Option<crate::store::AgentMeta>,
     /// A `/rover` command this run took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<crate::steps::command::CommandRecord>,
+    pub command: Option<CommandRecord>,
 }
 
 impl CoordinateSpanMeta {
@@ -163,4 +165,68 @@ pub fn subject_key(event: &NormalizedEvent) -> Option<String> {
         (None, Some(git_ref)) => Some(git_ref.clone()),
         (None, None) => None,
     }
+}
+
+/// The scheduled look at a pull request's CI (see [`CiWatchMeta`]), `ci_poll_secs` from `now`.
+pub fn ci_watch_action(
+    watch: CiWatchMeta,
+    pipeline: &crate::config::PipelineConfig,
+    now: DateTime<Utc>,
+) -> NextAction {
+    let secs = i64::try_from(pipeline.ci_poll_secs).unwrap_or(i64::MAX);
+    let at = now + chrono::Duration::try_seconds(secs).unwrap_or(chrono::Duration::MAX);
+    NextAction::new(
+        StepKind::Coordinate,
+        format!(
+            "follow the CI of pull request #{} at {} (look {} of at most {})",
+            watch.pr_number,
+            watch.sha.get(..12).unwrap_or(&watch.sha),
+            watch.round,
+            pipeline.ci_max_polls
+        ),
+    )
+    .with_meta(&CoordinateMeta {
+        wait: None,
+        ci: Some(watch),
+        not_before: Some(at),
+    })
+}
+
+/// What became of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CommandOutcome {
+    /// Done as asked.
+    Done,
+    /// Nothing to do (no trace working on the thread, nothing failed to retry).
+    Nothing,
+    /// Not taken: an untrusted author, an unknown command.
+    Refused,
+}
+
+impl CommandOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Done => "done",
+            Self::Nothing => "nothing to do",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// The `coordinate` span's record of a command (`meta.command`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRecord {
+    pub command: String,
+    pub outcome: CommandOutcome,
+    /// What was done, or why not.
+    pub detail: String,
+    /// The trace the command was about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Uuid>,
+    /// Whether an answer was posted on the thread (a refusal past the rate limit is not).
+    pub answered: bool,
+    /// Whether the command was acknowledged with a reaction.
+    pub acknowledged: bool,
 }

@@ -15,6 +15,7 @@ mod push;
 mod resolve;
 mod shared;
 mod workflow;
+mod workflow_span;
 
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ pub use push::*;
 pub use resolve::*;
 pub use shared::*;
 pub use workflow::*;
+pub use workflow_span::*;
 
 use serde::Deserialize;
 

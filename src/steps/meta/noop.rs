@@ -25,6 +25,10 @@ pub struct NoopMeta {
     /// The trace was a `/rover` command: nothing to summarize (its record says what it did).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub command: bool,
+    /// A rule ended the trace (no model decided): its reason says it all, and no model is
+    /// asked to summarize it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rule: bool,
 }
 
 /// The `noop` span's meta: why nothing is done, a one-line summary of what the trace evaluated

@@ -7,44 +7,8 @@ use crate::store::{Meta, Span, StepKind};
 
 use super::MessageSource;
 
-/// Why a notify is sent; decides the message's shape and the channel's form (comment, review).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NotifyPurpose {
-    /// A direct answer or acknowledgement.
-    #[default]
-    Answer,
-    /// A question the pipeline needs answered before it can go on.
-    Clarify,
-    /// Ask a human to look.
-    Flag,
-    /// Work was pushed: the PR and a summary.
-    Pushed,
-    /// Findings of a code review, posted as a PR review.
-    Review,
-    /// The trace could not do its job: why.
-    Failure,
-    /// A budget stopped the trace.
-    Budget,
-    /// CI passed on rover's pull request: it is ready for review.
-    Ready,
-}
-
-impl NotifyPurpose {
-    /// The name as serialized.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotifyPurpose::Answer => "answer",
-            NotifyPurpose::Clarify => "clarify",
-            NotifyPurpose::Flag => "flag",
-            NotifyPurpose::Pushed => "pushed",
-            NotifyPurpose::Review => "review",
-            NotifyPurpose::Failure => "failure",
-            NotifyPurpose::Budget => "budget",
-            NotifyPurpose::Ready => "ready",
-        }
-    }
-}
+/// Why a notify is sent (defined where the budget reads it as a trace's outcome).
+pub use crate::budget::NotifyPurpose;
 
 /// `notify`: answer on the channel the root event came from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,8 +28,12 @@ pub struct NotifyMeta {
     /// after the message, so the trace is answered once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker_note: Option<String>,
+    /// Rover's own words posted after the message as they are (what was done with a person's
+    /// pull request), so no rephrasing can leave them out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Rover's own notify (the breaker's, a person's decision): not a trace outcome for the
-    /// circuit breaker (`circuitBreaker`, read below the steps as `store::NotifyHeader`).
+    /// circuit breaker (`circuitBreaker`, read below the steps as `budget::NotifyHeader`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub circuit_breaker: bool,
 }
@@ -92,6 +60,7 @@ impl NotifyMeta {
             error: Some(error.to_owned()),
             pr_url: None,
             breaker_note: None,
+            note: None,
             circuit_breaker: false,
         }
     }

@@ -96,6 +96,34 @@ pub struct PushSpanMeta {
     pub conflict: Option<PushConflict>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_found: Option<SecretsFound>,
+    /// Where the change went when the trace worked on a person's pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contributor: Option<ContributorDelivery>,
+}
+
+/// What rover did with its change on a person's pull request (`autopilot.github.contributorPrs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContributorDelivery {
+    /// `proposed` (a pull request into their branch), `pushedOnto` (onto their branch) or
+    /// `branchOnly` (their branch is in a fork: rover's branch is here, nothing opened).
+    pub how: ContributorHow,
+    /// The person's pull request.
+    pub pr_number: u64,
+    /// Its head branch (in `headRepo`).
+    pub head_branch: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_repo: Option<String>,
+    /// What the reply on the thread says was done, word for word.
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContributorHow {
+    Proposed,
+    PushedOnto,
+    BranchOnly,
 }
 
 /// The part of a span's meta the resolver reads to find a consolidation conflict.

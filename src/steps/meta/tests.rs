@@ -169,12 +169,12 @@ fn the_budget_reads_the_purpose_and_breaker_mark_the_notify_step_writes() {
     };
     let meta = to_meta(&own);
     assert_eq!(meta["circuitBreaker"], serde_json::json!(true));
-    let header = crate::store::NotifyHeader::of(&meta);
-    assert!(header.is_purpose("failure") && header.circuit_breaker);
+    let header = crate::budget::NotifyHeader::of(&meta);
+    assert!(header.purpose == Some(NotifyPurpose::Failure) && header.circuit_breaker);
     assert_eq!(NotifyMeta::purpose_of(&meta), Some(NotifyPurpose::Failure));
     let plain = to_meta(&NotifyMeta::failure(&StepKind::Push, "x"));
     assert!(!plain.contains_key("circuitBreaker"), "{plain:?}");
-    assert!(!crate::store::NotifyHeader::of(&plain).circuit_breaker);
+    assert!(!crate::budget::NotifyHeader::of(&plain).circuit_breaker);
 }
 
 #[test]
@@ -444,7 +444,6 @@ fn a_written_notify_span_meta_reads_back_equal_and_local_takes_every_shape() {
 
 #[test]
 fn the_cleanup_span_meta_keeps_its_keys() {
-    use crate::steps::cleanup::{Piece, TaskCleanup};
     let read: CleanupSpanMeta = round_trips(&serde_json::json!({
         "tasks": [{
             "workflowActionId": "00000000-0000-0000-0000-000000000001",

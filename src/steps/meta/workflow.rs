@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::agents::{self, TaskSpec};
+
 /// The kinds of workflow agent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -49,4 +51,24 @@ pub enum TaskStatus {
     Completed,
     Failed,
     Error,
+}
+
+/// The workflow meta of a planned (or coordinated) task.
+pub fn workflow_meta(task: &TaskSpec, depends_on: Vec<Uuid>) -> WorkflowMeta {
+    WorkflowMeta {
+        title: task.title.trim().to_owned(),
+        description: task.description.trim().to_owned(),
+        acceptance_criteria: task.acceptance_criteria.clone(),
+        workflow_type: match task.workflow_type {
+            agents::WorkflowType::Swe => WorkflowType::Swe,
+            agents::WorkflowType::CodeReview => WorkflowType::CodeReview,
+            agents::WorkflowType::BugFinder => WorkflowType::BugFinder,
+            agents::WorkflowType::SecurityAnalyst => WorkflowType::SecurityAnalyst,
+        },
+        depends_on,
+        iterate_on: None,
+        branch: None,
+        instructions: None,
+        merge_from: None,
+    }
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::span_meta::{CollectedMeta, GatesMeta};
 use super::{run_limit, verdict, Collected, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::orchestrator::{Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::run_gates;
 use crate::sandbox::{self, ContainerStatus, Sandbox};
+use crate::steps::meta::{CollectedMeta, GatesMeta};
 use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
 use crate::steps::tasks::{self, store_error, Task};
 use crate::store::blocking;
@@ -406,7 +406,7 @@ impl WorkflowStep {
                     self.labels(task.mapping.trace_id, task.action_id),
                 );
                 // The gates run in the image the agent ran in.
-                base.image = super::environment::image_of(span).unwrap_or(base.image);
+                base.image = crate::steps::history::image_of(span).unwrap_or(base.image);
                 match run_gates(sandbox, &base, gates, &artifacts.join("gates")).await {
                     Ok(report) => {
                         if report.failed_required() {

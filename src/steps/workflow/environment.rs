@@ -10,7 +10,6 @@ use crate::git::Workspace;
 use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
 use crate::sandbox::Sandbox;
 use crate::steps::meta::TaskStatus;
-use crate::store::Span;
 
 impl WorkflowStep {
     /// The environment of the run of `action_id` in span `span_id`: `Ok(Err(outcome))` when
@@ -86,23 +85,4 @@ impl WorkflowStep {
                 .then(Self::commit_action(action_id, TaskStatus::Failed, &summary)),
         )
     }
-}
-
-/// The image a launched run used (its gates run in the same one); `None` for a span that does
-/// not say.
-pub fn image_of(span: &Span) -> Option<String> {
-    let meta: WorkflowSpanMeta = crate::store::from_meta(&span.meta).ok()?;
-    meta.environment
-        .map(|e| e.image)
-        .or_else(|| meta.launched.map(|l| l.image))
-        .filter(|image| !image.is_empty())
-}
-
-/// Whether `span` is a workflow span whose environment build failed.
-pub fn environment_failed(span: &Span) -> bool {
-    span.step == crate::store::StepKind::Workflow
-        && crate::store::from_meta::<WorkflowSpanMeta>(&span.meta)
-            .ok()
-            .and_then(|m| m.environment)
-            .is_some_and(|e| e.error.is_some())
 }

@@ -6,15 +6,16 @@ use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
-use super::span_meta::{
-    FetchMeta, FetchResult, LaunchedMeta, MergedInMeta, PullUnderReviewMeta, StartedMeta,
-};
-use super::{dependency_state, Dependency, WorkflowSpanMeta, WorkflowStep};
+use super::{WorkflowSpanMeta, WorkflowStep};
 use crate::agents::{self, AgentStep, PromptVars, WorkflowResult};
 use crate::git::{self, BranchBase};
 use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
 use crate::sandbox::{ContainerStatus, Sandbox, SandboxError, SandboxLabels, SandboxSpec};
+use crate::steps::history::{dependency_state, Dependency};
 use crate::steps::meta::{self, OutcomeSpanMeta, TaskStatus, WorkflowMeta};
+use crate::steps::meta::{
+    FetchMeta, FetchResult, LaunchedMeta, MergedInMeta, PullUnderReviewMeta, StartedMeta,
+};
 use crate::steps::tasks::{self, git_error, store_error, Task};
 use crate::steps::Services;
 use crate::store::blocking;

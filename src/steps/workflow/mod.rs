@@ -4,23 +4,19 @@
 //! over to `commit` (fail forward). One container per action, re-attached after a restart.
 
 mod collect;
-mod deps;
 mod environment;
 mod launch;
 mod network;
 mod orphans;
-mod span_meta;
 mod take_back;
 mod verdict;
 
-pub use deps::{dependency_state, Dependency};
-pub use environment::{environment_failed, image_of};
-pub use network::proxy_dir;
-pub use orphans::{sweep_orphans, OrphanReport};
-pub use span_meta::{
+pub use crate::steps::meta::{
     CollectedMeta, FetchMeta, FetchResult, GatesMeta, LaunchedMeta, MergedInMeta,
     PullUnderReviewMeta, StartedMeta, WorkflowSpanMeta,
 };
+pub use network::proxy_dir;
+pub use orphans::{sweep_orphans, OrphanReport};
 pub use verdict::{verdict, RunEnd};
 
 use std::sync::{Arc, Mutex};
@@ -29,6 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::history::{dependency_state, Dependency};
 use super::meta::{self, CommitMeta, TaskStatus, WorkflowMeta};
 use super::tasks::{short, store_error};
 use super::Services;

@@ -90,6 +90,11 @@ impl TestEnv {
             )
             .env_remove("GITHUB_TOKEN")
             .env_remove("GH_TOKEN")
+            // OpenTelemetry export only where a test asks for it.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+            .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
             .current_dir(if self.path().join("repo").exists() {
                 self.path().join("repo")
             } else {

@@ -83,6 +83,10 @@ pub struct Recorded {
 struct PrInfo {
     head: String,
     head_sha: String,
+    /// The repository of the head branch: this one ([`REPO`]) unless from a fork; `None` for
+    /// a deleted fork.
+    head_repo: Option<String>,
+    maintainer_can_modify: bool,
     base: String,
     merged: bool,
     draft: bool,
@@ -168,6 +172,9 @@ struct FakeState {
     /// When set, rover must come as this GitHub App (see `fake_github_app`).
     app: Option<FakeApp>,
     reactions: Vec<ReactionRec>,
+    /// When set, the repository's git: a pull request is opened only from and into branches
+    /// it has, as GitHub checks.
+    origin: Option<std::path::PathBuf>,
 }
 
 impl FakeState {
@@ -300,6 +307,8 @@ impl FakeGitHub {
                 pr: Some(PrInfo {
                     head: head.into(),
                     head_sha: head_sha.into(),
+                    head_repo: Some(REPO.into()),
+                    maintainer_can_modify: true,
                     base: base.into(),
                     merged: false,
                     draft: false,
@@ -308,6 +317,37 @@ impl FakeGitHub {
                 updated_at: now(),
             },
         );
+    }
+
+    /// Make pull request `number`'s head a branch of the fork `repo` (`None`: a deleted fork).
+    pub fn set_head_repo(&self, number: u64, repo: Option<&str>) {
+        let mut st = self.st();
+        let pr = st
+            .issues
+            .get_mut(&number)
+            .and_then(|i| i.pr.as_mut())
+            .expect("a pull request");
+        pr.head_repo = repo.map(str::to_owned);
+    }
+
+    /// Open pull requests only from and into branches of the bare repository `origin`.
+    pub fn check_branches_in(&self, origin: &std::path::Path) {
+        self.st().origin = Some(origin.to_owned());
+    }
+
+    /// Each pull request: number, head, base.
+    pub fn pull_bases(&self) -> Vec<(u64, String, String)> {
+        let st = self.st();
+        let mut all: Vec<_> = st
+            .issues
+            .values()
+            .filter_map(|i| {
+                i.pr.as_ref()
+                    .map(|p| (i.number, p.head.clone(), p.base.clone()))
+            })
+            .collect();
+        all.sort();
+        all
     }
 
     /// Add a comment (no event); returns its id.
@@ -672,6 +712,15 @@ fn issue_json(i: &IssueRec, comments: usize) -> Value {
 fn pull_json(i: &IssueRec) -> Value {
     let pr = i.pr.clone().expect("pull_json on a pull request");
     let repo = json!({"id": 316_335_970, "name": "widgets", "full_name": REPO});
+    let head_repo = pr.head_repo.as_ref().map_or(
+        Value::Null,
+        |r| json!({"id": 416_335_970, "name": r.rsplit('/').next(), "full_name": r}),
+    );
+    let head_owner = pr
+        .head_repo
+        .as_deref()
+        .and_then(|r| r.split('/').next())
+        .unwrap_or("octo-org");
     json!({
         "url": api(&format!("pulls/{}", i.number)), "id": 558_121_796 + i.number, "node_id": format!("PR_{}", i.number),
         "html_url": web(&format!("pull/{}", i.number)), "number": i.number, "state": i.state, "locked": false,
@@ -679,9 +728,10 @@ fn pull_json(i: &IssueRec) -> Value {
         "labels": i.labels.iter().map(|l| json!({"name": l})).collect::<Vec<_>>(),
         "created_at": i.created_at, "updated_at": i.updated_at, "closed_at": null,
         "merged_at": if pr.merged { json!(now()) } else { Value::Null }, "merged": pr.merged, "draft": pr.draft,
-        "head": {"label": format!("octo-org:{}", pr.head), "ref": pr.head, "sha": pr.head_sha, "user": user("octo-org"), "repo": repo},
+        "head": {"label": format!("{head_owner}:{}", pr.head), "ref": pr.head, "sha": pr.head_sha, "user": user(head_owner), "repo": head_repo},
         "base": {"label": format!("octo-org:{}", pr.base), "ref": pr.base, "sha": "dfbedd9e1470e53f3a0f2e408e4d6808585b6987", "user": user("octo-org"), "repo": repo},
         "author_association": "MEMBER", "mergeable": null, "mergeable_state": "unknown",
+        "maintainer_can_modify": pr.maintainer_can_modify,
     })
 }
 
@@ -1119,6 +1169,23 @@ fn route(
                     .to_owned()
             };
             let (head, base, title) = (s("head"), s("base"), s("title"));
+            // As GitHub: both ends must be branches of the repository.
+            if let Some(origin) = &st.origin {
+                let repo = git2::Repository::open_bare(origin).expect("the origin");
+                for (field, branch) in [("head", &head), ("base", &base)] {
+                    if repo
+                        .find_reference(&format!("refs/heads/{branch}"))
+                        .is_err()
+                    {
+                        return reply(
+                            422,
+                            &json!({"message": "Validation Failed",
+                                "errors": [{"resource": "PullRequest", "field": field, "code": "invalid"}],
+                                "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request", "status": "422"}),
+                        );
+                    }
+                }
+            }
             if st
                 .issues
                 .values()
@@ -1139,6 +1206,8 @@ fn route(
                 pr: Some(PrInfo {
                     head,
                     head_sha: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
+                    head_repo: Some(REPO.into()),
+                    maintainer_can_modify: false,
                     base,
                     merged: false,
                     draft: payload

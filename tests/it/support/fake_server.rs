@@ -24,6 +24,13 @@ impl Drop for Served {
     }
 }
 
+impl Served {
+    /// A server started otherwise, stopped when this is dropped.
+    pub fn from_task(addr: SocketAddr, task: tokio::task::JoinHandle<()>) -> Served {
+        Served { addr, task }
+    }
+}
+
 /// Serves `app` on a free loopback port; `what` names the fake in a panic.
 pub async fn serve(app: Router, what: &'static str) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -35,6 +35,9 @@ pub struct Scenario {
     pub env_vars: Vec<(String, String)>,
     /// Run as a GitHub App: its id and private key file (no `GITHUB_TOKEN`, no `botLogin`).
     pub app: Option<(u64, PathBuf)>,
+    /// Replay the traces at the end (on by default; off only where a test makes its store
+    /// unreplayable on purpose, saying why).
+    pub replay_check: bool,
 }
 
 impl Scenario {
@@ -59,6 +62,7 @@ impl Scenario {
         git(&checkout, &["commit", "-q", "-m", "Initial commit"]);
         git(&checkout, &["push", "-q", "origin", "main"]);
         let github = FakeGitHub::start().await;
+        github.check_branches_in(&origin);
         github.set_poll_interval(1);
         for login in ["alice", "bob"] {
             github.set_permission(login, "write");
@@ -73,6 +77,7 @@ impl Scenario {
             extra_config: json!({}),
             env_vars: Vec::new(),
             app: None,
+            replay_check: true,
         }
     }
 
@@ -202,6 +207,18 @@ impl Scenario {
 
     pub fn store(&self) -> AutopilotStore {
         self.env.store()
+    }
+
+    /// A clone of the origin in `<env>/<dir>`, committing as `name` (someone other than rover).
+    pub fn clone_as(&self, dir: &str, name: &str, email: &str) -> PathBuf {
+        let path = self.env.path().join(dir);
+        git(
+            self.env.path(),
+            &["clone", "-q", self.origin.to_str().unwrap(), dir],
+        );
+        git(&path, &["config", "user.name", name]);
+        git(&path, &["config", "user.email", email]);
+        path
     }
 
     /// Workflows in real containers: the fake agent as `claude` in a locally built image; the
@@ -338,10 +355,15 @@ impl Scenario {
 }
 
 impl Drop for Scenario {
-    /// Containers a test leaves (a run cut off before collecting): remove this test's.
+    /// Containers a test leaves (a run cut off before collecting): remove this test's; then
+    /// replay its traces (`replay_check`).
     fn drop(&mut self) {
         remove_containers(&format!("rover.project={}", self.env.project_id));
         remove_proxy(&self.env.project_id);
+        // Every scenario ends with its traces replayed on this build (docs/observability.md).
+        if self.replay_check && !std::thread::panicking() {
+            super::replay::check_scenario_replays(self);
+        }
     }
 }
 

@@ -22,14 +22,16 @@ use chrono::{TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::agent_call::event_meta;
-use super::meta::{CoordinateSpanMeta, DecidedBy, EventMeta, NoopMeta, PushSpanMeta};
-use super::Services;
 use crate::github::{
     deliver, Channel, EventAction, EventKind, NormalizedEvent, Outgoing, ReactionTarget,
     TrustDecision,
 };
 use crate::orchestrator::{Finished, NextAction, Outcome, StepContext, StepError};
+use crate::steps::agent_call::event_meta;
+use crate::steps::meta::{
+    CommandOutcome, CommandRecord, CoordinateSpanMeta, DecidedBy, EventMeta, NoopMeta, PushSpanMeta,
+};
+use crate::steps::Services;
 use crate::store::{
     blocking, AutopilotStore, IntakeOutcome, IntakeRecord, StepKind, StepRun, StoreError, TraceView,
 };
@@ -121,7 +123,7 @@ pub(super) fn of_meta<'a>(
     meta: &'a EventMeta,
     services: &Services,
 ) -> Option<(&'a NormalizedEvent, ThreadCommand)> {
-    if meta.source != super::meta::EventSource::Github
+    if meta.source != crate::steps::meta::EventSource::Github
         || !services.config.autopilot.github.commands.enabled
     {
         return None;
@@ -147,45 +149,6 @@ pub(super) async fn acknowledge(
             false
         }
     }
-}
-
-/// What became of a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum CommandOutcome {
-    /// Done as asked.
-    Done,
-    /// Nothing to do (no trace working on the thread, nothing failed to retry).
-    Nothing,
-    /// Not taken: an untrusted author, an unknown command.
-    Refused,
-}
-
-impl CommandOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Done => "done",
-            Self::Nothing => "nothing to do",
-            Self::Refused => "refused",
-        }
-    }
-}
-
-/// The `coordinate` span's record of a command (`meta.command`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CommandRecord {
-    pub command: String,
-    pub outcome: CommandOutcome,
-    /// What was done, or why not.
-    pub detail: String,
-    /// The trace the command was about.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<Uuid>,
-    /// Whether an answer was posted on the thread (a refusal past the rate limit is not).
-    pub answered: bool,
-    /// Whether the command was acknowledged with a reaction.
-    pub acknowledged: bool,
 }
 
 /// Where a command's answer goes: the thread it came from (a review's conversation, not a new
@@ -504,7 +467,7 @@ fn act(
                 )));
             };
             let id = view.trace_id();
-            match super::intervene::close_trace(
+            match crate::steps::intervene::close_trace(
                 store,
                 id,
                 "cancel",
@@ -518,13 +481,13 @@ fn act(
                     Some(id),
                     None,
                 ),
-                Err(super::intervene::InterveneError::Refused(why)) => (
+                Err(crate::steps::intervene::InterveneError::Refused(why)) => (
                     CommandOutcome::Nothing,
                     why.clone(),
                     Some(id),
                     Some(format!("@{actor} {why}")),
                 ),
-                Err(super::intervene::InterveneError::Store(e)) => return Err(e),
+                Err(crate::steps::intervene::InterveneError::Store(e)) => return Err(e),
             }
         }
         ThreadCommand::Retry => {
@@ -533,7 +496,7 @@ fn act(
             };
             let id = view.trace_id();
             let reason = format!("{PREFIX} retry on #{number} ({mark})");
-            match super::intervene::retry_trace(store, id, None, actor, Some(&reason)) {
+            match crate::steps::intervene::retry_trace(store, id, None, actor, Some(&reason)) {
                 Ok(retried) => (
                     CommandOutcome::Done,
                     format!("trace {}: {}", crate::trace::short(id), retried.summary),
@@ -544,13 +507,13 @@ fn act(
                         crate::trace::short(id)
                     )),
                 ),
-                Err(super::intervene::InterveneError::Refused(why)) => (
+                Err(crate::steps::intervene::InterveneError::Refused(why)) => (
                     CommandOutcome::Nothing,
                     why.clone(),
                     Some(id),
                     Some(format!("@{actor} {why}")),
                 ),
-                Err(super::intervene::InterveneError::Store(e)) => return Err(e),
+                Err(crate::steps::intervene::InterveneError::Store(e)) => return Err(e),
             }
         }
         ThreadCommand::Status => {

@@ -9,11 +9,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::{OutcomeSpanMeta, TaskStatus};
 use crate::agents::WorkflowResult;
 use crate::git::DiffSummary;
 use crate::sandbox::gates::GatesReport;
 use crate::sandbox::{ContainerStatus, LogStats};
-use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
 use crate::store::{AgentMeta, ErrorMeta, Meta};
 
 /// The workflow span's keys (camelCase on disk). Which ones a run writes depends on how far

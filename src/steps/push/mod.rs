@@ -25,13 +25,17 @@ use super::meta::{
     self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushConflict, PushMeta,
     PushSpanMeta, PushStatus, SecretsFound, WorkflowMeta,
 };
-use super::resolve::mapping_worktree;
+use super::tasks::mapping_worktree;
 use super::Services;
 use crate::git::{BranchBase, GitError, SecretScan, Workspace};
-use crate::github::{compose, EventKind, GitHubError, NewPullRequest, PullRequest};
+use crate::github::{EventKind, GitHubError};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
 use crate::store::{PushPullRequest, StepKind, StepRun, TaskMapping, TraceView};
+
+mod deliver;
+
+use deliver::{find_or_open, Delivery, Opening};
 
 /// The pusher step.
 pub struct PushStep {
@@ -50,35 +54,31 @@ struct Task {
     meta: Option<WorkflowMeta>,
 }
 
+/// Why a push sent nothing and the resolver decides what next.
+enum NotPushed {
+    /// What it would send holds secrets.
+    Secrets(Refused),
+    /// Parallel tasks that touch the same lines: consolidating their branches conflicts.
+    Conflict {
+        conflict: PushConflict,
+        /// The git failure as the span records it.
+        error: StepError,
+    },
+}
+
 /// A consolidation conflict: the push span fails naming the branches and files, and the
 /// resolver gets the decision.
-fn conflict_to_resolver(error: &StepError) -> Finished {
-    let detail = |key: &str| error.details.get(key).cloned().unwrap_or_default();
-    let files: Vec<String> = detail("conflicts")
-        .as_array()
-        .map(|f| {
-            f.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let source = detail("sourceBranch")
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let target = detail("target").as_str().unwrap_or_default().to_owned();
+fn conflict_to_resolver(conflict: PushConflict, error: &StepError) -> Finished {
     let summary = format!(
-        "merge conflict: `{source}` conflicts with `{target}` in {}",
-        files.join(", ")
+        "merge conflict: `{}` conflicts with `{}` in {}",
+        conflict.source_branch,
+        conflict.target,
+        conflict.files.join(", ")
     );
     Finished::failed(summary.clone())
         .with_meta_record(&PushSpanMeta {
             status: Some(PushStatus::Conflict),
-            conflict: Some(PushConflict {
-                source_branch: source,
-                target,
-                files,
-            }),
+            conflict: Some(conflict),
             ..PushSpanMeta::default()
         })
         .with_error(error)
@@ -264,7 +264,7 @@ impl PushStep {
         run: &StepRun,
         ws: &Workspace,
         worktree: &std::path::Path,
-        branch: &str,
+        (branch, dest): (&str, &str),
         location: crate::git::HookLocation,
     ) -> Result<(), StepError> {
         let sandbox = super::sandboxed::sandbox(&self.services)?;
@@ -282,7 +282,7 @@ impl PushStep {
         base.image.clone_from(&image);
         let work_dir = ctx.store.artifacts_dir(run.span.id).join("hooks");
         let input = ws
-            .pre_push_input(worktree, branch)
+            .pre_push_input(worktree, branch, dest)
             .await
             .map_err(|e| git_step_error("prepare the pre-push hook's input", &e))?;
         let hooks = super::sandboxed::hook_container(
@@ -320,15 +320,16 @@ impl PushStep {
         )
     }
 
-    /// Merge the other branches into the first in its worktree, then push it (unless what it
-    /// would send holds secrets: `Err(Refused)` inside).
+    /// Merge the other branches into the first in its worktree, then push it to the remote's
+    /// branch `dest` (unless the branches conflict or what it would send holds secrets:
+    /// `Err(NotPushed)` inside).
     async fn consolidate_and_push(
         &self,
         ctx: &StepContext,
         run: &StepRun,
-        branches: &[String],
+        (branches, dest): (&[String], &str),
         tasks: &[Task],
-    ) -> Result<Result<Pushed, Refused>, StepError> {
+    ) -> Result<Result<Pushed, NotPushed>, StepError> {
         let ws = self
             .workspace()
             .await
@@ -352,21 +353,35 @@ impl PushStep {
         let merged = if rest.is_empty() {
             Vec::new()
         } else {
-            ws.merge_branches(&worktree, rest)
-                .await
-                .map_err(|e| {
-                    git_step_error("consolidate the branches", &e)
+            match ws.merge_branches(&worktree, rest).await {
+                Ok(merge) => merge.merged,
+                Err(e) => {
+                    let error = git_step_error("consolidate the branches", &e)
                         .detail("target", &target)
-                        .detail("branches", branches)
-                })?
-                .merged
+                        .detail("branches", branches);
+                    return match e {
+                        GitError::MergeConflict {
+                            source_branch,
+                            files,
+                        } => Ok(Err(NotPushed::Conflict {
+                            conflict: PushConflict {
+                                source_branch,
+                                target,
+                                files,
+                            },
+                            error,
+                        })),
+                        _ => Err(error),
+                    };
+                }
+            }
         };
         let hooks = ws
             .hook_plan(&worktree, ws.hook_mode())
             .await
             .map_err(|e| git_step_error("tell where the git hooks run", &e))?;
         if let crate::git::HookPlan::Sandbox { location, .. } = &hooks {
-            self.sandbox_pre_push(ctx, run, &ws, &worktree, &target, location.clone())
+            self.sandbox_pre_push(ctx, run, &ws, &worktree, (&target, dest), location.clone())
                 .await?;
         }
         let token = self
@@ -378,6 +393,7 @@ impl PushStep {
             .push_branch(
                 &worktree,
                 &target,
+                dest,
                 token.as_deref(),
                 &hooks,
                 &self.secret_scan(),
@@ -388,15 +404,18 @@ impl PushStep {
             Err(e) => {
                 let error = git_step_error("push the branch", &e)
                     .detail("branch", &target)
+                    .detail("dest", dest)
                     .detail("merged", &merged);
                 return match e {
-                    GitError::SecretsInPush { findings, more, .. } => Ok(Err(Refused {
-                        target,
-                        merged,
-                        worktree,
-                        error,
-                        found: SecretsFound { findings, more },
-                    })),
+                    GitError::SecretsInPush { findings, more, .. } => {
+                        Ok(Err(NotPushed::Secrets(Refused {
+                            target,
+                            merged,
+                            worktree,
+                            error,
+                            found: SecretsFound { findings, more },
+                        })))
+                    }
                     _ => Err(error),
                 };
             }
@@ -459,15 +478,50 @@ impl Step for PushStep {
                 "nothing to push: the push action names no branch and the trace has no task branches",
             ));
         }
-        let pushed = match self.consolidate_and_push(ctx, run, &branches, &tasks).await {
+        let github = match (&self.services.github, event.source) {
+            (Some(gh), EventSource::Github) => Some(gh.clone()),
+            _ => None,
+        };
+        let repo = self.services.repo.as_ref().map(ToString::to_string);
+        // The default branch: what rover's own pull request goes into, and never pushed onto.
+        let (delivery, default_branch) = match &github {
+            Some(gh) => {
+                let default_branch = self
+                    .workspace()
+                    .await
+                    .map_err(|e| git_step_error("open the repository", &e))?
+                    .default_branch()
+                    .await
+                    .map_err(|e| git_step_error("find the default branch", &e))?;
+                let here = deliver::Here {
+                    repo: repo.as_deref(),
+                    default_branch: &default_branch,
+                    mode: self.services.config.autopilot.github.contributor_prs,
+                };
+                let delivery = Delivery::find(gh.as_ref(), &event, &branches[0], &here)
+                    .await
+                    .map_err(|e| {
+                        github_step_error("read the pull request the work is about", &e)
+                    })?;
+                (delivery, default_branch)
+            }
+            None => (Delivery::Own, String::new()),
+        };
+        let dest = delivery.dest(&branches[0]);
+        let pushed = match self
+            .consolidate_and_push(ctx, run, (&branches, &dest), &tasks)
+            .await
+        {
             Ok(Ok(pushed)) => pushed,
             // Nothing left; a secret in history is not fixed by a commit on top: the resolver
             // ends the trace.
-            Ok(Err(refused)) => return Ok(Outcome::Finished(refused.finished(&branches))),
-            // Parallel tasks that touch the same lines: the resolver decides (it can iterate on
-            // the conflicting task with the conflict as input) instead of the trace failing.
-            Err(e) if e.details.contains_key("conflicts") => {
-                return Ok(Outcome::Finished(conflict_to_resolver(&e)));
+            Ok(Err(NotPushed::Secrets(refused))) => {
+                return Ok(Outcome::Finished(refused.finished(&branches)))
+            }
+            // The resolver decides (it can iterate on the conflicting task with the conflict as
+            // input) instead of the trace failing.
+            Ok(Err(NotPushed::Conflict { conflict, error })) => {
+                return Ok(Outcome::Finished(conflict_to_resolver(conflict, &error)));
             }
             Err(e) => return Err(e),
         };
@@ -477,8 +531,13 @@ impl Step for PushStep {
             .collect();
 
         let mut finished = Finished::completed(format!(
-            "pushed {}{}",
+            "pushed {}{}{}",
             pushed.target,
+            if dest == pushed.target {
+                String::new()
+            } else {
+                format!(" onto {dest}")
+            },
             if pushed.merged.is_empty() {
                 String::new()
             } else {
@@ -496,31 +555,65 @@ impl Step for PushStep {
             ..PushSpanMeta::default()
         });
 
-        let github = match (&self.services.github, event.source) {
-            (Some(gh), EventSource::Github) => Some(gh.clone()),
-            _ => None,
-        };
         let mut notify = NotifyMeta {
             purpose: NotifyPurpose::Pushed,
             message: Some(format!("Pushed branch `{}`.", pushed.target)),
             ..NotifyMeta::default()
         };
         let mut ci_watch = None;
-        if let Some(gh) = github {
-            let pr = find_or_open(
-                gh.as_ref(),
-                &self.services,
-                &pushed.target,
-                &included,
-                &event,
-                &trace_id.to_string(),
-                &run.action.id.to_string(),
-            )
-            .await?;
-            notify.pr_url = Some(pr.0.html_url.clone());
+        let pr = match &github {
+            Some(gh) => {
+                let (trace, action) = (trace_id.to_string(), run.action.id.to_string());
+                let opening = |base| Opening {
+                    branch: &pushed.target,
+                    base,
+                    tasks: &included,
+                    event: &event,
+                    trace_id: &trace,
+                    action_id: &action,
+                };
+                match &delivery {
+                    Delivery::Own => Some(
+                        find_or_open(gh.as_ref(), &self.services, &opening(&default_branch))
+                            .await?,
+                    ),
+                    Delivery::Propose(theirs) => Some(
+                        find_or_open(gh.as_ref(), &self.services, &opening(&theirs.head_branch))
+                            .await?,
+                    ),
+                    Delivery::Onto(theirs) => Some((theirs.clone(), false)),
+                    Delivery::BranchOnly(_) => None,
+                }
+            }
+            None => None,
+        };
+        let proposed = pr
+            .as_ref()
+            .filter(|_| matches!(delivery, Delivery::Propose(_)));
+        if let Some(record) =
+            delivery.record(&pushed.target, repo.as_deref(), proposed.map(|p| &p.0))
+        {
+            notify.note = Some(record.note.clone());
+            finished = finished.with_meta_record(&PushSpanMeta {
+                contributor: Some(record),
+                ..PushSpanMeta::default()
+            });
+        }
+        if let Some(pr) = pr {
+            // Pushed onto the person's pull request: the reply is on it, no link to itself.
+            if !matches!(delivery, Delivery::Onto(_)) {
+                notify.pr_url = Some(pr.0.html_url.clone());
+            }
             notify.message = Some(format!(
-                "Pushed branch `{}` to pull request #{}: {}",
-                pushed.target, pr.0.number, pr.0.html_url
+                "Pushed branch `{}`{} to pull request #{}: {}",
+                pushed.target,
+                if dest == pushed.target {
+                    String::new()
+                } else {
+                    format!(" onto `{dest}`")
+                },
+                pr.0.number,
+                pr.0.html_url
             ));
             finished.summary = format!(
                 "{} → PR #{} ({})",
@@ -543,7 +636,7 @@ impl Step for PushStep {
                 .map(|sha| CiWatchMeta {
                     pr_number: pr.0.number,
                     pr_url: pr.0.html_url.clone(),
-                    branch: pushed.target.clone(),
+                    branch: dest.clone(),
                     sha,
                     round: 1,
                 });
@@ -554,7 +647,9 @@ impl Step for PushStep {
                     ..PushPullRequest::default()
                 },
                 pull_request_note: Some(
-                    if event.source == EventSource::Local {
+                    if matches!(delivery, Delivery::BranchOnly(_)) {
+                        "none: the pull request's branch is in a fork"
+                    } else if event.source == EventSource::Local {
                         "none: local event"
                     } else {
                         "none: no GitHub client configured"
@@ -568,7 +663,7 @@ impl Step for PushStep {
         let mut finished =
             finished.then(NextAction::new(StepKind::Notify, reason).with_meta(&notify));
         if let Some(watch) = ci_watch {
-            finished = finished.then(super::coordinate::ci_watch_action(
+            finished = finished.then(super::meta::ci_watch_action(
                 watch,
                 &self.services.config.autopilot.pipeline,
                 chrono::Utc::now(),
@@ -576,50 +671,6 @@ impl Step for PushStep {
         }
         Ok(Outcome::Finished(finished))
     }
-}
-
-/// The open PR of `branch`, or a new one; the bool says whether it was opened now.
-async fn find_or_open(
-    gh: &dyn crate::github::GitHub,
-    services: &Services,
-    branch: &str,
-    tasks: &[&Task],
-    event: &EventMeta,
-    trace_id: &str,
-    action_id: &str,
-) -> Result<(PullRequest, bool), StepError> {
-    if let Some(existing) = gh
-        .find_pull_request_for_branch(branch)
-        .await
-        .map_err(|e| github_step_error("find the pull request of the branch", &e))?
-    {
-        return Ok((existing, false));
-    }
-    let base = {
-        let ws = Workspace::open(services.repo_root.clone())
-            .await
-            .map_err(|e| git_step_error("open the repository", &e))?;
-        ws.default_branch()
-            .await
-            .map_err(|e| git_step_error("find the default branch", &e))?
-    };
-    let body = services
-        .redactor
-        .redact(&pr_body(tasks, event), event.visibility);
-    let new = NewPullRequest {
-        title: services
-            .redactor
-            .redact(&pr_title(tasks, event), event.visibility),
-        head: branch.to_owned(),
-        base,
-        body: compose(&body, trace_id, action_id),
-        draft: false,
-    };
-    let pr = gh
-        .open_pull_request(&new)
-        .await
-        .map_err(|e| github_step_error("open the pull request", &e).detail("head", branch))?;
-    Ok((pr, true))
 }
 
 #[cfg(test)]

@@ -1,0 +1,89 @@
+//! Reclaiming the resources of ended traces: past `pipeline.retainDays`, and kept for a pull
+//! request GitHub says is closed.
+
+use std::sync::Arc;
+
+use crate::store::AutopilotStore;
+
+/// The pull requests traces are kept for that GitHub says are closed (one request each; one that
+/// cannot be read is kept and logged).
+async fn closed_pull_requests(
+    store: &AutopilotStore,
+    retain_days: u64,
+    github: &dyn crate::github::GitHub,
+) -> Vec<u64> {
+    let store = store.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        crate::steps::gc::plan(
+            &store,
+            crate::steps::gc::retention(retain_days),
+            chrono::Utc::now(),
+        )
+    })
+    .await;
+    let Ok(Ok(plan)) = plan else {
+        return Vec::new();
+    };
+    let mut closed = Vec::new();
+    for number in plan.open_prs.iter().filter_map(|r| r.pr_number) {
+        match github.get_pull_request(number).await {
+            Ok(pr) if pr.state == crate::github::IssueState::Closed => closed.push(number),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                pr = number,
+                error = %crate::error::error_chain(&e),
+                "cannot read the state of a pull request a trace is kept for"
+            ),
+        }
+    }
+    closed
+}
+
+/// Queue the cleanup of every ended trace past its retention, and of every trace kept for a pull
+/// request GitHub says is closed; returns how many were queued.
+pub(super) async fn reclaim_due(
+    store: AutopilotStore,
+    retain_days: u64,
+    github: Option<Arc<dyn crate::github::GitHub>>,
+) -> usize {
+    let closed = match github {
+        Some(github) => closed_pull_requests(&store, retain_days, github.as_ref()).await,
+        None => Vec::new(),
+    };
+    // Planned again after the requests (not reusing the plan they were made from): a trace may
+    // have taken new work while GitHub answered, and a live trace is never reclaimed.
+    let done = tokio::task::spawn_blocking(move || {
+        crate::steps::gc::run_releasing(&store, retain_days, "rover (pipeline.retainDays)", &closed)
+    })
+    .await;
+    match done {
+        Ok(Ok((plan, queued))) => {
+            for r in &plan.due {
+                println!(
+                    "reclaiming trace {} ({} task(s), ended {}): {}",
+                    crate::trace::short(r.trace_id),
+                    r.tasks.len(),
+                    r.ended_at.format("%Y-%m-%d"),
+                    r.label
+                );
+            }
+            if !queued.is_empty() {
+                tracing::info!(
+                    traces = queued.len(),
+                    retain_days,
+                    "reclaiming ended traces"
+                );
+            }
+            queued.len()
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot plan the reclaiming of ended traces"
+            );
+            println!("warning: cannot plan the reclaiming of ended traces: {e}");
+            0
+        }
+        Err(_) => 0,
+    }
+}

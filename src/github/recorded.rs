@@ -1,0 +1,226 @@
+//! The GitHub client as the daemon's steps use it: every read a step run makes is noted for
+//! replay (`store::replay_record`) with its answer; outside a step run, and for writes, it only
+//! passes the call on. [`error_of_record`] turns a recorded failure back into the error.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::api::{
+    CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
+    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+};
+use super::error::GitHubError;
+use super::reactions::{ReactionTarget, ReactionsFetch};
+use super::redact::Redactor;
+use crate::store::replay_record::{is_recording, note_read, RecordedError};
+
+/// Wraps a client; reads made inside a recording are noted, with the secrets rover holds taken
+/// out (an issue can quote one; the record is kept on disk and exported).
+pub struct RecordingGitHub {
+    inner: Arc<dyn GitHub>,
+    redactor: Redactor,
+}
+
+impl RecordingGitHub {
+    pub fn wrap(inner: Arc<dyn GitHub>, redactor: Redactor) -> Arc<dyn GitHub> {
+        Arc::new(RecordingGitHub { inner, redactor })
+    }
+
+    fn note<T: Serialize>(&self, call: &str, key: &str, result: &Result<T, GitHubError>) {
+        note_with(Some(&self.redactor), call, key, result);
+    }
+}
+
+/// A failed read as the record keeps it.
+pub fn record_of_error(e: &GitHubError) -> RecordedError {
+    RecordedError {
+        message: e.to_string(),
+        not_found: matches!(e, GitHubError::NotFound { .. }),
+        retryable: e.is_retryable(),
+        retry_at: e.retry_at(),
+    }
+}
+
+/// A recorded failure as the error a step sees (its class kept: 404, retryable or not).
+pub fn error_of_record(call: &str, e: &RecordedError) -> GitHubError {
+    if let Some(until) = e.retry_at {
+        GitHubError::RateLimited {
+            what: format!("{call} (recorded: {})", e.message),
+            until,
+        }
+    } else if e.not_found {
+        GitHubError::NotFound {
+            what: format!("{call} (recorded: {})", e.message),
+        }
+    } else if e.retryable {
+        GitHubError::Server {
+            what: format!("{call} (recorded: {})", e.message),
+            status: 503,
+        }
+    } else {
+        GitHubError::Status {
+            what: call.to_owned(),
+            status: 0,
+            message: format!("recorded: {}", e.message),
+        }
+    }
+}
+
+/// Note `result` of `call(key)` when a recording is on (a value without text that could hold a
+/// secret: a permission).
+pub fn note<T: Serialize>(call: &str, key: &str, result: &Result<T, GitHubError>) {
+    note_with(None, call, key, result);
+}
+
+/// [`note`], the held secrets masked in the answer's text first.
+fn note_with<T: Serialize>(
+    redactor: Option<&Redactor>,
+    call: &str,
+    key: &str,
+    result: &Result<T, GitHubError>,
+) {
+    if !is_recording() {
+        return;
+    }
+    let redact = |text: String| match redactor {
+        Some(r) => r.redact_held(&text),
+        None => text,
+    };
+    let answer = match result {
+        Ok(value) => serde_json::to_string(value)
+            .ok()
+            .and_then(|json| serde_json::from_str(&redact(json)).ok())
+            .ok_or_else(|| RecordedError {
+                message: "the answer could not be recorded".to_owned(),
+                not_found: false,
+                retryable: false,
+                retry_at: None,
+            }),
+        Err(e) => {
+            let mut error = record_of_error(e);
+            error.message = redact(error.message);
+            Err(error)
+        }
+    };
+    note_read(call, &redact(key.to_owned()), answer);
+}
+
+#[async_trait]
+impl GitHub for RecordingGitHub {
+    fn repo(&self) -> &RepoRef {
+        self.inner.repo()
+    }
+    async fn list_events(&self, etag: Option<&str>) -> Result<EventsFetch, GitHubError> {
+        self.inner.list_events(etag).await
+    }
+    async fn list_events_page(&self, next: &str) -> Result<EventsFetch, GitHubError> {
+        self.inner.list_events_page(next).await
+    }
+    async fn list_issues_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedIssue>, GitHubError> {
+        self.inner.list_issues_since(since).await
+    }
+    async fn list_issue_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedComment>, GitHubError> {
+        self.inner.list_issue_comments_since(since).await
+    }
+    async fn list_review_comments_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<ListedReviewComment>, GitHubError> {
+        self.inner.list_review_comments_since(since).await
+    }
+    async fn get_issue(&self, number: u64) -> Result<Issue, GitHubError> {
+        let r = self.inner.get_issue(number).await;
+        self.note("get_issue", &number.to_string(), &r);
+        r
+    }
+    async fn get_pull_request(&self, number: u64) -> Result<PullRequest, GitHubError> {
+        let r = self.inner.get_pull_request(number).await;
+        self.note("get_pull_request", &number.to_string(), &r);
+        r
+    }
+    async fn list_comments(&self, number: u64, last: usize) -> Result<Vec<Comment>, GitHubError> {
+        let r = self.inner.list_comments(number, last).await;
+        self.note("list_comments", &format!("{number}/{last}"), &r);
+        r
+    }
+    async fn list_reviews(&self, number: u64) -> Result<Vec<Review>, GitHubError> {
+        let r = self.inner.list_reviews(number).await;
+        self.note("list_reviews", &number.to_string(), &r);
+        r
+    }
+    async fn list_review_comments(&self, number: u64) -> Result<Vec<ReviewComment>, GitHubError> {
+        let r = self.inner.list_review_comments(number).await;
+        self.note("list_review_comments", &number.to_string(), &r);
+        r
+    }
+    async fn list_commit_comments(&self, sha: &str) -> Result<Vec<Comment>, GitHubError> {
+        let r = self.inner.list_commit_comments(sha).await;
+        self.note("list_commit_comments", sha, &r);
+        r
+    }
+    async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
+        let r = self.inner.permission(login).await;
+        self.note("permission", login, &r);
+        r
+    }
+    async fn ci_status(&self, git_ref: &str) -> Result<CiStatus, GitHubError> {
+        let r = self.inner.ci_status(git_ref).await;
+        self.note("ci_status", git_ref, &r);
+        r
+    }
+    async fn post_comment(&self, number: u64, body: &str) -> Result<Posted, GitHubError> {
+        self.inner.post_comment(number, body).await
+    }
+    async fn post_review(
+        &self,
+        number: u64,
+        event: ReviewEvent,
+        body: &str,
+    ) -> Result<Posted, GitHubError> {
+        self.inner.post_review(number, event, body).await
+    }
+    async fn reply_to_review_comment(
+        &self,
+        number: u64,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Posted, GitHubError> {
+        self.inner
+            .reply_to_review_comment(number, comment_id, body)
+            .await
+    }
+    async fn post_commit_comment(&self, sha: &str, body: &str) -> Result<Posted, GitHubError> {
+        self.inner.post_commit_comment(sha, body).await
+    }
+    async fn find_pull_request_for_branch(
+        &self,
+        branch: &str,
+    ) -> Result<Option<PullRequest>, GitHubError> {
+        let r = self.inner.find_pull_request_for_branch(branch).await;
+        self.note("find_pull_request_for_branch", branch, &r);
+        r
+    }
+    async fn open_pull_request(&self, new: &NewPullRequest) -> Result<PullRequest, GitHubError> {
+        self.inner.open_pull_request(new).await
+    }
+    async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError> {
+        self.inner.react(target, content).await
+    }
+    async fn reactions(
+        &self,
+        target: ReactionTarget,
+        content: &str,
+        etag: Option<&str>,
+    ) -> Result<ReactionsFetch, GitHubError> {
+        self.inner.reactions(target, content, etag).await
+    }
+}

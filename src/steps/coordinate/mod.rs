@@ -1,0 +1,334 @@
+//! The `coordinate` step: decides what rover does about a trace's root event.
+//!
+//! Trust first, without AI: a GitHub event from an author without write access ends in `noop`;
+//! a lookup that fails transiently is retried with the orchestrator's backoff. A pull request
+//! rover opened that is merged or closed ends in `cleanup` by rule (`noop`, without a model, when
+//! its workspace was already freed).
+//! Everything else goes to the agent (read-only tools in the checkout) with the event, the
+//! GitHub context, the trace so far, rover's task mappings and the open waits of the same issue
+//! or PR; its decision becomes exactly one action with typed meta.
+//!
+//! A `wait` is a scheduled re-evaluation: a `coordinate` action of the same trace that runs at
+//! its deadline (`pipeline.waitSecs`), at most `pipeline.maxWaits` times. A newer trusted event
+//! about the same issue or pull request takes it over at once: the newer trace decides, with the
+//! wait among its open waits, and the waiting action ends saying which trace took over; a CI
+//! outcome for the pull request's head (webhook) makes it re-evaluate at once.
+//!
+//! After a push, a scheduled `coordinate` with `meta.ci` looks at the pushed commit's CI without
+//! AI: red → `resolve` (at most `maxRetries` red looks per trace, then a failure notify), green →
+//! a `ready` notify, still running → another look.
+//!
+//! Its parts: `gather` (trust, context, rover's pull request, the event as the prompt shows it),
+//! `waits` (open waits of the same subject, taken over by a newer trace), `ci` (the look at CI),
+//! `routing` (the one action a decision becomes), `rover_pr`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
+pub use super::meta::OpenWait;
+use super::meta::{CoordinateMeta, CoordinateSpanMeta, DecidedBy, EventSource, NoopMeta};
+use super::trust_check::trust_unknown;
+use super::Services;
+use crate::agents::{untrusted_block, AgentStep, CoordinateResult, PromptVars};
+use crate::github::{EventAction, EventKind, TrustDecision, TrustPolicy, Visibility};
+use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::blocking;
+use crate::store::{StepKind, StepRun};
+
+/// How many recent traces are searched for open waits of the same issue or PR.
+const WAIT_LOOKBACK: usize = 50;
+/// How many open waits are shown to the agent.
+const MAX_WAITS: usize = 5;
+/// The prompt heading of a run that re-evaluates the trace's own wait.
+pub const REEVALUATION_HEADING: &str = "## Re-evaluating a wait";
+
+mod ci;
+pub mod command;
+mod gather;
+mod routing;
+mod rover_pr;
+#[cfg(test)]
+mod tests;
+mod waits;
+
+pub use super::meta::ci_watch_action;
+pub use ci::{ci_verdict, wake_ci_watches, CiVerdict};
+use routing::{render_mappings, route};
+use rover_pr::RoverPr;
+use waits::render_waits;
+pub use waits::{open_waits, take_over_waits};
+
+/// What the coordinator knows before asking the agent.
+struct Gathered {
+    /// The event as the prompt shows it.
+    event: String,
+    /// The GitHub context (untrusted block), the trace so far and the open waits.
+    context: String,
+    subject: Option<String>,
+    rover_pr: Option<RoverPr>,
+    merged: bool,
+    open_waits: Vec<OpenWait>,
+    trust: Option<TrustDecision>,
+    /// How many waits this trace decided before this run.
+    wait_round: u32,
+    /// The pull request's head commit (or the pushed commit): a CI outcome for it wakes a wait.
+    head_sha: Option<String>,
+}
+
+/// How long a wait lasts and how many one trace may decide (from `pipeline`).
+#[derive(Debug, Clone, Copy)]
+struct WaitPolicy {
+    secs: u64,
+    max: u32,
+    now: DateTime<Utc>,
+}
+
+pub struct CoordinateStep {
+    services: Arc<Services>,
+    /// Kept across runs: its permission cache saves lookups.
+    trust: TrustPolicy,
+}
+
+impl CoordinateStep {
+    pub fn new(services: Arc<Services>) -> CoordinateStep {
+        let trust = TrustPolicy::new(&services.config.autopilot.github.trust);
+        CoordinateStep { services, trust }
+    }
+}
+
+#[async_trait]
+impl Step for CoordinateStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Coordinate
+    }
+
+    fn max_parallel(&self) -> usize {
+        3
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let trace_id = run.pending.trace_id;
+        let scheduled: CoordinateMeta = super::meta::read(&run.action).unwrap_or_default();
+        if let Some(by) = run.pending.superseded_by {
+            let reason = format!(
+                "a newer event about the same subject took over this wait: trace {by} decides"
+            );
+            let mut span_meta = CoordinateSpanMeta {
+                wait: Some(scheduled.wait.clone()),
+                ..CoordinateSpanMeta::decided("noop", DecidedBy::Wait)
+            };
+            span_meta.decided.superseded_by = Some(by.to_string());
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("decided noop: {reason}"))
+                    .with_meta_record(&span_meta)
+                    .then(
+                        NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                            subject: scheduled.wait.as_ref().and_then(|w| w.subject.clone()),
+                            ..NoopMeta::default()
+                        }),
+                    ),
+            ));
+        }
+        if let Some(watch) = scheduled.ci {
+            let view = load_trace(ctx, trace_id).await?;
+            return self.look_at_ci(watch, &view).await;
+        }
+        let view = load_trace(ctx, trace_id).await?;
+        let meta = event_meta(&view)?;
+        if let Some((event, command)) = command::of_meta(&meta, &self.services) {
+            let github = self.services.github.clone().ok_or_else(|| {
+                StepError::fatal("a command from GitHub but rover has no GitHub client")
+            })?;
+            let trust = match self.trust.decide(github.as_ref(), &event.actor).await {
+                Ok(trust) => trust,
+                Err(e) => {
+                    let finished =
+                        trust_unknown(&self.services, &event.actor, &e, run.pending.attempts)?;
+                    return Ok(Outcome::Finished(finished));
+                }
+            };
+            return command::take(&self.services, ctx, run, &meta, event, &command, trust).await;
+        }
+        let mappings = task_mappings(ctx).await?;
+        let mut gathered = match (meta.source, &meta.event) {
+            (EventSource::Github, Some(event)) => {
+                match self
+                    .gather_github(&meta, event, &mappings, run.pending.attempts)
+                    .await?
+                {
+                    Ok(g) => g,
+                    Err(untrusted) => return Ok(Outcome::Finished(untrusted)),
+                }
+            }
+            (EventSource::Github, None) => {
+                return Err(StepError::fatal(
+                    "the root span of this GitHub trace carries no event: it cannot be coordinated",
+                ))
+            }
+            (EventSource::Local, _) => Gathered {
+                event: format!(
+                    "{}\n\nA local request from rover's own user (trusted), submitted with `rover autopilot submit`:\n\n{}",
+                    meta.label,
+                    meta.request.as_deref().unwrap_or_default()
+                ),
+                context: "(a local request: there is no GitHub context)".to_owned(),
+                subject: None,
+                rover_pr: None,
+                merged: false,
+                open_waits: Vec::new(),
+                trust: None,
+                wait_round: 0,
+                head_sha: None,
+            },
+        };
+
+        // A rover PR merged or closed: a simple fork, hardcoded. Closed without merging, its
+        // work is not wanted as it is; its workspace is freed all the same (the branch stays on
+        // GitHub, and a reopened pull request's next review starts a fresh task from it).
+        let closed_pr = meta.event.as_ref().is_some_and(|e| {
+            e.kind == EventKind::PullRequest && e.action == Some(EventAction::Closed)
+        });
+        if let (true, Some(pr)) = (closed_pr, &gathered.rover_pr) {
+            let how = if gathered.merged {
+                "was merged"
+            } else {
+                "was closed without merging"
+            };
+            let reason = format!(
+                "rover's pull request from `{}` {how}: tear down its workspace",
+                pr.branch
+            );
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("decided cleanup: {reason}"))
+                    .with_meta_record(&CoordinateSpanMeta {
+                        confidence: Some(1.0),
+                        reasoning: Some(reason.clone()),
+                        rover_pr: Some(Some(pr.record())),
+                        trust: Some(gathered.trust.clone()),
+                        ..CoordinateSpanMeta::decided("cleanup", DecidedBy::Rule)
+                    })
+                    .then(NextAction::new(StepKind::Cleanup, reason).with_meta(&pr.cleanup())),
+            ));
+        }
+        // A pull request from one of rover's branches, closed after its workspace was already
+        // freed (the start's check of kept pull requests found it closed first, or an earlier
+        // close event did): nothing is left to do, and no model is asked about a closed PR.
+        let head = meta.event.as_ref().and_then(|e| e.head_branch.as_deref());
+        if let (true, None, Some(branch)) = (closed_pr, &gathered.rover_pr, head) {
+            if branch.starts_with(crate::git::BRANCH_PREFIX) {
+                let reason = format!(
+                    "the pull request from rover's branch `{branch}` is closed and rover holds no workspace for it any more: nothing to do"
+                );
+                return Ok(Outcome::Finished(
+                    Finished::completed(format!("decided noop: {reason}"))
+                        .with_meta_record(&CoordinateSpanMeta {
+                            confidence: Some(1.0),
+                            reasoning: Some(reason.clone()),
+                            rover_pr: Some(None),
+                            trust: Some(gathered.trust.clone()),
+                            ..CoordinateSpanMeta::decided("noop", DecidedBy::Rule)
+                        })
+                        .then(
+                            NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
+                                rule: true,
+                                ..NoopMeta::default()
+                            }),
+                        ),
+                ));
+            }
+        }
+
+        gathered.wait_round = scheduled.wait.as_ref().map_or(0, |w| w.round);
+        if let Some(subject) = gathered.subject.clone() {
+            let taken = blocking(ctx.store.clone(), {
+                let subject = subject.clone();
+                move |s| take_over_waits(s, trace_id, &subject)
+            })
+            .await
+            .map_err(|e| {
+                StepError::from_error(&e, true)
+                    .detail("what", "taking over the waits on the same subject")
+            })?;
+            let older = blocking(ctx.store.clone(), move |s| {
+                Ok(open_waits(s, trace_id, &subject))
+            })
+            .await
+            .unwrap_or_default();
+            gathered.open_waits = taken;
+            gathered.open_waits.extend(older);
+            gathered.open_waits.truncate(MAX_WAITS);
+        }
+        let mut context = format!(
+            "{}\n\n## Trace so far\n{}\n\n## Open waits on the same issue, pull request or branch\n{}",
+            gathered.context,
+            render_trace(&view),
+            render_waits(&gathered.open_waits)
+        );
+        if let Some(wait) = &scheduled.wait {
+            let _ = write!(
+                context,
+                "\n\n{REEVALUATION_HEADING}\nThis trace decided to wait (wait {} of at most {}) since {} for the condition below.\n{}\nThe wait is over: decide again from the current state above.",
+                wait.round,
+                self.services.config.autopilot.pipeline.max_waits,
+                wait.since.to_rfc3339(),
+                untrusted_block("the condition the coordinator waited for", &wait.condition)
+            );
+        }
+        // Secrets never reach a prompt, even when someone pasted one into the thread.
+        let redactor = &self.services.redactor;
+        let mut vars = PromptVars::new();
+        vars.insert(
+            "event".into(),
+            redactor.redact(&gathered.event, Visibility::Private),
+        );
+        vars.insert(
+            "context".into(),
+            redactor.redact(&context, Visibility::Private),
+        );
+        vars.insert(
+            "task_mappings".into(),
+            render_mappings(&mappings, gathered.rover_pr.as_ref()),
+        );
+        let answer = ask::<CoordinateResult>(
+            &self.services,
+            ctx,
+            run.span.id,
+            AgentStep::Coordinate,
+            vars,
+        )
+        .await
+        .map_err(|e| agent_error(AgentStep::Coordinate, &e))?;
+        let result = &answer.value;
+        let pipeline = &self.services.config.autopilot.pipeline;
+        let policy = WaitPolicy {
+            secs: pipeline.wait_secs,
+            max: pipeline.max_waits,
+            now: Utc::now(),
+        };
+        let action = route(result, &gathered, &mappings, policy);
+        let decision = result.decision.as_str();
+        Ok(Outcome::Finished(
+            Finished::completed(format!(
+                "decided {decision} ({:.2}): {}",
+                result.confidence,
+                result.reasoning.lines().next().unwrap_or_default()
+            ))
+            .with_meta_record(&CoordinateSpanMeta {
+                confidence: Some(result.confidence),
+                reasoning: Some(result.reasoning.clone()),
+                answer: Some(result.clone()),
+                trust: Some(gathered.trust),
+                rover_pr: Some(gathered.rover_pr.as_ref().map(RoverPr::record)),
+                open_waits: Some(gathered.open_waits),
+                wait: Some(scheduled.wait),
+                agent: Some(super::agent_call::usage_meta(&answer)),
+                ..CoordinateSpanMeta::decided(decision, DecidedBy::Agent)
+            })
+            .then(action),
+        ))
+    }
+}

@@ -1,0 +1,128 @@
+//! Open waits on the same subject: found, taken over by a newer trace, shown to the agent.
+
+use uuid::Uuid;
+
+use super::{MAX_WAITS, WAIT_LOOKBACK};
+use crate::agents::untrusted_block;
+use crate::steps::meta::{
+    subject_key, CoordinateMeta, DecisionSpanMeta, EventMeta, NoopMeta, OpenWait, WAIT_PREFIX,
+};
+use crate::store::{AutopilotStore, StepKind};
+
+/// Whether a trace's coordinator decided to act (not `noop` or `wait`).
+pub(super) fn acted(view: &crate::store::TraceView) -> bool {
+    view.spans.iter().any(|s| {
+        s.step == StepKind::Coordinate
+            && s.status == crate::store::SpanStatus::Completed
+            && DecisionSpanMeta::of(s)
+                .decision
+                .is_some_and(|d| !matches!(d.as_str(), "noop" | "wait"))
+    })
+}
+
+/// Open waits of other recent traces about `subject` (a [`subject_key`]), up to the newest
+/// trace that acted on it (newest first, at most [`MAX_WAITS`]).
+pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Vec<OpenWait> {
+    let Ok(recent) = store.recent_traces(WAIT_LOOKBACK) else {
+        return Vec::new();
+    };
+    let mut waits = Vec::new();
+    // `recent_traces` lists the newest first.
+    for entry in recent.iter().filter(|e| e.trace_id != this_trace) {
+        let Ok(view) = store.load_trace(entry.trace_id) else {
+            continue;
+        };
+        let same_subject = view
+            .root()
+            .and_then(|r| EventMeta::of(r).ok())
+            .and_then(|m| m.event)
+            .and_then(|e| subject_key(&e))
+            .as_deref()
+            == Some(subject);
+        if !same_subject {
+            continue;
+        }
+        if acted(&view) {
+            // A newer trace already acted on this subject: older waits are settled.
+            break;
+        }
+        for action in view
+            .actions
+            .iter()
+            .filter(|a| a.action == StepKind::Noop && a.reason.starts_with(WAIT_PREFIX))
+        {
+            let condition = crate::steps::meta::read::<NoopMeta>(action)
+                .ok()
+                .and_then(|m| m.waiting_for)
+                .unwrap_or_else(|| action.reason[WAIT_PREFIX.len()..].trim().to_owned());
+            waits.push(OpenWait {
+                trace_id: entry.trace_id,
+                at: action.timestamp,
+                condition,
+            });
+        }
+        if waits.len() >= MAX_WAITS {
+            break;
+        }
+    }
+    waits.truncate(MAX_WAITS);
+    waits
+}
+
+/// Take over the scheduled waits of other traces about `subject` (see the module docs): each
+/// becomes due now, marked superseded by `this_trace`. Returns them as open waits.
+pub fn take_over_waits(
+    store: &AutopilotStore,
+    this_trace: Uuid,
+    subject: &str,
+) -> Result<Vec<OpenWait>, crate::store::StoreError> {
+    let state = store.read_state()?;
+    let mut taken = Vec::new();
+    for pending in state.pending.iter().filter(|p| {
+        p.action == StepKind::Coordinate
+            && p.trace_id != this_trace
+            && p.running_span_id.is_none()
+            && p.superseded_by.is_none()
+    }) {
+        let Ok(action) = store.read_action(pending.action_id) else {
+            continue;
+        };
+        let Some(wait) = crate::steps::meta::read::<CoordinateMeta>(&action)
+            .ok()
+            .and_then(|m| m.wait)
+        else {
+            continue;
+        };
+        if wait.subject.as_deref() != Some(subject) {
+            continue;
+        }
+        if store.supersede_pending(pending.action_id, this_trace)? {
+            taken.push(OpenWait {
+                trace_id: pending.trace_id,
+                at: wait.since,
+                condition: wait.condition,
+            });
+        }
+    }
+    Ok(taken)
+}
+
+/// The open waits for the prompt, as one untrusted block: their conditions are agents' words.
+pub(super) fn render_waits(waits: &[OpenWait]) -> String {
+    if waits.is_empty() {
+        return "(none)".to_owned();
+    }
+    let list = waits
+        .iter()
+        .map(|w| {
+            format!(
+                "- since {} (trace {}): waiting for {}",
+                w.at.to_rfc3339(),
+                w.trace_id,
+                w.condition
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    untrusted_block("open waits (conditions coordinators wrote)", &list)
+}

@@ -1,0 +1,365 @@
+//! The `resolve` step: looks at a whole trace after its commits and decides how it goes on.
+//!
+//! Quick exits come first and need no AI: a workflow or commit of the trace still queued or
+//! running keeps the action queued (`ready` → `Wait`); a resolve that finds another resolve of
+//! the trace already decided after the last commit finishes as superseded (several commits of
+//! one trace each produce a resolve, only one decides); retries exhausted → `fail`. Otherwise
+//! the agent (no tools, in rover's empty host dir) reads the trace with its error output (a red
+//! CI of the pushed pull request among them) and the failed task's change, and answers `push | notify | iterate | retry | fail`. A `retry` may ask
+//! for corrective commands: rover runs them in a sandbox container over the task's worktree,
+//! never on the host. A worktree a sandbox tampered with ends the trace without an agent, and so
+//! does a push refused because what it would send holds secrets (a secret in a commit stays in
+//! the branch's history: no commit on top removes it).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::agent_call::{self};
+use super::meta::{CorrectiveRuns, DecisionSpanMeta, ResolveQuickExit, ResolveSpanMeta};
+use super::Services;
+use crate::agents::{untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult};
+use crate::orchestrator::{Finished, Outcome, Readiness, Step, StepContext, StepError};
+use crate::store::blocking;
+use crate::store::{PendingAction, StepKind, StepRun, TaskMapping, TraceView};
+
+mod decision;
+mod past;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use decision::{decide, decision_meta, fail_finished, scheduled_wait, Decided};
+pub use past::retries_so_far;
+use past::{
+    busy, refused_for_secrets, superseding, tampered_span, task_worktree, unpushed_commit,
+    waits_for_the_resolver,
+};
+use render::{render_errors, render_trace};
+
+/// Longest error detail of one span quoted in the prompt.
+const MAX_ERROR_CHARS: usize = 16 * 1024;
+/// Longest trace listing in the prompt.
+const MAX_TRACE_CHARS: usize = 48 * 1024;
+/// Longest diff of the failed task in the prompt.
+const MAX_CHANGES_BYTES: usize = 24 * 1024;
+
+/// The resolver step.
+pub struct ResolveStep {
+    services: Arc<Services>,
+}
+
+impl ResolveStep {
+    pub fn new(services: Arc<Services>) -> ResolveStep {
+        ResolveStep { services }
+    }
+
+    /// Runs the resolver's corrective commands in a sandbox over `worktree`; what ran (or why
+    /// nothing could), for the span and the next resolver.
+    async fn corrective(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        worktree: Option<&Path>,
+        result: &ResolveResult,
+    ) -> Result<CorrectiveRuns, StepError> {
+        let commands: Vec<String> = result
+            .corrective_commands
+            .iter()
+            .map(|c| c.command.clone())
+            .collect();
+        let not_run = |why: String| CorrectiveRuns::not_run(why, commands.clone());
+        let Some(worktree) = worktree else {
+            return Ok(not_run(
+                "the trace has no task worktree to run them in".into(),
+            ));
+        };
+        let sandbox = match super::sandboxed::sandbox(&self.services) {
+            Ok(sandbox) => sandbox,
+            Err(e) => return Ok(not_run(e.message)),
+        };
+        let image = super::sandboxed::trace_image(ctx, &self.services, run.pending.trace_id).await;
+        if let Err(e) = sandbox.ensure_image(&image).await {
+            return Ok(not_run(e.to_string()));
+        }
+        let ws = super::tasks::workspace(&self.services)
+            .await
+            .map_err(|e| super::tasks::git_error("cannot open the repository", &e))?;
+        let mut base = super::sandboxed::bare_spec(
+            &self.services,
+            vec!["true".into()],
+            worktree,
+            super::sandboxed::labels(&self.services, run.pending.trace_id, run.action.id),
+        );
+        base.image.clone_from(&image);
+        let work_dir = ctx.store.artifacts_dir(run.span.id).join("corrective");
+        let runs = super::sandboxed::run_corrective(
+            &self.services,
+            &ws,
+            sandbox.as_ref(),
+            base,
+            &commands,
+            &work_dir,
+            &Services::sandbox_objects_dir(&ctx.store),
+        )
+        .await?;
+        Ok(CorrectiveRuns::ran(runs))
+    }
+}
+
+/// What the resolver sees of a trace: the view plus the task mappings of its workflows.
+struct TraceState {
+    view: TraceView,
+    mappings: BTreeMap<String, TaskMapping>,
+}
+
+async fn load_state(ctx: &StepContext, trace_id: Uuid) -> Result<TraceState, StepError> {
+    let (view, all) = blocking(ctx.store.clone(), move |s| {
+        Ok((s.load_trace(trace_id)?, s.read_state()?.task_mappings))
+    })
+    .await
+    .map_err(|e| StepError::from_error(&e, true))?;
+    crate::store::replay_record::note_mappings(&all);
+    let mappings = all
+        .into_iter()
+        .filter(|(_, m)| m.trace_id == trace_id)
+        .collect();
+    Ok(TraceState { view, mappings })
+}
+
+#[async_trait]
+impl Step for ResolveStep {
+    fn kind(&self) -> StepKind {
+        StepKind::Resolve
+    }
+
+    fn max_parallel(&self) -> usize {
+        3
+    }
+
+    fn exclusive_per_trace(&self) -> bool {
+        true
+    }
+
+    async fn ready(
+        &self,
+        ctx: &StepContext,
+        pending: &PendingAction,
+    ) -> Result<Readiness, StepError> {
+        let state = load_state(ctx, pending.trace_id).await?;
+        Ok(
+            match busy(
+                &state.view,
+                &[StepKind::Workflow, StepKind::Commit],
+                pending.action_id,
+                // A task whose dependency failed waits for this resolver to iterate on it.
+                |p| p.running_span_id.is_none() && waits_for_the_resolver(&state, p.action_id),
+            ) {
+                Some(why) => Readiness::Wait(why),
+                None => Readiness::Ready,
+            },
+        )
+    }
+
+    async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
+        let state = load_state(ctx, run.pending.trace_id).await?;
+        let view = &state.view;
+        if let Some(other) = superseding(view, run.span.id) {
+            let span_meta = ResolveSpanMeta {
+                decision: DecisionSpanMeta {
+                    superseded_by: Some(other.to_string()),
+                    ..DecisionSpanMeta::default()
+                },
+                ..ResolveSpanMeta::default()
+            };
+            return Ok(Outcome::Finished(
+                Finished::completed(format!("superseded by {other}")).with_meta_record(&span_meta),
+            ));
+        }
+        // A push refused for secrets ends the trace: they are in the branch's history, which a
+        // commit on top cannot change, and no agent is asked (its answer could quote them).
+        if let Some((span, branch, found)) = refused_for_secrets(view) {
+            let why = format!(
+                "the push of `{branch}` was refused: it would have sent {}. A secret in a commit stays in the branch's history, so no commit on top can remove it; nothing was pushed and the trace stops here",
+                found.describe()
+            );
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                quick_exit: Some(ResolveQuickExit::SecretsInPush),
+                secrets_span: Some(span.id),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+
+        let max = self.services.config.autopilot.pipeline.max_retries;
+        let retries = retries_so_far(view);
+        // The limit stops the next iterate or retry, never the push of work it allowed: with
+        // none left and nothing committed since the last push, no agent is asked.
+        let out_of_retries = retries >= max;
+        let gave_up = |retries: u32| {
+            let why = format!(
+                "gave up after {retries} iterate/retry attempts (the limit is {max}); the last failure is in the trace"
+            );
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                retries: Some(retries),
+                max_retries: Some(max),
+                quick_exit: Some(ResolveQuickExit::MaxRetries),
+                corrective_commands: Some(Vec::new()),
+                ..ResolveSpanMeta::default()
+            };
+            fail_finished(view, format!("fail: {why}"), &why).with_meta_record(&span_meta)
+        };
+        if out_of_retries && !unpushed_commit(view) {
+            return Ok(Outcome::Finished(gave_up(retries)));
+        }
+
+        // A sandbox that changed the worktree's git metadata ends the trace: its work is not
+        // trusted, and no agent is asked (its output could be the attacker's).
+        if let Some(span) = tampered_span(view) {
+            let why = format!(
+                "the sandbox of the {} step tampered with the worktree's git metadata; its work was not committed and the trace stops here",
+                span.step
+            );
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                quick_exit: Some(ResolveQuickExit::Tampered),
+                tampered_span: Some(span.id),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+
+        // The repository's environment did not build: no agent ran, and another attempt would
+        // build the same definition again; the span holds the error and the command to rerun it.
+        if let Some(span) = view
+            .spans
+            .iter()
+            .find(|s| super::history::environment_failed(s))
+        {
+            let why = format!(
+                "the repository's environment did not build, so no agent ran: {}",
+                span.summary
+                    .as_deref()
+                    .unwrap_or_default()
+                    .trim_start_matches("not started: ")
+            );
+            let span_meta = ResolveSpanMeta {
+                decision: decision_meta(ResolveDecision::Fail),
+                reasoning: Some(why.clone()),
+                quick_exit: Some(ResolveQuickExit::EnvironmentBuild),
+                environment_span: Some(span.id),
+                ..ResolveSpanMeta::default()
+            };
+            let finished = fail_finished(view, format!("fail: {why}"), &why);
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+
+        let task = task_worktree(view, &state.mappings);
+        let ws = super::tasks::workspace(&self.services).await.ok();
+        let changes = match (&task, &ws) {
+            (Some((worktree, Some(fork))), Some(ws)) => ws
+                .diff_patch(worktree, fork, MAX_CHANGES_BYTES)
+                .await
+                .map_or_else(
+                    |e| {
+                        // git's message can quote the worktree's paths.
+                        format!(
+                            "(the change cannot be shown)\n{}",
+                            untrusted_block("git", &e.to_string())
+                        )
+                    },
+                    |patch| untrusted_block("the task's worktree", &patch),
+                ),
+            _ => "(no task worktree)".to_owned(),
+        };
+        let mut vars = PromptVars::new();
+        vars.insert("trace".into(), render_trace(view));
+        vars.insert("errors".into(), render_errors(view));
+        vars.insert("changes".into(), changes);
+        vars.insert(
+            "retries".into(),
+            if out_of_retries {
+                format!("{retries} of at most {max} iterate/retry decisions used: none is left, so `iterate` and `retry` end the trace; push the work already committed, notify, or fail.")
+            } else {
+                format!("{retries} of at most {max} iterate/retry decisions used.")
+            },
+        );
+        let dir = agent_call::host_workdir_path(&ctx.store);
+        let answer = agent_call::ask::<ResolveResult>(
+            &self.services,
+            ctx,
+            run.span.id,
+            AgentStep::Resolve,
+            vars,
+        )
+        .await
+        .map_err(|e| agent_call::agent_error(AgentStep::Resolve, &e).detail("workdir", &dir))?;
+        let usage = agent_call::usage_meta(&answer);
+        let result = answer.value;
+        if result.decision == ResolveDecision::Wait {
+            let pipeline = &self.services.config.autopilot.pipeline;
+            let (finished, span_meta) =
+                scheduled_wait(view, &result, pipeline.wait_secs, pipeline.max_waits);
+            let span_meta = ResolveSpanMeta {
+                agent: Some(usage),
+                ..span_meta
+            };
+            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+        }
+        if out_of_retries
+            && matches!(
+                result.decision,
+                ResolveDecision::Iterate | ResolveDecision::Retry
+            )
+        {
+            let mut finished = gave_up(retries);
+            let mut span_meta = ResolveSpanMeta::read(&finished.meta).unwrap_or_default();
+            span_meta.agent = Some(usage);
+            span_meta.agent_decision = Some(result.decision);
+            finished = finished.with_meta_record(&span_meta);
+            return Ok(Outcome::Finished(finished));
+        }
+        let Decided {
+            finished,
+            decision,
+            span_meta,
+        } = decide(view, &state.mappings, &result)?;
+        // The fix the resolver asked for runs in the sandbox over the task's worktree, before
+        // the retry it prepares; never on the host.
+        let corrective_runs =
+            if decision == ResolveDecision::Retry && !result.corrective_commands.is_empty() {
+                Some(
+                    self.corrective(ctx, run, task.as_ref().map(|t| t.0.as_path()), &result)
+                        .await?,
+                )
+            } else {
+                None
+            };
+        let span_meta = ResolveSpanMeta {
+            decision: decision_meta(decision),
+            agent_decision: Some(result.decision),
+            reasoning: Some(result.reasoning.clone()),
+            corrective_commands: Some(result.corrective_commands.clone()),
+            corrective_runs,
+            instructions: Some(result.instructions.clone()),
+            retry_step: Some(result.retry_step),
+            message: Some(result.message.clone()),
+            retries: Some(retries),
+            max_retries: Some(max),
+            workdir: Some(dir.display().to_string()),
+            agent: Some(usage),
+            ..span_meta
+        };
+        Ok(Outcome::Finished(finished.with_meta_record(&span_meta)))
+    }
+}
