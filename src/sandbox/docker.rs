@@ -51,6 +51,8 @@ pub struct DockerSandbox {
     proxy_lock: Arc<tokio::sync::Mutex<()>>,
     /// The image of this process's binary, once known (hashing it costs a read of the binary).
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
+    /// The rover binary the proxy and relay containers run, when not this process's own.
+    proxy_exe: Arc<std::sync::OnceLock<std::path::PathBuf>>,
 }
 
 impl DockerSandbox {
@@ -77,6 +79,7 @@ impl DockerSandbox {
             no_storage_opt: Arc::new(AtomicBool::new(false)),
             proxy_lock: Arc::new(tokio::sync::Mutex::new(())),
             proxy_image: Arc::new(tokio::sync::OnceCell::new()),
+            proxy_exe: Arc::new(std::sync::OnceLock::new()),
         })
     }
 
@@ -107,6 +110,18 @@ impl DockerSandbox {
         } else {
             self.proxy_image().await
         }
+    }
+
+    /// Runs rover's proxy server and relays from the rover binary at `exe` instead of this
+    /// process's own (for a program that embeds rover's library, such as its tests); set before
+    /// the first run's network, once.
+    pub fn use_proxy_binary(&self, exe: &Path) {
+        let _ = self.proxy_exe.set(exe.to_owned());
+    }
+
+    /// The binary set by [`DockerSandbox::use_proxy_binary`].
+    pub(crate) fn proxy_exe(&self) -> Option<&Path> {
+        self.proxy_exe.get().map(std::path::PathBuf::as_path)
     }
 
     /// The engine address in use.

@@ -197,10 +197,13 @@ impl DockerSandbox {
     /// The image holding this rover binary (and the shared libraries it needs), imported once
     /// per binary: its tag is a hash of the binary.
     pub async fn proxy_image(&self) -> Result<String, SandboxError> {
-        let exe = std::env::current_exe().map_err(|source| SandboxError::File {
-            path: PathBuf::from("/proc/self/exe"),
-            source,
-        })?;
+        let exe = match self.proxy_exe() {
+            Some(exe) => exe.to_owned(),
+            None => std::env::current_exe().map_err(|source| SandboxError::File {
+                path: PathBuf::from("/proc/self/exe"),
+                source,
+            })?,
+        };
         self.proxy_image_of(&exe).await
     }
 

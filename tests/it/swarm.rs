@@ -247,7 +247,7 @@ fn watch_nodes(
 }
 
 #[tokio::test]
-async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_proxy_and_opens_a_pr(
+async fn a_real_claude_run_on_the_worker_with_its_workspace_shipped_reaches_the_model_only_through_rovers_proxy_and_opens_a_pr(
 ) {
     use serde_json::json;
 
@@ -282,7 +282,7 @@ async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_p
             "agent": {"extraEnv": ["CLAUDE_CODE_MAX_RETRIES"]},
             "sandbox": {"image": image, "memoryMb": 1024, "cpus": 1.0, "timeoutSecs": 300,
                 "envAllow": ["CLAUDE_CODE_MAX_RETRIES", "IS_SANDBOX"],
-                "backend": "swarm", "workspace": "mounted",
+                "backend": "swarm",
                 "swarm": {"constraints": [ON_WORKER]}}}}),
     );
     s.github
@@ -290,9 +290,52 @@ async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_p
     s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 81, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
     let project = s.env.project_id.clone();
     let (watcher, seen) = watch_nodes(swarm.clone(), project.clone());
+    // The mounts of every service of the project while it runs.
+    let mounts = {
+        let swarm = swarm.clone();
+        let project = project.clone();
+        tokio::spawn(async move {
+            let mut kinds = std::collections::BTreeSet::new();
+            loop {
+                for c in swarm
+                    .list_by_labels(&[("rover.project".to_owned(), project.clone())])
+                    .await
+                    .unwrap_or_default()
+                {
+                    if let Ok(service) = swarm.manager().client().inspect_service(&c.id, None).await
+                    {
+                        let mounts = service
+                            .spec
+                            .and_then(|s| s.task_template)
+                            .and_then(|t| t.container_spec)
+                            .and_then(|c| c.mounts)
+                            .unwrap_or_default();
+                        kinds.extend(mounts.iter().map(|m| {
+                            format!("{:?} at {}", m.typ, m.target.as_deref().unwrap_or_default())
+                        }));
+                        if !mounts.is_empty() {
+                            return kinds;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
 
     s.run_until_settled(40).await;
     watcher.abort();
+    let kinds = tokio::time::timeout(Duration::from_secs(1), mounts)
+        .await
+        .expect("the run's service was seen")
+        .expect("the mounts watcher");
+    // The workspace was shipped (a volume of the task's own at /workspace, and at the git
+    // dirs), nothing of the host mounted (no bind mount).
+    assert!(
+        kinds.contains("Some(VOLUME) at /workspace")
+            && kinds.iter().all(|k| !k.starts_with("Some(BIND)")),
+        "{kinds:?}"
+    );
     let trace = s.the_trace();
     let workflow = trace
         .spans
@@ -381,19 +424,217 @@ async fn a_real_claude_run_on_the_worker_reaches_the_model_only_through_rovers_p
     assert!(runs.is_empty(), "{runs:?}");
 }
 
+/// A run's network through rover's proxy on the swarm, with its grant, as the workflow makes
+/// it: the proxy server beside rover, the run's relay on the manager, on an internal overlay.
+async fn run_network(
+    swarm: &rover::sandbox::SwarmSandbox,
+    proxy_dir: &std::path::Path,
+    run: &str,
+) -> String {
+    use rover::proxy::{token_sha256, Grant};
+    Grant {
+        run: run.to_owned(),
+        trace_id: uuid::Uuid::new_v4(),
+        token_sha256: token_sha256("unused"),
+        providers: Vec::new(),
+        egress: rover::proxy::Egress::default(),
+        budget: None,
+        ended: false,
+        created_at: chrono::Utc::now(),
+    }
+    .save(proxy_dir)
+    .expect("the run's grant");
+    swarm.use_proxy_binary(std::path::Path::new(crate::support::env::rover_bin()));
+    swarm
+        .connect_run(&rover::sandbox::RunConnect {
+            run: run.to_owned(),
+            project: "rover-tests".to_owned(),
+            internal: true,
+            proxy_dir: proxy_dir.to_owned(),
+            server_env: rover::proxy::env::server_env(|_| None, &serde_json::json!({})),
+        })
+        .await
+        .expect("the run's network")
+}
+
+/// The mounts the service of `id` gives its task.
+async fn service_mounts(
+    swarm: &rover::sandbox::SwarmSandbox,
+    id: &str,
+) -> Vec<bollard::models::Mount> {
+    swarm
+        .manager()
+        .client()
+        .inspect_service(id, None)
+        .await
+        .expect("inspect the service")
+        .spec
+        .and_then(|s| s.task_template)
+        .and_then(|t| t.container_spec)
+        .and_then(|c| c.mounts)
+        .unwrap_or_default()
+}
+
 #[tokio::test]
-async fn a_shipped_workspace_is_refused_on_the_swarm_with_what_to_do() {
+async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy() {
+    use rover::sandbox::returned::take_back;
+
     let local = crate::support::docker::sandbox().await;
-    let image = test_image(&local).await;
-    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let real = crate::real_cli::real_sandbox_image();
+    let bare = test_image(&local).await;
+    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&real, &bare]).await;
     let tc = TestContainers::new();
     let _services = Services(&tc);
     let repo = TestRepo::new();
     let dir = repo.data.join("work");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    let mut spec = tc.spec(&image, &dir, "shipped", "true");
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    std::fs::write(dir.join("a.txt"), "from the host\n").expect("write");
+    std::fs::write(dir.join("sub/b.txt"), "to be removed\n").expect("write");
+    std::os::unix::fs::symlink("a.txt", dir.join("link")).expect("link");
+    let proxy_dir = repo.data.join("proxy");
+    let script = format!(
+        "set -e; cat a.txt > seen.txt; readlink link >> seen.txt; pwd >> seen.txt; \
+         if test -e {host}; then echo host-visible >> seen.txt; else echo host-hidden >> seen.txt; fi; \
+         rm sub/b.txt; echo made on the worker > new.txt; hostname > node.txt",
+        host = dir.display()
+    );
+
+    // An agent's run: what it changed comes back to the host's worktree, checked.
+    let mut spec = tc.spec(&real, &dir, "shipped", &script);
     spec.workspace = WorkspaceMode::Shipped;
-    let err = swarm.run(&spec).await.expect_err("not on a swarm yet");
+    let run = spec.container_name();
+    spec.network = run_network(&swarm, &proxy_dir, &run).await;
+    spec.proxy_dir = Some(proxy_dir.clone());
+    let id = swarm.run(&spec).await.expect("a service is made");
+    let mounts = service_mounts(&swarm, &id).await;
+    assert!(
+        mounts
+            .iter()
+            .all(|m| m.typ != Some(bollard::models::MountType::BIND) && m.source.is_none()),
+        "nothing of the host is mounted: {mounts:?}"
+    );
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.target.as_deref() == Some("/workspace")
+                && m.typ == Some(bollard::models::MountType::VOLUME)),
+        "{mounts:?}"
+    );
+    let log = repo.data.join("run.log");
+    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
+    logs.expect("logs");
+    let stderr = std::fs::read_to_string(rover::sandbox::stderr_path(&log)).unwrap_or_default();
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        },
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).expect("stdout"),
+        "",
+        "the wrapper prints nothing to stdout"
+    );
+    let placed = swarm.placements("rover-tests").await.expect("placements");
+    let ours = placed.iter().find(|p| p.service == run).expect("listed");
+    assert_eq!(ours.node.as_deref(), Some(WORKER_NODE), "{placed:?}");
+    let applied = take_back(&swarm, &id, &spec)
+        .await
+        .expect("taken back")
+        .expect("shipped");
+    assert!(applied.archive_bytes > 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("seen.txt")).expect("seen"),
+        "from the host\na.txt\n/workspace\nhost-hidden\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("new.txt")).expect("new"),
+        "made on the worker\n"
+    );
+    assert!(!dir.join("sub/b.txt").exists(), "the removal came back too");
+    assert_eq!(
+        std::fs::read_link(dir.join("link")).expect("link"),
+        std::path::Path::new("a.txt")
+    );
+    let run_dir = rover::proxy::Grant::run_dir(&proxy_dir, &run);
+    assert!(run_dir.join(rover::proxy::WORKSPACE_OUT).exists());
+    assert!(swarm.remove(&id).await.expect("remove"));
+    assert!(
+        !run_dir.join(rover::proxy::WORKSPACE_IN).exists()
+            && !run_dir.join(rover::proxy::WORKSPACE_OUT).exists(),
+        "removing the service forgets its shipped files"
+    );
+    swarm.disconnect_run(&run).await.expect("disconnect");
+
+    // One that sends back more than the limit (3000 empty files: no room taken in its
+    // directory, whose size is the limit too, but a tar of 1.5 MB): the proxy keeps nothing,
+    // the worktree is left as it was, and the task's stderr says why.
+    let mut spec = tc.spec(&real, &dir, "too-big", "touch $(seq -f many-%g 3000)");
+    spec.workspace = WorkspaceMode::Shipped;
+    spec.workspace_limit = 1 << 20;
+    let run = spec.container_name();
+    spec.network = run_network(&swarm, &proxy_dir, &run).await;
+    spec.proxy_dir = Some(proxy_dir.clone());
+    let id = swarm.run(&spec).await.expect("a service is made");
+    let log = repo.data.join("big.log");
+    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
+    logs.expect("logs");
+    let stderr = std::fs::read_to_string(rover::sandbox::stderr_path(&log)).unwrap_or_default();
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        },
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("rover: rover answered 'HTTP/1.1 413"),
+        "{stderr}"
+    );
+    let err = take_back(&swarm, &id, &spec)
+        .await
+        .expect_err("nothing came back");
+    assert!(matches!(err, SandboxError::Returned { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("never came back: rover's proxy refused it (the workspace sent back holds more than 1048576 bytes"),
+        "{err}"
+    );
+    assert!(!dir.join("many-1").exists());
+    assert!(dir.join("new.txt").exists(), "the worktree is as it was");
+    assert!(swarm.remove(&id).await.expect("remove"));
+    swarm.disconnect_run(&run).await.expect("disconnect");
+
+    // An image without bash: the command never runs, and the task says what is missing.
+    let mut spec = tc.spec(&bare, &dir, "no-bash", "touch ran.txt");
+    spec.workspace = WorkspaceMode::Shipped;
+    let run = spec.container_name();
+    spec.network = run_network(&swarm, &proxy_dir, &run).await;
+    spec.proxy_dir = Some(proxy_dir.clone());
+    let id = swarm.run(&spec).await.expect("a service is made");
+    let log = repo.data.join("bare.log");
+    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
+    logs.expect("logs");
+    let stderr = std::fs::read_to_string(rover::sandbox::stderr_path(&log)).unwrap_or_default();
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 125,
+            oom_killed: false
+        },
+        "{stderr}"
+    );
+    assert!(stderr.contains("rover: this image has no bash"), "{stderr}");
+    assert!(swarm.remove(&id).await.expect("remove"));
+    swarm.disconnect_run(&run).await.expect("disconnect");
+
+    // Without the run's own network there is no way to ship: refused before anything starts.
+    let mut spec = tc.spec(&bare, &dir, "offline", "true");
+    spec.workspace = WorkspaceMode::Shipped;
+    let err = swarm.run(&spec).await.expect_err("no network to ship over");
     assert!(
         matches!(
             err,

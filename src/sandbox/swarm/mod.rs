@@ -15,6 +15,7 @@
 pub mod images;
 mod service;
 mod settings;
+pub mod ship;
 mod task;
 
 use std::collections::{BTreeMap, HashMap};
@@ -84,6 +85,13 @@ impl SwarmSandbox {
             manager,
             constraints,
         })
+    }
+
+    /// Runs rover's proxy server and the runs' relays from the rover binary at `exe` (see
+    /// [`DockerSandbox::use_proxy_binary`]).
+    pub fn use_proxy_binary(&self, exe: &Path) {
+        self.local.use_proxy_binary(exe);
+        self.manager.use_proxy_binary(exe);
     }
 
     /// The local engine.
@@ -210,13 +218,44 @@ impl SwarmSandbox {
             Err(e) => return Err(self.local.err("inspect image", &spec.image, e)),
         };
         let user = DockerSandbox::user(spec).await?;
-        let plan = ServicePlan {
+        let mut plan = ServicePlan {
             image,
             user,
             env: container_env(spec),
-            mounts: bind_mounts(spec)?,
+            mounts: Vec::new(),
             constraints: self.constraints.clone(),
+            command: spec.cmd.clone(),
+            labels: Vec::new(),
         };
+        if spec.shipped() {
+            // Nothing of this machine reaches the node: the workspace goes over the run's
+            // network, through rover's proxy (see [`ship`]).
+            let Some(proxy_dir) = spec
+                .proxy_dir
+                .as_deref()
+                .filter(|_| service::joins_network(&spec.network))
+            else {
+                return Err(SandboxError::Unsupported {
+                    backend: "swarm",
+                    what: "ship a workspace to a task without the run's own network (autopilot.sandbox.egress \"none\" gives it none); use an egress with rover's proxy, or autopilot.sandbox.workspace \"mounted\" on a swarm whose nodes see rover's data dir at the same path",
+                });
+            };
+            let run_as = DockerSandbox::shipped_owner(spec)?;
+            let owner = super::ship::Owner {
+                uid: run_as.uid,
+                gid: run_as.gid,
+            };
+            let run_dir = ship::run_dir(proxy_dir, &name);
+            let shipped = ship::prepare(spec, owner, &run_dir).await?;
+            tracing::debug!(service = %name, entries = shipped.entries, bytes = shipped.bytes, "workspace ready for the swarm task");
+            plan.mounts = ship::mounts(spec, owner);
+            plan.command = ship::wrap(&spec.cmd);
+            plan.env.extend(ship::env());
+            plan.labels
+                .push((ship::LABEL_SHIP.to_owned(), run_dir.display().to_string()));
+        } else {
+            plan.mounts = bind_mounts(spec)?;
+        }
         match self
             .manager
             .client()
@@ -326,14 +365,6 @@ impl Sandbox for SwarmSandbox {
 
     async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
         if Self::for_swarm(spec) {
-            if spec.shipped() {
-                // A task on another node cannot be filled through the engine's archive API
-                // before it starts (only its node's engine could); see docs/scale.md.
-                return Err(SandboxError::Unsupported {
-                    backend: "swarm",
-                    what: "ship a workspace to a node yet; set autopilot.sandbox.workspace to \"mounted\" on a swarm whose nodes see rover's data dir at the same path (docs/scale.md)",
-                });
-            }
             self.start_service(spec).await
         } else {
             self.local.run(spec).await
@@ -378,13 +409,16 @@ impl Sandbox for SwarmSandbox {
         into: &Path,
         limit: u64,
     ) -> Result<u64, SandboxError> {
-        if self.service(id).await?.is_some() {
-            return Err(SandboxError::Unsupported {
+        let Some(service) = self.service(id).await? else {
+            return self.local.fetch_workspace(id, into, limit).await;
+        };
+        match ship_dir(&service) {
+            Some(run_dir) => ship::fetch(&run_dir, into, limit).await,
+            None => Err(SandboxError::Unsupported {
                 backend: "swarm",
-                what: "take a workspace back from a node yet",
-            });
+                what: "take back a workspace that was mounted, not shipped",
+            }),
         }
-        self.local.fetch_workspace(id, into, limit).await
     }
 
     async fn kill(&self, id: &str) -> Result<(), SandboxError> {
@@ -436,6 +470,9 @@ impl Sandbox for SwarmSandbox {
     }
 
     async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
+        if let Some(run_dir) = self.service(id).await?.as_ref().and_then(ship_dir) {
+            ship::forget(&run_dir).await;
+        }
         match self.manager.client().delete_service(id).await {
             Ok(()) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => self.local.remove(id).await,
@@ -517,4 +554,14 @@ impl Sandbox for SwarmSandbox {
         }
         Ok(found)
     }
+}
+
+/// The run's dir a shipped service's workspace goes through (its [`ship::LABEL_SHIP`]).
+fn ship_dir(service: &Service) -> Option<std::path::PathBuf> {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.labels.as_ref())
+        .and_then(|l| l.get(ship::LABEL_SHIP))
+        .map(std::path::PathBuf::from)
 }

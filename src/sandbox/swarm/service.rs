@@ -39,11 +39,15 @@ pub struct ServicePlan {
     pub mounts: Vec<Mount>,
     /// Placement constraints (`node.labels.pool==agents`, `node.role==worker`).
     pub constraints: Vec<String>,
+    /// The task's command: the spec's, or the spec's wrapped to ship the workspace.
+    pub command: Vec<String>,
+    /// Labels of the service besides the spec's.
+    pub labels: Vec<(String, String)>,
 }
 
 /// Whether a network name is one a service can join (a run's overlay), rather than a mode of
 /// the local engine (`none`, `bridge`, `host`).
-fn joins_network(network: &str) -> bool {
+pub(super) fn joins_network(network: &str) -> bool {
     !matches!(network, "none" | "bridge" | "host" | "default" | "")
 }
 
@@ -53,6 +57,7 @@ pub fn service_spec(spec: &SandboxSpec, plan: ServicePlan) -> ServiceSpec {
         .all_labels()
         .into_iter()
         .chain([(LABEL_SWARM.to_owned(), "1".to_owned())])
+        .chain(plan.labels)
         .collect();
     let mut mounts = plan.mounts;
     if spec.readonly_rootfs {
@@ -74,7 +79,7 @@ pub fn service_spec(spec: &SandboxSpec, plan: ServicePlan) -> ServiceSpec {
     let nano_cpus = (spec.limits.cpus * 1e9) as i64;
     let container = TaskSpecContainerSpec {
         image: Some(plan.image),
-        command: Some(spec.cmd.clone()),
+        command: Some(plan.command),
         env: Some(plan.env),
         dir: Some(WORKSPACE_MOUNT.to_owned()),
         user: Some(plan.user),
@@ -188,6 +193,8 @@ mod tests {
             env: vec!["HOME=/tmp".into()],
             mounts: Vec::new(),
             constraints: vec!["node.labels.rover.node==wkr".into()],
+            command: vec!["claude".into(), "-p".into()],
+            labels: Vec::new(),
         }
     }
 

@@ -489,6 +489,7 @@ impl WorkflowStep {
         {
             spec.network = connected.network;
             spec.rover_env = connected.env;
+            spec.proxy_dir = Some(super::network::proxy_dir(&ctx.store));
             if kind == agents::AgentKind::Codex {
                 if let Some(url) = agents::env_value(&spec.rover_env, agents::OPENAI_BASE_URL) {
                     agents::codex::insert_base_url(&mut spec.cmd, url);
