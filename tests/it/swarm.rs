@@ -591,7 +591,7 @@ async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy
         "{stderr}"
     );
     assert!(
-        stderr.contains("rover: rover answered 'HTTP/1.1 413"),
+        stderr.contains("rover: could not send the workspace back"),
         "{stderr}"
     );
     let err = take_back(&swarm, &id, &spec)

@@ -50,6 +50,9 @@ exec bash -c "$s" rover-ship "$@"
 /// `/tmp`). Everything it says itself starts with `rover:` and goes to stderr: stdout is the
 /// command's.
 const SCRIPT: &str = r#"h="$ROVER_WORKSPACE_HOST"; p="$ROVER_WORKSPACE_PORT"; path="$ROVER_WORKSPACE_PATH"
+# A connection rover closes (a refusal) is an error to report, not a signal that ends the script;
+# the command runs with SIGPIPE as it would anywhere.
+trap '' PIPE
 fetch() {
   exec 3<>"/dev/tcp/$h/$p" || return 1
   printf 'GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' "$path" "$h" >&3 || return 1
@@ -96,8 +99,10 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
 done
 [ -n "$fetched" ] || { echo "rover: could not fetch the workspace from rover at $h:$p" >&2; exit 125; }
 cd /workspace || exit 125
+trap - PIPE
 "$@"
 code=$?
+trap '' PIPE
 send || echo "rover: could not send the workspace back to rover at $h:$p" >&2
 exit $code
 "#;
@@ -129,9 +134,16 @@ pub fn env() -> [String; 3] {
 /// driver on a tmpfs (`uid`/`gid` its owner, mode 0700, at most `workspaceLimitMb`), never
 /// filled from the image. Not a plain tmpfs mount: its root would take the owner and mode of
 /// the image's directory at that path (root's `/workspace`, which rover's own layer makes),
-/// and an engine before 27 takes no option to change that. The volume goes with the task's
-/// container.
+/// and an engine before 27 takes no option to change that. Its content goes with the task's
+/// container (a tmpfs is gone once unmounted), but an engine may keep the empty volume's entry
+/// (20.10 does: a swarm task's anonymous volumes outlive it), so it carries the run's labels
+/// and `rover.swarm=1` for `docker volume prune --filter label=rover.swarm=1` on the node.
 pub fn mounts(spec: &SandboxSpec, owner: Owner) -> Vec<Mount> {
+    let labels: HashMap<String, String> = spec
+        .all_labels()
+        .into_iter()
+        .chain([(super::LABEL_SWARM.to_owned(), "1".to_owned())])
+        .collect();
     let options = HashMap::from([
         ("type".to_owned(), "tmpfs".to_owned()),
         ("device".to_owned(), "tmpfs".to_owned()),
@@ -150,6 +162,7 @@ pub fn mounts(spec: &SandboxSpec, owner: Owner) -> Vec<Mount> {
             typ: Some(MountType::VOLUME),
             volume_options: Some(MountVolumeOptions {
                 no_copy: Some(true),
+                labels: Some(labels.clone()),
                 driver_config: Some(MountVolumeOptionsDriverConfig {
                     name: Some("local".to_owned()),
                     options: Some(options.clone()),

@@ -49,6 +49,20 @@ pub async fn swarm(
 ) -> (SwarmGuard, SwarmSandbox, DockerSandbox) {
     let guard = ONE_AT_A_TIME.lock().await;
     ensure_swarm().await;
+    // The empty tmpfs volumes the shipped runs of earlier tests left on the nodes' engines.
+    for engine in [MANAGER, WORKER] {
+        let _ = Command::new("docker")
+            .args([
+                "-H",
+                engine,
+                "volume",
+                "prune",
+                "-f",
+                "--filter",
+                "label=rover.swarm=1",
+            ])
+            .output();
+    }
     let local = DockerSandbox::connect(env_allow())
         .await
         .expect("the main engine answers");
