@@ -299,8 +299,16 @@ pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, San
                     .filter(|h| !h.trim().is_empty())
                     .or_else(|| std::env::var(DOCKER_HOST_ENV).ok()),
             );
+            let nodes: Vec<String> = std::env::var(swarm::NODES_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::to_owned)
+                .collect();
             Ok(Arc::new(
-                SwarmSandbox::connect(local, &manager, settings.swarm.constraints.clone()).await?,
+                SwarmSandbox::connect(local, &manager, settings.swarm.constraints.clone())
+                    .await?
+                    .load_images_onto(&nodes)
+                    .await?,
             ))
         }
     }

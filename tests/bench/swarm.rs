@@ -1,7 +1,9 @@
 //! Swarm figures, on the two-node swarm of `tests/setup-swarm.sh`: an image loaded onto a node
 //! without a registry; a sandbox started on the local backend against one started on the swarm's
 //! worker (to running, and a trivial command to its end, with and without the run's overlay
-//! network and relay); and how many runs of one CPU each Swarm places on one node against two.
+//! network and relay); a workspace shipped and taken back, small and of 100 MB, on the local
+//! backend against the swarm's worker; and how many runs of one CPU each Swarm places on one
+//! node against two.
 //!
 //! What it makes carries a project label of its own and is removed at the end.
 
@@ -50,6 +52,7 @@ pub fn run() {
         .expect("a tokio runtime");
     runtime.block_on(async {
         let bench = Bench::new().await;
+        bench.ship().await;
         bench.start_latency().await;
         bench.placement().await;
     });
@@ -195,7 +198,8 @@ impl Bench {
             memory_mb: 256,
             cpus,
             egress: Egress::Mode(EgressMode::None),
-            // A swarm task cannot be shipped its workspace yet: these nodes share the disk.
+            // Start figures without a workspace to ship (these nodes share the disk); the ship
+            // figures set it.
             workspace: Some(rover::sandbox::WorkspaceMode::Mounted),
             ..SandboxSettings::default()
         };
@@ -363,9 +367,147 @@ impl Bench {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            for id in ids {
-                let _ = swarm.remove(&id).await;
+            for id in &ids {
+                let _ = swarm.remove(id).await;
+            }
+            // The next round starts once the swarm has let go of these tasks (and so of their
+            // reservations): none of them is listed any more.
+            for _ in 0..120 {
+                let tasks = swarm
+                    .manager()
+                    .client()
+                    .list_tasks(None::<bollard::query_parameters::ListTasksOptions>)
+                    .await
+                    .unwrap_or_default();
+                if !tasks
+                    .iter()
+                    .any(|t| t.service_id.as_ref().is_some_and(|s| ids.contains(s)))
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
+    }
+
+    /// A workspace shipped into a task that runs `true` and taken back: the time from `run()`
+    /// to the task's end (the ship is in it: through the archive API before the start on the
+    /// local backend, fetched by the task over the run's network on the swarm, and sent back
+    /// before its end there), then the time to take it back (`fetch_workspace`); `MOUNTED` the
+    /// same task with the worktree bind-mounted, for what shipping adds.
+    async fn ship(&self) {
+        const RUNS: usize = 3;
+        if std::env::var("ROVER_TEST_SANDBOX_IMAGE").map_or(true, |i| i.is_empty()) {
+            println!("shipped workspace: not measured (it needs bash in the image: set ROVER_TEST_SANDBOX_IMAGE=$(bash tests/setup-sandbox-image.sh))");
+            return;
+        }
+        let swarm = self.swarm(&["node.labels.rover.node==wkr"]).await;
+        swarm.use_proxy_binary(Path::new(env!("CARGO_BIN_EXE_rover")));
+        let proxy_dir = self.dir.path().join("proxy");
+        for (what, files, bytes) in [
+            ("small (20 files of 2 KB)", 20, 2048),
+            ("100 MB (100 files of 1 MiB)", 100, 1 << 20),
+        ] {
+            let worktree = self.dir.path().join(format!("ship-{files}"));
+            write_files(&worktree, files, bytes);
+            for (backend, sandbox, on_swarm) in [
+                ("local", &self.local as &dyn Sandbox, false),
+                ("swarm worker", &swarm as &dyn Sandbox, true),
+            ] {
+                for mode in [
+                    rover::sandbox::WorkspaceMode::Mounted,
+                    rover::sandbox::WorkspaceMode::Shipped,
+                ] {
+                    let shipped = mode == rover::sandbox::WorkspaceMode::Shipped;
+                    let (mut ran, mut back) = (Vec::new(), Vec::new());
+                    for i in 0..RUNS {
+                        let action = format!(
+                            "ship-{files}-{}-{}-{i}",
+                            u8::from(on_swarm),
+                            u8::from(shipped)
+                        );
+                        let mut spec = self.spec(&action, &["true"], 1.0);
+                        spec.worktree.clone_from(&worktree);
+                        spec.workspace = mode;
+                        spec.limits.memory_bytes = 1 << 30;
+                        if on_swarm && shipped {
+                            let run = spec.container_name();
+                            rover::proxy::Grant {
+                                run: run.clone(),
+                                trace_id: uuid::Uuid::new_v4(),
+                                token_sha256: rover::proxy::token_sha256("bench"),
+                                providers: Vec::new(),
+                                egress: rover::proxy::Egress::default(),
+                                budget: None,
+                                ended: false,
+                                created_at: chrono::Utc::now(),
+                            }
+                            .save(&proxy_dir)
+                            .expect("a grant");
+                            spec.network = swarm
+                                .connect_run(&rover::sandbox::RunConnect {
+                                    run: run.clone(),
+                                    project: self.project.clone(),
+                                    internal: true,
+                                    proxy_dir: proxy_dir.clone(),
+                                    server_env: rover::proxy::env::server_env(
+                                        |_| None,
+                                        &serde_json::json!({}),
+                                    ),
+                                })
+                                .await
+                                .expect("the run's network");
+                            spec.proxy_dir = Some(proxy_dir.clone());
+                        }
+                        let t = Instant::now();
+                        let id = sandbox.run(&spec).await.expect("a sandbox starts");
+                        let end = sandbox.wait(&id).await.expect("wait");
+                        assert!(
+                            matches!(end, ContainerStatus::Exited { code: 0, .. }),
+                            "{backend} {end:?}"
+                        );
+                        ran.push(ms(t.elapsed()));
+                        if shipped {
+                            let into = self.dir.path().join("returned.tar");
+                            let t = Instant::now();
+                            sandbox
+                                .fetch_workspace(&id, &into, 1 << 30)
+                                .await
+                                .expect("the workspace back");
+                            back.push(ms(t.elapsed()));
+                        }
+                        sandbox.remove(&id).await.expect("remove");
+                        if on_swarm && shipped {
+                            let _ = swarm.disconnect_run(&spec.container_name()).await;
+                        }
+                    }
+                    let (p50, _) = percentiles(ran);
+                    let how = if shipped { "shipped" } else { "mounted" };
+                    let back = if back.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", taken back in p50 {:.0} ms", percentiles(back).0)
+                    };
+                    println!("workspace {what:<28} {backend:<13} {how}: `true` from run() to its end p50 {p50:>6.0} ms{back}   ({RUNS} runs)");
+                }
+            }
+        }
+    }
+}
+
+/// `files` files of `bytes` bytes each under `dir`, of bytes that do not compress.
+fn write_files(dir: &Path, files: usize, bytes: usize) {
+    std::fs::create_dir_all(dir).expect("a worktree");
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in 0..files {
+        let data: Vec<u8> = (0..bytes)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()[0]
+            })
+            .collect();
+        std::fs::write(dir.join(format!("f{i}.bin")), data).expect("a file");
     }
 }

@@ -785,3 +785,66 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
         "the first run on the worker, the retry on the manager: {seen:?}"
     );
 }
+
+#[tokio::test]
+async fn rover_loads_a_tasks_image_onto_the_nodes_it_is_given_without_a_registry() {
+    use rover::sandbox::swarm::images::image_id;
+
+    let local = crate::support::docker::sandbox().await;
+    let image = test_image(&local).await;
+    let (_guard, swarm, worker) = swarm(&[ON_WORKER], &[]).await;
+    let id = image_id(&local, &image)
+        .await
+        .expect("inspect")
+        .expect("the test image");
+    // The worker lacks it (a node that never ran it).
+    if image_id(&worker, &id).await.expect("inspect").is_some() {
+        worker
+            .client()
+            .remove_image(
+                &id,
+                Some(bollard::query_parameters::RemoveImageOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+                None,
+            )
+            .await
+            .expect("remove the image from the worker");
+    }
+    assert!(image_id(&worker, &id).await.expect("inspect").is_none());
+    let swarm = swarm
+        .load_images_onto(&[crate::support::swarm::WORKER.to_owned()])
+        .await
+        .expect("the worker's engine");
+    let tc = TestContainers::new();
+    let _services = Services(&tc);
+    let repo = TestRepo::new();
+    let dir = repo.data.join("work");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let mut spec = tc.spec(&image, &dir, "loaded", "echo ran-on-the-worker");
+    spec.workspace = WorkspaceMode::Mounted;
+    let id_run = swarm.run(&spec).await.expect("a service is made");
+    assert!(
+        image_id(&worker, &id).await.expect("inspect").is_some(),
+        "rover loaded the image onto the worker before making the service"
+    );
+    let log = repo.data.join("run.log");
+    let (logs, status) = tokio::join!(
+        swarm.logs_to_file(&id_run, &log, LOG_LIMIT),
+        swarm.wait(&id_run)
+    );
+    logs.expect("logs");
+    assert_eq!(
+        status.expect("wait"),
+        ContainerStatus::Exited {
+            code: 0,
+            oom_killed: false
+        }
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).expect("log"),
+        "ran-on-the-worker\n"
+    );
+    assert!(swarm.remove(&id_run).await.expect("remove"));
+}

@@ -46,6 +46,9 @@ use super::{
 
 /// The variable naming the swarm manager's engine (`unix://`, `tcp://`); default `DOCKER_HOST`.
 pub const SWARM_HOST_ENV: &str = "ROVER_SWARM_HOST";
+/// The variable naming the engines of the nodes rover loads sandbox images onto, separated by
+/// commas (`tcp://node2:2376,tcp://node3:2376`); unset: the images must be on the nodes.
+pub const NODES_ENV: &str = "ROVER_SWARM_NODES";
 
 /// How often a task's state is looked at while waiting for it.
 const POLL: Duration = Duration::from_millis(500);
@@ -58,6 +61,11 @@ pub struct SwarmSandbox {
     local: DockerSandbox,
     manager: DockerSandbox,
     constraints: Vec<String>,
+    /// The nodes' engines rover loads a task's image onto (without a registry), from
+    /// [`NODES_ENV`]; none: the images are on the nodes already.
+    nodes: Vec<DockerSandbox>,
+    /// One load onto the nodes at a time (two runs of one new image load it once).
+    loading: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SwarmSandbox {
@@ -84,7 +92,54 @@ impl SwarmSandbox {
             local,
             manager,
             constraints,
+            nodes: Vec::new(),
+            loading: std::sync::Arc::default(),
         })
+    }
+
+    /// Loads each task's image onto the engines at `hosts` (the swarm's nodes, as rover
+    /// reaches them) before its service is made, unless a node has it already.
+    pub async fn load_images_onto(mut self, hosts: &[String]) -> Result<Self, SandboxError> {
+        for host in hosts.iter().map(|h| h.trim()).filter(|h| !h.is_empty()) {
+            let node = if host == self.manager.host() {
+                self.manager.clone()
+            } else {
+                DockerSandbox::connect_to(host, self.local.env_allow().to_vec()).await?
+            };
+            self.nodes.push(node);
+        }
+        Ok(self)
+    }
+
+    /// Puts `image` (its id `id`) on every configured node that lacks it. A node that cannot be
+    /// reached is skipped with a warning: the swarm places nothing on a node that is down, and a
+    /// task placed on a node without the image fails with the engine's "No such image".
+    async fn load_onto_nodes(&self, image: &str, id: &str) -> Result<(), SandboxError> {
+        if self.nodes.is_empty() {
+            return Ok(());
+        }
+        let _one = self.loading.lock().await;
+        for node in &self.nodes {
+            match images::image_id(node, id).await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(node = node.host(), error = %e, "cannot ask a swarm node for the sandbox image; not loading it there");
+                    continue;
+                }
+            }
+            let started = std::time::Instant::now();
+            match images::load_image(&self.local, node, image).await {
+                Ok(_) => {
+                    tracing::info!(node = node.host(), %image, secs = started.elapsed().as_secs_f64(), "loaded the sandbox image onto a swarm node");
+                }
+                Err(e @ SandboxError::ImageMissing { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(node = node.host(), %image, error = %e, "cannot load the sandbox image onto a swarm node");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs rover's proxy server and the runs' relays from the rover binary at `exe` (see
@@ -217,6 +272,7 @@ impl SwarmSandbox {
             }
             Err(e) => return Err(self.local.err("inspect image", &spec.image, e)),
         };
+        self.load_onto_nodes(&spec.image, &image).await?;
         let user = DockerSandbox::user(spec).await?;
         let mut plan = ServicePlan {
             image,
