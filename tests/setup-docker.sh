@@ -46,7 +46,9 @@ start_and_wait() {
     return 2
 }
 
-if pgrep -x dockerd >/dev/null 2>&1; then
+# The main engine's own pid file, not `pgrep dockerd`: the engines of tests/setup-swarm.sh are
+# dockerd processes too, and must not be taken for this one starting.
+if [ -f /var/run/docker.pid ] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
     # A dockerd is starting (another caller, or a service): just wait for it.
     for _ in $(seq 1 60); do
         engine_answers && exit 0

@@ -11,10 +11,9 @@ use uuid::Uuid;
 
 use super::usage::SpanUsage;
 use super::BudgetError;
+use super::PullRequestOpened;
 use crate::store::fsio::{read_json, write_json_atomic};
-use crate::store::{
-    AutopilotStore, PushPullRequest, Span, SpanStatus, StepKind, StoreError, StoreLock,
-};
+use crate::store::{AutopilotStore, Span, SpanStatus, StepKind, StoreError, StoreLock};
 
 /// Days of spend kept (two months covers "this month").
 const DAYS_KEPT: usize = 62;
@@ -157,8 +156,7 @@ impl Ledger {
             return false;
         }
         let usage = SpanUsage::of(span);
-        let pr_created =
-            span.step == StepKind::Push && PushPullRequest::of(span).pr_created == Some(true);
+        let pr_created = PullRequestOpened::by(span);
         if usage.is_none() && !pr_created {
             return true;
         }

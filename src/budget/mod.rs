@@ -9,6 +9,7 @@
 mod ledger;
 mod notify;
 mod policy;
+mod pull_request;
 mod settings;
 mod stuck;
 mod usage;
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 pub use ledger::{day_key, BreakerState, Ledger, TraceSpend, Tripped};
 pub use notify::{NotifyHeader, NotifyPurpose};
 pub use policy::{breaker_message, Budget, Limit, SpanVerdict, Standing};
+pub use pull_request::PullRequestOpened;
 pub use settings::{
     BreakerSettings, BudgetAction, BudgetSettings, PeriodLimit, RateCaps, TraceLimits,
 };

@@ -79,6 +79,13 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
         }
     }
     let standing = super::budget::standing(ctx, &store)?;
+    // On the swarm backend: which node runs which sandbox, as the swarm's manager says.
+    let project_id = store
+        .root()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let placements = super::placements::placements(ctx, &project_id);
     let (telemetry, waiting) = super::telemetry::standing(&store)?;
     if json {
         out.json(&json!({
@@ -91,6 +98,11 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "later": later.iter().map(|p| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "notBefore": p.not_before, "attempts": p.attempts, "reason": p.summary})).collect::<Vec<Value>>(),
             "taskMappings": state.task_mappings,
             "budget": super::budget::standing_json(&standing),
+            "placements": match &placements {
+                None => Value::Null,
+                Some(Ok(list)) => json!(list),
+                Some(Err(e)) => json!({"error": e}),
+            },
             "telemetry": super::telemetry::to_json(&telemetry, waiting),
         }))?;
         return Ok(ExitCode::SUCCESS);
@@ -173,6 +185,29 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             &action_id[..8.min(action_id.len())],
             short(m.trace_id)
         );
+    }
+    match &placements {
+        None => {}
+        Some(Ok(list)) if list.is_empty() => text.push_str("nodes    no sandbox on the swarm\n"),
+        Some(Ok(list)) => {
+            for p in list {
+                let _ = writeln!(
+                    text,
+                    "node     {} runs {} ({}{})",
+                    p.node.as_deref().unwrap_or("no node yet"),
+                    p.service,
+                    p.task_state,
+                    p.node_state
+                        .as_deref()
+                        .filter(|s| *s != "ready")
+                        .map(|s| format!("; node {s}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(text, "nodes    cannot ask the swarm: {e}");
+        }
     }
     text.push_str(&super::budget::standing_text(&standing));
     text.push_str(&super::telemetry::to_text(&telemetry, waiting));

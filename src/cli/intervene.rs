@@ -8,7 +8,8 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::{CliError, Context, Output};
-use crate::store::{AutopilotStore, InterventionSpanMeta, Span};
+use crate::steps::meta::{Intervention, InterventionSpanMeta};
+use crate::store::{AutopilotStore, Span};
 
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
     let project_id = ctx.project_id()?;
@@ -160,7 +161,11 @@ pub fn dead_letter(
             ))
         })?;
     let by = actor(by);
-    let command = if drop { "drop" } else { "requeue" };
+    let command = if drop {
+        Intervention::Drop
+    } else {
+        Intervention::Requeue
+    };
     let record = InterventionSpanMeta {
         by: by.clone(),
         action: Some(pending.action_id),
@@ -173,7 +178,7 @@ pub fn dead_letter(
         pending.action.as_str(),
         if drop { "dropped" } else { "requeued" }
     );
-    let span = Span::intervention(pending.trace_id, command, summary.clone(), &record);
+    let span = Span::intervention(pending.trace_id, command.as_str(), summary.clone(), &record);
     if drop {
         store.intervene(&span, &[], |p| p.action_id == pending.action_id, None)?;
     } else {

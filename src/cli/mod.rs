@@ -5,6 +5,7 @@ mod budget;
 mod inspect;
 mod intervene;
 mod output;
+mod placements;
 mod proxy;
 mod replay;
 mod start;

@@ -167,7 +167,7 @@ async fn run(
     let sandbox: Option<Arc<dyn Sandbox>> =
         match crate::sandbox::connect(&config.autopilot.sandbox).await {
             Ok(s) => Some(s),
-            Err(e @ SandboxError::BackendUnavailable { .. }) => {
+            Err(e @ (SandboxError::BackendUnavailable { .. } | SandboxError::Swarm { .. })) => {
                 return Err(StartError::Refused(crate::error::error_chain(&e)));
             }
             Err(e) => {

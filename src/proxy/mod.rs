@@ -9,6 +9,9 @@
 //! - `runs/<run>/grant.json` ([`Grant`]): written by the daemon, read on every request;
 //! - `runs/<run>/ledger.json` ([`Ledger`]): written by the proxy (under `ledger.lock`), read by
 //!   the daemon;
+//! - `runs/<run>/workspace-in.tar`, `workspace-limit` (written by the daemon) and
+//!   `workspace-out.tar` (written by the proxy): a workspace shipped over the run's network
+//!   ([`workspace`]);
 //! - `proxy.sock`: the socket the server listens on.
 
 mod config;
@@ -26,6 +29,7 @@ mod respond;
 mod server;
 mod spend;
 mod usage;
+mod workspace;
 
 #[cfg(test)]
 mod tests;
@@ -45,6 +49,9 @@ pub use relay::relay;
 pub use server::serve;
 pub use spend::trace_spend;
 pub use usage::{SeenUsage, UsageParser, MAX_EVENT_BYTES, MAX_JSON_BYTES};
+pub use workspace::{
+    WORKSPACE_IN, WORKSPACE_LIMIT, WORKSPACE_OUT, WORKSPACE_PATH, WORKSPACE_REFUSED,
+};
 
 /// The socket the proxy server listens on, in its dir.
 pub const SOCKET_FILE: &str = "proxy.sock";

@@ -202,6 +202,9 @@ async fn route(shared: Arc<Shared>, run: &str, req: Request<Incoming>) -> Respon
         return egress::absolute(shared, run, req).await;
     }
     let path = req.uri().path();
+    if path == super::workspace::WORKSPACE_PATH {
+        return super::workspace::handle(shared, run, req).await;
+    }
     for provider in [Provider::Anthropic, Provider::Openai] {
         let prefix = format!("/{}", provider.name());
         if let Some(rest) = path.strip_prefix(&prefix) {
@@ -212,7 +215,7 @@ async fn route(shared: Arc<Shared>, run: &str, req: Request<Incoming>) -> Respon
     }
     text(
         StatusCode::NOT_FOUND,
-        "rover's proxy serves /anthropic/... and /openai/... (the model APIs) and proxy requests (CONNECT, http://...) only",
+        "rover's proxy serves /anthropic/... and /openai/... (the model APIs), /rover/workspace (a shipped workspace) and proxy requests (CONNECT, http://...) only",
     )
 }
 

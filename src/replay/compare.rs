@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::steps::meta::DecisionSpanMeta;
+use crate::steps::meta::{Decision, DecisionSpanMeta};
 use crate::store::{Action, Meta, RunSpanMeta, Span, SpanStatus, StepKind};
 
 /// The action meta keys compared: the notify's purpose, the workflow's type, the branch and task
@@ -29,7 +29,7 @@ pub const KEY_FIELDS: &[&str] = &[
 pub struct StepDecision {
     pub status: SpanStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub decision: Option<String>,
+    pub decision: Option<Decision>,
     /// Each action handed on: `step` or `step(key=value, ...)`.
     pub next: Vec<String>,
     /// An error the orchestrator retries: the action stays queued for another run.
@@ -69,7 +69,7 @@ impl StepDecision {
         let mut out = self.status.as_str().to_owned();
         if let Some(d) = &self.decision {
             out.push_str(", decided ");
-            out.push_str(d);
+            out.push_str(d.as_str());
         }
         if self.retried {
             out.push_str(" → retried later");
@@ -115,7 +115,7 @@ pub fn differences(recorded: &StepDecision, replayed: &StepDecision) -> Vec<Stri
         ));
     }
     if recorded.decision != replayed.decision {
-        let show = |d: &Option<String>| d.clone().unwrap_or_else(|| "(none)".to_owned());
+        let show = |d: &Option<Decision>| d.as_ref().map_or("(none)", Decision::as_str).to_owned();
         out.push(format!(
             "decision: recorded {}, now {}",
             show(&recorded.decision),

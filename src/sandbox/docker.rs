@@ -51,6 +51,8 @@ pub struct DockerSandbox {
     proxy_lock: Arc<tokio::sync::Mutex<()>>,
     /// The image of this process's binary, once known (hashing it costs a read of the binary).
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
+    /// The rover binary the proxy and relay containers run, when not this process's own.
+    proxy_exe: Arc<std::sync::OnceLock<std::path::PathBuf>>,
 }
 
 impl DockerSandbox {
@@ -77,6 +79,7 @@ impl DockerSandbox {
             no_storage_opt: Arc::new(AtomicBool::new(false)),
             proxy_lock: Arc::new(tokio::sync::Mutex::new(())),
             proxy_image: Arc::new(tokio::sync::OnceCell::new()),
+            proxy_exe: Arc::new(std::sync::OnceLock::new()),
         })
     }
 
@@ -87,6 +90,38 @@ impl DockerSandbox {
 
     pub(crate) fn proxy_lock(&self) -> &tokio::sync::Mutex<()> {
         &self.proxy_lock
+    }
+
+    /// The names that may be passed into a sandbox.
+    pub fn env_allow(&self) -> &[String] {
+        &self.env_allow
+    }
+
+    /// The image of this process's binary on this engine, imported once (see
+    /// [`DockerSandbox::proxy_image`]); again when it was removed since.
+    pub(crate) async fn own_proxy_image(&self) -> Result<String, SandboxError> {
+        let image = self
+            .proxy_image
+            .get_or_try_init(|| self.proxy_image())
+            .await?
+            .clone();
+        if self.image_exists(&image).await? {
+            Ok(image)
+        } else {
+            self.proxy_image().await
+        }
+    }
+
+    /// Runs rover's proxy server and relays from the rover binary at `exe` instead of this
+    /// process's own (for a program that embeds rover's library, such as its tests); set before
+    /// the first run's network, once.
+    pub fn use_proxy_binary(&self, exe: &Path) {
+        let _ = self.proxy_exe.set(exe.to_owned());
+    }
+
+    /// The binary set by [`DockerSandbox::use_proxy_binary`].
+    pub(crate) fn proxy_exe(&self) -> Option<&Path> {
+        self.proxy_exe.get().map(std::path::PathBuf::as_path)
     }
 
     /// The engine address in use.
@@ -114,7 +149,7 @@ impl DockerSandbox {
 
     /// The user a container runs as: the spec's, else never root (see [`crate::git::owner`]):
     /// a root-owned worktree, and the read-write mounts with it, are handed to the sandbox user.
-    async fn user(spec: &SandboxSpec) -> Result<String, SandboxError> {
+    pub(crate) async fn user(spec: &SandboxSpec) -> Result<String, SandboxError> {
         if let Some(user) = &spec.user {
             return Ok(user.clone());
         }
@@ -174,51 +209,9 @@ impl DockerSandbox {
         ))
     }
 
-    /// The bind mounts of a mounted spec: the worktree, rover's `.git` over it, the input dir
-    /// and the extra mounts.
+    /// The bind mounts of a mounted spec (see [`bind_mounts`]).
     fn bind_mounts(spec: &SandboxSpec) -> Result<Vec<Mount>, SandboxError> {
-        // Structured mounts, not `host:target:mode` strings: paths may contain `:`.
-        let bind = |host: &Path, target: &str, read_only: bool| Mount {
-            source: Some(host.to_string_lossy().into_owned()),
-            target: Some(target.to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(read_only),
-            ..Default::default()
-        };
-        let mut mounts = vec![bind(&spec.worktree, WORKSPACE_MOUNT, false)];
-        // The worktree's `.git` names rover's git dir: no container may edit, remove or replace
-        // it. Unless the spec mounts a git file of its own there, the file itself is bound
-        // read-only over itself. It must be a plain file: Docker would follow a link on the host.
-        let gitfile_target = format!("{WORKSPACE_MOUNT}/.git");
-        if !spec.extra_mounts.iter().any(|m| m.target == gitfile_target) {
-            let gitfile = spec.worktree.join(".git");
-            match std::fs::symlink_metadata(&gitfile) {
-                Ok(meta) if meta.is_file() => mounts.push(bind(&gitfile, &gitfile_target, true)),
-                Ok(_) => {
-                    return Err(SandboxError::Tampered {
-                        path: gitfile,
-                        what: "it is no longer a plain file".to_owned(),
-                    })
-                }
-                // Not a git worktree (a scratch dir in tests): nothing to protect.
-                Err(_) => {}
-            }
-        }
-        if let Some(input) = &spec.input_dir {
-            std::fs::metadata(input).map_err(|source| SandboxError::Mount {
-                path: input.clone(),
-                source,
-            })?;
-            mounts.push(bind(input, INPUT_MOUNT, true));
-        }
-        for mount in &spec.extra_mounts {
-            std::fs::metadata(&mount.host).map_err(|source| SandboxError::Mount {
-                path: mount.host.clone(),
-                source,
-            })?;
-            mounts.push(bind(&mount.host, &mount.target, mount.read_only));
-        }
-        Ok(mounts)
+        bind_mounts(spec)
     }
 
     fn body_with(
@@ -227,25 +220,7 @@ impl DockerSandbox {
         mounts: Vec<Mount>,
         no_storage_opt: bool,
     ) -> ContainerCreateBody {
-        let mut env: Vec<String> = Vec::new();
-        if !spec.env.iter().any(|(k, _)| k == "HOME") {
-            env.push("HOME=/tmp".to_string());
-        }
-        // The sandbox user owns the worktree and the scratch git, not the read-only `.git` file
-        // rover mounts over the worktree's: git inside must not refuse the repository for that
-        // ("dubious ownership"). Config from the environment counts as the command line's.
-        if !spec.env.iter().any(|(k, _)| k == "GIT_CONFIG_COUNT") {
-            env.extend(
-                [
-                    "GIT_CONFIG_COUNT=1",
-                    "GIT_CONFIG_KEY_0=safe.directory",
-                    "GIT_CONFIG_VALUE_0=*",
-                ]
-                .map(String::from),
-            );
-        }
-        env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
-        env.extend(spec.rover_env.iter().map(|(k, v)| format!("{k}={v}")));
+        let env = container_env(spec);
         #[allow(
             clippy::cast_possible_truncation,
             reason = "cpus is small and positive"
@@ -320,9 +295,85 @@ impl DockerSandbox {
     }
 }
 
+/// The bind mounts of `spec`: the worktree at `/workspace`, its `.git` file read-only over
+/// itself (unless the spec mounts one), the input dir, the extra mounts; each source must exist.
+pub(crate) fn bind_mounts(spec: &SandboxSpec) -> Result<Vec<Mount>, SandboxError> {
+    std::fs::metadata(&spec.worktree).map_err(|source| SandboxError::Mount {
+        path: spec.worktree.clone(),
+        source,
+    })?;
+    // Structured mounts, not `host:target:mode` strings: paths may contain `:`.
+    let bind = |host: &Path, target: &str, read_only: bool| Mount {
+        source: Some(host.to_string_lossy().into_owned()),
+        target: Some(target.to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        ..Default::default()
+    };
+    let mut mounts = vec![bind(&spec.worktree, WORKSPACE_MOUNT, false)];
+    // The worktree's `.git` names rover's git dir: no container may edit, remove or replace
+    // it. Unless the spec mounts a git file of its own there, the file itself is bound
+    // read-only over itself. It must be a plain file: Docker would follow a link on the host.
+    let gitfile_target = format!("{WORKSPACE_MOUNT}/.git");
+    if !spec.extra_mounts.iter().any(|m| m.target == gitfile_target) {
+        let gitfile = spec.worktree.join(".git");
+        match std::fs::symlink_metadata(&gitfile) {
+            Ok(meta) if meta.is_file() => mounts.push(bind(&gitfile, &gitfile_target, true)),
+            Ok(_) => {
+                return Err(SandboxError::Tampered {
+                    path: gitfile,
+                    what: "it is no longer a plain file".to_owned(),
+                })
+            }
+            // Not a git worktree (a scratch dir in tests): nothing to protect.
+            Err(_) => {}
+        }
+    }
+    if let Some(input) = &spec.input_dir {
+        std::fs::metadata(input).map_err(|source| SandboxError::Mount {
+            path: input.clone(),
+            source,
+        })?;
+        mounts.push(bind(input, INPUT_MOUNT, true));
+    }
+    for mount in &spec.extra_mounts {
+        std::fs::metadata(&mount.host).map_err(|source| SandboxError::Mount {
+            path: mount.host.clone(),
+            source,
+        })?;
+        mounts.push(bind(&mount.host, &mount.target, mount.read_only));
+    }
+    Ok(mounts)
+}
+
+/// The environment of a sandbox container: `HOME=/tmp`, git's `safe.directory`, the spec's
+/// allow-listed pairs, then rover's own.
+pub(crate) fn container_env(spec: &SandboxSpec) -> Vec<String> {
+    let mut env: Vec<String> = Vec::new();
+    if !spec.env.iter().any(|(k, _)| k == "HOME") {
+        env.push("HOME=/tmp".to_string());
+    }
+    // The sandbox user owns the worktree and the scratch git, not the read-only `.git` file
+    // rover mounts over the worktree's: git inside must not refuse the repository for that
+    // ("dubious ownership"). Config from the environment counts as the command line's.
+    if !spec.env.iter().any(|(k, _)| k == "GIT_CONFIG_COUNT") {
+        env.extend(
+            [
+                "GIT_CONFIG_COUNT=1",
+                "GIT_CONFIG_KEY_0=safe.directory",
+                "GIT_CONFIG_VALUE_0=*",
+            ]
+            .map(String::from),
+        );
+    }
+    env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+    env.extend(spec.rover_env.iter().map(|(k, v)| format!("{k}={v}")));
+    env
+}
+
 /// The engine's own log of a container: `json-file` (which `logs` reads back), at most two
 /// files of `limit` bytes, so a container that floods its output cannot fill the engine's disk.
-fn engine_log_config(limit: u64) -> HostConfigLogConfig {
+pub(crate) fn engine_log_config(limit: u64) -> HostConfigLogConfig {
     HostConfigLogConfig {
         typ: Some("json-file".to_owned()),
         config: Some(HashMap::from([
@@ -536,15 +587,7 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {
-        let mut image = self
-            .proxy_image
-            .get_or_try_init(|| self.proxy_image())
-            .await?
-            .clone();
-        // Removed since (an image prune): imported again, under the same name.
-        if !self.image_exists(&image).await? {
-            image = self.proxy_image().await?;
-        }
+        let image = self.own_proxy_image().await?;
         self.ensure_proxy(&ProxyServer {
             project: run.project.clone(),
             dir: run.proxy_dir.clone(),
@@ -558,6 +601,7 @@ impl Sandbox for DockerSandbox {
             internal: run.internal,
             proxy_dir: run.proxy_dir.clone(),
             image,
+            overlay: false,
         })
         .await
     }

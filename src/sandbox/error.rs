@@ -60,6 +60,9 @@ pub enum SandboxError {
     /// A workspace taken back from a container broke a rule; nothing of it was applied.
     #[error("refused the workspace the sandbox returned: entry `{entry}` {reason}; nothing of it was applied to the worktree")]
     Returned { entry: String, reason: String },
+    /// The swarm backend cannot be used as configured.
+    #[error("cannot run sandboxes on the swarm: {reason}")]
+    Swarm { reason: String },
     /// Any other engine error.
     #[error("docker `{operation}` failed for `{target}`")]
     Api {

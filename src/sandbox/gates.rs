@@ -124,9 +124,10 @@ pub async fn run_gates(
             _ if finished.timed_out => GateOutcome::TimedOut,
             ContainerStatus::Exited { code: 0, .. } if !over => GateOutcome::Passed,
             ContainerStatus::Exited { code, .. } => GateOutcome::Failed { exit_code: code },
-            ContainerStatus::Gone | ContainerStatus::Created | ContainerStatus::Running => {
-                GateOutcome::Failed { exit_code: -1 }
-            }
+            ContainerStatus::Gone
+            | ContainerStatus::Created
+            | ContainerStatus::Running
+            | ContainerStatus::NodeLost => GateOutcome::Failed { exit_code: -1 },
         };
         if !matches!(outcome, GateOutcome::Passed) {
             tracing::warn!(gate = ?gate.command, required = gate.required, ?outcome, "verification gate did not pass");

@@ -22,6 +22,7 @@ pub mod runnet;
 mod settings;
 pub mod ship;
 mod spec;
+pub mod swarm;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -43,6 +44,7 @@ pub use spec::{
     BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
     LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
 };
+pub use swarm::{SwarmSandbox, SWARM_HOST_ENV};
 
 /// Where a container is in its life, as far as the workflow step cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -56,6 +58,9 @@ pub enum ContainerStatus {
     Exited { code: i64, oom_killed: bool },
     /// No such container any more.
     Gone,
+    /// The node that ran it (a swarm backend) went away mid-run: its engine stopped answering
+    /// the swarm's manager, so the run's outcome is lost (see [`swarm`]).
+    NodeLost,
 }
 
 /// A container found by its labels.
@@ -279,15 +284,33 @@ pub trait Sandbox: Send + Sync {
 }
 
 /// The backend `settings.backend` names, connected: the local Docker engine (at `DOCKER_HOST`,
-/// or the local socket), or [`SandboxError::BackendUnavailable`] for one this build cannot run.
+/// or the local socket), or a swarm whose manager answers at `ROVER_SWARM_HOST` (default
+/// `DOCKER_HOST`); [`SandboxError::Swarm`] when that engine is no swarm manager.
 pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, SandboxError> {
     match settings.backend {
         SandboxBackend::Local => Ok(Arc::new(
             DockerSandbox::connect(settings.env_allow.clone()).await?,
         )),
-        SandboxBackend::Swarm => Err(SandboxError::BackendUnavailable {
-            backend: SandboxBackend::Swarm.name(),
-        }),
+        SandboxBackend::Swarm => {
+            let local = DockerSandbox::connect(settings.env_allow.clone()).await?;
+            let manager = docker_host(
+                std::env::var(SWARM_HOST_ENV)
+                    .ok()
+                    .filter(|h| !h.trim().is_empty())
+                    .or_else(|| std::env::var(DOCKER_HOST_ENV).ok()),
+            );
+            let nodes: Vec<String> = std::env::var(swarm::NODES_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::to_owned)
+                .collect();
+            Ok(Arc::new(
+                SwarmSandbox::connect(local, &manager, settings.swarm.constraints.clone())
+                    .await?
+                    .load_images_onto(&nodes)
+                    .await?,
+            ))
+        }
     }
 }
 
@@ -323,25 +346,4 @@ pub fn stderr_path(stdout_path: &Path) -> std::path::PathBuf {
         .unwrap_or_default();
     name.push(".stderr");
     stdout_path.with_file_name(name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_swarm_backend_is_refused_with_what_to_do() {
-        let settings: SandboxSettings =
-            serde_json::from_str(r#"{"backend":"swarm"}"#).expect("valid settings");
-        let Err(err) = connect(&settings).await else {
-            panic!("no swarm backend in this build");
-        };
-        assert!(
-            matches!(err, SandboxError::BackendUnavailable { backend: "swarm" }),
-            "{err:?}"
-        );
-        let text = err.to_string();
-        assert!(text.contains("not available in this build yet"), "{text}");
-        assert!(text.contains("autopilot.sandbox.backend"), "{text}");
-    }
 }

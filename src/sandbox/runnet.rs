@@ -113,6 +113,10 @@ pub struct RunNetwork {
     pub proxy_dir: PathBuf,
     /// The image with rover's binary.
     pub image: String,
+    /// A swarm-scoped `overlay` network (attachable, so the relay, a plain container, joins
+    /// it) instead of a local bridge: the agent may run on another node (see
+    /// [`crate::sandbox::swarm`]). Its subnet comes from the swarm's address pool.
+    pub overlay: bool,
 }
 
 impl RunNetwork {
@@ -193,10 +197,13 @@ impl DockerSandbox {
     /// The image holding this rover binary (and the shared libraries it needs), imported once
     /// per binary: its tag is a hash of the binary.
     pub async fn proxy_image(&self) -> Result<String, SandboxError> {
-        let exe = std::env::current_exe().map_err(|source| SandboxError::File {
-            path: PathBuf::from("/proc/self/exe"),
-            source,
-        })?;
+        let exe = match self.proxy_exe() {
+            Some(exe) => exe.to_owned(),
+            None => std::env::current_exe().map_err(|source| SandboxError::File {
+                path: PathBuf::from("/proc/self/exe"),
+                source,
+            })?,
+        };
         self.proxy_image_of(&exe).await
     }
 
@@ -374,7 +381,7 @@ impl DockerSandbox {
     pub async fn open_run_network(&self, net: &RunNetwork) -> Result<String, SandboxError> {
         let name = net.network_name();
         let mut options = HashMap::new();
-        if net.internal {
+        if net.internal && !net.overlay {
             // No address of the host on the bridge: nothing on the host is reachable from it.
             options.insert(
                 "com.docker.network.bridge.inhibit_ipv4".to_owned(),
@@ -383,7 +390,8 @@ impl DockerSandbox {
         }
         let request = |subnet: Option<String>| NetworkCreateRequest {
             name: name.clone(),
-            driver: Some("bridge".to_owned()),
+            driver: Some(if net.overlay { "overlay" } else { "bridge" }.to_owned()),
+            attachable: net.overlay.then_some(true),
             internal: Some(net.internal),
             options: Some(options.clone()),
             labels: Some(HashMap::from([
@@ -403,7 +411,7 @@ impl DockerSandbox {
         // An internal network takes a /28 of its own from RUN_SUBNETS (the engine's default
         // pools hold about 30 networks; the host has no address on these, so no route of the
         // host's can clash); a slice in use is skipped. An `open` one takes the engine's.
-        let mut tries: Vec<Option<String>> = if net.internal {
+        let mut tries: Vec<Option<String>> = if net.internal && !net.overlay {
             run_subnets(&net.run).take(SUBNET_TRIES).map(Some).collect()
         } else {
             vec![None]

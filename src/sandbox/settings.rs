@@ -70,8 +70,11 @@ pub struct SandboxSettings {
     /// How the repository's own environment image is built.
     pub environment: super::EnvironmentSettings,
     /// Which engine runs the sandboxes: `local` (the Docker engine rover talks to) or `swarm`
-    /// (Docker Swarm services; not available in this build yet).
+    /// (agent runs as Docker Swarm services, whose manager is at `ROVER_SWARM_HOST`; see
+    /// docs/scale.md).
     pub backend: SandboxBackend,
+    /// How the swarm backend places sandboxes (placement constraints).
+    pub swarm: super::swarm::SwarmSettings,
     /// How a container gets the task's worktree: `shipped` (copied in through the engine's API,
     /// only what the agent produced taken back, checked, and applied) or `mounted` (the host's
     /// worktree bind-mounted; `local` only). Default: see [`SandboxBackend::default_workspace`].
@@ -145,6 +148,7 @@ impl Default for SandboxSettings {
             setup: Vec::new(),
             environment: super::EnvironmentSettings::default(),
             backend: SandboxBackend::Local,
+            swarm: super::swarm::SwarmSettings::default(),
             workspace: None,
             workspace_limit_mb: 8192,
         }
@@ -208,11 +212,7 @@ impl SandboxSettings {
                 ))
             }
         }
-        if self.backend == SandboxBackend::Swarm && self.workspace == Some(WorkspaceMode::Mounted) {
-            return Err(
-                "autopilot.sandbox.workspace: \"mounted\" needs the host's worktree on the node that runs the sandbox, which a swarm does not have; remove the setting (a swarm ships the workspace) or set `backend` to \"local\"".into(),
-            );
-        }
+        self.swarm.validate()?;
         if self.network.is_some() && self.egress != Egress::default() {
             return Err(
                 "autopilot.sandbox: `network` and `egress` are both set; keep `egress` only".into(),
@@ -283,10 +283,13 @@ mod tests {
         let s: SandboxSettings = serde_json::from_str(r#"{"backend":"swarm"}"#).expect("valid");
         assert_eq!(s.backend, SandboxBackend::Swarm);
         assert_eq!(s.workspace_mode(), WorkspaceMode::Shipped);
-        let s: SandboxSettings =
-            serde_json::from_str(r#"{"backend":"swarm","workspace":"mounted"}"#).expect("parses");
-        let err = s.validate().expect_err("a swarm cannot mount");
-        assert!(err.contains("autopilot.sandbox.workspace"), "{err}");
+        // A swarm whose nodes share rover's data dir at the same path may mount it.
+        let s: SandboxSettings = serde_json::from_str(
+            r#"{"backend":"swarm","workspace":"mounted","swarm":{"constraints":["node.role==worker"]}}"#,
+        )
+        .expect("parses");
+        assert!(s.validate().is_ok());
+        assert_eq!(s.swarm.constraints, ["node.role==worker"]);
         let err = serde_json::from_str::<SandboxSettings>(r#"{"backend":"k8s"}"#)
             .expect_err("unknown backend");
         assert!(err.to_string().contains("k8s"), "{err}");

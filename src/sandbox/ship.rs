@@ -90,6 +90,41 @@ pub struct Shipped {
 pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::Result<Shipped> {
     let mut builder = tar::Builder::new(out);
     builder.mode(tar::HeaderMode::Deterministic);
+    let shipped = append(&mut builder, shipment, owner, None)?;
+    builder.into_inner()?.flush()?;
+    Ok(shipped)
+}
+
+/// Writes every one of `shipments` into one archive, each under its target without the
+/// leading `/` (`workspace/...`, `rover-git/...`), for a task that extracts it at `/` itself
+/// into directories it can write (the swarm backend's shipped workspace: see
+/// [`super::swarm`]). No entry names a target itself, so the task keeps the directories it
+/// was given; and every directory keeps its owner's write bit, since the task, not root,
+/// extracts it (a read-only shipment's files keep no write bit; nothing of them comes back).
+pub fn write_bundle(shipments: &[Shipment], owner: Owner, out: impl Write) -> io::Result<Shipped> {
+    let mut builder = tar::Builder::new(out);
+    builder.mode(tar::HeaderMode::Deterministic);
+    let mut shipped = Shipped::default();
+    for shipment in shipments {
+        let prefix = PathBuf::from(shipment.target.trim_start_matches('/'));
+        let one = append(&mut builder, shipment, owner, Some(&prefix))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", shipment.source.display())))?;
+        shipped.entries += one.entries;
+        shipped.bytes += one.bytes;
+    }
+    builder.into_inner()?.flush()?;
+    Ok(shipped)
+}
+
+/// Appends `shipment` to `builder`: with no `prefix`, as the engine's archive API takes it
+/// (a root entry named `/`, then paths relative to the target); with one, under it and without
+/// a root entry.
+fn append<W: Write>(
+    builder: &mut tar::Builder<W>,
+    shipment: &Shipment,
+    owner: Owner,
+    prefix: Option<&std::path::Path>,
+) -> io::Result<Shipped> {
     let mut shipped = Shipped::default();
     let meta = std::fs::symlink_metadata(&shipment.source)?;
     let (uid, gid) = if shipment.read_only {
@@ -105,6 +140,9 @@ pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::
             m
         }
     };
+    // Directories: readable and searchable by their owner; writable too when the task extracts
+    // them itself.
+    let dir_bits = if prefix.is_some() { 0o700 } else { 0o500 };
     let header = |kind: tar::EntryType, size: u64, perm: u32| {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
@@ -115,13 +153,14 @@ pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::
         h.set_mtime(0);
         h
     };
-    // The root: named `/` so the engine applies its owner and mode (see the module doc).
-    let root_mode = if meta.is_dir() {
-        mode(meta.mode()) | 0o500
-    } else {
-        0o755
-    };
-    {
+    let named = |rel: &std::path::Path| prefix.map_or_else(|| rel.to_path_buf(), |p| p.join(rel));
+    if prefix.is_none() {
+        // The root: named `/` so the engine applies its owner and mode (see the module doc).
+        let root_mode = if meta.is_dir() {
+            mode(meta.mode()) | 0o500
+        } else {
+            0o755
+        };
         let mut h = header(tar::EntryType::Directory, 0, root_mode);
         h.as_old_mut().name[0] = b'/';
         h.set_cksum();
@@ -136,10 +175,9 @@ pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::
             .map_or_else(|| PathBuf::from("file"), PathBuf::from);
         let file = std::fs::File::open(&shipment.source)?;
         let mut h = header(tar::EntryType::Regular, meta.len(), mode(meta.mode()));
-        builder.append_data(&mut h, &name, file)?;
+        builder.append_data(&mut h, named(&name), file)?;
         shipped.entries += 1;
         shipped.bytes += meta.len();
-        builder.into_inner()?.flush()?;
         return Ok(shipped);
     }
     if let Some(gitfile) = shipment.gitfile.as_ref().filter(|_| shipment.worktree) {
@@ -151,7 +189,7 @@ pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::
         h.set_uid(0);
         h.set_gid(0);
         h.set_mtime(0);
-        builder.append_data(&mut h, ".git", data.as_slice())?;
+        builder.append_data(&mut h, named(std::path::Path::new(".git")), data.as_slice())?;
         shipped.entries += 1;
     }
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
@@ -170,17 +208,17 @@ pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::
             let meta = std::fs::symlink_metadata(&path)?;
             let kind = meta.file_type();
             if kind.is_dir() {
-                let mut h = header(tar::EntryType::Directory, 0, mode(meta.mode()) | 0o500);
-                builder.append_data(&mut h, &rel, io::empty())?;
+                let mut h = header(tar::EntryType::Directory, 0, mode(meta.mode()) | dir_bits);
+                builder.append_data(&mut h, named(&rel), io::empty())?;
                 stack.push(rel);
             } else if kind.is_symlink() {
                 let target = std::fs::read_link(&path)?;
                 let mut h = header(tar::EntryType::Symlink, 0, 0o777);
-                builder.append_link(&mut h, &rel, &target)?;
+                builder.append_link(&mut h, named(&rel), &target)?;
             } else if kind.is_file() {
                 let file = std::fs::File::open(&path)?;
                 let mut h = header(tar::EntryType::Regular, meta.len(), mode(meta.mode()));
-                builder.append_data(&mut h, &rel, file.take(meta.len()))?;
+                builder.append_data(&mut h, named(&rel), file.take(meta.len()))?;
                 shipped.bytes += meta.len();
             } else {
                 // A fifo, socket or device: nothing a task needs, and nothing to copy.
@@ -189,7 +227,6 @@ pub fn write_archive(shipment: &Shipment, owner: Owner, out: impl Write) -> io::
             shipped.entries += 1;
         }
     }
-    builder.into_inner()?.flush()?;
     Ok(shipped)
 }
 

@@ -85,6 +85,10 @@ pub struct SandboxSpec {
     pub limits: ResourceLimits,
     /// Docker network mode (`none`, `bridge`) or the name of the run's own network.
     pub network: String,
+    /// Rover's proxy dir, when `network` is the run's own network through rover's proxy: a
+    /// backend whose containers cannot be filled through an engine on this machine (the swarm)
+    /// ships the workspace over that network, leaving it in the run's dir there.
+    pub proxy_dir: Option<PathBuf>,
     /// Variables rover sets itself (the proxy's address and the run's token): not subject to
     /// `envAllow`, and never a credential of the host.
     pub rover_env: Vec<(String, String)>,
@@ -126,6 +130,7 @@ impl SandboxSpec {
             } else {
                 "none".to_owned()
             },
+            proxy_dir: None,
             rover_env: Vec::new(),
             readonly_rootfs: settings.readonly_rootfs,
             labels,

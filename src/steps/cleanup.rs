@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::meta::{self, CleanupMeta, CleanupSpanMeta, Piece, TaskCleanup, WorkflowSpanMeta};
+use super::meta::{self, CleanupMeta, CleanupSpanMeta, Piece, TaskCleanup};
 use super::tasks::{self, Task};
 use super::Services;
 use crate::git::Workspace;
@@ -228,13 +228,8 @@ async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<Task> {
             return Ok(None);
         };
         let view = s.load_trace(trace_id)?;
-        Ok(view
-            .spans
-            .iter()
-            .rev()
-            .filter(|sp| sp.action_id == Some(action_id))
-            .find_map(|sp| {
-                let meta = WorkflowSpanMeta::read(&sp.meta).ok()?;
+        Ok(
+            super::history::recorded_task(&view, action_id).and_then(|(sp, meta)| {
                 let branch = meta.branch_name.clone()?;
                 let task_id = meta
                     .task_id
@@ -248,7 +243,8 @@ async fn from_spans(store: &AutopilotStore, action_id: Uuid) -> Option<Task> {
                         ..TaskMapping::new(&task_id, &branch, trace_id, sp.id)
                     },
                 })
-            }))
+            }),
+        )
     })
     .await
     .ok()

@@ -11,11 +11,9 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::meta::{self, CleanupMeta};
-use crate::store::{
-    Action, AutopilotStore, InterventionSpanMeta, PushPullRequest, Span, SpanStatus, StepKind,
-    StoreError, TraceView,
-};
+use super::history::{ended_at, open_pull_request};
+use super::meta::{self, CleanupMeta, Intervention, InterventionSpanMeta};
+use crate::store::{Action, AutopilotStore, Span, StepKind, StoreError};
 
 /// A trace whose resources are due (or not yet) for reclaiming.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -45,27 +43,6 @@ pub struct Plan {
     pub open_prs: Vec<Reclaim>,
     /// Traces with work queued or running.
     pub live: Vec<Uuid>,
-}
-
-/// A pull request a trace pushed and nothing cleaned up yet.
-struct OpenPr {
-    /// The last push's number, when recorded.
-    number: Option<u64>,
-}
-
-/// The pull request the trace pushed that nothing cleaned up yet, if any.
-fn open_pr(view: &TraceView) -> Option<OpenPr> {
-    let pushed: Vec<PushPullRequest> = view
-        .spans
-        .iter()
-        .filter(|s| s.step == StepKind::Push && s.status == SpanStatus::Completed)
-        .map(PushPullRequest::of)
-        .filter(PushPullRequest::exists)
-        .collect();
-    let cleaned = view.spans.iter().any(|s| s.step == StepKind::Cleanup);
-    (!pushed.is_empty() && !cleaned).then(|| OpenPr {
-        number: pushed.iter().rev().find_map(|p| p.pr_number),
-    })
 }
 
 /// Traces kept for a pull request that GitHub says is closed (merged or not) are due now: the
@@ -139,13 +116,8 @@ pub fn plan(
             Err(StoreError::UnknownId { .. }) => continue,
             Err(e) => return Err(e),
         };
-        let ended_at = view
-            .spans
-            .iter()
-            .filter_map(|s| s.completed)
-            .max()
-            .unwrap_or(view.index.created_at);
-        let pr = open_pr(&view);
+        let ended_at = ended_at(&view);
+        let pr = open_pull_request(&view);
         let reclaim = Reclaim {
             trace_id,
             tasks,
@@ -153,7 +125,7 @@ pub fn plan(
             ended_at,
             due_at: ended_at + retain,
             label: view.index.event.clone(),
-            pr_number: pr.as_ref().and_then(|p| p.number),
+            pr_number: pr.flatten(),
         };
         if pr.is_some() {
             plan.open_prs.push(reclaim);
@@ -196,7 +168,12 @@ pub fn enqueue(
             tasks: Some(reclaim.tasks.clone()),
             ..InterventionSpanMeta::default()
         };
-        let span = Span::intervention(reclaim.trace_id, "gc", summary.clone(), &record);
+        let span = Span::intervention(
+            reclaim.trace_id,
+            Intervention::Gc.as_str(),
+            summary.clone(),
+            &record,
+        );
         let cleanup = Action::new(
             StepKind::Cleanup,
             &span,

@@ -6,10 +6,9 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::meta::{NotifyMeta, NotifyPurpose};
+use super::meta::{Intervention, InterventionSpanMeta, NotifyMeta, NotifyPurpose};
 use crate::store::{
-    Action, AutopilotStore, ClosedTrace, InterventionSpanMeta, PendingAction, RunSpanMeta, Span,
-    SpanStatus, StepKind, StoreError, TraceView,
+    Action, AutopilotStore, ClosedTrace, PendingAction, Span, StepKind, StoreError, TraceView,
 };
 
 /// Why an intervention was not made.
@@ -76,15 +75,16 @@ pub fn close_trace(
         ..InterventionSpanMeta::default()
     };
     let span = Span::intervention(trace_id, command, what.clone(), &record);
+    let fails = Intervention::parse(command) == Some(Intervention::Fail);
     let notify = NotifyMeta {
-        purpose: if command == "fail" {
+        purpose: if fails {
             NotifyPurpose::Failure
         } else {
             NotifyPurpose::Flag
         },
         message: Some(format!("This work was {what}.")),
         failed_step: None,
-        error: (command == "fail").then(|| what.clone()),
+        error: fails.then(|| what.clone()),
         pr_url: None,
         breaker_note: None,
         note: None,
@@ -119,26 +119,15 @@ fn failed_action(
     id: Option<&str>,
 ) -> Result<Action, InterveneError> {
     let short = crate::trace::short(view.trace_id());
-    if let Some(id) = id {
-        let named = view.actions.iter().find(|a| {
-            a.id.to_string() == id || (id.len() >= 8 && a.id.to_string().starts_with(id))
-        });
-        if let Some(action) = named {
-            return Ok(action.clone());
-        }
+    if let Some(action) = id.and_then(|id| super::history::action_named(view, id)) {
+        return Ok(action.clone());
     }
-    let failed = view
-        .spans
-        .iter()
-        .filter(|s| s.status == SpanStatus::Error && s.action_id.is_some())
-        .filter(|s| !RunSpanMeta::of(s).stopped())
-        .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
-        .ok_or_else(|| {
-            InterveneError::Refused(format!(
-                "trace {short} has no failed step to retry; `rover autopilot trace {short}` shows it"
-            ))
-        })?;
-    Ok(store.read_action(failed.action_id.expect("filtered"))?)
+    let failed = super::history::last_errored_run(view).ok_or_else(|| {
+        InterveneError::Refused(format!(
+            "trace {short} has no failed step to retry; `rover autopilot trace {short}` shows it"
+        ))
+    })?;
+    Ok(store.read_action(failed.action_id.expect("an errored run of an action"))?)
 }
 
 /// What a retry queued.
@@ -194,7 +183,12 @@ pub fn retry_trace(
         original.action,
         crate::trace::short(original.id)
     );
-    let span = Span::intervention(trace_id, "retry", summary.clone(), &record);
+    let span = Span::intervention(
+        trace_id,
+        Intervention::Retry.as_str(),
+        summary.clone(),
+        &record,
+    );
     store.intervene(&span, std::slice::from_ref(&again), |_| false, None)?;
     Ok(Retried {
         summary,

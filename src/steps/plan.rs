@@ -11,7 +11,9 @@ use uuid::Uuid;
 
 use super::agent_call::{agent_error, ask, load_trace, render_trace, task_mappings, usage_meta};
 use super::meta::workflow_meta;
-use super::meta::{self, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, PlanSpanMeta, PlannedTask};
+use super::meta::{
+    self, Decision, NoopMeta, NotifyMeta, NotifyPurpose, PlanMeta, PlanSpanMeta, PlannedTask,
+};
 use super::Services;
 use crate::agents::{
     check_dependencies, untrusted_block, AgentStep, PlanResult, PromptVars, StepResult, TaskSpec,
@@ -133,7 +135,7 @@ impl Step for PlanStep {
             .map(str::trim)
             .filter(|q| !q.is_empty())
         {
-            span_meta.decided.decision = Some("clarify".to_owned());
+            span_meta.decided.decision = Some(Decision::Clarify);
             span_meta.clarification = Some(question.to_owned());
             return Ok(Outcome::Finished(
                 Finished::completed(format!("asked for clarification: {question}"))
@@ -153,7 +155,7 @@ impl Step for PlanStep {
                 "the planner found nothing to do: {}",
                 result.analysis.trim()
             );
-            span_meta.decided.decision = Some("empty".to_owned());
+            span_meta.decided.decision = Some(Decision::Empty);
             let next = NextAction::new(StepKind::Noop, &reason).with_meta(&NoopMeta::default());
             return Ok(Outcome::Finished(
                 Finished::completed(reason)
@@ -170,7 +172,7 @@ impl Step for PlanStep {
                 StepError::fatal(format!("the plan was rejected: {reason}"))
                     .detail("tasks", &result.tasks)
             })?;
-        span_meta.decided.decision = Some("tasks".to_owned());
+        span_meta.decided.decision = Some(Decision::Tasks);
         span_meta.tasks = Some(
             result
                 .tasks

@@ -62,12 +62,7 @@ pub async fn trace_image(ctx: &StepContext, services: &Services, trace: Uuid) ->
     else {
         return configured;
     };
-    view.spans
-        .iter()
-        .rev()
-        .filter(|s| s.step == crate::store::StepKind::Workflow)
-        .find_map(super::history::image_of)
-        .unwrap_or(configured)
+    super::history::latest_image(&view).unwrap_or(configured)
 }
 
 /// A step error for a worktree whose git metadata a container changed: never retried.

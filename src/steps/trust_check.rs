@@ -1,7 +1,7 @@
 //! When the trust check has no answer: what the `coordinate` step does about an author whose
 //! permission could not be looked up (for an event and a `/rover` command alike).
 
-use super::meta::{CoordinateSpanMeta, DecidedBy, NoopMeta};
+use super::meta::{CoordinateSpanMeta, DecidedBy, Decision, NoopMeta};
 use super::Services;
 use crate::orchestrator::{Finished, NextAction, StepError};
 use crate::store::StepKind;
@@ -41,8 +41,9 @@ pub(super) fn trust_unknown(
         crate::error::error_chain(error)
     );
     tracing::error!(%login, %reason, "trust lookup failed for good");
-    let mut finished = Finished::failed(format!("decided noop: {reason}"))
-        .with_meta_record(&CoordinateSpanMeta::decided("noop", DecidedBy::Trust));
+    let mut finished = Finished::failed(format!("decided noop: {reason}")).with_meta_record(
+        &CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Trust),
+    );
     StepError::from_error(error, error.is_retryable())
         .detail("login", login)
         .to_meta()

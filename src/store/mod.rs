@@ -42,9 +42,9 @@ pub use intake::{IntakeOutcome, IntakeRecord};
 pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     from_meta, to_meta, Action, AgentFailure, AgentMeta, AgentUsage, ClosedTrace, Cursor,
-    ErrorMeta, EventKeyEntry, InterventionSpanMeta, KeyMatch, LogEntry, Meta, PendingAction,
-    PollCursor, PushPullRequest, ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind,
-    TaskMapping, TraceEntry, TraceIndex, TracesCache,
+    ErrorMeta, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, PollCursor, ReconcileCursor,
+    RunSpanMeta, Span, SpanStatus, State, StepKind, TaskMapping, TraceEntry, TraceIndex,
+    TracesCache,
 };
 pub use trace_start::{event_label, TraceCreated};
 pub use traces::{TraceOutcome, TraceView};

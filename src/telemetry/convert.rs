@@ -17,11 +17,9 @@ use serde_json::Value as Json;
 use crate::agents::{AgentKind, AgentSettings, AgentStep};
 use crate::github::{Channel, Redactor, Visibility};
 use crate::intake::{EventMeta, EventSource};
-use crate::steps::meta::DecisionSpanMeta;
+use crate::steps::meta::{DecisionSpanMeta, PushPullRequest};
 use crate::store::otel::{span_id_bytes, trace_id_bytes};
-use crate::store::{
-    AgentMeta, ErrorMeta, PushPullRequest, RunSpanMeta, Span, SpanStatus, StepKind,
-};
+use crate::store::{AgentMeta, ErrorMeta, RunSpanMeta, Span, SpanStatus, StepKind};
 
 /// The longest text attribute exported with `telemetry.content` (longer text is cut, marked).
 const MAX_TEXT: usize = 4096;
@@ -204,7 +202,7 @@ fn step_attrs(span: &Span, a: &mut Attrs<'_>) -> String {
     }
     let decided = DecisionSpanMeta::of(span);
     if let Some(d) = &decided.decision {
-        a.str("rover.decision", d);
+        a.str("rover.decision", d.as_str());
     }
     if let Some(by) = decided.decided_by {
         let by = serde_json::to_value(by).ok();

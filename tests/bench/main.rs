@@ -18,6 +18,7 @@ mod orchestrator;
 mod prompts;
 mod sandbox;
 mod store;
+mod swarm;
 mod telemetry;
 mod workspace;
 
@@ -60,6 +61,9 @@ fn main() {
     }
     if wants("workspace") {
         workspace::run();
+    }
+    if wants("swarm") {
+        swarm::run();
     }
 }
 

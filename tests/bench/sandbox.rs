@@ -493,6 +493,7 @@ impl Bench {
             internal: true,
             proxy_dir: self.proxy_dir(),
             image: self.proxy_image.clone(),
+            overlay: false,
         }
     }
 

@@ -235,24 +235,10 @@ fn start_refuses_without_a_token_or_an_agent() {
 }
 
 #[test]
-fn start_refuses_the_swarm_backend_until_this_build_has_it() {
+fn start_refuses_a_swarm_backend_whose_engine_is_no_swarm_manager() {
     let env = TestEnv::new();
     env.repo();
-    std::fs::write(
-        env.repo().join("rover.json"),
-        r#"{"autopilot": {"sandbox": {"backend": "swarm"}}}"#,
-    )
-    .unwrap();
-    let out = env.rover(&["autopilot", "start", "--once", "--local"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let err = stderr(&out);
-    assert!(
-        err.contains("the sandbox backend \"swarm\"")
-            && err.contains("not available in this build yet")
-            && err.contains("\"local\""),
-        "{err}"
-    );
-    // A swarm cannot mount the host's worktree: a configuration error that says so.
+    // The main engine (DOCKER_HOST, as ROVER_SWARM_HOST is not set) is not in a swarm.
     std::fs::write(
         env.repo().join("rover.json"),
         r#"{"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted"}}}"#,
@@ -260,8 +246,23 @@ fn start_refuses_the_swarm_backend_until_this_build_has_it() {
     .unwrap();
     let out = env.rover(&["autopilot", "start", "--once", "--local"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("autopilot.sandbox.workspace"),
+        err.contains("cannot run sandboxes on the swarm")
+            && err.contains("is not a swarm manager")
+            && err.contains("ROVER_SWARM_HOST"),
+        "{err}"
+    );
+    // A constraint Swarm would refuse is a configuration error that says so.
+    std::fs::write(
+        env.repo().join("rover.json"),
+        r#"{"autopilot": {"sandbox": {"backend": "swarm", "swarm": {"constraints": ["node.role"]}}}}"#,
+    )
+    .unwrap();
+    let out = env.rover(&["autopilot", "start", "--once", "--local"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("autopilot.sandbox.swarm.constraints"),
         "{}",
         stderr(&out)
     );

@@ -425,6 +425,158 @@ fn the_step_check_sees_each_way_of_naming_a_step() {
     assert_eq!(nested, ["plan"]);
 }
 
+/// Files of `steps` (outside `steps/history`) that walk a trace's spans, with why: each lists
+/// every span for a person or a prompt and asks no question of them. Any other walk is a
+/// question about the trace's past, which is a named query of `steps/history` (with its tests).
+const SPAN_LISTINGS: &[(&str, &str)] = &[
+    (
+        "agent_call.rs",
+        "render_trace: the trace as the prompts list it",
+    ),
+    (
+        "resolve/render.rs",
+        "render_trace: the trace as the resolver's prompt lists it",
+    ),
+    (
+        "noop.rs",
+        "chain_summary: each span's summary, joined, for a fallback message",
+    ),
+];
+
+/// The lines of `code` that walk a trace's spans (`.spans` as a field).
+fn span_walks(code: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        let mut from = 0;
+        while let Some(hit) = line[from..].find(".spans") {
+            let end = from + hit + ".spans".len();
+            if !line[end..].chars().next().is_some_and(is_ident) {
+                found.push(i + 1);
+                break;
+            }
+            from = end;
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_history_walks_a_traces_spans() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let steps_dir = src.join("steps");
+    let mut files = Vec::new();
+    rust_files(&steps_dir, &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    let mut listed_used = BTreeSet::new();
+    for file in files {
+        let rel = file.strip_prefix(&steps_dir).expect("under steps");
+        let name = rel.to_string_lossy().replace('\\', "/");
+        if name.starts_with("history/") || name.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        let code = code_of(&text);
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        let walks = span_walks(code);
+        if walks.is_empty() {
+            continue;
+        }
+        if SPAN_LISTINGS.iter().any(|(f, _)| *f == name) {
+            listed_used.insert(name);
+            continue;
+        }
+        for line in walks {
+            wrong.push(format!("src/steps/{name}:{line}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a step walks its trace's spans itself: ask `steps::history` (add a named query there, with its test):\n{}",
+        wrong.join("\n")
+    );
+    for (file, why) in SPAN_LISTINGS {
+        assert!(
+            listed_used.contains(*file),
+            "src/steps/{file} no longer lists a trace's spans: take it off SPAN_LISTINGS (it was: {why})"
+        );
+    }
+}
+
+#[test]
+fn the_span_walk_check_sees_a_field_and_not_a_longer_name() {
+    let code = "let a = view.spans.iter();\nlet b = view\n    .spans\n    .len();\nlet c = x.spans_of(y);\n";
+    assert_eq!(span_walks(code), [1, 3]);
+}
+
+/// The store keeps generic records (spans, actions, the queue, cursors, what every layer reads
+/// of any span): none of its types is named after a step or an intervention. What one step
+/// writes is its own record, in `steps::meta` or beside its producer.
+const STEP_WORDS: &[&str] = &[
+    "Coordinate",
+    "Plan",
+    "Workflow",
+    "Commit",
+    "Resolve",
+    "Push",
+    "Notify",
+    "Noop",
+    "Cleanup",
+    "Intervention",
+];
+
+/// The names of the types (`struct`, `enum`, `type`) `code` declares, with their lines.
+fn declared_types(code: &str) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if matches!(pair[0], "struct" | "enum" | "type") {
+                let name: String = pair[1].chars().take_while(|c| is_ident(*c)).collect();
+                if !name.is_empty() {
+                    found.push((name, i + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_store_declares_no_step_shaped_type() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join("store"), &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        let code = code_of(&text);
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        for (name, line) in declared_types(code) {
+            if let Some(word) = STEP_WORDS.iter().find(|w| name.contains(**w)) {
+                let rel = file.strip_prefix(&src).expect("under src").display();
+                wrong.push(format!("src/{rel}:{line} declares `{name}` ({word})"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the store declares a step's record: move it to `steps::meta` (or beside its producer) and keep the JSON as it is:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_store_check_sees_each_kind_of_type() {
+    let code = "pub struct PushPullRequest {\nenum Mode { A }\npub(crate) type Ids = Vec<u8>;\n// struct Hidden\nlet structure = 1;\n";
+    let names: Vec<String> = declared_types(&code_of(code))
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["PushPullRequest", "Mode", "Ids"]);
+}
+
 /// Outside `steps`, no module names a step (`crate::steps::<step>`): the daemon runs intake's
 /// sources and the orchestrator, and what reaches a step goes through the store or the
 /// orchestrator (a CI outcome is intake's `Signal`, answered by `Step::woken_by`). Only replay

@@ -35,6 +35,7 @@ mod steps_workflow;
 mod store;
 mod store_cold;
 mod supervise;
+mod swarm;
 mod telemetry;
 mod thread;
 mod webhook;

@@ -6,8 +6,9 @@ use super::CoordinateStep;
 use crate::github::{CiState, CiStatus};
 use crate::intake::Signal;
 use crate::orchestrator::{Finished, NextAction, Outcome, StepError};
+use crate::steps::history::red_ci_looks;
 use crate::steps::meta::{
-    ci_watch_action, CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy, DecisionSpanMeta,
+    ci_watch_action, CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy, Decision,
     NotifyMeta, NotifyPurpose,
 };
 use crate::store::{Action, StepKind};
@@ -38,7 +39,7 @@ impl CoordinateStep {
             .map_err(|e| gh_error("reading the pull request", &e))?;
         let mut span_meta = CoordinateSpanMeta {
             ci: Some(watch.clone()),
-            ..CoordinateSpanMeta::decided("noop", DecidedBy::Ci)
+            ..CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Ci)
         };
         if pr.state != crate::github::IssueState::Open {
             let reason = format!(
@@ -69,13 +70,13 @@ impl CoordinateStep {
                     status.total
                 ))
                 .then(ci_watch_action(next, pipeline, Utc::now()));
-                ("wait", done)
+                (Decision::Wait, done)
             }
-            CiVerdict::GiveUp => ("noop", Finished::completed(format!(
+            CiVerdict::GiveUp => (Decision::Noop, Finished::completed(format!(
                 "decided noop: CI of pull request #{} at {sha} had no outcome after {} looks; rover stops following it",
                 watch.pr_number, watch.round
             ))),
-            CiVerdict::NoCi => ("noop", Finished::completed(format!(
+            CiVerdict::NoCi => (Decision::Noop, Finished::completed(format!(
                 "decided noop: no check or status was reported for pull request #{} at {sha} in {} looks: the repository seems to have no CI",
                 watch.pr_number, watch.round
             ))),
@@ -97,7 +98,7 @@ impl CoordinateStep {
                         },
                     ),
                 );
-                ("notify", done)
+                (Decision::Notify, done)
             }
             CiVerdict::Red(failing) => {
                 // Check names come from the repository's CI: data for the resolver, not orders.
@@ -115,7 +116,7 @@ impl CoordinateStep {
                     .detail("branch", &watch.branch)
                     .to_meta()
                     .put_into(&mut finished.meta);
-                let earlier = red_looks(view);
+                let earlier = red_ci_looks(view);
                 span_meta.red_looks = Some(earlier + 1);
                 let max = pipeline.max_retries;
                 if earlier >= max {
@@ -136,10 +137,10 @@ impl CoordinateStep {
                         format!("{message}: decide how to fix it on `{}`", watch.branch),
                     ));
                 }
-                ("resolve", finished)
+                (Decision::Resolve, finished)
             }
         };
-        span_meta.decided.decision = Some(decision.to_owned());
+        span_meta.decided.decision = Some(decision);
         span_meta.ci_status = Some(status);
         Ok(Outcome::Finished(done.with_meta_record(&span_meta)))
     }
@@ -162,16 +163,6 @@ pub enum CiVerdict {
     GiveUp,
     /// No check or status reported for the commit after a few looks: the repository has no CI.
     NoCi,
-}
-
-/// How many earlier looks at CI in the trace were red.
-pub(super) fn red_looks(view: &crate::store::TraceView) -> u32 {
-    let n = view
-        .spans
-        .iter()
-        .filter(|s| DecisionSpanMeta::is_red_ci(s))
-        .count();
-    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Looks without a single check or status before rover concludes there is no CI.

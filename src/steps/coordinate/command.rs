@@ -28,8 +28,10 @@ use crate::github::{
 };
 use crate::orchestrator::{Finished, NextAction, Outcome, StepContext, StepError};
 use crate::steps::agent_call::event_meta;
+use crate::steps::history::{intervention_marked, pushed_pull_request, refusal_answered_since};
 use crate::steps::meta::{
-    CommandOutcome, CommandRecord, CoordinateSpanMeta, DecidedBy, EventMeta, NoopMeta, PushSpanMeta,
+    CommandOutcome, CommandRecord, CoordinateSpanMeta, DecidedBy, Decision, EventMeta,
+    Intervention, NoopMeta,
 };
 use crate::steps::Services;
 use crate::store::{
@@ -179,11 +181,7 @@ fn traces_about(
         let about = event
             .as_ref()
             .is_some_and(|e| e.number == Some(number) && of_event(e).is_none());
-        let opened = view.spans.iter().any(|s| {
-            s.step == StepKind::Push
-                && crate::store::from_meta::<PushSpanMeta>(&s.meta)
-                    .is_ok_and(|m| m.pull_request.pr_number == Some(number))
-        });
+        let opened = pushed_pull_request(&view, number);
         if about || opened {
             found.push(view);
         }
@@ -213,14 +211,7 @@ fn refusal_answered_recently(
         if !by {
             continue;
         }
-        let answered = view.spans.iter().any(|s| {
-            s.step == StepKind::Coordinate
-                && s.completed.unwrap_or(s.timestamp) >= since
-                && CoordinateSpanMeta::of(s)
-                    .command
-                    .is_some_and(|c| c.outcome == CommandOutcome::Refused && c.answered)
-        });
-        if answered {
+        if refusal_answered_since(&view, since) {
             return Ok(true);
         }
     }
@@ -399,7 +390,7 @@ pub(super) async fn take(
             .with_meta_record(&CoordinateSpanMeta {
                 trust: Some(Some(trust)),
                 command: Some(record),
-                ..CoordinateSpanMeta::decided("command", DecidedBy::Command)
+                ..CoordinateSpanMeta::decided(Decision::Command, DecidedBy::Command)
             })
             .then(
                 NextAction::new(StepKind::Noop, summary).with_meta(&NoopMeta {
@@ -425,15 +416,9 @@ fn act(
     // it and does not act twice.
     let mark = format!("command trace {}", crate::trace::short(own));
     for view in &traces {
-        let done = view.spans.iter().find(|s| {
-            matches!(s.step.as_str(), "cancel" | "retry")
-                && crate::store::InterventionSpanMeta::of(s)
-                    .and_then(|m| m.reason)
-                    .is_some_and(|r| r.contains(&mark))
-        });
-        if let Some(span) = done {
+        if let Some(span) = intervention_marked(view, &mark) {
             let summary = span.summary.clone().unwrap_or_default();
-            let answer = (span.step.as_str() == "retry").then(|| {
+            let answer = (Intervention::of(span) == Some(Intervention::Retry)).then(|| {
                 format!(
                     "Retrying: {summary} (trace `{}`).",
                     crate::trace::short(view.trace_id())
@@ -470,7 +455,7 @@ fn act(
             match crate::steps::intervene::close_trace(
                 store,
                 id,
-                "cancel",
+                Intervention::Cancel.as_str(),
                 &format!("{PREFIX} stop on #{number} ({mark})"),
                 actor,
             ) {
@@ -576,7 +561,7 @@ mod tests {
             .unwrap()
             .spans
             .iter()
-            .filter(|s| s.step.as_str() == "cancel")
+            .filter(|s| Intervention::of(s) == Some(Intervention::Cancel))
             .count();
         assert_eq!(cancels, 1);
         // Another command finds nothing left to stop, and says so.

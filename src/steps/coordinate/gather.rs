@@ -10,7 +10,9 @@ use crate::agents::untrusted_block;
 use crate::github::{build_context, EventAction, EventKind, NormalizedEvent, Visibility};
 use crate::orchestrator::{Finished, NextAction, StepError};
 use crate::steps::agent_call::MappedTask;
-use crate::steps::meta::{subject_key, CoordinateSpanMeta, DecidedBy, EventMeta, NoopMeta};
+use crate::steps::meta::{
+    subject_key, CoordinateSpanMeta, DecidedBy, Decision, EventMeta, NoopMeta,
+};
 use crate::steps::trust_check::trust_unknown;
 use crate::store::StepKind;
 
@@ -40,7 +42,7 @@ impl CoordinateStep {
             return Ok(Err(Finished::completed(format!("decided noop: {reason}"))
                 .with_meta_record(&CoordinateSpanMeta {
                     trust: Some(Some(trust)),
-                    ..CoordinateSpanMeta::decided("noop", DecidedBy::Trust)
+                    ..CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Trust)
                 })
                 .then(NextAction::new(StepKind::Noop, reason).with_meta(
                     &NoopMeta {

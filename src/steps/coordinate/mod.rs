@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 
 use super::agent_call::{agent_error, ask, event_meta, load_trace, render_trace, task_mappings};
 pub use super::meta::OpenWait;
-use super::meta::{CoordinateMeta, CoordinateSpanMeta, DecidedBy, EventSource, NoopMeta};
+use super::meta::{CoordinateMeta, CoordinateSpanMeta, DecidedBy, Decision, EventSource, NoopMeta};
 use super::trust_check::trust_unknown;
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, CoordinateResult, PromptVars};
@@ -123,7 +123,7 @@ impl Step for CoordinateStep {
             );
             let mut span_meta = CoordinateSpanMeta {
                 wait: Some(scheduled.wait.clone()),
-                ..CoordinateSpanMeta::decided("noop", DecidedBy::Wait)
+                ..CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Wait)
             };
             span_meta.decided.superseded_by = Some(by.to_string());
             return Ok(Outcome::Finished(
@@ -213,7 +213,7 @@ impl Step for CoordinateStep {
                         reasoning: Some(reason.clone()),
                         rover_pr: Some(Some(pr.record())),
                         trust: Some(gathered.trust.clone()),
-                        ..CoordinateSpanMeta::decided("cleanup", DecidedBy::Rule)
+                        ..CoordinateSpanMeta::decided(Decision::Cleanup, DecidedBy::Rule)
                     })
                     .then(NextAction::new(StepKind::Cleanup, reason).with_meta(&pr.cleanup())),
             ));
@@ -234,7 +234,7 @@ impl Step for CoordinateStep {
                             reasoning: Some(reason.clone()),
                             rover_pr: Some(None),
                             trust: Some(gathered.trust.clone()),
-                            ..CoordinateSpanMeta::decided("noop", DecidedBy::Rule)
+                            ..CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Rule)
                         })
                         .then(
                             NextAction::new(StepKind::Noop, reason).with_meta(&NoopMeta {
@@ -314,7 +314,7 @@ impl Step for CoordinateStep {
             now: Utc::now(),
         };
         let action = route(result, &gathered, &mappings, policy);
-        let decision = result.decision.as_str();
+        let decision = Decision::from(result.decision);
         Ok(Outcome::Finished(
             Finished::completed(format!(
                 "decided {decision} ({:.2}): {}",

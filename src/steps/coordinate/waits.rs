@@ -4,21 +4,9 @@ use uuid::Uuid;
 
 use super::{MAX_WAITS, WAIT_LOOKBACK};
 use crate::agents::untrusted_block;
-use crate::steps::meta::{
-    subject_key, CoordinateMeta, DecisionSpanMeta, EventMeta, NoopMeta, OpenWait, WAIT_PREFIX,
-};
+use crate::steps::history::{coordinator_acted, recorded_waits, subject_of};
+use crate::steps::meta::{CoordinateMeta, OpenWait};
 use crate::store::{AutopilotStore, StepKind};
-
-/// Whether a trace's coordinator decided to act (not `noop` or `wait`).
-pub(super) fn acted(view: &crate::store::TraceView) -> bool {
-    view.spans.iter().any(|s| {
-        s.step == StepKind::Coordinate
-            && s.status == crate::store::SpanStatus::Completed
-            && DecisionSpanMeta::of(s)
-                .decision
-                .is_some_and(|d| !matches!(d.as_str(), "noop" | "wait"))
-    })
-}
 
 /// Open waits of other recent traces about `subject` (a [`subject_key`]), up to the newest
 /// trace that acted on it (newest first, at most [`MAX_WAITS`]).
@@ -32,35 +20,22 @@ pub fn open_waits(store: &AutopilotStore, this_trace: Uuid, subject: &str) -> Ve
         let Ok(view) = store.load_trace(entry.trace_id) else {
             continue;
         };
-        let same_subject = view
-            .root()
-            .and_then(|r| EventMeta::of(r).ok())
-            .and_then(|m| m.event)
-            .and_then(|e| subject_key(&e))
-            .as_deref()
-            == Some(subject);
-        if !same_subject {
+        if subject_of(&view).as_deref() != Some(subject) {
             continue;
         }
-        if acted(&view) {
+        if coordinator_acted(&view) {
             // A newer trace already acted on this subject: older waits are settled.
             break;
         }
-        for action in view
-            .actions
-            .iter()
-            .filter(|a| a.action == StepKind::Noop && a.reason.starts_with(WAIT_PREFIX))
-        {
-            let condition = crate::steps::meta::read::<NoopMeta>(action)
-                .ok()
-                .and_then(|m| m.waiting_for)
-                .unwrap_or_else(|| action.reason[WAIT_PREFIX.len()..].trim().to_owned());
-            waits.push(OpenWait {
-                trace_id: entry.trace_id,
-                at: action.timestamp,
-                condition,
-            });
-        }
+        waits.extend(
+            recorded_waits(&view)
+                .into_iter()
+                .map(|(at, condition)| OpenWait {
+                    trace_id: entry.trace_id,
+                    at,
+                    condition,
+                }),
+        );
         if waits.len() >= MAX_WAITS {
             break;
         }

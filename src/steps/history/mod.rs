@@ -1,29 +1,42 @@
-//! What the steps ask of a trace's past, answered in one place from its typed span metas:
-//! where a task's dependencies stand, the image a workflow run used, whether its environment
-//! failed. (Steps never ask another step: they ask the trace.)
+//! What the steps ask of a trace's past, answered in one place from its typed span and action
+//! metas: every question is a named query here, with its tests, and no step reads the spans of
+//! its trace on its own. (Steps never ask another step: they ask the trace.)
+//!
+//! - `decisions`: what the deciding spans decided (whether the coordinator acted, red looks at
+//!   CI, the resolver's retries and waits, a resolve that already decided).
+//! - `failures`: what went wrong (the failed runs, the last failure, the workflow behind it, a
+//!   conflict, a push refused for secrets, a tampered worktree, an environment that did not
+//!   build).
+//! - `work`: where the work stands (what is busy, the tasks in plan order, what was committed
+//!   and pushed, what a retry or a conflict goes back to, the image the runs used).
+//! - `deps`: where a task's dependencies stand.
+//! - `threads`: what the trace did on its thread and for people (its subject, its pull request,
+//!   when it ended, a refusal it answered, an intervention a command marked).
 
+mod decisions;
 mod deps;
+mod failures;
+#[cfg(test)]
+pub(crate) mod testing;
+mod threads;
+mod work;
 
+pub use decisions::{
+    coordinator_acted, decision_of, recorded_waits, red_ci_looks, resolver_waits, retries_so_far,
+    superseding_resolve,
+};
 pub use deps::{dependency_state, Dependency};
-
-use crate::steps::meta::WorkflowSpanMeta;
-use crate::store::Span;
-
-/// The image a launched run used (its gates run in the same one); `None` for a span that does
-/// not say.
-pub fn image_of(span: &Span) -> Option<String> {
-    let meta: WorkflowSpanMeta = crate::store::from_meta(&span.meta).ok()?;
-    meta.environment
-        .map(|e| e.image)
-        .or_else(|| meta.launched.map(|l| l.image))
-        .filter(|image| !image.is_empty())
-}
-
-/// Whether `span` is a workflow span whose environment build failed.
-pub fn environment_failed(span: &Span) -> bool {
-    span.step == crate::store::StepKind::Workflow
-        && crate::store::from_meta::<WorkflowSpanMeta>(&span.meta)
-            .ok()
-            .and_then(|m| m.environment)
-            .is_some_and(|e| e.error.is_some())
-}
+pub use failures::{
+    conflict_unchanged, environment_failed, environment_failure, failed_runs, failed_workflow,
+    last_errored_run, last_failure, last_unsuccessful, latest_conflict, refused_for_secrets,
+    tampered_span,
+};
+pub use threads::{
+    ended_at, intervention_marked, open_pull_request, pushed_pull_request, refusal_answered_since,
+    subject_of,
+};
+pub use work::{
+    action_named, action_of, busy, committed_branches, has_review_workflow, image_of, latest_image,
+    latest_workflow_on_branch, recorded_task, retry_target, task_worktree, tasks_in_plan_order,
+    unpushed_commit, waits_for_the_resolver, workflow_of_commit,
+};

@@ -9,7 +9,7 @@ use crate::orchestrator::NextAction;
 use crate::store::records::present;
 use crate::store::{Span, StepKind};
 
-use super::{DecidedBy, DecisionSpanMeta};
+use super::{DecidedBy, Decision, DecisionSpanMeta};
 
 /// `coordinate`: decide what to do about the trace's root event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -121,10 +121,10 @@ pub struct CoordinateSpanMeta {
 
 impl CoordinateSpanMeta {
     /// A run that decided `decision`, decided by `by`; the rest is filled by the caller.
-    pub fn decided(decision: &str, by: DecidedBy) -> CoordinateSpanMeta {
+    pub fn decided(decision: impl Into<Decision>, by: DecidedBy) -> CoordinateSpanMeta {
         CoordinateSpanMeta {
             decided: DecisionSpanMeta {
-                decision: Some(decision.to_owned()),
+                decision: Some(decision.into()),
                 decided_by: Some(by),
                 superseded_by: None,
             },

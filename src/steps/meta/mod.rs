@@ -7,6 +7,8 @@
 mod cleanup;
 mod commit;
 mod coordinate;
+mod decision;
+mod intervention;
 mod noop;
 mod notify;
 mod plan;
@@ -24,6 +26,8 @@ pub use crate::intake::{EventMeta, EventSource};
 pub use cleanup::*;
 pub use commit::*;
 pub use coordinate::*;
+pub use decision::Decision;
+pub use intervention::{Intervention, InterventionSpanMeta};
 pub use noop::*;
 pub use notify::*;
 pub use plan::*;

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::records::present;
 use crate::store::Span;
 
 /// `push`: push the trace's branches and open or update the PR.
@@ -84,7 +85,7 @@ pub struct PushSpanMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<crate::git::HookPlan>,
     #[serde(flatten)]
-    pub pull_request: crate::store::PushPullRequest,
+    pub pull_request: PushPullRequest,
     /// Why no pull request was opened (`none: local event`, ...).
     #[serde(
         default,
@@ -99,6 +100,46 @@ pub struct PushSpanMeta {
     /// Where the change went when the trace worked on a person's pull request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contributor: Option<ContributorDelivery>,
+}
+
+/// The part of a `push` span's meta that `gc`, telemetry and the `/rover` commands read back (the budget reads
+/// `prCreated` as `budget::PullRequestOpened`): the pull
+/// request the push opened or found. A push without one (a local event, no GitHub client)
+/// records `prUrl: null`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushPullRequest {
+    /// Present as `null` when the push opened no pull request.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pr_url: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_number: Option<u64>,
+    /// Whether this push opened the pull request (it counts against the budget's PR cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_created: Option<bool>,
+    /// The commit pushed (`null` when it could not be read back).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub head_sha: Option<Option<String>>,
+}
+
+impl PushPullRequest {
+    /// What a push span recorded of its pull request (nothing, for other shapes).
+    pub fn of(span: &Span) -> PushPullRequest {
+        crate::store::from_meta(&span.meta).unwrap_or_default()
+    }
+
+    /// Whether the push has a pull request (a URL or a number).
+    pub fn exists(&self) -> bool {
+        self.pr_url.as_ref().is_some_and(Option::is_some) || self.pr_number.is_some()
+    }
 }
 
 /// What rover did with its change on a person's pull request (`autopilot.github.contributorPrs`).

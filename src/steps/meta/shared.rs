@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::Decision;
 use crate::store::{Span, StepKind};
 
 /// Where a message came from: the agent, or the deterministic fallback when the agent failed.
@@ -43,7 +44,7 @@ pub enum DecidedBy {
 pub struct DecisionSpanMeta {
     /// `noop`, `plan`, ... for the coordinator; `push`, `fail`, ... for the resolver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision: Option<String>,
+    pub decision: Option<Decision>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<DecidedBy>,
     /// The trace that took a scheduled re-evaluation over.

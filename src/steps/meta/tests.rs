@@ -3,7 +3,7 @@
 use super::*;
 use crate::agents::CoordinateDecision;
 use crate::github::{Channel, EventAction, Visibility};
-use crate::store::{Span, StepKind};
+use crate::store::{Meta, Span, StepKind};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -79,11 +79,34 @@ fn a_task_mapping_keeps_unknown_keys_and_reads_the_legacy_worktree_key() {
 }
 
 #[test]
+fn the_pull_request_a_push_opened_is_what_the_budget_counts() {
+    let opened = |created: Option<bool>| {
+        let meta = to_meta(&PushSpanMeta {
+            status: Some(PushStatus::Pushed),
+            pull_request: PushPullRequest {
+                pr_url: Some(Some("https://github.com/o/r/pull/3".into())),
+                pr_number: Some(3),
+                pr_created: created,
+                head_sha: Some(Some("abc".into())),
+            },
+            ..PushSpanMeta::default()
+        });
+        let mut span = Span::root(Uuid::nil(), chrono::Utc::now(), Meta::new());
+        span.step = StepKind::Push;
+        span.meta = meta;
+        crate::budget::PullRequestOpened::by(&span)
+    };
+    assert!(opened(Some(true)));
+    assert!(!opened(Some(false)));
+    assert!(!opened(None));
+}
+
+#[test]
 fn the_push_span_meta_keeps_its_keys_and_a_null_pr_url() {
     let local = PushSpanMeta {
         status: Some(PushStatus::Pushed),
         branch: Some("rover/a".into()),
-        pull_request: crate::store::PushPullRequest {
+        pull_request: PushPullRequest {
             pr_url: Some(None),
             ..Default::default()
         },
@@ -99,7 +122,7 @@ fn the_push_span_meta_keeps_its_keys_and_a_null_pr_url() {
         })
     );
     let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&local));
-    let pr = crate::store::PushPullRequest::of(&span);
+    let pr = PushPullRequest::of(&span);
     assert_eq!(pr.pr_url, Some(None));
     assert!(!pr.exists());
     let conflict = PushSpanMeta {
@@ -255,7 +278,7 @@ fn the_coordinate_span_meta_keeps_its_keys_and_nulls() {
             ..WaitMeta::default()
         })),
         open_waits: Some(Vec::new()),
-        ..CoordinateSpanMeta::decided("wait", DecidedBy::Agent)
+        ..CoordinateSpanMeta::decided(Decision::Wait, DecidedBy::Agent)
     };
     let span = span_with(&written);
     assert_eq!(span.meta["trust"], serde_json::Value::Null);
@@ -314,13 +337,13 @@ fn the_plan_span_meta_keeps_its_keys() {
         "agent": {"turns": null, "costUsd": 0.1, "inputTokens": 1, "outputTokens": 2,
             "cachedTokens": 3}
     }));
-    assert_eq!(tasks.decided.decision.as_deref(), Some("tasks"));
+    assert_eq!(tasks.decided.decision, Some(Decision::Tasks));
     round_trips::<PlanSpanMeta>(&serde_json::json!({
         "decision": "clarify", "analysis": "vague", "clarification": "Which one?"
     }));
     let written = PlanSpanMeta {
         decided: DecisionSpanMeta {
-            decision: Some("empty".into()),
+            decision: Some(Decision::Empty),
             ..DecisionSpanMeta::default()
         },
         analysis: "nothing".into(),
@@ -548,7 +571,7 @@ fn the_resolve_span_meta_keeps_its_keys_and_nulls() {
         "retries": 1, "maxRetries": 3, "workdir": "/data/agent-cwd", "agent": agent
     });
     let read: ResolveSpanMeta = round_trips(&retry);
-    assert_eq!(read.decision.decision.as_deref(), Some("retry"));
+    assert_eq!(read.decision.decision, Some(Decision::Retry));
     assert_eq!(read.agent_decision, Some(ResolveDecision::Retry));
     assert_eq!(read.retry_step, Some(Some(RetryStep::Commit)));
     assert_eq!(read.instructions, Some(None));
@@ -618,7 +641,7 @@ fn the_resolve_span_meta_keeps_its_keys_and_nulls() {
     // A record written reads back equal, and what it leaves out stays out.
     let written = ResolveSpanMeta {
         decision: DecisionSpanMeta {
-            decision: Some("push".into()),
+            decision: Some(Decision::Push),
             ..DecisionSpanMeta::default()
         },
         agent_decision: Some(ResolveDecision::Push),

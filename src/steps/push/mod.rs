@@ -19,11 +19,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use uuid::Uuid;
 
 use super::meta::{
     self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushConflict, PushMeta,
-    PushSpanMeta, PushStatus, SecretsFound, WorkflowMeta,
+    PushPullRequest, PushSpanMeta, PushStatus, SecretsFound, WorkflowMeta,
 };
 use super::tasks::mapping_worktree;
 use super::Services;
@@ -31,7 +30,7 @@ use crate::git::{BranchBase, GitError, SecretScan, Workspace};
 use crate::github::{EventKind, GitHubError};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
-use crate::store::{PushPullRequest, StepKind, StepRun, TaskMapping, TraceView};
+use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
 
 mod deliver;
 
@@ -110,19 +109,10 @@ fn github_step_error(context: &str, err: &GitHubError) -> StepError {
 
 /// The tasks of the trace, in plan order.
 fn tasks(view: &TraceView, mappings: BTreeMap<String, TaskMapping>) -> Vec<Task> {
-    let mut tasks: Vec<(usize, Task)> = mappings
+    super::history::tasks_in_plan_order(view, mappings)
         .into_iter()
-        .filter_map(|(key, mapping)| {
-            let action_id = Uuid::parse_str(&key).ok()?;
-            let position = view.actions.iter().position(|a| a.id == action_id)?;
-            let meta = meta::read::<WorkflowMeta>(&view.actions[position]).ok();
-            Some((position, Task { mapping, meta }))
-        })
-        .collect();
-    // The plan's order of the workflow actions, not the order the parallel runs happened to
-    // start: the PR's title and target branch must not depend on timing.
-    tasks.sort_by_key(|(position, _)| *position);
-    tasks.into_iter().map(|(_, t)| t).collect()
+        .map(|(mapping, meta)| Task { mapping, meta })
+        .collect()
 }
 
 /// The branches to push: the action's, else those of the trace's tasks; each once, in order.
@@ -700,7 +690,7 @@ mod tests {
 
     fn task(title: &str, branch: &str) -> Task {
         Task {
-            mapping: TaskMapping::new(branch, branch, Uuid::new_v4(), Uuid::new_v4()),
+            mapping: TaskMapping::new(branch, branch, uuid::Uuid::new_v4(), uuid::Uuid::new_v4()),
             meta: Some(WorkflowMeta {
                 title: title.into(),
                 description: format!("\n{title} in detail\nmore"),

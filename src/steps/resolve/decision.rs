@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::past::{
-    action_of, committed_branches, conflict_unchanged, decision_of, failed_workflow,
-    has_review_workflow, last_failure, last_unsuccessful, latest_conflict,
-};
 use crate::agents::{ResolveDecision, ResolveResult, RetryStep};
 use crate::orchestrator::{Finished, NextAction, StepError};
+use crate::steps::history::{
+    committed_branches, conflict_unchanged, failed_workflow, has_review_workflow, last_failure,
+    latest_conflict, latest_workflow_on_branch, resolver_waits, retry_target,
+};
 use crate::steps::meta;
 use crate::steps::meta::{
     DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushConflict, PushMeta, ResolveQuickExit,
@@ -35,28 +35,16 @@ impl Decided {
     }
 }
 
-/// A decision as the span's `decision` records it (its name as serialized).
-pub(super) fn decision_name(decision: ResolveDecision) -> &'static str {
-    match decision {
-        ResolveDecision::Wait => "wait",
-        ResolveDecision::Push => "push",
-        ResolveDecision::Notify => "notify",
-        ResolveDecision::Iterate => "iterate",
-        ResolveDecision::Retry => "retry",
-        ResolveDecision::Fail => "fail",
-    }
-}
-
 /// The span meta's `decision` part for `decision`.
 pub(super) fn decision_meta(decision: ResolveDecision) -> DecisionSpanMeta {
     DecisionSpanMeta {
-        decision: Some(decision_name(decision).to_owned()),
+        decision: Some(decision.into()),
         ..DecisionSpanMeta::default()
     }
 }
 
 pub(super) fn fail_finished(view: &TraceView, summary: String, why: &str) -> Finished {
-    let failed_step = last_failure(view).map_or(StepKind::Resolve, |s| s.step);
+    let failed_step = last_failure(view).map_or(StepKind::Resolve, |s| s.step.clone());
     let mut notify = NotifyMeta::failure(&failed_step, why);
     notify.message = Some(why.to_owned());
     Finished::completed(summary).then(
@@ -75,12 +63,8 @@ pub(super) fn scheduled_wait(
     max: u32,
 ) -> (Finished, ResolveSpanMeta) {
     let reasoning = result.reasoning.trim();
-    let waits = view
-        .spans
-        .iter()
-        .filter(|s| s.step == StepKind::Resolve && decision_of(s).as_deref() == Some("wait"))
-        .count();
-    let round = u32::try_from(waits).unwrap_or(u32::MAX).saturating_add(1);
+    let waits = resolver_waits(view);
+    let round = waits.saturating_add(1);
     if round > max {
         let why = format!(
             "the resolver kept answering wait ({waits} waits, the limit is {max}): {reasoning}"
@@ -131,20 +115,7 @@ pub(super) fn iterate_on_conflict(
 ) -> Option<Decided> {
     let reasoning = result.reasoning.trim();
     // The latest workflow on the conflicting branch (an iteration reuses its branch).
-    let (id, original) = view
-        .spans
-        .iter()
-        .rev()
-        .filter(|s| s.step == StepKind::Workflow)
-        .filter_map(|s| s.action_id)
-        .find_map(|id| {
-            let mapping = mappings.get(&id.to_string())?;
-            (mapping.branch_name == conflict.source_branch).then_some(id)
-        })
-        .and_then(|id| {
-            let action = view.actions.iter().find(|a| a.id == id)?;
-            Some((id, meta::read::<WorkflowMeta>(action).ok()?))
-        })?;
+    let (id, original) = latest_workflow_on_branch(view, mappings, &conflict.source_branch)?;
     let mut instructions = result.instructions.clone().unwrap_or_default();
     if !instructions.is_empty() {
         instructions.push_str("\n\n");
@@ -324,9 +295,7 @@ pub(super) fn retry_action(
         RetryStep::Workflow => StepKind::Workflow,
         RetryStep::Push => StepKind::Push,
     };
-    let span = last_unsuccessful(view, &kind)
-        .or_else(|| view.spans.iter().rev().find(|s| s.step == kind).cloned())?;
-    let action = action_of(view, &span)?;
+    let action = retry_target(view, &kind)?;
     let mut next = NextAction::new(
         kind.clone(),
         format!("retry after fixing the environment: {reasoning}"),

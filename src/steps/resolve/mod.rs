@@ -27,17 +27,15 @@ use crate::store::blocking;
 use crate::store::{PendingAction, StepKind, StepRun, TaskMapping, TraceView};
 
 mod decision;
-mod past;
 mod render;
 #[cfg(test)]
 mod tests;
 
-use decision::{decide, decision_meta, fail_finished, scheduled_wait, Decided};
-pub use past::retries_so_far;
-use past::{
-    busy, refused_for_secrets, superseding, tampered_span, task_worktree, unpushed_commit,
-    waits_for_the_resolver,
+use super::history::{
+    busy, environment_failure, refused_for_secrets, retries_so_far, superseding_resolve,
+    tampered_span, task_worktree, unpushed_commit, waits_for_the_resolver,
 };
+use decision::{decide, decision_meta, fail_finished, scheduled_wait, Decided};
 use render::{render_errors, render_trace};
 
 /// Longest error detail of one span quoted in the prompt.
@@ -156,7 +154,10 @@ impl Step for ResolveStep {
                 &[StepKind::Workflow, StepKind::Commit],
                 pending.action_id,
                 // A task whose dependency failed waits for this resolver to iterate on it.
-                |p| p.running_span_id.is_none() && waits_for_the_resolver(&state, p.action_id),
+                |p| {
+                    p.running_span_id.is_none()
+                        && waits_for_the_resolver(&state.view, &state.mappings, p.action_id)
+                },
             ) {
                 Some(why) => Readiness::Wait(why),
                 None => Readiness::Ready,
@@ -167,7 +168,7 @@ impl Step for ResolveStep {
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let state = load_state(ctx, run.pending.trace_id).await?;
         let view = &state.view;
-        if let Some(other) = superseding(view, run.span.id) {
+        if let Some(other) = superseding_resolve(view, run.span.id) {
             let span_meta = ResolveSpanMeta {
                 decision: DecisionSpanMeta {
                     superseded_by: Some(other.to_string()),
@@ -241,11 +242,7 @@ impl Step for ResolveStep {
 
         // The repository's environment did not build: no agent ran, and another attempt would
         // build the same definition again; the span holds the error and the command to rerun it.
-        if let Some(span) = view
-            .spans
-            .iter()
-            .find(|s| super::history::environment_failed(s))
-        {
+        if let Some(span) = environment_failure(view) {
             let why = format!(
                 "the repository's environment did not build, so no agent ran: {}",
                 span.summary

@@ -4,13 +4,13 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::past::{action_of, decision_of};
 use super::{MAX_ERROR_CHARS, MAX_TRACE_CHARS};
 use crate::agents::{truncate_marked, untrusted_block};
 use crate::steps::agent_call::TRACE_SOURCE;
+use crate::steps::history::{action_of, decision_of, failed_runs};
 use crate::steps::meta;
 use crate::steps::meta::WorkflowMeta;
-use crate::store::{ErrorMeta, SpanStatus, StepKind, TraceView};
+use crate::store::{ErrorMeta, StepKind, TraceView};
 
 /// The trace as the prompt lists it: one line per span with its summary and key meta, as one
 /// untrusted block (summaries, reasons and titles quote agents, events and commands).
@@ -41,11 +41,7 @@ pub(super) fn render_trace(view: &TraceView) -> String {
 /// The error details of every span that did not complete (command, exit code, stderr...).
 pub(super) fn render_errors(view: &TraceView) -> String {
     let mut out = String::new();
-    for span in view
-        .spans
-        .iter()
-        .filter(|s| matches!(s.status, SpanStatus::Failed | SpanStatus::Error))
-    {
+    for span in failed_runs(view) {
         let _ = writeln!(out, "### {} [{}] span {}", span.step, span.status, span.id);
         let detail = ErrorMeta::of_any(span)
             .and_then(|error| serde_json::to_value(error).ok())

@@ -268,12 +268,15 @@ impl WorkflowStep {
         if task.mapping.workflow_span_id != span.id {
             return false;
         }
-        // An exited container still holds the work: `monitor` collects it, never a second run.
-        // A container created but never started (a kill between create and start) holds
+        // An exited container still holds the work: `monitor` collects it, never a second run;
+        // so does a swarm task lost with its node (collected as lost: a failure the resolver
+        // sees). A container created but never started (a kill between create and start) holds
         // nothing: the run starts over, and `start` replaces it.
         matches!(
             sandbox.status(&container).await,
-            Ok(ContainerStatus::Running | ContainerStatus::Exited { .. })
+            Ok(ContainerStatus::Running
+                | ContainerStatus::Exited { .. }
+                | ContainerStatus::NodeLost)
         )
     }
 

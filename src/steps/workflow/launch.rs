@@ -489,6 +489,7 @@ impl WorkflowStep {
         {
             spec.network = connected.network;
             spec.rover_env = connected.env;
+            spec.proxy_dir = Some(super::network::proxy_dir(&ctx.store));
             if kind == agents::AgentKind::Codex {
                 if let Some(url) = agents::env_value(&spec.rover_env, agents::OPENAI_BASE_URL) {
                     agents::codex::insert_base_url(&mut spec.cmd, url);
@@ -598,7 +599,8 @@ impl WorkflowStep {
                 adopted: true,
                 replaced_unstarted: false,
             }),
-            ContainerStatus::Created | ContainerStatus::Gone => {
+            // Never started, gone, or lost with its node: made again.
+            ContainerStatus::Created | ContainerStatus::Gone | ContainerStatus::NodeLost => {
                 sandbox.remove(&container).await.map_err(|e| failed(&e))?;
                 let id = sandbox.run(spec).await.map_err(|e| failed(&e))?;
                 Ok(StartedMeta {

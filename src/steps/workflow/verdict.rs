@@ -43,6 +43,11 @@ pub fn verdict(end: &RunEnd<'_>) -> (TaskStatus, String) {
                 end.closed_by_hand.unwrap_or_default()
             ),
         ),
+        // Not the agent's doing either: a failure the resolver may retry (on another node).
+        (ContainerStatus::NodeLost, _) => (
+            TaskStatus::Failed,
+            format!("node lost: the swarm node running the sandbox {container} went down mid-run (its engine stopped answering the swarm's manager); the run's work is lost, a retry runs it again on a node that is up"),
+        ),
         (ContainerStatus::Gone, _) => (
             TaskStatus::Error,
             format!("the sandbox container {container} disappeared before rover read its result (removed by hand?)"),
@@ -221,6 +226,10 @@ mod tests {
         assert!(summary.contains("rover-c disappeared"), "{summary}");
         let (status, summary) = verdict(&end(ContainerStatus::Running, &done, ""));
         assert_eq!(status, TaskStatus::Error);
-        assert!(summary.contains("did not finish"), "{summary}");
+        assert!(summary.contains("did not finish"), "{summary}"); // Lost with its swarm node: a failure for the resolver, whatever the log held.
+        let (status, summary) = verdict(&end(ContainerStatus::NodeLost, &done, ""));
+        assert_eq!(status, TaskStatus::Failed);
+        assert!(summary.starts_with("node lost: "), "{summary}");
+        assert!(summary.contains("rover-c"), "{summary}");
     }
 }

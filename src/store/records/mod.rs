@@ -86,28 +86,22 @@ mod action_schedule_tests {
 }
 
 #[cfg(test)]
-mod intervention_span_meta_tests {
+mod intervention_span_tests {
     use super::*;
 
     use serde_json::json;
     use uuid::Uuid;
 
     #[test]
-    fn each_interventions_keys_read_and_write_back_unchanged() {
-        let a = "0b6c43b4-3f0e-4e5e-9c39-1b7a0d6f2a11";
-        let b = "5d1f8a52-0c6e-4f6a-8a43-2f0f3c1e9b22";
-        for written in [
-            json!({"by": "alice", "reason": "not needed", "stopping": ["workflow (0b6c43b4)"]}),
-            json!({"by": "bob", "retried": a, "action": b}),
-            json!({"by": "carol", "action": a, "actionType": "mystery"}),
-            json!({"by": "gc", "retainDays": 0, "tasks": [a, b]}),
-        ] {
-            let record: InterventionSpanMeta =
-                serde_json::from_value(written.clone()).expect("reads");
-            let span = Span::intervention(Uuid::new_v4(), "cancel", "s".into(), &record);
-            assert_eq!(Value::Object(span.meta.clone()), written);
-            assert_eq!(InterventionSpanMeta::of(&span), Some(record));
-        }
+    fn an_intervention_is_a_finished_span_of_its_command_under_the_root_with_the_record() {
+        let trace = Uuid::new_v4();
+        let record = json!({"by": "alice", "reason": "not needed"});
+        let span = Span::intervention(trace, "cancel", "cancelled".into(), &record);
+        assert_eq!(span.step, StepKind::Other("cancel".into()));
+        assert_eq!((span.parent_id, span.trace_id), (Some(trace), Some(trace)));
+        assert_eq!(span.status, SpanStatus::Completed);
+        assert_eq!(span.summary.as_deref(), Some("cancelled"));
+        assert_eq!(Value::Object(span.meta), record);
     }
 }
 

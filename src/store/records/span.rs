@@ -9,7 +9,6 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::action::Action;
-use super::span_meta::InterventionSpanMeta;
 use super::{check_version, iso, required, version, Meta};
 
 /// A pipeline step, also the type of the action that step consumes.
@@ -205,12 +204,13 @@ pub fn from_meta<T: serde::de::DeserializeOwned>(meta: &Meta) -> serde_json::Res
 
 impl Span {
     /// A finished span recording an intervention in trace `trace_id` that is no step run (a
-    /// person's `cancel`/`retry`, the `gc` policy): step `command`, under the root span.
-    pub fn intervention(
+    /// person's `cancel`/`retry`, the `gc` policy): step `command`, under the root span, its
+    /// meta `record` (the steps' `InterventionSpanMeta`).
+    pub fn intervention<T: Serialize>(
         trace_id: Uuid,
         command: &str,
         summary: String,
-        record: &InterventionSpanMeta,
+        record: &T,
     ) -> Span {
         let meta = to_meta(record);
         let now = Utc::now();

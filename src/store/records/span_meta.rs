@@ -1,12 +1,13 @@
-//! The parts of a span's `meta` the store itself reads or writes: an agent call's figures, an error, an intervention, the keys the orchestrator adds to any
-//! span, the pull request a push opened.
+//! The parts of a span's `meta` every layer reads or writes whatever the step: an agent call's
+//! figures, an error, the keys the orchestrator adds to any span. (What one step writes is its
+//! own record, in `steps::meta`; the root event's, in `intake`.)
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::span::{from_meta, Span, StepKind};
+use super::span::Span;
 use super::{iso, Meta};
 
 /// `true` only for the JSON value `true`.
@@ -132,44 +133,6 @@ impl ErrorMeta {
     }
 }
 
-/// The meta of a span that records an intervention, not a step run ([`Span::intervention`]): a
-/// person's `cancel`, `fail`, `retry`, `drop` or `requeue`, or the `gc` policy reclaiming an
-/// ended trace. Who did it, and what it was about.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InterventionSpanMeta {
-    /// The person (`$USER`, or `--by`) or `gc`.
-    pub by: String,
-    /// `cancel`/`fail`: the reason given (empty when none was).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// `cancel`/`fail`: the runs still in progress that the daemon stops (`notify (1a2b3c4d)`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopping: Option<Vec<String>>,
-    /// `retry`: the action retried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retried: Option<Uuid>,
-    /// `retry`: the new action; `drop`/`requeue`: the dead letter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<Uuid>,
-    /// `drop`/`requeue`: the dead letter's action type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action_type: Option<StepKind>,
-    /// `gc`: the retention the trace outlived.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retain_days: Option<u64>,
-    /// `gc`: the workflow actions whose tasks are reclaimed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tasks: Option<Vec<Uuid>>,
-}
-
-impl InterventionSpanMeta {
-    /// What an intervention span recorded (none for a span of another shape).
-    pub fn of(span: &Span) -> Option<InterventionSpanMeta> {
-        InterventionSpanMeta::deserialize(&span.meta).ok()
-    }
-}
-
 /// The keys the orchestrator and the store add to the meta of any step's span, next to the
 /// step's own keys: how the run ended when the step did not end it itself (cut off, retried,
 /// stopped by a budget or a person), what the budget warned of, and the actions it produced.
@@ -275,49 +238,10 @@ impl RunSpanMeta {
     }
 }
 
-/// The part of a `push` span's meta that the budget ledger and `gc` read back: the pull
-/// request the push opened or found. A push without one (a local event, no GitHub client)
-/// records `prUrl: null`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PushPullRequest {
-    /// Present as `null` when the push opened no pull request.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub pr_url: Option<Option<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pr_number: Option<u64>,
-    /// Whether this push opened the pull request (it counts against the budget's PR cap).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pr_created: Option<bool>,
-    /// The commit pushed (`null` when it could not be read back).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub head_sha: Option<Option<String>>,
-}
-
 /// A key that is present, as `null` or a value (a missing key stays `None`: `default`).
 #[allow(clippy::option_option)] // present-but-null differs from missing on disk
 pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
-}
-
-impl PushPullRequest {
-    /// What a push span recorded of its pull request (nothing, for other shapes).
-    pub fn of(span: &Span) -> PushPullRequest {
-        from_meta(&span.meta).unwrap_or_default()
-    }
-
-    /// Whether the push has a pull request (a URL or a number).
-    pub fn exists(&self) -> bool {
-        self.pr_url.as_ref().is_some_and(Option::is_some) || self.pr_number.is_some()
-    }
 }

@@ -24,3 +24,4 @@ pub mod pipeline;
 pub mod replay;
 pub mod scenario;
 pub mod storegen;
+pub mod swarm;

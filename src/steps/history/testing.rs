@@ -1,0 +1,103 @@
+//! A trace built span by span for the history's tests and the steps' (each span a minute after
+//! the one before).
+
+use chrono::{DateTime, TimeDelta, Utc};
+use uuid::Uuid;
+
+use crate::steps::meta::{self, CommitMeta, Decision};
+use crate::store::{Action, Meta, Span, SpanStatus, StepKind, TraceIndex, TraceView};
+
+pub(crate) struct Builder {
+    pub(crate) view: TraceView,
+    pub(crate) clock: DateTime<Utc>,
+}
+
+impl Builder {
+    pub(crate) fn new() -> Builder {
+        let clock = Utc::now();
+        let mut root = Span::root(Uuid::new_v4(), clock, Meta::new());
+        root.finish(SpanStatus::Completed, "event", Meta::new(), clock)
+            .expect("finish");
+        let index = TraceIndex::new(&root, "test".into());
+        Builder {
+            view: TraceView {
+                index,
+                spans: vec![root],
+                actions: Vec::new(),
+                pending: Vec::new(),
+                missing: Vec::new(),
+            },
+            clock,
+        }
+    }
+
+    /// Adds a finished span of `step` for a new action with `meta`; returns the action id.
+    pub(crate) fn span(
+        &mut self,
+        step: StepKind,
+        status: SpanStatus,
+        meta: Meta,
+        out: Meta,
+    ) -> Uuid {
+        let parent = self.view.spans.last().expect("root").clone();
+        let action = Action::new(step.clone(), &parent, "test", meta, self.clock);
+        let mut span = Span::start(step, &action, self.view.trace_id(), self.clock);
+        self.clock += TimeDelta::minutes(1);
+        span.finish(status, "done", out, self.clock)
+            .expect("finish");
+        self.clock += TimeDelta::minutes(1);
+        let id = action.id;
+        self.view.actions.push(action);
+        self.view.spans.push(span);
+        id
+    }
+
+    /// A finished span of `step` with no meta either way.
+    pub(crate) fn bare(&mut self, step: StepKind, status: SpanStatus) -> Uuid {
+        self.span(step, status, Meta::new(), Meta::new())
+    }
+
+    /// A workflow run whose action has `meta`.
+    pub(crate) fn workflow(&mut self, meta: &meta::WorkflowMeta, status: SpanStatus) -> Uuid {
+        self.span(
+            StepKind::Workflow,
+            status,
+            crate::store::to_meta(meta),
+            Meta::new(),
+        )
+    }
+
+    pub(crate) fn commit(&mut self, workflow: Uuid, status: SpanStatus) -> Uuid {
+        let meta = CommitMeta {
+            workflow_action_id: Some(workflow),
+            task_status: meta::TaskStatus::Completed,
+            summary: None,
+        };
+        self.span(
+            StepKind::Commit,
+            status,
+            crate::store::to_meta(&meta),
+            Meta::new(),
+        )
+    }
+
+    /// A completed resolve that decided `decision`.
+    pub(crate) fn resolve(&mut self, decision: Decision) -> Uuid {
+        let mut out = Meta::new();
+        out.insert(
+            "decision".into(),
+            serde_json::to_value(decision).expect("a word"),
+        );
+        self.span(StepKind::Resolve, SpanStatus::Completed, Meta::new(), out)
+    }
+
+    /// The span of action `action`.
+    pub(crate) fn span_of(&self, action: Uuid) -> Uuid {
+        self.view
+            .spans
+            .iter()
+            .find(|s| s.action_id == Some(action))
+            .expect("span")
+            .id
+    }
+}

@@ -1,0 +1,192 @@
+//! What the trace did on its thread and for people: the subject its event is about, the pull
+//! request it opened, whether it was cleaned up, when it ended, a `/rover` refusal it answered,
+//! an intervention a command marked.
+
+use chrono::{DateTime, Utc};
+
+use crate::steps::meta::{
+    subject_key, CommandOutcome, CoordinateSpanMeta, EventMeta, Intervention, InterventionSpanMeta,
+    PushPullRequest,
+};
+use crate::store::{Span, SpanStatus, StepKind, TraceView};
+
+/// What the trace's event is about, as [`subject_key`] gives it (`#12`, `refs/heads/main`).
+pub fn subject_of(view: &TraceView) -> Option<String> {
+    view.root()
+        .and_then(|r| EventMeta::of(r).ok())
+        .and_then(|m| m.event)
+        .and_then(|e| subject_key(&e))
+}
+
+/// Whether one of the trace's pushes opened or found pull request `number`.
+pub fn pushed_pull_request(view: &TraceView, number: u64) -> bool {
+    view.spans
+        .iter()
+        .any(|s| s.step == StepKind::Push && PushPullRequest::of(s).pr_number == Some(number))
+}
+
+/// The pull request the trace pushed and nothing cleaned up yet: `Some` with the last push's
+/// number (when it recorded one), `None` when it pushed none or a cleanup ran.
+pub fn open_pull_request(view: &TraceView) -> Option<Option<u64>> {
+    let pushed: Vec<PushPullRequest> = view
+        .spans
+        .iter()
+        .filter(|s| s.step == StepKind::Push && s.status == SpanStatus::Completed)
+        .map(PushPullRequest::of)
+        .filter(PushPullRequest::exists)
+        .collect();
+    let cleaned = view.spans.iter().any(|s| s.step == StepKind::Cleanup);
+    (!pushed.is_empty() && !cleaned).then(|| pushed.iter().rev().find_map(|p| p.pr_number))
+}
+
+/// When the trace's last span finished (its creation, when none did).
+pub fn ended_at(view: &TraceView) -> DateTime<Utc> {
+    view.spans
+        .iter()
+        .filter_map(|s| s.completed)
+        .max()
+        .unwrap_or(view.index.created_at)
+}
+
+/// Whether the trace's coordinator answered a refused `/rover` command on the thread since
+/// `since` (what the rate limit on refusals counts).
+pub fn refusal_answered_since(view: &TraceView, since: DateTime<Utc>) -> bool {
+    view.spans.iter().any(|s| {
+        s.step == StepKind::Coordinate
+            && s.completed.unwrap_or(s.timestamp) >= since
+            && CoordinateSpanMeta::of(s)
+                .command
+                .is_some_and(|c| c.outcome == CommandOutcome::Refused && c.answered)
+    })
+}
+
+/// The `cancel` or `retry` span whose reason carries `mark` (a command's mark on what it did):
+/// a command run again after a crash finds it and does not act twice.
+pub fn intervention_marked<'v>(view: &'v TraceView, mark: &str) -> Option<&'v Span> {
+    view.spans.iter().find(|s| {
+        matches!(
+            Intervention::of(s),
+            Some(Intervention::Cancel | Intervention::Retry)
+        ) && InterventionSpanMeta::of(s)
+            .and_then(|m| m.reason)
+            .is_some_and(|r| r.contains(mark))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::steps::history::testing::Builder;
+    use crate::steps::meta::{CommandRecord, DecidedBy, Decision};
+    use crate::store::Meta;
+
+    fn pushed(number: Option<u64>) -> Meta {
+        crate::store::to_meta(&PushPullRequest {
+            pr_url: Some(number.map(|n| format!("https://github.com/o/r/pull/{n}"))),
+            pr_number: number,
+            ..PushPullRequest::default()
+        })
+    }
+
+    #[test]
+    fn a_pushed_pull_request_stays_open_until_a_cleanup() {
+        let mut b = Builder::new();
+        assert_eq!(open_pull_request(&b.view), None);
+        b.span(
+            StepKind::Push,
+            SpanStatus::Completed,
+            Meta::new(),
+            pushed(None),
+        );
+        assert_eq!(open_pull_request(&b.view), None);
+        b.span(
+            StepKind::Push,
+            SpanStatus::Failed,
+            Meta::new(),
+            pushed(Some(9)),
+        );
+        assert_eq!(open_pull_request(&b.view), None);
+        assert!(pushed_pull_request(&b.view, 9));
+        b.span(
+            StepKind::Push,
+            SpanStatus::Completed,
+            Meta::new(),
+            pushed(Some(12)),
+        );
+        assert_eq!(open_pull_request(&b.view), Some(Some(12)));
+        assert!(pushed_pull_request(&b.view, 12) && !pushed_pull_request(&b.view, 13));
+        let last = b.bare(StepKind::Cleanup, SpanStatus::Completed);
+        assert_eq!(open_pull_request(&b.view), None);
+        let cleanup = b.view.spans.iter().find(|s| s.action_id == Some(last));
+        assert_eq!(Some(ended_at(&b.view)), cleanup.and_then(|s| s.completed));
+    }
+
+    #[test]
+    fn only_an_answered_refusal_since_the_time_counts() {
+        let mut b = Builder::new();
+        let start = b.clock;
+        let command = |outcome, answered| {
+            crate::store::to_meta(&CoordinateSpanMeta {
+                command: Some(CommandRecord {
+                    command: "stop".into(),
+                    outcome,
+                    detail: String::new(),
+                    target: None,
+                    answered,
+                    acknowledged: false,
+                }),
+                ..CoordinateSpanMeta::decided(Decision::Command, DecidedBy::Command)
+            })
+        };
+        b.span(
+            StepKind::Coordinate,
+            SpanStatus::Completed,
+            Meta::new(),
+            command(CommandOutcome::Refused, false),
+        );
+        b.span(
+            StepKind::Coordinate,
+            SpanStatus::Completed,
+            Meta::new(),
+            command(CommandOutcome::Done, true),
+        );
+        assert!(!refusal_answered_since(&b.view, start));
+        b.span(
+            StepKind::Coordinate,
+            SpanStatus::Completed,
+            Meta::new(),
+            command(CommandOutcome::Refused, true),
+        );
+        assert!(refusal_answered_since(&b.view, start));
+        assert!(!refusal_answered_since(&b.view, b.clock));
+    }
+
+    #[test]
+    fn a_commands_mark_is_found_on_a_cancel_or_retry_span_only() {
+        let mut b = Builder::new();
+        let trace = b.view.trace_id();
+        let record = |reason: &str| InterventionSpanMeta {
+            by: "alice".into(),
+            reason: Some(reason.into()),
+            ..InterventionSpanMeta::default()
+        };
+        let mark = "command trace 1a2b3c4d";
+        for step in ["gc", "fail"] {
+            let span = Span::intervention(trace, step, "s".into(), &record(mark));
+            b.view.spans.push(span);
+        }
+        assert!(intervention_marked(&b.view, mark).is_none());
+        let span = Span::intervention(trace, "retry", "s".into(), &record("another"));
+        b.view.spans.push(span);
+        assert!(intervention_marked(&b.view, mark).is_none());
+        let span = Span::intervention(
+            trace,
+            "cancel",
+            "s".into(),
+            &record(&format!("stop ({mark})")),
+        );
+        let id = span.id;
+        b.view.spans.push(span);
+        assert_eq!(intervention_marked(&b.view, mark).map(|s| s.id), Some(id));
+    }
+}

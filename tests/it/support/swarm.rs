@@ -1,0 +1,128 @@
+//! The test swarm of `tests/setup-swarm.sh`: two extra engines in network namespaces of their
+//! own, a manager and a worker, each labelled `rover.node=mgr|wkr`.
+
+use std::process::Command;
+
+use rover::sandbox::swarm::images::load_image;
+use rover::sandbox::{DockerSandbox, SwarmSandbox};
+
+use super::docker::{env_allow, LABEL_TEST};
+
+/// The manager's engine.
+pub const MANAGER: &str = "unix:///run/rover-swarm/mgr/docker.sock";
+/// The worker's engine.
+pub const WORKER: &str = "unix:///run/rover-swarm/wkr/docker.sock";
+/// The worker's hostname (its node's name in `docker node ls`).
+pub const WORKER_NODE: &str = "rover-swarm-wkr";
+/// The manager's hostname.
+pub const MANAGER_NODE: &str = "rover-swarm-mgr";
+/// Places a task on the worker.
+pub const ON_WORKER: &str = "node.labels.rover.node==wkr";
+
+/// Makes sure the swarm is up (idempotent; a worker whose engine a test stopped is started
+/// again). Never skips: CI runs as root with Docker installed.
+pub async fn ensure_swarm() {
+    let out = tokio::process::Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup-swarm.sh"))
+        .output()
+        .await
+        .expect("run tests/setup-swarm.sh");
+    assert!(
+        out.status.success(),
+        "tests/setup-swarm.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One test on the swarm at a time: a test stops the worker's engine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The test's hold on the swarm (see [`swarm`]).
+pub type SwarmGuard = tokio::sync::MutexGuard<'static, ()>;
+
+/// The swarm backend with the given placement constraints, and the worker's engine, with
+/// `images` loaded onto both nodes from the main engine; the guard keeps other swarm tests
+/// out until it drops.
+pub async fn swarm(
+    constraints: &[&str],
+    images: &[&str],
+) -> (SwarmGuard, SwarmSandbox, DockerSandbox) {
+    let guard = ONE_AT_A_TIME.lock().await;
+    ensure_swarm().await;
+    // The empty tmpfs volumes the shipped runs of earlier tests left on the nodes' engines.
+    for engine in [MANAGER, WORKER] {
+        let _ = Command::new("docker")
+            .args([
+                "-H",
+                engine,
+                "volume",
+                "prune",
+                "-f",
+                "--filter",
+                "label=rover.swarm=1",
+            ])
+            .output();
+    }
+    let local = DockerSandbox::connect(env_allow())
+        .await
+        .expect("the main engine answers");
+    let swarm = SwarmSandbox::connect(
+        local.clone(),
+        MANAGER,
+        constraints.iter().map(ToString::to_string).collect(),
+    )
+    .await
+    .expect("the test swarm's manager answers");
+    let worker = DockerSandbox::connect_to(WORKER, env_allow())
+        .await
+        .expect("the worker's engine answers");
+    for image in images {
+        load_image(&local, swarm.manager(), image)
+            .await
+            .expect("load the image onto the manager");
+        load_image(&local, &worker, image)
+            .await
+            .expect("load the image onto the worker");
+    }
+    (guard, swarm, worker)
+}
+
+/// Stops the worker's engine as a crash of its node would (SIGTERM to its dockerd, which stops
+/// its containers), and waits until it has exited; `ensure_swarm` brings it back.
+pub async fn stop_worker_engine() {
+    let pid: i32 = std::fs::read_to_string("/run/rover-swarm/wkr/dockerd.pid")
+        .expect("the worker's pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signal the worker");
+    for _ in 0..600 {
+        if nix::sys::signal::kill(pid, None).is_err() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the worker's engine did not stop within 60 s");
+}
+
+/// Removes the services a test made (labelled `rover.test=<id>`) from the test swarm.
+pub fn remove_services(test_id: &str) {
+    let Ok(out) = Command::new("docker")
+        .args(["-H", MANAGER, "service", "ls", "-q", "--filter"])
+        .arg(format!("label={LABEL_TEST}={test_id}"))
+        .output()
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(ToString::to_string)
+        .collect();
+    if !ids.is_empty() {
+        let _ = Command::new("docker")
+            .args(["-H", MANAGER, "service", "rm"])
+            .args(&ids)
+            .output();
+    }
+}
