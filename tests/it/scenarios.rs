@@ -1649,3 +1649,87 @@ async fn a_collection_whose_gate_fails_is_a_failed_span_the_resolver_acts_on() {
     assert!(below.contains("exit code: 3"), "{text}");
     assert!(below.contains("gate-broken-output"), "{text}");
 }
+
+/// A collection that panics (injected with `ROVER_TEST_PANIC=collect` into the real binary) is
+/// an `error` span with the panic's message; the workflow fails forward naming it, and the
+/// resolver, shown both errors, answers.
+#[tokio::test]
+async fn a_collection_that_panics_is_an_error_span_and_the_run_still_reaches_the_resolver() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.env_vars
+        .push(("ROVER_TEST_PANIC".into(), "collect".into()));
+    s.github
+        .add_issue(32, "Collect me", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 32, "title": "Collect me", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Collect me"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("collect", "Collect me", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Collect me",
+        json!({"c.txt": "c\n"}),
+        "completed",
+    ));
+    s.answer(
+        RESOLVE,
+        resolve(
+            "notify",
+            json!({"message": "rover could not read the result of the work."}),
+        ),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "rover could not read the result."}),
+    );
+    // `--once` exits 1 after an internal error (the collection's panic): run it by hand.
+    for _ in 0..12 {
+        s.run_once_raw().await;
+        if s.settled() {
+            break;
+        }
+    }
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:error",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    let collect = trace
+        .spans
+        .iter()
+        .find(|sp| rover::orchestrator::is_collection(sp))
+        .expect("a collect span");
+    assert_eq!(collect.status.as_str(), "error");
+    assert_eq!(collect.meta["error"]["panic"], true);
+    assert!(collect.meta["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("panicked: injected panic in a collection (ROVER_TEST_PANIC)"));
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert!(workflow.meta["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("collecting this run failed (collect span "));
+    let resolver_prompt = prompts(&s)
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| p.contains(RESOLVE))
+        .expect("a resolver prompt");
+    assert!(
+        resolver_prompt.contains(&format!("### collect [error] span {}", collect.id)),
+        "{resolver_prompt}"
+    );
+}
