@@ -566,7 +566,11 @@ fn spawn_signals(
         return None;
     };
     let stop = shutdown.clone();
+    let fault = supervise::injected_fault("signals", 1);
     let handler = async move {
+        if let Some(fault) = fault {
+            panic!("{fault}");
+        }
         let mut stopping = false;
         loop {
             tokio::select! {

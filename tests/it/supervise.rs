@@ -184,3 +184,39 @@ async fn a_panicking_console_is_restarted_and_prints_again() {
     assert_eq!(out.matches("the console panicked").count(), 1, "{out}");
     assert!(out.contains("rover autopilot stopped"), "{out}");
 }
+
+/// Without its signal handler a daemon could no longer be stopped gracefully: a panic in it
+/// stops the daemon, exit 1, saying why.
+#[tokio::test]
+async fn a_panicking_signal_handler_stops_the_daemon_with_the_error() {
+    let s = Scenario::new().await;
+    let mut cmd = s.start_command(&[]);
+    cmd.env("ROVER_TEST_PANIC", "signals");
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || cmd.output().unwrap()),
+    )
+    .await
+    .expect("it stops by itself")
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("error: the signal handler panicked: injected panic in the signals (ROVER_TEST_PANIC, run 1); rover is stopping"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("rover stopped: the signal handler panicked"),
+        "{stderr}"
+    );
+    // Nothing is left held: the next run starts and ends normally.
+    let next = s.run_once().await;
+    assert!(
+        next.status.success(),
+        "{}",
+        crate::support::env::stdout(&next)
+    );
+}
