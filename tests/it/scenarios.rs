@@ -1648,6 +1648,22 @@ async fn a_collection_whose_gate_fails_is_a_failed_span_the_resolver_acts_on() {
     );
     assert!(below.contains("exit code: 3"), "{text}");
     assert!(below.contains("gate-broken-output"), "{text}");
+
+    // Its log lines carry the collection's span, the run's, and the trace (they join with
+    // `trace`).
+    let log = std::fs::read_to_string(s.store().log_path()).unwrap();
+    let finished: Vec<rover::store::LogEntry> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<rover::store::LogEntry>(l).ok())
+        .filter(|e| e.message == "collection finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{log}");
+    let fields = &finished[0].fields;
+    assert_eq!(fields["span"], collect.id.to_string());
+    assert_eq!(fields["run_span"], workflow.id.to_string());
+    assert_eq!(fields["trace"], trace.trace_id().to_string());
+    assert_eq!(fields["step"], "workflow");
+    assert_eq!(fields["status"], "failed");
 }
 
 /// A collection that panics (injected with `ROVER_TEST_PANIC=collect` into the real binary) is

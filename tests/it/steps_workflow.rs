@@ -1222,12 +1222,19 @@ async fn sweep_removes_unmapped_containers_and_worktrees_only() {
     );
     spec.env.clear();
     docker.run(&spec).await.expect("orphan container");
+    // A shipped workspace's archive a kill left half fetched beside the kept worktree.
+    let kept_path = kept.mapping.worktree_path.clone().expect("kept worktree");
+    let archive = rover::sandbox::returned::sibling(&kept_path, "rover-returned.tar");
+    std::fs::write(&archive, b"half a tar").expect("archive");
 
     let report = sweep_orphans(&services, &w.p.store).await;
     assert_eq!(report.containers, vec![spec.container_name()], "{report:?}");
-    assert_eq!(report.worktrees, vec![orphan_dir.clone()], "{report:?}");
+    let mut expected = vec![orphan_dir.clone(), archive.clone()];
+    expected.sort();
+    assert_eq!(report.worktrees, expected, "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
     assert!(!orphan_dir.exists());
+    assert!(!archive.exists());
     assert!(kept.mapping.worktree_path.expect("kept worktree").exists());
     assert!(w.containers(&docker, orphan_action).await.is_empty());
 }

@@ -138,6 +138,16 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
     candidates.sort();
     candidates.dedup();
     for path in candidates.into_iter().filter(|p| !is_named(p)) {
+        // A file, not a worktree: what a kill left beside one (a shipped workspace's archive
+        // half fetched back, `.<worktree>.rover-returned.tar`). Nothing runs yet: removed.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
+            tracing::warn!(path = %path.display(), "removing a file left in the worktrees dir");
+            match tokio::fs::remove_file(&path).await {
+                Ok(()) => report.worktrees.push(path),
+                Err(e) => report.errors.push(format!("{}: {e}", path.display())),
+            }
+            continue;
+        }
         tracing::warn!(path = %path.display(), "removing an orphan worktree");
         match ws.remove_worktree(&path).await {
             Ok(_) => report.worktrees.push(path),
