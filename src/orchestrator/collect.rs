@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -146,8 +147,9 @@ impl Inner {
             span_id = %crate::store::otel::span_id_hex(span.id),
         );
         let (ctx, task_run, task_step) = (self.ctx.clone(), run.clone(), step.clone());
-        // Its own task, so that a panic of the step's collection is caught as a `JoinError`.
-        let joined = tokio::spawn(
+        // Its own task, so that a panic of the step's collection is caught as a `JoinError`;
+        // aborted with this one (a collection cut off at shutdown stops, its span closed).
+        let joined = AbortOnDropHandle::new(tokio::spawn(
             async move {
                 tracing::info!("collection started");
                 let result = task_step.collect(&ctx, &task_run, &completion).await;
@@ -158,7 +160,7 @@ impl Inner {
                 result
             }
             .instrument(log_span),
-        )
+        ))
         .await;
         let result = joined.unwrap_or_else(|join| {
             Err(join_error(
