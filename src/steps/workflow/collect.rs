@@ -303,11 +303,9 @@ impl WorkflowStep {
                 }
             }
         }
-        let scratch = ctx
-            .store
-            .artifacts_dir(task.mapping.workflow_span_id)
-            .join("git");
-        let _ = tokio::fs::remove_dir_all(&scratch).await;
+        // The run's scratch git (with the git file a shipped workspace comes back against) stays
+        // until the run's span is final (`remove_collected`): a collection cut off before its
+        // hand-over is done again, and takes the workspace back again.
 
         let diff = match (&task.mapping.worktree_path, &task.mapping.fork_point) {
             _ if tampered.is_some() => None,

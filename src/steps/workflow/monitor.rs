@@ -265,6 +265,7 @@ impl WorkflowStep {
             match sandbox.remove(&entry.container).await {
                 Ok(_) => {
                     super::network::forget_run(&ctx.store, sandbox, &entry.container).await;
+                    remove_scratch(&ctx.store, entry.span_id).await;
                     self.collected
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -340,5 +341,18 @@ impl WorkflowStep {
             .then_some(stats)
         });
         log
+    }
+}
+
+/// Removes the scratch git of the run whose span is `span_id` (`artifacts/<span>/git`: the
+/// container's git and the git file its workspace came back against), once its span is final.
+pub(super) async fn remove_scratch(store: &crate::store::AutopilotStore, span_id: Uuid) {
+    let scratch = store.artifacts_dir(span_id).join("git");
+    match tokio::fs::remove_dir_all(&scratch).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %scratch.display(), error = %e, "cannot remove a collected run's scratch git");
+        }
     }
 }

@@ -58,7 +58,14 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
                             let name = c.name.clone().unwrap_or_else(|| c.id.clone());
                             tracing::info!(container = %name, action = %action, "removing a workflow container whose result is recorded");
                             match sandbox.remove(&c.id).await {
-                                Ok(_) => report.collected.push(name),
+                                Ok(_) => {
+                                    super::monitor::remove_scratch(
+                                        store,
+                                        task.mapping.workflow_span_id,
+                                    )
+                                    .await;
+                                    report.collected.push(name);
+                                }
                                 Err(e) => report.errors.push(format!("container {name}: {e}")),
                             }
                         }
