@@ -5,6 +5,7 @@
 //! workflow span's record is `steps::workflow::WorkflowSpanMeta`.
 
 mod cleanup;
+mod collect_span;
 mod commit;
 mod coordinate;
 mod decision;
@@ -23,6 +24,7 @@ mod workflow_span;
 mod tests;
 
 pub use cleanup::*;
+pub use collect_span::*;
 pub use commit::*;
 pub use coordinate::*;
 pub use decision::Decision;
