@@ -8,7 +8,8 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::broadcast::Receiver;
+use tokio::sync::broadcast::{Receiver, WeakSender};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::orchestrator::Progress;
@@ -20,6 +21,54 @@ struct Active {
     label: String,
     step: StepKind,
     since: Instant,
+}
+
+/// The console as a component: [`run`] in the `component` span `console`, on `first` (taken
+/// when the daemon starts, so nothing is missed). After a panic it says so and starts again on
+/// a new subscription to `feed` (after 1 s, doubling to 60 s; the events in between are missed
+/// here, the traces have them). Ends with the orchestrator (its feed gone). `ROVER_TEST_PANIC=console[:<runs>]` (debug builds) makes
+/// it panic at the start of its first runs.
+pub async fn supervised(
+    first: Receiver<Progress>,
+    feed: WeakSender<Progress>,
+    store: AutopilotStore,
+) {
+    let mut backoff = Duration::from_secs(1);
+    let mut runs = 0u32;
+    let mut first = Some(first);
+    loop {
+        // Only a subscription is held while it runs: the feed closes with the orchestrator.
+        let Some(progress) = first
+            .take()
+            .or_else(|| feed.upgrade().map(|sender| sender.subscribe()))
+        else {
+            return;
+        };
+        runs += 1;
+        let fault = super::supervise::injected_fault("console", runs);
+        let view = run(progress, store.clone());
+        let joined = tokio::spawn(
+            async move {
+                if let Some(fault) = fault {
+                    panic!("{fault}");
+                }
+                view.await;
+            }
+            .instrument(tracing::info_span!("component", name = "console")),
+        )
+        .await;
+        match joined {
+            Err(e) if e.is_panic() => {
+                let text = super::supervise::panic_text(&e.into_panic());
+                tracing::error!(component = "console", error = %text, "the console panicked; restarting it");
+                println!("warning: the console panicked: {text}; restarting it in {}s (work goes on; `rover autopilot traces` shows it)", backoff.as_secs());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+            // Its feed closed (the orchestrator is gone), or cancelled with the runtime.
+            Ok(()) | Err(_) => return,
+        }
+    }
 }
 
 /// Print progress until the channel closes.

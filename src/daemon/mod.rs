@@ -15,11 +15,14 @@ mod reclaim;
 mod supervise;
 
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::agents::agent_from_settings;
 use crate::config::RoverConfig;
@@ -75,7 +78,9 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
     // Signals before the lock: once the lock names this pid, a SIGTERM is a graceful stop.
     let shutdown = CancellationToken::new();
     let wake = Arc::new(tokio::sync::Notify::new());
-    runtime.block_on(async { spawn_signals(shutdown.clone(), wake.clone()) });
+    let signal_failure = Arc::new(std::sync::Mutex::new(None));
+    let signals = runtime
+        .block_on(async { spawn_signals(shutdown.clone(), wake.clone(), signal_failure.clone()) });
     let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
     let log = crate::logging::init(&store.log_path()).map_err(|e| {
         StartError::Refused(format!(
@@ -83,7 +88,25 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
             store.log_path().display()
         ))
     })?;
-    let code = runtime.block_on(run(project, config, store.clone(), options, shutdown, wake));
+    let mut code = runtime.block_on(run(project, config, store.clone(), options, shutdown, wake));
+    // The signal handler lives as long as the daemon: ended here, its end seen.
+    if let Some(signals) = signals {
+        signals.abort();
+        if let Err(e) = runtime.block_on(signals) {
+            if !e.is_cancelled() {
+                tracing::error!(error = %e, "the signal handler ended abnormally");
+            }
+        }
+    }
+    let failed = signal_failure
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let (Some(why), Ok(_)) = (failed, &code) {
+        code = Err(StartError::Refused(format!(
+            "rover stopped: {why}; what was running is recovered at the next start"
+        )));
+    }
     runtime.shutdown_timeout(Duration::from_secs(2));
     // `state.json` whole for whoever reads it alone while the daemon is stopped.
     if let Err(e) = store.compact_state() {
@@ -223,7 +246,12 @@ async fn run(
     )
     .with_pipeline(crate::steps::pipeline::pipeline())
     .with_budget(crate::budget::Budget::new(config.autopilot.budget.clone()));
-    let console = tokio::spawn(console::run(orchestrator.subscribe(), store.clone()));
+    // The console (a view: it holds no work) restarts after a panic, saying so.
+    let console = tokio::spawn(console::supervised(
+        orchestrator.subscribe(),
+        orchestrator.progress_feed(),
+        store.clone(),
+    ));
     println!(
         "rover autopilot {} for {} (project {}, store {})",
         if options.once {
@@ -491,7 +519,11 @@ async fn run(
     if let Some(t) = telemetry {
         t.finish().await;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(1), console).await;
+    match tokio::time::timeout(Duration::from_secs(1), console).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "the console ended abnormally"),
+        Err(_) => tracing::warn!("the console did not end within 1 s of the stop"),
+    }
     result?;
     if let Some(why) = stopped_by {
         return Err(StartError::Refused(format!(
@@ -517,7 +549,13 @@ async fn run(
 }
 
 /// SIGINT/SIGTERM: the first stops gracefully, a second exits at once. SIGUSR1: drain now.
-fn spawn_signals(shutdown: CancellationToken, wake: Arc<tokio::sync::Notify>) {
+/// Runs in the `component` span `signals`; a panic in it stops the daemon (without it, a
+/// signal could no longer stop it gracefully), saying why in `failure`.
+fn spawn_signals(
+    shutdown: CancellationToken,
+    wake: Arc<tokio::sync::Notify>,
+    failure: Arc<std::sync::Mutex<Option<String>>>,
+) -> Option<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
         signal(SignalKind::terminate()),
@@ -525,9 +563,14 @@ fn spawn_signals(shutdown: CancellationToken, wake: Arc<tokio::sync::Notify>) {
         signal(SignalKind::user_defined1()),
     ) else {
         tracing::error!("cannot install signal handlers");
-        return;
+        return None;
     };
-    tokio::spawn(async move {
+    let stop = shutdown.clone();
+    let fault = supervise::injected_fault("signals", 1);
+    let handler = async move {
+        if let Some(fault) = fault {
+            panic!("{fault}");
+        }
         let mut stopping = false;
         loop {
             tokio::select! {
@@ -545,7 +588,24 @@ fn spawn_signals(shutdown: CancellationToken, wake: Arc<tokio::sync::Notify>) {
             println!("stopping: no new work; running steps get their grace period (signal again to exit at once)");
             shutdown.cancel();
         }
-    });
+    };
+    let handler = async move {
+        let panicked = AssertUnwindSafe(handler).catch_unwind().await.err();
+        if let Some(text) = panicked.map(|p| supervise::panic_text(&p)) {
+            let why = format!("the signal handler panicked: {text}");
+            tracing::error!(component = "signals", error = %why, "stopping the daemon");
+            println!("error: {why}; rover is stopping");
+            failure
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get_or_insert(why);
+            stop.cancel();
+        }
+    };
+    Some(tokio::spawn(handler.instrument(tracing::info_span!(
+        "component",
+        name = "signals"
+    ))))
 }
 
 #[cfg(test)]

@@ -21,8 +21,21 @@ async fn closed_pull_requests(
         )
     })
     .await;
-    let Ok(Ok(plan)) = plan else {
-        return Vec::new();
+    let plan = match plan {
+        Ok(Ok(plan)) => plan,
+        Ok(Err(e)) => {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot plan which pull requests to look at for reclaiming"
+            );
+            return Vec::new();
+        }
+        // A panic in the planning: said, not swallowed (the reclaim loop goes on).
+        Err(e) => {
+            tracing::error!(error = %e, "planning the reclaiming of ended traces panicked");
+            println!("warning: planning the reclaiming of ended traces panicked: {e}");
+            return Vec::new();
+        }
     };
     let mut closed = Vec::new();
     for number in plan.open_prs.iter().filter_map(|r| r.pr_number) {
@@ -84,6 +97,10 @@ pub(super) async fn reclaim_due(
             println!("warning: cannot plan the reclaiming of ended traces: {e}");
             0
         }
-        Err(_) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "reclaiming ended traces panicked");
+            println!("warning: reclaiming ended traces panicked: {e}");
+            0
+        }
     }
 }

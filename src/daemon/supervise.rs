@@ -178,7 +178,7 @@ impl Supervisor {
     }
 }
 
-fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
+pub(super) fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -189,7 +189,7 @@ fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
 /// Fault injection for the tests of this module's promises, in debug builds only:
 /// `ROVER_TEST_PANIC=<component>[:<runs>]` makes that component panic at the start of its
 /// first `runs` runs (every run without a count). A release build has no such hook.
-fn injected_fault(name: &str, run: u32) -> Option<String> {
+pub(super) fn injected_fault(name: &str, run: u32) -> Option<String> {
     if !cfg!(debug_assertions) {
         return None;
     }

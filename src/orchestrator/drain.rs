@@ -3,6 +3,9 @@
 //! per-trace exclusivity) and that the budget admits is started.
 
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +36,14 @@ impl StepOrchestrator {
             if span.status != SpanStatus::Running {
                 continue;
             }
+            // Collections of this run a stop cut off: closed; the run is collected again.
+            let (s, p) = (store.clone(), pending.clone());
+            for id in blocking(s, move |s| super::collect::close_cut_collections(s, &p)).await? {
+                self.inner.notice(format!(
+                    "recovered: collection {} was cut off; its run is collected again",
+                    crate::trace::short(id)
+                ));
+            }
             if let Some(step) = self.inner.steps.get(&pending.action) {
                 if step.still_running(&self.inner.ctx, pending, &span).await {
                     alive.insert(span_id);
@@ -57,8 +68,10 @@ impl StepOrchestrator {
             match step.monitor(&inner.ctx).await {
                 Ok(done) => {
                     for completion in done {
-                        report.completed_detached += 1;
-                        inner.clone().finish_detached(step.kind(), completion).await;
+                        // Collected in a task of its own: the drain goes on meanwhile.
+                        if inner.start_collection(step, completion, &mut report) {
+                            report.completed_detached += 1;
+                        }
                     }
                 }
                 Err(e) => {
@@ -196,6 +209,7 @@ impl StepOrchestrator {
                         span: placeholder_span(pending),
                         abort: None,
                         stop: CancellationToken::new(),
+                        collecting: false,
                     },
                 );
             }
@@ -204,7 +218,12 @@ impl StepOrchestrator {
             let action_id = pending.action_id;
             let pending = pending.clone();
             let handle = inner.tracker.spawn(async move {
-                task_inner.clone().run_action(step, pending, skip).await;
+                let run = task_inner.clone().run_action(step, pending, skip);
+                // Its message only: the payload is not `Sync`, so it is not held across an await.
+                let panicked = AssertUnwindSafe(run).catch_unwind().await.err();
+                if let Some(text) = panicked.map(|p| super::run::panic_text(&*p)) {
+                    task_inner.task_panicked(action_id, &text).await;
+                }
                 drop(permit);
                 task_inner.release_in_flight(action_id);
                 task_inner.wake.notify_one();

@@ -1,17 +1,16 @@
 //! Finishing a run: the finished span and the actions it produced, counted by the budget gate and
-//! recorded in one hand-over (`complete_step`); for detached runs, once `monitor` found them done.
+//! recorded in one hand-over (`complete_step`); for detached runs, once collected (`collect`).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use chrono::Utc;
 
 use super::progress::Progress;
-use super::step::{Completion, Finished};
+use super::step::Finished;
 use super::Inner;
 use crate::store::blocking;
-use crate::store::{Action, StepKind, StepRun, StoreError};
+use crate::store::{Action, StepRun};
 
 impl Inner {
     pub(super) async fn finish(&self, run: &StepRun, finished: Finished) {
@@ -69,36 +68,5 @@ impl Inner {
     pub(super) async fn finish_stopped(&self, run: &StepRun, reason: &str) {
         let finished = self.gate.stopped_run(run.pending.trace_id, reason);
         self.finish(run, finished).await;
-    }
-
-    pub(super) async fn finish_detached(self: Arc<Self>, kind: StepKind, completion: Completion) {
-        let store = self.ctx.store.clone();
-        let action_id = completion.action_id;
-        let found = blocking(store.clone(), move |s| {
-            let state = s.read_state()?;
-            let pending = state
-                .pending_for(action_id)
-                .cloned()
-                .ok_or(StoreError::NotPending(action_id))?;
-            let span_id = pending
-                .running_span_id
-                .ok_or(StoreError::NotPending(action_id))?;
-            let span = s.read_span(span_id)?;
-            let action = s.read_action(action_id)?;
-            Ok::<_, StoreError>(StepRun {
-                pending,
-                action,
-                span,
-            })
-        })
-        .await;
-        match found {
-            Ok(run) => self.finish(&run, completion.finished).await,
-            Err(e) => {
-                tracing::warn!(step = %kind, error = &e as &dyn std::error::Error, "a detached run finished but is no longer claimed");
-            }
-        }
-        // Its slot is free (the hand-over is recorded, or the run was no longer claimed).
-        self.flight().detached.remove(&action_id);
     }
 }

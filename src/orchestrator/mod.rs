@@ -5,11 +5,13 @@
 //! action the pipeline asks for. Steps never call each other; they talk through the store.
 //!
 //! One job a file: `drain` (recovery, monitors, admission and dispatch), `run` (one run, its
-//! errors and retries), `finish` (the hand-over), `budget` (the [`BudgetGate`]), `pipeline` (the
+//! errors and retries), `collect` (collecting a detached run in a run of its own, under a
+//! `collect` span), `finish` (the hand-over), `budget` (the [`BudgetGate`]), `pipeline` (the
 //! policy the steps supply: fail-forward and the answers of stopped traces), `signal` (intake's
 //! `Queue`: new work and CI outcomes), `step` (the contract).
 
 mod budget;
+mod collect;
 mod drain;
 mod finish;
 mod pipeline;
@@ -31,10 +33,11 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use budget::{BudgetGate, Halt};
+pub use collect::{collect_kind, is_collection, COLLECT};
 pub use pipeline::{NoPipeline, Pipeline};
 pub use progress::Progress;
 pub use step::{
-    Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+    Collected, Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 
 use crate::budget::Budget;
@@ -64,14 +67,18 @@ impl Default for OrchestratorSettings {
     }
 }
 
-/// A run in progress.
+/// A run in progress: a step run, or the collection of a detached run of `step`.
 struct Running {
     step: StepKind,
     trace_id: Uuid,
+    /// The run's span, or the collection's `collect` span.
     span: Span,
     abort: Option<AbortHandle>,
     /// Cancelled when a budget (or a person) stops the run's trace.
     stop: CancellationToken,
+    /// A collection (`collect.rs`): cut off, its span is closed and the run stays claimed, to be
+    /// collected again.
+    collecting: bool,
 }
 
 /// The runs in progress in this process (from their claim until `process` returned and the
@@ -105,6 +112,8 @@ struct Inner {
     internal_errors: AtomicUsize,
     pipeline: Arc<dyn Pipeline>,
     gate: BudgetGate,
+    /// Detached runs whose collection failed with a retryable error: not collected again before.
+    recollect: Mutex<HashMap<Uuid, DateTime<Utc>>>,
 }
 
 /// See the module documentation.
@@ -117,6 +126,7 @@ pub struct StepOrchestrator {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DrainReport {
     pub started: usize,
+    /// Collections of detached runs started (each runs as its own task).
     pub completed_detached: usize,
     /// Runnable actions left queued because their step was full.
     pub deferred: usize,
@@ -167,6 +177,7 @@ impl StepOrchestrator {
                 internal_errors: AtomicUsize::new(0),
                 pipeline: pipeline.clone(),
                 gate: BudgetGate::new(store, pipeline, progress),
+                recollect: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -199,6 +210,12 @@ impl StepOrchestrator {
     /// Live progress events (step started/finished, notices) for the console and tests.
     pub fn subscribe(&self) -> broadcast::Receiver<Progress> {
         self.inner.progress.subscribe()
+    }
+
+    /// The progress feed without keeping it open: subscribe through it while the orchestrator
+    /// lives (the console, restarted after a panic, subscribes again).
+    pub fn progress_feed(&self) -> broadcast::WeakSender<Progress> {
+        self.inner.progress.downgrade()
     }
 
     /// Ask the loop to drain now (new work was enqueued).
@@ -296,7 +313,22 @@ impl StepOrchestrator {
             if let Some(abort) = &run.abort {
                 abort.abort();
             }
-            self.inner.interrupt(action_id, run.span).await?;
+            if run.collecting {
+                self.inner
+                    .interrupt_collection(
+                        run.span,
+                        "interrupted by shutdown; the run is collected again at the next start",
+                    )
+                    .await?;
+            } else {
+                self.inner
+                    .interrupt(
+                        action_id,
+                        run.span,
+                        "interrupted by shutdown; it will run again at the next start",
+                    )
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -323,7 +355,9 @@ impl Inner {
     fn release_in_flight(&self, action_id: Uuid) {
         let mut flight = self.flight();
         if let Some(run) = flight.runs.remove(&action_id) {
-            flight.exclusive.remove(&(run.step, run.trace_id));
+            if !run.collecting {
+                flight.exclusive.remove(&(run.step, run.trace_id));
+            }
         }
     }
 

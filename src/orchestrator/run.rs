@@ -111,30 +111,19 @@ impl Inner {
             () = stop.cancelled() => {
                 // A budget stopped the trace: dropping the step's future kills its agent.
                 handle.abort();
-                let _ = handle.await;
+                if let Err(join) = handle.await {
+                    if join.is_panic() {
+                        let error = join_error(join, &format!("the {kind} step"));
+                        tracing::error!(step = %kind, error = %error.message, "a stopped step panicked as it was stopped");
+                    }
+                }
                 let reason = self.gate.stop_reason(run.pending.trace_id);
                 self.finish_stopped(&run, &reason).await;
                 return;
             }
         };
-        let result = match joined {
-            Ok(result) => result,
-            Err(join) if join.is_panic() => {
-                let payload = join.into_panic();
-                let text = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".into());
-                Err(
-                    StepError::fatal(format!("the {kind} step panicked: {text}"))
-                        .detail("panic", true),
-                )
-            }
-            Err(_) => Err(StepError::retryable(format!(
-                "the {kind} step was cancelled"
-            ))),
-        };
+        let result =
+            joined.unwrap_or_else(|join| Err(join_error(join, &format!("the {kind} step"))));
         match result {
             Ok(Outcome::Finished(finished)) => self.finish(&run, finished).await,
             Ok(Outcome::Detached { meta }) => {
@@ -226,8 +215,14 @@ impl Inner {
         self.finish(run, finished).await;
     }
 
-    /// A run cut off at shutdown: an `error` span ("interrupted"), its action left queued.
-    pub(super) async fn interrupt(&self, action_id: Uuid, span: Span) -> Result<(), StoreError> {
+    /// A run cut off (at shutdown, or by a panic of its task): an `error` span ("interrupted",
+    /// saying why), its action left queued to run again.
+    pub(super) async fn interrupt(
+        &self,
+        action_id: Uuid,
+        span: Span,
+        why: &str,
+    ) -> Result<(), StoreError> {
         if span.id.is_nil() {
             return Ok(()); // cut off before its span existed: the action simply stays queued
         }
@@ -239,12 +234,7 @@ impl Inner {
         }
         .put_into(&mut meta);
         if span
-            .finish(
-                SpanStatus::Error,
-                "interrupted by shutdown; it will run again at the next start",
-                meta,
-                Utc::now(),
-            )
+            .finish(SpanStatus::Error, why, meta, Utc::now())
             .is_err()
         {
             return Ok(());
@@ -254,4 +244,23 @@ impl Inner {
         })
         .await
     }
+}
+
+/// The error of a task that did not return: a panic (with its message) or a cancellation.
+pub(super) fn join_error(join: tokio::task::JoinError, what: &str) -> StepError {
+    if join.is_panic() {
+        let text = panic_text(&*join.into_panic());
+        StepError::fatal(format!("{what} panicked: {text}")).detail("panic", true)
+    } else {
+        StepError::retryable(format!("{what} was cancelled"))
+    }
+}
+
+/// A panic's message.
+pub(super) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }

@@ -168,11 +168,57 @@ pub enum Outcome {
     },
 }
 
-/// A detached run that `monitor` found finished.
+/// A detached run that `monitor` found ended. The orchestrator collects it in a run of its own
+/// (a `collect` span under the run's span, see [`Step::collect`]), never inside the drain.
 #[derive(Debug, Clone)]
 pub struct Completion {
     pub action_id: uuid::Uuid,
-    pub finished: Finished,
+    /// How it ended, as `monitor` saw it ("the container exited with code 0"): the summary of
+    /// the collection while it runs.
+    pub seen: String,
+    /// The step's record of that end, handed to [`Step::collect`]; also the `collect` span's
+    /// meta from its start.
+    pub meta: Meta,
+}
+
+impl Completion {
+    pub fn new(action_id: uuid::Uuid, seen: impl Into<String>) -> Completion {
+        Completion {
+            action_id,
+            seen: seen.into(),
+            meta: Meta::new(),
+        }
+    }
+
+    /// The step's typed record of the end, serialized.
+    #[must_use]
+    pub fn with_meta_record<T: serde::Serialize>(mut self, record: &T) -> Completion {
+        self.meta.extend(crate::store::to_meta(record));
+        self
+    }
+}
+
+/// What collecting a detached run gave: how the collection itself went (its own span) and how
+/// the run ends (its span and next actions, handed over as any run's).
+#[derive(Debug, Clone)]
+pub struct Collected {
+    /// The `collect` span's end: `completed` when the run's result was read (whatever the run's
+    /// own outcome), `failed` when a check inside the collection failed (a required gate),
+    /// `error` when the result could not be read (the container gone, its logs unreadable).
+    /// Its actions are ignored: the run's end carries them.
+    pub collection: Finished,
+    /// The detached run's end.
+    pub run: Finished,
+}
+
+impl Collected {
+    /// A collection that read the run's end without trouble.
+    pub fn of(run: Finished) -> Collected {
+        Collected {
+            collection: Finished::completed(format!("collected: {}", run.summary)),
+            run,
+        }
+    }
 }
 
 /// Why a step could not finish its job: the message, whether trying again may help, and the
@@ -296,13 +342,31 @@ pub trait Step: Send + Sync + 'static {
     /// Do the work for one action.
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError>;
 
-    /// Look at detached work (run before every drain); return the runs that finished.
+    /// Look at detached work (run before every drain); return the runs that ended. Kept
+    /// quick: the orchestrator collects each in a run of its own ([`Step::collect`]). A run in
+    /// progress here (see [`StepContext::in_process`]), a collection included, is left alone.
     async fn monitor(&self, _ctx: &StepContext) -> Result<Vec<Completion>, StepError> {
         Ok(Vec::new())
     }
 
+    /// Collect a detached run `monitor` found ended: read its result (logs, checks) into the
+    /// run's end. Runs as its own task under a `collect` span; an error or a panic here fails
+    /// that span and the run (fail forward), a retryable error is tried again by a later
+    /// `monitor` within the attempts.
+    async fn collect(
+        &self,
+        _ctx: &StepContext,
+        _run: &StepRun,
+        _ended: &Completion,
+    ) -> Result<Collected, StepError> {
+        Err(StepError::fatal(format!(
+            "the {} step detached a run but cannot collect it",
+            self.kind()
+        )))
+    }
+
     /// A budget stopped `trace_id`: stop its detached work (kill its containers); `monitor`
-    /// then collects it as usual. Returns how many runs were stopped.
+    /// then finds it ended and it is collected as usual. Returns how many runs were stopped.
     async fn stop_detached(&self, _ctx: &StepContext, _trace_id: uuid::Uuid) -> usize {
         0
     }

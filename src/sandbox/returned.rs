@@ -83,6 +83,16 @@ pub async fn take_back(
     if !spec.shipped() {
         return Ok(None);
     }
+    // The git file first: a failure here leaves nothing behind (no archive beside the worktree).
+    let gitfile_target = format!("{WORKSPACE_MOUNT}/.git");
+    let gitfile = match spec
+        .extra_mounts
+        .iter()
+        .find(|m| m.target == gitfile_target)
+    {
+        Some(m) => Some(tokio::fs::read(&m.host).await.map_err(io_err(&m.host))?),
+        None => None,
+    };
     let archive = sibling(&spec.worktree, "rover-returned.tar");
     let fetched = sandbox
         .fetch_workspace(id, &archive, spec.workspace_limit)
@@ -106,15 +116,6 @@ pub async fn take_back(
             let _ = tokio::fs::remove_file(&archive).await;
             return Err(e);
         }
-    };
-    let gitfile_target = format!("{WORKSPACE_MOUNT}/.git");
-    let gitfile = match spec
-        .extra_mounts
-        .iter()
-        .find(|m| m.target == gitfile_target)
-    {
-        Some(m) => Some(tokio::fs::read(&m.host).await.map_err(io_err(&m.host))?),
-        None => None,
     };
     let rules = Rules {
         file_bytes: u64::try_from(spec.limits.file_bytes).unwrap_or(u64::MAX),

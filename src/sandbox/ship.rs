@@ -333,4 +333,64 @@ mod tests {
         assert_eq!(seen[4].2, "fn a() {}\n");
         assert_eq!(shipped.entries, 5);
     }
+
+    #[test]
+    fn a_bundle_puts_each_shipment_under_its_target_without_naming_the_target_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = dir.path().join("wt");
+        std::fs::create_dir_all(wt.join("src")).expect("mkdir");
+        std::fs::write(wt.join("src/a.rs"), "a").expect("write");
+        let objects = dir.path().join("objects");
+        std::fs::create_dir_all(objects.join("ab")).expect("mkdir");
+        std::fs::write(objects.join("ab/cd"), "blob").expect("write");
+        let gitfile = dir.path().join("gitfile");
+        std::fs::write(&gitfile, "gitdir: /rover-git\n").expect("write");
+        let shipments = [
+            Shipment {
+                target: "/workspace".into(),
+                source: wt,
+                read_only: false,
+                worktree: true,
+                gitfile: Some(gitfile),
+            },
+            Shipment {
+                target: "/rover-git-objects".into(),
+                source: objects,
+                read_only: true,
+                worktree: false,
+                gitfile: None,
+            },
+        ];
+        let mut out = Vec::new();
+        let shipped = write_bundle(&shipments, Owner { uid: 7, gid: 8 }, &mut out).expect("bundle");
+        let mut archive = tar::Archive::new(out.as_slice());
+        let seen: Vec<(String, u32)> = archive
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let e = e.expect("entry");
+                (
+                    String::from_utf8_lossy(&e.path_bytes()).into_owned(),
+                    e.header().mode().expect("mode"),
+                )
+            })
+            .collect();
+        let names: Vec<&str> = seen.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "workspace/.git",
+                "workspace/src",
+                "workspace/src/a.rs",
+                "rover-git-objects/ab",
+                "rover-git-objects/ab/cd"
+            ]
+        );
+        // The task extracts it itself: its directories keep their owner's write bit, a
+        // read-only shipment's files none.
+        assert_eq!(seen[3].1 & 0o700, 0o700, "{seen:?}");
+        assert_eq!(seen[4].1 & 0o222, 0, "{seen:?}");
+        assert_eq!(shipped.entries, 5);
+        assert_eq!(shipped.bytes, 5);
+    }
 }

@@ -28,6 +28,7 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::github::{Redactor, Visibility};
@@ -126,7 +127,9 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
         recent: Recent::default(),
     };
     let token = stop.clone();
-    let task = tokio::spawn(async move { run.run(token).await });
+    let task = tokio::spawn(async move { run.supervised(token).await }.instrument(
+        tracing::info_span!("component", name = "telemetry exporter"),
+    ));
     Ok(Some(Telemetry { task, stop }))
 }
 
@@ -134,7 +137,13 @@ impl Telemetry {
     /// Send what is waiting (at most [`FLUSH_DEADLINE`]), then stop.
     pub async fn finish(self) {
         self.stop.cancel();
-        let _ = tokio::time::timeout(FLUSH_DEADLINE + Duration::from_secs(1), self.task).await;
+        match tokio::time::timeout(FLUSH_DEADLINE + Duration::from_secs(1), self.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the telemetry exporter ended abnormally"),
+            Err(_) => tracing::warn!(
+                "the telemetry exporter did not stop in time; what it had not sent stays in the outbox"
+            ),
+        }
     }
 }
 
@@ -227,6 +236,34 @@ struct Run {
 }
 
 impl Run {
+    /// [`Run::run`], started again after a panic (said in the log and on stdout; after 1 s,
+    /// doubling to 60 s): what it had not sent is still in the outbox.
+    async fn supervised(&mut self, stop: CancellationToken) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let run = std::panic::AssertUnwindSafe(self.run(stop.clone()));
+            let Err(panic) = futures_util::FutureExt::catch_unwind(run).await else {
+                return;
+            };
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            drop(panic);
+            tracing::error!(component = "telemetry exporter", error = %text, "the telemetry exporter panicked; restarting it");
+            println!(
+                "warning: the telemetry exporter panicked: {text}; restarting it in {}s",
+                backoff.as_secs()
+            );
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+        }
+    }
+
     async fn run(&mut self, stop: CancellationToken) {
         loop {
             while !stop.is_cancelled() && self.step(None).await {}

@@ -143,8 +143,9 @@ struct Renderer<'a> {
 }
 
 impl<'a> Renderer<'a> {
-    /// A span line, its error details, then its children: the actions it produced, or (for
-    /// records without action ids) spans directly below it.
+    /// A span line, its error details, then its children in time order: the actions it
+    /// produced, and spans directly below it that no action started (a detached run's
+    /// `collect` span, a person's intervention).
     fn span(&mut self, span: &'a Span, lead: &str, rest: &str) {
         let end = span.completed.unwrap_or(self.now);
         let summary = span
@@ -320,6 +321,11 @@ fn children<'v>(view: &'v TraceView, span: &Span) -> Vec<Child<'v>> {
             .filter(|s| s.parent_id == Some(span.id) && s.action_id.is_none())
             .map(Child::Span),
     );
+    // In time order: a detached run's `collect` span before the action its collection produced.
+    children.sort_by_key(|c| match c {
+        Child::Action(a) => a.timestamp,
+        Child::Span(s) => s.timestamp,
+    });
     children
 }
 

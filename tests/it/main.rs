@@ -7,6 +7,7 @@ mod support;
 
 mod agents;
 mod budget;
+mod collect;
 mod contributor_prs;
 mod daemon;
 mod demo;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rover::orchestrator::{
-    Completion, Finished, NextAction, OrchestratorSettings, Outcome, Readiness, Step, StepContext,
-    StepError, StepOrchestrator,
+    Collected, Completion, Finished, NextAction, OrchestratorSettings, Outcome, Readiness, Step,
+    StepContext, StepError, StepOrchestrator,
 };
 use rover::store::{
     AutopilotStore, PendingAction, Span, SpanStatus, StepKind, StepRun, TraceOutcome,
@@ -565,12 +565,18 @@ impl Step for DetachedStep {
             .pending
             .iter()
             .filter(|p| p.action == StepKind::Workflow && p.running_span_id.is_some())
-            .map(|p| Completion {
-                action_id: p.action_id,
-                finished: Finished::completed("the agent finished")
-                    .then(NextAction::new(StepKind::Noop, "done")),
-            })
+            .map(|p| Completion::new(p.action_id, "the container exited"))
             .collect())
+    }
+    async fn collect(
+        &self,
+        _ctx: &StepContext,
+        _run: &StepRun,
+        _ended: &Completion,
+    ) -> Result<Collected, StepError> {
+        Ok(Collected::of(
+            Finished::completed("the agent finished").then(NextAction::new(StepKind::Noop, "done")),
+        ))
     }
     async fn still_running(&self, _ctx: &StepContext, _p: &PendingAction, _s: &Span) -> bool {
         self.alive
@@ -627,14 +633,25 @@ async fn detached_work_is_finished_by_monitor_and_survives_a_restart() {
             "event:completed",
             "coordinate:completed",
             "workflow:completed",
+            "collect:completed",
             "noop:completed"
         ]
     );
-    let workflow = &store.load_trace(trace).unwrap().spans[2];
+    let view = store.load_trace(trace).unwrap();
+    let (workflow, collect) = (&view.spans[2], &view.spans[3]);
     assert_eq!(
         workflow.meta["containerId"], "rover-test",
         "meta recorded at detach is kept"
     );
+    // The collection is a span of its own below the run's, timed within it.
+    assert_eq!(collect.parent_id, Some(workflow.id));
+    assert_eq!(collect.action_id, None);
+    assert_eq!(
+        collect.summary.as_deref(),
+        Some("collected: the agent finished")
+    );
+    assert!(collect.timestamp >= workflow.timestamp);
+    assert!(collect.completed <= workflow.completed);
 }
 
 /// A step whose runs go on outside the process; `monitor` collects up to `release` of them
@@ -682,12 +699,17 @@ impl Step for SlotStep {
                 break;
             }
             self.release.store(left - 1, Ordering::SeqCst);
-            done.push(Completion {
-                action_id: p.action_id,
-                finished: Finished::completed("the container finished"),
-            });
+            done.push(Completion::new(p.action_id, "the container exited"));
         }
         Ok(done)
+    }
+    async fn collect(
+        &self,
+        _ctx: &StepContext,
+        _run: &StepRun,
+        _ended: &Completion,
+    ) -> Result<Collected, StepError> {
+        Ok(Collected::of(Finished::completed("the container finished")))
     }
     async fn still_running(&self, _ctx: &StepContext, _p: &PendingAction, _s: &Span) -> bool {
         true
@@ -757,14 +779,20 @@ async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
         release.store(1, Ordering::SeqCst);
         let report = orch.drain().await.unwrap();
         completed += report.completed_detached;
-        // The runs it started detach; wait for their `process` to return.
-        tokio::time::timeout(Duration::from_secs(30), async {
-            while orch.in_flight() > 0 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await
-        .expect("runs detach");
+        // The collection runs as a task of its own, holding its slot until it is done; the
+        // drain its end wakes starts a run in the freed slot, which detaches in turn.
+        for _ in 0..2 {
+            tokio::time::timeout(Duration::from_secs(30), async {
+                while orch.in_flight() > 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .expect("collections end and runs detach");
+            let (running, _) = workflow_runs(&store);
+            assert!(running <= 2, "{running} detached runs with maxParallel 2");
+            orch.drain().await.unwrap();
+        }
         let (running, queued) = workflow_runs(&store);
         assert!(running <= 2, "{running} detached runs with maxParallel 2");
         assert!(running == 2 || running == queued, "a free slot is used");

@@ -274,3 +274,102 @@ async fn hostile_entries_in_a_returned_workspace_fail_the_run_naming_each_and_ch
         assert_eq!(git(&w.p.repo.checkout, &["rev-parse", branch]), fork);
     }
 }
+
+/// A collection cut off before its hand-over (a daemon killed between reading the run and
+/// recording it) is done again at the next start: the second collection takes the shipped
+/// workspace back as the first did, so the agent's work is kept, and nothing is left beside the
+/// worktree.
+#[tokio::test]
+async fn a_shipped_run_collected_again_after_a_cut_off_collection_keeps_its_work() {
+    use rover::orchestrator::{Step, StepContext};
+
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let script = json!([writes(
+        "Again",
+        &[("hello.txt", "hello from the sandbox\n")]
+    )]);
+    let workflow = Arc::new(
+        rover::steps::workflow::WorkflowStep::new(services.clone())
+            .with_sandbox_env(crate::support::pipeline::SCRIPT_ENV, script.to_string()),
+    );
+    let orch = w.p.orchestrator(vec![workflow.clone() as Arc<dyn Step>]);
+    let (_trace, wf) = w.trace_with(StepKind::Workflow, &task("Again", &[]));
+    // Launch (the drain's monitor finds nothing yet), then wait for the agent's container to end.
+    orch.drain().await.expect("drain");
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let exited = w
+                .containers(&docker, wf.id)
+                .await
+                .iter()
+                .any(|c| c.state == "exited");
+            if exited && orch.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the agent's container ends");
+
+    let store = w.p.store.clone();
+    let ctx = StepContext::standalone(store.clone());
+    let ended = workflow.monitor(&ctx).await.expect("monitor");
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let pending = store
+        .read_state()
+        .unwrap()
+        .pending_for(wf.id)
+        .cloned()
+        .expect("claimed");
+    let run = rover::store::StepRun {
+        span: store.read_span(pending.running_span_id.unwrap()).unwrap(),
+        action: store.read_action(wf.id).unwrap(),
+        pending,
+    };
+    // The first collection's result is never recorded (the cut-off); the second is.
+    for attempt in 1..=2 {
+        let collected = workflow
+            .collect(&ctx, &run, &ended[0])
+            .await
+            .expect("collected");
+        assert_eq!(
+            collected.run.status,
+            SpanStatus::Completed,
+            "collection {attempt}: {}",
+            collected.run.summary
+        );
+        assert_eq!(
+            collected.collection.status,
+            SpanStatus::Completed,
+            "collection {attempt}: {}",
+            collected.collection.summary
+        );
+    }
+    let worktree = rover::steps::tasks::load_task(&store, wf.id)
+        .await
+        .unwrap()
+        .expect("task")
+        .mapping
+        .worktree_path
+        .expect("worktree");
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("hello.txt")).expect("the agent's work"),
+        "hello from the sandbox\n"
+    );
+    let parent = worktree.parent().unwrap();
+    let beside: Vec<String> = std::fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(beside.is_empty(), "left beside the worktree: {beside:?}");
+}

@@ -1540,3 +1540,212 @@ async fn a_review_of_a_humans_pull_request_sees_its_head_and_its_diff() {
     );
     assert!(refs.trim().is_empty(), "{refs}");
 }
+
+/// A workflow run is collected in a run of its own: a `collect` span below the workflow's in the
+/// trace `rover autopilot trace` prints. Its required gate fails inside the collection: the
+/// `collect` span fails with the gate's command, exit code and output, and the resolver sees that
+/// error in its prompt and answers the issue.
+#[tokio::test]
+async fn a_collection_whose_gate_fails_is_a_failed_span_the_resolver_acts_on() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.extra_config = {
+        let mut c = s.extra_config.clone();
+        merge(
+            &mut c,
+            &json!({"autopilot": {"sandbox": {"gates": [
+                {"command": ["/bin/sh", "-c", "echo gate-broken-output >&2; exit 3"], "timeoutSecs": 60}
+            ]}}}),
+        );
+        c
+    };
+    s.github
+        .add_issue(31, "Add a gate", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 31, "title": "Add a gate", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a gate"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("gate", "Add a gate", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Add a gate",
+        json!({"gate.txt": "gated\n"}),
+        "completed",
+    ));
+    s.answer(COMMIT, json!({"subject": "Add a gate", "body": null}));
+    s.answer(
+        RESOLVE,
+        resolve(
+            "notify",
+            json!({"message": "The verification gate fails: gate-broken-output."}),
+        ),
+    );
+    s.answer(NOTIFY, json!({"message": "The verification gate fails."}));
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:failed",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    let collections: Vec<_> = trace
+        .spans
+        .iter()
+        .filter(|sp| rover::orchestrator::is_collection(sp))
+        .collect();
+    assert_eq!(collections.len(), 1, "{collections:?}");
+    let collect = collections[0];
+    assert_eq!(collect.parent_id, Some(workflow.id));
+    assert_eq!(collect.status.as_str(), "failed");
+    assert_eq!(collect.meta["error"]["exitCode"], 3);
+    assert_eq!(
+        collect.meta["error"]["command"],
+        json!(["/bin/sh", "-c", "echo gate-broken-output >&2; exit 3"])
+    );
+
+    // The resolver was shown the collection's error in full.
+    let resolver_prompt = prompts(&s)
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| p.contains(RESOLVE))
+        .expect("a resolver prompt");
+    let at = resolver_prompt
+        .find(&format!("### collect [failed] span {}", collect.id))
+        .unwrap_or_else(|| panic!("no collect error in the resolver's prompt:\n{resolver_prompt}"));
+    let shown = &resolver_prompt[at..];
+    assert!(shown.contains("gate-broken-output"), "{shown}");
+    assert!(shown.contains("\"exitCode\": 3"), "{shown}");
+
+    // `rover autopilot trace` shows the collection below the workflow, with its error.
+    let out = s
+        .env
+        .command(&["autopilot", "trace", &trace.trace_id().to_string()])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .position(|l| l.contains(&format!("collect {}", &collect.id.to_string()[..8])))
+        .unwrap_or_else(|| panic!("no collect span in:\n{text}"));
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[line].contains("  failed  "), "{text}");
+    let below = lines[line + 1..].join("\n");
+    assert!(
+        below.contains("command: /bin/sh -c echo gate-broken-output >&2; exit 3"),
+        "{text}"
+    );
+    assert!(below.contains("exit code: 3"), "{text}");
+    assert!(below.contains("gate-broken-output"), "{text}");
+
+    // Its log lines carry the collection's span, the run's, and the trace (they join with
+    // `trace`).
+    let log = std::fs::read_to_string(s.store().log_path()).unwrap();
+    let finished: Vec<rover::store::LogEntry> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<rover::store::LogEntry>(l).ok())
+        .filter(|e| e.message == "collection finished")
+        .collect();
+    assert_eq!(finished.len(), 1, "{log}");
+    let fields = &finished[0].fields;
+    assert_eq!(fields["span"], collect.id.to_string());
+    assert_eq!(fields["run_span"], workflow.id.to_string());
+    assert_eq!(fields["trace"], trace.trace_id().to_string());
+    assert_eq!(fields["step"], "workflow");
+    assert_eq!(fields["status"], "failed");
+}
+
+/// A collection that panics (injected with `ROVER_TEST_PANIC=collect` into the real binary) is
+/// an `error` span with the panic's message; the workflow fails forward naming it, and the
+/// resolver, shown both errors, answers.
+#[tokio::test]
+async fn a_collection_that_panics_is_an_error_span_and_the_run_still_reaches_the_resolver() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.env_vars
+        .push(("ROVER_TEST_PANIC".into(), "collect".into()));
+    s.github
+        .add_issue(32, "Collect me", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 32, "title": "Collect me", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Collect me"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("collect", "Collect me", &[], "swe")]}));
+    s.rules.push(workflow_rule(
+        "Collect me",
+        json!({"c.txt": "c\n"}),
+        "completed",
+    ));
+    s.answer(
+        RESOLVE,
+        resolve(
+            "notify",
+            json!({"message": "rover could not read the result of the work."}),
+        ),
+    );
+    s.answer(
+        NOTIFY,
+        json!({"message": "rover could not read the result."}),
+    );
+    // `--once` exits 1 after an internal error (the collection's panic): run it by hand.
+    for _ in 0..12 {
+        s.run_once_raw().await;
+        if s.settled() {
+            break;
+        }
+    }
+    let trace = s.the_trace();
+    assert_eq!(
+        chain(&trace),
+        [
+            "event:completed",
+            "coordinate:completed",
+            "plan:completed",
+            "workflow:error",
+            "commit:completed",
+            "resolve:completed",
+            "notify:completed",
+        ]
+    );
+    let collect = trace
+        .spans
+        .iter()
+        .find(|sp| rover::orchestrator::is_collection(sp))
+        .expect("a collect span");
+    assert_eq!(collect.status.as_str(), "error");
+    assert_eq!(collect.meta["error"]["panic"], true);
+    assert!(collect.meta["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("panicked: injected panic in a collection (ROVER_TEST_PANIC)"));
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow")
+        .unwrap();
+    assert!(workflow.meta["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("collecting this run failed (collect span "));
+    let resolver_prompt = prompts(&s)
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| p.contains(RESOLVE))
+        .expect("a resolver prompt");
+    assert!(
+        resolver_prompt.contains(&format!("### collect [error] span {}", collect.id)),
+        "{resolver_prompt}"
+    );
+}

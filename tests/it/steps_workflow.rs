@@ -336,6 +336,22 @@ fn span_of(p: &Pipeline, trace: Uuid, action: Uuid) -> Span {
         .expect("a finished span for the action")
 }
 
+/// The one `collect` span of the run `run_span` (a detached run's collection).
+fn collection_of(p: &Pipeline, trace: Uuid, run_span: &Span) -> Span {
+    let mut found: Vec<Span> = p
+        .collections(trace)
+        .into_iter()
+        .filter(|s| s.parent_id == Some(run_span.id))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one collection of {}: {found:?}",
+        run_span.id
+    );
+    found.remove(0)
+}
+
 fn produced(p: &Pipeline, trace: Uuid, span: &Span) -> Vec<Action> {
     p.trace(trace)
         .actions
@@ -399,6 +415,22 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
         git(&w.p.repo.checkout, &["log", "-1", "--format=%s", &branch]),
         "Add the greeting"
     );
+    // Collected in a run of its own: a `collect` span below the workflow's, within its time.
+    let collect = collection_of(&w.p, trace, &wf_span);
+    assert_eq!(collect.status, SpanStatus::Completed);
+    assert_eq!(collect.meta["containerId"], wf_span.meta["containerId"]);
+    assert_eq!(
+        collect.meta["containerStatus"],
+        json!({"state": "exited", "code": 0, "oom_killed": false})
+    );
+    assert_eq!(collect.meta["taskStatus"], json!("completed"));
+    assert_eq!(collect.meta["gates"], json!("none configured"));
+    assert!(collect
+        .summary
+        .as_deref()
+        .unwrap_or_default()
+        .starts_with("collected: the run completed: "));
+    assert!(collect.timestamp >= wf_span.timestamp && collect.completed <= wf_span.completed);
     let commit = last_span(&view, "commit");
     assert_eq!(commit.meta["committed"], json!(true));
     assert_eq!(commit.meta["messageSource"], json!("agent"));
@@ -653,7 +685,26 @@ async fn a_required_gate_that_fails_fails_the_task_with_its_output() {
         .unwrap_or_default()
         .contains("lint-broken"));
     assert_eq!(results[1]["outcome"], json!("passed"), "{results}");
-    assert!(span.summary.unwrap_or_default().contains("gate"));
+    assert!(span.summary.clone().unwrap_or_default().contains("gate"));
+    // The gates ran inside the collection, whose span fails with the gate's command, exit
+    // code and output.
+    let collect = collection_of(&w.p, trace, &span);
+    assert_eq!(collect.status, SpanStatus::Failed);
+    assert_eq!(collect.meta["gates"]["results"], *results);
+    let error = &collect.meta["error"];
+    assert_eq!(
+        error["message"],
+        json!("the required gate `/bin/sh -c echo lint-broken; exit 4` failed with exit code 4")
+    );
+    assert_eq!(
+        error["command"],
+        json!(["/bin/sh", "-c", "echo lint-broken; exit 4"])
+    );
+    assert_eq!(error["exitCode"], json!(4));
+    assert!(error["stderr"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("lint-broken"));
 }
 
 #[tokio::test]
@@ -894,6 +945,11 @@ async fn a_killed_or_vanished_container_ends_the_task_and_still_reaches_resolve(
     let span = span_of(&w.p, trace, killed.id);
     assert_eq!(span.status, SpanStatus::Failed);
     assert_eq!(span.meta["exitCode"], json!(137));
+    assert_eq!(
+        collection_of(&w.p, trace, &span).status,
+        SpanStatus::Completed,
+        "a killed agent's result is read: the collection went well"
+    );
     let span = span_of(&w.p, trace, vanished.id);
     assert_eq!(span.status, SpanStatus::Error);
     assert!(span
@@ -901,6 +957,16 @@ async fn a_killed_or_vanished_container_ends_the_task_and_still_reaches_resolve(
         .clone()
         .unwrap_or_default()
         .contains("disappeared"));
+    // Its collection could not read the result: an error span saying why, with the container.
+    let collect = collection_of(&w.p, trace, &span);
+    assert_eq!(collect.status, SpanStatus::Error);
+    assert_eq!(collect.meta["containerStatus"], json!({"state": "gone"}));
+    let error = &collect.meta["error"];
+    assert!(error["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("is gone: the agent's result cannot be read"));
+    assert_eq!(error["container"], span.meta["containerId"]);
     for wf in [killed.id, vanished.id] {
         let span = span_of(&w.p, trace, wf);
         let commit = produced(&w.p, trace, &span).remove(0);
@@ -1156,12 +1222,19 @@ async fn sweep_removes_unmapped_containers_and_worktrees_only() {
     );
     spec.env.clear();
     docker.run(&spec).await.expect("orphan container");
+    // A shipped workspace's archive a kill left half fetched beside the kept worktree.
+    let kept_path = kept.mapping.worktree_path.clone().expect("kept worktree");
+    let archive = rover::sandbox::returned::sibling(&kept_path, "rover-returned.tar");
+    std::fs::write(&archive, b"half a tar").expect("archive");
 
     let report = sweep_orphans(&services, &w.p.store).await;
     assert_eq!(report.containers, vec![spec.container_name()], "{report:?}");
-    assert_eq!(report.worktrees, vec![orphan_dir.clone()], "{report:?}");
+    let mut expected = vec![orphan_dir.clone(), archive.clone()];
+    expected.sort();
+    assert_eq!(report.worktrees, expected, "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
     assert!(!orphan_dir.exists());
+    assert!(!archive.exists());
     assert!(kept.mapping.worktree_path.expect("kept worktree").exists());
     assert!(w.containers(&docker, orphan_action).await.is_empty());
 }

@@ -141,3 +141,82 @@ async fn a_panicking_drain_or_webhook_server_stops_the_daemon_with_the_error() {
     let next = s.run_once().await;
     assert!(next.status.success(), "{}", stdout(&next));
 }
+
+/// The console (the lines on stdout) is a view: a panic in it is said and it starts again, and
+/// what happens after the restart is printed again; the daemon's work never stops.
+#[tokio::test]
+async fn a_panicking_console_is_restarted_and_prints_again() {
+    let s = Scenario::new().await;
+    let mut child = s
+        .start_command(&[])
+        .env("ROVER_TEST_PANIC", "console:1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start rover");
+    let out = collect(&mut child);
+    let said = "warning: the console panicked: injected panic in the console (ROVER_TEST_PANIC, run 1); restarting it in 1s";
+    until("the console's panic", Duration::from_secs(60), &out, || {
+        out.lock().unwrap().contains(said)
+    })
+    .await;
+    // Work that comes after the restart (1 s later) is printed by the restarted console; what
+    // happened in between is not (the traces have it).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    seed_untrusted_issue(&s, 62);
+    until(
+        "the restarted console to print the new trace",
+        Duration::from_secs(60),
+        &out,
+        || {
+            let all = out.lock().unwrap();
+            all.split_once(said)
+                .is_some_and(|(_, after)| after.contains(" noop started"))
+        },
+    )
+    .await;
+    kill(Pid::from_raw(child.id().cast_signed()), Signal::SIGTERM).unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let out = out.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert_eq!(out.matches("the console panicked").count(), 1, "{out}");
+    assert!(out.contains("rover autopilot stopped"), "{out}");
+}
+
+/// Without its signal handler a daemon could no longer be stopped gracefully: a panic in it
+/// stops the daemon, exit 1, saying why.
+#[tokio::test]
+async fn a_panicking_signal_handler_stops_the_daemon_with_the_error() {
+    let s = Scenario::new().await;
+    let mut cmd = s.start_command(&[]);
+    cmd.env("ROVER_TEST_PANIC", "signals");
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || cmd.output().unwrap()),
+    )
+    .await
+    .expect("it stops by itself")
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("error: the signal handler panicked: injected panic in the signals (ROVER_TEST_PANIC, run 1); rover is stopping"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("rover stopped: the signal handler panicked"),
+        "{stderr}"
+    );
+    // Nothing is left held: the next run starts and ends normally.
+    let next = s.run_once().await;
+    assert!(
+        next.status.success(),
+        "{}",
+        crate::support::env::stdout(&next)
+    );
+}

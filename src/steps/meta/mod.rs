@@ -5,6 +5,7 @@
 //! workflow span's record is `steps::workflow::WorkflowSpanMeta`.
 
 mod cleanup;
+mod collect_span;
 mod commit;
 mod coordinate;
 mod decision;
@@ -24,6 +25,7 @@ mod tests;
 /// The root `event` span's meta is the intake's (it writes the root span).
 pub use crate::intake::{EventMeta, EventSource};
 pub use cleanup::*;
+pub use collect_span::*;
 pub use commit::*;
 pub use coordinate::*;
 pub use decision::Decision;

@@ -1,296 +1,117 @@
-//! Collecting detached runs: watching their containers (limits, stuck agents), reading an
-//! exited one's logs into the artifacts, gates and diff, the span's outcome, and removing the
-//! container once that outcome is recorded.
+//! Collecting a detached run the monitor found ended (`Step::collect`, run by the orchestrator
+//! as a run of its own under a `collect` span): the container's logs into the artifacts, the
+//! parsed result, the verification gates, the tamper check and the diff, into the run's outcome
+//! and the collection's own (its gates, and its error in full when it could not read the run).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
-use uuid::Uuid;
-
-use super::{run_limit, verdict, Collected, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
+use super::{run_limit, verdict, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agents::{self, AgentStep, WorkflowResult};
-use crate::orchestrator::{Completion, Finished, StepContext, StepError};
-use crate::sandbox::gates::run_gates;
+use crate::orchestrator::{self, Collected, Completion, Finished, StepContext, StepError};
+use crate::sandbox::gates::{run_gates, GatesReport};
 use crate::sandbox::{self, ContainerStatus, Sandbox};
-use crate::steps::meta::{CollectedMeta, GatesMeta};
+use crate::steps::meta::{CollectSpanMeta, CollectedMeta, GatesMeta};
 use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
 use crate::steps::tasks::{self, store_error, Task};
-use crate::store::blocking;
-use crate::store::{AutopilotStore, ErrorMeta, PendingAction, Span, SpanStatus, StepKind};
+use crate::store::{ErrorMeta, Meta, SpanStatus, StepRun};
 
 impl WorkflowStep {
-    pub(super) async fn monitor_runs(
+    /// `Step::collect`: the run `ended` names, collected into its outcome and the collection's.
+    pub(super) async fn collect_run(
         &self,
         ctx: &StepContext,
-    ) -> Result<Vec<Completion>, StepError> {
-        let Some(sandbox) = self.services.sandbox.clone() else {
-            return Ok(Vec::new());
-        };
-        self.remove_collected(ctx, sandbox.as_ref()).await;
-        let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
+        run: &StepRun,
+        ended: &Completion,
+    ) -> Result<Collected, StepError> {
+        let record: CollectSpanMeta = crate::store::from_meta(&ended.meta).map_err(|e| {
+            StepError::fatal(format!(
+                "the monitor's record of the run is unreadable: {e}"
+            ))
+        })?;
+        #[cfg(debug_assertions)]
+        assert!(
+            std::env::var("ROVER_TEST_PANIC").map_or(true, |v| v != orchestrator::COLLECT),
+            "injected panic in a collection (ROVER_TEST_PANIC)"
+        );
+        let sandbox = self.sandbox()?;
+        let task = tasks::load_task(&ctx.store, run.pending.action_id)
             .await
-            .map_err(|e| store_error("cannot read the state", &e))?;
-        let mut done = Vec::new();
-        for task in tasks::all_tasks(&state) {
-            let Some(pending) = state.pending_for(task.action_id) else {
-                continue;
+            .map_err(|e| store_error("cannot read the task of the run", &e))?
+            .ok_or_else(|| {
+                StepError::fatal("the workflow run has no task mapping; nothing to collect")
+            })?;
+        let container = record.container_id.clone();
+        if let Some(why) = &record.unreachable {
+            let summary =
+                format!("cannot check the sandbox container {container} and its time is up: {why}");
+            let error = container_error(&summary, true, &container);
+            let span_meta = WorkflowSpanMeta {
+                error: Some(error.clone()),
+                ..task_meta(&task, &container, None)
             };
-            if pending.action != StepKind::Workflow
-                || pending.running_span_id != Some(task.mapping.workflow_span_id)
-                || ctx.in_process(task.action_id)
-            {
-                continue;
+            let run = Finished {
+                status: SpanStatus::Error,
+                summary: summary.clone(),
+                meta: Meta::new(),
+                actions: Vec::new(),
             }
-            let Some(container) = task.mapping.container_id.clone() else {
-                continue;
+            .with_meta_record(&span_meta)
+            .then(Self::commit_action(
+                task.action_id,
+                TaskStatus::Error,
+                &summary,
+            ));
+            let mut collection = Finished {
+                status: SpanStatus::Error,
+                summary,
+                meta: Meta::new(),
+                actions: Vec::new(),
             };
-            let span_id = task.mapping.workflow_span_id;
-            let Ok(span) = blocking(ctx.store.clone(), move |s| s.read_span(span_id)).await else {
-                continue;
-            };
-            if span.status != SpanStatus::Running {
-                continue;
-            }
-            let mut status = match sandbox.status(&container).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(container = %container, error = %e, "cannot check a workflow container");
-                    let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
-                    if elapsed < run_limit(&self.services) {
-                        continue;
-                    }
-                    // Past the run limit and still no engine: end the run rather than wait forever.
-                    let summary = format!(
-                        "cannot check the sandbox container {container} and its time is up: {e}"
-                    );
-                    let span_meta = WorkflowSpanMeta {
-                        error: Some(container_error(&summary, e.is_retryable(), &container)),
-                        ..task_meta(&task, &container, None)
-                    };
-                    let finished = Finished {
-                        status: SpanStatus::Error,
-                        summary: summary.clone(),
-                        meta: crate::store::Meta::new(),
-                        actions: Vec::new(),
-                    }
-                    .with_meta_record(&span_meta)
-                    .then(Self::commit_action(
-                        task.action_id,
-                        TaskStatus::Error,
-                        &summary,
-                    ));
-                    done.push(Completion {
-                        action_id: task.action_id,
-                        finished,
-                    });
-                    continue;
-                }
-            };
-            let mut timed_out = false;
-            let mut stuck = false;
-            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
-                if let Some(idle) = self.stuck_for(ctx, &sandbox, &task, &container).await {
-                    tracing::warn!(container = %container, idle_secs = idle.as_secs(), "workflow agent is stuck; stopping it");
-                    if let Err(e) = sandbox.kill(&container).await {
-                        tracing::warn!(container = %container, error = %e, "cannot kill a stuck container");
-                        continue;
-                    }
-                    status = sandbox
-                        .wait(&container)
-                        .await
-                        .unwrap_or(ContainerStatus::Gone);
-                    stuck = true;
-                }
-            }
-            if matches!(status, ContainerStatus::Exited { .. }) {
-                // `wait` on an exited container answers at once and looks again for a late OOM flag.
-                status = sandbox.wait(&container).await.unwrap_or(status);
-            }
-            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
-                let limit = run_limit(&self.services);
-                let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
-                if elapsed < limit {
-                    continue;
-                }
-                tracing::warn!(container = %container, ?limit, "workflow sandbox exceeded its limit; killing it");
-                if let Err(e) = sandbox.kill(&container).await {
-                    tracing::warn!(container = %container, error = %e, "cannot kill an overdue container");
-                    continue;
-                }
-                status = sandbox
-                    .wait(&container)
-                    .await
-                    .unwrap_or(ContainerStatus::Gone);
-                timed_out = true;
-            }
-            // A trace a person closed: its run ends as stopped by hand, not as the agent's failure.
-            let closed = state
-                .closed
-                .get(&task.mapping.trace_id)
-                .map(crate::store::ClosedTrace::describe);
-            let (finished, logs_saved) = self
-                .collect(
-                    ctx,
-                    sandbox.as_ref(),
-                    &task,
-                    &span,
-                    Ended {
-                        status,
-                        timed_out,
-                        stuck,
-                        closed_by_hand: closed.as_deref(),
-                    },
-                )
-                .await;
-            self.stuck.forget(task.action_id);
-            if logs_saved {
-                let collected = Collected {
-                    span_id: span.id,
-                    container: container.clone(),
-                };
-                let mut list = self
-                    .collected
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if !list.contains(&collected) {
-                    list.push(collected);
-                }
-            }
-            done.push(Completion {
-                action_id: task.action_id,
-                finished,
-            });
+            error.put_into(&mut collection.meta);
+            return Ok(Collected { collection, run });
         }
-        Ok(done)
-    }
-
-    pub(super) async fn stop_runs(&self, ctx: &StepContext, trace_id: Uuid) -> usize {
-        let Some(sandbox) = self.services.sandbox.clone() else {
-            return 0;
+        let ended = Ended {
+            status: record.container_status.unwrap_or(ContainerStatus::Gone),
+            timed_out: record.timed_out,
+            stuck: record.stuck,
+            closed_by_hand: record.closed_by_hand.as_deref(),
         };
-        let Ok(state) = blocking(ctx.store.clone(), AutopilotStore::read_state).await else {
-            return 0;
+        let (finished, end, logs_saved) = self
+            .collect(ctx, sandbox.as_ref(), &task, &run.span, ended)
+            .await;
+        let collected = Collected {
+            collection: end.into_finished(record),
+            run: finished,
         };
-        let mut stopped = 0;
-        for task in tasks::all_tasks(&state) {
-            let running = state
-                .pending_for(task.action_id)
-                .is_some_and(|p| p.running_span_id == Some(task.mapping.workflow_span_id));
-            if task.mapping.trace_id != trace_id || !running {
-                continue;
-            }
-            if let Some(container) = &task.mapping.container_id {
-                match sandbox.kill(container).await {
-                    Ok(()) => {
-                        stopped += 1;
-                        self.keep_stopped_logs(ctx, sandbox.as_ref(), &task, container)
-                            .await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(container = %container, error = %e, "cannot stop a workflow container for a budget");
-                    }
-                }
+        self.stuck.forget(task.action_id);
+        if logs_saved {
+            let entry = super::CollectedContainer {
+                span_id: run.span.id,
+                container,
+            };
+            let mut list = self
+                .collected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !list.contains(&entry) {
+                list.push(entry);
             }
         }
-        stopped
+        Ok(collected)
     }
 
-    /// The logs of a container stopped for its trace (a budget, a person's `cancel`) go into its
-    /// span's artifacts, and the container is removed once that span is recorded final, as a
-    /// collected run's is (whichever closes the span: the monitor, or the orchestrator closing
-    /// the run of a stopped trace).
-    async fn keep_stopped_logs(
+    /// Collects one exited (or vanished, or overdue) container into the run's outcome and the
+    /// collection's; also says whether its logs are durably in the artifacts (so the container
+    /// may go once the run's span is recorded).
+    async fn collect(
         &self,
         ctx: &StepContext,
         sandbox: &dyn Sandbox,
         task: &Task,
-        container: &str,
-    ) {
-        let span_id = task.mapping.workflow_span_id;
-        let artifacts = ctx.store.artifacts_dir(span_id);
-        let log = artifacts.join(AGENT_LOG);
-        let _ = tokio::fs::create_dir_all(&artifacts).await;
-        let read = match self
-            .stuck
-            .finish_following(task.action_id, FOLLOWER_GRACE)
-            .await
-        {
-            Some(stats) => Ok(stats),
-            None => {
-                sandbox
-                    .logs_to_file(container, &log, self.log_limit())
-                    .await
-            }
-        };
-        let kept = match read {
-            Ok(_) => sync_files(&[log.clone(), sandbox::stderr_path(&log)])
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match kept {
-            Ok(()) => {
-                let entry = Collected {
-                    span_id,
-                    container: container.to_owned(),
-                };
-                let mut list = self
-                    .collected
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if !list.contains(&entry) {
-                    list.push(entry);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(container = %container, error = %e, "cannot keep the logs of a stopped workflow container; it stays until gc");
-            }
-        }
-    }
-
-    pub(super) async fn run_alive(
-        &self,
-        ctx: &StepContext,
-        pending: &PendingAction,
-        span: &Span,
-    ) -> bool {
-        let Some(sandbox) = self.services.sandbox.clone() else {
-            return false;
-        };
-        let Ok(Some(task)) = tasks::load_task(&ctx.store, pending.action_id).await else {
-            return false;
-        };
-        let Some(container) = task.mapping.container_id else {
-            return false;
-        };
-        if task.mapping.workflow_span_id != span.id {
-            return false;
-        }
-        // An exited container still holds the work: `monitor` collects it, never a second run;
-        // so does a swarm task lost with its node (collected as lost: a failure the resolver
-        // sees). A container created but never started (a kill between create and start) holds
-        // nothing: the run starts over, and `start` replaces it.
-        matches!(
-            sandbox.status(&container).await,
-            Ok(ContainerStatus::Running
-                | ContainerStatus::Exited { .. }
-                | ContainerStatus::NodeLost)
-        )
-    }
-
-    /// Collects one exited (or vanished, or overdue) container into a finished span; also says
-    /// whether its logs are durably in the artifacts (so the container may go once the span is
-    /// recorded).
-    pub(super) async fn collect(
-        &self,
-        ctx: &StepContext,
-        sandbox: &dyn Sandbox,
-        task: &Task,
-        span: &Span,
+        span: &crate::store::Span,
         ended: Ended<'_>,
-    ) -> (Finished, bool) {
+    ) -> (Finished, CollectionEnd, bool) {
         let Ended {
             status,
             timed_out,
@@ -309,7 +130,17 @@ impl WorkflowStep {
         // recorded final, see `remove_collected`).
         let mut logs_saved = false;
         let mut logs = None;
-        if status != ContainerStatus::Gone {
+        // Why the collection itself failed, when it did (its span's error, in full).
+        let mut collection_error: Option<StepError> = None;
+        let mut gate_failed: Option<StepError> = None;
+        if status == ContainerStatus::Gone {
+            collection_error = Some(
+                StepError::fatal(format!(
+                    "the sandbox container {container} is gone: the agent's result cannot be read (removed by hand?)"
+                ))
+                .detail("container", &container),
+            );
+        } else {
             // The follower (see `stuck_for`) wrote the log as it came, its true head and tail;
             // without one that saw the container to its end, the engine's copy is read now.
             let followed = self
@@ -334,7 +165,15 @@ impl WorkflowStep {
                         }
                     }
                 }
-                Err(e) => notes.push(format!("cannot read the container's logs: {e}")),
+                Err(e) => {
+                    let text = format!("cannot read the container's logs: {e}");
+                    notes.push(text.clone());
+                    collection_error = Some(
+                        StepError::fatal(format!("{text}; the agent's result is unread"))
+                            .detail("container", &container)
+                            .detail("log", &log),
+                    );
+                }
             }
         }
         let stderr = crate::sandbox::logcap::read_tail(&err_log, STDERR_TAIL_READ).await;
@@ -410,6 +249,7 @@ impl WorkflowStep {
                 match run_gates(sandbox, &base, gates, &artifacts.join("gates")).await {
                     Ok(report) => {
                         if report.failed_required() {
+                            gate_failed = failed_gate(&report);
                             task_status = TaskStatus::Failed;
                             let failed: Vec<String> = report
                                 .results()
@@ -436,6 +276,10 @@ impl WorkflowStep {
                     Err(e) => {
                         task_status = TaskStatus::Error;
                         summary = format!("the verification gates could not run: {e}");
+                        collection_error = Some(
+                            StepError::from_error(&e, e.is_retryable())
+                                .detail("container", &container),
+                        );
                     }
                 }
             }
@@ -459,11 +303,9 @@ impl WorkflowStep {
                 }
             }
         }
-        let scratch = ctx
-            .store
-            .artifacts_dir(task.mapping.workflow_span_id)
-            .join("git");
-        let _ = tokio::fs::remove_dir_all(&scratch).await;
+        // The run's scratch git (with the git file a shipped workspace comes back against) stays
+        // until the run's span is final (`remove_collected`): a collection cut off before its
+        // hand-over is done again, and takes the workspace back again.
 
         let diff = match (&task.mapping.worktree_path, &task.mapping.fork_point) {
             _ if tampered.is_some() => None,
@@ -486,6 +328,18 @@ impl WorkflowStep {
             _ => (None, false),
         };
         let was_tampered = tampered.is_some();
+        let end = CollectionEnd {
+            task_status,
+            gates: gates_ran.clone(),
+            read_error: collection_error,
+            check_failed: gate_failed.map(|e| e.to_meta()).or_else(|| {
+                tampered
+                    .as_ref()
+                    .or(refused.as_ref())
+                    .map(StepError::to_meta)
+            }),
+            summary: summary.clone(),
+        };
         let error = match tampered.or(refused) {
             Some(error) => Some(error.to_meta()),
             None => (task_status == TaskStatus::Error)
@@ -541,122 +395,94 @@ impl WorkflowStep {
             ..crate::store::RunSpanMeta::default()
         })
         .then(Self::commit_action(task.action_id, task_status, &summary));
-        (finished, logs_saved)
+        (finished, end, logs_saved)
     }
 }
 
-impl WorkflowStep {
-    /// Removes the containers collected earlier whose span is now recorded final (their logs
-    /// are in the artifacts). One whose span still runs (its finish was not recorded) stays:
-    /// `monitor` collects it again.
-    pub(super) async fn remove_collected(&self, ctx: &StepContext, sandbox: &dyn Sandbox) {
-        let entries = self
-            .collected
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        for entry in entries {
-            let span_id = entry.span_id;
-            let recorded = blocking(ctx.store.clone(), move |s| s.read_span(span_id))
-                .await
-                .map(|span| span.status.is_final());
-            match recorded {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!(span = %span_id, error = %e, "cannot read a collected workflow span; its container stays for now");
-                    continue;
-                }
-            }
-            match sandbox.remove(&entry.container).await {
-                Ok(_) => {
-                    super::network::forget_run(&ctx.store, sandbox, &entry.container).await;
-                    self.collected
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .retain(|c| *c != entry);
-                }
-                Err(e) => {
-                    tracing::warn!(container = %entry.container, error = %e, "cannot remove a collected workflow container; trying again later");
-                }
-            }
-        }
-    }
+/// How the collection itself went, apart from the run's outcome.
+pub(super) struct CollectionEnd {
+    task_status: TaskStatus,
+    gates: Option<GatesMeta>,
+    /// It could not read the run (the container gone, its logs unreadable, the gates unable to
+    /// run): the collection is an `error`.
+    read_error: Option<StepError>,
+    /// A check inside it failed (a required gate, the tamper check, the workspace's return):
+    /// the collection is `failed`.
+    check_failed: Option<ErrorMeta>,
+    /// The run's summary.
+    summary: String,
+}
 
-    /// How long a running container has shown no activity (log output, a changed file in its
-    /// worktree), when that is past `autopilot.budget.stuckAfterSecs`.
-    pub(super) async fn stuck_for(
-        &self,
-        ctx: &StepContext,
-        sandbox: &Arc<dyn Sandbox>,
-        task: &Task,
-        container: &str,
-    ) -> Option<Duration> {
-        let log = self.follow_log(ctx, sandbox, task, container);
-        let after = self.services.config.autopilot.budget.stuck_after_secs;
-        if after == 0 {
-            return None;
-        }
-        // Its size on disk is the output seen so far (the tail files change past the head).
-        let log_bytes = crate::sandbox::logcap::bytes_on_disk(&log).await
-            + crate::sandbox::logcap::bytes_on_disk(&crate::sandbox::stderr_path(&log)).await;
-        let newest = match task.mapping.worktree_path.clone() {
-            Some(dir) => {
-                tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
-                    .await
-                    .ok()
-                    .flatten()
-            }
-            None => None,
+impl CollectionEnd {
+    /// The `collect` span's end: its status, summary and meta (`record` with the task's status
+    /// and the gates, and the error in full).
+    fn into_finished(self, record: CollectSpanMeta) -> Finished {
+        let record = CollectSpanMeta {
+            task_status: Some(self.task_status),
+            gates: self.gates,
+            ..record
         };
-        let idle = self.stuck.observe(task.action_id, log_bytes, newest);
-        (idle >= Duration::from_secs(after)).then_some(idle)
+        let mut finished = Finished::completed(format!(
+            "collected: the run {}: {}",
+            match self.task_status {
+                TaskStatus::Completed => "completed",
+                TaskStatus::Failed => "failed",
+                TaskStatus::Error => "could not finish",
+            },
+            self.summary
+        ));
+        if let Some(error) = self.read_error {
+            finished = Finished::completed(String::new()).with_error(&error);
+            finished.status = SpanStatus::Error;
+            finished.summary = error.message;
+        } else if let Some(error) = self.check_failed {
+            finished.status = SpanStatus::Failed;
+            finished.summary = format!("collected, a check failed: {}", error.message);
+            error.put_into(&mut finished.meta);
+        }
+        finished.with_meta_record(&record)
     }
+}
 
-    /// Starts the follower of a run's log unless one runs (or saw the log whole), and returns
-    /// the log's path. The follower writes the log into the span's artifacts as it comes,
-    /// capped, and stops a container whose output passes the limit at once; `collect` takes its
-    /// file when it saw the container to its end.
-    pub(super) fn follow_log(
-        &self,
-        ctx: &StepContext,
-        sandbox: &Arc<dyn Sandbox>,
-        task: &Task,
-        container: &str,
-    ) -> PathBuf {
-        let log = ctx
-            .store
-            .artifacts_dir(task.mapping.workflow_span_id)
-            .join(AGENT_LOG);
-        let sandbox = sandbox.clone();
-        let container = container.to_owned();
-        let path = log.clone();
-        let limit = self.log_limit();
-        self.stuck.follow(task.action_id, async move {
-            if let Some(dir) = path.parent() {
-                tokio::fs::create_dir_all(dir).await.ok()?;
-            }
-            let stats = sandbox.logs_to_file(&container, &path, limit).await.ok()?;
-            // A stream that broke off while the container still runs is not its whole log.
-            let ended = tokio::time::timeout(Duration::from_secs(10), sandbox.wait(&container));
-            matches!(
-                ended.await,
-                Ok(Ok(ContainerStatus::Exited { .. } | ContainerStatus::Gone))
-            )
-            .then_some(stats)
-        });
-        log
-    }
+/// The first required gate that did not pass, as an error with its command, exit code and
+/// output (the gate's stdout then stderr, bounded).
+fn failed_gate(report: &GatesReport) -> Option<StepError> {
+    let gate = report
+        .results()
+        .iter()
+        .find(|r| r.required && !r.passed())?;
+    let command = gate.command.join(" ");
+    let (message, exit_code) = match &gate.outcome {
+        sandbox::gates::GateOutcome::Failed { exit_code } => (
+            format!("the required gate `{command}` failed with exit code {exit_code}"),
+            Some(*exit_code),
+        ),
+        sandbox::gates::GateOutcome::TimedOut => {
+            (format!("the required gate `{command}` timed out"), None)
+        }
+        sandbox::gates::GateOutcome::Passed => (
+            format!("the required gate `{command}` printed past the log limit and was stopped"),
+            None,
+        ),
+    };
+    Some(
+        StepError::fatal(message)
+            .detail("command", &gate.command)
+            .detail("exitCode", exit_code)
+            .detail("stderr", &gate.output),
+    )
+}
 
+impl WorkflowStep {
     /// The most bytes kept of one output stream of a run (`autopilot.sandbox.logLimitMb`).
-    fn log_limit(&self) -> u64 {
+    pub(super) fn log_limit(&self) -> u64 {
         self.services.config.autopilot.sandbox.limits().log_bytes
     }
 }
 
 /// How long `collect` waits for the follower of an exited container to read what is left and
 /// put its files together.
-const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
+pub(super) const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
 
 /// How much of the end of the agent's stderr is read for the span's `stderrTail`.
 const STDERR_TAIL_READ: u64 = 8 * 1024;

@@ -1,11 +1,13 @@
 //! The `workflow` step (no AI of its own): resolves `dependsOn`, makes the task's branch and
 //! worktree, records the task mapping, starts the coding agent in a Docker sandbox and detaches;
-//! `monitor` collects the exited container (logs, parsed result, gates, diff) and always hands
-//! over to `commit` (fail forward). One container per action, re-attached after a restart.
+//! `monitor` finds the exited container and `collect` (run by the orchestrator under a `collect`
+//! span of its own) reads it (logs, parsed result, gates, diff) and always hands over to
+//! `commit` (fail forward). One container per action, re-attached after a restart.
 
 mod collect;
 mod environment;
 mod launch;
+mod monitor;
 mod network;
 mod orphans;
 mod take_back;
@@ -31,7 +33,7 @@ use super::tasks::{short, store_error};
 use super::Services;
 use crate::agents;
 use crate::orchestrator::{
-    Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+    self, Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
 use crate::sandbox::{Sandbox, SandboxLabels, ALWAYS_REFUSED_ENV};
 use crate::store::blocking;
@@ -56,12 +58,12 @@ pub struct WorkflowStep {
     /// Containers collected into a span (logs durable in its artifacts) whose finish was not
     /// yet seen recorded: removed by a later `monitor` once their span is final, never before
     /// (a crash in between leaves the container for the restarted daemon to collect again).
-    collected: Mutex<Vec<Collected>>,
+    collected: Mutex<Vec<CollectedContainer>>,
 }
 
 /// A collected container waiting for its span's finish to be recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Collected {
+struct CollectedContainer {
     span_id: Uuid,
     container: String,
 }
@@ -224,6 +226,15 @@ impl Step for WorkflowStep {
 
     async fn monitor(&self, ctx: &StepContext) -> Result<Vec<Completion>, StepError> {
         self.monitor_runs(ctx).await
+    }
+
+    async fn collect(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        ended: &Completion,
+    ) -> Result<orchestrator::Collected, StepError> {
+        self.collect_run(ctx, run, ended).await
     }
 
     async fn stop_detached(&self, ctx: &StepContext, trace_id: Uuid) -> usize {

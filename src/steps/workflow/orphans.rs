@@ -58,7 +58,14 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
                             let name = c.name.clone().unwrap_or_else(|| c.id.clone());
                             tracing::info!(container = %name, action = %action, "removing a workflow container whose result is recorded");
                             match sandbox.remove(&c.id).await {
-                                Ok(_) => report.collected.push(name),
+                                Ok(_) => {
+                                    super::monitor::remove_scratch(
+                                        store,
+                                        task.mapping.workflow_span_id,
+                                    )
+                                    .await;
+                                    report.collected.push(name);
+                                }
                                 Err(e) => report.errors.push(format!("container {name}: {e}")),
                             }
                         }
@@ -138,6 +145,16 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
     candidates.sort();
     candidates.dedup();
     for path in candidates.into_iter().filter(|p| !is_named(p)) {
+        // A file, not a worktree: what a kill left beside one (a shipped workspace's archive
+        // half fetched back, `.<worktree>.rover-returned.tar`). Nothing runs yet: removed.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
+            tracing::warn!(path = %path.display(), "removing a file left in the worktrees dir");
+            match tokio::fs::remove_file(&path).await {
+                Ok(()) => report.worktrees.push(path),
+                Err(e) => report.errors.push(format!("{}: {e}", path.display())),
+            }
+            continue;
+        }
         tracing::warn!(path = %path.display(), "removing an orphan worktree");
         match ws.remove_worktree(&path).await {
             Ok(_) => report.worktrees.push(path),

@@ -214,12 +214,23 @@ impl Pipeline {
         self.store.load_trace(trace_id).expect("load trace")
     }
 
-    /// The trace's spans as `step:status`, in creation order.
+    /// `step:status`, in creation order, of the trace's spans but its collections (`collect` spans, checked where
+    /// collection is tested: `collections`).
     pub fn chain(&self, trace_id: Uuid) -> Vec<String> {
         self.trace(trace_id)
             .spans
             .iter()
+            .filter(|s| !rover::orchestrator::is_collection(s))
             .map(|s: &Span| format!("{}:{}", s.step, s.status))
+            .collect()
+    }
+
+    /// The trace's `collect` spans, in creation order.
+    pub fn collections(&self, trace_id: Uuid) -> Vec<Span> {
+        self.trace(trace_id)
+            .spans
+            .into_iter()
+            .filter(rover::orchestrator::is_collection)
             .collect()
     }
 

@@ -393,10 +393,12 @@ pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// `step:status` of every span, in creation order.
+/// `step:status` of every span but the collections of detached runs (`collect` spans, checked
+/// where collection is tested), in creation order.
 pub fn chain(view: &TraceView) -> Vec<String> {
     view.spans
         .iter()
+        .filter(|s| !rover::orchestrator::is_collection(s))
         .map(|s| format!("{}:{}", s.step, s.status))
         .collect()
 }
