@@ -57,11 +57,14 @@ pub async fn poll_loop(
         let init =
             tokio::task::spawn_blocking(move || reconcile::init_reconcile_watermark(&store, now))
                 .await;
-        if let Ok(Err(e)) = init {
-            tracing::warn!(
+        match init {
+            Ok(Err(e)) => tracing::warn!(
                 error = &e as &dyn std::error::Error,
                 "cannot record the reconcile watermark"
-            );
+            ),
+            // A panic is the poller's: its supervisor restarts it (or stops the daemon) and says so.
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Ok(Ok(())) | Err(_) => {}
         }
     }
     let mut attempt = 0;
