@@ -475,6 +475,73 @@ async fn service_mounts(
         .unwrap_or_default()
 }
 
+/// A shipped run of `script` in `image` over `dir` on the swarm, through the run's network:
+/// its spec, its id, how it ended, its stdout and its stderr.
+struct ShippedRun {
+    spec: rover::sandbox::SandboxSpec,
+    id: String,
+    status: ContainerStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl ShippedRun {
+    async fn start(
+        swarm: &rover::sandbox::SwarmSandbox,
+        tc: &TestContainers,
+        (image, dir, proxy_dir): (&str, &std::path::Path, &std::path::Path),
+        action: &str,
+        script: &str,
+        limit: Option<u64>,
+    ) -> (rover::sandbox::SandboxSpec, String) {
+        let mut spec = tc.spec(image, dir, action, script);
+        spec.workspace = WorkspaceMode::Shipped;
+        if let Some(limit) = limit {
+            spec.workspace_limit = limit;
+        }
+        spec.network = run_network(swarm, proxy_dir, &spec.container_name()).await;
+        spec.proxy_dir = Some(proxy_dir.to_owned());
+        let id = swarm.run(&spec).await.expect("a service is made");
+        (spec, id)
+    }
+
+    async fn finish(
+        swarm: &rover::sandbox::SwarmSandbox,
+        (spec, id): (rover::sandbox::SandboxSpec, String),
+        log: &std::path::Path,
+    ) -> ShippedRun {
+        let (logs, status) = tokio::join!(swarm.logs_to_file(&id, log, LOG_LIMIT), swarm.wait(&id));
+        logs.expect("logs");
+        ShippedRun {
+            spec,
+            id,
+            status: status.expect("wait"),
+            stdout: std::fs::read_to_string(log).unwrap_or_default(),
+            stderr: std::fs::read_to_string(rover::sandbox::stderr_path(log)).unwrap_or_default(),
+        }
+    }
+
+    fn exited(&self, code: i64) {
+        assert_eq!(
+            self.status,
+            ContainerStatus::Exited {
+                code,
+                oom_killed: false
+            },
+            "{}",
+            self.stderr
+        );
+    }
+
+    async fn remove(&self, swarm: &rover::sandbox::SwarmSandbox) {
+        assert!(swarm.remove(&self.id).await.expect("remove"));
+        swarm
+            .disconnect_run(&self.spec.container_name())
+            .await
+            .expect("disconnect");
+    }
+}
+
 #[tokio::test]
 async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy() {
     use rover::sandbox::returned::take_back;
@@ -500,13 +567,16 @@ async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy
     );
 
     // An agent's run: what it changed comes back to the host's worktree, checked.
-    let mut spec = tc.spec(&real, &dir, "shipped", &script);
-    spec.workspace = WorkspaceMode::Shipped;
-    let run = spec.container_name();
-    spec.network = run_network(&swarm, &proxy_dir, &run).await;
-    spec.proxy_dir = Some(proxy_dir.clone());
-    let id = swarm.run(&spec).await.expect("a service is made");
-    let mounts = service_mounts(&swarm, &id).await;
+    let started = ShippedRun::start(
+        &swarm,
+        &tc,
+        (&real, &dir, &proxy_dir),
+        "shipped",
+        &script,
+        None,
+    )
+    .await;
+    let mounts = service_mounts(&swarm, &started.1).await;
     assert!(
         mounts
             .iter()
@@ -520,27 +590,14 @@ async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy
                 && m.typ == Some(bollard::models::MountType::VOLUME)),
         "{mounts:?}"
     );
-    let log = repo.data.join("run.log");
-    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
-    logs.expect("logs");
-    let stderr = std::fs::read_to_string(rover::sandbox::stderr_path(&log)).unwrap_or_default();
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 0,
-            oom_killed: false
-        },
-        "{stderr}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(&log).expect("stdout"),
-        "",
-        "the wrapper prints nothing to stdout"
-    );
+    let run = ShippedRun::finish(&swarm, started, &repo.data.join("run.log")).await;
+    run.exited(0);
+    assert_eq!(run.stdout, "", "the wrapper prints nothing to stdout");
+    let name = run.spec.container_name();
     let placed = swarm.placements("rover-tests").await.expect("placements");
-    let ours = placed.iter().find(|p| p.service == run).expect("listed");
+    let ours = placed.iter().find(|p| p.service == name).expect("listed");
     assert_eq!(ours.node.as_deref(), Some(WORKER_NODE), "{placed:?}");
-    let applied = take_back(&swarm, &id, &spec)
+    let applied = take_back(&swarm, &run.id, &run.spec)
         .await
         .expect("taken back")
         .expect("shipped");
@@ -558,43 +615,36 @@ async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy
         std::fs::read_link(dir.join("link")).expect("link"),
         std::path::Path::new("a.txt")
     );
-    let run_dir = rover::proxy::Grant::run_dir(&proxy_dir, &run);
+    let run_dir = rover::proxy::Grant::run_dir(&proxy_dir, &name);
     assert!(run_dir.join(rover::proxy::WORKSPACE_OUT).exists());
-    assert!(swarm.remove(&id).await.expect("remove"));
+    run.remove(&swarm).await;
     assert!(
         !run_dir.join(rover::proxy::WORKSPACE_IN).exists()
             && !run_dir.join(rover::proxy::WORKSPACE_OUT).exists(),
         "removing the service forgets its shipped files"
     );
-    swarm.disconnect_run(&run).await.expect("disconnect");
 
     // One that sends back more than the limit (3000 empty files: no room taken in its
     // directory, whose size is the limit too, but a tar of 1.5 MB): the proxy keeps nothing,
     // the worktree is left as it was, and the task's stderr says why.
-    let mut spec = tc.spec(&real, &dir, "too-big", "touch $(seq -f many-%g 3000)");
-    spec.workspace = WorkspaceMode::Shipped;
-    spec.workspace_limit = 1 << 20;
-    let run = spec.container_name();
-    spec.network = run_network(&swarm, &proxy_dir, &run).await;
-    spec.proxy_dir = Some(proxy_dir.clone());
-    let id = swarm.run(&spec).await.expect("a service is made");
-    let log = repo.data.join("big.log");
-    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
-    logs.expect("logs");
-    let stderr = std::fs::read_to_string(rover::sandbox::stderr_path(&log)).unwrap_or_default();
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 0,
-            oom_killed: false
-        },
-        "{stderr}"
-    );
+    let started = ShippedRun::start(
+        &swarm,
+        &tc,
+        (&real, &dir, &proxy_dir),
+        "too-big",
+        "touch $(seq -f many-%g 3000)",
+        Some(1 << 20),
+    )
+    .await;
+    let run = ShippedRun::finish(&swarm, started, &repo.data.join("big.log")).await;
+    run.exited(0);
     assert!(
-        stderr.contains("rover: could not send the workspace back"),
-        "{stderr}"
+        run.stderr
+            .contains("rover: could not send the workspace back"),
+        "{}",
+        run.stderr
     );
-    let err = take_back(&swarm, &id, &spec)
+    let err = take_back(&swarm, &run.id, &run.spec)
         .await
         .expect_err("nothing came back");
     assert!(matches!(err, SandboxError::Returned { .. }), "{err:?}");
@@ -605,31 +655,26 @@ async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy
     );
     assert!(!dir.join("many-1").exists());
     assert!(dir.join("new.txt").exists(), "the worktree is as it was");
-    assert!(swarm.remove(&id).await.expect("remove"));
-    swarm.disconnect_run(&run).await.expect("disconnect");
+    run.remove(&swarm).await;
 
     // An image without bash: the command never runs, and the task says what is missing.
-    let mut spec = tc.spec(&bare, &dir, "no-bash", "touch ran.txt");
-    spec.workspace = WorkspaceMode::Shipped;
-    let run = spec.container_name();
-    spec.network = run_network(&swarm, &proxy_dir, &run).await;
-    spec.proxy_dir = Some(proxy_dir.clone());
-    let id = swarm.run(&spec).await.expect("a service is made");
-    let log = repo.data.join("bare.log");
-    let (logs, status) = tokio::join!(swarm.logs_to_file(&id, &log, LOG_LIMIT), swarm.wait(&id));
-    logs.expect("logs");
-    let stderr = std::fs::read_to_string(rover::sandbox::stderr_path(&log)).unwrap_or_default();
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 125,
-            oom_killed: false
-        },
-        "{stderr}"
+    let started = ShippedRun::start(
+        &swarm,
+        &tc,
+        (&bare, &dir, &proxy_dir),
+        "no-bash",
+        "touch ran.txt",
+        None,
+    )
+    .await;
+    let run = ShippedRun::finish(&swarm, started, &repo.data.join("bare.log")).await;
+    run.exited(125);
+    assert!(
+        run.stderr.contains("rover: this image has no bash"),
+        "{}",
+        run.stderr
     );
-    assert!(stderr.contains("rover: this image has no bash"), "{stderr}");
-    assert!(swarm.remove(&id).await.expect("remove"));
-    swarm.disconnect_run(&run).await.expect("disconnect");
+    run.remove(&swarm).await;
 
     // Without the run's own network there is no way to ship: refused before anything starts.
     let mut spec = tc.spec(&bare, &dir, "offline", "true");
