@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bollard::container::LogOutput;
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, HostConfig, HostConfigLogConfig, Mount,
     MountType, ResourcesUlimits,
@@ -21,10 +20,10 @@ use futures_util::StreamExt;
 
 use super::env::check_env;
 use super::error::{status_of, SandboxError};
-use super::logcap::CappedLog;
+use super::logcap::CappedLogs;
 use super::runnet::{ProxyServer, RunNetwork};
 use super::spec::{SandboxSpec, INPUT_MOUNT, WORKSPACE_MOUNT};
-use super::{stderr_path, ContainerInfo, ContainerStatus, LogStats, RunConnect, Sandbox};
+use super::{ContainerInfo, ContainerStatus, LogStats, RunConnect, Sandbox};
 use crate::git::owner;
 
 /// The variable naming the engine to use (`unix://`, `tcp://`, `http://`); default the local socket.
@@ -494,8 +493,7 @@ impl Sandbox for DockerSandbox {
         path: &Path,
         limit: u64,
     ) -> Result<LogStats, SandboxError> {
-        let mut out = CappedLog::create(path, limit).await?;
-        let mut err = CappedLog::create(&stderr_path(path), limit).await?;
+        let mut logs = CappedLogs::create(path, limit).await?;
         let options = LogsOptionsBuilder::default()
             .follow(true)
             .stdout(true)
@@ -513,17 +511,11 @@ impl Sandbox for DockerSandbox {
                     break;
                 }
             };
-            let written = match chunk {
-                LogOutput::StdErr { message } => err.write(&message).await,
-                LogOutput::StdOut { message }
-                | LogOutput::Console { message }
-                | LogOutput::StdIn { message } => out.write(&message).await,
-            };
-            if let Err(e) = written {
+            if let Err(e) = logs.write(chunk).await {
                 failed = Some(e);
                 break;
             }
-            if !killed && (out.over_limit() || err.over_limit()) {
+            if !killed && logs.over_limit() {
                 // What it prints from now on would only be cut: stop it (the stream then ends).
                 killed = true;
                 tracing::warn!(
@@ -537,20 +529,7 @@ impl Sandbox for DockerSandbox {
             }
         }
         // The files are put together (and their tail files removed) even when the stream broke.
-        let limit_bytes = out.limit();
-        let out = out.finish().await;
-        let err = err.finish().await;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        let (out, err) = (out?, err?);
-        Ok(LogStats {
-            stdout_bytes: out.seen,
-            stderr_bytes: err.seen,
-            stdout_cut: out.cut,
-            stderr_cut: err.cut,
-            limit_bytes,
-        })
+        logs.finish(failed).await
     }
 
     async fn fetch_workspace(

@@ -212,6 +212,65 @@ impl CappedLog {
     }
 }
 
+/// A container's two output streams, each capped: stdout to a path, stderr to the path with
+/// `.stderr` added (see [`super::stderr_path`]); what the engines' log streams are written to.
+#[derive(Debug)]
+pub struct CappedLogs {
+    out: CappedLog,
+    err: CappedLog,
+}
+
+impl CappedLogs {
+    /// Creates (or truncates) both files, each capped at `limit` bytes.
+    pub async fn create(path: &Path, limit: u64) -> Result<CappedLogs, SandboxError> {
+        Ok(CappedLogs {
+            out: CappedLog::create(path, limit).await?,
+            err: CappedLog::create(&super::stderr_path(path), limit).await?,
+        })
+    }
+
+    /// Writes one chunk of the engine's log stream to its stream's file.
+    pub async fn write(
+        &mut self,
+        chunk: bollard::container::LogOutput,
+    ) -> Result<(), SandboxError> {
+        use bollard::container::LogOutput;
+        match chunk {
+            LogOutput::StdErr { message } => self.err.write(&message).await,
+            LogOutput::StdOut { message }
+            | LogOutput::Console { message }
+            | LogOutput::StdIn { message } => self.out.write(&message).await,
+        }
+    }
+
+    /// A stream passed the limit: what the container prints from now on would only be cut.
+    pub fn over_limit(&self) -> bool {
+        self.out.over_limit() || self.err.over_limit()
+    }
+
+    /// Puts both files together (also when the stream broke: `failed`, returned then) and says
+    /// how much each stream carried and lost.
+    pub async fn finish(
+        self,
+        failed: Option<SandboxError>,
+    ) -> Result<super::LogStats, SandboxError> {
+        let limit_bytes = self.out.limit();
+        let out = self.out.finish().await;
+        let err = self.err.finish().await;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let (out, err) = (out?, err?);
+        Ok(super::LogStats {
+            stdout_bytes: out.seen,
+            stderr_bytes: err.seen,
+            stdout_cut: out.cut,
+            stderr_cut: err.cut,
+            limit_bytes,
+        })
+    }
+}
+
 impl Tails {
     async fn create(path: &Path) -> Result<Tails, SandboxError> {
         let paths = tail_paths(path);

@@ -23,7 +23,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::container::LogOutput;
 use bollard::models::{NodeState, Service, ServiceSpecMode, ServiceSpecModeReplicated, Task};
 use bollard::query_parameters::{
     ListServicesOptionsBuilder, ListTasksOptionsBuilder, LogsOptionsBuilder,
@@ -37,11 +36,11 @@ pub use task::{task_status, Placement};
 
 use super::docker::{bind_mounts, container_env};
 use super::error::{status_of, SandboxError};
-use super::logcap::CappedLog;
+use super::logcap::CappedLogs;
 use super::runnet::{ProxyServer, RunNetwork};
 use super::{
-    check_env, stderr_path, ContainerInfo, ContainerStatus, DockerSandbox, LogStats, RunConnect,
-    Sandbox, SandboxSpec,
+    check_env, ContainerInfo, ContainerStatus, DockerSandbox, LogStats, RunConnect, Sandbox,
+    SandboxSpec,
 };
 
 /// The variable naming the swarm manager's engine (`unix://`, `tcp://`); default `DOCKER_HOST`.
@@ -331,8 +330,7 @@ impl SwarmSandbox {
         limit: u64,
     ) -> Result<LogStats, SandboxError> {
         let id = service.id.clone().unwrap_or_default();
-        let mut out = CappedLog::create(path, limit).await?;
-        let mut err = CappedLog::create(&stderr_path(path), limit).await?;
+        let mut logs = CappedLogs::create(path, limit).await?;
         let options = LogsOptionsBuilder::default()
             .follow(true)
             .stdout(true)
@@ -360,17 +358,11 @@ impl SwarmSandbox {
                     continue;
                 }
             };
-            let written = match chunk {
-                LogOutput::StdErr { message } => err.write(&message).await,
-                LogOutput::StdOut { message }
-                | LogOutput::Console { message }
-                | LogOutput::StdIn { message } => out.write(&message).await,
-            };
-            if let Err(e) = written {
+            if let Err(e) = logs.write(chunk).await {
                 failed = Some(e);
                 break;
             }
-            if !killed && (out.over_limit() || err.over_limit()) {
+            if !killed && logs.over_limit() {
                 killed = true;
                 tracing::warn!(service = %id, limit, "sandbox output passed autopilot.sandbox.logLimitMb; stopping it");
                 if let Err(e) = self.kill(&id).await {
@@ -378,20 +370,7 @@ impl SwarmSandbox {
                 }
             }
         }
-        let limit_bytes = out.limit();
-        let out = out.finish().await;
-        let err = err.finish().await;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        let (out, err) = (out?, err?);
-        Ok(LogStats {
-            stdout_bytes: out.seen,
-            stderr_bytes: err.seen,
-            stdout_cut: out.cut,
-            stderr_cut: err.cut,
-            limit_bytes,
-        })
+        logs.finish(failed).await
     }
 
     /// Removes a run's overlay and relay; the network may keep the endpoint of a task just

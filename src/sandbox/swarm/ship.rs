@@ -250,10 +250,11 @@ pub async fn fetch(run_dir: &Path, into: &Path, limit: u64) -> Result<u64, Sandb
     let mut source = match tokio::fs::File::open(&from).await {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let refused = tokio::fs::read_to_string(run_dir.join(WORKSPACE_REFUSED))
-                .await
-                .ok()
-                .map(|why| why.trim().chars().take(400).collect::<String>());
+            // One line of the proxy's, read bounded all the same.
+            let (why, _) =
+                crate::sandbox::logcap::read_bounded(&[run_dir.join(WORKSPACE_REFUSED)], 1024)
+                    .await;
+            let refused = Some(why.trim().to_owned()).filter(|w| !w.is_empty());
             return Err(SandboxError::Returned {
                 entry: "workspace/".to_owned(),
                 reason: match refused {
