@@ -2,13 +2,16 @@
 
 use super::error::SandboxError;
 
-/// Never passed into a sandbox, even when allow-listed: GitHub and git credentials.
-pub const ALWAYS_REFUSED_ENV: [&str; 5] = [
+/// Never passed into a sandbox, even when allow-listed: GitHub and git credentials, and the
+/// login of the registry sandbox images are pushed to.
+pub const ALWAYS_REFUSED_ENV: [&str; 7] = [
     "GITHUB_TOKEN",
     "GH_TOKEN",
     "GH_ENTERPRISE_TOKEN",
     "GITHUB_ENTERPRISE_TOKEN",
     crate::git::GIT_TOKEN_ENV,
+    super::swarm::registry::USERNAME_ENV,
+    super::swarm::registry::PASSWORD_ENV,
 ];
 
 /// Checks every name in `env` against `allow` (exact names); refused names are an error that
@@ -21,8 +24,7 @@ pub fn check_env(env: &[(String, String)], allow: &[String]) -> Result<(), Sandb
         {
             return Err(SandboxError::EnvRefused {
                 name: name.clone(),
-                reason:
-                    "GitHub and git credentials never enter a sandbox; the host commits and pushes",
+                reason: "GitHub, git and registry credentials never enter a sandbox; the host commits, pushes and publishes images",
             });
         }
         if !allow.iter().any(|a| a == name) {
@@ -52,6 +54,8 @@ mod tests {
         let err = check_env(&pairs(&["GITHUB_TOKEN"]), &allow).expect_err("refused");
         assert!(matches!(err, SandboxError::EnvRefused { ref name, .. } if name == "GITHUB_TOKEN"));
         assert!(check_env(&pairs(&["gh_token"]), &allow).is_err());
+        let allow = vec!["ROVER_REGISTRY_PASSWORD".to_string()];
+        assert!(check_env(&pairs(&["ROVER_REGISTRY_PASSWORD"]), &allow).is_err());
     }
 
     #[test]

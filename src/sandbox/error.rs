@@ -63,6 +63,13 @@ pub enum SandboxError {
     /// The swarm backend cannot be used as configured.
     #[error("cannot run sandboxes on the swarm: {reason}")]
     Swarm { reason: String },
+    /// A sandbox image could not be pushed to the registry the nodes pull from.
+    #[error("cannot push sandbox image `{image}` to the registry `{registry}` (autopilot.sandbox.registry): {reason}; check that rover's engine reaches it and, for a registry that wants a login, ROVER_REGISTRY_USERNAME and ROVER_REGISTRY_PASSWORD")]
+    Registry {
+        image: String,
+        registry: String,
+        reason: String,
+    },
     /// Any other engine error.
     #[error("docker `{operation}` failed for `{target}`")]
     Api {

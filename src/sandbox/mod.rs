@@ -304,12 +304,18 @@ pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, San
                 .split(',')
                 .map(str::to_owned)
                 .collect();
-            Ok(Arc::new(
-                SwarmSandbox::connect(local, &manager, settings.swarm.constraints.clone())
-                    .await?
-                    .load_images_onto(&nodes)
-                    .await?,
-            ))
+            let swarm =
+                SwarmSandbox::connect(local, &manager, settings.swarm.constraints.clone()).await?;
+            let swarm = match &settings.registry {
+                Some(prefix) => {
+                    if nodes.iter().any(|n| !n.trim().is_empty()) {
+                        tracing::warn!(registry = %prefix, "{} is set but so is autopilot.sandbox.registry: the nodes pull from the registry and nothing is loaded onto them", swarm::NODES_ENV);
+                    }
+                    swarm.with_registry(swarm::Registry::from_env(prefix)?)
+                }
+                None => swarm.load_images_onto(&nodes).await?,
+            };
+            Ok(Arc::new(swarm))
         }
     }
 }

@@ -75,6 +75,12 @@ pub struct SandboxSettings {
     pub backend: SandboxBackend,
     /// How the swarm backend places sandboxes (placement constraints).
     pub swarm: super::swarm::SwarmSettings,
+    /// The registry the swarm backend pushes each sandbox image to and its nodes pull it from,
+    /// as a registry host and a path images go under (`registry.example.com:5000/rover`); the
+    /// login comes from `ROVER_REGISTRY_USERNAME` and `ROVER_REGISTRY_PASSWORD`. Unset: the
+    /// images are loaded onto the nodes (`ROVER_SWARM_NODES`) or must be there. The local
+    /// backend needs none and does not use it.
+    pub registry: Option<String>,
     /// How a container gets the task's worktree: `shipped` (copied in through the engine's API,
     /// only what the agent produced taken back, checked, and applied) or `mounted` (the host's
     /// worktree bind-mounted; `local` only). Default: see [`SandboxBackend::default_workspace`].
@@ -149,6 +155,7 @@ impl Default for SandboxSettings {
             environment: super::EnvironmentSettings::default(),
             backend: SandboxBackend::Local,
             swarm: super::swarm::SwarmSettings::default(),
+            registry: None,
             workspace: None,
             workspace_limit_mb: 8192,
         }
@@ -213,6 +220,9 @@ impl SandboxSettings {
             }
         }
         self.swarm.validate()?;
+        if let Some(registry) = &self.registry {
+            super::swarm::registry::validate_prefix(registry)?;
+        }
         if self.network.is_some() && self.egress != Egress::default() {
             return Err(
                 "autopilot.sandbox: `network` and `egress` are both set; keep `egress` only".into(),
@@ -293,6 +303,26 @@ mod tests {
         let err = serde_json::from_str::<SandboxSettings>(r#"{"backend":"k8s"}"#)
             .expect_err("unknown backend");
         assert!(err.to_string().contains("k8s"), "{err}");
+    }
+
+    #[test]
+    fn a_registry_is_a_host_and_a_path() {
+        let s: SandboxSettings = serde_json::from_str(
+            r#"{"backend":"swarm","registry":"registry.example.com:5000/rover"}"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            s.registry.as_deref(),
+            Some("registry.example.com:5000/rover")
+        );
+        assert!(s.validate().is_ok());
+        let s: SandboxSettings =
+            serde_json::from_str(r#"{"backend":"swarm","registry":"acme/rover"}"#).expect("parses");
+        let err = s.validate().expect_err("no registry host");
+        assert!(
+            err.contains("autopilot.sandbox.registry") && err.contains("Docker Hub"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //! socket on this machine's file system. A task on another node reaches the model only through
 //! that relay; the key never leaves rover's machine.
 //!
-//! A task's image is named by its id (`sha256:…`), which no node ever tries to pull: without a
-//! registry, images are loaded onto the nodes beforehand (see docs/scale.md).
+//! A task's image is named by the digest rover pushed it under when a registry is configured
+//! (`autopilot.sandbox.registry`: the nodes pull it), else by its id (`sha256:…`), which no node
+//! ever tries to pull: images are then loaded onto the nodes beforehand (see docs/scale.md).
 
 pub mod images;
+pub mod registry;
 mod service;
 mod settings;
 pub mod ship;
@@ -30,6 +32,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
+pub use registry::Registry;
 pub use service::{service_spec, ServicePlan, LABEL_STOPPED, LABEL_SWARM};
 pub use settings::SwarmSettings;
 pub use task::{task_status, Placement};
@@ -65,6 +68,9 @@ pub struct SwarmSandbox {
     nodes: Vec<DockerSandbox>,
     /// One load onto the nodes at a time (two runs of one new image load it once).
     loading: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// The registry images are pushed to and the nodes pull from; when set, nothing is loaded
+    /// onto the nodes.
+    registry: Option<std::sync::Arc<Registry>>,
 }
 
 impl SwarmSandbox {
@@ -93,7 +99,16 @@ impl SwarmSandbox {
             constraints,
             nodes: Vec::new(),
             loading: std::sync::Arc::default(),
+            registry: None,
         })
+    }
+
+    /// Pushes each task's image to `registry` (once per image) and names it in the service by
+    /// the digest pushed, which the node that runs the task pulls with the registry's login.
+    #[must_use]
+    pub fn with_registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(std::sync::Arc::new(registry));
+        self
     }
 
     /// Loads each task's image onto the engines at `hosts` (the swarm's nodes, as rover
@@ -261,8 +276,7 @@ impl SwarmSandbox {
     async fn start_service(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
         check_env(&spec.env, self.local.env_allow())?;
         let name = spec.container_name();
-        // The image as every node knows it: its id, which no node tries to pull.
-        let image = match self.local.client().inspect_image(&spec.image).await {
+        let id = match self.local.client().inspect_image(&spec.image).await {
             Ok(info) => info.id.unwrap_or_else(|| spec.image.clone()),
             Err(e) if status_of(&e) == Some(404) => {
                 return Err(SandboxError::ImageMissing {
@@ -271,7 +285,14 @@ impl SwarmSandbox {
             }
             Err(e) => return Err(self.local.err("inspect image", &spec.image, e)),
         };
-        self.load_onto_nodes(&spec.image, &image).await?;
+        // The image as every node knows it: the digest pushed to the registry, which the node
+        // pulls, or its id, which no node tries to pull (loaded onto the nodes, or put there).
+        let image = if let Some(registry) = &self.registry {
+            registry.publish(&self.local, &spec.image, &id).await?
+        } else {
+            self.load_onto_nodes(&spec.image, &id).await?;
+            id
+        };
         let user = DockerSandbox::user(spec).await?;
         let mut plan = ServicePlan {
             image,
@@ -314,7 +335,10 @@ impl SwarmSandbox {
         match self
             .manager
             .client()
-            .create_service(service_spec(spec, plan), None)
+            .create_service(
+                service_spec(spec, plan),
+                self.registry.as_ref().and_then(|r| r.credentials()),
+            )
             .await
         {
             Ok(created) => Ok(created.id.unwrap_or(name)),

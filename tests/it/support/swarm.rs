@@ -126,3 +126,56 @@ pub fn remove_services(test_id: &str) {
             .output();
     }
 }
+
+/// The test registry of `tests/setup-registry.sh`, at the same name in the host's namespace and
+/// in each node's.
+pub const REGISTRY: &str = "127.0.0.1:5415";
+/// Its login.
+pub const REGISTRY_LOGIN: (&str, &str) = ("rover", "rover-test-registry");
+
+/// Makes sure the test registry answers in every namespace (idempotent); the swarm first.
+pub async fn ensure_registry() {
+    let out = tokio::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/setup-registry.sh"
+        ))
+        .output()
+        .await
+        .expect("run tests/setup-registry.sh");
+    assert!(
+        out.status.success(),
+        "tests/setup-registry.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Removes the image `id` from both nodes' engines, so that a run must get it from elsewhere.
+pub async fn remove_from_nodes(id: &str) {
+    for host in [MANAGER, WORKER] {
+        let engine = DockerSandbox::connect_to(host, env_allow())
+            .await
+            .expect("a node's engine answers");
+        let removed = engine
+            .client()
+            .remove_image(
+                id,
+                Some(bollard::query_parameters::RemoveImageOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+                None,
+            )
+            .await;
+        if let Err(e) = removed {
+            let absent = matches!(
+                e,
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404,
+                    ..
+                }
+            );
+            assert!(absent, "remove image {id} from {host}: {e}");
+        }
+    }
+}
