@@ -37,6 +37,7 @@ mod store;
 mod store_cold;
 mod supervise;
 mod swarm;
+mod swarm_cancel;
 mod swarm_registry;
 mod telemetry;
 mod thread;

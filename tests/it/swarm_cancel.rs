@@ -1,0 +1,151 @@
+//! `rover autopilot cancel` as a person runs it, while the workflow agent runs as a swarm task on
+//! the worker: the daemon stops the task on the worker, closes the run by hand and answers.
+
+use std::time::{Duration, Instant};
+
+use rover::sandbox::Sandbox;
+use rover::store::SpanStatus;
+use serde_json::json;
+
+use crate::support::env::stderr;
+use crate::support::pipeline::first_span;
+use crate::support::scenario::{
+    chain, coordinate, merge, scenario_image, task, Scenario, COORDINATE, NOTIFY, PLAN,
+};
+use crate::support::swarm::{swarm, MANAGER, ON_WORKER, WORKER, WORKER_NODE};
+
+/// The containers of service `name` on the worker's engine that are still running.
+fn running_on_worker(name: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(["-H", WORKER, "ps", "-q", "--filter"])
+        .arg(format!("label=com.docker.swarm.service.name={name}"))
+        .output()
+        .expect("docker ps on the worker");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_by_hand() {
+    let image = scenario_image().await;
+    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.env_vars.push(("ROVER_SWARM_HOST".into(), MANAGER.into()));
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted", "timeoutSecs": 300,
+            "swarm": {"constraints": [ON_WORKER]}}}}),
+    );
+    s.github
+        .add_issue(81, "Add a slow feature", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 81, "title": "Add a slow feature", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Add a slow feature"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the slow feature", &[], "swe")]}));
+    s.rules.push(
+        json!({"prompt_contains": "## Task: Add the slow feature", "run": ["sleep 240"],
+        "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
+    );
+    s.answer(NOTIFY, json!({"message": "Stopped."}));
+    let mut daemon = s
+        .start_command(&[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start rover");
+    let project = s.env.project_id.clone();
+
+    // The workflow's task runs on the worker.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let service = loop {
+        let placed = swarm.placements(&project).await.unwrap_or_default();
+        if let Some(p) = placed
+            .iter()
+            .find(|p| p.task_state == "running" && p.node.as_deref() == Some(WORKER_NODE))
+        {
+            break p.service.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no task ran on the worker: {placed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(running_on_worker(&service).len(), 1, "{service}");
+
+    let trace = s.the_trace().index.trace_id;
+    let cancelled = Instant::now();
+    let out = s.env.rover(&[
+        "autopilot",
+        "cancel",
+        &trace.to_string(),
+        "--reason",
+        "not needed",
+        "--by",
+        "alice",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The task is stopped on the worker, then its service goes, and the trace ends.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !running_on_worker(&service).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the task still runs on the worker"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped = cancelled.elapsed();
+    loop {
+        // The answer went out and nothing of the trace is left to run (the commit action the
+        // run's collection hands on is closed with the cancel's reason, not run).
+        let view = s.the_trace();
+        let ended = view.pending.is_empty() && chain(&view).iter().any(|c| c == "notify:completed");
+        let left = swarm
+            .list_by_labels(&[("rover.project".to_owned(), project.clone())])
+            .await
+            .unwrap_or_default();
+        if ended && left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let shown = s.env.rover(&["autopilot", "trace", &trace.to_string()]);
+            panic!(
+                "ended: {ended}, left: {left:?}\n{}",
+                String::from_utf8_lossy(&shown.stdout)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("the task on the worker stopped {stopped:?} after `cancel`");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+
+    let view = s.the_trace();
+    let workflow = first_span(&view, "workflow");
+    assert_eq!(workflow.status, SpanStatus::Error, "{:?}", workflow.summary);
+    assert_eq!(
+        workflow.meta["closedByHand"],
+        json!(true),
+        "{:?}",
+        workflow.meta
+    );
+    let summary = workflow.summary.clone().unwrap_or_default();
+    assert!(
+        summary.contains("stopped by hand") && summary.contains("cancelled by alice: not needed"),
+        "{summary}"
+    );
+    assert!(!summary.contains("node lost"), "{summary}");
+    assert!(
+        !chain(&view).iter().any(|c| c == "commit:completed"),
+        "{:?}",
+        chain(&view)
+    );
+    assert!(s.github.pulls().is_empty(), "nothing was pushed");
+    let log = s.store().artifacts_dir(workflow.id).join("agent.log");
+    assert!(log.is_file(), "{}", log.display());
+}
