@@ -1,9 +1,7 @@
 //! Images onto the nodes through a registry (`autopilot.sandbox.registry`): rover pushes a task's
-//! image from its own engine once, and names it in the service by the digest it pushed
+//! image from its own engine before each run, and names it in the service by the digest it pushed
 //! (`<registry>/<name>@sha256:…`), which each node pulls. A digest names exactly the image rover
 //! built: no node can be handed another under the same name, as it could under a tag.
-
-use std::collections::HashMap;
 
 use bollard::auth::DockerCredentials;
 use futures_util::StreamExt;
@@ -23,8 +21,10 @@ pub struct Registry {
     /// Where images go, without a trailing `/`: `registry.example.com:5000/rover`.
     prefix: String,
     credentials: Option<DockerCredentials>,
-    /// The reference pushed for each image id; one push at a time.
-    pushed: tokio::sync::Mutex<HashMap<String, String>>,
+    /// One push at a time: two runs of one new image upload its layers once. There is no
+    /// memory of earlier pushes: a registry emptied meanwhile gets the image again, and a push
+    /// of an image the registry holds only checks its layers (about a second).
+    pushing: tokio::sync::Mutex<()>,
 }
 
 impl Registry {
@@ -59,7 +59,7 @@ impl Registry {
                 ..DockerCredentials::default()
             }),
             prefix,
-            pushed: tokio::sync::Mutex::default(),
+            pushing: tokio::sync::Mutex::default(),
         })
     }
 
@@ -75,17 +75,14 @@ impl Registry {
     }
 
     /// The reference the nodes pull `image` (whose id on `engine` is `id`) by, pushed from
-    /// `engine` unless this registry has it from an earlier push of the same id.
+    /// `engine` now.
     pub async fn publish(
         &self,
         engine: &DockerSandbox,
         image: &str,
         id: &str,
     ) -> Result<String, SandboxError> {
-        let mut pushed = self.pushed.lock().await;
-        if let Some(reference) = pushed.get(id) {
-            return Ok(reference.clone());
-        }
+        let _one = self.pushing.lock().await;
         let repository = format!("{}/{}", self.prefix, repository_name(image));
         // The tag only carries the push; the service names the digest. It is the id's start,
         // so two images never share a tag.
@@ -142,7 +139,6 @@ impl Registry {
         };
         let reference = format!("{repository}@{digest}");
         tracing::info!(%image, %reference, secs = started.elapsed().as_secs_f64(), "pushed the sandbox image to the registry");
-        pushed.insert(id.to_owned(), reference.clone());
         Ok(reference)
     }
 }
