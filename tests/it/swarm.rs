@@ -730,7 +730,7 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
     s.env_vars.push(("ROVER_SWARM_HOST".into(), MANAGER.into()));
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted", "timeoutSecs": 120,
+        &json!({"autopilot": {"sandbox": {"backend": "swarm", "egress": "model-only", "timeoutSecs": 120,
             "swarm": {"constraints": ["node.labels.rover.sandbox==yes"]}}}}),
     );
     one_task_issue(
@@ -759,17 +759,19 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
         tokio::spawn(async move {
             for _ in 0..1200 {
                 let placed = swarm.placements(&project).await.unwrap_or_default();
-                if placed
+                if let Some(p) = placed
                     .iter()
-                    .any(|p| p.task_state == "running" && p.node.as_deref() == Some(WORKER_NODE))
+                    .find(|p| p.task_state == "running" && p.node.as_deref() == Some(WORKER_NODE))
                 {
+                    // The workspace is shipped: the task's mounts are its own volumes.
+                    let mounts = service_mounts(&swarm, &p.service).await;
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     stop_worker_engine().await;
-                    return true;
+                    return Some(mounts);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            false
+            None
         })
     };
     let (nodes, seen) = watch_nodes(swarm.clone(), s.env.project_id.clone());
@@ -801,7 +803,14 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
     {
         let _ = swarm.remove(&left.id).await;
     }
-    assert!(stopped, "the run reached the worker");
+    let mounts = stopped.expect("the run reached the worker");
+    assert!(
+        !mounts.is_empty()
+            && mounts
+                .iter()
+                .all(|m| m.typ != Some(bollard::models::MountType::BIND)),
+        "nothing of rover's machine is mounted: {mounts:?}"
+    );
 
     let trace = s.the_trace();
     let steps = chain(&trace);

@@ -43,6 +43,9 @@ pub async fn fake_agent_image(sandbox: &DockerSandbox) -> String {
             env!("CARGO_BIN_EXE_rover-fake-agent"),
             "/usr/local/bin/codex",
         )
+        // What a workspace shipped to a swarm node needs besides busybox (docs/scale.md).
+        .binary("/bin/bash", "/bin/bash")
+        .binary("/bin/tar", "/bin/tar")
         .ensure(sandbox)
         .await
         .expect("build the fake-agent image")
