@@ -36,7 +36,7 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
     s.env_vars.push(("ROVER_SWARM_HOST".into(), MANAGER.into()));
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted", "timeoutSecs": 300,
+        &json!({"autopilot": {"sandbox": {"backend": "swarm", "egress": "model-only", "timeoutSecs": 300,
             "swarm": {"constraints": [ON_WORKER]}}}}),
     );
     s.github
@@ -140,6 +140,12 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
         "{summary}"
     );
     assert!(!summary.contains("node lost"), "{summary}");
+    // The task was stopped before it sent its workspace back: a note, not a second failure.
+    let notes = workflow.meta["notes"].to_string();
+    assert!(
+        notes.contains("the workspace was not taken back"),
+        "{notes}"
+    );
     assert!(
         !chain(&view).iter().any(|c| c == "commit:completed"),
         "{:?}",

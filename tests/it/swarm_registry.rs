@@ -217,7 +217,7 @@ async fn a_trace_on_the_swarm_with_a_registry_goes_issue_to_pr_with_the_image_th
         .push(("ROVER_REGISTRY_PASSWORD".into(), REGISTRY_LOGIN.1.into()));
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"sandbox": {"backend": "swarm", "workspace": "mounted", "timeoutSecs": 120,
+        &json!({"autopilot": {"sandbox": {"backend": "swarm", "egress": "model-only", "timeoutSecs": 120,
             "registry": format!("{REGISTRY}/rover-tests"),
             "swarm": {"constraints": [ON_WORKER]}}}}),
     );

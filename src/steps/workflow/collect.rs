@@ -228,6 +228,17 @@ impl WorkflowStep {
 
         // A shipped workspace comes back (checked) before anything reads the worktree.
         let (workspace, refused) = self.take_back(ctx, sandbox, task, status).await;
+        let refused = match refused {
+            // A run that ended without its work (stopped by hand or by a budget, timed out,
+            // failed, its node lost) keeps that verdict: a workspace that then did not come
+            // back (a task stopped before it sent it) or was refused is a note, and nothing of
+            // it reaches the worktree either way.
+            Some(e) if task_status != TaskStatus::Completed => {
+                notes.push(format!("the workspace was not taken back: {}", e.message));
+                None
+            }
+            other => other,
+        };
         if let Some(e) = &refused {
             task_status = TaskStatus::Failed;
             summary.clone_from(&e.message);
