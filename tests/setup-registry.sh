@@ -15,18 +15,32 @@
 # The registry is Debian's `docker-registry` (the CNCF distribution registry), installed when
 # missing. Idempotent; prints nothing on success (`ROVER_SWARM_VERBOSE=1` says what it does).
 # Needs root; run after tests/setup-swarm.sh.
+#
+# `ROVER_REGISTRY_PORT` and `ROVER_REGISTRY_STORAGE` make another one (the bench's, empty, on a
+# port of its own); `bash tests/setup-registry.sh stop` stops the instances of that port.
 set -euo pipefail
 
 base_run="${ROVER_SWARM_RUN_DIR:-/run/rover-swarm}"
 base_lib="${ROVER_SWARM_LIB_DIR:-/var/lib/rover-swarm}"
-port=5415
-dir="$base_run/registry"
-storage="$base_lib/registry"
+port="${ROVER_REGISTRY_PORT:-5415}"
+dir="$base_run/registry-$port"
+storage="${ROVER_REGISTRY_STORAGE:-$base_lib/registry}"
 
 say() {
     if [ "${ROVER_SWARM_VERBOSE:-}" = "1" ]; then echo "setup-registry: $*" >&2; fi
 }
 
+if [ "${1:-}" = stop ]; then
+    for where in host mgr wkr; do
+        if [ -f "$dir/$where.pid" ]; then
+            kill "$(cat "$dir/$where.pid")" 2>/dev/null || true
+            rm -f "$dir/$where.pid"
+        fi
+    done
+    # Instances whose pid file is gone serve the same config file.
+    pkill -f "docker-registry serve $dir/config.yml" 2>/dev/null || true
+    exit 0
+fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "setup-registry: needs root (network namespaces)" >&2
     exit 1
@@ -72,25 +86,26 @@ auth:
     path: $dir/htpasswd
 EOF
 
-# `in_ns <where> <command…>`: the command in the host's namespace (`host`) or a node's.
+# `in_ns <where> <command…>`: the command in the host's namespace (`host`) or a node's, in place
+# of the calling (sub)shell, so that a background call's `$!` is the command's pid.
 in_ns() {
     local where="$1"
     shift
     if [ "$where" = host ]; then
-        "$@"
+        exec "$@"
     else
-        nsenter --net="/var/run/netns/rover-swarm-$where" "$@"
+        exec nsenter --net="/var/run/netns/rover-swarm-$where" "$@"
     fi
 }
 
 # The registry answers /v2/ with 401 (it wants the user and password) once it is up.
 answers() {
-    [ "$(in_ns "$1" curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/v2/")" = 401 ]
+    [ "$( (in_ns "$1" curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port/v2/"))" = 401 ]
 }
 
 ensure_instance() {
     local where="$1" pid
-    local pidfile="$dir/$where.pid" log="/tmp/rover-registry-$where.log"
+    local pidfile="$dir/$where.pid" log="/tmp/rover-registry-$port-$where.log"
     if answers "$where"; then
         return 0
     fi
@@ -99,7 +114,7 @@ ensure_instance() {
         sleep 0.2
     fi
     say "starting the registry in $where's namespace (log $log)"
-    in_ns "$where" nohup docker-registry serve "$dir/config.yml" >>"$log" 2>&1 </dev/null &
+    (in_ns "$where" nohup docker-registry serve "$dir/config.yml") >>"$log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$pidfile"
     for _ in $(seq 1 50); do

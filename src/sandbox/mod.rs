@@ -288,9 +288,14 @@ pub trait Sandbox: Send + Sync {
 /// `DOCKER_HOST`); [`SandboxError::Swarm`] when that engine is no swarm manager.
 pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, SandboxError> {
     match settings.backend {
-        SandboxBackend::Local => Ok(Arc::new(
-            DockerSandbox::connect(settings.env_allow.clone()).await?,
-        )),
+        SandboxBackend::Local => {
+            if let Some(registry) = &settings.registry {
+                tracing::warn!(%registry, "autopilot.sandbox.registry is set, but the local backend runs images where they are built and does not use it");
+            }
+            Ok(Arc::new(
+                DockerSandbox::connect(settings.env_allow.clone()).await?,
+            ))
+        }
         SandboxBackend::Swarm => {
             let local = DockerSandbox::connect(settings.env_allow.clone()).await?;
             let manager = docker_host(

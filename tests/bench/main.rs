@@ -16,6 +16,7 @@ mod cold;
 mod e2e;
 mod orchestrator;
 mod prompts;
+mod registry;
 mod sandbox;
 mod store;
 mod swarm;
@@ -64,6 +65,9 @@ fn main() {
     }
     if wants("swarm") {
         swarm::run();
+    }
+    if wants("swarm-registry") {
+        registry::run();
     }
 }
 

@@ -3,7 +3,7 @@
 //! worker (to running, and a trivial command to its end, with and without the run's overlay
 //! network and relay); a workspace shipped and taken back, small and of 100 MB, on the local
 //! backend against the swarm's worker; and how many runs of one CPU each Swarm places on one
-//! node against two.
+//! node against two. (The image through a registry: `registry.rs`, section `swarm-registry`.)
 //!
 //! What it makes carries a project label of its own and is removed at the end.
 
