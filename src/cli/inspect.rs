@@ -78,6 +78,21 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             }
         }
     }
+    // A detached run's span stays running while its work is collected: the collections going
+    // on now, each under its run's span.
+    let mut collecting = Vec::new();
+    for run in &running {
+        let Some(trace_id) = run.trace_id else {
+            continue;
+        };
+        if let Ok(view) = store.load_trace(trace_id) {
+            collecting.extend(view.spans.into_iter().filter(|s| {
+                crate::orchestrator::is_collection(s)
+                    && s.parent_id == Some(run.id)
+                    && s.status == SpanStatus::Running
+            }));
+        }
+    }
     let standing = super::budget::standing(ctx, &store)?;
     // On the swarm backend: which node runs which sandbox, as the swarm's manager says.
     let project_id = store
@@ -94,6 +109,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "pending": per_step,
             "pendingTotal": state.pending.len(),
             "running": running.iter().map(|s| json!({"spanId": s.id, "step": s.step, "traceId": s.trace_id, "since": s.timestamp})).collect::<Vec<Value>>(),
+            "collecting": collecting.iter().map(|s| json!({"spanId": s.id, "runSpanId": s.parent_id, "traceId": s.trace_id, "since": s.timestamp, "summary": s.summary})).collect::<Vec<Value>>(),
             "deadLetters": dead_letters,
             "later": later.iter().map(|p| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "notBefore": p.not_before, "attempts": p.attempts, "reason": p.summary})).collect::<Vec<Value>>(),
             "taskMappings": state.task_mappings,
@@ -134,6 +150,17 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             short(span.id),
             span.trace_id.map(short).unwrap_or_default(),
             trace::human_age(span.timestamp, Utc::now())
+        );
+    }
+    for span in &collecting {
+        let _ = writeln!(
+            text,
+            "collect  {} of run {} of trace {} since {}: {}",
+            short(span.id),
+            span.parent_id.map(short).unwrap_or_default(),
+            span.trace_id.map(short).unwrap_or_default(),
+            trace::human_age(span.timestamp, Utc::now()),
+            span.summary.as_deref().unwrap_or_default()
         );
     }
     // The soonest few: a queue of thousands of waits is a count, not a page (`--json` has all).

@@ -339,6 +339,28 @@ async fn the_drain_goes_on_while_a_collection_runs() {
         collect.summary.as_deref(),
         Some("collecting: the container exited")
     );
+    // `status` shows it under its run, as a person sees it.
+    let run = collect.parent_id.expect("under the run's span");
+    let out = env.rover(&["autopilot", "status"]);
+    let text = crate::support::env::stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "collect  {} of run {} of trace {}",
+            &collect.id.to_string()[..8],
+            &run.to_string()[..8],
+            &first.to_string()[..8]
+        )) && text.contains("collecting: the container exited"),
+        "{text}"
+    );
+    let out = env.rover(&["autopilot", "status", "--json"]);
+    let status: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert_eq!(
+        status["collecting"][0]["spanId"],
+        serde_json::json!(collect.id),
+        "{status}"
+    );
+    assert_eq!(status["collecting"][0]["runSpanId"], serde_json::json!(run));
     // Meanwhile a second trace runs through to its own detached run, and its collection too.
     let second = submit(&store, "another");
     tokio::time::timeout(Duration::from_secs(30), async {
