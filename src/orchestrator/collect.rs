@@ -366,9 +366,14 @@ fn begin_collection(
         .iter()
         .filter(|s| is_collection(s) && s.parent_id == Some(span.id))
         .count();
-    let attempt = u32::try_from(before).unwrap_or(u32::MAX).saturating_add(1);
+    let mut attempt = u32::try_from(before).unwrap_or(u32::MAX).saturating_add(1);
+    // A file of this attempt's id that the trace does not list is a collection a crash cut
+    // off before it was listed: recovery closes it, and this one is the next attempt.
+    while store.span_path(collection_id(span.id, attempt)).is_file() {
+        attempt = attempt.saturating_add(1);
+    }
     let now = Utc::now();
-    let mut collection = Span::root(Uuid::new_v4(), now, meta);
+    let mut collection = Span::root(collection_id(span.id, attempt), now, meta);
     collection.step = collect_kind();
     collection.parent_id = Some(span.id);
     collection.trace_id = Some(pending.trace_id);
@@ -391,6 +396,13 @@ fn begin_collection(
     )))
 }
 
+/// The id of the `attempt`th collection of the run whose span is `run_span`: known from the
+/// two alone, so that restart recovery finds a collection's span file even when a crash came
+/// between writing it and listing it in its trace.
+pub fn collection_id(run_span: Uuid, attempt: u32) -> Uuid {
+    Uuid::new_v5(&run_span, format!("collect-{attempt}").as_bytes())
+}
+
 /// Writes a collection's span and lists it in its trace.
 fn record(store: &AutopilotStore, span: &Span) -> Result<(), StoreError> {
     store.write_span(span)?;
@@ -409,12 +421,38 @@ pub(super) fn close_cut_collections(
         return Ok(Vec::new());
     };
     let view = store.load_trace(pending.trace_id)?;
-    let mut closed = Vec::new();
-    for span in view
+    let ours: Vec<Span> = view
         .spans
         .into_iter()
-        .filter(|s| is_collection(s) && s.parent_id == Some(run_span) && !s.status.is_final())
-    {
+        .filter(|s| is_collection(s) && s.parent_id == Some(run_span))
+        .collect();
+    let listed: Vec<Uuid> = ours.iter().map(|s| s.id).collect();
+    let mut cut: Vec<Span> = ours.into_iter().filter(|s| !s.status.is_final()).collect();
+    // A crash between writing a collection's span and listing it leaves its file unlisted: the
+    // collections' ids are known (`collection_id`), each attempt's looked for. A collection is
+    // the attempt after those listed when it starts, and one crash cuts off at most one, so the
+    // attempts listed and one more are enough.
+    let attempts = listed.len().saturating_add(1);
+    for attempt in 1..=u32::try_from(attempts).unwrap_or(u32::MAX) {
+        let id = collection_id(run_span, attempt);
+        if listed.contains(&id) {
+            continue;
+        }
+        let span = match store.read_span(id) {
+            Ok(span) if is_collection(&span) && span.parent_id == Some(run_span) => span,
+            Ok(_) | Err(StoreError::SpanNotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        if span.status.is_final() {
+            // Closed, then cut off before it was listed: only listed now.
+            let trace_id = pending.trace_id;
+            store.transact(|txn| txn.add_to_trace(trace_id, &[span.id], &[], Utc::now()))?;
+        } else {
+            cut.push(span);
+        }
+    }
+    let mut closed = Vec::new();
+    for span in cut {
         let mut span = span;
         let mut meta = Meta::new();
         RunSpanMeta {

@@ -452,6 +452,18 @@ async fn a_collection_cut_off_by_a_shutdown_is_closed_and_collected_again() {
 /// crash leaves it): the next start closes the cut-off collection and collects the run again.
 #[test]
 fn a_collection_cut_off_by_a_crash_is_closed_at_the_next_start_and_collected_again() {
+    crash_mid_collection(false);
+}
+
+/// The crash came between writing the collection's span file and listing it in its trace: the
+/// next start still finds it (its id follows from the run's span and the attempt), closes it,
+/// lists it, and collects the run again.
+#[test]
+fn a_collection_whose_span_a_crash_left_unlisted_is_found_closed_and_listed_at_the_next_start() {
+    crash_mid_collection(true);
+}
+
+fn crash_mid_collection(unlisted: bool) {
     let env = TestEnv::new();
     let store = env.store();
     let trace = submit(&store, "task");
@@ -472,6 +484,19 @@ fn a_collection_cut_off_by_a_crash_is_closed_at_the_next_start_and_collected_aga
     runtime.shutdown_background(); // the crash: nothing of the collection closes
     let left = one(&store, trace, "collect").remove(0);
     assert_eq!(left.status, SpanStatus::Running);
+    if unlisted {
+        // As if the crash came before the trace listed it: its file alone is left.
+        let path = store.trace_index_path(trace);
+        let mut index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        index["spans"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|id| id.as_str() != Some(left.id.to_string().as_str()));
+        std::fs::write(&path, serde_json::to_vec(&index).unwrap()).unwrap();
+        assert!(one(&store, trace, "collect").is_empty(), "unlisted");
+        assert!(store.span_path(left.id).is_file());
+    }
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
