@@ -38,24 +38,11 @@ fn setup(storage: &std::path::Path, stop: bool) -> Result<(), String> {
 /// `ROVER_TEST_SANDBOX_IMAGE` names it, else the busybox test image.
 pub fn run() {
     println!("\n== swarm-registry (an image onto the worker through a registry)");
-    for script in ["setup-swarm.sh", "setup-registry.sh"] {
-        let out = Command::new("bash")
-            .arg(format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR")))
-            .output();
-        match out {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => {
-                println!(
-                    "not measured: tests/{script} failed: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-                return;
-            }
-            Err(e) => {
-                println!("not measured: cannot run tests/{script}: {e}");
-                return;
-            }
-        }
+    if !["setup-swarm.sh", "setup-registry.sh"]
+        .iter()
+        .all(|script| crate::swarm::setup(script))
+    {
+        return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

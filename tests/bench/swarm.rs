@@ -29,22 +29,8 @@ const STARTS: usize = 10;
 
 pub fn run() {
     println!("\n== swarm (the two-node swarm of tests/setup-swarm.sh)");
-    let setup = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup-swarm.sh"))
-        .output();
-    match setup {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => {
-            println!(
-                "not measured: tests/setup-swarm.sh failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return;
-        }
-        Err(e) => {
-            println!("not measured: cannot run tests/setup-swarm.sh: {e}");
-            return;
-        }
+    if !setup("setup-swarm.sh") {
+        return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -56,6 +42,27 @@ pub fn run() {
         bench.start_latency().await;
         bench.placement().await;
     });
+}
+
+/// Runs `tests/<script>`; false, having said why nothing is measured, when it fails.
+pub fn setup(script: &str) -> bool {
+    let out = Command::new("bash")
+        .arg(format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR")))
+        .output();
+    match out {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            println!(
+                "not measured: tests/{script} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            false
+        }
+        Err(e) => {
+            println!("not measured: cannot run tests/{script}: {e}");
+            false
+        }
+    }
 }
 
 fn ms(d: Duration) -> f64 {

@@ -8,20 +8,11 @@ use rover::sandbox::{ContainerStatus, Sandbox, SandboxError, WorkspaceMode};
 use crate::support::docker::{test_image, TestContainers};
 use crate::support::gitrepo::TestRepo;
 use crate::support::swarm::{
-    ensure_swarm, remove_services, stop_worker_engine, swarm, MANAGER_NODE, ON_WORKER, WORKER_NODE,
+    ensure_swarm, stop_worker_engine, swarm, Services, MANAGER_NODE, ON_WORKER, WORKER_NODE,
 };
 
 /// Far above what these containers print.
 const LOG_LIMIT: u64 = 64 << 20;
-
-/// Removes the test's services on drop (the containers of `TestContainers` are local).
-struct Services<'a>(&'a TestContainers);
-
-impl Drop for Services<'_> {
-    fn drop(&mut self) {
-        remove_services(&self.0.id);
-    }
-}
 
 #[tokio::test]
 async fn a_run_placed_on_the_worker_runs_there_and_its_output_comes_back() {

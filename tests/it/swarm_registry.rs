@@ -12,7 +12,7 @@ use rover::sandbox::{ContainerStatus, DockerSandbox, Sandbox, SandboxError, Work
 use crate::support::docker::{test_image, TestContainers};
 use crate::support::gitrepo::TestRepo;
 use crate::support::swarm::{
-    ensure_registry, remove_from_nodes, remove_services, swarm, MANAGER, ON_WORKER, REGISTRY,
+    ensure_registry, remove_from_nodes, swarm, Services, MANAGER, ON_WORKER, REGISTRY,
     REGISTRY_LOGIN,
 };
 
@@ -179,15 +179,6 @@ async fn a_task_on_the_worker_pulls_the_image_rover_pushed_to_the_registry_by_it
         assert!(swarm.remove(run).await.expect("remove"));
     }
     remove_from_nodes(&id).await;
-}
-
-/// Removes the test's services on drop.
-struct Services<'a>(&'a TestContainers);
-
-impl Drop for Services<'_> {
-    fn drop(&mut self) {
-        remove_services(&self.0.id);
-    }
 }
 
 #[tokio::test]

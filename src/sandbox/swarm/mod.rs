@@ -103,8 +103,9 @@ impl SwarmSandbox {
         })
     }
 
-    /// Pushes each task's image to `registry` (once per image) and names it in the service by
-    /// the digest pushed, which the node that runs the task pulls with the registry's login.
+    /// Pushes each task's image to `registry` before its service is made (a push of an image
+    /// the registry holds only checks its layers) and names it in the service by the digest
+    /// pushed, which the node that runs the task pulls with the registry's login.
     #[must_use]
     pub fn with_registry(mut self, registry: Registry) -> Self {
         self.registry = Some(std::sync::Arc::new(registry));

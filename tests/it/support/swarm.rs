@@ -22,14 +22,19 @@ pub const ON_WORKER: &str = "node.labels.rover.node==wkr";
 /// Makes sure the swarm is up (idempotent; a worker whose engine a test stopped is started
 /// again). Never skips: CI runs as root with Docker installed.
 pub async fn ensure_swarm() {
+    setup("setup-swarm.sh").await;
+}
+
+/// Runs `tests/<script>`, which must succeed.
+async fn setup(script: &str) {
     let out = tokio::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup-swarm.sh"))
+        .arg(format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR")))
         .output()
         .await
-        .expect("run tests/setup-swarm.sh");
+        .unwrap_or_else(|e| panic!("run tests/{script}: {e}"));
     assert!(
         out.status.success(),
-        "tests/setup-swarm.sh failed: {}",
+        "tests/{script} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -106,6 +111,15 @@ pub async fn stop_worker_engine() {
     panic!("the worker's engine did not stop within 60 s");
 }
 
+/// Removes the services of a test (its `TestContainers`) from the test swarm when it drops.
+pub struct Services<'a>(pub &'a super::docker::TestContainers);
+
+impl Drop for Services<'_> {
+    fn drop(&mut self) {
+        remove_services(&self.0.id);
+    }
+}
+
 /// Removes the services a test made (labelled `rover.test=<id>`) from the test swarm.
 pub fn remove_services(test_id: &str) {
     let Ok(out) = Command::new("docker")
@@ -135,19 +149,7 @@ pub const REGISTRY_LOGIN: (&str, &str) = ("rover", "rover-test-registry");
 
 /// Makes sure the test registry answers in every namespace (idempotent); the swarm first.
 pub async fn ensure_registry() {
-    let out = tokio::process::Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/setup-registry.sh"
-        ))
-        .output()
-        .await
-        .expect("run tests/setup-registry.sh");
-    assert!(
-        out.status.success(),
-        "tests/setup-registry.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    setup("setup-registry.sh").await;
 }
 
 /// Removes the image `id` from both nodes' engines, so that a run must get it from elsewhere.
