@@ -21,12 +21,16 @@ pub const BASE_ALLOWED_ENV: &[&str] = &[
     "CODEX_HOME",
 ];
 
-/// Variables never passed, even when listed in the settings.
+/// Variables never passed, even when listed in the settings: GitHub's tokens, and the login of
+/// the registry the swarm backend pushes sandbox images to (`autopilot.sandbox.registry`). Also
+/// taken out of the environment of every git command and host-side hook rover runs.
 pub const ALWAYS_DENIED_ENV: &[&str] = &[
     "GITHUB_TOKEN",
     "GH_TOKEN",
     "GH_ENTERPRISE_TOKEN",
     "GITHUB_ENTERPRISE_TOKEN",
+    "ROVER_REGISTRY_USERNAME",
+    "ROVER_REGISTRY_PASSWORD",
 ];
 
 /// The `(name, value)` pairs from rover's environment an agent may see: the base allow-list
@@ -45,7 +49,7 @@ pub fn agent_env(extra: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Values of the GitHub token variables, when long enough to be real secrets.
+/// Values of the denied variables, when long enough to be real secrets.
 fn github_secrets() -> Vec<String> {
     ALWAYS_DENIED_ENV
         .iter()
@@ -54,7 +58,8 @@ fn github_secrets() -> Vec<String> {
         .collect()
 }
 
-/// Replaces any GitHub token value found in `text` (e.g. pasted into an issue) with a marker.
+/// Replaces any value of a denied variable (a GitHub token, the registry's login) found in
+/// `text` (e.g. pasted into an issue) with a marker.
 pub fn redact_secrets(text: &str) -> String {
     let mut out = text.to_owned();
     for secret in github_secrets() {

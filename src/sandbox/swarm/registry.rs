@@ -10,7 +10,8 @@ use crate::sandbox::error::SandboxError;
 use crate::sandbox::DockerSandbox;
 
 /// The variables holding the registry's user and password (or token), read from rover's own
-/// environment, never from `rover.json` and never passed into a sandbox.
+/// environment, never from `rover.json`; never passed into a sandbox, an agent, a git command
+/// or a host-side hook (`agents::ALWAYS_DENIED_ENV`).
 pub const USERNAME_ENV: &str = "ROVER_REGISTRY_USERNAME";
 /// See [`USERNAME_ENV`].
 pub const PASSWORD_ENV: &str = "ROVER_REGISTRY_PASSWORD";
@@ -250,6 +251,14 @@ fn push_error(e: &bollard::errors::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_login_is_denied_to_every_process_rover_starts_on_the_host() {
+        for name in [USERNAME_ENV, PASSWORD_ENV] {
+            assert!(crate::agents::ALWAYS_DENIED_ENV.contains(&name), "{name}");
+            assert!(crate::sandbox::ALWAYS_REFUSED_ENV.contains(&name), "{name}");
+        }
+    }
 
     #[test]
     fn a_prefix_names_a_registry_host_and_image_name_parts() {
