@@ -49,7 +49,7 @@ pub fn close(
     ctx: &Context,
     out: &mut Output,
     id: &str,
-    command: &str,
+    command: crate::store::CloseCommand,
     reason: Option<String>,
     by: Option<String>,
 ) -> Result<ExitCode, CliError> {

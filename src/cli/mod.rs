@@ -21,7 +21,7 @@ pub use output::Output;
 
 use crate::error::error_chain;
 use crate::project::{self, Project, ProjectError, RepoSlug};
-use crate::store::{AutopilotStore, StoreError};
+use crate::store::{AutopilotStore, CloseCommand, StoreError};
 
 /// rover watches a GitHub repository and reacts to its events with coding agents.
 #[derive(Debug, Parser)]
@@ -328,10 +328,10 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
             AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),
             AutopilotCommand::Resume => budget::resume(&ctx, out),
             AutopilotCommand::Cancel { id, reason, by } => {
-                intervene::close(&ctx, out, &id, "cancel", reason, by)
+                intervene::close(&ctx, out, &id, CloseCommand::Cancel, reason, by)
             }
             AutopilotCommand::Fail { id, reason, by } => {
-                intervene::close(&ctx, out, &id, "fail", Some(reason), by)
+                intervene::close(&ctx, out, &id, CloseCommand::Fail, Some(reason), by)
             }
             AutopilotCommand::Retry { id, by } => intervene::retry(&ctx, out, &id, by),
             AutopilotCommand::Gc {

@@ -184,7 +184,13 @@ impl StopWatch {
         let reason = format!("{login} reacted {} on {}", self.stop, target.describe());
         let by = login.to_owned();
         let done = blocking(self.store.clone(), move |s| {
-            let outcome = crate::steps::intervene::close_trace(s, trace, "cancel", &reason, &by);
+            let outcome = crate::steps::intervene::close_trace(
+                s,
+                trace,
+                crate::store::CloseCommand::Cancel,
+                &reason,
+                &by,
+            );
             let (closed, text) = match outcome {
                 Ok(c) => (true, format!("stopped: trace {}", c.what)),
                 Err(crate::steps::intervene::InterveneError::Refused(why)) => (false, why),

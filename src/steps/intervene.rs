@@ -8,7 +8,8 @@ use uuid::Uuid;
 
 use super::meta::{Intervention, InterventionSpanMeta, NotifyMeta, NotifyPurpose};
 use crate::store::{
-    Action, AutopilotStore, ClosedTrace, PendingAction, Span, StepKind, StoreError, TraceView,
+    Action, AutopilotStore, CloseCommand, ClosedTrace, PendingAction, Span, StepKind, StoreError,
+    TraceView,
 };
 
 /// Why an intervention was not made.
@@ -37,7 +38,7 @@ pub struct Closed {
 pub fn close_trace(
     store: &AutopilotStore,
     trace_id: Uuid,
-    command: &str,
+    command: CloseCommand,
     reason: &str,
     by: &str,
 ) -> Result<Closed, InterveneError> {
@@ -56,7 +57,7 @@ pub fn close_trace(
         )));
     }
     let closed = ClosedTrace {
-        command: command.to_owned(),
+        command,
         by: by.to_owned(),
         reason: reason.trim().to_owned(),
         at: Utc::now(),
@@ -74,8 +75,8 @@ pub fn close_trace(
         stopping: Some(running.clone()),
         ..InterventionSpanMeta::default()
     };
-    let span = Span::intervention(trace_id, command, what.clone(), &record);
-    let fails = Intervention::parse(command) == Some(Intervention::Fail);
+    let span = Span::intervention(trace_id, command.as_str(), what.clone(), &record);
+    let fails = command == CloseCommand::Fail;
     let notify = NotifyMeta {
         purpose: if fails {
             NotifyPurpose::Failure

@@ -187,7 +187,7 @@ mod tests {
         state.closed.insert(
             Uuid::new_v4(),
             ClosedTrace {
-                command: "cancel".into(),
+                command: crate::store::records::CloseCommand::Cancel,
                 by: "alice".into(),
                 reason: "no".into(),
                 at: Utc::now(),

@@ -455,7 +455,7 @@ fn act(
             match crate::steps::intervene::close_trace(
                 store,
                 id,
-                Intervention::Cancel.as_str(),
+                crate::store::CloseCommand::Cancel,
                 &format!("{PREFIX} stop on #{number} ({mark})"),
                 actor,
             ) {

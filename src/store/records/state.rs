@@ -156,12 +156,45 @@ pub struct State {
 /// How many closed traces `state.json` remembers (the oldest are forgotten: their work ended).
 pub const CLOSED_CAPACITY: usize = 200;
 
+/// How a person closed a trace: the command's name in `state.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CloseCommand {
+    /// `rover autopilot cancel`, `/rover stop`, a stop reaction: the work is not wanted.
+    Cancel,
+    /// `rover autopilot fail`: the work failed, in a person's judgement.
+    Fail,
+}
+
+impl CloseCommand {
+    /// The command's name (`cancel`, `fail`), as `state.json` and the intervention span say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Fail => "fail",
+        }
+    }
+
+    /// The past tense a trace's answer and its spans use (`cancelled`, `failed`).
+    pub fn done(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancelled",
+            Self::Fail => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for CloseCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A trace a person closed, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClosedTrace {
-    /// `cancel` or `fail`.
-    pub command: String,
+    pub command: CloseCommand,
     pub by: String,
     pub reason: String,
     #[serde(with = "iso")]
@@ -171,11 +204,7 @@ pub struct ClosedTrace {
 impl ClosedTrace {
     /// One line for spans and logs: `cancelled by alice: no longer needed`.
     pub fn describe(&self) -> String {
-        let verb = if self.command == "cancel" {
-            "cancelled"
-        } else {
-            "failed"
-        };
+        let verb = self.command.done();
         if self.reason.is_empty() {
             format!("{verb} by {}", self.by)
         } else {
@@ -202,5 +231,29 @@ impl State {
 
     pub fn pending_for_mut(&mut self, action_id: Uuid) -> Option<&mut PendingAction> {
         self.pending.iter_mut().find(|p| p.action_id == action_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_trace_reads_and_writes_its_command_as_a_word() {
+        let json = r#"{"command":"fail","by":"alice","reason":"wrong repository","at":"2026-11-26T05:00:00Z"}"#;
+        let closed: ClosedTrace = serde_json::from_str(json).expect("a closed trace");
+        assert_eq!(closed.command, CloseCommand::Fail);
+        assert_eq!(closed.describe(), "failed by alice: wrong repository");
+        let written = serde_json::to_value(&closed).expect("json");
+        assert_eq!(written["command"], "fail");
+        let cancel = ClosedTrace {
+            command: CloseCommand::Cancel,
+            reason: String::new(),
+            ..closed
+        };
+        assert_eq!(cancel.describe(), "cancelled by alice");
+        // A word rover never writes is an error (`state.json` names itself), not a guess.
+        let other = json.replace("\"fail\"", "\"stop\"");
+        assert!(serde_json::from_str::<ClosedTrace>(&other).is_err());
     }
 }
