@@ -124,7 +124,8 @@ async fn a_task_on_the_worker_pulls_the_image_rover_pushed_to_the_registry_by_it
         "nothing runs when the image cannot be published"
     );
 
-    // With the login: pushed once, pulled by the worker by digest, the same image.
+    // With the login: pushed before each run (the second push finds every layer there), pulled
+    // by the worker by its digest, the same image both times.
     let swarm = swarm.with_registry(registry(Some(REGISTRY_LOGIN.1)));
     let mut runs = Vec::new();
     for action in ["pulled", "again"] {
