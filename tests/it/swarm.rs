@@ -8,7 +8,8 @@ use rover::sandbox::{ContainerStatus, Sandbox, SandboxError, WorkspaceMode};
 use crate::support::docker::{test_image, TestContainers};
 use crate::support::gitrepo::TestRepo;
 use crate::support::swarm::{
-    ensure_swarm, stop_worker_engine, swarm, Services, MANAGER_NODE, ON_WORKER, WORKER_NODE,
+    ensure_swarm, running_on, stop_worker_engine, swarm, Services, MANAGER_NODE, ON_WORKER,
+    WORKER_NODE,
 };
 
 /// Far above what these containers print.
@@ -95,6 +96,20 @@ async fn a_run_placed_on_the_worker_runs_there_and_its_output_comes_back() {
     assert!(!swarm.remove(&id).await.expect("remove again"));
 }
 
+/// A task of `echo started; sleep 600` in `image` over a mounted `dir`, started and running.
+async fn start_sleeping(
+    swarm: &rover::sandbox::SwarmSandbox,
+    tc: &TestContainers,
+    (image, dir): (&str, &std::path::Path),
+    action: &str,
+) -> (rover::sandbox::SandboxSpec, String) {
+    let mut spec = tc.spec(image, dir, action, "echo started; sleep 600");
+    spec.workspace = WorkspaceMode::Mounted;
+    let id = swarm.run(&spec).await.expect("a service is made");
+    until_running(swarm, &id, &spec.container_name()).await;
+    (spec, id)
+}
+
 /// Waits until the service's task runs.
 async fn until_running(swarm: &rover::sandbox::SwarmSandbox, id: &str, service: &str) {
     for _ in 0..600 {
@@ -120,10 +135,7 @@ async fn a_run_whose_node_goes_down_ends_as_lost_with_its_node() {
     let repo = TestRepo::new();
     let dir = repo.data.join("work");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let mut spec = tc.spec(&image, &dir, "node-loss", "echo started; sleep 600");
-    spec.workspace = WorkspaceMode::Mounted;
-    let id = swarm.run(&spec).await.expect("a service is made");
-    until_running(&swarm, &id, &spec.container_name()).await;
+    let (_, id) = start_sleeping(&swarm, &tc, (&image, &dir), "node-loss").await;
 
     let stopped = Instant::now();
     stop_worker_engine().await;
@@ -156,27 +168,9 @@ async fn a_kill_stops_a_task_on_the_worker_at_once() {
     let repo = TestRepo::new();
     let dir = repo.data.join("work");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    let mut spec = tc.spec(&image, &dir, "kill", "echo started; sleep 600");
-    spec.workspace = WorkspaceMode::Mounted;
-    let id = swarm.run(&spec).await.expect("a service is made");
-    until_running(&swarm, &id, &spec.container_name()).await;
+    let (spec, id) = start_sleeping(&swarm, &tc, (&image, &dir), "kill").await;
     let service_name = spec.container_name();
-    let on_worker = || async {
-        let filters = std::collections::HashMap::from([(
-            "label".to_owned(),
-            vec![format!("com.docker.swarm.service.name={service_name}")],
-        )]);
-        worker
-            .client()
-            .list_containers(Some(
-                bollard::query_parameters::ListContainersOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .expect("list the worker's containers")
-            .len()
-    };
+    let on_worker = || running_on(&worker, &service_name);
     assert_eq!(on_worker().await, 1, "the task runs on the worker");
 
     let t = Instant::now();

@@ -12,25 +12,12 @@ use crate::support::pipeline::first_span;
 use crate::support::scenario::{
     chain, coordinate, merge, scenario_image, task, Scenario, COORDINATE, NOTIFY, PLAN,
 };
-use crate::support::swarm::{swarm, MANAGER, ON_WORKER, WORKER, WORKER_NODE};
-
-/// The containers of service `name` on the worker's engine that are still running.
-fn running_on_worker(name: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args(["-H", WORKER, "ps", "-q", "--filter"])
-        .arg(format!("label=com.docker.swarm.service.name={name}"))
-        .output()
-        .expect("docker ps on the worker");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(ToString::to_string)
-        .collect()
-}
+use crate::support::swarm::{running_on, swarm, MANAGER, ON_WORKER, WORKER_NODE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_by_hand() {
     let image = scenario_image().await;
-    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let (_guard, swarm, worker) = swarm(&[ON_WORKER], &[&image]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     s.env_vars.push(("ROVER_SWARM_HOST".into(), MANAGER.into()));
@@ -76,7 +63,7 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(running_on_worker(&service).len(), 1, "{service}");
+    assert_eq!(running_on(&worker, &service).await, 1, "{service}");
 
     let trace = s.the_trace().index.trace_id;
     let cancelled = Instant::now();
@@ -92,7 +79,7 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // The task is stopped on the worker, then its service goes, and the trace ends.
     let deadline = Instant::now() + Duration::from_secs(90);
-    while !running_on_worker(&service).is_empty() {
+    while running_on(&worker, &service).await > 0 {
         assert!(
             Instant::now() < deadline,
             "the task still runs on the worker"

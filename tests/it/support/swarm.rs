@@ -111,6 +111,23 @@ pub async fn stop_worker_engine() {
     panic!("the worker's engine did not stop within 60 s");
 }
 
+/// How many containers of swarm service `service` run on `node`'s engine.
+pub async fn running_on(node: &DockerSandbox, service: &str) -> usize {
+    let filters = std::collections::HashMap::from([(
+        "label".to_owned(),
+        vec![format!("com.docker.swarm.service.name={service}")],
+    )]);
+    node.client()
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .expect("list a node's containers")
+        .len()
+}
+
 /// Removes the services of a test (its `TestContainers`) from the test swarm when it drops.
 pub struct Services<'a>(pub &'a super::docker::TestContainers);
 
