@@ -4,13 +4,11 @@
 use std::time::{Duration, Instant};
 
 use rover::sandbox::Sandbox;
-use rover::store::SpanStatus;
 use serde_json::json;
 
 use crate::support::env::stderr;
-use crate::support::pipeline::first_span;
 use crate::support::scenario::{
-    chain, coordinate, merge, scenario_image, task, Scenario, COORDINATE, NOTIFY, PLAN,
+    chain, closed_by_hand, merge, scenario_image, slow_task_issue, Scenario,
 };
 use crate::support::swarm::{running_on, swarm, MANAGER, ON_WORKER, WORKER_NODE};
 
@@ -26,19 +24,7 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
         &json!({"autopilot": {"sandbox": {"backend": "swarm", "egress": "model-only", "timeoutSecs": 300,
             "swarm": {"constraints": [ON_WORKER]}}}}),
     );
-    s.github
-        .add_issue(81, "Add a slow feature", "Please.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 81, "title": "Add a slow feature", "body": "Please.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a slow feature"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the slow feature", &[], "swe")]}));
-    s.rules.push(
-        json!({"prompt_contains": "## Task: Add the slow feature", "run": ["sleep 240"],
-        "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
-    );
-    s.answer(NOTIFY, json!({"message": "Stopped."}));
+    slow_task_issue(&mut s, 81, 240);
     let mut daemon = s
         .start_command(&[])
         .stdout(std::process::Stdio::null())
@@ -113,19 +99,8 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
     let _ = daemon.wait();
 
     let view = s.the_trace();
-    let workflow = first_span(&view, "workflow");
-    assert_eq!(workflow.status, SpanStatus::Error, "{:?}", workflow.summary);
-    assert_eq!(
-        workflow.meta["closedByHand"],
-        json!(true),
-        "{:?}",
-        workflow.meta
-    );
+    let workflow = closed_by_hand(&view, "cancelled by alice: not needed");
     let summary = workflow.summary.clone().unwrap_or_default();
-    assert!(
-        summary.contains("stopped by hand") && summary.contains("cancelled by alice: not needed"),
-        "{summary}"
-    );
     assert!(!summary.contains("node lost"), "{summary}");
     // The task was stopped before it sent its workspace back: a note, not a second failure.
     let notes = workflow.meta["notes"].to_string();

@@ -542,3 +542,49 @@ pub fn prompts(s: &Scenario) -> Vec<(String, Value)> {
         .map(|(_, v)| (v["prompt"].as_str().unwrap_or_default().to_owned(), v))
         .collect()
 }
+
+/// Issue `number` ("Add a slow feature") planned into one task whose agent runs `sleep <secs>`
+/// before it answers: a workflow run that is still running when a test acts on it.
+pub fn slow_task_issue(s: &mut Scenario, number: u64, secs: u64) {
+    let title = "Add a slow feature";
+    s.github.add_issue(number, title, "Please.", "alice", &[]);
+    s.github.seed_event(
+        "IssuesEvent",
+        "alice",
+        json!({"action": "opened", "issue": {"number": number, "title": title, "body": "Please.", "user": {"login": "alice"}}}),
+    );
+    s.answer(COORDINATE, coordinate("plan", json!({"directive": title})));
+    s.answer(
+        PLAN,
+        json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the slow feature", &[], "swe")]}),
+    );
+    s.rules.push(
+        json!({"prompt_contains": "## Task: Add the slow feature", "run": [format!("sleep {secs}")],
+        "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
+    );
+    s.answer(NOTIFY, json!({"message": "Stopped."}));
+}
+
+/// The trace's workflow span, checked to be an `error` closed by hand whose summary says so
+/// with `why` (`cancelled by alice: not needed`).
+pub fn closed_by_hand<'a>(view: &'a TraceView, why: &str) -> &'a rover::store::Span {
+    let workflow = super::pipeline::first_span(view, "workflow");
+    assert_eq!(
+        workflow.status,
+        rover::store::SpanStatus::Error,
+        "{:?}",
+        workflow.summary
+    );
+    assert_eq!(
+        workflow.meta["closedByHand"],
+        json!(true),
+        "{:?}",
+        workflow.meta
+    );
+    let summary = workflow.summary.clone().unwrap_or_default();
+    assert!(
+        summary.contains("stopped by hand") && summary.contains(why),
+        "{summary}"
+    );
+    workflow
+}
