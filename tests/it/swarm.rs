@@ -837,20 +837,7 @@ async fn rover_loads_a_tasks_image_onto_the_nodes_it_is_given_without_a_registry
         .expect("inspect")
         .expect("the test image");
     // The worker lacks it (a node that never ran it).
-    if image_id(&worker, &id).await.expect("inspect").is_some() {
-        worker
-            .client()
-            .remove_image(
-                &id,
-                Some(bollard::query_parameters::RemoveImageOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-                None,
-            )
-            .await
-            .expect("remove the image from the worker");
-    }
+    crate::support::swarm::remove_from_nodes(&id).await;
     assert!(image_id(&worker, &id).await.expect("inspect").is_none());
     let swarm = swarm
         .load_images_onto(&[crate::support::swarm::WORKER.to_owned()])
