@@ -55,15 +55,58 @@ pub enum Egress {
     Closed,
 }
 
-/// The trace's budget as the proxy enforces it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// The budget limits the proxy enforces for a run: every limit whose action stops running work
+/// (`autopilot.budget.trace` with `pause` or `stop`, `day` and `month` with `stop`), each with
+/// the spend recorded before the run (runs still live are counted from their ledgers). A limit
+/// left out is not enforced at the wire.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GrantBudget {
-    /// The trace's stop limit: at or above it model requests are refused.
+    /// The trace's USD stop limit (`autopilot.budget.trace.usd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_usd: Option<f64>,
+    /// The trace's recorded USD at launch, excluding runs still live (whose ledgers count).
+    #[serde(default)]
+    pub baseline_usd: f64,
+    /// The trace's token stop limit (`autopilot.budget.trace.tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_tokens: Option<u64>,
+    /// The trace's recorded tokens at launch, excluding runs still live.
+    #[serde(default)]
+    pub baseline_tokens: u64,
+    /// The UTC day's USD stop limit (`autopilot.budget.day.usd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub day: Option<PeriodBudget>,
+    /// The UTC month's USD stop limit (`autopilot.budget.month.usd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub month: Option<PeriodBudget>,
+}
+
+impl GrantBudget {
+    /// Whether any limit is set.
+    pub fn is_empty(&self) -> bool {
+        self.stop_usd.is_none()
+            && self.stop_tokens.is_none()
+            && self.day.is_none()
+            && self.month.is_none()
+    }
+}
+
+/// A calendar period's USD stop limit, with the period's recorded spend (every trace's, runs
+/// still live excluded) when the grant was written or last rebaselined.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeriodBudget {
+    /// `YYYY-MM-DD` for a day, `YYYY-MM` for a month (UTC): the baseline is that period's; in
+    /// a later period it no longer counts (the live runs' ledgers still do).
+    pub period: String,
     pub stop_usd: f64,
-    /// The trace's recorded spend at launch, excluding runs still live (whose ledgers count).
     pub baseline_usd: f64,
 }
+
+/// The most model requests one run may have in flight at once, unless its grant says otherwise
+/// (`autopilot.sandbox.modelConcurrency`).
+pub const DEFAULT_MAX_REQUESTS: u32 = 8;
 
 /// What one run may do through the proxy. Unknown keys are ignored so a newer daemon's grants
 /// still load.
@@ -82,9 +125,13 @@ pub struct Grant {
     /// Where else it may connect.
     #[serde(default)]
     pub egress: Egress,
-    /// The trace's budget; none means no cap at the wire.
+    /// The budget limits enforced at the wire; none means no cap there.
     #[serde(default)]
     pub budget: Option<GrantBudget>,
+    /// The most model requests the run may have in flight at once ([`DEFAULT_MAX_REQUESTS`]
+    /// when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u32>,
     /// Set when the run is over: its token stops working at once.
     #[serde(default)]
     pub ended: bool,

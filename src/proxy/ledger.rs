@@ -42,6 +42,11 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// Every token: input, cached, cache writes and output (what a token limit counts).
+    pub fn total(&self) -> u64 {
+        self.input + self.cached + self.cache_write + self.output
+    }
+
     /// Add `other` to these counts.
     pub fn add(&mut self, other: &TokenUsage) {
         self.input += other.input;
@@ -72,15 +77,46 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// The first time the trace's spend stopped a model request.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// The first time a budget limit stopped a model request of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stopped {
     pub at: DateTime<Utc>,
-    /// The trace's spend when the request was refused.
+    /// The limit's key (`autopilot.budget.trace.usd`, `.trace.tokens`, `.day.usd`,
+    /// `.month.usd`); none in ledgers written before there was more than the trace's USD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// The spend the limit counts when the request was refused (USD limits), requests in
+    /// flight included.
+    #[serde(default)]
     pub spend_usd: f64,
-    /// The stop limit it reached.
+    /// The USD limit it reached.
+    #[serde(default)]
     pub stop_usd: f64,
+    /// For a token limit: the tokens counted, and the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_tokens: Option<u64>,
+}
+
+impl Stopped {
+    /// `$0.0312 of $0.0050 (autopilot.budget.trace.usd)` or `260000 of 200000 tokens
+    /// (autopilot.budget.trace.tokens)`.
+    pub fn describe(&self) -> String {
+        let limit = self
+            .limit
+            .as_deref()
+            .unwrap_or("autopilot.budget.trace.usd");
+        match (self.spend_tokens, self.stop_tokens) {
+            (Some(spend), Some(stop)) => format!("{spend} of {stop} tokens ({limit})"),
+            _ => format!(
+                "{} of {} ({limit})",
+                crate::agents::usd(self.spend_usd),
+                crate::agents::usd(self.stop_usd)
+            ),
+        }
+    }
 }
 
 /// What the proxy saw one run do.
@@ -238,13 +274,9 @@ impl Ledger {
     }
 
     /// Note that the trace's spend stopped a request (the first time only).
-    pub fn record_stop(&mut self, spend_usd: f64, stop_usd: f64) {
+    pub fn record_stop(&mut self, stop: Stopped) {
         if self.stopped.is_none() {
-            self.stopped = Some(Stopped {
-                at: Utc::now(),
-                spend_usd,
-                stop_usd,
-            });
+            self.stopped = Some(stop);
         }
     }
 }

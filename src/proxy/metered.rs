@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 
 use super::grant::{Grant, Provider};
 use super::ledger::Ledger;
+use super::reserve::Reservation;
 use super::respond::BoxError;
 use super::server::{off_runtime, Shared};
 use super::usage::UsageParser;
@@ -26,6 +28,9 @@ pub(crate) struct Exchange {
     /// The model the request asked for.
     pub model: Option<String>,
     pub bytes_up: u64,
+    /// The run's request slot and the request's reservation: given back once the ledger holds
+    /// the answer's real usage (both count meanwhile: never neither).
+    pub held: Option<(OwnedSemaphorePermit, Option<Reservation>)>,
 }
 
 pub(crate) struct MeteredBody {
@@ -68,6 +73,7 @@ impl MeteredBody {
         let dir = exchange.shared.dir().to_owned();
         let grant = exchange.grant;
         let bytes_up = exchange.bytes_up;
+        let held = exchange.held;
         Some(handle.spawn(async move {
             let run = grant.run.clone();
             let written = off_runtime(move || {
@@ -79,6 +85,7 @@ impl MeteredBody {
             if let Err(e) = written {
                 tracing::error!(run, error = %e, "cannot record a model response in the run's ledger");
             }
+            drop(held);
         }))
     }
 }

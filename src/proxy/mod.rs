@@ -20,12 +20,15 @@ pub mod env;
 mod error;
 mod grant;
 mod ledger;
+mod limits;
 mod metered;
 mod model;
 mod policy;
 mod preamble;
 mod relay;
+mod reserve;
 mod respond;
+mod routes;
 mod server;
 mod spend;
 mod usage;
@@ -37,17 +40,24 @@ mod tests;
 pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
 pub use error::ProxyError;
 pub use grant::{
-    is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, Provider, RUNS_DIR,
+    is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, PeriodBudget, Provider,
+    DEFAULT_MAX_REQUESTS, RUNS_DIR,
 };
 pub use ledger::{
     ConnectionRow, Ledger, Refusal, Stopped, TokenUsage, MAX_CONNECTION_ROWS, MAX_REFUSALS,
     OTHER_HOST,
 };
+pub use limits::{
+    BODY_BUDGET_BYTES, BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS_PER_RUN, ROOM_TIMEOUT,
+    RUN_BODY_BYTES,
+};
 pub use model::{MAX_REQUEST_BYTES, OAUTH_BETA};
 pub use preamble::{preamble, read_preamble, BadPreamble, MAX_PREAMBLE_BYTES, PREAMBLE_PREFIX};
 pub use relay::relay;
+pub use reserve::{worst_case, Worst, DEFAULT_MAX_OUTPUT_TOKENS};
+pub use routes::{route, Route, MODEL_ROUTES};
 pub use server::serve;
-pub use spend::trace_spend;
+pub use spend::{live_spend, trace_spend, LiveSpend};
 pub use usage::{SeenUsage, UsageParser, MAX_EVENT_BYTES, MAX_JSON_BYTES};
 pub use workspace::{
     WORKSPACE_IN, WORKSPACE_LIMIT, WORKSPACE_OUT, WORKSPACE_PATH, WORKSPACE_REFUSED,

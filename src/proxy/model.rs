@@ -1,21 +1,25 @@
 //! The model reverse proxy: `/anthropic/...` and `/openai/...` requests authenticated with the
-//! run's token, checked against the grant and the trace's budget, then sent upstream with the
-//! real credential and streamed back metered.
+//! run's token, allowed only on the calls the agent CLIs make ([`super::routes`]), within the
+//! run's share of the proxy ([`super::limits`]), with their worst case reserved against every
+//! budget stop limit ([`super::reserve`]), then sent upstream with the real credential and
+//! streamed back metered.
 
 use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri, Version};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::config::Credential;
-use super::grant::{Grant, Provider};
+use super::grant::{Grant, Provider, DEFAULT_MAX_REQUESTS};
 use super::ledger::Ledger;
+use super::limits::{read_body, BodyRefusal, OutBody};
 use super::metered::{Exchange, MeteredBody};
+use super::reserve::{admit, worst_case, Refused, Worst};
 use super::respond::{model_error, ModelRefusal, ProxyBody};
+use super::routes::route;
 use super::server::{off_runtime, Shared};
-use super::spend::trace_spend;
 use super::usage::UsageParser;
 
 /// The largest request body the proxy reads (it must read it to know the model).
@@ -69,6 +73,20 @@ pub(crate) async fn forward(
         refuse(&shared, &grant, &reason).await;
         return model_error(provider, ModelRefusal::Auth, &reason);
     }
+    let rest = req
+        .uri()
+        .path_and_query()
+        .map_or("", |pq| pq.as_str())
+        .strip_prefix(&format!("/{}", provider.name()))
+        .unwrap_or("")
+        .to_owned();
+    let route = match route(provider, req.method(), &rest) {
+        Ok(route) => route,
+        Err(reason) => {
+            refuse(&shared, &grant, &reason).await;
+            return model_error(provider, ModelRefusal::Forbidden, &reason);
+        }
+    };
     let Some(upstream) = shared.config.upstream(provider).cloned() else {
         let reason = format!(
             "rover's proxy has no {} upstream configured; give rover the {} credential",
@@ -78,6 +96,15 @@ pub(crate) async fn forward(
         refuse(&shared, &grant, &reason).await;
         return model_error(provider, ModelRefusal::Upstream, &reason);
     };
+    let slots = shared.limits.run(run, grant.max_requests);
+    let Some(slot) = slots.request() else {
+        let reason = format!(
+            "rover: run {run} has {} model requests in flight already (autopilot.sandbox.modelConcurrency); retry when one ends",
+            grant.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS)
+        );
+        refuse(&shared, &grant, &reason).await;
+        return model_error(provider, ModelRefusal::Busy, &reason);
+    };
 
     let (parts, body) = req.into_parts();
     let declared = parts
@@ -85,62 +112,45 @@ pub(crate) async fn forward(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let body = if declared.is_some_and(|n| n > MAX_REQUEST_BYTES as u64) {
-        Err(true)
-    } else {
-        Limited::new(body, MAX_REQUEST_BYTES)
-            .collect()
-            .await
-            .map(http_body_util::Collected::to_bytes)
-            .map_err(|e| e.is::<LengthLimitError>())
-    };
-    let body = match body {
-        Ok(body) => body,
-        Err(too_large) => {
-            let reason = if too_large {
-                format!(
-                    "rover: the request body is larger than the proxy's {} MiB limit",
-                    MAX_REQUEST_BYTES >> 20
-                )
-            } else {
-                "rover: the request body could not be read".to_owned()
-            };
+    let (body, room) = match read_body(&shared.limits, &slots, body, declared).await {
+        Ok(read) => read,
+        Err(refusal) => {
+            let reason = refusal.reason();
             refuse(&shared, &grant, &reason).await;
-            return model_error(provider, ModelRefusal::TooLarge, &reason);
+            let kind = match refusal {
+                BodyRefusal::TooLarge => ModelRefusal::TooLarge,
+                BodyRefusal::Busy => ModelRefusal::Busy,
+                BodyRefusal::Slow | BodyRefusal::Broken => ModelRefusal::Incomplete,
+            };
+            return model_error(provider, kind, &reason);
         }
     };
     let model = request_model(&body);
-
-    if let Some(budget) = grant.budget {
-        let dir = shared.dir().to_owned();
-        let spent = {
-            let grant = grant.clone();
-            off_runtime(move || trace_spend(&dir, &grant)).await
-        };
-        let spend = match spent {
-            Ok(spend) => spend,
-            Err(e) => {
-                // Without the spend the cap cannot be checked: refuse rather than overspend.
-                tracing::error!(run, error = %e, "cannot read the trace's spend");
-                let reason = "rover's proxy cannot read the trace's spend, so the request was not sent; see the proxy's log";
-                refuse(&shared, &grant, reason).await;
-                return model_error(provider, ModelRefusal::Upstream, reason);
+    let worst = if route.metered {
+        worst_case(&shared.config.prices, provider, model.as_deref(), &body)
+    } else {
+        Worst::default()
+    };
+    let reservation = match admit(&shared, &grant, worst).await {
+        Ok(reservation) => {
+            if let Some(held) = &reservation {
+                tracing::debug!(
+                    run,
+                    usd = held.usd,
+                    tokens = held.tokens,
+                    "reserved a model request's worst case"
+                );
             }
-        };
-        if spend >= budget.stop_usd {
-            let reason = format!(
-                "rover: this run's trace reached its budget stop limit ({} of {}, autopilot.budget.trace.usd); the request was not sent",
-                crate::agents::usd(spend),
-                crate::agents::usd(budget.stop_usd)
-            );
+            reservation
+        }
+        Err(Refused::Over(over)) => {
             let dir = shared.dir().to_owned();
-            let stop = budget.stop_usd;
             let noted = {
-                let (grant, reason) = (grant.clone(), reason.clone());
+                let (grant, over) = (grant.clone(), over.clone());
                 off_runtime(move || {
                     Ledger::update(&dir, &grant, |ledger| {
-                        ledger.record_refusal(&reason);
-                        ledger.record_stop(spend, stop);
+                        ledger.record_refusal(&over.reason);
+                        ledger.record_stop(over.stopped);
                     })
                 })
                 .await
@@ -150,21 +160,20 @@ pub(crate) async fn forward(
             }
             tracing::warn!(
                 run,
-                spend,
-                stop,
-                "a model request was refused at the budget stop limit"
+                reason = %over.reason,
+                "a model request was refused at a budget stop limit"
             );
-            return model_error(provider, ModelRefusal::Budget, &reason);
+            return model_error(provider, ModelRefusal::Budget, &over.reason);
         }
-    }
+        Err(Refused::Unreadable(e)) => {
+            // Without the spend the cap cannot be checked: refuse rather than overspend.
+            tracing::error!(run, error = %e, "cannot read the spend");
+            let reason = "rover's proxy cannot read the trace's spend, so the request was not sent; see the proxy's log";
+            refuse(&shared, &grant, reason).await;
+            return model_error(provider, ModelRefusal::Upstream, reason);
+        }
+    };
 
-    let rest = parts
-        .uri
-        .path_and_query()
-        .map_or("", |pq| pq.as_str())
-        .strip_prefix(&format!("/{}", provider.name()))
-        .unwrap_or("")
-        .to_owned();
     let target: Uri = match upstream.target(&rest).parse() {
         Ok(uri) => uri,
         Err(e) => {
@@ -177,7 +186,7 @@ pub(crate) async fn forward(
     strip_request_headers(&mut headers);
     add_credential(&mut headers, provider, &upstream.credential);
     let bytes_up = body.len() as u64;
-    let mut outgoing = Request::new(Full::new(body));
+    let mut outgoing = Request::new(OutBody::new(body, Some(room)));
     *outgoing.method_mut() = parts.method;
     *outgoing.uri_mut() = target;
     *outgoing.version_mut() = Version::HTTP_11;
@@ -208,6 +217,7 @@ pub(crate) async fn forward(
         provider,
         model,
         bytes_up,
+        held: Some((slot, reservation)),
     };
     let body = MeteredBody::new(body, parser, exchange);
     Response::from_parts(parts, BodyExt::boxed_unsync(body))

@@ -20,8 +20,14 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 pub enum ModelRefusal {
     /// The token is missing or not this run's, the run ended, or the provider is not granted.
     Auth,
-    /// The trace reached its stop limit: not retryable.
+    /// A budget stop limit has no room left: not retryable.
     Budget,
+    /// Not a call the run token is good for ([`super::routes`]).
+    Forbidden,
+    /// The run has all its requests in flight, or the proxy no room for the body: retry.
+    Busy,
+    /// The request body did not arrive whole, or in time.
+    Incomplete,
     /// The request body is larger than the proxy reads.
     TooLarge,
     /// The proxy has no such upstream or could not reach it.
@@ -61,7 +67,11 @@ pub fn model_error(
         Provider::Anthropic => {
             let (status, kind) = match refusal {
                 ModelRefusal::Auth => (StatusCode::UNAUTHORIZED, "authentication_error"),
-                ModelRefusal::Budget => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+                ModelRefusal::Budget | ModelRefusal::Incomplete => {
+                    (StatusCode::BAD_REQUEST, "invalid_request_error")
+                }
+                ModelRefusal::Forbidden => (StatusCode::FORBIDDEN, "permission_error"),
+                ModelRefusal::Busy => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
                 ModelRefusal::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
                 ModelRefusal::Upstream => (StatusCode::BAD_GATEWAY, "api_error"),
             };
@@ -87,6 +97,21 @@ pub fn model_error(
                     "invalid_request_error",
                     "request_too_large",
                 ),
+                ModelRefusal::Forbidden => (
+                    StatusCode::FORBIDDEN,
+                    "invalid_request_error",
+                    "forbidden_by_rover",
+                ),
+                ModelRefusal::Busy => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "requests",
+                    "rate_limit_exceeded",
+                ),
+                ModelRefusal::Incomplete => (
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "incomplete_body",
+                ),
                 ModelRefusal::Upstream => (
                     StatusCode::BAD_GATEWAY,
                     "server_error",
@@ -105,5 +130,10 @@ pub fn model_error(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
     );
+    if refusal == ModelRefusal::Busy {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
     response
 }

@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +24,9 @@ use tracing::Instrument;
 use super::config::ProxyConfig;
 use super::error::ProxyError;
 use super::grant::{Grant, Provider};
+use super::limits::{Limits, OutBody, HEADER_TIMEOUT, MAX_CONNECTIONS_PER_RUN};
 use super::preamble::read_preamble;
+use super::reserve::Reservations;
 use super::respond::{text, ProxyBody};
 use super::{egress, model};
 
@@ -35,7 +36,7 @@ const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// The upstream HTTP client: pooled keep-alive connections, http and https.
-pub(crate) type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type UpstreamClient = Client<HttpsConnector<HttpConnector>, OutBody>;
 
 /// What every connection shares.
 pub(crate) struct Shared {
@@ -43,6 +44,10 @@ pub(crate) struct Shared {
     pub client: UpstreamClient,
     /// Cancelled when the server shuts down: open tunnels close.
     pub shutdown: CancellationToken,
+    /// The memory and concurrency bounds, shared and per run.
+    pub limits: Limits,
+    /// What model requests in flight reserved of their budgets.
+    pub reservations: Arc<Reservations>,
 }
 
 impl Shared {
@@ -70,6 +75,8 @@ impl Shared {
             config,
             client,
             shutdown,
+            limits: Limits::default(),
+            reservations: Arc::new(Reservations::default()),
         })
     }
 
@@ -130,8 +137,8 @@ async fn connection(shared: Arc<Shared>, mut stream: UnixStream) {
         let run = run.clone();
         off_runtime(move || Grant::load(&dir, &run)).await
     };
-    match known {
-        Ok(Some(_)) => {}
+    let grant = match known {
+        Ok(Some(grant)) => grant,
         Ok(None) => {
             return refuse_connection(stream, &format!("run {run:?} has no grant")).await;
         }
@@ -140,7 +147,14 @@ async fn connection(shared: Arc<Shared>, mut stream: UnixStream) {
             return refuse_connection(stream, &format!("cannot read the grant of run {run:?}"))
                 .await;
         }
-    }
+    };
+    let Some(_open) = shared.limits.run(&run, grant.max_requests).connection() else {
+        return refuse_connection(
+            stream,
+            &format!("run {run:?} has {MAX_CONNECTIONS_PER_RUN} connections open already"),
+        )
+        .await;
+    };
     let service = {
         let shared = shared.clone();
         let run: Arc<str> = run.as_str().into();
@@ -152,6 +166,9 @@ async fn connection(shared: Arc<Shared>, mut stream: UnixStream) {
     };
     let conn = http1::Builder::new()
         .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(256 * 1024)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     tokio::pin!(conn);

@@ -1,7 +1,7 @@
-//! A trace's spend as the proxy sees it before forwarding a model request: the grant's baseline
-//! (the trace's recorded spend at launch, live runs excluded) plus the ledger of every live run
-//! of the trace. Ended runs are left out: the daemon folds their spend into the live grants'
-//! baselines when it collects them.
+//! The spend the proxy sees before forwarding a model request: the grant's baselines (what was
+//! recorded before the run, live runs excluded) plus the ledger of every live run. Ended runs
+//! are left out: the daemon folds their spend into the live grants' baselines when it collects
+//! them. Requests in flight are not here: [`super::reserve`] adds their reservations.
 
 use std::path::Path;
 
@@ -9,9 +9,27 @@ use super::error::ProxyError;
 use super::grant::{is_valid_run, Grant, RUNS_DIR};
 use super::ledger::Ledger;
 
-/// The spend of `grant`'s trace in USD (blocking: reads every run's grant and ledger).
+/// What the live runs' ledgers hold, for one grant.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LiveSpend {
+    /// USD of the live runs of the grant's trace (this run included).
+    pub trace_usd: f64,
+    /// Tokens (every input, cached and cache-write token, and every output token) of the live
+    /// runs of the grant's trace.
+    pub trace_tokens: u64,
+    /// USD of every live run, whatever its trace (for the day's and month's limits).
+    pub all_usd: f64,
+}
+
+/// The spend of `grant`'s trace in USD: its baseline and its live runs (blocking).
 pub fn trace_spend(dir: &Path, grant: &Grant) -> Result<f64, ProxyError> {
-    let mut spend = grant.budget.map_or(0.0, |b| b.baseline_usd);
+    let baseline = grant.budget.as_ref().map_or(0.0, |b| b.baseline_usd);
+    Ok(baseline + live_spend(dir, grant)?.trace_usd)
+}
+
+/// The live runs' spend as seen by `grant` (blocking: reads every run's grant and ledger).
+pub fn live_spend(dir: &Path, grant: &Grant) -> Result<LiveSpend, ProxyError> {
+    let mut spend = LiveSpend::default();
     let runs = dir.join(RUNS_DIR);
     let entries = match std::fs::read_dir(&runs) {
         Ok(entries) => entries,
@@ -33,18 +51,30 @@ pub fn trace_spend(dir: &Path, grant: &Grant) -> Result<f64, ProxyError> {
                 Ok(other) => other,
                 Err(e) => {
                     // Another run's broken grant must not stop this run's requests.
-                    tracing::warn!(run, error = %e, "skipping an unreadable grant in the trace's spend");
+                    tracing::warn!(run, error = %e, "skipping an unreadable grant in the spend");
                     None
                 }
             }
         };
         let Some(other) = other else { continue };
-        if other.trace_id != grant.trace_id || other.ended {
+        if other.ended {
             continue;
         }
+        let ours = other.trace_id == grant.trace_id;
         // This trace's own ledgers are counted even if broken: refuse rather than undercount.
-        if let Some(ledger) = Ledger::load(dir, &run)? {
-            spend += ledger.usd;
+        let ledger = match Ledger::load(dir, &run) {
+            Ok(ledger) => ledger,
+            Err(e) if ours => return Err(e),
+            Err(e) => {
+                tracing::warn!(run, error = %e, "skipping an unreadable ledger in the day's spend");
+                None
+            }
+        };
+        let Some(ledger) = ledger else { continue };
+        spend.all_usd += ledger.usd;
+        if ours {
+            spend.trace_usd += ledger.usd;
+            spend.trace_tokens += ledger.usage.total();
         }
     }
     Ok(spend)

@@ -89,6 +89,9 @@ pub struct SandboxSettings {
     /// sends it: every file's full size, a sparse one included). Past it the run fails and
     /// nothing of it reaches the worktree.
     pub workspace_limit_mb: u64,
+    /// The most model requests one agent run may have in flight at once through rover's proxy;
+    /// past it the proxy answers `429` (the CLIs retry).
+    pub model_concurrency: u32,
 }
 
 /// Which engine runs the sandboxes (`autopilot.sandbox.backend`).
@@ -158,6 +161,7 @@ impl Default for SandboxSettings {
             registry: None,
             workspace: None,
             workspace_limit_mb: 8192,
+            model_concurrency: crate::proxy::DEFAULT_MAX_REQUESTS,
         }
     }
 }

@@ -68,9 +68,8 @@ pub fn network_lines(meta: &Meta, lead: &str) -> String {
     if let Some(stop) = &ledger.stopped {
         let _ = writeln!(
             out,
-            "{lead}  stopped by budget at the wire: {} of {} at {}",
-            crate::budget::usd(stop.spend_usd),
-            crate::budget::usd(stop.stop_usd),
+            "{lead}  stopped by budget at the wire: {} at {}",
+            stop.describe(),
             stop.at.format("%H:%M:%S UTC")
         );
     }

@@ -257,9 +257,10 @@ async fn proxy_latency() {
         providers: vec![Provider::Anthropic],
         egress: rover::proxy::Egress::ModelOnly,
         budget: Some(GrantBudget {
-            stop_usd: 1e9,
-            baseline_usd: 0.0,
+            stop_usd: Some(1e9),
+            ..GrantBudget::default()
         }),
+        max_requests: None,
         ended: false,
         created_at: Utc::now(),
     }

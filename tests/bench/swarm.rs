@@ -446,6 +446,7 @@ impl Bench {
                                 providers: Vec::new(),
                                 egress: rover::proxy::Egress::default(),
                                 budget: None,
+                                max_requests: None,
                                 ended: false,
                                 created_at: chrono::Utc::now(),
                             }

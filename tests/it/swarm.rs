@@ -424,6 +424,7 @@ async fn run_network(
         providers: Vec::new(),
         egress: rover::proxy::Egress::default(),
         budget: None,
+        max_requests: None,
         ended: false,
         created_at: chrono::Utc::now(),
     }

@@ -4,6 +4,7 @@
 
 mod egress;
 mod model;
+mod seal;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -42,6 +43,10 @@ struct FakeState {
     credentials: Mutex<Vec<String>>,
     /// When set, the next stream waits for it after its first event.
     gate: Mutex<Option<oneshot::Receiver<()>>>,
+    /// When set, every stream waits after its first event until it says `true`.
+    hold_all: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
+    /// Requests answered.
+    answered: std::sync::atomic::AtomicUsize,
     last_sent: AtomicBool,
 }
 
@@ -53,6 +58,18 @@ struct Fake {
 impl Fake {
     fn credentials(&self) -> Vec<String> {
         self.state.credentials.lock().expect("lock").clone()
+    }
+
+    /// Make every stream pause after its first event until the sender says `true`.
+    fn hold_all(&self) -> tokio::sync::watch::Sender<bool> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        *self.state.hold_all.lock().expect("lock") = Some(rx);
+        tx
+    }
+
+    /// Requests the fake answered (with the right credential).
+    fn answered(&self) -> usize {
+        self.state.answered.load(Ordering::SeqCst)
     }
 
     /// Make the next stream pause after its first event until the sender fires.
@@ -154,6 +171,8 @@ fn answer(provider: Provider, state: &Arc<FakeState>, headers: &HeaderMap) -> Re
         Provider::Openai => openai_events(),
     };
     let gate = state.gate.lock().expect("lock").take();
+    let hold_all = state.hold_all.lock().expect("lock").clone();
+    state.answered.fetch_add(1, Ordering::SeqCst);
     let state = state.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
@@ -164,6 +183,9 @@ fn answer(provider: Provider, state: &Arc<FakeState>, headers: &HeaderMap) -> Re
         }
         if let Some(gate) = gate {
             let _ = gate.await;
+        }
+        if let Some(mut all) = hold_all {
+            let _ = all.wait_for(|go| *go).await;
         }
         // The rest in pieces that split events and lines anywhere.
         let rest: String = events.collect();
@@ -242,6 +264,7 @@ impl Harness {
             providers: vec![Provider::Anthropic, Provider::Openai],
             egress: Egress::ModelOnly,
             budget: None,
+            max_requests: None,
             ended: false,
             created_at: Utc::now(),
         };
@@ -316,6 +339,18 @@ fn anthropic_request(token: &str) -> Request<Full<Bytes>> {
         &[("x-api-key", token), ("anthropic-version", "2023-06-01")],
         &json!({"model": "claude-test", "max_tokens": 10, "stream": true,
                 "messages": [{"role": "user", "content": "hi"}]}),
+    )
+}
+
+/// A request the fake's answer (1,000 tokens in, 1,000 out) cannot cost more than its worst
+/// case: a body of 1,200 bytes and `max_tokens` 1,000.
+fn honest_anthropic_request(token: &str) -> Request<Full<Bytes>> {
+    let body = json!({"model": "claude-test", "max_tokens": 1000, "stream": true,
+        "messages": [{"role": "user", "content": "x".repeat(1100)}]});
+    post(
+        "/anthropic/v1/messages?beta=true",
+        &[("x-api-key", token), ("anthropic-version", "2023-06-01")],
+        &body,
     )
 }
 

@@ -165,11 +165,12 @@ async fn usage_read_from_split_chunks_lands_in_the_ledger() {
 async fn a_trace_at_its_stop_limit_is_refused_while_the_request_in_flight_finishes() {
     let h = Harness::start().await;
     let budget = Some(GrantBudget {
-        stop_usd: 0.05,
+        stop_usd: Some(0.05),
         baseline_usd: 0.01,
+        ..GrantBudget::default()
     });
-    let token_a = h.grant("run-a", |g| g.budget = budget);
-    let token_b = h.grant("run-b", |g| g.budget = budget);
+    let token_a = h.grant("run-a", |g| g.budget = budget.clone());
+    let token_b = h.grant("run-b", |g| g.budget = budget.clone());
     // An ended run of the trace: its spend is in the baselines, its ledger is not counted.
     let ended = Grant::load(h.path(), "run-a")
         .expect("load")
@@ -212,8 +213,24 @@ async fn a_trace_at_its_stop_limit_is_refused_while_the_request_in_flight_finish
     let error: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(error["error"]["type"], "invalid_request_error");
     let message = error["error"]["message"].as_str().expect("message");
+    // run-a's request in flight holds its worst case: it counts.
+    let held = worst_case(
+        &ProxyPrices::default(),
+        Provider::Anthropic,
+        Some("claude-test"),
+        &anthropic_request("x")
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes(),
+    );
+    let spend = 0.01 + 2.0 * ANTHROPIC_ANSWER_USD + held.usd;
     assert!(
-        message.contains("reached its budget stop limit ($0.0700 of $0.0500"),
+        message.contains(&format!(
+            "reached its budget stop limit ({} of $0.0500, autopilot.budget.trace.usd",
+            crate::agents::usd(spend)
+        )) && message.contains("reserved by 1 request(s) in flight"),
         "{message}"
     );
     let mut c = client(h.relay("run-b").await).await;
@@ -224,7 +241,6 @@ async fn a_trace_at_its_stop_limit_is_refused_while_the_request_in_flight_finish
 
     let ledger = h.ledger_when("run-b", |l| l.refused == 2).await;
     let stopped = ledger.stopped.expect("stopped recorded");
-    let spend = 0.01 + 2.0 * ANTHROPIC_ANSWER_USD;
     assert!((stopped.spend_usd - spend).abs() < 1e-9, "{stopped:?}");
     assert!((stopped.stop_usd - 0.05).abs() < 1e-12);
     assert_eq!(ledger.requests, 2);

@@ -199,7 +199,7 @@ impl WorkflowStep {
         } else {
             super::network::end_run(&ctx.store, &container).await
         };
-        let wire_stop = wire.as_ref().and_then(|l| l.stopped);
+        let wire_stop = wire.as_ref().and_then(|l| l.stopped.clone());
 
         let (mut task_status, mut summary) = verdict(&RunEnd {
             container: &container,
@@ -219,9 +219,8 @@ impl WorkflowStep {
             if task_status != TaskStatus::Completed {
                 task_status = TaskStatus::Failed;
                 summary = format!(
-                    "stopped by budget at the wire: the trace had spent {} of its stop limit {} (autopilot.budget.trace.usd) when rover's proxy refused the agent's next model request; the agent said: {summary}",
-                    crate::budget::usd(stop.spend_usd),
-                    crate::budget::usd(stop.stop_usd)
+                    "stopped by budget at the wire: {} when rover's proxy refused the agent's next model request; the agent said: {summary}",
+                    stop.describe()
                 );
             }
         }

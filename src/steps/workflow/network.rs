@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::WorkflowStep;
 use crate::agents::AgentKind;
 use crate::orchestrator::{StepContext, StepError};
-use crate::proxy::{self, Grant, GrantBudget, Ledger, Provider};
+use crate::proxy::{self, Grant, GrantBudget, Ledger, PeriodBudget, Provider};
 use crate::sandbox::runnet::{PROXY_ALIAS, PROXY_PORT};
 use crate::sandbox::{RunConnect, Sandbox};
 use crate::store::AutopilotStore;
@@ -67,24 +67,20 @@ pub(super) struct Connected {
 }
 
 impl WorkflowStep {
-    /// The trace's budget as the proxy enforces it: only a `usd` limit that stops, with what
-    /// the trace has spent so far (runs still going are counted by the proxy itself).
+    /// The budget limits the proxy enforces for a run of `trace_id`: the trace's `usd` and
+    /// `tokens` when its action is `pause` or `stop` (both stop the trace), the day's and the
+    /// month's `usd` when theirs is `stop`, each with what was recorded before (runs still going
+    /// are counted by the proxy itself). `None` when no limit stops at the wire.
     async fn wire_budget(&self, ctx: &StepContext, trace_id: Uuid) -> Option<GrantBudget> {
-        let limits = &self.services.config.autopilot.budget.trace;
-        let stop_usd = limits.usd?;
-        if limits.action == crate::budget::BudgetAction::Warn {
-            return None;
-        }
+        let settings = &self.services.config.autopilot.budget;
         let store = ctx.store.clone();
-        let spent = tokio::task::spawn_blocking(move || crate::budget::Ledger::load(&store))
+        let ledger = tokio::task::spawn_blocking(move || crate::budget::Ledger::load(&store))
             .await
             .ok()
             .and_then(Result::ok)
-            .map_or(0.0, |l| l.trace(trace_id).cost_usd);
-        Some(GrantBudget {
-            stop_usd,
-            baseline_usd: spent,
-        })
+            .unwrap_or_default();
+        let budget = wire_limits(settings, &ledger, trace_id, Utc::now());
+        (!budget.is_empty()).then_some(budget)
     }
 
     /// Gives the run `container` of `trace_id` its grant and network. `adopting`: the container
@@ -113,6 +109,7 @@ impl WorkflowStep {
                 providers: vec![provider(kind)],
                 egress: egress.policy(),
                 budget: self.wire_budget(ctx, trace_id).await,
+                max_requests: Some(settings.model_concurrency),
                 ended: false,
                 created_at: Utc::now(),
             };
@@ -162,14 +159,13 @@ pub(super) async fn end_run(store: &AutopilotStore, container: &str) -> Option<L
         };
         if let Ok(Some(mut grant)) = Grant::load(&dir, &run) {
             if !grant.ended {
-                let spent = ledger.as_ref().map_or(0.0, |l| l.usd);
-                if spent > 0.0 {
-                    for mut other in live_grants(&dir, grant.trace_id) {
-                        if other.run != run {
-                            if let Some(budget) = other.budget.as_mut() {
-                                budget.baseline_usd += spent;
-                                let _ = other.save(&dir);
-                            }
+                if let Some(spent) = ledger
+                    .as_ref()
+                    .filter(|l| l.usd > 0.0 || l.usage.total() > 0)
+                {
+                    for mut other in live_grants(&dir, None) {
+                        if other.run != run && fold(&mut other, grant.trace_id, spent) {
+                            let _ = other.save(&dir);
                         }
                     }
                 }
@@ -186,8 +182,8 @@ pub(super) async fn end_run(store: &AutopilotStore, container: &str) -> Option<L
     .flatten()
 }
 
-/// The grants of `trace` whose run has not ended.
-fn live_grants(dir: &Path, trace: Uuid) -> Vec<Grant> {
+/// The grants whose run has not ended (of `trace` only, when given).
+fn live_grants(dir: &Path, trace: Option<Uuid>) -> Vec<Grant> {
     let Ok(entries) = std::fs::read_dir(dir.join(proxy::RUNS_DIR)) else {
         return Vec::new();
     };
@@ -197,7 +193,7 @@ fn live_grants(dir: &Path, trace: Uuid) -> Vec<Grant> {
             let run = entry.file_name().to_string_lossy().into_owned();
             Grant::load(dir, &run).ok().flatten()
         })
-        .filter(|g| g.trace_id == trace && !g.ended)
+        .filter(|g| trace.is_none_or(|t| g.trace_id == t) && !g.ended)
         .collect()
 }
 
@@ -221,16 +217,98 @@ pub(super) async fn forget_run(store: &AutopilotStore, sandbox: &dyn Sandbox, co
     .await;
 }
 
-/// The live grants of `trace` take the trace's recorded spend as their baseline.
+/// The live grants take the recorded spend as their baselines: the trace's for those of
+/// `trace`, the day's and the month's for all of them.
 fn rebaseline(store: &AutopilotStore, dir: &Path, trace: Uuid) {
     let Ok(ledger) = crate::budget::Ledger::load(store) else {
         return;
     };
-    let spent = ledger.trace(trace).cost_usd;
-    for mut grant in live_grants(dir, trace) {
-        if let Some(budget) = grant.budget.as_mut() {
-            budget.baseline_usd = spent;
-            let _ = grant.save(dir);
+    let now = Utc::now();
+    for mut grant in live_grants(dir, None) {
+        let Some(budget) = grant.budget.as_mut() else {
+            continue;
+        };
+        if grant.trace_id == trace {
+            let spent = ledger.trace(trace);
+            budget.baseline_usd = spent.cost_usd;
+            budget.baseline_tokens = spent.tokens();
         }
+        if let Some(day) = budget.day.as_mut() {
+            day.period = day_period(now);
+            day.baseline_usd = ledger.today(now).cost_usd;
+        }
+        if let Some(month) = budget.month.as_mut() {
+            month.period = month_period(now);
+            month.baseline_usd = ledger.this_month(now).cost_usd;
+        }
+        let _ = grant.save(dir);
     }
+}
+
+/// Count an ended run's spend (`spent`, of trace `ended_trace`) in the baselines of another
+/// live grant: its trace's when it is the same trace, its day's and month's in any case.
+/// Returns whether anything changed.
+fn fold(grant: &mut Grant, ended_trace: Uuid, spent: &Ledger) -> bool {
+    let same = grant.trace_id == ended_trace;
+    let Some(budget) = grant.budget.as_mut() else {
+        return false;
+    };
+    let mut changed = false;
+    if same {
+        budget.baseline_usd += spent.usd;
+        budget.baseline_tokens += spent.usage.total();
+        changed = true;
+    }
+    for period in [budget.day.as_mut(), budget.month.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        period.baseline_usd += spent.usd;
+        changed = true;
+    }
+    changed
+}
+
+/// `YYYY-MM-DD` of `now` (UTC), as a day's grant names its period.
+fn day_period(now: chrono::DateTime<Utc>) -> String {
+    crate::budget::day_key(now)
+}
+
+/// `YYYY-MM` of `now` (UTC).
+fn month_period(now: chrono::DateTime<Utc>) -> String {
+    now.format("%Y-%m").to_string()
+}
+
+/// The limits of `settings` that stop work at the wire, with what `ledger` recorded before.
+pub fn wire_limits(
+    settings: &crate::budget::BudgetSettings,
+    ledger: &crate::budget::Ledger,
+    trace_id: Uuid,
+    now: chrono::DateTime<Utc>,
+) -> GrantBudget {
+    use crate::budget::BudgetAction;
+    let mut budget = GrantBudget::default();
+    let trace = &settings.trace;
+    if trace.action != BudgetAction::Warn {
+        let spent = ledger.trace(trace_id);
+        budget.stop_usd = trace.usd;
+        budget.baseline_usd = spent.cost_usd;
+        budget.stop_tokens = trace.tokens;
+        budget.baseline_tokens = spent.tokens();
+    }
+    if settings.day.action == BudgetAction::Stop {
+        budget.day = settings.day.usd.map(|stop_usd| PeriodBudget {
+            period: day_period(now),
+            stop_usd,
+            baseline_usd: ledger.today(now).cost_usd,
+        });
+    }
+    if settings.month.action == BudgetAction::Stop {
+        budget.month = settings.month.usd.map(|stop_usd| PeriodBudget {
+            period: month_period(now),
+            stop_usd,
+            baseline_usd: ledger.this_month(now).cost_usd,
+        });
+    }
+    budget
 }
