@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body_util::{BodyExt as _, Full, Limited};
+use bytes::BytesMut;
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -196,14 +197,24 @@ pub(crate) async fn read_body(
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err(BodyRefusal::Busy),
     }
-    let read = Limited::new(body, MAX_REQUEST_BYTES).collect();
+    // Into one buffer as the frames come (no second copy at the end).
+    let read = async move {
+        let mut body = body;
+        let mut buf = BytesMut::with_capacity(want);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| BodyRefusal::Broken)?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > MAX_REQUEST_BYTES {
+                    return Err(BodyRefusal::TooLarge);
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(buf.freeze())
+    };
     let bytes = match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Err(_) => return Err(BodyRefusal::Slow),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(BodyRefusal::TooLarge)
-        }
-        Ok(Err(_)) => return Err(BodyRefusal::Broken),
-        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(result) => result?,
     };
     room.shrink(bytes.len());
     Ok((bytes, room))

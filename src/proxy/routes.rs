@@ -43,11 +43,12 @@ pub const MODEL_ROUTES: &[Route] = &[
         queries: &["", "beta=true"],
         metered: false,
     },
-    // codex: one Responses call a model turn (`openai_base_url` ends in `/v1`).
+    // codex: one Responses call a model turn (its base URL is `/openai`, the upstream's ends in
+    // `/v1`).
     Route {
         provider: Provider::Openai,
         method: "POST",
-        path: "/v1/responses",
+        path: "/responses",
         queries: &[""],
         metered: true,
     },
@@ -112,7 +113,7 @@ mod tests {
             (Provider::Anthropic, "/v1/messages?beta=true"),
             (Provider::Anthropic, "/v1/messages"),
             (Provider::Anthropic, "/v1/messages/count_tokens?beta=true"),
-            (Provider::Openai, "/v1/responses"),
+            (Provider::Openai, "/responses"),
         ] {
             assert!(route(provider, &post, path).is_ok(), "{path}");
         }
@@ -138,13 +139,14 @@ mod tests {
                 "/v1/messages?beta=true&x=1",
             ),
             (Provider::Anthropic, Method::POST, "/v1/responses"),
-            (Provider::Openai, Method::POST, "/v1/messages"),
-            (Provider::Openai, Method::GET, "/v1/responses"),
-            (Provider::Openai, Method::POST, "/v1/files"),
-            (Provider::Openai, Method::POST, "/v1/batches"),
-            (Provider::Openai, Method::GET, "/v1/models"),
-            (Provider::Openai, Method::POST, "/v1/chat/completions"),
-            (Provider::Openai, Method::POST, "/v1/responses?stream=true"),
+            (Provider::Openai, Method::POST, "/messages"),
+            (Provider::Openai, Method::GET, "/responses"),
+            (Provider::Openai, Method::POST, "/v1/responses"),
+            (Provider::Openai, Method::POST, "/files"),
+            (Provider::Openai, Method::POST, "/batches"),
+            (Provider::Openai, Method::GET, "/models"),
+            (Provider::Openai, Method::POST, "/chat/completions"),
+            (Provider::Openai, Method::POST, "/responses?stream=true"),
         ];
         for (provider, method, path) in refused {
             let reason = route(provider, &method, path).expect_err(path);

@@ -37,6 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::percentiles;
 
+#[path = "../it/support/flood.rs"]
+mod flood;
+
 /// Container starts per start-latency figure.
 const STARTS: usize = 30;
 /// Requests per proxy-latency figure.
@@ -85,6 +88,7 @@ fn ms(d: Duration) -> f64 {
 
 /// The run the proxy figures are measured for.
 const RUN: &str = "rover-bench-run";
+const UNBUDGETED_RUN: &str = "rover-bench-run-unbudgeted";
 /// The real key the proxy adds (the fake API checks it).
 const API_KEY: &str = "sk-ant-bench-key";
 
@@ -266,12 +270,35 @@ async fn proxy_latency() {
     }
     .save(dir.path())
     .expect("save the grant");
+    // The same without a budget: no spend read, no reservation.
+    let unbudgeted = new_token();
+    Grant {
+        run: UNBUDGETED_RUN.to_owned(),
+        trace_id: uuid::Uuid::new_v4(),
+        token_sha256: token_sha256(&unbudgeted),
+        providers: vec![Provider::Anthropic],
+        egress: rover::proxy::Egress::ModelOnly,
+        budget: None,
+        max_requests: None,
+        ended: false,
+        created_at: Utc::now(),
+    }
+    .save(dir.path())
+    .expect("save the grant");
     let relay_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let relay_addr = relay_listener.local_addr().expect("an address");
     tokio::spawn(rover::proxy::relay(
         relay_listener,
-        socket,
+        socket.clone(),
         RUN.to_owned(),
+        shutdown.clone(),
+    ));
+    let plain_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let plain_addr = plain_listener.local_addr().expect("an address");
+    tokio::spawn(rover::proxy::relay(
+        plain_listener,
+        socket,
+        UNBUDGETED_RUN.to_owned(),
         shutdown.clone(),
     ));
     let direct = Route {
@@ -300,6 +327,17 @@ async fn proxy_latency() {
             p99 - d99
         );
     }
+    let plain = Route {
+        addr: plain_addr,
+        prefix: "/anthropic",
+        key: unbudgeted,
+    };
+    let (with_budget, _) = percentiles(request_latencies(&proxied, REQUESTS, false).await);
+    let (without, _) = percentiles(request_latencies(&plain, REQUESTS, false).await);
+    println!(
+        "  the budget at the wire (the spend read and the worst case reserved under one lock, released after the ledger write): proxied p50 {with_budget:.0} us with a budget, {without:.0} us without: {:.0} us added ({REQUESTS} requests each, kept-alive)",
+        with_budget - without
+    );
     let (direct_s, bytes) = stream_time(&direct).await;
     let (proxied_s, proxied_bytes) = stream_time(&proxied).await;
     assert_eq!(bytes, proxied_bytes, "the proxy passes every byte");
@@ -316,6 +354,26 @@ async fn proxy_latency() {
         crate::store::floor_only()
     );
     shutdown.cancel();
+    proxy_flood().await;
+}
+
+/// The real proxy server process under one run's flood of large bodies (see
+/// `tests/it/support/flood.rs`): its memory and another run's wait.
+async fn proxy_flood() {
+    let rover = std::path::Path::new(env!("CARGO_BIN_EXE_rover"));
+    let f = flood::flood(rover, 24, 31 << 20).await;
+    println!(
+        "  a run's flood against the proxy server process: {} requests of 32 MiB, 31 MiB of each sent and held: {} turned away at once (429), resident memory {:.1} MiB before, peak {:.1} MiB (+{:.1} MiB; body budget {} MiB, a run's share {} MiB); another run's request answered {} in {:.1} ms",
+        f.requests,
+        f.too_many,
+        f.rss_before_kib as f64 / 1024.0,
+        f.rss_peak_kib as f64 / 1024.0,
+        (f.rss_peak_kib - f.rss_before_kib) as f64 / 1024.0,
+        rover::proxy::BODY_BUDGET_BYTES >> 20,
+        rover::proxy::RUN_BODY_BYTES >> 20,
+        f.other_status,
+        f.other_ms
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -95,6 +95,34 @@ impl Api {
         }
     }
 
+    /// The path of every request the API got.
+    fn all_paths(&self) -> Vec<String> {
+        match self {
+            Api::Claude(api) => api.requests().into_iter().map(|r| r.path).collect(),
+            Api::Codex(api) => api.requests().into_iter().map(|r| r.path).collect(),
+        }
+    }
+
+    /// The calls the workflow agent made (method and path, as the API got them through the
+    /// proxy): those whose prompt is the workflow agent's.
+    fn workflow_calls(&self) -> Vec<(String, String)> {
+        const ROLE: &str = "Role: rover workflow agent";
+        match self {
+            Api::Claude(api) => api
+                .requests()
+                .into_iter()
+                .filter(|r| r.body.to_string().contains(ROLE))
+                .map(|r| (r.method, r.path))
+                .collect(),
+            Api::Codex(api) => api
+                .requests()
+                .into_iter()
+                .filter(|r| r.body.to_string().contains(ROLE))
+                .map(|r| (r.method, r.path))
+                .collect(),
+        }
+    }
+
     /// The credential of every model request the API got, and whether the workflow agent sent it.
     fn model_requests(&self) -> Vec<(Option<String>, bool)> {
         const ROLE: &str = "Role: rover workflow agent";
@@ -192,7 +220,11 @@ fn other_container(image: &str) -> (Removed, String) {
 /// The probe the agent runs with its Bash tool: raw connections, the same destinations
 /// through the proxy (as any `HTTPS_PROXY` client asks), a name lookup, a control that must
 /// connect, and what of the container could hold the key.
-fn probe_script(targets: &[(&str, String)], via_proxy: &[(&str, String)]) -> String {
+fn probe_script(
+    targets: &[(&str, String)],
+    via_proxy: &[(&str, String)],
+    api_calls: &[(&str, &str)],
+) -> String {
     // Quick enough for a CLI's shell tool (codex waits about 30 s): the raw tries in parallel.
     let mut s = String::from(
         r#"set +e
@@ -226,6 +258,24 @@ proxied() {
     s.push_str("wait\ncat /tmp/raw-* >> \"$out\"\n");
     for (name, target) in via_proxy {
         let _ = writeln!(s, "proxied {name} {target}");
+    }
+    // The run's token sent to the model API's other calls, as a prompt-injected agent would.
+    s.push_str(
+        r#"tok=${ANTHROPIC_API_KEY:-$CODEX_API_KEY}
+api() {
+  if exec 4<>/dev/tcp/rover-proxy/8080; then
+    printf '%s %s HTTP/1.1\r\nHost: rover-proxy\r\nx-api-key: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}' "$1" "$2" "$tok" "$tok" >&4
+    IFS= read -r -t 20 line <&4
+    echo "api $1 $2 ${line%$'\r'}" >> "$out"
+    exec 4<&-
+  else
+    echo "api $1 $2 unreachable" >> "$out"
+  fi
+}
+"#,
+    );
+    for (method, path) in api_calls {
+        let _ = writeln!(s, "api {method} {path}");
     }
     s.push_str(
         r#"if timeout 5 getent hosts example.com >/dev/null 2>&1; then echo "dns example.com resolved" >> "$out"; else echo "dns example.com failed" >> "$out"; fi
@@ -270,7 +320,23 @@ async fn probe_the_closed_network(codex: bool) {
         ("name", "example.com:443".to_owned()),
         ("model-host", "api.anthropic.com:443".to_owned()),
     ];
-    let script = probe_script(&targets, &via_proxy);
+    // What the key would open upstream, and the token must not.
+    let api_calls: &[(&str, &str)] = if codex {
+        &[
+            ("GET", "/openai/files"),
+            ("GET", "/openai/batches"),
+            ("POST", "/openai/batches"),
+            ("GET", "/openai/organization/admin_api_keys"),
+        ]
+    } else {
+        &[
+            ("GET", "/anthropic/v1/files"),
+            ("GET", "/anthropic/v1/messages/batches"),
+            ("POST", "/anthropic/v1/messages/batches"),
+            ("GET", "/anthropic/v1/organizations/api_keys"),
+        ]
+    };
+    let script = probe_script(&targets, &via_proxy, api_calls);
     let mut s = Scenario::new().await;
     let api = Api::start(codex, &[script], 12, &mut s).await;
     s.run_until_settled(40).await;
@@ -320,6 +386,12 @@ async fn probe_the_closed_network(codex: bool) {
         );
     }
     assert!(probe.contains("dns example.com failed"), "{probe}");
+    for (method, path) in api_calls {
+        assert!(
+            probe.contains(&format!("api {method} {path} HTTP/1.1 403")),
+            "{method} {path}: {probe}"
+        );
+    }
     assert_eq!(
         public_hits.load(Ordering::SeqCst),
         0,
@@ -360,7 +432,54 @@ async fn probe_the_closed_network(codex: bool) {
     // The agent asked the model through the proxy: for its tool, then after it.
     assert!(wire["requests"].as_u64().unwrap() >= 2, "{wire}");
     let requests = api.model_requests();
-
+    // The token's other calls were refused and recorded, and never reached the API; every call
+    // the real CLI made is one of the proxy's routes (and none of its own was refused).
+    let refusals = wire["refusals"].to_string();
+    for (method, path) in api_calls {
+        assert!(
+            refusals.contains(&format!("not {method} {path}")),
+            "{method} {path}: {refusals}"
+        );
+    }
+    let provider = if codex {
+        rover::proxy::Provider::Openai
+    } else {
+        rover::proxy::Provider::Anthropic
+    };
+    let calls = api.workflow_calls();
+    eprintln!(
+        "the sandboxed {} called through the proxy: {:?}",
+        if codex { "codex" } else { "claude" },
+        calls.iter().collect::<std::collections::BTreeSet<_>>()
+    );
+    assert_eq!(
+        refusals.matches("a run token is good for").count(),
+        api_calls.len(),
+        "the proxy refused a call the real CLI made: {refusals}"
+    );
+    assert!(!calls.is_empty());
+    for path in api.all_paths() {
+        assert!(
+            !["/files", "/batches", "api_keys"]
+                .iter()
+                .any(|p| path.contains(p)),
+            "a refused call reached the API: {path}"
+        );
+    }
+    // The upstream's base ends in `/v1` for OpenAI: what the CLI sent after `/openai`.
+    for (method, path) in &calls {
+        let sent = if codex {
+            path.strip_prefix("/v1").unwrap_or(path)
+        } else {
+            path.as_str()
+        };
+        assert!(
+            rover::proxy::MODEL_ROUTES
+                .iter()
+                .any(|r| r.provider == provider && r.method == method && r.path == sent),
+            "the real CLI called {method} {sent}, which is not in the proxy's routes"
+        );
+    }
     // The model key is nowhere in the container: not in any process's environment or
     // arguments, not in any file. The run's token is (that is how the agent authenticates).
     let procdump = shipped("procdump.txt");
@@ -634,5 +753,36 @@ async fn start_warns_when_the_proxy_has_no_model_key() {
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("is not set: sandboxed agents"),
         "no warning with a key"
+    );
+}
+
+/// One run floods the real proxy server process with 24 requests of just under 32 MiB, their
+/// bodies started and held open (the attack that made the shared proxy run out of memory): the
+/// requests past the run's limit in flight are turned away at once, the server's memory stays
+/// under its body budget, and another run's request is answered in the middle of it.
+#[tokio::test]
+async fn a_runs_flood_of_large_bodies_keeps_the_proxy_under_its_memory_budget_and_another_run_answered(
+) {
+    let rover = std::path::Path::new(crate::support::env::rover_bin());
+    let f = crate::support::flood::flood(rover, 24, 31 << 20).await;
+    eprintln!("{f:?}");
+    assert_eq!(
+        f.too_many,
+        24 - rover::proxy::DEFAULT_MAX_REQUESTS as usize,
+        "{f:?}"
+    );
+    assert_eq!(f.requests, 24);
+    assert_eq!(f.other_status, 200, "{f:?}");
+    assert!(f.other_ms < 10_000.0, "{f:?}");
+    let budget_kib = (rover::proxy::BODY_BUDGET_BYTES >> 10) as u64;
+    assert!(
+        f.rss_peak_kib < f.rss_before_kib + budget_kib,
+        "the proxy's memory passed its body budget: {f:?}"
+    );
+    // The flood's own share is all it could take.
+    let share_kib = (rover::proxy::RUN_BODY_BYTES >> 10) as u64;
+    assert!(
+        f.rss_peak_kib < f.rss_before_kib + share_kib + 32 * 1024,
+        "{f:?}"
     );
 }

@@ -357,7 +357,7 @@ fn honest_anthropic_request(token: &str) -> Request<Full<Bytes>> {
 fn openai_request(token: &str) -> Request<Full<Bytes>> {
     let bearer = format!("Bearer {token}");
     post(
-        "/openai/v1/responses",
+        "/openai/responses",
         &[("authorization", &bearer)],
         &json!({"model": "gpt-test", "stream": true, "input": "hi"}),
     )

@@ -287,7 +287,7 @@ async fn a_body_over_the_limit_is_refused_unread() {
     let (head, mut stream) = raw(
         h.relay("run-a").await,
         &format!(
-            "POST /openai/v1/responses HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
+            "POST /openai/responses HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
             MAX_REQUEST_BYTES + 1
         ),
     )

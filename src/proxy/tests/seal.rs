@@ -69,9 +69,9 @@ async fn a_run_token_is_good_for_the_cli_calls_only() {
     }
     let bearer = format!("Bearer {token}");
     for path in [
-        "/openai/v1/files",
-        "/openai/v1/batches",
-        "/openai/v1/chat/completions",
+        "/openai/files",
+        "/openai/batches",
+        "/openai/chat/completions",
     ] {
         let mut refused = openai_request(&token);
         *refused.uri_mut() = path.parse().expect("uri");

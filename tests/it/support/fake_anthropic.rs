@@ -19,6 +19,7 @@ use super::fake_server::{serve, sse, Needles, Script, Served};
 /// One request the fake received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    pub method: String,
     pub path: String,
     pub bytes: usize,
     pub body: Value,
@@ -84,6 +85,7 @@ impl FakeAnthropic {
 
 async fn handle(
     State(state): State<Shared>,
+    method: axum::http::Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -125,6 +127,7 @@ async fn handle(
     let reply = {
         let mut st = state.lock().expect("lock");
         st.requests.push(Recorded {
+            method: method.to_string(),
             path: uri.path().to_owned(),
             bytes: body.len(),
             body: parsed.clone(),

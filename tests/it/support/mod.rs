@@ -16,6 +16,7 @@ pub mod fake_anthropic;
 pub mod fake_github;
 pub mod fake_openai;
 pub mod fake_server;
+pub mod flood;
 pub mod git_http;
 pub mod gitrepo;
 pub mod local;
