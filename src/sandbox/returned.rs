@@ -4,7 +4,10 @@
 //! a refused archive changes nothing.
 //!
 //! Refused, naming the entry: a path that is absolute or climbs out (`..`) or passes through a
-//! link or a file; a hard link to anything but a file of the archive; a device, a fifo, a sparse
+//! link or a file; a path an earlier entry made (an archive names each path once, so no entry
+//! replaces what an earlier one made, and no file ends up under a link made after it); a hard
+//! link to anything but a regular file the archive made under directories it made (read with
+//! `O_NOFOLLOW`, never through a path an entry could have turned into a link); a device, a fifo, a sparse
 //! file or any other entry type; a file larger than a sandbox may write
 //! (`autopilot.sandbox.fileSizeLimitMb`); more than [`MAX_ENTRIES`] entries; and the worktree's
 //! `.git` replaced or changed (or anything under it): the worktree's git metadata is never taken
@@ -15,10 +18,10 @@
 //! point at (as on a mount: git records a link's target as text), and never followed; no
 //! filter or hook runs; modes keep only permission bits.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{self, Read as _};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use super::error::SandboxError;
@@ -261,13 +264,56 @@ fn parents(
     Ok(())
 }
 
-/// Removes what an earlier entry of the same name left, unless both are directories.
-fn clear(path: &Path, keep_dir: bool) -> Result<(), SandboxError> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() && keep_dir => Ok(()),
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).map_err(io_err(path)),
-        Ok(_) => std::fs::remove_file(path).map_err(io_err(path)),
-        Err(_) => Ok(()),
+/// What an earlier entry of the archive made at a path (the archive, not the disk, decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Made {
+    /// A directory: named by an entry, or made as the parent of one.
+    Dir {
+        named: bool,
+    },
+    File,
+    Link,
+}
+
+/// Refuses an entry at `parts` that passes through something an earlier entry made other than
+/// a directory, or that names a path an earlier entry made (a directory made as a parent may
+/// be named once, by a directory entry); records the parents it makes.
+fn claim(
+    made: &mut HashMap<Vec<Vec<u8>>, Made>,
+    parts: &[Vec<u8>],
+    is_dir: bool,
+    name: &str,
+) -> Result<(), SandboxError> {
+    for depth in 1..parts.len() {
+        let prefix = parts[..depth].to_vec();
+        let shown = || String::from_utf8_lossy(&parts[..depth].join(&b'/')).into_owned();
+        match made.get(&prefix) {
+            Some(Made::Dir { .. }) => {}
+            Some(Made::Link) => return Err(refuse(
+                name,
+                format!(
+                    "passes through the link `{}` an earlier entry made (links are never followed)",
+                    shown()
+                ),
+            )),
+            Some(Made::File) => {
+                return Err(refuse(
+                    name,
+                    format!("is inside `{}`, which is not a directory", shown()),
+                ))
+            }
+            None => {
+                made.insert(prefix, Made::Dir { named: false });
+            }
+        }
+    }
+    match made.get(parts) {
+        None => Ok(()),
+        Some(Made::Dir { named: false }) if is_dir => Ok(()),
+        Some(_) => Err(refuse(
+            name,
+            "names a path an earlier entry of the archive made: an archive names each path once",
+        )),
     }
 }
 
@@ -288,7 +334,7 @@ fn extract(
     let file = std::fs::File::open(archive).map_err(io_err(archive))?;
     let mut tar = tar::Archive::new(io::BufReader::new(file));
     let mut applied = Applied::default();
-    let mut files: HashSet<Vec<Vec<u8>>> = HashSet::new();
+    let mut made: HashMap<Vec<Vec<u8>>, Made> = HashMap::new();
     let mut count: u64 = 0;
     let entries = tar
         .entries()
@@ -341,6 +387,7 @@ fn extract(
                 "replaces or changes the worktree's `.git`: its git metadata is never taken from a sandbox",
             ));
         }
+        claim(&mut made, &parts, kind.is_dir(), &name)?;
         let path = join(staging, &parts);
         parents(staging, &parts, &name, owner)?;
         let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
@@ -359,10 +406,10 @@ fn extract(
                         ),
                     ));
                 }
-                clear(&path, false)?;
                 let mut out = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
                     .open(&path)
                     .map_err(io_err(&path))?;
                 let copied = io::copy(&mut (&mut entry).take(size), &mut out)
@@ -373,24 +420,24 @@ fn extract(
                 out.set_permissions(std::fs::Permissions::from_mode(mode | 0o600))
                     .map_err(io_err(&path))?;
                 applied.bytes += size;
-                files.insert(parts);
+                made.insert(parts, Made::File);
             }
             tar::EntryType::Directory => {
-                clear(&path, true)?;
                 if std::fs::symlink_metadata(&path).is_err() {
                     std::fs::create_dir(&path).map_err(io_err(&path))?;
                 }
                 std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | 0o700))
                     .map_err(io_err(&path))?;
+                made.insert(parts, Made::Dir { named: true });
             }
             tar::EntryType::Symlink => {
                 let target = entry
                     .link_name_bytes()
                     .map(std::borrow::Cow::into_owned)
                     .unwrap_or_default();
-                clear(&path, false)?;
                 std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &path)
                     .map_err(io_err(&path))?;
+                made.insert(parts, Made::Link);
             }
             tar::EntryType::Link => {
                 let target = entry
@@ -398,7 +445,11 @@ fn extract(
                     .map(std::borrow::Cow::into_owned)
                     .unwrap_or_default();
                 let shown = String::from_utf8_lossy(&target).into_owned();
-                let inside = relative(&target, &name).ok().filter(|t| files.contains(t));
+                // Only a file this archive made, under directories it made (so no link on
+                // the way, by `claim`), read without following a link at its own name.
+                let inside = relative(&target, &name)
+                    .ok()
+                    .filter(|t| made.get(t) == Some(&Made::File));
                 let Some(source) = inside else {
                     return Err(refuse(
                         &name,
@@ -408,15 +459,27 @@ fn extract(
                     ));
                 };
                 let from = join(staging, &source);
-                if !std::fs::symlink_metadata(&from).is_ok_and(|m| m.is_file()) {
+                let mut input = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .open(&from)
+                    .map_err(|e| refuse(&name, format!("is a hard link to `{shown}`, which cannot be read without following a link: {e}")))?;
+                if !input.metadata().is_ok_and(|m| m.is_file()) {
                     return Err(refuse(
                         &name,
                         format!("is a hard link to `{shown}`, which is not a file"),
                     ));
                 }
-                clear(&path, false)?;
-                applied.bytes += std::fs::copy(&from, &path).map_err(io_err(&path))?;
-                files.insert(parts);
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                    .open(&path)
+                    .map_err(io_err(&path))?;
+                applied.bytes += io::copy(&mut input, &mut out).map_err(io_err(&path))?;
+                out.set_permissions(std::fs::Permissions::from_mode(mode | 0o600))
+                    .map_err(io_err(&path))?;
+                made.insert(parts, Made::File);
             }
             tar::EntryType::GNUSparse => return Err(refuse(&name, "is a sparse file")),
             tar::EntryType::Char | tar::EntryType::Block => {

@@ -350,3 +350,155 @@ fn a_crash_between_the_renames_is_recovered() {
     );
     assert!(!old.exists());
 }
+
+#[test]
+fn a_link_made_over_a_parent_cannot_reach_a_host_file() {
+    let fx = Fixture::new();
+    // The attack: a file, its parent replaced by a link to a host directory, then a hard link
+    // to the file's name (which now goes through the link).
+    fx.refused(
+        &[
+            file("workspace/d/hostname", "inside"),
+            link("workspace/d", T::Symlink, "/etc"),
+            link("workspace/leak", T::Link, "workspace/d/hostname"),
+        ],
+        "workspace/d",
+        "names a path an earlier entry of the archive made",
+    );
+    assert!(!fx.worktree.join("leak").exists());
+    // The same with the directory named first.
+    fx.refused(
+        &[
+            raw("workspace/d", T::Directory),
+            file("workspace/d/hostname", "inside"),
+            link("workspace/d", T::Symlink, "/etc"),
+        ],
+        "workspace/d",
+        "names a path an earlier entry of the archive made",
+    );
+    // A link replacing a file, a file named twice, a directory made twice.
+    fx.refused(
+        &[
+            file("workspace/a", "1"),
+            link("workspace/a", T::Symlink, "/etc/passwd"),
+        ],
+        "workspace/a",
+        "names a path an earlier entry",
+    );
+    fx.refused(
+        &[file("workspace/a", "1"), file("workspace/a", "2")],
+        "workspace/a",
+        "names a path an earlier entry",
+    );
+    fx.refused(
+        &[
+            raw("workspace/d", T::Directory),
+            raw("workspace/d", T::Directory),
+        ],
+        "workspace/d",
+        "names a path an earlier entry",
+    );
+    // A file under a link an earlier entry made, and under a file.
+    fx.refused(
+        &[
+            link("workspace/l", T::Symlink, "/tmp"),
+            file("workspace/l/x", "1"),
+        ],
+        "workspace/l/x",
+        "passes through the link `l`",
+    );
+    fx.refused(
+        &[file("workspace/f", "1"), file("workspace/f/x", "1")],
+        "workspace/f/x",
+        "is inside `f`, which is not a directory",
+    );
+    // Hard links: to a path under a link, to a link, to a directory, to a later name.
+    fx.refused(
+        &[
+            link("workspace/l", T::Symlink, "/etc"),
+            link("workspace/h", T::Link, "workspace/l/hostname"),
+        ],
+        "workspace/h",
+        "not a file of the workspace",
+    );
+    fx.refused(
+        &[
+            link("workspace/l", T::Symlink, "/etc/hostname"),
+            link("workspace/h", T::Link, "workspace/l"),
+        ],
+        "workspace/h",
+        "not a file of the workspace",
+    );
+    fx.refused(
+        &[
+            raw("workspace/dir", T::Directory),
+            link("workspace/h", T::Link, "workspace/dir"),
+        ],
+        "workspace/h",
+        "not a file of the workspace",
+    );
+    fx.refused(
+        &[
+            link("workspace/h", T::Link, "workspace/later"),
+            file("workspace/later", "1"),
+        ],
+        "workspace/h",
+        "not a file of the workspace",
+    );
+}
+
+#[test]
+fn deep_trees_directories_named_after_their_files_and_hard_links_still_apply() {
+    let fx = Fixture::new();
+    let deep = format!("workspace/{}/f.txt", ["d"; 40].join("/"));
+    let deep: &'static str = Box::leak(deep.into_boxed_str());
+    let applied = fx
+        .apply(&[
+            file(deep, "deep"),
+            file("workspace/src/a.rs", "a"),
+            // The directory entry after the file that made it (tar lists it either way).
+            raw("workspace/src", T::Directory),
+            link("workspace/src/b.rs", T::Link, "workspace/src/a.rs"),
+        ])
+        .expect("a clean archive applies");
+    assert_eq!(applied.entries, 4);
+    assert_eq!(
+        std::fs::read_to_string(fx.worktree.join(&deep["workspace/".len()..])).expect("deep"),
+        "deep"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.worktree.join("src/b.rs")).expect("linked"),
+        "a"
+    );
+}
+
+/// The swarm's path: a task uploads any bytes with `PUT /rover/workspace`; the proxy keeps
+/// them as `workspace-out.tar`, `ship::fetch` takes them, and the same `apply` refuses them.
+#[tokio::test]
+async fn the_swarm_upload_of_the_same_attack_is_refused_too() {
+    let fx = Fixture::new();
+    let run_dir = fx.dir.path().join("proxy-run");
+    std::fs::create_dir_all(&run_dir).expect("mkdir");
+    std::fs::write(
+        run_dir.join(crate::proxy::WORKSPACE_OUT),
+        tar_of(&[
+            file("workspace/d/hostname", "inside"),
+            link("workspace/d", T::Symlink, "/etc"),
+            link("workspace/leak", T::Link, "workspace/d/hostname"),
+        ]),
+    )
+    .expect("the upload");
+    let archive = fx.dir.path().join("returned.tar");
+    crate::sandbox::swarm::ship::fetch(&run_dir, &archive, 1 << 20)
+        .await
+        .expect("fetched");
+    std::fs::remove_dir_all(&run_dir).expect("rm");
+    let before = fx.listing();
+    let err = apply(&archive, &fx.worktree, &Fixture::rules()).expect_err("refused");
+    assert!(
+        matches!(&err, SandboxError::Returned { entry, .. } if entry == "workspace/d"),
+        "{err}"
+    );
+    assert_eq!(fx.listing(), before);
+    assert!(!fx.worktree.join("leak").exists());
+}
