@@ -289,13 +289,15 @@ fn claim(
         let shown = || String::from_utf8_lossy(&parts[..depth].join(&b'/')).into_owned();
         match made.get(&prefix) {
             Some(Made::Dir { .. }) => {}
-            Some(Made::Link) => return Err(refuse(
-                name,
-                format!(
+            Some(Made::Link) => {
+                return Err(refuse(
+                    name,
+                    format!(
                     "passes through the link `{}` an earlier entry made (links are never followed)",
                     shown()
                 ),
-            )),
+                ))
+            }
             Some(Made::File) => {
                 return Err(refuse(
                     name,
