@@ -228,6 +228,7 @@ impl DockerSandbox {
         let host_config = HostConfig {
             mounts: Some(mounts),
             network_mode: Some(spec.network.clone()),
+            dns: (!spec.dns.is_empty()).then(|| spec.dns.clone()),
             memory: Some(spec.limits.memory_bytes),
             memory_swap: Some(spec.limits.memory_bytes),
             nano_cpus: Some(nano_cpus),
@@ -645,6 +646,29 @@ mod tests {
         assert_eq!(
             docker_host(Some("tcp://127.0.0.1:2375".into())),
             "tcp://127.0.0.1:2375"
+        );
+    }
+
+    #[test]
+    fn a_container_on_a_closed_run_network_asks_its_names_of_the_sink_only() {
+        let settings = crate::sandbox::SandboxSettings::default();
+        let mut spec = SandboxSpec::from_settings(
+            &settings,
+            vec!["true".into()],
+            "/w",
+            crate::sandbox::SandboxLabels {
+                project: "p".into(),
+                trace: "t".into(),
+                action: "a".into(),
+            },
+        );
+        let body = DockerSandbox::body_with(&spec, "1:1".into(), Vec::new(), false);
+        assert_eq!(body.host_config.expect("host config").dns, None);
+        spec.dns = vec![crate::sandbox::DNS_SINK.to_owned()];
+        let body = DockerSandbox::body_with(&spec, "1:1".into(), Vec::new(), false);
+        assert_eq!(
+            body.host_config.expect("host config").dns,
+            Some(vec!["192.0.2.1".to_owned()])
         );
     }
 

@@ -41,7 +41,7 @@ pub use settings::{
     GateSettings, SandboxBackend, SandboxSettings, WorkspaceMode, MODEL_ENV_REFUSED,
 };
 pub use spec::{
-    BindMount, ResourceLimits, SandboxLabels, SandboxSpec, INPUT_MOUNT, LABEL_ACTION,
+    BindMount, ResourceLimits, SandboxLabels, SandboxSpec, DNS_SINK, INPUT_MOUNT, LABEL_ACTION,
     LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
 };
 pub use swarm::{SwarmSandbox, SWARM_HOST_ENV};

@@ -85,6 +85,9 @@ pub struct SandboxSpec {
     pub limits: ResourceLimits,
     /// Docker network mode (`none`, `bridge`) or the name of the run's own network.
     pub network: String,
+    /// The servers the engine's resolver forwards the container's name lookups to; empty: the
+    /// engine's own (the host's). A closed run network gets [`DNS_SINK`].
+    pub dns: Vec<String>,
     /// Rover's proxy dir, when `network` is the run's own network through rover's proxy: a
     /// backend whose containers cannot be filled through an engine on this machine (the swarm)
     /// ships the workspace over that network, leaving it in the run's dir there.
@@ -103,6 +106,14 @@ pub struct SandboxSpec {
     /// is refused by the engine itself.
     pub name: Option<String>,
 }
+
+/// The DNS server of a container on a closed run network: an address of TEST-NET-1 (RFC 5737,
+/// never routed). Engines without the fix for CVE-2024-29018 forward the name lookups of an
+/// `--internal` network to the host's own resolver when that is on the host's loopback; a
+/// server the container names is asked from the container's own namespace, where this one is
+/// unreachable (no route). Names on the run's network (`rover-proxy`) are answered by the
+/// engine itself and never forwarded.
+pub const DNS_SINK: &str = "192.0.2.1";
 
 impl SandboxSpec {
     /// A spec with the image, limits, network and rootfs mode from `settings`.
@@ -125,6 +136,7 @@ impl SandboxSpec {
             limits: settings.limits(),
             // Gates, hooks and corrective commands: offline unless the egress is `open`. An agent
             // container gets its run's network when it is launched.
+            dns: Vec::new(),
             network: if settings.egress().is_open() {
                 "bridge".to_owned()
             } else {

@@ -279,6 +279,8 @@ api() {
     }
     s.push_str(
         r#"if timeout 5 getent hosts example.com >/dev/null 2>&1; then echo "dns example.com resolved" >> "$out"; else echo "dns example.com failed" >> "$out"; fi
+if timeout 5 getent hosts rover-proxy >/dev/null 2>&1; then echo "dns rover-proxy resolved" >> "$out"; else echo "dns rover-proxy failed" >> "$out"; fi
+for name in leak-probe.example.org localhost.leak-probe; do timeout 3 getent hosts "$name" >/dev/null 2>&1; done
 echo done >> "$out"
 "#,
     );
@@ -297,7 +299,30 @@ async fn from_inside_the_real_codex_sandbox_only_the_model_api_is_reachable_and_
     probe_the_closed_network(true).await;
 }
 
+/// A DNS resolver on the host's loopback (127.0.0.1:53), where an engine without the fix for
+/// CVE-2024-29018 forwards an internal network's lookups when the host's resolver is there:
+/// the queries it received (from any test of this binary). Started once.
+fn host_resolver() -> Arc<AtomicUsize> {
+    static SEEN: std::sync::OnceLock<Arc<AtomicUsize>> = std::sync::OnceLock::new();
+    SEEN.get_or_init(|| {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:53")
+            .expect("the test resolver binds 127.0.0.1:53 (free on the test machine; run as root)");
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, from)) = socket.recv_from(&mut buf) {
+                eprintln!("the host's loopback resolver got {n} bytes from {from}");
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        seen
+    })
+    .clone()
+}
+
 async fn probe_the_closed_network(codex: bool) {
+    let _resolver = host_resolver();
     let image = real_sandbox_image();
     let (public, public_hits) = counting_listener("0.0.0.0:0").await;
     let (loopback, loopback_hits) = counting_listener("127.0.0.1:0").await;
@@ -386,6 +411,12 @@ async fn probe_the_closed_network(codex: bool) {
         );
     }
     assert!(probe.contains("dns example.com failed"), "{probe}");
+    assert!(probe.contains("dns rover-proxy resolved"), "{probe}");
+    assert_eq!(
+        host_resolver().load(Ordering::SeqCst),
+        0,
+        "a name lookup from the sandbox reached the resolver on the host's loopback"
+    );
     for (method, path) in api_calls {
         assert!(
             probe.contains(&format!("api {method} {path} HTTP/1.1 403")),

@@ -126,6 +126,8 @@ async fn ten_requests_at_once_never_pass_a_usd_limit_beyond_the_reservations() {
             stop_usd: Some(stop),
             ..GrantBudget::default()
         });
+        // Ten at once all get a request slot: the budget alone decides.
+        g.max_requests = Some(16);
     });
     let body = honest_anthropic_request("x")
         .into_body()
@@ -213,6 +215,8 @@ async fn ten_requests_at_once_never_pass_a_token_limit_beyond_the_reservations()
             stop_tokens: Some(stop),
             ..GrantBudget::default()
         });
+        // Ten at once all get a request slot: the budget alone decides.
+        g.max_requests = Some(16);
     });
     let body = honest_anthropic_request("x")
         .into_body()

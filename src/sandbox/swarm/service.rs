@@ -13,8 +13,9 @@ use std::collections::HashMap;
 use bollard::models::{
     Limit, Mount, MountTmpfsOptions, MountType, NetworkAttachmentConfig, ResourceObject,
     ResourcesUlimits, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec,
-    TaskSpecContainerSpec, TaskSpecContainerSpecPrivileges, TaskSpecLogDriver, TaskSpecPlacement,
-    TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum,
+    TaskSpecContainerSpec, TaskSpecContainerSpecDnsConfig, TaskSpecContainerSpecPrivileges,
+    TaskSpecLogDriver, TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecRestartPolicyConditionEnum,
 };
 
 use crate::sandbox::spec::{SandboxSpec, WORKSPACE_MOUNT};
@@ -105,6 +106,10 @@ pub fn service_spec(spec: &SandboxSpec, plan: ServicePlan) -> ServiceSpec {
         // Scaling the service to 0 is how a task is stopped (Swarm has no kill): at once.
         stop_signal: Some("SIGKILL".to_owned()),
         stop_grace_period: Some(0),
+        dns_config: (!spec.dns.is_empty()).then(|| TaskSpecContainerSpecDnsConfig {
+            nameservers: Some(spec.dns.clone()),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let networks = joins_network(&spec.network).then(|| {
@@ -196,6 +201,26 @@ mod tests {
             command: vec!["claude".into(), "-p".into()],
             labels: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_closed_runs_task_asks_its_names_of_the_sink_only() {
+        let mut closed = spec("rover-a-net");
+        closed.dns = vec![crate::sandbox::DNS_SINK.to_owned()];
+        let c = service_spec(&closed, plan())
+            .task_template
+            .expect("template")
+            .container_spec
+            .expect("container");
+        assert_eq!(
+            c.dns_config.expect("dns").nameservers,
+            Some(vec!["192.0.2.1".to_owned()])
+        );
+        let open = service_spec(&spec("rover-a-net"), plan());
+        assert!(open
+            .task_template
+            .and_then(|t| t.container_spec)
+            .is_some_and(|c| c.dns_config.is_none()));
     }
 
     #[test]

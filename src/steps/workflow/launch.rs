@@ -488,6 +488,9 @@ impl WorkflowStep {
             .await?
         {
             spec.network = connected.network;
+            if connected.internal {
+                spec.dns = vec![crate::sandbox::DNS_SINK.to_owned()];
+            }
             spec.rover_env = connected.env;
             spec.proxy_dir = Some(super::network::proxy_dir(&ctx.store));
             if kind == agents::AgentKind::Codex {

@@ -63,6 +63,8 @@ fn provider(kind: AgentKind) -> Provider {
 /// What the run got: the network its container joins and the variables rover sets in it.
 pub(super) struct Connected {
     pub network: String,
+    /// The network has no way out but the proxy (`--internal`).
+    pub internal: bool,
     pub env: Vec<(String, String)>,
 }
 
@@ -137,6 +139,7 @@ impl WorkflowStep {
             })?;
         Ok(Some(Connected {
             network,
+            internal: !egress.is_open(),
             env: agent_env(kind, &token),
         }))
     }
