@@ -146,6 +146,51 @@ impl Workspace {
     }
 }
 
+impl Workspace {
+    /// The paths `head` changes over its merge base with `base` (added, modified, deleted or
+    /// renamed, both names of a rename), sorted; `None` when either commit is missing.
+    pub async fn changed_paths(
+        &self,
+        base: &str,
+        head: &str,
+    ) -> Result<Option<Vec<String>>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let (base, head) = (base.to_owned(), head.to_owned());
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let find = |name: &str| {
+                repo.revparse_single(name)
+                    .and_then(|o| o.peel_to_commit())
+                    .ok()
+            };
+            let (Some(base), Some(head)) = (find(&base), find(&head)) else {
+                return Ok(None);
+            };
+            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
+            let from = repo
+                .find_commit(fork)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git2("read the merge base", &repo_path))?;
+            let to = head
+                .tree()
+                .map_err(GitError::git2("read the head", &repo_path))?;
+            let diff = repo
+                .diff_tree_to_tree(Some(&from), Some(&to), None)
+                .map_err(GitError::git2("diff the commits", &repo_path))?;
+            let mut paths = std::collections::BTreeSet::new();
+            for delta in diff.deltas() {
+                for file in [delta.old_file(), delta.new_file()] {
+                    if let Some(path) = file.path() {
+                        paths.insert(path.to_string_lossy().into_owned());
+                    }
+                }
+            }
+            Ok(Some(paths.into_iter().collect()))
+        })
+        .await?
+    }
+}
+
 /// A diff as unified text of at most `limit` bytes, the cut marked.
 fn patch_text(diff: &git2::Diff<'_>, limit: usize) -> String {
     let mut text = Vec::new();

@@ -1749,3 +1749,66 @@ async fn a_collection_that_panics_is_an_error_span_and_the_run_still_reaches_the
         "{resolver_prompt}"
     );
 }
+
+/// An agent's change to what steers rover (its settings, its CI) is pushed, but the pull
+/// request body opens with a warning naming those files, and the push span and `trace` say so.
+#[tokio::test]
+async fn a_change_to_what_steers_rover_is_flagged_in_the_pull_request_and_the_trace() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.github
+        .add_issue(14, "Speed up the export", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 14, "title": "Speed up the export", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Speed up the export"})),
+    );
+    s.answer(
+        PLAN,
+        json!({"analysis": "One task.", "clarification": null, "tasks": [
+            task("fast", "Speed up the export", &[], "swe"),
+        ]}),
+    );
+    // A prompt injection could make an agent do this: widen its own sandbox and change CI.
+    s.rules.push(workflow_rule(
+        "Speed up the export",
+        json!({"export.txt": "fast\n",
+               "rover.json": "{\"autopilot\": {\"sandbox\": {\"egress\": \"open\"}}}\n",
+               ".github/workflows/ci.yml": "on: push\n"}),
+        "completed",
+    ));
+    s.answer(
+        COMMIT,
+        json!({"subject": "Speed up the export", "body": null}),
+    );
+    s.answer(RESOLVE, json!({"decision": "push", "reasoning": "Committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}));
+    s.answer(NOTIFY, json!({"message": "I opened a pull request."}));
+    s.run_until_settled(12).await;
+
+    let trace = s.the_trace();
+    let pulls = s.github.pulls();
+    assert_eq!(pulls.len(), 1, "{:?}", chain(&trace));
+    let body = &pulls[0].3;
+    assert!(
+        body.starts_with("> [!WARNING]")
+            && body.contains("`.github/workflows/ci.yml`, `rover.json`")
+            && body.contains("never merges"),
+        "{body}"
+    );
+    assert!(!body.contains("`export.txt`"), "{body}");
+    let push = span_of_step(&trace, "push");
+    assert_eq!(
+        push.meta["steering"],
+        json!([".github/workflows/ci.yml", "rover.json"])
+    );
+    let tree = stdout(
+        &s.env
+            .rover(&["autopilot", "trace", &trace.trace_id().to_string()]),
+    );
+    assert!(
+        tree.contains(
+            "warning: it changes what steers rover: .github/workflows/ci.yml, rover.json"
+        ),
+        "{tree}"
+    );
+}

@@ -100,6 +100,10 @@ pub struct PushSpanMeta {
     /// Where the change went when the trace worked on a person's pull request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contributor: Option<ContributorDelivery>,
+    /// The files of the pushed change that steer rover, its sandbox, its agents or CI (see
+    /// `steps::push::steering`): the pull request body warns about them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<Vec<String>>,
 }
 
 /// The part of a `push` span's meta that `gc`, telemetry and the `/rover` commands read back (the budget reads

@@ -141,6 +141,8 @@ pub(super) struct Opening<'a> {
     pub base: &'a str,
     pub tasks: &'a [&'a Task],
     pub event: &'a EventMeta,
+    /// The files of the change that steer rover (a warning in the body).
+    pub steering: &'a [String],
     pub trace_id: &'a str,
     pub action_id: &'a str,
 }
@@ -161,9 +163,10 @@ pub(super) async fn find_or_open(
     }
     let base = opening.base.to_owned();
     let event = opening.event;
-    let body = services
-        .redactor
-        .redact(&pr_body(opening.tasks, event), event.visibility);
+    let body = services.redactor.redact(
+        &pr_body(opening.tasks, event, opening.steering),
+        event.visibility,
+    );
     let new = NewPullRequest {
         title: services
             .redactor

@@ -33,6 +33,7 @@ use crate::store::blocking;
 use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
 
 mod deliver;
+mod steering;
 
 use deliver::{find_or_open, Delivery, Opening};
 
@@ -157,9 +158,13 @@ fn closes(event: &EventMeta) -> Option<u64> {
         .flatten()
 }
 
-/// The PR body (before the footer): what was done, per task, and the issue it closes.
-fn pr_body(tasks: &[&Task], event: &EventMeta) -> String {
-    let mut body = String::from("## Summary\n\n");
+/// The PR body (before the footer): a warning naming the files that steer rover (`steering`),
+/// what was done, per task, and the issue it closes.
+fn pr_body(tasks: &[&Task], event: &EventMeta, steering: &[String]) -> String {
+    let mut body = steering::warning(steering)
+        .map(|w| format!("{w}\n"))
+        .unwrap_or_default();
+    body.push_str("## Summary\n\n");
     for task in tasks {
         match &task.meta {
             Some(m) => {
@@ -298,6 +303,40 @@ impl PushStep {
 
     /// What a push must not send: the secrets rover holds (the redactor's set), key shapes, and
     /// the key-shaped strings the user allowed.
+    /// The files of `target`'s change over the default branch that steer rover (see
+    /// [`steering`]); none when they cannot be read (logged).
+    async fn steering_files(&self, target: &str, default_branch: &str) -> Vec<String> {
+        let ws = match self.workspace().await {
+            Ok(ws) => ws,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the repository to list what the push changes");
+                return Vec::new();
+            }
+        };
+        let default = if default_branch.is_empty() {
+            match ws.default_branch().await {
+                Ok(branch) => branch,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot find the default branch to list what the push changes");
+                    return Vec::new();
+                }
+            }
+        } else {
+            default_branch.to_owned()
+        };
+        for base in [format!("refs/remotes/{}/{default}", ws.remote()), default] {
+            match ws.changed_paths(&base, target).await {
+                Ok(Some(paths)) => return steering::steering(&paths),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, branch = target, "cannot list what the push changes");
+                    return Vec::new();
+                }
+            }
+        }
+        Vec::new()
+    }
+
     fn secret_scan(&self) -> SecretScan {
         SecretScan::new(self.services.redactor.held()).allowing(
             self.services
@@ -520,8 +559,9 @@ impl Step for PushStep {
             .filter(|t| branches.contains(&t.mapping.branch_name))
             .collect();
 
+        let steering = self.steering_files(&pushed.target, &default_branch).await;
         let mut finished = Finished::completed(format!(
-            "pushed {}{}{}",
+            "pushed {}{}{}{}",
             pushed.target,
             if dest == pushed.target {
                 String::new()
@@ -532,10 +572,19 @@ impl Step for PushStep {
                 String::new()
             } else {
                 format!(" (merged {})", pushed.merged.join(", "))
+            },
+            if steering.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; warning: it changes what steers rover: {}",
+                    steering.join(", ")
+                )
             }
         ))
         .with_meta_record(&PushSpanMeta {
             status: Some(PushStatus::Pushed),
+            steering: (!steering.is_empty()).then(|| steering.clone()),
             branch: Some(pushed.target.clone()),
             branches: Some(branches.clone()),
             merged: Some(pushed.merged.clone()),
@@ -559,6 +608,7 @@ impl Step for PushStep {
                     base,
                     tasks: &included,
                     event: &event,
+                    steering: &steering,
                     trace_id: &trace,
                     action_id: &action,
                 };
@@ -715,7 +765,7 @@ mod tests {
         assert_eq!(pr_title(&[&a], &ev), "Fix the parser");
         assert_eq!(pr_title(&[&a, &b], &ev), "Fix the parser (+1 more)");
         assert_eq!(pr_title(&[], &ev), ev.label);
-        let body = pr_body(&[&a, &b], &ev);
+        let body = pr_body(&[&a, &b], &ev, &[]);
         assert!(
             body.contains("- **Fix the parser**: Fix the parser in detail"),
             "{body}"
