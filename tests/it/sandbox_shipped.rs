@@ -275,6 +275,74 @@ async fn hostile_entries_in_a_returned_workspace_fail_the_run_naming_each_and_ch
     }
 }
 
+/// The escape of a hard link copied through a parent an archive replaced by a link (refused by
+/// `sandbox::returned`, unit-tested on hand-made archives) needs a path named twice, which the
+/// engine's archive of a real container never holds. What a container can leave is its parts:
+/// links to the host's `/etc` and its files, hard links, a file in a directory beside those
+/// links. They come back as the container made them: a link stays a link (committed as its
+/// target's text), a hard link is a copy of the container's file, nothing of the host's is read.
+#[tokio::test]
+async fn links_to_host_paths_beside_hard_links_come_back_as_the_container_made_them() {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, 300, Vec::new()),
+        Some(docker.clone()),
+    );
+    let script = json!([runs(
+        "Links",
+        &[
+            "mkdir d && printf 'inside\\n' > d/hostname",
+            "ln d/hostname leak && ln d/hostname d/again",
+            "ln -s /etc etc && ln -s /etc/hostname hn && ln -s ../etc d/up",
+        ],
+        0
+    )]);
+    let orch = w.p.orchestrator(World::steps(&services, &script));
+    let (trace, _wf) = w.trace_with(StepKind::Workflow, &task("Links", &[]));
+    settle(&w.p, &orch).await;
+
+    assert_eq!(
+        chain_of(&w.p, trace),
+        [
+            "workflow:completed",
+            "commit:completed",
+            "resolve:completed"
+        ]
+    );
+    let view = w.p.trace(trace);
+    let span = last_span(&view, "workflow");
+    let branch = span.meta["branchName"].as_str().expect("branch").to_owned();
+    let show = |path: &str| git(&w.p.repo.checkout, &["show", &format!("{branch}:{path}")]);
+    for path in ["leak", "d/hostname", "d/again"] {
+        assert_eq!(show(path), "inside", "{path} is the container's file");
+    }
+    for (path, target) in [("etc", "/etc"), ("hn", "/etc/hostname"), ("d/up", "../etc")] {
+        let entry = git(&w.p.repo.checkout, &["ls-tree", &branch, path]);
+        assert!(entry.starts_with("120000 "), "{path} stays a link: {entry}");
+        assert_eq!(show(path), target, "{path} is committed as its target");
+    }
+    let worktree = PathBuf::from(span.meta["worktreePath"].as_str().expect("worktree"));
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("leak")).expect("leak"),
+        "inside\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(worktree.join("etc"))
+            .expect("etc")
+            .file_type()
+            .is_symlink(),
+        "a link on the host too"
+    );
+    let returned = &span.meta["workspace"];
+    assert!(
+        returned["entries"].as_u64().expect("entries") >= 7,
+        "{returned}"
+    );
+}
+
 /// A collection cut off before its hand-over (a daemon killed between reading the run and
 /// recording it) is done again at the next start: the second collection takes the shipped
 /// workspace back as the first did, so the agent's work is kept, and nothing is left beside the

@@ -331,4 +331,159 @@ mod tests {
             ]
         );
     }
+
+    /// A tar of `(name, type, data, link)` entries written as given (no checks).
+    fn tar_of(entries: &[(&str, tar::EntryType, &str, &str)]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, kind, data, link) in entries {
+            let mut h = tar::Header::new_gnu();
+            let gnu = h.as_gnu_mut().expect("gnu");
+            gnu.name[..name.len()].copy_from_slice(name.as_bytes());
+            gnu.linkname[..link.len()].copy_from_slice(link.as_bytes());
+            h.set_entry_type(*kind);
+            h.set_mode(0o644);
+            h.set_size(data.len() as u64);
+            h.set_cksum();
+            builder.append(&h, data.as_bytes()).expect("append");
+        }
+        builder.into_inner().expect("finish")
+    }
+
+    /// A swarm manager at the wire, as far as taking a workspace back asks it: the engine's
+    /// version, its swarm, and the service `rover-shipped`, whose workspace was shipped from
+    /// `run_dir` (`LABEL_SHIP`). Returns the engine's address.
+    async fn fake_manager(run_dir: &Path) -> String {
+        use axum::response::IntoResponse as _;
+
+        let service = serde_json::json!({
+            "ID": "svc1",
+            "Spec": {"Name": "rover-shipped", "Labels": {LABEL_SHIP: run_dir}},
+        })
+        .to_string();
+        let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+            let service = service.clone();
+            async move {
+                // Past the API version (`/v1.44/swarm`).
+                let path = uri.path();
+                let path = path
+                    .strip_prefix("/v")
+                    .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
+                    .unwrap_or(path);
+                let json = |body: String| {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body,
+                    )
+                        .into_response()
+                };
+                match path {
+                    "/_ping" => "OK".into_response(),
+                    "/version" => json(
+                        r#"{"ApiVersion":"1.44","MinAPIVersion":"1.24","Version":"27.0.0"}"#
+                            .to_owned(),
+                    ),
+                    "/swarm" => json(r#"{"ID":"fake-swarm"}"#.to_owned()),
+                    "/services/rover-shipped" => json(service),
+                    _ => (
+                        axum::http::StatusCode::NOT_FOUND,
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        r#"{"message":"not found"}"#,
+                    )
+                        .into_response(),
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("tcp://{addr}")
+    }
+
+    /// The swarm's way back: a task uploads any bytes with `PUT /rover/workspace`, rover's
+    /// proxy keeps them as `workspace-out.tar`, and the collection takes them back through the
+    /// real `SwarmSandbox::fetch_workspace` (the service's `LABEL_SHIP`, then [`fetch`]) and
+    /// the same `returned::take_back` as the local engine's archive. The escape of a hard link
+    /// copied through a parent replaced by a link to `/etc` is refused there, naming the entry.
+    #[tokio::test]
+    async fn an_uploaded_workspace_whose_link_replaces_a_parent_is_refused_naming_the_entry() {
+        use crate::sandbox::{
+            DockerSandbox, SandboxLabels, SandboxSettings, SwarmSandbox, WorkspaceMode,
+        };
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run_dir = dir.path().join("proxy").join("rover-shipped");
+        std::fs::create_dir_all(&run_dir).expect("mkdir");
+        std::fs::write(
+            run_dir.join(WORKSPACE_OUT),
+            tar_of(&[
+                (
+                    "workspace/d/hostname",
+                    tar::EntryType::Regular,
+                    "inside",
+                    "",
+                ),
+                ("workspace/d", tar::EntryType::Symlink, "", "/etc"),
+                (
+                    "workspace/leak",
+                    tar::EntryType::Link,
+                    "",
+                    "workspace/d/hostname",
+                ),
+            ]),
+        )
+        .expect("the upload");
+        let worktree = dir.path().join("tasks").join("wt");
+        std::fs::create_dir_all(&worktree).expect("mkdir");
+        std::fs::write(worktree.join("keep.rs"), "old\n").expect("write");
+        let engine = fake_manager(&run_dir).await;
+        let local = DockerSandbox::connect_to(&engine, Vec::new())
+            .await
+            .expect("the fake engine answers");
+        let swarm = SwarmSandbox::connect(local, &engine, Vec::new())
+            .await
+            .expect("a swarm manager");
+        let mut spec = SandboxSpec::from_settings(
+            &SandboxSettings::default(),
+            Vec::new(),
+            &worktree,
+            SandboxLabels {
+                project: "p".to_owned(),
+                trace: "t".to_owned(),
+                action: "a".to_owned(),
+            },
+        );
+        spec.workspace = WorkspaceMode::Shipped;
+
+        let err = crate::sandbox::returned::take_back(&swarm, "rover-shipped", &spec)
+            .await
+            .expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            matches!(&err, SandboxError::Returned { entry, .. } if entry == "workspace/d"),
+            "{text}"
+        );
+        assert!(
+            text.contains("names a path an earlier entry of the archive made"),
+            "{text}"
+        );
+        assert!(text.contains("nothing of it was applied"), "{text}");
+        // The worktree as it was, nothing beside it (no archive, no staging), no `leak`.
+        let names = |dir: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .expect("read dir")
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&worktree), ["keep.rs"]);
+        assert_eq!(names(worktree.parent().expect("tasks")), ["wt"]);
+        assert_eq!(
+            std::fs::read_to_string(worktree.join("keep.rs")).expect("kept"),
+            "old\n"
+        );
+    }
 }
