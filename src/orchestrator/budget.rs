@@ -435,12 +435,19 @@ impl BudgetGate {
         }
         let stopped = self.traces().stopped.contains_key(&trace_id);
         let already = RunSpanMeta::of(span).stopped();
-        if stopped && !span.step.is_terminal() && !already {
+        if stopped && !span.step.is_terminal() {
             // The trace goes no further: its next steps give way to the budget notify (or,
-            // closed by a person, to the answer the command queued).
-            next.clear();
+            // closed by a person, to the answer the command queued). A span marked stopped
+            // already (a run closed by hand) loses its next steps all the same: a cancel,
+            // a fail or a budget stop is followed by the answer alone, whatever finished first.
+            if already {
+                // Its answer (the budget notify `stopped_run` claimed) stays; nothing else.
+                next.retain(|action| action.kind.is_terminal());
+            } else {
+                next.clear();
+                stop_meta(self.closed_by_hand(trace_id)).put_into(&mut span.meta);
+            }
             next.extend(self.claim_budget_notify(trace_id));
-            stop_meta(self.closed_by_hand(trace_id)).put_into(&mut span.meta);
         }
         if let Some(tripped) = verdict.tripped {
             let text = crate::budget::breaker_message(&tripped.reason);

@@ -1,12 +1,15 @@
 //! Spend that cannot race. Before a model request is forwarded, the proxy reserves its worst
-//! case against every stop limit of its grant — the trace's USD and tokens, the day's and the
-//! month's USD — under one lock: the spend recorded before the run, what the live runs' ledgers
+//! case against every stop limit of its grant (the trace's USD and tokens, the day's and the
+//! month's USD) under one lock: the spend recorded before the run, what the live runs' ledgers
 //! hold and what requests in flight reserved. A limit with nothing left refuses the request;
 //! otherwise it reserves its worst case or what is left of the tightest limit, whichever is
-//! smaller. When the answer ends, its real usage is written to the run's ledger and only then
-//! is the reservation released (when it fails, released at once). So N requests at once never
-//! pass a limit by more than what their real cost exceeds their reservations: at most the one
-//! request that took the last of the limit.
+//! smaller, and what is left of a limit goes to one request at a time (a second request that
+//! would get less than its worst case while another holds such a remainder is refused). When
+//! the answer ends, its real usage is written to the run's ledger and only then is the
+//! reservation released (when it fails, at once); an admission reads the reservations before
+//! the ledgers, so a request that settles meanwhile is counted twice, never nowhere. So N
+//! requests at once never pass a limit by more than one request's cost beyond the remainder it
+//! took: every other request held its whole worst case.
 //!
 //! The worst case of a request: its `max_tokens` (Anthropic) or `max_output_tokens` (OpenAI) at
 //! the model's output price, [`DEFAULT_MAX_OUTPUT_TOKENS`] when it names none, plus one token a
@@ -101,6 +104,8 @@ struct Held {
     trace: Uuid,
     usd: f64,
     tokens: u64,
+    /// Less than its worst case: what was left of a limit.
+    partial: bool,
 }
 
 /// What requests in flight reserved, for one trace and in all.
@@ -110,6 +115,9 @@ struct InFlight {
     trace_tokens: u64,
     all_usd: f64,
     trace_requests: usize,
+    /// Requests in flight that hold less than their worst case (of the trace, of all).
+    trace_partial: usize,
+    all_partial: usize,
 }
 
 impl Reservations {
@@ -121,10 +129,12 @@ impl Reservations {
         let mut sum = InFlight::default();
         for held in table.held.values() {
             sum.all_usd += held.usd;
+            sum.all_partial += usize::from(held.partial);
             if held.trace == trace {
                 sum.trace_usd += held.usd;
                 sum.trace_tokens += held.tokens;
                 sum.trace_requests += 1;
+                sum.trace_partial += usize::from(held.partial);
             }
         }
         sum
@@ -192,6 +202,10 @@ pub(crate) async fn admit(
     };
     let reservations = shared.reservations.clone();
     let _admission = reservations.admission.lock().await;
+    // The reservations before the ledgers: a request releases its reservation only after its
+    // ledger holds its answer, so one that settles between the two reads is counted twice
+    // rather than nowhere.
+    let in_flight = reservations.in_flight(grant.trace_id);
     let live = {
         let dir = shared.dir().to_owned();
         let grant = grant.clone();
@@ -199,21 +213,46 @@ pub(crate) async fn admit(
             .await
             .map_err(Refused::Unreadable)?
     };
-    let in_flight = reservations.in_flight(grant.trace_id);
     let room = room(&budget, &live, &in_flight).map_err(Refused::Over)?;
+    let partial = worst.usd > room.usd || worst.tokens > room.tokens;
+    // What is left of a limit goes to one request at a time: each such request may cost more
+    // than it reserved, and the overruns of two would add up.
+    let held_elsewhere = in_flight.trace_partial > 0 || (room.period && in_flight.all_partial > 0);
+    if partial && held_elsewhere {
+        let binding = room.binding.clone().unwrap_or(Stopped {
+            at: Utc::now(),
+            limit: None,
+            spend_usd: 0.0,
+            stop_usd: 0.0,
+            spend_tokens: None,
+            stop_tokens: None,
+        });
+        return Err(Refused::Over(OverLimit {
+            reason: format!(
+                "rover: what is left of the budget stop limit ({}) is held by a request in flight; the request was not sent",
+                binding.describe()
+            ),
+            stopped: binding,
+        }));
+    }
     Ok(Some(reservations.hold(Held {
         trace: grant.trace_id,
         usd: worst.usd.min(room.usd).max(0.0),
         tokens: worst.tokens.min(room.tokens),
+        partial,
     })))
 }
 
 /// What is left under the tightest USD limit and the token limit (`f64::INFINITY` and
 /// `u64::MAX` when there is none), or the limit that has nothing left.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Room {
     usd: f64,
     tokens: u64,
+    /// The limit that leaves the least, as a stop would record it.
+    binding: Option<Stopped>,
+    /// Whether the tightest USD limit is a period's (every trace's requests count).
+    period: bool,
 }
 
 fn room(budget: &GrantBudget, live: &LiveSpend, in_flight: &InFlight) -> Result<Room, OverLimit> {
@@ -221,24 +260,28 @@ fn room(budget: &GrantBudget, live: &LiveSpend, in_flight: &InFlight) -> Result<
     let mut room = Room {
         usd: f64::INFINITY,
         tokens: u64::MAX,
+        binding: None,
+        period: false,
     };
     let pending = if in_flight.trace_requests > 0 {
         format!(
-            ", {} of it reserved by {} request(s) in flight",
+            "; {} of it reserved by {} request(s) in flight",
             usd(in_flight.trace_usd),
             in_flight.trace_requests
         )
     } else {
         String::new()
     };
-    let mut usd_limits: Vec<(&str, f64, f64, String)> = Vec::new();
+    // (key, spent, stop, whose, what requests in flight hold of it)
+    let mut usd_limits: Vec<(&str, f64, f64, String, String)> = Vec::new();
     if let Some(stop) = budget.stop_usd {
         let spent = budget.baseline_usd + live.trace_usd + in_flight.trace_usd;
         usd_limits.push((
             "autopilot.budget.trace.usd",
             spent,
             stop,
-            format!("this run's trace{pending}"),
+            "this run's trace".to_owned(),
+            pending.clone(),
         ));
     }
     for (period, key, current) in [
@@ -260,15 +303,29 @@ fn room(budget: &GrantBudget, live: &LiveSpend, in_flight: &InFlight) -> Result<
                 0.0
             };
             let spent = baseline + live.all_usd + in_flight.all_usd;
-            usd_limits.push((key, spent, period.stop_usd, format!("the period {current}")));
+            let held = if in_flight.all_usd > 0.0 {
+                format!(
+                    "; {} of it reserved by requests in flight",
+                    usd(in_flight.all_usd)
+                )
+            } else {
+                String::new()
+            };
+            usd_limits.push((
+                key,
+                spent,
+                period.stop_usd,
+                format!("the period {current}"),
+                held,
+            ));
         }
     }
-    for (key, spent, stop, whose) in usd_limits {
+    for (key, spent, stop, whose, held) in usd_limits {
         // Less than a millionth of a cent left is nothing left (sums of floats).
         if spent >= stop - 1e-9 {
             return Err(OverLimit {
                 reason: format!(
-                    "rover: {whose} reached its budget stop limit ({} of {}, {key}); the request was not sent",
+                    "rover: {whose} reached its budget stop limit ({} of {}, {key}{held}); the request was not sent",
                     usd(spent),
                     usd(stop)
                 ),
@@ -282,7 +339,18 @@ fn room(budget: &GrantBudget, live: &LiveSpend, in_flight: &InFlight) -> Result<
                 },
             });
         }
-        room.usd = room.usd.min(stop - spent);
+        if stop - spent < room.usd {
+            room.usd = stop - spent;
+            room.period = key != "autopilot.budget.trace.usd";
+            room.binding = Some(Stopped {
+                at: now,
+                limit: Some(key.to_owned()),
+                spend_usd: spent,
+                stop_usd: stop,
+                spend_tokens: None,
+                stop_tokens: None,
+            });
+        }
     }
     if let Some(stop) = budget.stop_tokens {
         let spent = budget.baseline_tokens + live.trace_tokens + in_flight.trace_tokens;
@@ -293,7 +361,7 @@ fn room(budget: &GrantBudget, live: &LiveSpend, in_flight: &InFlight) -> Result<
                     "rover: this run's trace reached its budget stop limit ({spent} of {stop} tokens, {key}{}); the request was not sent",
                     if in_flight.trace_requests > 0 {
                         format!(
-                            ", {} reserved by {} request(s) in flight",
+                            "; {} of them reserved by {} request(s) in flight",
                             in_flight.trace_tokens, in_flight.trace_requests
                         )
                     } else {
@@ -311,6 +379,16 @@ fn room(budget: &GrantBudget, live: &LiveSpend, in_flight: &InFlight) -> Result<
             });
         }
         room.tokens = stop - spent;
+        if room.binding.is_none() {
+            room.binding = Some(Stopped {
+                at: now,
+                limit: Some("autopilot.budget.trace.tokens".to_owned()),
+                spend_usd: budget.baseline_usd + live.trace_usd,
+                stop_usd: 0.0,
+                spend_tokens: Some(spent),
+                stop_tokens: Some(stop),
+            });
+        }
     }
     Ok(room)
 }
@@ -377,6 +455,8 @@ mod tests {
             trace_tokens: 100,
             all_usd: 0.2,
             trace_requests: 1,
+            trace_partial: 0,
+            all_partial: 0,
         };
         let left = room(&budget, &live, &in_flight).expect("room");
         assert!((left.usd - 0.25).abs() < 1e-12, "{left:?}");

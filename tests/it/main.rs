@@ -21,7 +21,7 @@ mod inspect;
 mod intake;
 mod intervene;
 mod layers;
-mod network;
+pub mod network;
 mod orchestrator;
 mod proof;
 mod real_cli;

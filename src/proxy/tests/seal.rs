@@ -351,3 +351,32 @@ async fn one_runs_flood_of_large_bodies_leaves_another_runs_request_answered() {
     assert_eq!(answered.0, StatusCode::OK, "{}", answered.1);
     drop(admitted);
 }
+
+#[tokio::test]
+async fn ten_requests_at_once_settling_while_others_arrive_never_pass_a_usd_limit_beyond_one_answer(
+) {
+    for _ in 0..5 {
+        let h = Harness::start().await;
+        let stop = 0.10;
+        let token = h.grant("run-a", |g| {
+            g.budget = Some(GrantBudget {
+                stop_usd: Some(stop),
+                ..GrantBudget::default()
+            });
+            g.max_requests = Some(16);
+        });
+        let handles = at_once(&h, "run-a", 10, || honest_anthropic_request(&token)).await;
+        let mut ok = 0;
+        for handle in handles {
+            if handle.await.expect("the request").0 == StatusCode::OK {
+                ok += 1;
+            }
+        }
+        let ledger = h.ledger_when("run-a", |l| l.requests == ok).await;
+        eprintln!("{ok} forwarded, ${:.4}", ledger.usd);
+        assert!(
+            ledger.usd <= stop + ANTHROPIC_ANSWER_USD + 1e-9,
+            "{ok} forwarded: {ledger:?}"
+        );
+    }
+}

@@ -1521,3 +1521,17 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
         findings.len()
     );
 }
+
+/// The third seal from inside the real claude's sandbox: its token on the API's other calls,
+/// ten model requests at once against the trace's stop limit, name lookups (`network.rs` runs
+/// it). The returned workspace, the devcontainer keys and the proxy flood have their own tests
+/// (`sandbox::returned`, `environment`, `network::a_runs_flood_…`).
+#[tokio::test]
+async fn the_third_seal_holds_from_inside_the_real_claude_sandbox() {
+    let (tried, escapes) = crate::network::third_seal_from_the_real_claude().await;
+    eprintln!(
+        "proof escape (the third seal): {tried} vectors tried from the sandbox, {} escapes",
+        escapes.len()
+    );
+    assert!(escapes.is_empty(), "escapes: {escapes:?}");
+}
