@@ -17,7 +17,7 @@ use super::definition::Definition;
 use super::error::EnvironmentError;
 use super::layer::{rover_layer, setup_config};
 use super::record::{EnvSource, EnvironmentMeta};
-use super::{ENV_REPO, LABEL_ENV_BUILD, LABEL_ENV_HASH, LABEL_ENV_PROJECT};
+use super::{ENV_REPO, LABEL_ENV_BUILD, LABEL_ENV_CHECK, LABEL_ENV_HASH, LABEL_ENV_PROJECT};
 use crate::git::Workspace;
 use crate::sandbox::EnvironmentSettings;
 
@@ -28,7 +28,9 @@ pub const BUILD_LOG: &str = "environment.log";
 const ERROR_LINES: usize = 25;
 
 /// The variables the build's programs get from rover's environment; nothing else (no model
-/// key, no token), so a definition's `${localEnv:...}` cannot read one into the setup.
+/// key, no token). The dev container CLI also gets `autopilot.sandbox.environment.localEnv`,
+/// the only names a definition may read (`${localEnv:...}` of any other is refused before the
+/// build), so what it substitutes is the value rover checked.
 const PASSED_ENV: &[&str] = &[
     "PATH",
     "HOME",
@@ -219,17 +221,14 @@ async fn run_build(
     .await;
 
     let id_label = format!("{LABEL_ENV_BUILD}={}", plan.hash);
-    let mut up = argv(&[
-        &req.settings.devcontainer_cli,
-        "up",
+    // The workspace mount's source is the export itself, never the git repository the CLI
+    // would look for around it (`git rev-parse` there reads files of the checkout: a committed
+    // `HEAD`, `objects/`, `refs/` and a `config` naming `core.worktree` would make it any
+    // directory of the host); GPUs are never requested.
+    let mut target = argv(&[
         "--workspace-folder",
         &workspace.display().to_string(),
-        "--id-label",
-        &id_label,
-        "--remove-existing-container",
-        "--skip-post-attach",
-        "--log-format",
-        "text",
+        "--mount-workspace-git-root=false",
     ]);
     if req.definition.source != EnvSource::Devcontainer {
         let config_dir = req.dir.join("setup");
@@ -243,19 +242,68 @@ async fn run_build(
         )
         .await
         .map_err(io(&config))?;
-        up.extend(["--config".to_owned(), config.display().to_string()]);
+        target.extend(["--config".to_owned(), config.display().to_string()]);
     } else if let Some(path) = &req.definition.config_path {
-        up.extend([
+        target.extend([
             "--config".to_owned(),
             workspace.join(path).display().to_string(),
         ]);
     }
+    let cli = &req.settings.devcontainer_cli;
+    // No container has this label: what the CLI reads is the definition and its image.
+    let check_label = format!("{LABEL_ENV_CHECK}={}", plan.hash);
+    let mut check = argv(&[cli, "read-configuration", "--include-merged-configuration"]);
+    check.extend(target.iter().cloned());
+    check.extend(argv(&["--id-label", &check_label, "--log-format", "text"]));
+    let mut up = argv(&[cli, "up"]);
+    up.extend(target);
+    up.extend(argv(&[
+        "--id-label",
+        &id_label,
+        "--remove-existing-container",
+        "--skip-post-attach",
+        "--gpu-availability",
+        "none",
+        "--log-format",
+        "text",
+    ]));
+    let cli_env = &req.settings.local_env;
     let limit = Duration::from_secs(req.settings.build_timeout_secs);
     let deadline = Instant::now() + limit;
     let setup_image = format!("{ENV_REPO}-setup:{}", plan.hash);
     let result = async {
+        // The image's `devcontainer.metadata` label is merged into the definition by the CLI:
+        // what it asks for of the host is refused before any container starts.
+        let step = "check the definition (devcontainer read-configuration)";
+        let out = log.run(step, &check, deadline, limit, cli_env).await?;
+        let merged = read_configuration(&out).ok_or_else(|| EnvironmentError::Build {
+            step: step.to_owned(),
+            output: format!(
+                "the dev container CLI did not say what it would build: {}",
+                out.lines().last().unwrap_or_default()
+            ),
+            log: log.path.clone(),
+            reproduce: shell_line(&check),
+        })?;
+        if let Some(reason) = host_requests(&merged, &workspace) {
+            log.note(&format!("rover: refused: {reason}")).await;
+            return Err(match &req.definition.config_path {
+                Some(path) if req.definition.source == EnvSource::Devcontainer => {
+                    EnvironmentError::Definition {
+                        path: path.clone(),
+                        reason,
+                    }
+                }
+                _ => EnvironmentError::Build {
+                    step: step.to_owned(),
+                    output: reason,
+                    log: log.path.clone(),
+                    reproduce: shell_line(&check),
+                },
+            });
+        }
         let out = log
-            .run("set up (devcontainer up)", &up, deadline, limit)
+            .run("set up (devcontainer up)", &up, deadline, limit, cli_env)
             .await?;
         let container = outcome_container(&out).ok_or_else(|| EnvironmentError::Build {
             step: "set up (devcontainer up)".to_owned(),
@@ -267,8 +315,14 @@ async fn run_build(
             reproduce: shell_line(&up),
         })?;
         let commit = argv(&["docker", "commit", &container, &setup_image]);
-        log.run("keep the setup (docker commit)", &commit, deadline, limit)
-            .await?;
+        log.run(
+            "keep the setup (docker commit)",
+            &commit,
+            deadline,
+            limit,
+            &[],
+        )
+        .await?;
         let layer_dir = req.dir.join("layer");
         tokio::fs::create_dir_all(&layer_dir)
             .await
@@ -286,9 +340,15 @@ async fn run_build(
             &plan.image,
             &layer_dir.display().to_string(),
         ]);
-        log.run("add rover's layer (docker build)", &layer, deadline, limit)
-            .await
-            .map(|_| ())
+        log.run(
+            "add rover's layer (docker build)",
+            &layer,
+            deadline,
+            limit,
+            &[],
+        )
+        .await
+        .map(|_| ())
     }
     .await;
     // The setup container and the setup's tag go, whatever happened (the image keeps its layers).
@@ -330,6 +390,65 @@ fn outcome_container(stdout: &str) -> Option<String> {
         .flatten()
 }
 
+/// The JSON `devcontainer read-configuration` prints (its last line that is an object).
+fn read_configuration(stdout: &str) -> Option<serde_json::Value> {
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(stdout.trim()) {
+        return value.is_object().then_some(value);
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))?;
+    serde_json::from_str(line.trim()).ok()
+}
+
+/// What the setup container would get of the engine's host, in words, from the CLI's
+/// `read-configuration --include-merged-configuration` (the definition merged with its image's
+/// `devcontainer.metadata` label): `None` when nothing, and the workspace mount is the export.
+fn host_requests(read: &serde_json::Value, workspace: &Path) -> Option<String> {
+    let merged = &read["mergedConfiguration"];
+    let asked: Vec<&str> = [
+        ("privileged", merged["privileged"] == true),
+        ("init", merged["init"] == true),
+        ("capAdd", non_empty(&merged["capAdd"])),
+        ("securityOpt", non_empty(&merged["securityOpt"])),
+        ("mounts", non_empty(&merged["mounts"])),
+    ]
+    .into_iter()
+    .filter_map(|(key, set)| set.then_some(key))
+    .collect();
+    if !asked.is_empty() {
+        let image = merged["image"]
+            .as_str()
+            .unwrap_or("the image it builds from");
+        return Some(format!(
+            "`{}` is not allowed: it reaches the engine's host configuration of the setup container, and `{image}` asks for it in its `devcontainer.metadata` label (which the dev container CLI merges into the definition); rover refuses keys it does not know to be safe: build from an image without them",
+            asked.join("`, `")
+        ));
+    }
+    let mount = read["workspace"]["workspaceMount"]
+        .as_str()
+        .unwrap_or_default();
+    let source = workspace.display().to_string();
+    if !mount.starts_with(&format!("type=bind,source={source},"))
+        && !mount.starts_with(&format!("type=bind,\"source={source}\","))
+    {
+        return Some(format!(
+            "the workspace mount would be `{mount}`, not rover's export of the default branch ({source})"
+        ));
+    }
+    None
+}
+
+fn non_empty(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Array(items) => !items.is_empty(),
+        serde_json::Value::Null | serde_json::Value::Bool(false) => false,
+        serde_json::Value::String(s) => !s.is_empty(),
+        _ => true,
+    }
+}
+
 /// The dev container CLI's own words for a failure (`message` and `description`), if it gave them.
 fn outcome_error(stdout: &str) -> Option<String> {
     let line = stdout
@@ -364,7 +483,7 @@ async fn image_exists(image: &str) -> bool {
     Command::new("docker")
         .args(["image", "inspect", "--format", "{{.Id}}", image])
         .env_clear()
-        .envs(passed_env())
+        .envs(passed_env(&[]))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -377,10 +496,13 @@ fn argv(words: &[&str]) -> Vec<String> {
     words.iter().map(|w| (*w).to_owned()).collect()
 }
 
-fn passed_env() -> Vec<(String, String)> {
+/// [`PASSED_ENV`] and the `extra` names, those of rover's environment that are set.
+fn passed_env(extra: &[String]) -> Vec<(String, String)> {
     PASSED_ENV
         .iter()
-        .filter_map(|name| std::env::var(name).ok().map(|v| ((*name).to_owned(), v)))
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .filter_map(|name| std::env::var(name).ok().map(|v| (name.to_owned(), v)))
         .collect()
 }
 
@@ -389,7 +511,7 @@ async fn capture(argv: &[String], log: &Path) -> Result<String, String> {
     let out = Command::new(&argv[0])
         .args(&argv[1..])
         .env_clear()
-        .envs(passed_env())
+        .envs(passed_env(&[]))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
@@ -473,13 +595,15 @@ impl Log {
         let _ = self.file.flush().await;
     }
 
-    /// Runs one step, its output into the log as it comes; its stdout when it succeeds.
+    /// Runs one step, its output into the log as it comes; its stdout when it succeeds. It gets
+    /// [`PASSED_ENV`] and the `extra` names of rover's environment.
     async fn run(
         &mut self,
         step: &str,
         argv: &[String],
         deadline: Instant,
         limit: Duration,
+        extra: &[String],
     ) -> Result<String, EnvironmentError> {
         let reproduce = shell_line(argv);
         self.note(&format!("rover: {step}\n$ {reproduce}")).await;
@@ -494,7 +618,7 @@ impl Log {
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .env_clear()
-            .envs(passed_env())
+            .envs(passed_env(extra))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -612,6 +736,35 @@ mod tests {
             outcome_error(bad).as_deref(),
             Some("postCreateCommand from devcontainer.json failed. Command failed: /bin/sh -c cargo fetch --locked")
         );
+    }
+
+    /// What `devcontainer read-configuration --include-merged-configuration` 0.89.0 printed for
+    /// `{"image": "rover-dcx-meta:1"}`, an image labelled `devcontainer.metadata=[{"privileged":
+    /// true, "mounts": [...], "capAdd": ["SYS_ADMIN"], "init": true}]` (trimmed).
+    const READ_WITH_METADATA: &str = r#"{"configuration":{"image":"rover-dcx-meta:1","configFilePath":{"$mid":1,"fsPath":"/tmp/dcx/ws/.devcontainer/devcontainer.json","path":"/tmp/dcx/ws/.devcontainer/devcontainer.json","scheme":"vscode-fileHost"}},"workspace":{"workspaceFolder":"/workspaces/ws","workspaceMount":"type=bind,source=/tmp/dcx/ws,target=/workspaces/ws"},"mergedConfiguration":{"image":"rover-dcx-meta:1","init":true,"privileged":true,"capAdd":["SYS_ADMIN"],"mounts":["type=bind,source=/etc,target=/hostetc"],"onCreateCommands":[],"updateContentCommands":[],"postCreateCommands":[],"postStartCommands":[],"postAttachCommands":[],"remoteEnv":{},"portsAttributes":{}}}"#;
+
+    #[test]
+    fn an_image_whose_metadata_asks_for_the_host_is_refused() {
+        let read = read_configuration(&format!("noise\n{READ_WITH_METADATA}\n")).expect("JSON");
+        let reason = host_requests(&read, Path::new("/tmp/dcx/ws")).expect("refused");
+        assert!(
+            reason.starts_with("`privileged`, `init`, `capAdd`, `mounts` is not allowed: it reaches the engine's host configuration of the setup container, and `rover-dcx-meta:1` asks for it in its `devcontainer.metadata` label"),
+            "{reason}"
+        );
+        // The same with none of it: nothing to refuse.
+        let mut plain = read.clone();
+        for key in ["init", "privileged", "capAdd", "mounts"] {
+            plain["mergedConfiguration"]
+                .as_object_mut()
+                .expect("an object")
+                .remove(key);
+        }
+        plain["mergedConfiguration"]["privileged"] = serde_json::json!(false);
+        plain["mergedConfiguration"]["securityOpt"] = serde_json::json!([]);
+        assert_eq!(host_requests(&plain, Path::new("/tmp/dcx/ws")), None);
+        // A workspace mount of anything but the export is refused too.
+        let reason = host_requests(&plain, Path::new("/tmp/dcx/other")).expect("refused");
+        assert!(reason.contains("not rover's export"), "{reason}");
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
-use super::devcontainer::{parse_devcontainer, DevcontainerConfig, DEVCONTAINER_PATHS};
+use super::devcontainer::{
+    parse_devcontainer, DefinitionPath, DevcontainerConfig, LocalEnv, DEVCONTAINER_PATHS,
+};
 use super::error::EnvironmentError;
 use super::record::EnvSource;
 use crate::git::{DefaultBranchSnapshot, SnapshotEntry, Workspace};
@@ -104,13 +106,28 @@ pub async fn define(
         setup_commands: Vec::new(),
         inputs: BTreeMap::new(),
     };
+    // A link on the way to the definition would have the CLI read it from outside the checkout.
+    for path in DEVCONTAINER_PATHS {
+        if let Some(link) = link_on(&snapshot, path) {
+            return Err(EnvironmentError::Definition {
+                path: (*path).to_owned(),
+                reason: format!("`{link}` is a link on the default branch; rover builds from inside the checkout and follows no link out of it: make it a plain directory or file"),
+            });
+        }
+    }
     if let Some(path) = DEVCONTAINER_PATHS.iter().find(|p| is_file(p)) {
         let text = read(ws, &snapshot, path).await?;
-        let config = parse_devcontainer(&text).map_err(|reason| EnvironmentError::Definition {
+        let local_env = LocalEnv::from_process(&settings.environment.local_env);
+        let refused = |reason| EnvironmentError::Definition {
             path: (*path).to_owned(),
             reason,
-        })?;
+        };
+        let config = parse_devcontainer(&text, &local_env).map_err(refused)?;
         let dir = parent(path);
+        // Every path it gives, used or not, stays inside the checkout, through no link.
+        for given in &config.paths {
+            locate(&dir, given, &snapshot).map_err(refused)?;
+        }
         // `.devcontainer/` and all it holds; a root `.devcontainer.json` alone.
         add_under(
             &mut definition.inputs,
@@ -118,14 +135,17 @@ pub async fn define(
             if dir.is_empty() { path } else { &dir },
         );
         if let Some(dockerfile) = &config.dockerfile {
-            let dockerfile_path =
-                join(&dir, dockerfile).ok_or_else(|| outside(path, dockerfile))?;
-            let context = config.context.clone().unwrap_or_else(|| ".".to_owned());
-            let context_path = join(&dir, &context).ok_or_else(|| outside(path, &context))?;
+            let dockerfile_path = locate(&dir, dockerfile, &snapshot).map_err(refused)?;
+            // Without a context the CLI builds in the Dockerfile's directory.
+            let context_path = match &config.context {
+                Some(context) => locate(&dir, context, &snapshot).map_err(refused)?,
+                None => parent(&dockerfile_path),
+            };
             add_under(&mut definition.inputs, &snapshot, &dockerfile_path);
             let text = read(ws, &snapshot, &dockerfile_path).await?;
             for source in copy_sources(&text) {
-                match join(&context_path, &source) {
+                // A source is relative to the context, even with a leading `/`.
+                match join(&context_path, source.trim_start_matches('/')) {
                     Some(p) if !source.contains(['*', '?', '[']) => {
                         add_under(&mut definition.inputs, &snapshot, &p);
                     }
@@ -185,11 +205,48 @@ async fn read(
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-fn outside(config: &str, path: &str) -> EnvironmentError {
-    EnvironmentError::Definition {
-        path: config.to_owned(),
-        reason: format!("`{path}` is outside the repository"),
+/// The path in the repository `given` names (relative to the definition's directory `dir`,
+/// or to the root): `Err(reason)` when it leaves the checkout or goes through a link of the
+/// default branch's tree (the CLI and `docker build` would follow it out).
+fn locate(
+    dir: &str,
+    given: &DefinitionPath,
+    snapshot: &DefaultBranchSnapshot,
+) -> Result<String, String> {
+    let base = if given.from_root { "" } else { dir };
+    let path = join(base, &given.path).ok_or_else(|| {
+        format!(
+            "`{}` (`{}`) is outside the repository",
+            given.key, given.path
+        )
+    })?;
+    if let Some(link) = link_on(snapshot, &path) {
+        return Err(format!(
+            "`{}` (`{path}`) goes through `{link}`, a link on the default branch; rover builds from inside the checkout and follows no link out of it",
+            given.key
+        ));
     }
+    Ok(path)
+}
+
+/// The first of `path` and the directories above it (in the repository) that is a symbolic
+/// link in the snapshot, if any.
+fn link_on(snapshot: &DefaultBranchSnapshot, path: &str) -> Option<String> {
+    let mut prefix = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(part);
+        if snapshot
+            .entries
+            .get(&prefix)
+            .is_some_and(|e| e.mode & 0o170_000 == 0o120_000)
+        {
+            return Some(prefix);
+        }
+    }
+    None
 }
 
 /// Adds the entry at `path`, or every entry under it (`""`: all of them).
@@ -270,6 +327,185 @@ fn copy_sources(dockerfile: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A repository whose `main` holds `files` and the links `links` (path, target).
+    fn repository(files: &[(&str, &str)], links: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .current_dir(dir.path())
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .expect("git runs");
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q", "-b", "main"]);
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
+            std::fs::write(path, text).expect("write");
+        }
+        for (path, target) in links {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("dirs");
+            std::os::unix::fs::symlink(target, path).expect("a link");
+        }
+        git(&["add", "-A"]);
+        git(&["commit", "-q", "-m", "environment"]);
+        dir
+    }
+
+    async fn define_in(
+        files: &[(&str, &str)],
+        links: &[(&str, &str)],
+        local_env: &[&str],
+    ) -> Result<Option<Definition>, EnvironmentError> {
+        let repo = repository(files, links);
+        let ws = Workspace::open(repo.path())
+            .await
+            .expect("a repository")
+            .with_env("GIT_CONFIG_GLOBAL", "/dev/null");
+        let mut settings = SandboxSettings::default();
+        settings.environment.local_env = local_env.iter().map(|n| (*n).to_owned()).collect();
+        define(&ws, &settings).await
+    }
+
+    fn refused(result: Result<Option<Definition>, EnvironmentError>) -> (String, String) {
+        match result {
+            Err(EnvironmentError::Definition { path, reason }) => (path, reason),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    const DOCKERFILE: &str = "FROM debian\nCOPY req.txt /r/\n";
+
+    #[tokio::test]
+    async fn a_context_through_a_linked_directory_is_refused() {
+        let config = r#"{"build": {"dockerfile": "Dockerfile", "context": "../tools"}}"#;
+        let (path, reason) = refused(
+            define_in(
+                &[
+                    (".devcontainer/devcontainer.json", config),
+                    (".devcontainer/Dockerfile", DOCKERFILE),
+                ],
+                &[("tools", "/root")],
+                &[],
+            )
+            .await,
+        );
+        assert_eq!(path, ".devcontainer/devcontainer.json");
+        assert!(
+            reason.starts_with("`build.context` (`tools`) goes through `tools`, a link"),
+            "{reason}"
+        );
+        // Below a linked directory, and a Dockerfile that is a link, likewise.
+        let config = r#"{"build": {"dockerfile": "../docker/Dockerfile"}}"#;
+        let (_, reason) = refused(
+            define_in(
+                &[(".devcontainer/devcontainer.json", config)],
+                &[("docker", "/etc")],
+                &[],
+            )
+            .await,
+        );
+        assert!(reason.contains("goes through `docker`"), "{reason}");
+        let config = r#"{"build": {"dockerfile": "Dockerfile"}}"#;
+        let (_, reason) = refused(
+            define_in(
+                &[(".devcontainer/devcontainer.json", config)],
+                &[(".devcontainer/Dockerfile", "/etc/hostname")],
+                &[],
+            )
+            .await,
+        );
+        assert!(
+            reason.contains("goes through `.devcontainer/Dockerfile`"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_linked_devcontainer_directory_or_file_is_refused() {
+        let (path, reason) =
+            refused(define_in(&[("README", "x")], &[(".devcontainer", "/home")], &[]).await);
+        assert_eq!(path, ".devcontainer/devcontainer.json");
+        assert!(reason.starts_with("`.devcontainer` is a link"), "{reason}");
+        let (path, reason) = refused(
+            define_in(
+                &[("README", "x")],
+                &[(".devcontainer.json", "/etc/x.json")],
+                &[],
+            )
+            .await,
+        );
+        assert_eq!(path, ".devcontainer.json");
+        assert!(
+            reason.starts_with("`.devcontainer.json` is a link"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn local_workspace_folder_is_the_root_and_the_context_must_stay_inside_it() {
+        let files = |config: &'static str| {
+            [
+                (".devcontainer/devcontainer.json", config),
+                ("tools/Dockerfile", DOCKERFILE),
+                ("tools/req.txt", "x==1\n"),
+            ]
+        };
+        let escape = r#"{"build": {"dockerfile": "${localWorkspaceFolder}/tools/Dockerfile", "context": "${localWorkspaceFolder}/.."}}"#;
+        let (_, reason) = refused(define_in(&files(escape), &[], &[]).await);
+        assert!(
+            reason.starts_with("`build.context` (`/..`) is outside the repository"),
+            "{reason}"
+        );
+        let tools = r#"{"build": {"dockerfile": "${localWorkspaceFolder}/tools/Dockerfile", "context": "${localWorkspaceFolder}/tools"}}"#;
+        let definition = define_in(&files(tools), &[], &[])
+            .await
+            .expect("inside")
+            .expect("a definition");
+        assert!(definition.inputs.contains_key("tools/Dockerfile"));
+        assert!(definition.inputs.contains_key("tools/req.txt"));
+        // Without a context the CLI builds in the Dockerfile's directory.
+        let no_context = r#"{"build": {"dockerfile": "../tools/Dockerfile"}}"#;
+        let definition = define_in(&files(no_context), &[], &[])
+            .await
+            .expect("inside")
+            .expect("a definition");
+        assert!(definition.inputs.contains_key("tools/req.txt"));
+    }
+
+    #[tokio::test]
+    async fn local_env_is_read_only_when_rover_json_allows_it() {
+        let config = r#"{"image": "debian", "containerEnv": {"H": "${localEnv:HOME}"}}"#;
+        let files = [(".devcontainer/devcontainer.json", config)];
+        let (_, reason) = refused(define_in(&files, &[], &[]).await);
+        assert!(
+            reason.contains("add `HOME` to `autopilot.sandbox.environment.localEnv`"),
+            "{reason}"
+        );
+        let definition = define_in(&files, &[], &["HOME"]).await.expect("allowed");
+        assert!(definition.is_some());
+        // The host's home as the build context stays refused: it is an absolute path.
+        let config = r#"{"build": {"dockerfile": "Dockerfile", "context": "${localEnv:HOME}"}}"#;
+        let files = [
+            (".devcontainer/devcontainer.json", config),
+            (".devcontainer/Dockerfile", DOCKERFILE),
+        ];
+        let (_, reason) = refused(define_in(&files, &[], &[]).await);
+        assert!(
+            reason.starts_with("`build.context` reads `${localEnv:HOME}`"),
+            "{reason}"
+        );
+        if std::env::var("HOME").is_ok_and(|h| h.starts_with('/')) {
+            let (_, reason) = refused(define_in(&files, &[], &["HOME"]).await);
+            assert!(reason.contains("is an absolute path"), "{reason}");
+        }
+    }
 
     #[test]
     fn paths_resolve_inside_the_repository_only() {

@@ -1,14 +1,113 @@
 //! Reading `devcontainer.json` (JSON with comments and trailing commas) for what rover must know
-//! before the dev container CLI builds it: which files define the image (to hash them), what
-//! rover refuses, and what it builds but does not apply to its own containers.
+//! before the dev container CLI builds it: which files define the image (to hash them), that it
+//! asks for nothing of the engine's host (an allow-list of keys, the variables of rover's
+//! environment it reads, the paths it builds from), and what it builds but does not apply to
+//! rover's own containers.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
 /// Where rover looks for a dev container definition, first match wins.
 pub const DEVCONTAINER_PATHS: &[&str] = &[".devcontainer/devcontainer.json", ".devcontainer.json"];
 
-/// Keys rover refuses, and why.
+/// The `rover.json` key that lets definitions read variables of rover's environment.
+pub const LOCAL_ENV_KEY: &str = "autopilot.sandbox.environment.localEnv";
+
+/// The top-level keys rover knows cannot reach the engine's host configuration of the setup
+/// container (checked against what the dev container CLI 0.89.0 does with each: it sets
+/// something inside the container or its image, or `devcontainer up` does not read it). Every
+/// other key is refused; `build` is checked key by key ([`BUILD_ALLOWED`]).
+const ALLOWED: &[&str] = &[
+    // Read by editors only.
+    "$schema",
+    "name",
+    // What the image is built from; the paths are checked (`DefinitionPath`), and the image's
+    // own `devcontainer.metadata` label by the build (`devcontainer read-configuration`).
+    "image",
+    "build",
+    "dockerFile",
+    "context",
+    // `docker run -e` and `-u`, the lifecycle commands' environment and user: all inside the
+    // container.
+    "containerEnv",
+    "remoteEnv",
+    "remoteUser",
+    "containerUser",
+    // The CLI rebuilds the image with the host user's uid for the container user: an image.
+    "updateRemoteUserUID",
+    // A shell the CLI runs inside the container to read its environment.
+    "userEnvProbe",
+    // Commands run inside the container (`initializeCommand`, on the host, is refused).
+    "onCreateCommand",
+    "updateContentCommand",
+    "postCreateCommand",
+    "postStartCommand",
+    "postAttachCommand",
+    "waitFor",
+    // What the container's first process is, and the directory inside it the commands run in.
+    "overrideCommand",
+    "workspaceFolder",
+    // Ports an editor forwards; `devcontainer up` publishes none of them (that is `appPort`).
+    "forwardPorts",
+    "portsAttributes",
+    "otherPortsAttributes",
+    // Read by editors when a window closes; not by `devcontainer up`.
+    "shutdownAction",
+    // Tools' settings; the last three are the older spelling the CLI moves into
+    // `customizations.vscode`.
+    "customizations",
+    "extensions",
+    "settings",
+    "devPort",
+];
+
+/// The keys of `build` rover allows: the Dockerfile and its context (paths, checked), and what
+/// `docker build` gets as `--build-arg`, `--target` and `--cache-from` (images only).
+const BUILD_ALLOWED: &[&str] = &["dockerfile", "context", "args", "target", "cacheFrom"];
+
+/// Why a key reaches the engine's host configuration of the setup container.
+const HOST: &str = "it reaches the engine's host configuration of the setup container";
+
+/// Keys rover refuses for a reason of their own (every key not in [`ALLOWED`] is refused too).
 const REFUSED: &[(&str, &str)] = &[
+    (
+        "runArgs",
+        "any `docker run` flag: `--privileged`, `-v /:/host`, `--network=host`, `--pid=host`",
+    ),
+    (
+        "mounts",
+        "a host directory or volume mounted into a container that has the network",
+    ),
+    (
+        "workspaceMount",
+        "it chooses the host directory mounted as the workspace; rover mounts its own export of the default branch",
+    ),
+    (
+        "privileged",
+        "a privileged container has every capability and the host's devices",
+    ),
+    (
+        "capAdd",
+        "capabilities beyond the engine's default set, such as `SYS_ADMIN` or `SYS_PTRACE`",
+    ),
+    (
+        "securityOpt",
+        "it switches off seccomp, AppArmor or `no-new-privileges`",
+    ),
+    (
+        "init",
+        "`--init` runs the engine host's own `docker-init` as the container's first process",
+    ),
+    ("appPort", "it publishes the setup container's ports on the host"),
+    (
+        "hostRequirements",
+        "a `gpu` request gives the container the host's GPUs (`--gpus all`)",
+    ),
+];
+
+/// Keys rover refuses for what rover is, not for the host.
+const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "features",
         "features are fetched from OCI registries while the image builds, so their content is not part of the default branch and rover cannot hash or pin it; install those tools in the Dockerfile (`build.dockerfile`) instead",
@@ -18,10 +117,24 @@ const REFUSED: &[(&str, &str)] = &[
         "rover runs one container per task; Docker Compose definitions are not supported: use `image` or `build.dockerfile`",
     ),
     (
+        "service",
+        "a Docker Compose key; Docker Compose definitions are not supported: use `image` or `build.dockerfile`",
+    ),
+    (
+        "runServices",
+        "a Docker Compose key; Docker Compose definitions are not supported: use `image` or `build.dockerfile`",
+    ),
+    (
         "initializeCommand",
         "it runs on the host, and rover never runs a repository's commands on the host (docs/sandbox.md, the trust boundary); move it to `onCreateCommand`",
     ),
 ];
+
+/// Keys of `build` rover refuses for a reason of their own.
+const BUILD_REFUSED: &[(&str, &str)] = &[(
+    "options",
+    "extra `docker build` flags such as `--network=host`, `--add-host` or `--secret src=/host/file`",
+)];
 
 /// Keys the setup container gets (the dev container CLI applies them) but rover's own agent,
 /// gate and hook containers do not, and what rover does instead.
@@ -31,15 +144,9 @@ const NOT_APPLIED: &[(&str, &str)] = &[
     ("remoteEnv", "not set in rover's containers; use `containerEnv` (kept in the image)"),
     ("remoteUser", "the setup runs as it; rover's containers run as the worktree's owner (or 10001), never root"),
     ("containerUser", "the setup runs as it; rover's containers run as the worktree's owner (or 10001), never root"),
-    ("runArgs", "the setup container only; rover's containers get rover's limits (autopilot.sandbox)"),
-    ("mounts", "the setup container only; rover's containers mount the worktree at /workspace and nothing else of the host"),
-    ("workspaceMount", "the setup container only; rover mounts the worktree at /workspace"),
     ("workspaceFolder", "the setup container only; rover's containers work in /workspace"),
-    ("privileged", "the setup container only; rover's containers drop every capability"),
-    ("capAdd", "the setup container only; rover's containers drop every capability"),
-    ("securityOpt", "the setup container only; rover's containers run with no-new-privileges"),
+    ("overrideCommand", "the setup container only; rover's containers each run one command"),
     ("forwardPorts", "no ports are forwarded from rover's containers"),
-    ("appPort", "no ports are published from rover's containers"),
 ];
 
 /// What rover reads of a `devcontainer.json` itself; the dev container CLI reads the rest.
@@ -47,12 +154,61 @@ const NOT_APPLIED: &[(&str, &str)] = &[
 pub struct DevcontainerConfig {
     /// `image`: the image to start from (must be present locally or pullable by the engine).
     pub image: Option<String>,
-    /// `build.dockerfile` (or the older top-level `dockerFile`), relative to the config file.
-    pub dockerfile: Option<String>,
-    /// `build.context` (or `context`), relative to the config file; `.` when not given.
-    pub context: Option<String>,
+    /// The Dockerfile the CLI builds: `dockerFile` when the definition has that older key, else
+    /// `build.dockerfile` (the CLI's order).
+    pub dockerfile: Option<DefinitionPath>,
+    /// The build context, given with the Dockerfile (`context`, else `build.context`); the
+    /// Dockerfile's directory when not given or empty.
+    pub context: Option<DefinitionPath>,
+    /// Every path the definition gives (`build.dockerfile`, `build.context`, `dockerFile`,
+    /// `context`), used or not: each must stay inside the checkout.
+    pub paths: Vec<DefinitionPath>,
     /// What of the definition rover builds but does not apply to its containers, in words.
     pub notes: Vec<String>,
+}
+
+/// A path of the definition after its variables are resolved: relative, with no variable left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionPath {
+    /// The key it is given under (`build.context`), for errors.
+    pub key: String,
+    /// Relative to the repository's root when `from_root` (it began with
+    /// `${localWorkspaceFolder}`), else to the directory of the `devcontainer.json`.
+    pub path: String,
+    pub from_root: bool,
+}
+
+/// The variables of rover's environment a definition may read (`autopilot.sandbox.environment
+/// .localEnv`), with their values (`None`: not set).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LocalEnv(BTreeMap<String, Option<String>>);
+
+impl LocalEnv {
+    /// `names` with their values in this process's environment; a value that is not UTF-8 counts
+    /// as not set, as the build does not pass it to the CLI either.
+    pub fn from_process(names: &[String]) -> Self {
+        Self(
+            names
+                .iter()
+                .map(|n| (n.clone(), std::env::var(n).ok()))
+                .collect(),
+        )
+    }
+
+    /// These names and values (`None`: not set).
+    pub fn new<I: IntoIterator<Item = (String, Option<String>)>>(vars: I) -> Self {
+        Self(vars.into_iter().collect())
+    }
+
+    /// Whether definitions may read `name`.
+    fn allows(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// The value of `name` in rover's environment, when definitions may read it and it is set.
+    fn value(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(Option::as_deref)
+    }
 }
 
 /// `text` without `//` and `/* */` comments and without trailing commas, as plain JSON (what
@@ -110,34 +266,65 @@ pub fn strip_jsonc(text: &str) -> String {
 }
 
 /// Reads a `devcontainer.json`: `Err(reason)` when it is not JSON (with comments), not an
-/// object, uses something rover refuses, or names neither `image` nor `build.dockerfile`.
-pub fn parse_devcontainer(text: &str) -> Result<DevcontainerConfig, String> {
+/// object, has a key rover does not allow, reads a variable of rover's environment not in
+/// `local_env`, gives a path that is absolute or keeps a variable rover cannot resolve, or names
+/// neither `image` nor `build.dockerfile`. Every reason names the key.
+pub fn parse_devcontainer(text: &str, local_env: &LocalEnv) -> Result<DevcontainerConfig, String> {
     let value: Value = serde_json::from_str(&strip_jsonc(text))
         .map_err(|e| format!("it is not JSON (comments and trailing commas allowed): {e}"))?;
     let Value::Object(map) = value else {
         return Err("it is not a JSON object".to_owned());
     };
-    for (key, why) in REFUSED {
-        if map.get(*key).is_some_and(|v| !is_empty(v)) {
-            return Err(format!("`{key}` is not supported: {why}"));
-        }
-    }
-    let text_of = |map: &Map<String, Value>, key: &str| -> Result<Option<String>, String> {
-        match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(format!("`{key}` must be a string")),
-        }
-    };
+    check_keys(&map)?;
+    // The CLI substitutes variables in every value (the image's `devcontainer.metadata` label
+    // too), so every string is checked, object keys included.
+    check_variables(&Value::Object(map.clone()), "", local_env)?;
     let build = match map.get("build") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(build)) => build.clone(),
         Some(_) => return Err("`build` must be an object".to_owned()),
     };
+    let image = match map.get("image") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.starts_with('-') => {
+            return Err(format!("`image` (`{s}`) is not an image name"))
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err("`image` must be a string".to_owned()),
+    };
+    check_cache_from(build.get("cacheFrom"), local_env)?;
+    let path = |map: &Map<String, Value>, key: &str, label: &str| match map.get(key) {
+        None => Ok(None),
+        Some(Value::String(raw)) => resolve_path(label, raw, local_env).map(Some),
+        Some(_) => Err(format!("`{label}` must be a string")),
+    };
+    let dockerfile_build = path(&build, "dockerfile", "build.dockerfile")?;
+    let context_build = path(&build, "context", "build.context")?;
+    let dockerfile_legacy = path(&map, "dockerFile", "dockerFile")?;
+    let context_legacy = path(&map, "context", "context")?;
+    let paths: Vec<DefinitionPath> = [
+        &dockerfile_build,
+        &context_build,
+        &dockerfile_legacy,
+        &context_legacy,
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect();
+    // The CLI's order: with the older `dockerFile` key it builds that with the top-level
+    // `context`, else `build.dockerfile` with `build.context`; an empty context is none.
+    let (dockerfile, context) = if map.contains_key("dockerFile") {
+        (dockerfile_legacy, context_legacy)
+    } else {
+        (dockerfile_build, context_build)
+    };
+    let context = context.filter(|c| c.from_root || !c.path.is_empty());
     let config = DevcontainerConfig {
-        image: text_of(&map, "image")?,
-        dockerfile: text_of(&build, "dockerfile")?.or(text_of(&map, "dockerFile")?),
-        context: text_of(&build, "context")?.or(text_of(&map, "context")?),
+        image,
+        dockerfile,
+        context,
+        paths,
         notes: NOT_APPLIED
             .iter()
             .filter(|(key, _)| map.get(*key).is_some_and(|v| !is_empty(v)))
@@ -148,6 +335,194 @@ pub fn parse_devcontainer(text: &str) -> Result<DevcontainerConfig, String> {
         return Err("it names neither `image` nor `build.dockerfile`".to_owned());
     }
     Ok(config)
+}
+
+/// Every key of the definition (and of its `build`) is one rover allows; the first that is not
+/// is the error, with why.
+fn check_keys(map: &Map<String, Value>) -> Result<(), String> {
+    let refuse = |key: &str, why: &str| {
+        format!("`{key}` is not allowed: {why}; rover refuses keys it does not know to be safe")
+    };
+    for (key, value) in map {
+        if let Some((_, why)) = REFUSED.iter().find(|(k, _)| k == key) {
+            return Err(refuse(key, &format!("{HOST} ({why})")));
+        }
+        if let Some((_, why)) = UNSUPPORTED.iter().find(|(k, _)| k == key) {
+            // An empty `features` asks for nothing (templates often have one).
+            if key == "features" && is_empty(value) {
+                continue;
+            }
+            return Err(refuse(key, why));
+        }
+        if !ALLOWED.contains(&key.as_str()) {
+            return Err(refuse(key, "it is not one of the keys rover knows cannot reach the engine's host configuration of the setup container (docs/sandbox.md, \"Per-repository environments\", lists them)"));
+        }
+    }
+    if let Some(Value::Object(build)) = map.get("build") {
+        for key in build.keys() {
+            let label = format!("build.{key}");
+            if let Some((_, why)) = BUILD_REFUSED.iter().find(|(k, _)| k == key) {
+                return Err(refuse(&label, &format!("{HOST} ({why})")));
+            }
+            if !BUILD_ALLOWED.contains(&key.as_str()) {
+                return Err(refuse(&label, &format!("it is not one of the keys of `build` rover knows cannot reach the engine's host configuration (`{}`)", BUILD_ALLOWED.join("`, `"))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every `${env:NAME}` and `${localEnv:NAME}` (with or without a default) in `value`, at `at`,
+/// names a variable in `local_env`.
+fn check_variables(value: &Value, at: &str, local_env: &LocalEnv) -> Result<(), String> {
+    let check_text = |text: &str, at: &str| -> Result<(), String> {
+        for inner in references(text) {
+            let mut parts = inner.split(':');
+            let kind = parts.next().unwrap_or_default().trim();
+            if !kind.eq_ignore_ascii_case("env") && !kind.eq_ignore_ascii_case("localEnv") {
+                continue;
+            }
+            let at = if at.is_empty() { "the definition" } else { at };
+            let Some(name) = parts.next().filter(|n| !n.is_empty()) else {
+                return Err(format!(
+                    "`{at}` has `${{{inner}}}`, which names no variable"
+                ));
+            };
+            if !local_env.allows(name) {
+                return Err(format!(
+                    "`{at}` reads `${{{inner}}}`, a variable of rover's environment definitions may not read; to let them, add `{name}` to `{LOCAL_ENV_KEY}` in rover.json"
+                ));
+            }
+        }
+        Ok(())
+    };
+    match value {
+        Value::String(text) => check_text(text, at),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| check_variables(item, &format!("{at}[{i}]"), local_env)),
+        Value::Object(map) => map.iter().try_for_each(|(key, item)| {
+            let at = if at.is_empty() {
+                key.clone()
+            } else {
+                format!("{at}.{key}")
+            };
+            check_text(key, &at)?;
+            check_variables(item, &at, local_env)
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What is inside every `${...}` of `text` the dev container CLI substitutes (its pattern is
+/// `/\$\{(.*?)\}/g`), and more: one for each `${`, up to the first `}` after it, also across
+/// a line break (where the CLI's `.` stops).
+fn references(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices("${").filter_map(|(i, _)| {
+        let rest = &text[i + 2..];
+        rest.find('}').map(|end| &rest[..end])
+    })
+}
+
+/// `raw`, the value of path key `key`, with its variables resolved as the CLI resolves them:
+/// `${localWorkspaceFolder}` at its start is the repository's root (and must be all of it or be
+/// followed by `/`), `${localEnv:NAME}` is the value rover has (and passes to the CLI); any other
+/// variable, an absolute path or a `${` left is refused.
+fn resolve_path(key: &str, raw: &str, local_env: &LocalEnv) -> Result<DefinitionPath, String> {
+    const ROOT: &str = "${localWorkspaceFolder}";
+    let (from_root, rest) = match raw.strip_prefix(ROOT) {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    let path = substitute_env(key, rest, local_env)?;
+    if from_root && !path.is_empty() && !path.starts_with('/') {
+        return Err(format!(
+            "`{key}` (`{raw}`) names a path beside the checkout, not in it: `{ROOT}` must be followed by `/`"
+        ));
+    }
+    if !from_root && path.starts_with('/') {
+        return Err(format!(
+            "`{key}` (`{raw}`) is an absolute path; give it relative to the `devcontainer.json` (or after `{ROOT}/`), inside the repository"
+        ));
+    }
+    Ok(DefinitionPath {
+        key: key.to_owned(),
+        path,
+        from_root,
+    })
+}
+
+/// `text` with its `${env:...}` and `${localEnv:...}` replaced as the CLI replaces them (the
+/// value, else the default after the name, else nothing); any other variable is refused, and so
+/// is a `${` left after.
+fn substitute_env(key: &str, text: &str, local_env: &LocalEnv) -> Result<String, String> {
+    let mut out = String::new();
+    let mut i = 0;
+    while let Some(found) = text[i..].find("${") {
+        let start = i + found;
+        let after = &text[start + 2..];
+        let Some(end) = after
+            .find('}')
+            .filter(|&end| !after[..end].contains(['\n', '\r', '\u{2028}', '\u{2029}']))
+        else {
+            // Not a variable to the CLI: kept as it is (and refused below).
+            out.push_str(&text[i..start + 2]);
+            i = start + 2;
+            continue;
+        };
+        let inner = &after[..end];
+        out.push_str(&text[i..start]);
+        let parts: Vec<&str> = inner.split(':').collect();
+        match parts.as_slice() {
+            ["env" | "localEnv", name, more @ ..] if local_env.allows(name) => out.push_str(
+                local_env
+                    .value(name)
+                    .or(more.first().copied())
+                    .unwrap_or_default(),
+            ),
+            ["env" | "localEnv", name, ..] => {
+                return Err(format!(
+                    "`{key}` reads `${{{inner}}}`, a variable of rover's environment definitions may not read; to let them, add `{name}` to `{LOCAL_ENV_KEY}` in rover.json"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "`{key}` has `${{{inner}}}`: in a path rover resolves only `${{localWorkspaceFolder}}` at its start and `${{localEnv:NAME}}`"
+                ))
+            }
+        }
+        i = start + 2 + end + 1;
+    }
+    out.push_str(&text[i..]);
+    if out.contains("${") {
+        return Err(format!(
+            "`{key}` keeps a `${{` rover cannot resolve (`{out}`)"
+        ));
+    }
+    Ok(out)
+}
+
+/// `build.cacheFrom` names images only: with BuildKit a cache source such as
+/// `type=local,src=/path` reads a directory of the host.
+fn check_cache_from(value: Option<&Value>, local_env: &LocalEnv) -> Result<(), String> {
+    let entries: Vec<&Value> = match value {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(items)) => items.iter().collect(),
+        Some(one) => vec![one],
+    };
+    for entry in entries {
+        let Value::String(raw) = entry else {
+            return Err("`build.cacheFrom` must be a string or a list of strings".to_owned());
+        };
+        let image = substitute_env("build.cacheFrom", raw, local_env)?;
+        if image.contains(['=', ',']) || image.starts_with('-') {
+            return Err(format!(
+                "`build.cacheFrom` is not allowed to be `{raw}`: {HOST} (a cache source such as `type=local,src=...` reads a directory of the host); name images only"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The first character at or after `i` that is neither whitespace nor in a comment.
@@ -187,6 +562,18 @@ fn is_empty(value: &Value) -> bool {
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Result<DevcontainerConfig, String> {
+        parse_devcontainer(text, &LocalEnv::default())
+    }
+
+    fn home_allowed() -> LocalEnv {
+        LocalEnv::new([("HOME".to_owned(), Some("home/rover".to_owned()))])
+    }
+
+    fn refusal(text: &str) -> String {
+        parse(text).expect_err(text)
+    }
+
     #[test]
     fn comments_and_trailing_commas_are_dropped_but_not_inside_strings() {
         let text = "// top\n{\n  \"a\": \"http://x/*y*/\", /* c */\n  \"b\": [1, 2,],\n}\n";
@@ -197,18 +584,130 @@ mod tests {
 
     #[test]
     fn reads_the_build_and_notes_what_rover_does_not_apply() {
-        let config = parse_devcontainer(
+        let config = parse(
             r#"{ "build": { "dockerfile": "Dockerfile", "context": ".." },
                  "postCreateCommand": "pip install -r requirements.txt",
                  "postStartCommand": "echo hi", "forwardPorts": [8000] }"#,
         )
         .expect("supported");
-        assert_eq!(config.dockerfile.as_deref(), Some("Dockerfile"));
-        assert_eq!(config.context.as_deref(), Some(".."));
+        let dockerfile = config.dockerfile.expect("a Dockerfile");
+        assert_eq!(
+            (dockerfile.key.as_str(), dockerfile.path.as_str()),
+            ("build.dockerfile", "Dockerfile")
+        );
+        assert_eq!(config.context.map(|c| c.path).as_deref(), Some(".."));
+        assert_eq!(config.paths.len(), 2);
         assert_eq!(config.notes.len(), 2, "{:?}", config.notes);
-        assert!(config.notes[0].starts_with("`postStartCommand`"));
-        let legacy = parse_devcontainer(r#"{"dockerFile": "D"}"#).expect("older key");
-        assert_eq!(legacy.dockerfile.as_deref(), Some("D"));
+        assert!(config
+            .notes
+            .iter()
+            .any(|n| n.starts_with("`postStartCommand`")));
+        let legacy = parse(r#"{"dockerFile": "D"}"#).expect("older key");
+        assert_eq!(legacy.dockerfile.map(|d| d.path).as_deref(), Some("D"));
+    }
+
+    #[test]
+    fn every_key_of_the_allow_list_is_accepted() {
+        let text = r#"{"$schema": "s", "name": "n", "image": "debian", "containerEnv": {"A": "1"},
+            "remoteEnv": {"B": "${containerEnv:PATH}:/x"}, "remoteUser": "u", "containerUser": "u",
+            "updateRemoteUserUID": false, "userEnvProbe": "none", "onCreateCommand": "a",
+            "updateContentCommand": ["b"], "postCreateCommand": {"x": "c"}, "postStartCommand": "d",
+            "postAttachCommand": "e", "waitFor": "onCreateCommand", "customizations": {"vscode": {}},
+            "extensions": [], "settings": {}, "devPort": 1, "forwardPorts": [3000],
+            "portsAttributes": {"3000": {"label": "app"}}, "otherPortsAttributes": {},
+            "workspaceFolder": "/w", "overrideCommand": true, "shutdownAction": "none",
+            "features": {}, "dockerFile": "D", "context": ".",
+            "build": {"dockerfile": "D", "context": ".", "args": {"V": "1"}, "target": "dev",
+                      "cacheFrom": ["ghcr.io/o/cache:1"]}}"#;
+        let config = parse(text).expect("every allowed key");
+        assert_eq!(config.image.as_deref(), Some("debian"));
+        for key in ALLOWED {
+            assert!(text.contains(&format!("\"{key}\"")), "{key} is in the test");
+        }
+    }
+
+    #[test]
+    fn keys_that_reach_the_engines_host_are_refused_by_name() {
+        for (key, value) in [
+            ("mounts", r#"["type=bind,source=/,target=/host"]"#),
+            ("workspaceMount", r#""type=bind,source=/home,target=/w""#),
+            ("runArgs", r#"["--privileged"]"#),
+            ("privileged", "true"),
+            ("capAdd", r#"["SYS_ADMIN"]"#),
+            ("securityOpt", r#"["seccomp=unconfined"]"#),
+            ("init", "true"),
+            ("appPort", "[8080]"),
+            ("hostRequirements", r#"{"gpu": true}"#),
+        ] {
+            let err = refusal(&format!(r#"{{"image": "x", "{key}": {value}}}"#));
+            assert!(
+                err.starts_with(&format!("`{key}` is not allowed: it reaches the engine's host configuration of the setup container (")),
+                "{key}: {err}"
+            );
+            assert!(
+                err.ends_with("rover refuses keys it does not know to be safe"),
+                "{err}"
+            );
+        }
+        // Empty or false still asks the CLI for something (`"dockerComposeFile": []` reads
+        // `COMPOSE_FILE` from the checkout's `.env`): refused all the same.
+        for (key, value) in [
+            ("runArgs", "[]"),
+            ("privileged", "false"),
+            ("workspaceMount", r#""""#),
+            ("dockerComposeFile", "[]"),
+            ("mounts", "null"),
+        ] {
+            let err = refusal(&format!(r#"{{"image": "x", "{key}": {value}}}"#));
+            assert!(
+                err.starts_with(&format!("`{key}` is not allowed")),
+                "{key}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn build_options_and_unknown_build_keys_are_refused_by_name() {
+        let err = refusal(r#"{"build": {"dockerfile": "D", "options": ["--network=host"]}}"#);
+        assert!(
+            err.starts_with(
+                "`build.options` is not allowed: it reaches the engine's host configuration"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("--secret"), "{err}");
+        let err = refusal(r#"{"build": {"dockerfile": "D", "secrets": {}}}"#);
+        assert!(err.starts_with("`build.secrets` is not allowed"), "{err}");
+        for cache in [
+            r#""type=local,src=/root""#,
+            r#"["x", "type=registry,ref=y"]"#,
+        ] {
+            let err = refusal(&format!(
+                r#"{{"build": {{"dockerfile": "D", "cacheFrom": {cache}}}}}"#
+            ));
+            assert!(err.starts_with("`build.cacheFrom` is not allowed"), "{err}");
+        }
+    }
+
+    #[test]
+    fn keys_rover_does_not_know_are_refused_with_the_reason() {
+        for key in [
+            "secrets",
+            "overrideFeatureInstallOrder",
+            "__proto__",
+            "futureKey",
+        ] {
+            let err = refusal(&format!(r#"{{"image": "x", "{key}": {{}}}}"#));
+            assert!(
+                err.starts_with(&format!(
+                    "`{key}` is not allowed: it is not one of the keys rover knows"
+                )),
+                "{key}: {err}"
+            );
+        }
+        // An escaped key is the key it decodes to.
+        let err = refusal(r#"{"image": "x", "run\u0041rgs": ["--privileged"]}"#);
+        assert!(err.starts_with("`runArgs` is not allowed"), "{err}");
     }
 
     #[test]
@@ -216,24 +715,135 @@ mod tests {
         for (text, word) in [
             (
                 r#"{"image":"x","features":{"ghcr.io/devcontainers/features/node:1":{}}}"#,
-                "features",
+                "`features` is not allowed: features are fetched",
             ),
             (
                 r#"{"dockerComposeFile":"c.yml","service":"app"}"#,
-                "dockerComposeFile",
+                "Compose",
             ),
             (
                 r#"{"image":"x","initializeCommand":"make"}"#,
-                "initializeCommand",
+                "`initializeCommand` is not allowed: it runs on the host",
             ),
             (r#"{"name":"nothing"}"#, "neither"),
+            (r#"{"image":"--privileged"}"#, "not an image name"),
             ("[1]", "object"),
             ("{", "not JSON"),
         ] {
-            let err = parse_devcontainer(text).expect_err(text);
+            let err = refusal(text);
             assert!(err.contains(word), "{text}: {err}");
         }
         // An empty `features` is nothing to refuse.
-        assert!(parse_devcontainer(r#"{"image":"x","features":{}}"#).is_ok());
+        assert!(parse(r#"{"image":"x","features":{}}"#).is_ok());
+    }
+
+    #[test]
+    fn local_env_home_is_refused_without_the_allow_list_and_read_with_it() {
+        let text = r#"{"build": {"dockerfile": "Dockerfile", "context": "${localEnv:HOME}"}}"#;
+        let err = refusal(text);
+        assert_eq!(
+            err,
+            "`build.context` reads `${localEnv:HOME}`, a variable of rover's environment definitions may not read; to let them, add `HOME` to `autopilot.sandbox.environment.localEnv` in rover.json"
+        );
+        // Allowed, its value is the path: a relative one is resolved as the CLI would.
+        let config = parse_devcontainer(text, &home_allowed()).expect("allowed");
+        assert_eq!(config.context.expect("a context").path, "home/rover");
+        // The host's home is an absolute path: refused even when allowed.
+        let abs = LocalEnv::new([("HOME".to_owned(), Some("/root".to_owned()))]);
+        let err = parse_devcontainer(text, &abs).expect_err("absolute");
+        assert!(
+            err.starts_with("`build.context` (`${localEnv:HOME}`) is an absolute path"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn env_is_the_same_as_local_env_anywhere_in_the_definition() {
+        for text in [
+            r#"{"image": "x", "containerEnv": {"H": "${env:HOME}"}}"#,
+            r#"{"image": "x", "containerEnv": {"H": "${localEnv:HOME:/default}"}}"#,
+            r#"{"image": "x", "postCreateCommand": ["echo", "${localEnv:HOME}"]}"#,
+            r#"{"image": "x", "customizations": {"t": {"${env:HOME}": 1}}}"#,
+            r#"{"image": "${localEnv:HOME}"}"#,
+            r#"{"image": "x", "remoteEnv": {"A": "${ LOCALENV:HOME}"}}"#,
+        ] {
+            let err = refusal(text);
+            assert!(
+                err.contains("HOME") && err.contains(LOCAL_ENV_KEY),
+                "{text}: {err}"
+            );
+            assert!(parse_devcontainer(text, &home_allowed()).is_ok(), "{text}");
+        }
+        let err = refusal(r#"{"image": "x", "containerEnv": {"H": "${env:HOME}"}}"#);
+        assert!(
+            err.starts_with("`containerEnv.H` reads `${env:HOME}`"),
+            "{err}"
+        );
+        let err = refusal(r#"{"image": "x", "postCreateCommand": ["a", "${localEnv:TOKEN}"]}"#);
+        assert!(err.starts_with("`postCreateCommand[1]` reads"), "{err}");
+        // Other variables are the CLI's own, with nothing of rover's environment.
+        assert!(parse(r#"{"image": "x", "containerEnv": {"W": "${containerWorkspaceFolder}", "I": "${devcontainerId}"}}"#).is_ok());
+        assert!(refusal(r#"{"image": "x", "name": "${localEnv}"}"#).contains("names no variable"));
+    }
+
+    #[test]
+    fn local_workspace_folder_is_the_root_and_paths_stay_inside() {
+        let tools =
+            parse(r#"{"build": {"dockerfile": "D", "context": "${localWorkspaceFolder}/tools"}}"#)
+                .expect("inside");
+        let context = tools.context.expect("a context");
+        assert!(context.from_root);
+        assert_eq!(context.path, "/tools");
+        let root = parse(r#"{"build": {"dockerfile": "D", "context": "${localWorkspaceFolder}"}}"#)
+            .expect("the root");
+        assert_eq!(
+            root.context.map(|c| (c.from_root, c.path)),
+            Some((true, String::new()))
+        );
+        for (context, word) in [
+            ("${localWorkspaceFolder}tools", "beside the checkout"),
+            ("/home", "absolute"),
+            ("${localWorkspaceFolderBasename}", "rover resolves only"),
+            ("x/${localWorkspaceFolder}", "rover resolves only"),
+            ("${containerWorkspaceFolder}/x", "rover resolves only"),
+            ("a${b", "cannot resolve"),
+        ] {
+            let err = refusal(&format!(
+                r#"{{"build": {{"dockerfile": "D", "context": "{context}"}}}}"#
+            ));
+            assert!(
+                err.starts_with("`build.context`") && err.contains(word),
+                "{context}: {err}"
+            );
+        }
+        // Every path key is checked, the ones the CLI would not use too.
+        let err = refusal(r#"{"dockerFile": "D", "build": {"dockerfile": "/etc/passwd"}}"#);
+        assert!(
+            err.starts_with("`build.dockerfile` (`/etc/passwd`) is an absolute path"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_older_docker_file_key_takes_the_top_level_context_as_the_cli_does() {
+        let config = parse(
+            r#"{"dockerFile": "D", "context": "..", "build": {"dockerfile": "B", "context": "."}}"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            config.dockerfile.map(|d| d.key).as_deref(),
+            Some("dockerFile")
+        );
+        assert_eq!(config.context.map(|c| c.key).as_deref(), Some("context"));
+        assert_eq!(config.paths.len(), 4);
+        // An empty context is none: the CLI builds in the Dockerfile's directory.
+        let config = parse(r#"{"build": {"dockerfile": "D", "context": ""}}"#).expect("valid");
+        assert_eq!(config.context, None);
+    }
+
+    #[test]
+    fn references_include_all_the_cli_substitutes() {
+        let found: Vec<&str> = references("${a}${b\n${localEnv:X}} $ {c} ${d").collect();
+        assert_eq!(found, ["a", "b\n${localEnv:X", "localEnv:X"]);
     }
 }

@@ -15,7 +15,10 @@ mod record;
 pub use crate::sandbox::EnvironmentSettings;
 pub use build::{build, BuildPlan, BuildRequest};
 pub use definition::{define, Definition, LOCKFILES, SETUP_SCRIPT};
-pub use devcontainer::{parse_devcontainer, strip_jsonc, DevcontainerConfig, DEVCONTAINER_PATHS};
+pub use devcontainer::{
+    parse_devcontainer, strip_jsonc, DefinitionPath, DevcontainerConfig, LocalEnv,
+    DEVCONTAINER_PATHS, LOCAL_ENV_KEY,
+};
 pub use error::EnvironmentError;
 pub use layer::{rover_layer, setup_config};
 pub use record::{EnvSource, EnvironmentMeta};
@@ -28,3 +31,6 @@ pub const LABEL_ENV_PROJECT: &str = "rover.env.project";
 pub const LABEL_ENV_HASH: &str = "rover.env.hash";
 /// Label on the setup container of a build (what a failed or cut-off build leaves is found by it).
 pub const LABEL_ENV_BUILD: &str = "rover.env.build";
+/// The id label of the build's `devcontainer read-configuration`, which no container has (so the
+/// CLI reads the definition and its image, never a container's).
+pub const LABEL_ENV_CHECK: &str = "rover.env.check";

@@ -203,7 +203,8 @@ impl SandboxSettings {
     }
 
     /// What `rover.json` cannot say: a model key or endpoint in `envAllow`, a bad allow-list
-    /// entry, a `network` other than the two it still reads, or both keys at once.
+    /// entry (`envAllow`, `environment.localEnv`), a `network` other than the two it still
+    /// reads, or both keys at once.
     pub fn validate(&self) -> Result<(), String> {
         for name in &self.env_allow {
             if MODEL_ENV_REFUSED
@@ -224,6 +225,7 @@ impl SandboxSettings {
             }
         }
         self.swarm.validate()?;
+        self.environment.validate()?;
         if let Some(registry) = &self.registry {
             super::swarm::registry::validate_prefix(registry)?;
         }

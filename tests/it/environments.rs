@@ -291,6 +291,270 @@ async fn a_failed_build_ends_the_trace_with_its_error_and_the_reproduce_command(
     assert!(s.github.pulls().is_empty());
 }
 
+/// Removes a test's own image when the test ends.
+struct RemoveImage(String);
+
+impl Drop for RemoveImage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["image", "rm", "-f", &self.0])
+            .output();
+    }
+}
+
+/// The `devcontainer.local_folder` label of every container created between `since` and now
+/// (unix seconds): the dev container CLI labels each container it starts with its workspace.
+fn cli_containers_since(since: u64) -> Vec<String> {
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let out = std::process::Command::new("docker")
+        .args([
+            "events",
+            "--since",
+            &since.to_string(),
+            "--until",
+            &until.to_string(),
+            "--filter",
+            "type=container",
+            "--filter",
+            "event=create",
+            "--format",
+            "{{index .Actor.Attributes \"devcontainer.local_folder\"}}",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty() && *l != "<no value>")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A definition merged to the default branch that asks for the engine's host: a `docker run`
+/// flag (`runArgs: ["--privileged"]`), the host's home as the build context
+/// (`"context": "${localEnv:HOME}"`), an image whose `devcontainer.metadata` label asks for a
+/// privileged container. Each is refused with the key's name in the workflow span and the
+/// trace, before any container starts (the first two before anything is exported or logged;
+/// the third by the CLI's `read-configuration`, never `up`), and no agent runs.
+#[tokio::test]
+async fn a_definition_that_asks_for_the_host_is_refused_before_any_container_starts() {
+    let mut s = Scenario::new().await;
+    let _images = drop_images(&s);
+    s.with_sandbox().await;
+    let image = s.extra_config["autopilot"]["sandbox"]["image"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    with_cli(&mut s, json!({}));
+    s.answer(NOTIFY, json!({"message": "The environment was refused."}));
+    // An image (from the sandbox image, nothing pulled) whose metadata asks for the host.
+    let asking = format!("rover-test-asks-for-host:{}", s.env.project_id);
+    let _asking = RemoveImage(asking.clone());
+    let mut build = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &asking, "--label"])
+        .arg(r#"devcontainer.metadata=[{"privileged": true, "mounts": ["type=bind,source=/,target=/host"]}]"#)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = build.stdin.take().unwrap();
+        writeln!(stdin, "FROM {image}").unwrap();
+    }
+    assert!(build.wait().unwrap().success(), "docker build {asking}");
+
+    let cases = [
+        (
+            71,
+            vec![(
+                ".devcontainer/devcontainer.json",
+                json!({"image": image, "runArgs": ["--privileged"]}).to_string(),
+            )],
+            "`runArgs` is not allowed: it reaches the engine's host configuration of the setup container",
+        ),
+        (
+            72,
+            vec![
+                (
+                    ".devcontainer/devcontainer.json",
+                    json!({"build": {"context": "${localEnv:HOME}", "dockerfile": "Dockerfile"}})
+                        .to_string(),
+                ),
+                (".devcontainer/Dockerfile", format!("FROM {image}\n")),
+            ],
+            "`build.context` reads `${localEnv:HOME}`, a variable of rover's environment definitions may not read; to let them, add `HOME` to `autopilot.sandbox.environment.localEnv`",
+        ),
+        (
+            73,
+            vec![(
+                ".devcontainer/devcontainer.json",
+                json!({"image": asking, "postCreateCommand": "touch /host/tmp/rover-escaped"})
+                    .to_string(),
+            )],
+            "`privileged`, `mounts` is not allowed: it reaches the engine's host configuration of the setup container",
+        ),
+    ];
+    for (number, files, refusal) in cases {
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
+        commit_on_main(&s, &files, &format!("A definition for #{number}"));
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let before: Vec<_> = s.traces().iter().map(|t| t.index.trace_id).collect();
+        one_task_issue(
+            &mut s,
+            number,
+            "Add a note",
+            "Please add a note.",
+            "Write the note",
+            "note.txt",
+        );
+        s.run_until_settled(12).await;
+        let trace = s
+            .traces()
+            .into_iter()
+            .find(|t| !before.contains(&t.index.trace_id))
+            .unwrap_or_else(|| panic!("no trace for #{number}"));
+        let workflow = workflow_span(&trace);
+        assert_eq!(workflow.status.to_string(), "failed", "#{number}");
+        let error = workflow.meta["environment"]["error"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            error.starts_with(
+                ".devcontainer/devcontainer.json on the default branch cannot be used: "
+            ) && error.contains(refusal),
+            "#{number}: {error}"
+        );
+        assert!(
+            workflow.meta.get("containerId").is_none(),
+            "no agent container"
+        );
+        let tree = crate::support::env::stdout(&s.env.rover(&[
+            "autopilot",
+            "trace",
+            &trace.trace_id().to_string(),
+        ]));
+        // The tree cuts long lines; the key's name comes first.
+        let named = &refusal[..refusal
+            .find(" is not allowed")
+            .or(refusal.find(" reads "))
+            .unwrap()];
+        assert!(
+            tree.contains(&format!("cannot be used: {named}")),
+            "#{number}: the trace shows {named}: {tree}"
+        );
+        // No container of the dev container CLI was created for this build.
+        let started: Vec<String> = cli_containers_since(since)
+            .into_iter()
+            .filter(|folder| folder.starts_with(&s.env.data_dir.display().to_string()))
+            .collect();
+        assert_eq!(started, Vec::<String>::new(), "#{number}");
+        let dir = s.store().artifacts_dir(workflow.id).join("environment");
+        let log = dir.join("environment.log");
+        if number == 73 {
+            // Refused by what the CLI reads of the image, before `devcontainer up`.
+            let log = std::fs::read_to_string(&log).unwrap();
+            assert!(log.contains(" read-configuration "), "{log}");
+            assert!(log.contains("rover: refused: "), "{log}");
+            assert!(!log.contains(" up --workspace-folder"), "{log}");
+        } else {
+            // Refused while reading the definition: nothing was exported or run.
+            assert!(
+                !log.exists() && !dir.join("workspace").exists(),
+                "#{number}"
+            );
+        }
+    }
+    assert!(!Path::new("/tmp/rover-escaped").exists());
+    let workflow_calls = crate::support::scenario::prompts(&s)
+        .iter()
+        .filter(|(p, _)| p.contains("## Task: "))
+        .count();
+    assert_eq!(workflow_calls, 0, "no workflow agent ran");
+    assert!(s.github.pulls().is_empty());
+}
+
+/// The dev container CLI mounts the git repository around its workspace folder, found with
+/// `git rev-parse` there: a default branch that commits `HEAD`, `objects/`, `refs/` and a
+/// `config` naming `core.worktree` (a bare repository, to git) made that any directory of the
+/// host. The setup container mounts rover's export and nothing else.
+#[tokio::test]
+async fn a_committed_bare_repository_does_not_choose_the_setups_workspace_mount() {
+    let mut s = Scenario::new().await;
+    let _images = drop_images(&s);
+    s.with_sandbox().await;
+    let image = s.extra_config["autopilot"]["sandbox"]["image"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let host = s.env.path().join("host-dir");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("host-marker"), "a file of the host\n").unwrap();
+    let config = json!({"image": image,
+        "postCreateCommand": "ls -a /workspaces/*; echo listed; exit 3"});
+    let git_config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {}\n",
+        host.display()
+    );
+    commit_on_main(
+        &s,
+        &[
+            (
+                ".devcontainer/devcontainer.json",
+                config.to_string().as_bytes(),
+            ),
+            ("HEAD", b"ref: refs/heads/main\n"),
+            ("objects/keep", b""),
+            ("refs/keep", b""),
+            ("config", git_config.as_bytes()),
+        ],
+        "A dev container beside a bare repository's files",
+    );
+    with_cli(&mut s, json!({}));
+    s.answer(NOTIFY, json!({"message": "The environment did not build."}));
+    one_task_issue(
+        &mut s,
+        64,
+        "Add a note",
+        "Please add a note.",
+        "Write the note",
+        "note.txt",
+    );
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    let workflow = workflow_span(&trace);
+    let env = &workflow.meta["environment"];
+    let error = env["error"].as_str().unwrap();
+    assert!(error.contains("postCreateCommand"), "{error}");
+    let log = std::fs::read_to_string(env["log"].as_str().unwrap()).unwrap();
+    assert!(log.contains("listed"), "the setup ran: {log}");
+    let export = s
+        .store()
+        .artifacts_dir(workflow.id)
+        .join("environment/workspace");
+    let run = log
+        .lines()
+        .find(|l| l.contains("docker run "))
+        .unwrap_or_else(|| panic!("no docker run in {log}"));
+    assert!(
+        run.contains(&format!(
+            "--mount type=bind,source={},target=/workspaces/workspace ",
+            export.display()
+        )),
+        "{run}"
+    );
+    assert!(!run.contains(&host.display().to_string()), "{run}");
+    assert!(!log.contains("host-marker"), "{log}");
+}
+
 /// The Debian base exists (tests/setup-sandbox-image.sh made it).
 pub fn require_debian_base() -> String {
     let base = debian_base();
