@@ -134,9 +134,11 @@ async fn fake_anthropic() -> SocketAddr {
                 .body(Body::from("wrong key"))
                 .expect("a response");
         }
-        let total = uri
-            .query()
-            .and_then(|q| q.strip_prefix("bytes="))
+        // The answer's size comes in a header: the proxy forwards no query but the CLI's own.
+        let _ = uri;
+        let total = headers
+            .get("x-bench-bytes")
+            .and_then(|v| v.to_str().ok())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         let chunks = anthropic_stream(total);
@@ -165,7 +167,8 @@ impl Route {
     fn request(&self, bytes: usize) -> Request<Full<Bytes>> {
         let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": true,
             "messages": [{"role": "user", "content": "hi"}]});
-        Request::post(format!("{}/v1/messages?bytes={bytes}", self.prefix))
+        Request::post(format!("{}/v1/messages", self.prefix))
+            .header("x-bench-bytes", bytes.to_string())
             .header("host", self.addr.to_string())
             .header("content-type", "application/json")
             .header("anthropic-version", "2023-06-01")
