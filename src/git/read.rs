@@ -117,36 +117,10 @@ impl Workspace {
         head: &str,
         limit: usize,
     ) -> Result<Option<String>, GitError> {
-        let repo_path = self.repo_path().to_path_buf();
-        let (base, head) = (base.to_owned(), head.to_owned());
-        blocking(move || {
-            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
-            let find = |name: &str| {
-                repo.revparse_single(name)
-                    .and_then(|o| o.peel_to_commit())
-                    .ok()
-            };
-            let (Some(base), Some(head)) = (find(&base), find(&head)) else {
-                return Ok(None);
-            };
-            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
-            let from = repo
-                .find_commit(fork)
-                .and_then(|c| c.tree())
-                .map_err(GitError::git2("read the merge base", &repo_path))?;
-            let to = head
-                .tree()
-                .map_err(GitError::git2("read the head", &repo_path))?;
-            let diff = repo
-                .diff_tree_to_tree(Some(&from), Some(&to), None)
-                .map_err(GitError::git2("diff the commits", &repo_path))?;
-            Ok(Some(patch_text(&diff, limit)))
-        })
-        .await?
+        self.over_fork(base, head, move |diff| patch_text(diff, limit))
+            .await
     }
-}
 
-impl Workspace {
     /// The paths `head` changes over its merge base with `base` (added, modified, deleted or
     /// renamed, both names of a rename), sorted; `None` when either commit is missing.
     pub async fn changed_paths(
@@ -154,29 +128,7 @@ impl Workspace {
         base: &str,
         head: &str,
     ) -> Result<Option<Vec<String>>, GitError> {
-        let repo_path = self.repo_path().to_path_buf();
-        let (base, head) = (base.to_owned(), head.to_owned());
-        blocking(move || {
-            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
-            let find = |name: &str| {
-                repo.revparse_single(name)
-                    .and_then(|o| o.peel_to_commit())
-                    .ok()
-            };
-            let (Some(base), Some(head)) = (find(&base), find(&head)) else {
-                return Ok(None);
-            };
-            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
-            let from = repo
-                .find_commit(fork)
-                .and_then(|c| c.tree())
-                .map_err(GitError::git2("read the merge base", &repo_path))?;
-            let to = head
-                .tree()
-                .map_err(GitError::git2("read the head", &repo_path))?;
-            let diff = repo
-                .diff_tree_to_tree(Some(&from), Some(&to), None)
-                .map_err(GitError::git2("diff the commits", &repo_path))?;
+        self.over_fork(base, head, |diff| {
             let mut paths = std::collections::BTreeSet::new();
             for delta in diff.deltas() {
                 for file in [delta.old_file(), delta.new_file()] {
@@ -185,7 +137,43 @@ impl Workspace {
                     }
                 }
             }
-            Ok(Some(paths.into_iter().collect()))
+            paths.into_iter().collect()
+        })
+        .await
+    }
+
+    /// `read` of the tree diff `head` brings over its merge base with `base`; `None` when
+    /// either commit is missing from the checkout.
+    async fn over_fork<T: Send + 'static>(
+        &self,
+        base: &str,
+        head: &str,
+        read: impl FnOnce(&git2::Diff<'_>) -> T + Send + 'static,
+    ) -> Result<Option<T>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let (base, head) = (base.to_owned(), head.to_owned());
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let find = |name: &str| {
+                repo.revparse_single(name)
+                    .and_then(|o| o.peel_to_commit())
+                    .ok()
+            };
+            let (Some(base), Some(head)) = (find(&base), find(&head)) else {
+                return Ok(None);
+            };
+            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
+            let from = repo
+                .find_commit(fork)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git2("read the merge base", &repo_path))?;
+            let to = head
+                .tree()
+                .map_err(GitError::git2("read the head", &repo_path))?;
+            let diff = repo
+                .diff_tree_to_tree(Some(&from), Some(&to), None)
+                .map_err(GitError::git2("diff the commits", &repo_path))?;
+            Ok(Some(read(&diff)))
         })
         .await?
     }
