@@ -209,7 +209,8 @@ pub(crate) async fn admit(
     let live = {
         let dir = shared.dir().to_owned();
         let grant = grant.clone();
-        off_runtime(move || live_spend(&dir, &grant))
+        let periods = budget.day.is_some() || budget.month.is_some();
+        off_runtime(move || live_spend(&dir, &grant, periods))
             .await
             .map_err(Refused::Unreadable)?
     };

@@ -17,18 +17,20 @@ pub struct LiveSpend {
     /// Tokens (every input, cached and cache-write token, and every output token) of the live
     /// runs of the grant's trace.
     pub trace_tokens: u64,
-    /// USD of every live run, whatever its trace (for the day's and month's limits).
+    /// USD of every live run, whatever its trace (for the day's and month's limits; only when
+    /// asked for).
     pub all_usd: f64,
 }
 
 /// The spend of `grant`'s trace in USD: its baseline and its live runs (blocking).
 pub fn trace_spend(dir: &Path, grant: &Grant) -> Result<f64, ProxyError> {
     let baseline = grant.budget.as_ref().map_or(0.0, |b| b.baseline_usd);
-    Ok(baseline + live_spend(dir, grant)?.trace_usd)
+    Ok(baseline + live_spend(dir, grant, false)?.trace_usd)
 }
 
-/// The live runs' spend as seen by `grant` (blocking: reads every run's grant and ledger).
-pub fn live_spend(dir: &Path, grant: &Grant) -> Result<LiveSpend, ProxyError> {
+/// The live runs' spend as seen by `grant` (blocking: reads every run's grant, and the ledgers
+/// of its trace's runs; with `all`, every live run's ledger, for a period's limit).
+pub fn live_spend(dir: &Path, grant: &Grant, all: bool) -> Result<LiveSpend, ProxyError> {
     let mut spend = LiveSpend::default();
     let runs = dir.join(RUNS_DIR);
     let entries = match std::fs::read_dir(&runs) {
@@ -61,6 +63,9 @@ pub fn live_spend(dir: &Path, grant: &Grant) -> Result<LiveSpend, ProxyError> {
             continue;
         }
         let ours = other.trace_id == grant.trace_id;
+        if !ours && !all {
+            continue;
+        }
         // This trace's own ledgers are counted even if broken: refuse rather than undercount.
         let ledger = match Ledger::load(dir, &run) {
             Ok(ledger) => ledger,
