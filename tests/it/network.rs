@@ -217,6 +217,21 @@ fn other_container(image: &str) -> (Removed, String) {
     (peer, ip)
 }
 
+/// `api METHOD PATH`: the run's token sent to another call of the model API through the proxy,
+/// as a prompt-injected agent would; the status line goes to `$out`.
+const API_CALL_SH: &str = r#"tok=${ANTHROPIC_API_KEY:-$CODEX_API_KEY}
+api() {
+  if exec 4<>/dev/tcp/rover-proxy/8080; then
+    printf '%s %s HTTP/1.1\r\nHost: rover-proxy\r\nx-api-key: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}' "$1" "$2" "$tok" "$tok" >&4
+    IFS= read -r -t 20 line <&4
+    echo "api $1 $2 ${line%$'\r'}" >> "$out"
+    exec 4<&-
+  else
+    echo "api $1 $2 unreachable" >> "$out"
+  fi
+}
+"#;
+
 /// The probe the agent runs with its Bash tool: raw connections, the same destinations
 /// through the proxy (as any `HTTPS_PROXY` client asks), a name lookup, a control that must
 /// connect, and what of the container could hold the key.
@@ -260,20 +275,7 @@ proxied() {
         let _ = writeln!(s, "proxied {name} {target}");
     }
     // The run's token sent to the model API's other calls, as a prompt-injected agent would.
-    s.push_str(
-        r#"tok=${ANTHROPIC_API_KEY:-$CODEX_API_KEY}
-api() {
-  if exec 4<>/dev/tcp/rover-proxy/8080; then
-    printf '%s %s HTTP/1.1\r\nHost: rover-proxy\r\nx-api-key: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}' "$1" "$2" "$tok" "$tok" >&4
-    IFS= read -r -t 20 line <&4
-    echo "api $1 $2 ${line%$'\r'}" >> "$out"
-    exec 4<&-
-  else
-    echo "api $1 $2 unreachable" >> "$out"
-  fi
-}
-"#,
-    );
+    s.push_str(API_CALL_SH);
     for (method, path) in api_calls {
         let _ = writeln!(s, "api {method} {path}");
     }
@@ -839,15 +841,11 @@ pub(crate) async fn third_seal_from_the_real_claude() -> (usize, Vec<String>) {
         r#"set +e
 out=/workspace/seal.txt
 : > "$out"
-tok=$ANTHROPIC_API_KEY
-api() {
-  exec 4<>/dev/tcp/rover-proxy/8080 || { echo "api $1 $2 unreachable" >> "$out"; return; }
-  printf '%s %s HTTP/1.1\r\nHost: rover-proxy\r\nx-api-key: %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}' "$1" "$2" "$tok" >&4
-  IFS= read -r -t 20 line <&4
-  echo "api $1 $2 ${line%$'\r'}" >> "$out"
-  exec 4<&-
-}
-body='{"model":"claude-sonnet-4-5","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"spend"}]}'
+"#,
+    );
+    script.push_str(API_CALL_SH);
+    script.push_str(
+        r#"body='{"model":"claude-sonnet-4-5","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"spend"}]}'
 one() {
   exec 5<>/dev/tcp/rover-proxy/8080 || { echo "par $1 unreachable" > "/tmp/par-$1"; return; }
   printf 'POST /anthropic/v1/messages HTTP/1.1\r\nHost: rover-proxy\r\nx-api-key: %s\r\nanthropic-version: 2023-06-01\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' "$tok" "${#body}" "$body" >&5

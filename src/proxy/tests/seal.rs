@@ -49,6 +49,22 @@ fn request(method: &str, path: &str, token: &str) -> Request<Full<Bytes>> {
         .expect("request")
 }
 
+/// The worst case the proxy reserves for [`honest_anthropic_request`].
+async fn honest_worst_case() -> Worst {
+    let body = honest_anthropic_request("x")
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    worst_case(
+        &ProxyPrices::default(),
+        Provider::Anthropic,
+        Some("claude-test"),
+        &body,
+    )
+}
+
 #[tokio::test]
 async fn a_run_token_is_good_for_the_cli_calls_only() {
     let h = Harness::start().await;
@@ -129,18 +145,7 @@ async fn ten_requests_at_once_never_pass_a_usd_limit_beyond_the_reservations() {
         // Ten at once all get a request slot: the budget alone decides.
         g.max_requests = Some(16);
     });
-    let body = honest_anthropic_request("x")
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let worst = worst_case(
-        &ProxyPrices::default(),
-        Provider::Anthropic,
-        Some("claude-test"),
-        &body,
-    );
+    let worst = honest_worst_case().await;
     assert!(worst.usd >= ANTHROPIC_ANSWER_USD, "{worst:?}");
     // Admitted while there is room: whole worst cases, then what is left.
     let whole = (stop / worst.usd).floor() as usize;
@@ -218,18 +223,7 @@ async fn ten_requests_at_once_never_pass_a_token_limit_beyond_the_reservations()
         // Ten at once all get a request slot: the budget alone decides.
         g.max_requests = Some(16);
     });
-    let body = honest_anthropic_request("x")
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let worst = worst_case(
-        &ProxyPrices::default(),
-        Provider::Anthropic,
-        Some("claude-test"),
-        &body,
-    );
+    let worst = honest_worst_case().await;
     let answer_tokens = 2000;
     assert!(worst.tokens >= answer_tokens, "{worst:?}");
     let admitted = stop.div_ceil(worst.tokens) as usize;
