@@ -4,7 +4,8 @@
 # the Dockerfile FROM it with the pinned claude and codex executables that tests/setup-clis.sh
 # installed on the host from npm (CLAUDE_CODE_VERSION=vendor, CODEX_VERSION=vendor: a build
 # container may not reach the npm registry through this machine's TLS proxy). Tagged by a hash of everything that goes into it, so a rerun with nothing
-# changed costs one `docker image inspect`. Prints the image name.
+# changed costs one `docker image inspect`. Prints the image name; with `--base`, the Debian
+# base's name instead (after making both), for a build of rover's own image over the same base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +23,12 @@ hash="$( { cat docs/sandbox/Dockerfile; echo "$CLAUDE_VERSION $CODEX_VERSION $SU
 image="rover-sandbox-real:$hash"
 base="local/bookworm-minbase:$(echo "$SUITE minbase git,ca-certificates" | sha256sum | cut -c1-12)"
 
+print_name() {
+    if [ "${1:-}" = --base ]; then echo "$base"; else echo "$image"; fi
+}
+
 if docker image inspect "$image" >/dev/null 2>&1; then
-    echo "$image"
+    print_name "${1:-}"
     exit 0
 fi
 
@@ -53,4 +58,4 @@ cp -r "$codex_dir" "$context/vendor/codex"
 docker build -q --build-arg "BASE=$base" --build-arg CLAUDE_CODE_VERSION=vendor \
     --build-arg CODEX_VERSION=vendor -t "$image" "$context" >>"$log" 2>&1 \
     || { echo "setup-sandbox-image: docker build failed; see $log" >&2; tail -n 20 "$log" >&2; exit 1; }
-echo "$image"
+print_name "${1:-}"

@@ -200,7 +200,9 @@ pub fn dead_letter(
 }
 
 /// `gc [--dry-run] [--json] [--retain-days N]`: what ended traces hold and when it is freed;
-/// without `--dry-run`, queue the cleanup of what is due (the daemon runs it).
+/// without `--dry-run`, queue the cleanup of what is due (the daemon runs it). Then rover's
+/// containers, networks and volumes of stores gone or whose daemon is dead (`cli::gc`): swept
+/// even without a store for this project.
 pub fn gc(
     ctx: &Context,
     out: &mut Output,
@@ -208,7 +210,29 @@ pub fn gc(
     json: bool,
     retain_days: Option<u64>,
 ) -> Result<ExitCode, CliError> {
-    let store = open_store(ctx)?;
+    let store = match open_store(ctx) {
+        Ok(store) => store,
+        Err(CliError::Store(crate::store::StoreError::MissingStore { path })) => {
+            let leftovers = super::gc::sweep(dry_run)?;
+            if json {
+                out.print(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "dryRun": dry_run, "store": null, "leftovers": leftovers,
+                    }))
+                    .expect("records serialize")
+                ))?;
+            } else {
+                out.print(&format!(
+                    "no rover store at {}: no traces to reclaim\n",
+                    path.display()
+                ))?;
+                super::gc::print(out, &leftovers, dry_run)?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e),
+    };
     let retain_days = retain_days.unwrap_or_else(|| {
         ctx.project()
             .ok()
@@ -238,12 +262,14 @@ pub fn gc(
         crate::steps::history::image_of,
         dry_run,
     );
+    let leftovers = super::gc::sweep(dry_run)?;
     if json {
         out.print(&format!(
             "{}\n",
             serde_json::to_string_pretty(&serde_json::json!({
                 "retainDays": retain_days, "dryRun": dry_run, "plan": plan, "environmentImages": images,
                 "queued": queued.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "leftovers": leftovers,
             }))
             .expect("records serialize")
         ))?;
@@ -297,6 +323,7 @@ pub fn gc(
     for error in &images.errors {
         out.print(&format!("environment images: {error}\n"))?;
     }
+    super::gc::print(out, &leftovers, dry_run)?;
     if !dry_run && !queued.is_empty() {
         wake_daemon(
             &store,

@@ -2,6 +2,7 @@
 //! command is about, and mapping errors to exit codes (0 ok, 1 failure, 2 usage).
 
 mod budget;
+mod gc;
 mod inspect;
 mod intervene;
 mod output;
@@ -178,9 +179,9 @@ pub enum AutopilotCommand {
         #[arg(long)]
         by: Option<String>,
     },
-    /// Show what ended traces hold (worktrees, branches, containers, task mappings) and reclaim what is past pipeline.retainDays
+    /// Show what ended traces hold (worktrees, branches, containers, task mappings) and reclaim what is past pipeline.retainDays; remove rover's containers, networks and volumes whose store is gone or whose daemon is dead with no live run
     Gc {
-        /// Only show what is due, free nothing
+        /// Only show what is due and what would be removed, free nothing
         #[arg(long)]
         dry_run: bool,
         /// Print the plan as JSON

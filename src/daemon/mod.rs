@@ -120,6 +120,28 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
     code
 }
 
+/// rover's own sandbox image when `autopilot.sandbox.image` is left at its default: the config
+/// then names it (`rover-sandbox:<hash>`), and the engine builds it on first use, its log in the
+/// store's `images/`. A build setting rover cannot use stops `start`.
+fn own_image(
+    config: &mut RoverConfig,
+    store: &AutopilotStore,
+) -> Result<Option<Arc<crate::sandbox::OwnImage>>, StartError> {
+    let settings = &mut config.autopilot.sandbox;
+    if settings.image != crate::sandbox::own_image::DEFAULT_IMAGE {
+        return Ok(None);
+    }
+    let own = crate::sandbox::OwnImage::resolve(
+        &settings.build,
+        &store.root().join("images"),
+        Duration::from_secs(settings.environment.build_timeout_secs),
+    )
+    .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
+    own.reference().clone_into(&mut settings.image);
+    tracing::info!(image = %settings.image, "the sandbox image is rover's own, built on first use");
+    Ok(Some(Arc::new(own)))
+}
+
 /// The secrets rover holds, for redaction and the push scan alike: the GitHub tokens (both
 /// variables, taken out of the environment at start), the webhook secret (served or not), the
 /// model keys, the value of every variable `envAllow` or `extraEnv` may hand an agent that looks
@@ -185,10 +207,13 @@ async fn run(
         .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
     tracing::info!(agent = %version, "agent ready");
 
+    // rover's own sandbox image when none is named: its name now (a hash of what goes into
+    // it), built on first use.
+    let own_image = own_image(&mut config, &store)?;
     // Docker is needed by workflows only: without it rover still answers, and workflows fail
     // with a clear reason.
     let sandbox: Option<Arc<dyn Sandbox>> =
-        match crate::sandbox::connect(&config.autopilot.sandbox).await {
+        match crate::sandbox::connect(&config.autopilot.sandbox, own_image).await {
             Ok(s) => Some(s),
             Err(e @ (SandboxError::BackendUnavailable { .. } | SandboxError::Swarm { .. })) => {
                 return Err(StartError::Refused(crate::error::error_chain(&e)));
@@ -203,6 +228,15 @@ async fn run(
             }
         };
 
+    // A repository that declares its environment needs the dev container CLI: now, not at the
+    // first trace.
+    if let Some((source, version)) =
+        crate::environment::preflight::check(&project.root, &config.autopilot.sandbox)
+            .await
+            .map_err(StartError::Refused)?
+    {
+        tracing::info!(?source, devcontainer = %version, "the repository declares its environment; the dev container CLI answers");
+    }
     proxy::warn_without_proxy_key(&config);
     if config.autopilot.sandbox.hooks == crate::git::HookMode::Host {
         let text = "autopilot.sandbox.hooks is \"host\": the repository's own git hooks run on this machine with the agent's worktree as their working directory, so a hook that runs a file from the worktree (./scripts/lint, make, npm, node_modules/.bin, a hook manager) runs code the agent wrote; remove the setting to run every hook in a sandbox";
@@ -236,6 +270,7 @@ async fn run(
         redactor: Redactor::from_live(secrets.clone()),
         github_token: auth,
         git_env: Vec::new(),
+        store_root: Some(store.root().to_owned()),
         config: config.clone(),
     });
     let telemetry = export::start(&config, &store, &services).await?;
@@ -335,6 +370,7 @@ async fn run(
         }
         if !options.once {
             let (store, orch, stop) = (store.clone(), orchestrator.clone(), shutdown.clone());
+            let docker = services.sandbox.is_some();
             supervisor.spawn("reclaim loop", Policy::Restart, move || {
                 let (store, orch, stop, github) =
                     (store.clone(), orch.clone(), stop.clone(), github.clone());
@@ -348,6 +384,9 @@ async fn run(
                             > 0
                         {
                             orch.wake();
+                        }
+                        if docker {
+                            reclaim::sweep_leftovers().await;
                         }
                     }
                 }

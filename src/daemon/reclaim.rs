@@ -104,3 +104,17 @@ pub(super) async fn reclaim_due(
         }
     }
 }
+
+/// rover's containers, networks and volumes whose store is gone or whose daemon is dead with no
+/// live run, of any store on this machine (see [`crate::sandbox::leftovers`]): removed, and
+/// said. Hourly only, not at start: a sweep holds a dead store's daemon lock for a moment, and a
+/// daemon restarting on it then waits.
+pub(super) async fn sweep_leftovers() {
+    let sweep = crate::sandbox::leftovers::sweep(false).await;
+    for l in &sweep.removed {
+        println!("removed rover's {l}");
+    }
+    for e in &sweep.errors {
+        tracing::warn!(error = %e, "sweeping rover's leftover containers");
+    }
+}

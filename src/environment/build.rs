@@ -27,18 +27,12 @@ pub const BUILD_LOG: &str = "environment.log";
 /// How many of a failed step's last output lines its error quotes.
 const ERROR_LINES: usize = 25;
 
-/// The variables the build's programs get from rover's environment; nothing else (no model
-/// key, no token). The dev container CLI also gets `autopilot.sandbox.environment.localEnv`,
-/// the only names a definition may read (`${localEnv:...}` of any other is refused before the
-/// build), so what it substitutes is the value rover checked.
-const PASSED_ENV: &[&str] = &[
-    "PATH",
-    "HOME",
-    "DOCKER_HOST",
-    "DOCKER_CONFIG",
-    "LANG",
-    "TMPDIR",
-];
+/// The variables the build's programs get from rover's environment: the few of
+/// [`crate::sandbox::BUILD_ENV`] (no model key, no token). The dev container CLI also gets
+/// `autopilot.sandbox.environment.localEnv`, the only names a definition may read
+/// (`${localEnv:...}` of any other is refused before the build), so what it substitutes is the
+/// value rover checked.
+const PASSED_ENV: &[&str] = crate::sandbox::BUILD_ENV;
 
 /// What to build and where.
 pub struct BuildRequest<'a> {
@@ -50,6 +44,9 @@ pub struct BuildRequest<'a> {
     pub ws: &'a Workspace,
     /// A directory of rover's for the build's files (the checkout, rover's layer) and its log.
     pub dir: PathBuf,
+    /// The store the build is for, labelled on the CLI's container (see
+    /// [`crate::sandbox::leftovers`]).
+    pub store: Option<&'a Path>,
     /// Where the build says how far it got (a line per step, then one every 30 s and at each
     /// milestone of its output), for the console.
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
@@ -164,7 +161,7 @@ async fn plan(req: &BuildRequest<'_>, log: &Path) -> Result<BuildPlan, Environme
         .await
         .map_err(|output| EnvironmentError::Build {
             step: "find the dev container CLI".to_owned(),
-            output: format!("{output}; install it (`npm install -g @devcontainers/cli@0.89.0`) and set `autopilot.sandbox.environment.devcontainerCli` to its path"),
+            output: format!("{output}; install it (`{}`) and set `autopilot.sandbox.environment.devcontainerCli` to its path", super::preflight::INSTALL_CLI),
             log: log.to_path_buf(),
             reproduce: shell_line(&version),
         })?;
@@ -257,9 +254,12 @@ async fn run_build(
     check.extend(argv(&["--id-label", &check_label, "--log-format", "text"]));
     let mut up = argv(&[cli, "up"]);
     up.extend(target);
+    up.extend(argv(&["--id-label", &id_label]));
+    let owner = req.store.map(crate::sandbox::leftovers::owner_labels);
+    for (name, value) in owner.iter().flatten() {
+        up.extend(argv(&["--id-label", &format!("{name}={value}")]));
+    }
     up.extend(argv(&[
-        "--id-label",
-        &id_label,
         "--remove-existing-container",
         "--skip-post-attach",
         "--gpu-availability",
@@ -361,7 +361,7 @@ async fn run_build(
     ]);
     if let Ok(ids) = capture(&leftovers, log_path).await {
         for id in ids.split_whitespace() {
-            let _ = capture(&argv(&["docker", "rm", "-f", id]), log_path).await;
+            let _ = capture(&argv(&["docker", "rm", "-f", "-v", id]), log_path).await;
         }
     }
     for image in log.tagged.iter().chain(std::iter::once(&setup_image)) {

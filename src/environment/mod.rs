@@ -10,6 +10,7 @@ mod devcontainer;
 mod error;
 pub mod gc;
 mod layer;
+pub mod preflight;
 mod record;
 
 pub use crate::sandbox::EnvironmentSettings;
@@ -29,8 +30,9 @@ pub const ENV_REPO: &str = "rover-env";
 pub const LABEL_ENV_PROJECT: &str = "rover.env.project";
 /// Label on a built environment image holding its content hash.
 pub const LABEL_ENV_HASH: &str = "rover.env.hash";
-/// Label on the setup container of a build (what a failed or cut-off build leaves is found by it).
-pub const LABEL_ENV_BUILD: &str = "rover.env.build";
+/// Label on the setup container of a build (kept with the sandbox's labels, which the leftovers'
+/// sweep reads).
+pub use crate::sandbox::LABEL_ENV_BUILD;
 /// The id label of the build's `devcontainer read-configuration`, which no container has (so the
 /// CLI reads the definition and its image, never a container's).
 pub const LABEL_ENV_CHECK: &str = "rover.env.check";

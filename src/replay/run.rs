@@ -260,6 +260,7 @@ async fn run_step(
         redactor: Redactor::new(Vec::<String>::new()),
         github_token: None,
         git_env: Vec::new(),
+        store_root: None,
     });
     let step: Arc<dyn Step> = match span.step {
         StepKind::Coordinate => Arc::new(CoordinateStep::new(services)),

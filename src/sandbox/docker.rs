@@ -52,6 +52,8 @@ pub struct DockerSandbox {
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
     /// The rover binary the proxy and relay containers run, when not this process's own.
     proxy_exe: Arc<std::sync::OnceLock<std::path::PathBuf>>,
+    /// rover's own sandbox image, built on first use (see [`DockerSandbox::use_own_image`]).
+    own_image: Arc<std::sync::OnceLock<Arc<super::OwnImage>>>,
 }
 
 impl DockerSandbox {
@@ -79,6 +81,7 @@ impl DockerSandbox {
             proxy_lock: Arc::new(tokio::sync::Mutex::new(())),
             proxy_image: Arc::new(tokio::sync::OnceCell::new()),
             proxy_exe: Arc::new(std::sync::OnceLock::new()),
+            own_image: Arc::new(std::sync::OnceLock::new()),
         })
     }
 
@@ -116,6 +119,12 @@ impl DockerSandbox {
     /// the first run's network, once.
     pub fn use_proxy_binary(&self, exe: &Path) {
         let _ = self.proxy_exe.set(exe.to_owned());
+    }
+
+    /// Builds `own` (rover's own sandbox image) when [`Sandbox::ensure_image`] asks for it and
+    /// it is not there; set once, before the first run.
+    pub fn use_own_image(&self, own: Arc<super::OwnImage>) {
+        let _ = self.own_image.set(own);
     }
 
     /// The binary set by [`DockerSandbox::use_proxy_binary`].
@@ -386,6 +395,9 @@ pub(crate) fn engine_log_config(limit: u64) -> HostConfigLogConfig {
 #[async_trait]
 impl Sandbox for DockerSandbox {
     async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
+        if let Some(own) = self.own_image.get().filter(|own| own.reference() == image) {
+            return own.ensure(|| self.image_exists(image)).await;
+        }
         if self.image_exists(image).await? {
             Ok(())
         } else {

@@ -27,8 +27,11 @@ impl DockerSandbox {
     }
 
     /// An anonymous volume (removed with the container) at each shipped target, left empty by
-    /// the engine (no copy of the image's content).
+    /// the engine (no copy of the image's content). It carries the container's labels: one a
+    /// removal without its volumes left is still rover's to sweep (`gc`).
     pub(crate) fn shipped_mounts(spec: &SandboxSpec) -> Vec<Mount> {
+        let labels: std::collections::HashMap<String, String> =
+            spec.all_labels().into_iter().collect();
         ship::shipments(spec)
             .into_iter()
             .map(|s| Mount {
@@ -37,6 +40,7 @@ impl DockerSandbox {
                 read_only: Some(false),
                 volume_options: Some(MountVolumeOptions {
                     no_copy: Some(true),
+                    labels: Some(labels.clone()),
                     ..Default::default()
                 }),
                 ..Default::default()

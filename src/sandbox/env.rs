@@ -37,6 +37,26 @@ pub fn check_env(env: &[(String, String)], allow: &[String]) -> Result<(), Sandb
     Ok(())
 }
 
+/// The variables of rover's environment an image build's programs (`docker build`, the dev
+/// container CLI) get; nothing else: no model key, no token reaches a build.
+pub const BUILD_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "DOCKER_HOST",
+    "DOCKER_CONFIG",
+    "DOCKER_BUILDKIT",
+    "LANG",
+    "TMPDIR",
+];
+
+/// [`BUILD_ENV`]'s variables that are set, with their values.
+pub fn build_env() -> Vec<(&'static str, std::ffi::OsString)> {
+    BUILD_ENV
+        .iter()
+        .filter_map(|name| Some((*name, std::env::var_os(name)?)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

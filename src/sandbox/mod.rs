@@ -16,7 +16,9 @@ mod error;
 pub mod gates;
 pub mod hooks;
 pub mod image;
+pub mod leftovers;
 pub mod logcap;
+pub mod own_image;
 pub mod returned;
 pub mod runnet;
 mod settings;
@@ -34,15 +36,16 @@ use serde::{Deserialize, Serialize};
 
 pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
 pub use egress::{Egress, EgressMode};
-pub use env::{check_env, ALWAYS_REFUSED_ENV};
+pub use env::{build_env, check_env, ALWAYS_REFUSED_ENV, BUILD_ENV};
 pub use environment_settings::EnvironmentSettings;
 pub use error::SandboxError;
+pub use own_image::{ImageBuildSettings, OwnImage};
 pub use settings::{
     GateSettings, SandboxBackend, SandboxSettings, WorkspaceMode, MODEL_ENV_REFUSED,
 };
 pub use spec::{
     BindMount, ResourceLimits, SandboxLabels, SandboxSpec, DNS_SINK, INPUT_MOUNT, LABEL_ACTION,
-    LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
+    LABEL_ENV_BUILD, LABEL_PROJECT, LABEL_TRACE, WORKSPACE_MOUNT,
 };
 pub use swarm::{SwarmSandbox, SWARM_HOST_ENV};
 
@@ -285,19 +288,24 @@ pub trait Sandbox: Send + Sync {
 
 /// The backend `settings.backend` names, connected: the local Docker engine (at `DOCKER_HOST`,
 /// or the local socket), or a swarm whose manager answers at `ROVER_SWARM_HOST` (default
-/// `DOCKER_HOST`); [`SandboxError::Swarm`] when that engine is no swarm manager.
-pub async fn connect(settings: &SandboxSettings) -> Result<Arc<dyn Sandbox>, SandboxError> {
+/// `DOCKER_HOST`); [`SandboxError::Swarm`] when that engine is no swarm manager. `own`: rover's
+/// own image, which the local engine builds on first use.
+pub async fn connect(
+    settings: &SandboxSettings,
+    own: Option<Arc<OwnImage>>,
+) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    let local = DockerSandbox::connect(settings.env_allow.clone()).await?;
+    if let Some(own) = own {
+        local.use_own_image(own);
+    }
     match settings.backend {
         SandboxBackend::Local => {
             if let Some(registry) = &settings.registry {
                 tracing::warn!(%registry, "autopilot.sandbox.registry is set, but the local backend runs images where they are built and does not use it");
             }
-            Ok(Arc::new(
-                DockerSandbox::connect(settings.env_allow.clone()).await?,
-            ))
+            Ok(Arc::new(local))
         }
         SandboxBackend::Swarm => {
-            let local = DockerSandbox::connect(settings.env_allow.clone()).await?;
             let manager = docker_host(
                 std::env::var(SWARM_HOST_ENV)
                     .ok()

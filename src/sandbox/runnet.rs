@@ -139,12 +139,25 @@ fn short_hash(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes)[..6])
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+/// `labels` and the owner labels of the store whose proxy dir is `proxy_dir` (its parent), so
+/// `gc` can tell a store's proxy once its daemon is gone (see [`super::leftovers`]).
+fn with_owner<const N: usize>(
+    proxy_dir: &Path,
+    labels: [(String, String); N],
+) -> HashMap<String, String> {
+    let store = proxy_dir.parent().unwrap_or(proxy_dir);
+    labels
+        .into_iter()
+        .chain(super::leftovers::owner_labels(store))
+        .collect()
 }
 
 /// `uid:gid` of this process: the proxy writes into the store as its owner.
@@ -312,11 +325,14 @@ impl DockerSandbox {
             ),
             env: Some(server.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             user: Some(own_user()),
-            labels: Some(HashMap::from([
-                (LABEL_PROXY_PROJECT.to_owned(), server.project.clone()),
-                (LABEL_PROXY_ROLE.to_owned(), "server".to_owned()),
-                (LABEL_PROXY_CONFIG.to_owned(), config.to_owned()),
-            ])),
+            labels: Some(with_owner(
+                &server.dir,
+                [
+                    (LABEL_PROXY_PROJECT.to_owned(), server.project.clone()),
+                    (LABEL_PROXY_ROLE.to_owned(), "server".to_owned()),
+                    (LABEL_PROXY_CONFIG.to_owned(), config.to_owned()),
+                ],
+            )),
             host_config: Some(locked_down("host".to_owned(), mounts)),
             ..Default::default()
         };
@@ -394,11 +410,14 @@ impl DockerSandbox {
             attachable: net.overlay.then_some(true),
             internal: Some(net.internal),
             options: Some(options.clone()),
-            labels: Some(HashMap::from([
-                (LABEL_PROXY_PROJECT.to_owned(), net.project.clone()),
-                (LABEL_PROXY_ROLE.to_owned(), "network".to_owned()),
-                (LABEL_PROXY_RUN.to_owned(), net.run.clone()),
-            ])),
+            labels: Some(with_owner(
+                &net.proxy_dir,
+                [
+                    (LABEL_PROXY_PROJECT.to_owned(), net.project.clone()),
+                    (LABEL_PROXY_ROLE.to_owned(), "network".to_owned()),
+                    (LABEL_PROXY_RUN.to_owned(), net.run.clone()),
+                ],
+            )),
             ipam: subnet.map(|subnet| Ipam {
                 config: Some(vec![IpamConfig {
                     subnet: Some(subnet),
@@ -441,11 +460,14 @@ impl DockerSandbox {
                 format!("0.0.0.0:{PROXY_PORT}"),
             ]),
             user: Some(own_user()),
-            labels: Some(HashMap::from([
-                (LABEL_PROXY_PROJECT.to_owned(), net.project.clone()),
-                (LABEL_PROXY_ROLE.to_owned(), "relay".to_owned()),
-                (LABEL_PROXY_RUN.to_owned(), net.run.clone()),
-            ])),
+            labels: Some(with_owner(
+                &net.proxy_dir,
+                [
+                    (LABEL_PROXY_PROJECT.to_owned(), net.project.clone()),
+                    (LABEL_PROXY_ROLE.to_owned(), "relay".to_owned()),
+                    (LABEL_PROXY_RUN.to_owned(), net.run.clone()),
+                ],
+            )),
             networking_config: Some(NetworkingConfig {
                 endpoints_config: Some(HashMap::from([(
                     name.clone(),

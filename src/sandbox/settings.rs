@@ -21,8 +21,13 @@ pub const MODEL_ENV_REFUSED: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct SandboxSettings {
-    /// The image agents run in; built locally (see docs/sandbox.md), never pulled.
+    /// The image agents run in; never pulled. The default, `rover-sandbox:latest`, is rover's
+    /// own image: built by rover on first use from the Dockerfile it carries, as `build` says,
+    /// and tagged `rover-sandbox:<hash>` (see docs/sandbox.md). Any other name must be built
+    /// locally.
     pub image: String,
+    /// How rover builds its own image (used when `image` is left at its default).
+    pub build: super::ImageBuildSettings,
     /// Memory limit in MiB.
     pub memory_mb: u64,
     /// CPU limit (fractions allowed).
@@ -139,7 +144,8 @@ pub enum WorkspaceMode {
 impl Default for SandboxSettings {
     fn default() -> Self {
         Self {
-            image: "rover-sandbox:latest".to_string(),
+            image: super::own_image::DEFAULT_IMAGE.to_string(),
+            build: super::ImageBuildSettings::default(),
             memory_mb: 4096,
             cpus: 2.0,
             pids_limit: 1024,

@@ -7,6 +7,9 @@ use super::settings::{SandboxSettings, WorkspaceMode};
 
 /// Label naming the rover project a container belongs to.
 pub const LABEL_PROJECT: &str = "rover.project";
+/// Label on the setup container of an environment build (see [`crate::environment`]): what a
+/// failed or cut-off build leaves is found by it, here and by the leftovers' sweep.
+pub const LABEL_ENV_BUILD: &str = "rover.env.build";
 /// Label naming the trace a container works for.
 pub const LABEL_TRACE: &str = "rover.trace";
 /// Label naming the workflow action a container runs; one container per value.
@@ -150,6 +153,13 @@ impl SandboxSpec {
             extra_mounts: Vec::new(),
             name: None,
         }
+    }
+
+    /// Labels the spec's containers (and their volumes) with the store they work for, so
+    /// `gc` can tell them once that store is gone (see [`super::leftovers`]).
+    pub fn owned_by(&mut self, store: &std::path::Path) {
+        self.extra_labels
+            .extend(super::leftovers::owner_labels(store));
     }
 
     /// Mounts a scratch git for the container (see [`crate::git::SandboxGit`]): the scratch

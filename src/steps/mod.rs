@@ -64,6 +64,9 @@ pub struct Services {
     pub github_token: Option<GitHubAuth>,
     /// Extra environment for the `git` children (tests: hermetic config).
     pub git_env: Vec<(String, String)>,
+    /// The store's directory, labelled on every container rover starts for it (see
+    /// [`crate::sandbox::leftovers`]); `None` where no store owns them (a replay).
+    pub store_root: Option<PathBuf>,
 }
 
 impl Services {

@@ -50,7 +50,12 @@ pub fn bare_spec(
     worktree: &Path,
     labels: SandboxLabels,
 ) -> SandboxSpec {
-    SandboxSpec::from_settings(&services.config.autopilot.sandbox, cmd, worktree, labels)
+    let mut spec =
+        SandboxSpec::from_settings(&services.config.autopilot.sandbox, cmd, worktree, labels);
+    if let Some(store) = &services.store_root {
+        spec.owned_by(store);
+    }
+    spec
 }
 
 /// The image the trace's work ran in: its latest workflow run's environment (the repository's

@@ -54,7 +54,10 @@ pub struct DaemonLock {
 }
 
 impl DaemonLock {
-    /// Take the lock without waiting; if another process holds it, name its pid.
+    /// Take the lock without waiting on a daemon; if another one holds it, name its pid. A
+    /// lock held while the pid in it is no live process is a `gc` sweeping this store's
+    /// leftovers (it holds the lock shared for a moment, never writing it): waited for, a
+    /// few seconds at most.
     pub fn try_acquire(path: &Path) -> Result<DaemonLock> {
         let mut file = OpenOptions::new()
             .create(true)
@@ -63,11 +66,15 @@ impl DaemonLock {
             .write(true)
             .open(path)
             .map_err(StoreError::io("open the daemon lock", path))?;
-        if fs2::FileExt::try_lock_exclusive(&file).is_err() {
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        while fs2::FileExt::try_lock_exclusive(&file).is_err() {
             let pid = read_pid(&mut file);
-            return Err(StoreError::DaemonRunning {
-                pid: pid.unwrap_or_else(|| "unknown".into()),
-            });
+            if pid.as_deref().is_some_and(alive) || Instant::now() > deadline {
+                return Err(StoreError::DaemonRunning {
+                    pid: pid.unwrap_or_else(|| "unknown".into()),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         file.set_len(0).map_err(StoreError::io("truncate", path))?;
         file.seek(SeekFrom::Start(0))
@@ -89,6 +96,17 @@ impl DaemonLock {
         }
         read_pid(&mut file)
     }
+}
+
+/// Whether `pid` names a live process (one of another user's counts).
+fn alive(pid: &str) -> bool {
+    pid.parse::<i32>().is_ok_and(|pid| {
+        pid > 0
+            && !matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            )
+    })
 }
 
 /// The pid in a held daemon lock. The holder writes it just after taking the lock, so an empty

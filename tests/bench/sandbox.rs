@@ -671,6 +671,7 @@ impl Bench {
                 project: &self.project,
                 ws: &ws,
                 dir: root.path().join("build"),
+                store: None,
                 progress: None,
             })
             .await

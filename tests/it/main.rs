@@ -7,6 +7,14 @@ mod support;
 
 mod agents;
 mod budget;
+/// The Docker Swarm tests, named to sort near the front: libtest starts tests in name order, and
+/// these are the suite's longest chain (those that stop the worker's engine run alone), so they
+/// start while the rest of the suite runs beside them instead of after it.
+mod cluster {
+    mod swarm;
+    mod swarm_cancel;
+    mod swarm_registry;
+}
 mod collect;
 mod contributor_prs;
 mod daemon;
@@ -21,6 +29,7 @@ mod inspect;
 mod intake;
 mod intervene;
 mod layers;
+mod leftovers;
 pub mod network;
 mod orchestrator;
 mod proof;
@@ -29,6 +38,7 @@ mod replay;
 mod sandbox;
 mod sandbox_shipped;
 mod scenarios;
+mod setup_steps;
 mod soak;
 mod steps_decide;
 mod steps_resolve;
@@ -36,9 +46,6 @@ mod steps_workflow;
 mod store;
 mod store_cold;
 mod supervise;
-mod swarm;
-mod swarm_cancel;
-mod swarm_registry;
 mod telemetry;
 mod thread;
 mod webhook;

@@ -60,6 +60,7 @@ impl WorkflowStep {
             project: &self.services.project_id,
             ws,
             dir: ctx.store.artifacts_dir(span_id).join("environment"),
+            store: Some(ctx.store.root()),
             progress: Some(progress),
         };
         match environment::build(&request).await {

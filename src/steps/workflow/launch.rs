@@ -294,6 +294,9 @@ impl WorkflowStep {
             labels,
         );
         spec.env = self.sandbox_env();
+        if let Some(store) = &self.services.store_root {
+            spec.owned_by(store);
+        }
         spec
     }
 

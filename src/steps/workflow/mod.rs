@@ -290,6 +290,7 @@ mod tests {
             redactor: crate::github::Redactor::new(Vec::<String>::new()),
             github_token: token.map(Into::into),
             git_env: Vec::new(),
+            store_root: None,
         })
     }
 

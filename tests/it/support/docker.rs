@@ -51,7 +51,8 @@ pub async fn fake_agent_image(sandbox: &DockerSandbox) -> String {
         .expect("build the fake-agent image")
 }
 
-/// Removes every container carrying `label` (`name=value`; best effort).
+/// Removes every container carrying `label` (`name=value`; best effort), with its anonymous
+/// volumes (a shipped run's copies of the workspace).
 pub fn remove_containers(label: &str) {
     let Ok(out) = Command::new("docker")
         .args(["ps", "-aq", "--filter", &format!("label={label}")])
@@ -65,8 +66,20 @@ pub fn remove_containers(label: &str) {
         .collect();
     if !ids.is_empty() {
         let _ = Command::new("docker")
-            .args(["rm", "-f"])
+            .args(["rm", "-f", "-v"])
             .args(&ids)
+            .output();
+    }
+}
+
+/// Removes the proxy server of the proxy dir it holds when dropped: a test that starts rover's
+/// proxy without a daemon stops it itself (no daemon's stop does it).
+pub struct ProxyServerGuard(pub std::path::PathBuf);
+
+impl Drop for ProxyServerGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &rover::sandbox::runnet::server_name(&self.0)])
             .output();
     }
 }

@@ -299,7 +299,7 @@ impl Drop for LocalWorld {
         let names: Vec<String> = self.containers().into_iter().map(|(n, _)| n).collect();
         if !names.is_empty() {
             let _ = Command::new("docker")
-                .args(["rm", "-f"])
+                .args(["rm", "-f", "-v"])
                 .args(&names)
                 .output();
         }

@@ -132,6 +132,7 @@ impl Pipeline {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            store_root: Some(self.store.root().to_owned()),
         }
     }
 

@@ -20,8 +20,11 @@ pub const MANAGER_NODE: &str = "rover-swarm-mgr";
 pub const ON_WORKER: &str = "node.labels.rover.node==wkr";
 
 /// Makes sure the swarm is up (idempotent; a worker whose engine a test stopped is started
-/// again). Never skips: CI runs as root with Docker installed.
+/// again). Never skips: CI runs as root with Docker installed. One setup at a time: two tests
+/// finding the worker stopped would both start its engine.
 pub async fn ensure_swarm() {
+    static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = SETUP.lock().await;
     setup("setup-swarm.sh").await;
 }
 
@@ -39,22 +42,47 @@ async fn setup(script: &str) {
     );
 }
 
-/// One test on the swarm at a time: a test stops the worker's engine.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The swarm's tests run together, each with services and labels of its own; a test that
+/// stops the worker's engine, relabels the nodes or empties their images runs alone.
+static SWARM: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-/// The test's hold on the swarm (see [`swarm`]).
-pub type SwarmGuard = tokio::sync::MutexGuard<'static, ()>;
+/// A test's hold on the swarm (see [`swarm`] and [`swarm_alone`]): other tests may share it,
+/// or none may.
+pub enum SwarmGuard {
+    Shared {
+        _held: tokio::sync::RwLockReadGuard<'static, ()>,
+    },
+    Alone {
+        _held: tokio::sync::RwLockWriteGuard<'static, ()>,
+    },
+}
 
 /// The swarm backend with the given placement constraints, and the worker's engine, with
-/// `images` loaded onto both nodes from the main engine; the guard keeps other swarm tests
-/// out until it drops.
+/// `images` loaded onto both nodes from the main engine; the guard lets other tests that share
+/// the swarm run meanwhile, and keeps out those that need it alone until it drops.
 pub async fn swarm(
     constraints: &[&str],
     images: &[&str],
 ) -> (SwarmGuard, SwarmSandbox, DockerSandbox) {
-    let guard = ONE_AT_A_TIME.lock().await;
+    let guard = SwarmGuard::Shared {
+        _held: SWARM.read().await,
+    };
+    let (swarm, worker) = connect(constraints, images).await;
+    (guard, swarm, worker)
+}
+
+/// [`swarm`] for a test that stops the worker's engine, relabels the nodes or removes images
+/// from them: no other swarm test runs until its guard drops. The empty volumes shipped runs of
+/// earlier tests left on the nodes' engines are pruned first (no other test is between making
+/// a volume and using it).
+pub async fn swarm_alone(
+    constraints: &[&str],
+    images: &[&str],
+) -> (SwarmGuard, SwarmSandbox, DockerSandbox) {
+    let guard = SwarmGuard::Alone {
+        _held: SWARM.write().await,
+    };
     ensure_swarm().await;
-    // The empty tmpfs volumes the shipped runs of earlier tests left on the nodes' engines.
     for engine in [MANAGER, WORKER] {
         let _ = Command::new("docker")
             .args([
@@ -68,6 +96,12 @@ pub async fn swarm(
             ])
             .output();
     }
+    let (swarm, worker) = connect(constraints, images).await;
+    (guard, swarm, worker)
+}
+
+async fn connect(constraints: &[&str], images: &[&str]) -> (SwarmSandbox, DockerSandbox) {
+    ensure_swarm().await;
     let local = DockerSandbox::connect(env_allow())
         .await
         .expect("the main engine answers");
@@ -89,7 +123,7 @@ pub async fn swarm(
             .await
             .expect("load the image onto the worker");
     }
-    (guard, swarm, worker)
+    (swarm, worker)
 }
 
 /// Stops the worker's engine as a crash of its node would (SIGTERM to its dockerd, which stops

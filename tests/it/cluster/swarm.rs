@@ -129,7 +129,8 @@ async fn until_running(swarm: &rover::sandbox::SwarmSandbox, id: &str, service: 
 async fn a_run_whose_node_goes_down_ends_as_lost_with_its_node() {
     let local = crate::support::docker::sandbox().await;
     let image = test_image(&local).await;
-    let (_guard, swarm, _worker) = swarm(&[ON_WORKER], &[&image]).await;
+    let (_guard, swarm, _worker) =
+        crate::support::swarm::swarm_alone(&[ON_WORKER], &[&image]).await;
     let tc = TestContainers::new();
     let _services = Services(&tc);
     let repo = TestRepo::new();
@@ -545,6 +546,8 @@ async fn a_shipped_workspace_travels_to_the_worker_and_back_through_rovers_proxy
     std::fs::write(dir.join("sub/b.txt"), "to be removed\n").expect("write");
     std::os::unix::fs::symlink("a.txt", dir.join("link")).expect("link");
     let proxy_dir = repo.data.join("proxy");
+    // The proxy server this test starts beside rover (no daemon's stop removes it).
+    let _server = crate::support::docker::ProxyServerGuard(proxy_dir.clone());
     let script = format!(
         "set -e; cat a.txt > seen.txt; readlink link >> seen.txt; pwd >> seen.txt; \
          if test -e {host}; then echo host-visible >> seen.txt; else echo host-hidden >> seen.txt; fi; \
@@ -691,7 +694,7 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
     use crate::support::swarm::MANAGER;
 
     let image = scenario_image().await;
-    let (_guard, swarm, _worker) = swarm(&[], &[&image]).await;
+    let (_guard, swarm, _worker) = crate::support::swarm::swarm_alone(&[], &[&image]).await;
     // Sandboxes go where `rover.sandbox=yes`: the worker only, until it is lost.
     let label = |node: &str, add: bool| {
         let mut cmd = std::process::Command::new("docker");
@@ -832,7 +835,7 @@ async fn rover_loads_a_tasks_image_onto_the_nodes_it_is_given_without_a_registry
 
     let local = crate::support::docker::sandbox().await;
     let image = test_image(&local).await;
-    let (_guard, swarm, worker) = swarm(&[ON_WORKER], &[]).await;
+    let (_guard, swarm, worker) = crate::support::swarm::swarm_alone(&[ON_WORKER], &[]).await;
     let id = image_id(&local, &image)
         .await
         .expect("inspect")

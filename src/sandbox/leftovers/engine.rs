@@ -1,0 +1,216 @@
+//! The sweep on the engine: list every container, network and volume, judge rover's (see
+//! [`super::judge_all`]), remove those to go (containers first: a network with members and a
+//! volume in use cannot go before them).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+use bollard::models::ContainerSummaryStateEnum as State;
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListServicesOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+
+use super::stores::Stores;
+use super::{host_id, judge_all, Found, Kind, Sweep};
+use crate::sandbox::error::status_of;
+use crate::sandbox::runnet::PROXY_MOUNT;
+use crate::sandbox::spec::LABEL_PROJECT;
+use crate::sandbox::DockerSandbox;
+
+/// The label the engine puts on a swarm task's container: its service owns it, not rover.
+const SWARM_TASK: &str = "com.docker.swarm.service.id";
+
+fn labels(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
+    map.unwrap_or_default().into_iter().collect()
+}
+
+/// Sweeps rover's leftovers on the engine at `DOCKER_HOST` (else the local socket); on
+/// `dry_run`, only says what would go. A missing engine is an empty sweep, not an error.
+pub async fn sweep(dry_run: bool) -> Sweep {
+    let host = crate::sandbox::docker_host(std::env::var(crate::sandbox::DOCKER_HOST_ENV).ok());
+    let mut sweep = Sweep {
+        engine: host.clone(),
+        ..Sweep::default()
+    };
+    let Ok(docker) = DockerSandbox::connect_to(&host, Vec::new()).await else {
+        tracing::debug!(engine = %host, "no Docker engine answers: no leftovers to sweep");
+        return sweep;
+    };
+    let (found, live_names) = match list(&docker).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            sweep.errors.push(e);
+            return sweep;
+        }
+    };
+    // An older rover's resources name no store: what the engine mounts into its proxy's
+    // containers does, when the engine shares this machine's file system.
+    let legacy_ok = host.starts_with("unix://");
+    let mut stores = Stores::new(!dry_run);
+    let judged = judge_all(&found, host_id(), legacy_ok, &live_names, |root| {
+        stores.state(root)
+    });
+    let (mut gone, kept): (Vec<_>, Vec<_>) =
+        judged.into_iter().partition(|(_, l)| l.reason.removes());
+    sweep.kept = kept.into_iter().map(|(_, l)| l).collect();
+    gone.sort_by_key(|(f, _)| f.kind);
+    for (found, leftover) in gone {
+        if !dry_run {
+            if let Err(e) = remove(&docker, &found).await {
+                sweep.errors.push(e);
+                continue;
+            }
+            tracing::info!(
+                name = %leftover.name,
+                role = ?leftover.role,
+                store = ?leftover.store,
+                reason = %leftover.reason,
+                "removed a leftover of rover's"
+            );
+        }
+        sweep.removed.push(leftover);
+    }
+    drop(stores);
+    sweep
+}
+
+/// rover's containers, networks and volumes, and the names of the containers (and rover's
+/// swarm services) live now.
+async fn list(docker: &DockerSandbox) -> Result<(Vec<Found>, BTreeSet<String>), String> {
+    let client = docker.client();
+    let mut found = Vec::new();
+    let mut live = BTreeSet::new();
+    let mut used_volumes = BTreeSet::new();
+    let containers = client
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().all(true).build(),
+        ))
+        .await
+        .map_err(|e| format!("cannot list containers: {e}"))?;
+    for c in containers {
+        let is_live = matches!(
+            c.state,
+            Some(State::CREATED | State::RUNNING | State::PAUSED | State::RESTARTING)
+        );
+        let name = c
+            .names
+            .iter()
+            .flatten()
+            .next()
+            .map(|n| n.trim_start_matches('/').to_owned())
+            .unwrap_or_default();
+        if is_live {
+            live.insert(name.clone());
+        }
+        used_volumes.extend(c.mounts.iter().flatten().filter_map(|m| m.name.clone()));
+        let labels = labels(c.labels);
+        let Some(role) = Found::role_of(Kind::Container, &labels) else {
+            continue;
+        };
+        if labels.contains_key(SWARM_TASK) {
+            continue;
+        }
+        let proxy_mount = c.mounts.iter().flatten().find_map(|m| {
+            (m.destination.as_deref() == Some(PROXY_MOUNT))
+                .then(|| m.source.as_ref().map(PathBuf::from))
+                .flatten()
+        });
+        found.push(Found {
+            kind: Kind::Container,
+            role,
+            id: c.id.unwrap_or_else(|| name.clone()),
+            name,
+            labels,
+            proxy_mount,
+            live: is_live,
+        });
+    }
+    // Runs of the swarm backend are services: live while they exist (none on a plain engine).
+    let filters = HashMap::from([("label".to_owned(), vec![LABEL_PROJECT.to_owned()])]);
+    if let Ok(services) = client
+        .list_services(Some(
+            ListServicesOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+    {
+        live.extend(services.into_iter().filter_map(|s| s.spec?.name));
+    }
+    let networks = client
+        .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+        .await
+        .map_err(|e| format!("cannot list networks: {e}"))?;
+    for n in networks {
+        let labels = labels(n.labels);
+        let Some(role) = Found::role_of(Kind::Network, &labels) else {
+            continue;
+        };
+        let name = n.name.unwrap_or_default();
+        found.push(Found {
+            kind: Kind::Network,
+            role,
+            id: n.id.unwrap_or_else(|| name.clone()),
+            name,
+            labels,
+            proxy_mount: None,
+            live: false,
+        });
+    }
+    let volumes = client
+        .list_volumes(None::<bollard::query_parameters::ListVolumesOptions>)
+        .await
+        .map_err(|e| format!("cannot list volumes: {e}"))?;
+    for v in volumes.volumes.unwrap_or_default() {
+        let labels: BTreeMap<String, String> = v.labels.into_iter().collect();
+        let Some(role) = Found::role_of(Kind::Volume, &labels) else {
+            continue;
+        };
+        found.push(Found {
+            kind: Kind::Volume,
+            role,
+            id: v.name.clone(),
+            live: used_volumes.contains(&v.name),
+            name: v.name,
+            labels,
+            proxy_mount: None,
+        });
+    }
+    Ok((found, live))
+}
+
+/// Removes `found` (gone already is fine).
+async fn remove(docker: &DockerSandbox, found: &Found) -> Result<(), String> {
+    let client = docker.client();
+    let done = match found.kind {
+        Kind::Container => {
+            let options = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            client.remove_container(&found.id, Some(options)).await
+        }
+        Kind::Network => client.remove_network(&found.id).await,
+        Kind::Volume => {
+            client
+                .remove_volume(
+                    &found.id,
+                    None::<bollard::query_parameters::RemoveVolumeOptions>,
+                )
+                .await
+        }
+    };
+    match done {
+        Ok(()) => Ok(()),
+        Err(e) if status_of(&e) == Some(404) => Ok(()),
+        Err(e) => Err(format!(
+            "cannot remove the {} {}: {e}",
+            match found.kind {
+                Kind::Container => "container",
+                Kind::Network => "network",
+                Kind::Volume => "volume",
+            },
+            found.name
+        )),
+    }
+}

@@ -1,0 +1,121 @@
+//! What a store's directory says of its daemon: gone, never started, running (it holds the
+//! daemon lock) or dead. A dead store's lock is held (shared, without writing it) while its
+//! resources are removed, so no daemon starts on it meanwhile: one that tries waits a moment
+//! (see [`crate::store::DaemonLock::try_acquire`]).
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::Path;
+
+/// A store's state, as its directory and daemon lock say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StoreState {
+    /// No such directory.
+    Gone,
+    /// A directory without a daemon lock: no daemon ever ran on it.
+    NeverStarted,
+    /// A daemon holds its lock.
+    DaemonRuns,
+    /// Its lock is free: no daemon runs on it.
+    DaemonDead,
+    /// Why it cannot be told.
+    Unreadable(String),
+}
+
+/// The daemon lock of the store at `root` (as [`crate::store::AutopilotStore::daemon_lock_path`]).
+fn lock_path(root: &Path) -> std::path::PathBuf {
+    root.join("autopilot").join("daemon.lock")
+}
+
+/// The state of the store at `root`; for a dead one, its lock, held shared until dropped.
+/// Only looks: nothing is created or written.
+pub(crate) fn inspect(root: &Path) -> (StoreState, Option<File>) {
+    match std::fs::symlink_metadata(root) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return (StoreState::Gone, None),
+        Err(e) => {
+            return (
+                StoreState::Unreadable(format!("{}: {e}", root.display())),
+                None,
+            )
+        }
+        Ok(m) if !m.is_dir() => {
+            return (
+                StoreState::Unreadable(format!("{} is not a directory", root.display())),
+                None,
+            )
+        }
+        Ok(_) => {}
+    }
+    let lock = lock_path(root);
+    match std::fs::symlink_metadata(&lock) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return (StoreState::NeverStarted, None),
+        Err(e) => {
+            return (
+                StoreState::Unreadable(format!("{}: {e}", lock.display())),
+                None,
+            )
+        }
+        Ok(m) if !m.file_type().is_file() => {
+            return (
+                StoreState::Unreadable(format!("{} is not a file", lock.display())),
+                None,
+            )
+        }
+        Ok(_) => {}
+    }
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&lock)
+    {
+        Ok(file) => file,
+        Err(e) => {
+            return (
+                StoreState::Unreadable(format!("{}: {e}", lock.display())),
+                None,
+            )
+        }
+    };
+    match fs2::FileExt::try_lock_shared(&file) {
+        Ok(()) => (StoreState::DaemonDead, Some(file)),
+        Err(e) if e.kind() == fs2::lock_contended_error().kind() => (StoreState::DaemonRuns, None),
+        Err(e) => (
+            StoreState::Unreadable(format!("lock {}: {e}", lock.display())),
+            None,
+        ),
+    }
+}
+
+/// The stores met in one sweep: each inspected once, the dead ones' locks held while `hold`.
+#[derive(Debug, Default)]
+pub(crate) struct Stores {
+    hold: bool,
+    held: Vec<File>,
+}
+
+impl Stores {
+    pub fn new(hold: bool) -> Stores {
+        Stores {
+            hold,
+            held: Vec::new(),
+        }
+    }
+
+    /// The state of the store at `root` (its lock kept when dead and holding).
+    pub fn state(&mut self, root: &Path) -> StoreState {
+        let (state, lock) = inspect(root);
+        if let (true, Some(lock)) = (self.hold, lock) {
+            self.held.push(lock);
+        }
+        state
+    }
+}
+
+impl Drop for Stores {
+    fn drop(&mut self) {
+        for file in &self.held {
+            let _ = fs2::FileExt::unlock(file);
+        }
+    }
+}
