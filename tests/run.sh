@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh Debian machine as on a developer's: installs and starts what the
 # tests need (a Docker engine, the pinned real claude CLI from npm, the real sandbox image), then
-# runs every test.
+# runs every test, prints the ten slowest, and fails if the suite left a container, network or
+# volume of rover's behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
 if [ -f tests/setup-docker.sh ]; then
   bash tests/setup-docker.sh
 fi
@@ -14,5 +16,23 @@ ROVER_TEST_CODEX_BIN="$(bash tests/setup-clis.sh codex)"
 ROVER_TEST_DEVCONTAINER_BIN="$(bash tests/setup-clis.sh devcontainer)"
 export ROVER_TEST_CLAUDE_BIN ROVER_TEST_CODEX_BIN ROVER_TEST_DEVCONTAINER_BIN
 ROVER_TEST_SANDBOX_IMAGE="$(bash tests/setup-sandbox-image.sh)"
-export ROVER_TEST_SANDBOX_IMAGE
-cargo test --locked
+ROVER_TEST_SANDBOX_BASE="$(bash tests/setup-sandbox-image.sh --base)"
+export ROVER_TEST_SANDBOX_IMAGE ROVER_TEST_SANDBOX_BASE
+# What rover's containers, networks and volumes there are before (another rover's may be running).
+leftovers_before="$(bash tests/leftovers.sh count)"
+echo "setup: $((SECONDS - started)) s"
+# Most tests wait on processes, containers and sockets, not on the 2 cores: more threads than
+# cores (ROVER_TEST_THREADS to change it).
+export RUST_TEST_THREADS="${ROVER_TEST_THREADS:-6}"
+log="$(mktemp /tmp/rover-tests.XXXXXX)"
+status=0
+cargo test --locked --config "target.'cfg(all())'.runner = ['bash', '$PWD/tests/timed.sh']" 2>&1 \
+  | tee "$log" || status=$?
+echo
+echo "the ten slowest tests:"
+sed -nE 's/^test (.*) \.\.\. (ok|FAILED) <([0-9.]+)s>$/\3 \1/p' "$log" | sort -rn | head -n 10 \
+  | awk '{ printf "  %8.1f s  %s\n", $1, $2 }'
+rm -f "$log"
+bash tests/leftovers.sh check "$leftovers_before" || status=1
+echo "bash tests/run.sh: $((SECONDS - started)) s"
+exit "$status"
