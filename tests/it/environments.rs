@@ -803,7 +803,9 @@ async fn a_python_devcontainer_is_built_once_tested_offline_and_rebuilt_when_its
     let offline = run_offline(&s, &image, &["python", "-B", "-m", "unittest", "-v"]);
     assert!(
         offline.status.success(),
-        "offline: {}",
+        "offline ({}): {}{}",
+        offline.status,
+        String::from_utf8_lossy(&offline.stdout),
         String::from_utf8_lossy(&offline.stderr)
     );
 

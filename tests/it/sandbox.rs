@@ -194,9 +194,10 @@ async fn timeout_kills_with_137_and_oom_is_reported() {
         .await
         .expect("wait");
     assert!(!finished.timed_out);
-    // The engine may record the OOM event after the exit; look again for a while (not a timing assert).
+    // The engine may record the OOM event after the exit (later still on a busy machine); look
+    // again for a while (not a timing assert).
     let mut status = finished.status;
-    for _ in 0..50 {
+    for _ in 0..150 {
         if status
             != (ContainerStatus::Exited {
                 code: 137,

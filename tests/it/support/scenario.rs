@@ -286,7 +286,9 @@ impl Scenario {
             if looked.elapsed() >= Duration::from_millis(250) {
                 looked = Instant::now();
                 probe();
-                if !stopping && self.settled() {
+                // Settled once there is a trace: before the daemon has taken the event, no
+                // trace is vacuously "all ended".
+                if !stopping && !self.traces().is_empty() && self.settled() {
                     stopping = true;
                     nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
