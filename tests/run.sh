@@ -25,14 +25,28 @@ echo "setup: $((SECONDS - started)) s"
 # threads as cores (ROVER_TEST_THREADS to change it; at 6 the container tests' own waits ran out).
 export RUST_TEST_THREADS="${ROVER_TEST_THREADS:-4}"
 log="$(mktemp /tmp/rover-tests.XXXXXX)"
+cluster_log="$(mktemp /tmp/rover-tests-cluster.XXXXXX)"
 status=0
-cargo test --locked --config "target.'cfg(all())'.runner = ['bash', '$PWD/tests/timed.sh']" 2>&1 \
-  | tee "$log" || status=$?
+cargo test --locked --no-run 2>&1 | tee "$log"
+echo "build: $((SECONDS - started)) s"
+it_bin="$(sed -nE 's#^ *Executable tests/it/main.rs \((.*)\)$#\1#p' "$log" | tail -n 1)"
+# The swarm tests (cluster::) are one chain: they share the two-node test swarm one at a time.
+# They run in a process of their own beside the rest, on one thread, so none of the other
+# tests' threads waits on them; their output follows the rest's.
+bash tests/timed.sh "$it_bin" cluster:: --test-threads 1 >"$cluster_log" 2>&1 &
+cluster=$!
+cargo test --locked --config "target.'cfg(all())'.runner = ['bash', '$PWD/tests/timed.sh']" \
+  -- --skip cluster:: 2>&1 | tee "$log" || status=$?
+wait "$cluster" || status=1
+echo
+echo "the swarm tests (cluster::, beside the rest):"
+cat "$cluster_log"
+cat "$cluster_log" >>"$log"
 echo
 echo "the ten slowest tests:"
 sed -nE 's/^test (.*) \.\.\. (ok|FAILED) <([0-9.]+)s>$/\3 \1/p' "$log" | sort -rn | head -n 10 \
   | awk '{ printf "  %8.1f s  %s\n", $1, $2 }'
-rm -f "$log"
+rm -f "$log" "$cluster_log"
 bash tests/leftovers.sh check "$leftovers_before" || status=1
 echo "bash tests/run.sh: $((SECONDS - started)) s"
 exit "$status"

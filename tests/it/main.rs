@@ -7,9 +7,8 @@ mod support;
 
 mod agents;
 mod budget;
-/// The Docker Swarm tests, named to sort near the front: libtest starts tests in name order, and
-/// these are the suite's longest chain (those that stop the worker's engine run alone), so they
-/// start while the rest of the suite runs beside them instead of after it.
+/// The Docker Swarm tests: one chain on the shared two-node test swarm, one at a time;
+/// `tests/run.sh` runs them (`cluster::`) in a process of their own beside the rest.
 mod cluster {
     mod swarm;
     mod swarm_cancel;

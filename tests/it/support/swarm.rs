@@ -43,8 +43,8 @@ async fn setup(script: &str) {
 }
 
 /// One swarm test at a time: run beside each other on this 2-core machine, their services
-/// missed their placement windows (a cancel test found no task on the worker in 220 s). The
-/// tests sort first (`cluster::`), so this chain runs beside the rest of the suite.
+/// missed their placement windows (a cancel test found no task on the worker in 220 s).
+/// `tests/run.sh` runs this chain (`cluster::`) in a process of its own beside the rest.
 static SWARM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A test's hold on the swarm (see [`swarm`] and [`swarm_alone`]).
