@@ -45,7 +45,20 @@ pub fn rover_layer(base: &str, agents: Option<&str>, labels: &[(&str, &str)]) ->
         .iter()
         .map(|(k, v)| format!("{k}={}", serde_json::Value::String((*v).to_owned())))
         .collect();
-    let _ = writeln!(text, "LABEL rover.image=\"env\" {}", labels.join(" "));
+    // The setup container's labels came with its commit: blanked, so no container of this
+    // image is taken for a build of a store's (see `sandbox::leftovers`).
+    let blank = [
+        super::LABEL_ENV_BUILD,
+        crate::sandbox::leftovers::LABEL_STORE,
+        crate::sandbox::leftovers::LABEL_HOST,
+    ]
+    .map(|name| format!("{name}=\"\""))
+    .join(" ");
+    let _ = writeln!(
+        text,
+        "LABEL rover.image=\"env\" {blank} {}",
+        labels.join(" ")
+    );
     text
 }
 
@@ -78,7 +91,9 @@ mod tests {
         assert!(with
             .contains("COPY --from=rover-agents /rover-agents/bin/claude /usr/local/bin/claude"));
         assert!(with.contains("ENTRYPOINT []"));
-        assert!(with.contains("LABEL rover.image=\"env\" rover.env.hash=\"ab\""));
+        assert!(with.contains(
+            "LABEL rover.image=\"env\" rover.env.build=\"\" rover.store=\"\" rover.host=\"\" rover.env.hash=\"ab\""
+        ));
         let without = rover_layer("env:1", None, &[]);
         assert!(!without.contains("rover-agents"));
         assert!(without.contains("ENV HOME=/tmp IS_SANDBOX=1"));

@@ -924,7 +924,9 @@ async fn a_rust_devcontainer_is_built_once_and_its_tests_run_offline() {
     let offline = run_offline(&s, &image, &["cargo", "test", "--offline", "--locked"]);
     assert!(
         offline.status.success(),
-        "offline: {}",
+        "offline ({}): {}{}",
+        offline.status,
+        String::from_utf8_lossy(&offline.stdout),
         String::from_utf8_lossy(&offline.stderr)
     );
 

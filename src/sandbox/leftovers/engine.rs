@@ -20,8 +20,14 @@ use crate::sandbox::DockerSandbox;
 /// The label the engine puts on a swarm task's container: its service owns it, not rover.
 const SWARM_TASK: &str = "com.docker.swarm.service.id";
 
+/// A resource's labels, without the blank ones: rover's layer over an environment blanks the
+/// build's labels its setup container passed into the image (`rover.env.build=""`, ...), so a
+/// container of that image is not taken for the build.
 fn labels(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
-    map.unwrap_or_default().into_iter().collect()
+    map.unwrap_or_default()
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .collect()
 }
 
 /// Sweeps rover's leftovers on the engine at `DOCKER_HOST` (else the local socket); on
@@ -162,7 +168,7 @@ async fn list(docker: &DockerSandbox) -> Result<(Vec<Found>, BTreeSet<String>), 
         .await
         .map_err(|e| format!("cannot list volumes: {e}"))?;
     for v in volumes.volumes.unwrap_or_default() {
-        let labels: BTreeMap<String, String> = v.labels.into_iter().collect();
+        let labels = labels(Some(v.labels));
         let Some(role) = Found::role_of(Kind::Volume, &labels) else {
             continue;
         };

@@ -23,7 +23,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::runnet::{server_name, LABEL_PROXY_PROJECT, LABEL_PROXY_ROLE, LABEL_PROXY_RUN};
-use super::spec::{LABEL_ENV_BUILD, LABEL_PROJECT};
+use super::spec::{LABEL_ACTION, LABEL_ENV_BUILD, LABEL_PROJECT, LABEL_TRACE};
 pub use engine::sweep;
 use stores::StoreState;
 
@@ -237,6 +237,10 @@ impl Found {
             Kind::Container => match proxy {
                 Some("server") => Some(Role::ProxyServer),
                 Some("relay") => Some(Role::Relay),
+                // An agent's (or a gate's, hook's) container, whatever its image carries.
+                None if labels.contains_key(LABEL_ACTION) || labels.contains_key(LABEL_TRACE) => {
+                    Some(Role::Sandbox)
+                }
                 None if labels.contains_key(LABEL_ENV_BUILD) => Some(Role::EnvironmentBuild),
                 None if labels.contains_key(LABEL_PROJECT) || labels.contains_key(LABEL_STORE) => {
                     Some(Role::Sandbox)

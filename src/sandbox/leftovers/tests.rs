@@ -275,6 +275,22 @@ fn only_rovers_own_resources_are_judged() {
         ),
         Some(Role::EnvironmentBuild)
     );
+    // An agent's container in an environment image an older rover built (whose setup
+    // container's build label came with the commit) is the agent's, never a build's: a dead
+    // daemon's exited agent waits for its next start.
+    assert_eq!(
+        Found::role_of(
+            Kind::Container,
+            &labels(&[
+                ("rover.env.build", "h"),
+                ("rover.store", "/s"),
+                ("rover.project", "p"),
+                ("rover.trace", "t"),
+                ("rover.action", "a"),
+            ])
+        ),
+        Some(Role::Sandbox)
+    );
     assert_eq!(
         Found::role_of(
             Kind::Volume,
