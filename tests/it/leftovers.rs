@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::docker::{fake_agent_image, sandbox, ProxyServerGuard};
+use crate::support::docker::{fake_agent_image, sandbox, ProxyServerGuard, ENGINE_SWEEP};
 use crate::support::env::{rover_bin, stderr, stdout, TestEnv};
 use crate::support::local::LocalWorld;
 use crate::support::scenario::{merge, slow_task_issue, Scenario};
@@ -77,6 +77,7 @@ fn on_engine(kind: &str, store: &Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_daemons_proxy_and_relay_stay_while_its_run_is_live_and_gc_removes_them_after_or_once_its_store_is_gone(
 ) {
+    let _sweep = ENGINE_SWEEP.lock().await;
     let mut s = Scenario::new().await;
     // The store is removed on purpose: nothing to replay.
     s.replay_check = false;
@@ -185,6 +186,7 @@ async fn a_killed_daemons_proxy_and_relay_stay_while_its_run_is_live_and_gc_remo
 /// them.
 #[tokio::test]
 async fn gc_never_touches_the_proxy_of_a_live_daemon_of_another_store() {
+    let _sweep = ENGINE_SWEEP.lock().await;
     let world = LocalWorld::new(false).await;
     let store = world.store();
     let mut daemon = world.spawn_daemon();
@@ -245,6 +247,7 @@ async fn gc_never_touches_the_proxy_of_a_live_daemon_of_another_store() {
 #[tokio::test]
 async fn an_older_rovers_proxy_is_judged_by_its_mount_and_its_other_containers_are_kept_and_named()
 {
+    let _sweep = ENGINE_SWEEP.lock().await;
     let image = fake_agent_image(&sandbox().await).await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store").join("proxy");

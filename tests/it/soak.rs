@@ -176,9 +176,11 @@ async fn two_hundred_traces_of_every_kind_end_with_bounded_disk_mappings_and_con
         &json!({"autopilot": {"pipeline": {"retainDays": 0}}}),
     );
     s.run_until_settled(10).await;
-    let out = s
-        .env
-        .rover(&["autopilot", "gc", "--retain-days", "0", "--json"]);
+    let out = {
+        let _sweep = crate::support::docker::ENGINE_SWEEP.lock().await;
+        s.env
+            .rover(&["autopilot", "gc", "--retain-days", "0", "--json"])
+    };
     let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("gc json");
     let state = store.read_state().expect("state");
     let after = (

@@ -358,7 +358,7 @@ pub(crate) fn judge(found: &Found, state: &StoreState, store_live: bool, run_liv
         StoreState::DaemonRuns => Reason::DaemonRuns,
         StoreState::NeverStarted => Reason::NeverStarted,
         StoreState::Unreadable(_) => Reason::UnreadableStore,
-        StoreState::DaemonDead => match found.role {
+        StoreState::DaemonDead { .. } => match found.role {
             Role::ProxyServer if store_live => Reason::LiveRun,
             Role::Relay | Role::RunNetwork if run_live => Reason::LiveRun,
             Role::ProxyServer | Role::Relay | Role::RunNetwork | Role::EnvironmentBuild => {
@@ -398,6 +398,12 @@ pub(crate) fn judge_all(
         .map(|f| claim(f, host, legacy_ok, &relays))
         .collect();
     let run_live = |f: &Found| f.run().is_some_and(|r| live_names.contains(r));
+    // Whether a run's agent has a container on this engine, in any state.
+    let on_engine = |run: &str| {
+        found
+            .iter()
+            .any(|g| g.kind == Kind::Container && g.role == Role::Sandbox && g.name == run)
+    };
     // A store's runs are live when an agent of it is, or a relay of it serves a live agent.
     let live_stores: BTreeSet<&PathBuf> = found
         .iter()
@@ -423,7 +429,21 @@ pub(crate) fn judge_all(
                     StoreState::Unreadable(why) => Some(why.clone()),
                     _ => None,
                 };
-                let reason = judge(f, st, live_stores.contains(s), run_live(f));
+                // A run its dead daemon's queue still holds, with a relay here and no container
+                // here: its agent may run on another engine (a swarm node), through that relay.
+                let elsewhere: BTreeSet<&str> = match st {
+                    StoreState::DaemonDead { queued } => found
+                        .iter()
+                        .zip(&claims)
+                        .filter(|(g, c)| g.role == Role::Relay && *c == &Claim::Store(s.clone()))
+                        .filter_map(|(g, _)| g.run())
+                        .filter(|run| queued.contains(*run) && !on_engine(run))
+                        .collect(),
+                    _ => BTreeSet::new(),
+                };
+                let store_live = live_stores.contains(s) || !elsewhere.is_empty();
+                let this_run_live = run_live(f) || f.run().is_some_and(|r| elsewhere.contains(r));
+                let reason = judge(f, st, store_live, this_run_live);
                 (Some(s.clone()), reason, detail)
             }
         };

@@ -3,6 +3,7 @@
 //! resources are removed, so no daemon starts on it meanwhile: one that tries waits a moment
 //! (see [`crate::store::DaemonLock::try_acquire`]).
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -17,8 +18,9 @@ pub(crate) enum StoreState {
     NeverStarted,
     /// A daemon holds its lock.
     DaemonRuns,
-    /// Its lock is free: no daemon runs on it.
-    DaemonDead,
+    /// Its lock is free: no daemon runs on it. `queued`: the container names of the runs its
+    /// queue still holds (`rover-<action id>`), which its next start takes up.
+    DaemonDead { queued: BTreeSet<String> },
     /// Why it cannot be told.
     Unreadable(String),
 }
@@ -78,13 +80,39 @@ pub(crate) fn inspect(root: &Path) -> (StoreState, Option<File>) {
         }
     };
     match fs2::FileExt::try_lock_shared(&file) {
-        Ok(()) => (StoreState::DaemonDead, Some(file)),
+        Ok(()) => match queued(root) {
+            Ok(queued) => (StoreState::DaemonDead { queued }, Some(file)),
+            Err(why) => (StoreState::Unreadable(why), None),
+        },
         Err(e) if e.kind() == fs2::lock_contended_error().kind() => (StoreState::DaemonRuns, None),
         Err(e) => (
             StoreState::Unreadable(format!("lock {}: {e}", lock.display())),
             None,
         ),
     }
+}
+
+/// The container names of the runs the queue of the store at `root` holds (read under its
+/// daemon lock, held shared: no daemon writes it meanwhile).
+fn queued(root: &Path) -> Result<BTreeSet<String>, String> {
+    let (Some(project), Some(data_dir)) = (root.file_name(), root.parent().and_then(Path::parent))
+    else {
+        return Err(format!("{} is no store's directory", root.display()));
+    };
+    let state = crate::store::AutopilotStore::open_existing(data_dir, &project.to_string_lossy())
+        .and_then(|store| store.read_state())
+        .map_err(|e| {
+            format!(
+                "the queue of {}: {}",
+                root.display(),
+                crate::error::error_chain(&e)
+            )
+        })?;
+    Ok(state
+        .pending
+        .iter()
+        .map(|p| format!("rover-{}", p.action_id))
+        .collect())
 }
 
 /// The stores met in one sweep: each inspected once, the dead ones' locks held while `hold`.

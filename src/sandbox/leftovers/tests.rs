@@ -151,7 +151,16 @@ fn a_dead_daemons_proxy_stays_while_a_run_of_it_is_live_and_its_agents_wait_for_
         relay(store, "rover-gone", true),
         network(store, "rover-gone", true),
     ];
-    let v = verdicts(&live, &[(store, StoreState::DaemonDead)], true);
+    let v = verdicts(
+        &live,
+        &[(
+            store,
+            StoreState::DaemonDead {
+                queued: BTreeSet::new(),
+            },
+        )],
+        true,
+    );
     assert_eq!(v[&live[0].name], Reason::LiveRun, "{v:?}");
     for name in ["rover-live-relay", "rover-live-net", "rover-live"] {
         assert_eq!(v[name], Reason::LiveRun, "{name}: {v:?}");
@@ -166,14 +175,64 @@ fn a_dead_daemons_proxy_stays_while_a_run_of_it_is_live_and_its_agents_wait_for_
     }
     assert_eq!(v["rover-over"], Reason::AwaitsNextStart, "{v:?}");
     // With no live run, the server goes too.
-    let v = verdicts(&live[4..], &[(store, StoreState::DaemonDead)], true);
+    let v = verdicts(
+        &live[4..],
+        &[(
+            store,
+            StoreState::DaemonDead {
+                queued: BTreeSet::new(),
+            },
+        )],
+        true,
+    );
     assert!(v.values().all(|r| *r != Reason::LiveRun), "{v:?}");
     let v = verdicts(
         &[server(store, true)],
-        &[(store, StoreState::DaemonDead)],
+        &[(
+            store,
+            StoreState::DaemonDead {
+                queued: BTreeSet::new(),
+            },
+        )],
         true,
     );
     assert_eq!(v.values().next(), Some(&Reason::DaemonDead));
+}
+
+/// A swarm run's agent is a service on another engine: with its run still queued in its dead
+/// daemon's store and no container of it here, its relay, network and the proxy server stay
+/// (a `gc` of another store's must not cut a `--once` run's model access); a queued run whose
+/// agent is here and exited, and a run no longer queued, go.
+#[test]
+fn a_queued_run_whose_agent_is_on_another_engine_keeps_its_relay_and_the_proxy() {
+    let store = "/d/projects/cron";
+    let found = [
+        server(store, true),
+        relay(store, "rover-swarm", true),
+        network(store, "rover-swarm", true),
+        relay(store, "rover-here", true),
+        network(store, "rover-here", true),
+        agent(store, "rover-here", false, true),
+        relay(store, "rover-done", true),
+        network(store, "rover-done", true),
+    ];
+    let queued: BTreeSet<String> = ["rover-swarm", "rover-here"]
+        .iter()
+        .map(|r| (*r).to_owned())
+        .collect();
+    let v = verdicts(&found, &[(store, StoreState::DaemonDead { queued })], true);
+    assert_eq!(v[&found[0].name], Reason::LiveRun, "{v:?}");
+    for name in ["rover-swarm-relay", "rover-swarm-net"] {
+        assert_eq!(v[name], Reason::LiveRun, "{name}: {v:?}");
+    }
+    for name in [
+        "rover-here-relay",
+        "rover-here-net",
+        "rover-done-relay",
+        "rover-done-net",
+    ] {
+        assert_eq!(v[name], Reason::DaemonDead, "{name}: {v:?}");
+    }
 }
 
 #[test]
@@ -323,7 +382,12 @@ fn a_stores_directory_and_daemon_lock_say_whether_its_daemon_runs() {
     assert_eq!(inspect(&root).0, StoreState::DaemonRuns);
     drop(lock);
     let (state, held) = inspect(&root);
-    assert_eq!(state, StoreState::DaemonDead);
+    assert_eq!(
+        state,
+        StoreState::DaemonDead {
+            queued: BTreeSet::new()
+        }
+    );
     // A daemon starting while a sweep holds the lock waits for it, not refused.
     let release = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -348,7 +412,16 @@ fn a_dead_stores_volume_goes_once_no_container_mounts_it() {
         found(Kind::Volume, name, &labels, None, mounted)
     };
     let all = [volume("mounted", true), volume("left", false)];
-    let v = verdicts(&all, &[(store, StoreState::DaemonDead)], true);
+    let v = verdicts(
+        &all,
+        &[(
+            store,
+            StoreState::DaemonDead {
+                queued: BTreeSet::new(),
+            },
+        )],
+        true,
+    );
     assert_eq!(v["mounted"], Reason::AwaitsNextStart, "{v:?}");
     assert_eq!(v["left"], Reason::DaemonDead, "{v:?}");
     let v = verdicts(&all, &[(store, StoreState::DaemonRuns)], true);

@@ -165,3 +165,8 @@ impl Drop for TestContainers {
         remove_containers(&format!("{LABEL_TEST}={}", self.id));
     }
 }
+
+/// Held by a test that runs `rover autopilot gc` for real: the sweep of rover's leftovers looks
+/// at the whole engine, so two at once take each other's expected removals (one test's dead
+/// store's proxy gone before its own `gc` ran).
+pub static ENGINE_SWEEP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
