@@ -44,6 +44,11 @@ pub fn print(out: &mut Output, sweep: &Sweep, dry_run: bool) -> Result<(), CliEr
             "{others} other container(s), network(s) or volume(s) of rover's kept: their store's daemon runs (or never ran), their run is live, their store's next start collects them, or they were made on another machine (`--json` lists them with why)\n"
         ))?;
     }
+    for image in &sweep.proxy_images.removed {
+        out.print(&format!(
+            "{verb} the proxy image {image}: no container uses it and it is not this rover's\n"
+        ))?;
+    }
     for e in &sweep.errors {
         out.print(&format!("leftovers: {e}\n"))?;
     }

@@ -139,6 +139,27 @@ fn short_hash(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes)[..6])
 }
 
+/// The name of the proxy image of the rover binary at `exe` (`rover-proxy:<hash of it>`),
+/// without asking the engine.
+pub async fn proxy_image_reference(exe: &Path) -> Result<String, SandboxError> {
+    let hashed = exe.to_path_buf();
+    let digest = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+        let mut file = std::fs::File::open(&hashed)?;
+        let mut h = Sha256::new();
+        std::io::copy(&mut file, &mut h)?;
+        Ok(hex(&h.finalize()[..8]))
+    })
+    .await
+    .map_err(|e| SandboxError::Proxy {
+        reason: format!("hashing rover's binary did not finish: {e}"),
+    })?
+    .map_err(|source| SandboxError::File {
+        path: exe.to_path_buf(),
+        source,
+    })?;
+    Ok(format!("{PROXY_IMAGE_REPO}:{digest}"))
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::new(), |mut s, b| {
@@ -222,29 +243,14 @@ impl DockerSandbox {
 
     /// The image holding the rover binary at `exe` (see [`DockerSandbox::proxy_image`]).
     pub async fn proxy_image_of(&self, exe: &Path) -> Result<String, SandboxError> {
-        let exe = exe.to_path_buf();
-        let hashed = exe.clone();
-        let digest = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-            let mut file = std::fs::File::open(&hashed)?;
-            let mut h = Sha256::new();
-            std::io::copy(&mut file, &mut h)?;
-            Ok(hex(&h.finalize()[..8]))
-        })
-        .await
-        .map_err(|e| SandboxError::Proxy {
-            reason: format!("hashing rover's binary did not finish: {e}"),
-        })?
-        .map_err(|source| SandboxError::File {
-            path: exe.clone(),
-            source,
-        })?;
-        let reference = format!("{PROXY_IMAGE_REPO}:{digest}");
+        let reference = proxy_image_reference(exe).await?;
+        let digest = reference[PROXY_IMAGE_REPO.len() + 1..].to_owned();
         if self.image_exists(&reference).await? {
             return Ok(reference);
         }
         RootfsImage::new(PROXY_IMAGE_REPO)
             .busybox(None)
-            .binary(&exe, BINARY_IN_IMAGE)
+            .binary(exe, BINARY_IN_IMAGE)
             .ensure_tagged(self, &digest)
             .await
     }

@@ -374,3 +374,47 @@ impl Drop for Cleanup {
             .output();
     }
 }
+
+/// rover's proxy images (one per rover build that ran a proxy) are swept too: one no container
+/// uses goes once an hour old (the rule is unit-tested in `sandbox::leftovers`); one imported a
+/// moment ago, about to start a proxy server, stays.
+#[tokio::test]
+async fn gc_keeps_a_proxy_image_imported_a_moment_ago_and_lists_the_proxy_images() {
+    let _sweep = ENGINE_SWEEP.lock().await;
+    let tag = format!(
+        "rover-proxy:{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..16]
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let tar = empty.path().join("empty.tar");
+    let made = Command::new("tar")
+        .args(["-cf", tar.to_str().unwrap(), "-T", "/dev/null"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let imported = Command::new("docker")
+        .args(["import", tar.to_str().unwrap(), &tag])
+        .output()
+        .unwrap();
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let env = TestEnv::new();
+    let out = env.rover(&["autopilot", "gc", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let all: Value = serde_json::from_str(&stdout(&out)).expect("gc --json");
+    let images = &all["leftovers"]["proxyImages"];
+    let listed = |list: &str| -> Vec<String> {
+        images[list]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(listed("kept").contains(&tag), "{images:#}");
+    assert!(!listed("removed").contains(&tag), "{images:#}");
+    let _ = Command::new("docker").args(["image", "rm", &tag]).output();
+}

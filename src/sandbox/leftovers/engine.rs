@@ -7,13 +7,14 @@ use std::path::PathBuf;
 
 use bollard::models::ContainerSummaryStateEnum as State;
 use bollard::query_parameters::{
-    ListContainersOptionsBuilder, ListServicesOptionsBuilder, RemoveContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, ListServicesOptionsBuilder,
+    RemoveContainerOptionsBuilder,
 };
 
 use super::stores::Stores;
-use super::{host_id, judge_all, Found, Kind, Sweep};
+use super::{host_id, judge_all, Found, ImageSweep, Kind, Sweep};
 use crate::sandbox::error::status_of;
-use crate::sandbox::runnet::PROXY_MOUNT;
+use crate::sandbox::runnet::{proxy_image_reference, PROXY_IMAGE_REPO, PROXY_MOUNT};
 use crate::sandbox::spec::LABEL_PROJECT;
 use crate::sandbox::DockerSandbox;
 
@@ -77,7 +78,104 @@ pub async fn sweep(dry_run: bool) -> Sweep {
         sweep.removed.push(leftover);
     }
     drop(stores);
+    sweep.proxy_images = proxy_images(&docker, dry_run, &mut sweep.errors).await;
     sweep
+}
+
+/// How old a proxy image no container uses must be to go: one imported a moment ago is about
+/// to start a proxy server.
+const PROXY_IMAGE_MIN_AGE_SECS: i64 = 3600;
+
+/// Whether the proxy image `tag` goes: no container uses it, it is not this rover's own
+/// (`own`), and it was made at least [`PROXY_IMAGE_MIN_AGE_SECS`] ago (`age_secs`).
+pub(crate) fn proxy_image_goes(tag: &str, used: bool, own: Option<&str>, age_secs: i64) -> bool {
+    !used && own != Some(tag) && age_secs >= PROXY_IMAGE_MIN_AGE_SECS
+}
+
+/// Removes rover's proxy images no container uses (running or not), but this rover's own and
+/// those made in the last hour: one is made per rover build that ran a proxy, so an upgraded
+/// rover leaves the old ones. A rover whose image went imports it again at its next start (about
+/// a second). One a container took meanwhile is refused by the engine, and kept.
+async fn proxy_images(
+    docker: &DockerSandbox,
+    dry_run: bool,
+    errors: &mut Vec<String>,
+) -> ImageSweep {
+    let mut images = ImageSweep::default();
+    let own = match std::env::current_exe() {
+        Ok(exe) => proxy_image_reference(&exe).await.ok(),
+        Err(_) => None,
+    };
+    let now = chrono::Utc::now().timestamp();
+    let client = docker.client();
+    let filters = HashMap::from([(
+        "reference".to_owned(),
+        vec![format!("{PROXY_IMAGE_REPO}:*")],
+    )]);
+    let listed = match client
+        .list_images(Some(
+            ListImagesOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+    {
+        Ok(listed) => listed,
+        Err(e) => {
+            errors.push(format!("cannot list rover's proxy images: {e}"));
+            return images;
+        }
+    };
+    let used: BTreeSet<String> = match client
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default().all(true).build(),
+        ))
+        .await
+    {
+        Ok(containers) => containers.into_iter().filter_map(|c| c.image_id).collect(),
+        Err(e) => {
+            errors.push(format!("cannot list containers: {e}"));
+            return images;
+        }
+    };
+    for image in listed {
+        let tags: Vec<&String> = image
+            .repo_tags
+            .iter()
+            .filter(|t| t.starts_with(&format!("{PROXY_IMAGE_REPO}:")))
+            .collect();
+        for tag in tags {
+            let age = now - image.created;
+            if !proxy_image_goes(tag, used.contains(&image.id), own.as_deref(), age) {
+                images.kept.push(tag.clone());
+                continue;
+            }
+            if !dry_run {
+                match client
+                    .remove_image(
+                        tag,
+                        None::<bollard::query_parameters::RemoveImageOptions>,
+                        None,
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if status_of(&e) == Some(404) => {}
+                    Err(e) if status_of(&e) == Some(409) => {
+                        images.kept.push(tag.clone());
+                        continue;
+                    }
+                    Err(e) => {
+                        errors.push(format!("cannot remove the image {tag}: {e}"));
+                        continue;
+                    }
+                }
+                tracing::info!(image = %tag, "removed a proxy image no container uses");
+            }
+            images.removed.push(tag.clone());
+        }
+    }
+    images
 }
 
 /// rover's containers, networks and volumes, and the names of the containers (and rover's

@@ -206,6 +206,17 @@ pub struct Sweep {
     pub kept: Vec<Leftover>,
     /// What could not be listed or removed (a missing engine is not an error).
     pub errors: Vec<String>,
+    /// rover's proxy images (`rover-proxy:<hash of a rover binary>`, one per rover build that
+    /// ran a proxy): those no container uses, but this rover's own, are removed.
+    pub proxy_images: ImageSweep,
+}
+
+/// The images of a sweep: removed (or, on a dry run, that would be) and kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSweep {
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
 }
 
 /// A resource as the engine lists it, reduced to what judging it needs.

@@ -427,3 +427,23 @@ fn a_dead_stores_volume_goes_once_no_container_mounts_it() {
     let v = verdicts(&all, &[(store, StoreState::DaemonRuns)], true);
     assert!(v.values().all(|r| *r == Reason::DaemonRuns), "{v:?}");
 }
+
+#[test]
+fn a_proxy_image_goes_when_unused_not_this_rovers_and_an_hour_old() {
+    use super::engine::proxy_image_goes;
+    let own = Some("rover-proxy:aaaa");
+    assert!(proxy_image_goes("rover-proxy:bbbb", false, own, 7200));
+    assert!(
+        !proxy_image_goes("rover-proxy:bbbb", true, own, 7200),
+        "a container uses it"
+    );
+    assert!(
+        !proxy_image_goes("rover-proxy:aaaa", false, own, 7200),
+        "this rover's own"
+    );
+    assert!(
+        !proxy_image_goes("rover-proxy:bbbb", false, own, 60),
+        "imported a minute ago"
+    );
+    assert!(proxy_image_goes("rover-proxy:bbbb", false, None, 3600));
+}
