@@ -14,7 +14,7 @@ pub mod preflight;
 mod record;
 
 pub use crate::sandbox::EnvironmentSettings;
-pub use build::{build, BuildPlan, BuildRequest};
+pub use build::{build, build_dir, build_log, BuildPlan, BuildRequest};
 pub use definition::{define, Definition, LOCKFILES, SETUP_SCRIPT};
 pub use devcontainer::{
     parse_devcontainer, strip_jsonc, DefinitionPath, DevcontainerConfig, LocalEnv,

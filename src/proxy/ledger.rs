@@ -5,7 +5,6 @@
 //! over) and read-modify-write under it, so the proxy's concurrent connections and a restarted
 //! proxy never lose an update; readers need no lock since the file is replaced atomically.
 
-use std::io;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -281,19 +280,15 @@ impl Ledger {
     }
 }
 
-/// Parse the JSON file at `path`, or `None` when there is none.
+/// Parse the JSON file at `path`, or `None` when there is none: the store's reading, with the
+/// proxy's word for a file that does not parse.
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, ProxyError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ProxyError::io("read", path)(e)),
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| ProxyError::Unreadable {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })
+    fsio::read_json(path).map_err(|e| match e {
+        crate::store::StoreError::Unreadable { path, reason } => {
+            ProxyError::Unreadable { path, reason }
+        }
+        other => ProxyError::Store(other),
+    })
 }
 
 #[cfg(test)]

@@ -14,8 +14,6 @@ use crate::store::{Meta, SpanStatus, StepKind, TraceView};
 
 /// The key a running workflow span gets in the view (never stored) while its environment builds.
 pub const BUILDING_KEY: &str = "environmentBuilding";
-/// The build log's place in a span's artifacts (see `steps::workflow::environment`).
-const LOG: &str = "environment/environment.log";
 /// How much of the log's end is read for its last line.
 const TAIL_BYTES: u64 = 4096;
 
@@ -29,7 +27,7 @@ pub fn note_building(view: &mut TraceView, artifacts: impl Fn(Uuid) -> PathBuf) 
         {
             continue;
         }
-        let log = artifacts(span.id).join(LOG);
+        let log = crate::environment::build_log(&artifacts(span.id));
         if log.is_file() {
             span.meta.insert(
                 BUILDING_KEY.to_owned(),
@@ -147,7 +145,7 @@ mod tests {
         assert_eq!(environment_lines(&plain, ""), "");
 
         let dir = tempfile::tempdir().expect("tempdir");
-        let log = dir.path().join(LOG);
+        let log = crate::environment::build_log(dir.path());
         std::fs::create_dir_all(log.parent().unwrap()).unwrap();
         std::fs::write(
             &log,

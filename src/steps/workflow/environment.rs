@@ -59,7 +59,7 @@ impl WorkflowStep {
             settings: &settings.environment,
             project: &self.services.project_id,
             ws,
-            dir: ctx.store.artifacts_dir(span_id).join("environment"),
+            dir: environment::build_dir(&ctx.store.artifacts_dir(span_id)),
             store: Some(ctx.store.root()),
             progress: Some(progress),
         };
