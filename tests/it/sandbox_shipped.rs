@@ -2,42 +2,35 @@
 //! mounted into an agent's container, its work comes back checked, and a container that leaves
 //! hostile entries in `/workspace` fails its run with the entry named and nothing applied.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rover::sandbox::{
-    ContainerInfo, ContainerStatus, DockerSandbox, LogStats, Sandbox, SandboxError, SandboxSpec,
-};
+use rover::sandbox::DockerSandbox;
 use rover::store::{SpanStatus, StepKind};
 use serde_json::{json, Value};
 
 use crate::steps_workflow::{
     agent_image, chain_of, commit_rule, config, docker, settle, task, writes, World,
 };
+use crate::support::docker::{Around, Wrapped};
 use crate::support::gitrepo::git;
 use crate::support::pipeline::last_span;
 
 /// One mount of a container as the engine reports it: type, source, destination.
 type MountSeen = (Option<String>, Option<String>, Option<String>);
 
-/// The real engine, inspecting each agent container right after it started, while it runs.
-struct MountsSandbox {
-    inner: Arc<DockerSandbox>,
-    seen: Mutex<Vec<(bool, Vec<MountSeen>)>>,
-}
+/// Each agent container's mounts as the engine reports them, inspected right after it started,
+/// while it runs.
+#[derive(Default)]
+struct Mounts(Mutex<Vec<(bool, Vec<MountSeen>)>>);
 
 #[async_trait]
-impl Sandbox for MountsSandbox {
-    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
-        self.inner.ensure_image(image).await
-    }
-    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
-        let id = self.inner.run(spec).await?;
-        let inspect = self
-            .inner
+impl Around for Mounts {
+    async fn started(&self, engine: &DockerSandbox, id: &str) {
+        let inspect = engine
             .client()
-            .inspect_container(&id, None)
+            .inspect_container(id, None)
             .await
             .expect("inspect a started container");
         let running = inspect
@@ -50,42 +43,7 @@ impl Sandbox for MountsSandbox {
             .into_iter()
             .map(|m| (m.typ, m.source, m.destination))
             .collect();
-        self.seen.lock().expect("seen").push((running, mounts));
-        Ok(id)
-    }
-    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        self.inner.status(id).await
-    }
-    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        self.inner.wait(id).await
-    }
-    async fn logs_to_file(
-        &self,
-        id: &str,
-        path: &Path,
-        limit: u64,
-    ) -> Result<LogStats, SandboxError> {
-        self.inner.logs_to_file(id, path, limit).await
-    }
-    async fn fetch_workspace(
-        &self,
-        id: &str,
-        into: &Path,
-        limit: u64,
-    ) -> Result<u64, SandboxError> {
-        self.inner.fetch_workspace(id, into, limit).await
-    }
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        self.inner.kill(id).await
-    }
-    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
-        self.inner.remove(id).await
-    }
-    async fn list_by_labels(
-        &self,
-        labels: &[(String, String)],
-    ) -> Result<Vec<ContainerInfo>, SandboxError> {
-        self.inner.list_by_labels(labels).await
+        self.0.lock().expect("seen").push((running, mounts));
     }
 }
 
@@ -103,9 +61,9 @@ async fn a_shipped_agent_run_mounts_nothing_of_the_host_and_its_work_comes_back(
     let w = World::new();
     let docker = docker().await;
     let image = agent_image(&docker).await;
-    let watching = Arc::new(MountsSandbox {
+    let watching = Arc::new(Wrapped {
         inner: docker.clone(),
-        seen: Mutex::new(Vec::new()),
+        around: Mounts::default(),
     });
     let cfg = config(&image, 300, Vec::new());
     assert!(cfg.autopilot.sandbox.workspace.is_none(), "the default");
@@ -136,7 +94,7 @@ async fn a_shipped_agent_run_mounts_nothing_of_the_host_and_its_work_comes_back(
     let worktree = PathBuf::from(span.meta["worktreePath"].as_str().expect("worktree"));
     let store = w.p.store.root().to_path_buf();
 
-    let seen = watching.seen.lock().expect("seen").clone();
+    let seen = watching.around.0.lock().expect("seen").clone();
     assert_eq!(seen.len(), 1, "one agent container: {seen:?}");
     let (running, mounts) = &seen[0];
     assert!(*running, "inspected while it ran");

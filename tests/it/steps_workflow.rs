@@ -3,7 +3,7 @@
 //! image), the fake agent on the host for commit messages.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +11,7 @@ use async_trait::async_trait;
 use rover::config::RoverConfig;
 use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError, StepOrchestrator};
 use rover::sandbox::{
-    ContainerInfo, ContainerStatus, DockerSandbox, GateSettings, LogStats, Sandbox, SandboxError,
-    SandboxLabels, SandboxSpec,
+    ContainerStatus, DockerSandbox, GateSettings, Sandbox, SandboxError, SandboxLabels, SandboxSpec,
 };
 use rover::steps::cleanup::CleanupStep;
 use rover::steps::commit::CommitStep;
@@ -24,7 +23,7 @@ use rover::store::{Action, Recovery, Span, SpanStatus, StepKind, StepRun, TaskMa
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::support::docker::fake_agent_image;
+use crate::support::docker::{fake_agent_image, Around, Wrapped};
 use crate::support::gitrepo::git;
 use crate::support::pipeline::{last_span, sandbox_config, Pipeline, Sandboxed, SCRIPT_ENV};
 
@@ -46,9 +45,6 @@ impl Step for FakeResolveStep {
     }
 }
 
-/// A sandbox whose engine never answers.
-struct UnreachableSandbox;
-
 fn unreachable() -> SandboxError {
     SandboxError::DaemonUnreachable {
         host: "unix:///nowhere/docker.sock".into(),
@@ -58,50 +54,13 @@ fn unreachable() -> SandboxError {
     }
 }
 
-#[async_trait]
-impl Sandbox for UnreachableSandbox {
-    async fn ensure_image(&self, _image: &str) -> Result<(), SandboxError> {
-        Err(unreachable())
-    }
-    async fn run(&self, _spec: &SandboxSpec) -> Result<String, SandboxError> {
-        Err(unreachable())
-    }
-    async fn status(&self, _id: &str) -> Result<ContainerStatus, SandboxError> {
-        Err(unreachable())
-    }
-    async fn wait(&self, _id: &str) -> Result<ContainerStatus, SandboxError> {
-        Err(unreachable())
-    }
-    async fn logs_to_file(
-        &self,
-        _id: &str,
-        _path: &Path,
-        _limit: u64,
-    ) -> Result<LogStats, SandboxError> {
-        Err(unreachable())
-    }
-    async fn kill(&self, _id: &str) -> Result<(), SandboxError> {
-        Err(unreachable())
-    }
-    async fn remove(&self, _id: &str) -> Result<bool, SandboxError> {
-        Err(unreachable())
-    }
-    async fn list_by_labels(
-        &self,
-        _labels: &[(String, String)],
-    ) -> Result<Vec<ContainerInfo>, SandboxError> {
-        Err(unreachable())
-    }
-}
-
-/// A real engine that can be made to stop answering (the engine goes away mid-run).
-struct FlakySandbox {
-    inner: Arc<DockerSandbox>,
+/// An engine that does not answer once `down` is set (from the start, or mid-run).
+struct Flaky {
     down: std::sync::atomic::AtomicBool,
 }
 
-impl FlakySandbox {
-    fn check(&self) -> Result<(), SandboxError> {
+impl Around for Flaky {
+    fn before(&self) -> Result<(), SandboxError> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
             Err(unreachable())
         } else {
@@ -110,116 +69,21 @@ impl FlakySandbox {
     }
 }
 
-#[async_trait]
-impl Sandbox for FlakySandbox {
-    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.ensure_image(image).await
-    }
-    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
-        self.check()?;
-        self.inner.run(spec).await
-    }
-    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        self.check()?;
-        self.inner.status(id).await
-    }
-    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        self.check()?;
-        self.inner.wait(id).await
-    }
-    async fn logs_to_file(
-        &self,
-        id: &str,
-        path: &Path,
-        limit: u64,
-    ) -> Result<LogStats, SandboxError> {
-        self.check()?;
-        self.inner.logs_to_file(id, path, limit).await
-    }
-    async fn fetch_workspace(
-        &self,
-        id: &str,
-        into: &Path,
-        limit: u64,
-    ) -> Result<u64, SandboxError> {
-        self.check()?;
-        self.inner.fetch_workspace(id, into, limit).await
-    }
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        self.check()?;
-        self.inner.kill(id).await
-    }
-    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
-        self.check()?;
-        self.inner.remove(id).await
-    }
-    async fn list_by_labels(
-        &self,
-        labels: &[(String, String)],
-    ) -> Result<Vec<ContainerInfo>, SandboxError> {
-        self.check()?;
-        self.inner.list_by_labels(labels).await
-    }
-}
-
-/// The real engine, inspecting each container as it starts (workflow containers are removed
-/// once collected): the env each one really got.
-struct InspectingSandbox {
-    inner: Arc<DockerSandbox>,
-    envs: std::sync::Mutex<Vec<Vec<String>>>,
-}
+/// Each container's env as it really got it, inspected as it starts (workflow containers are
+/// removed once collected).
+#[derive(Default)]
+struct Envs(std::sync::Mutex<Vec<Vec<String>>>);
 
 #[async_trait]
-impl Sandbox for InspectingSandbox {
-    async fn ensure_image(&self, image: &str) -> Result<(), SandboxError> {
-        self.inner.ensure_image(image).await
-    }
-    async fn run(&self, spec: &SandboxSpec) -> Result<String, SandboxError> {
-        let id = self.inner.run(spec).await?;
-        let inspect = self
-            .inner
+impl Around for Envs {
+    async fn started(&self, engine: &DockerSandbox, id: &str) {
+        let inspect = engine
             .client()
-            .inspect_container(&id, None)
+            .inspect_container(id, None)
             .await
             .expect("inspect a started container");
         let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
-        self.envs.lock().expect("envs").push(env);
-        Ok(id)
-    }
-    async fn status(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        self.inner.status(id).await
-    }
-    async fn wait(&self, id: &str) -> Result<ContainerStatus, SandboxError> {
-        self.inner.wait(id).await
-    }
-    async fn logs_to_file(
-        &self,
-        id: &str,
-        path: &Path,
-        limit: u64,
-    ) -> Result<LogStats, SandboxError> {
-        self.inner.logs_to_file(id, path, limit).await
-    }
-    async fn fetch_workspace(
-        &self,
-        id: &str,
-        into: &Path,
-        limit: u64,
-    ) -> Result<u64, SandboxError> {
-        self.inner.fetch_workspace(id, into, limit).await
-    }
-    async fn kill(&self, id: &str) -> Result<(), SandboxError> {
-        self.inner.kill(id).await
-    }
-    async fn remove(&self, id: &str) -> Result<bool, SandboxError> {
-        self.inner.remove(id).await
-    }
-    async fn list_by_labels(
-        &self,
-        labels: &[(String, String)],
-    ) -> Result<Vec<ContainerInfo>, SandboxError> {
-        self.inner.list_by_labels(labels).await
+        self.0.lock().expect("envs").push(env);
     }
 }
 
@@ -365,9 +229,9 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
     let w = World::new();
     let docker = docker().await;
     let image = agent_image(&docker).await;
-    let inspecting = Arc::new(InspectingSandbox {
+    let inspecting = Arc::new(Wrapped {
         inner: docker.clone(),
-        envs: std::sync::Mutex::new(Vec::new()),
+        around: Envs::default(),
     });
     let services = w.services(
         &commit_rule(),
@@ -443,7 +307,7 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
 
     // Exactly one container ran, with no GitHub token in its environment (by name or value);
     // collected (its logs are in the artifacts, read above), it is gone.
-    let envs = inspecting.envs.lock().expect("envs").clone();
+    let envs = inspecting.around.0.lock().expect("envs").clone();
     assert_eq!(envs.len(), 1, "one container started: {envs:?}");
     let env = &envs[0];
     assert!(
@@ -735,7 +599,13 @@ async fn a_missing_image_is_an_error_span_that_still_reaches_resolve() {
 
 #[tokio::test]
 async fn no_sandbox_or_an_unreachable_engine_is_an_error_span_that_still_reaches_resolve() {
-    for sandbox in [None, Some(Arc::new(UnreachableSandbox) as Arc<dyn Sandbox>)] {
+    let down = Wrapped {
+        inner: docker().await,
+        around: Flaky {
+            down: std::sync::atomic::AtomicBool::new(true),
+        },
+    };
+    for sandbox in [None, Some(Arc::new(down) as Arc<dyn Sandbox>)] {
         let unreachable = sandbox.is_some();
         let w = World::new();
         let services = w.services(
@@ -1322,9 +1192,11 @@ async fn an_engine_that_goes_away_mid_run_ends_the_task_after_its_time_limit() {
     let w = World::new();
     let docker = docker().await;
     let image = agent_image(&docker).await;
-    let flaky = Arc::new(FlakySandbox {
+    let flaky = Arc::new(Wrapped {
         inner: docker.clone(),
-        down: std::sync::atomic::AtomicBool::new(false),
+        around: Flaky {
+            down: std::sync::atomic::AtomicBool::new(false),
+        },
     });
     let services = w.services(
         &commit_rule(),
@@ -1342,7 +1214,10 @@ async fn an_engine_that_goes_away_mid_run_ends_the_task_after_its_time_limit() {
     })
     .await
     .expect("the container starts");
-    flaky.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    flaky
+        .around
+        .down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     settle(&w.p, &orch).await;
 
     assert_eq!(

@@ -170,3 +170,83 @@ impl Drop for TestContainers {
 /// at the whole engine, so two at once take each other's expected removals (one test's dead
 /// store's proxy gone before its own `gc` ran).
 pub static ENGINE_SWEEP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What a test adds to the real engine's calls through [`Wrapped`]: a check before each one (an
+/// engine that does not answer, or stops answering), and a look at each container once it has
+/// started.
+#[async_trait::async_trait]
+pub trait Around: Send + Sync {
+    /// Before every call; an error is the call's answer.
+    fn before(&self) -> Result<(), rover::sandbox::SandboxError> {
+        Ok(())
+    }
+    /// After `run` started container `id` on `engine`.
+    async fn started(&self, _engine: &DockerSandbox, _id: &str) {}
+}
+
+/// The real engine with `around` at each call: the one delegating `Sandbox` of the tests.
+pub struct Wrapped<A> {
+    pub inner: std::sync::Arc<DockerSandbox>,
+    pub around: A,
+}
+
+#[async_trait::async_trait]
+impl<A: Around> rover::sandbox::Sandbox for Wrapped<A> {
+    async fn ensure_image(&self, image: &str) -> Result<(), rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.ensure_image(image).await
+    }
+    async fn run(&self, spec: &SandboxSpec) -> Result<String, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        let id = self.inner.run(spec).await?;
+        self.around.started(&self.inner, &id).await;
+        Ok(id)
+    }
+    async fn status(
+        &self,
+        id: &str,
+    ) -> Result<rover::sandbox::ContainerStatus, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.status(id).await
+    }
+    async fn wait(
+        &self,
+        id: &str,
+    ) -> Result<rover::sandbox::ContainerStatus, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.wait(id).await
+    }
+    async fn logs_to_file(
+        &self,
+        id: &str,
+        path: &Path,
+        limit: u64,
+    ) -> Result<rover::sandbox::LogStats, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.logs_to_file(id, path, limit).await
+    }
+    async fn fetch_workspace(
+        &self,
+        id: &str,
+        into: &Path,
+        limit: u64,
+    ) -> Result<u64, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.fetch_workspace(id, into, limit).await
+    }
+    async fn kill(&self, id: &str) -> Result<(), rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.kill(id).await
+    }
+    async fn remove(&self, id: &str) -> Result<bool, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.remove(id).await
+    }
+    async fn list_by_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<rover::sandbox::ContainerInfo>, rover::sandbox::SandboxError> {
+        self.around.before()?;
+        self.inner.list_by_labels(labels).await
+    }
+}
