@@ -24,18 +24,6 @@ use crate::sandbox::EnvironmentSettings;
 /// The log of a build, in its directory.
 pub const BUILD_LOG: &str = "environment.log";
 
-/// The directory of the environment build of a workflow span whose artifacts are in
-/// `artifacts` (its checkout, rover's layer and [`BUILD_LOG`]).
-pub fn build_dir(artifacts: &Path) -> PathBuf {
-    artifacts.join("environment")
-}
-
-/// The log of the environment build of a workflow span whose artifacts are in `artifacts`:
-/// where the build writes it and where `trace` reads it while it runs.
-pub fn build_log(artifacts: &Path) -> PathBuf {
-    build_dir(artifacts).join(BUILD_LOG)
-}
-
 /// How many of a failed step's last output lines its error quotes.
 const ERROR_LINES: usize = 25;
 

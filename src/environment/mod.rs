@@ -14,7 +14,7 @@ pub mod preflight;
 mod record;
 
 pub use crate::sandbox::EnvironmentSettings;
-pub use build::{build, build_dir, build_log, BuildPlan, BuildRequest};
+pub use build::{build, BuildPlan, BuildRequest, BUILD_LOG};
 pub use definition::{define, Definition, LOCKFILES, SETUP_SCRIPT};
 pub use devcontainer::{
     parse_devcontainer, strip_jsonc, DefinitionPath, DevcontainerConfig, LocalEnv,
@@ -36,3 +36,15 @@ pub use crate::sandbox::LABEL_ENV_BUILD;
 /// The id label of the build's `devcontainer read-configuration`, which no container has (so the
 /// CLI reads the definition and its image, never a container's).
 pub const LABEL_ENV_CHECK: &str = "rover.env.check";
+
+/// The directory of the environment build of a workflow span whose artifacts are in
+/// `artifacts` (its checkout, rover's layer and [`BUILD_LOG`]).
+pub fn build_dir(artifacts: &std::path::Path) -> std::path::PathBuf {
+    artifacts.join("environment")
+}
+
+/// The log of the environment build of a workflow span whose artifacts are in `artifacts`:
+/// where the build writes it and where `trace` reads it while it runs.
+pub fn build_log(artifacts: &std::path::Path) -> std::path::PathBuf {
+    build_dir(artifacts).join(BUILD_LOG)
+}

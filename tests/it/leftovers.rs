@@ -78,6 +78,7 @@ fn on_engine(kind: &str, store: &Path) -> Vec<String> {
 async fn a_killed_daemons_proxy_and_relay_stay_while_its_run_is_live_and_gc_removes_them_after_or_once_its_store_is_gone(
 ) {
     let _sweep = ENGINE_SWEEP.lock().await;
+    let _across = crate::support::docker::engine_sweep_across_processes(true).await;
     let mut s = Scenario::new().await;
     // The store is removed on purpose: nothing to replay.
     s.replay_check = false;
@@ -187,6 +188,7 @@ async fn a_killed_daemons_proxy_and_relay_stay_while_its_run_is_live_and_gc_remo
 #[tokio::test]
 async fn gc_never_touches_the_proxy_of_a_live_daemon_of_another_store() {
     let _sweep = ENGINE_SWEEP.lock().await;
+    let _across = crate::support::docker::engine_sweep_across_processes(true).await;
     let world = LocalWorld::new(false).await;
     let store = world.store();
     let mut daemon = world.spawn_daemon();
@@ -248,6 +250,7 @@ async fn gc_never_touches_the_proxy_of_a_live_daemon_of_another_store() {
 async fn an_older_rovers_proxy_is_judged_by_its_mount_and_its_other_containers_are_kept_and_named()
 {
     let _sweep = ENGINE_SWEEP.lock().await;
+    let _across = crate::support::docker::engine_sweep_across_processes(true).await;
     let image = fake_agent_image(&sandbox().await).await;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store").join("proxy");
@@ -381,6 +384,7 @@ impl Drop for Cleanup {
 #[tokio::test]
 async fn gc_keeps_a_proxy_image_imported_a_moment_ago_and_lists_the_proxy_images() {
     let _sweep = ENGINE_SWEEP.lock().await;
+    let _across = crate::support::docker::engine_sweep_across_processes(true).await;
     let tag = format!(
         "rover-proxy:{}",
         &uuid::Uuid::new_v4().simple().to_string()[..16]

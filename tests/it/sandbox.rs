@@ -182,32 +182,45 @@ async fn timeout_kills_with_137_and_oom_is_reported() {
         .await
         .expect("killing an exited container is fine");
 
-    let mut spec = tc.spec(
-        &image,
-        dir.path(),
-        "hungry",
-        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}",
-    );
-    spec.limits.memory_bytes = 16 << 20;
-    let id = docker.run(&spec).await.expect("run");
-    let finished = wait_or_kill(&docker, &id, Duration::from_secs(120))
-        .await
-        .expect("wait");
-    assert!(!finished.timed_out);
     // The engine may record the OOM event after the exit (later still on a busy machine); look
-    // again for a while (not a timing assert).
-    let mut status = finished.status;
-    for _ in 0..150 {
+    // again for a while (not a timing assert). On a loaded machine this engine (20.10, cgroup v2)
+    // was seen to lose the event of a container killed at once: a second hungry container then.
+    let mut status = ContainerStatus::Gone;
+    for attempt in ["hungry", "hungry-again"] {
+        let mut spec = tc.spec(
+            &image,
+            dir.path(),
+            attempt,
+            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}",
+        );
+        spec.limits.memory_bytes = 16 << 20;
+        let id = docker.run(&spec).await.expect("run");
+        let finished = wait_or_kill(&docker, &id, Duration::from_secs(120))
+            .await
+            .expect("wait");
+        assert!(!finished.timed_out);
+        status = finished.status;
+        for _ in 0..150 {
+            if status
+                != (ContainerStatus::Exited {
+                    code: 137,
+                    oom_killed: false,
+                })
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            status = docker.status(&id).await.expect("status");
+        }
         if status
-            != (ContainerStatus::Exited {
+            == (ContainerStatus::Exited {
                 code: 137,
-                oom_killed: false,
+                oom_killed: true,
             })
         {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        status = docker.status(&id).await.expect("status");
+        eprintln!("{attempt}: {status:?}, the engine reported no OOM for it");
     }
     assert_eq!(
         status,

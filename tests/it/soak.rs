@@ -178,6 +178,7 @@ async fn two_hundred_traces_of_every_kind_end_with_bounded_disk_mappings_and_con
     s.run_until_settled(10).await;
     let out = {
         let _sweep = crate::support::docker::ENGINE_SWEEP.lock().await;
+        let _across = crate::support::docker::engine_sweep_across_processes(true).await;
         s.env
             .rover(&["autopilot", "gc", "--retain-days", "0", "--json"])
     };

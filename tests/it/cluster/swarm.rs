@@ -695,6 +695,9 @@ async fn a_run_lost_with_its_worker_fails_and_the_resolvers_retry_runs_on_the_ot
 
     let image = scenario_image().await;
     let (_guard, swarm, _worker) = crate::support::swarm::swarm_alone(&[], &[&image]).await;
+    // Its `--once` runs leave the run to the next one: no real `gc` of another test judges its
+    // store in between (see `engine_sweep_across_processes`).
+    let _across = crate::support::docker::engine_sweep_across_processes(false).await;
     // Sandboxes go where `rover.sandbox=yes`: the worker only, until it is lost.
     let label = |node: &str, add: bool| {
         let mut cmd = std::process::Command::new("docker");

@@ -171,6 +171,29 @@ impl Drop for TestContainers {
 /// store's proxy gone before its own `gc` ran).
 pub static ENGINE_SWEEP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The same across the suite's processes (`tests/run.sh` runs the swarm tests in one of their
+/// own): a swarm test whose `--once` runs leave a run to the next one holds it shared, a real
+/// `gc` exclusive, so a sweep never judges that store between two of its runs.
+pub async fn engine_sweep_across_processes(exclusive: bool) -> std::fs::File {
+    tokio::task::spawn_blocking(move || {
+        let path = std::env::temp_dir().join("rover-tests-engine-sweep.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("open the suite's engine-sweep lock");
+        if exclusive {
+            fs2::FileExt::lock_exclusive(&file).expect("lock");
+        } else {
+            fs2::FileExt::lock_shared(&file).expect("lock");
+        }
+        file
+    })
+    .await
+    .expect("the lock's thread")
+}
+
 /// What a test adds to the real engine's calls through [`Wrapped`]: a check before each one (an
 /// engine that does not answer, or stops answering), and a look at each container once it has
 /// started.
