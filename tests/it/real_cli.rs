@@ -308,10 +308,14 @@ pub(crate) fn real_sandbox_image() -> String {
 /// The full path with the real claude everywhere: on the host for the deciding steps, and
 /// inside the real sandbox image as the workflow agent, whose Write tool makes the change that
 /// is committed, pushed and answered.
-#[tokio::test]
-async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::support::scenario::{chain, merge, Scenario};
-    let image = real_sandbox_image();
+/// Issue #71, "Add a --json flag", for the daemon with the real claude everywhere: on the host
+/// for the deciding steps, and in a sandbox (`sandbox`: the `autopilot.sandbox` settings that
+/// name its image) behind rover's proxy as the workflow agent, whose Write tool makes the
+/// change; the fake model API answers every step.
+pub(crate) async fn json_flag_in_a_real_sandbox(
+    sandbox: serde_json::Value,
+) -> (crate::support::scenario::Scenario, FakeAnthropic) {
+    use crate::support::scenario::{merge, Scenario};
     let workflow = json!({
         "__tools": [{"name": "Write", "input": {"file_path": "/workspace/json.txt", "content": "--json prints JSON\n"}}],
         "answer": {"status": "completed", "summary": "Added json.txt describing --json.", "files_changed": ["json.txt"]}});
@@ -331,8 +335,12 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
         &mut s.extra_config,
         &json!({"autopilot": {
             "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG", "CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]},
-            "sandbox": {"image": image, "egress": "model-only", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
+            "sandbox": {"egress": "model-only", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
                 "envAllow": cli_names.iter().chain(&["IS_SANDBOX"]).collect::<Vec<_>>()}}}),
+    );
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"sandbox": sandbox}}),
     );
     s.github
         .add_issue(71, "Add a --json flag", "Please add --json.", "alice", &[]);
@@ -342,6 +350,14 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
+    (s, api)
+}
+
+#[tokio::test]
+async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships() {
+    use crate::support::scenario::chain;
+    let image = real_sandbox_image();
+    let (s, api) = json_flag_in_a_real_sandbox(json!({"image": image})).await;
     s.run_until_settled(20).await;
     let trace = s.the_trace();
     assert_eq!(

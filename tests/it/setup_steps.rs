@@ -4,8 +4,7 @@
 
 use serde_json::json;
 
-use crate::real_cli::{cli_env, json_flag_answers, real_codex};
-use crate::support::fake_anthropic::{FakeAnthropic, Reply};
+use crate::real_cli::{json_flag_in_a_real_sandbox, real_codex};
 use crate::support::gitrepo::git;
 use crate::support::scenario::{chain, merge, Scenario};
 
@@ -55,38 +54,12 @@ async fn rover_builds_its_own_sandbox_image_on_first_use_and_the_real_claude_shi
         Vec::<String>::new(),
         "no own image to start with"
     );
-    let workflow = json!({
-        "__tools": [{"name": "Write", "input": {"file_path": "/workspace/json.txt", "content": "--json prints JSON\n"}}],
-        "answer": {"status": "completed", "summary": "Added json.txt describing --json.", "files_changed": ["json.txt"]}});
-    let api =
-        FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(Some(workflow)))]).await;
-    let mut s = Scenario::new().await;
-    let home = s.env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let cli_names = [
-        "CLAUDE_CODE_MAX_RETRIES",
-        "DISABLE_AUTOUPDATER",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-        "IS_SANDBOX",
-    ];
     // No `image`: rover's own. Built over the Debian base the suite made, with the host's
     // pinned CLIs copied in (a build here cannot reach the npm registry through the TLS proxy).
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {
-            "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG", "CLAUDE_CODE_MAX_RETRIES", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]},
-            "sandbox": {"build": {"base": sandbox_base(), "claudeCode": "host", "codex": "host"},
-                "egress": "model-only", "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
-                "envAllow": cli_names}}}),
-    );
-    s.github
-        .add_issue(71, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 71, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
-    s.env_vars.extend(cli_env(&api, &home));
-    s.env_vars.push((
-        "ROVER_CLAUDE_BIN".into(),
-        crate::proof::escape::real_claude().display().to_string(),
-    ));
+    let (mut s, _api) = json_flag_in_a_real_sandbox(json!({
+        "build": {"base": sandbox_base(), "claudeCode": "host", "codex": "host"}
+    }))
+    .await;
     s.env_vars
         .push(("ROVER_CODEX_BIN".into(), real_codex().display().to_string()));
     let mut said = String::new();

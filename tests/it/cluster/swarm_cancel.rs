@@ -109,16 +109,12 @@ async fn cancel_stops_a_workflow_task_running_on_the_worker_and_closes_the_run_b
         "{notes}"
     );
     // Nothing but the answer follows the cancelled run: no commit, resolve or push span.
-    let steps = chain(&view);
-    let after = steps
-        .iter()
-        .skip_while(|c| !c.starts_with("workflow:"))
-        .skip(1)
-        // The person's command is a span of its own.
-        .filter(|c| !c.starts_with("cancel:"))
-        .cloned()
-        .collect::<Vec<_>>();
-    assert_eq!(after, ["notify:completed"], "{steps:?}");
+    assert_eq!(
+        crate::support::scenario::after_the_workflow(&view),
+        ["notify:completed"],
+        "{:?}",
+        chain(&view)
+    );
     assert!(s.github.pulls().is_empty(), "nothing was pushed");
     let log = s.store().artifacts_dir(workflow.id).join("agent.log");
     assert!(log.is_file(), "{}", log.display());

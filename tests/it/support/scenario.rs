@@ -397,6 +397,18 @@ pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
 
 /// `step:status` of every span but the collections of detached runs (`collect` spans, checked
 /// where collection is tested), in creation order.
+/// The `step:status` of the spans after a trace's first workflow span, without the spans of a
+/// person's command (`cancel:`): after a cancelled run, only the answer.
+pub fn after_the_workflow(view: &TraceView) -> Vec<String> {
+    chain(view)
+        .iter()
+        .skip_while(|c| !c.starts_with("workflow:"))
+        .skip(1)
+        .filter(|c| !c.starts_with("cancel:"))
+        .cloned()
+        .collect()
+}
+
 pub fn chain(view: &TraceView) -> Vec<String> {
     view.spans
         .iter()
