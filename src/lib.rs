@@ -3,6 +3,7 @@
 //! The binary in `main.rs` is a thin shell over this library; integration tests and benches use
 //! the library directly.
 
+pub mod agent_run;
 pub mod agents;
 pub mod budget;
 pub mod cli;

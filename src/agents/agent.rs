@@ -1,4 +1,5 @@
-//! The `Agent` trait and its two adapters over the real CLIs.
+//! The `Agent` trait and its adapter over an agent CLI on the host ([`CliAgent`], what the
+//! CLIs differ in being their [`AgentCli`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -6,17 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::claude::{self, ClaudeStream};
-use super::codex::{self, CodexStream};
-use super::env::{
-    agent_env, codex_credentials, env_value, map_codex_key, redact_secrets, ALWAYS_DENIED_ENV,
-    OPENAI_BASE_URL,
-};
+use super::cli::{AgentCli, AgentKind, HostCall};
+use super::env::{agent_env, redact_secrets, ALWAYS_DENIED_ENV};
 use super::error::AgentError;
 use super::pricing::CodexPrices;
 use super::runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 use super::settings::AgentSettings;
-use super::types::{AgentKind, AgentRequest, AgentResponse, ErrorClass, ParseError};
+use super::types::{AgentRequest, AgentResponse, ErrorClass, ParseError};
 
 /// Longest stdout line kept (tool results can be several MB on one line).
 const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
@@ -59,13 +56,11 @@ impl Launcher {
         }
     }
 
-    /// The allow-listed environment plus the fixed pairs (GitHub tokens never pass); codex
-    /// also gets `OPENAI_API_KEY` as `CODEX_API_KEY` when only that is set.
+    /// The allow-listed environment plus the fixed pairs (GitHub tokens never pass), as the
+    /// CLI reads it (codex: `OPENAI_API_KEY` also as `CODEX_API_KEY` when only that is set).
     fn env(&self) -> Vec<(String, String)> {
         let mut env = self.given_env();
-        if self.kind == AgentKind::Codex {
-            map_codex_key(&mut env);
-        }
+        self.kind.cli().host_env(&mut env);
         env
     }
 
@@ -258,72 +253,20 @@ fn redacted(mut req: AgentRequest) -> AgentRequest {
     req
 }
 
-/// Claude Code: `claude -p --output-format stream-json --verbose ...`, prompt on stdin.
-#[derive(Debug, Clone)]
-pub struct ClaudeAgent {
-    launcher: Launcher,
-}
-
-impl ClaudeAgent {
-    /// An adapter; `binary` overrides `ROVER_CLAUDE_BIN` and the `claude` on `PATH`.
-    pub fn new(binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
-        Self {
-            launcher: Launcher::new(AgentKind::Claude, binary, settings),
-        }
-    }
-
-    /// Sets an environment variable for the agent (e.g. `CLAUDE_CODE_MAX_RETRIES=0`); the
-    /// GitHub token variables are ignored here too.
-    #[must_use]
-    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.launcher.fixed_env.push((name.into(), value.into()));
-        self
-    }
-
-    /// The executable this adapter runs.
-    pub fn binary(&self) -> &Path {
-        &self.launcher.binary
-    }
-}
-
-#[async_trait]
-impl Agent for ClaudeAgent {
-    fn kind(&self) -> AgentKind {
-        AgentKind::Claude
-    }
-
-    async fn run(&self, req: AgentRequest) -> Result<AgentResponse, AgentError> {
-        let req = redacted(req);
-        let args = claude::host_args(&req);
-        let spec = self
-            .launcher
-            .spec(&req, args, Some(req.prompt.clone().into_bytes()));
-        let mut stream = ClaudeStream::default();
-        let outcome = run_process(spec, &mut |line: &str| stream.push_line(line))
-            .await
-            .map_err(|err| self.launcher.spawn_error(err))?;
-        let result = conclude(AgentKind::Claude, &req, &outcome, stream.finish());
-        log_outcome(AgentKind::Claude, &outcome, &result);
-        result
-    }
-
-    async fn check(&self) -> Result<String, AgentError> {
-        self.launcher.check().await
-    }
-}
-
-/// Codex: `codex exec --json -s ... [--output-schema FILE] -- PROMPT`, stdin closed.
-#[derive(Debug, Clone)]
-pub struct CodexAgent {
+/// An agent CLI run on the host: its process, its stream parsed as it comes, the answer
+/// priced and its failure classified.
+#[derive(Clone)]
+pub struct CliAgent {
     launcher: Launcher,
     prices: CodexPrices,
 }
 
-impl CodexAgent {
-    /// An adapter; `binary` overrides `ROVER_CODEX_BIN` and the `codex` on `PATH`.
-    pub fn new(binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
+impl CliAgent {
+    /// An adapter of `kind`; `binary` overrides the variable that names the executable
+    /// (`ROVER_CLAUDE_BIN`, ...) and the CLI's name on `PATH`.
+    pub fn new(kind: AgentKind, binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
         Self {
-            launcher: Launcher::new(AgentKind::Codex, binary, settings),
+            launcher: Launcher::new(kind, binary, settings),
             prices: settings.codex_prices.clone(),
         }
     }
@@ -340,6 +283,40 @@ impl CodexAgent {
     pub fn binary(&self) -> &Path {
         &self.launcher.binary
     }
+
+    fn cli(&self) -> &'static dyn AgentCli {
+        self.launcher.kind.cli()
+    }
+}
+
+impl std::fmt::Debug for CliAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CliAgent")
+            .field("launcher", &self.launcher)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Claude Code's adapter: `ClaudeAgent::new(binary, settings)`.
+pub struct ClaudeAgent;
+
+impl ClaudeAgent {
+    /// An adapter; `binary` overrides `ROVER_CLAUDE_BIN` and the `claude` on `PATH`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(binary: Option<PathBuf>, settings: &AgentSettings) -> CliAgent {
+        CliAgent::new(AgentKind::Claude, binary, settings)
+    }
+}
+
+/// Codex's adapter: `CodexAgent::new(binary, settings)`.
+pub struct CodexAgent;
+
+impl CodexAgent {
+    /// An adapter; `binary` overrides `ROVER_CODEX_BIN` and the `codex` on `PATH`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(binary: Option<PathBuf>, settings: &AgentSettings) -> CliAgent {
+        CliAgent::new(AgentKind::Codex, binary, settings)
+    }
 }
 
 /// Whether `dir` is inside a git repository (a `.git` dir or file in it or an ancestor).
@@ -347,93 +324,92 @@ fn in_git_repo(dir: &Path) -> bool {
     dir.ancestors().any(|d| d.join(".git").exists())
 }
 
+/// The request's schema in a temporary file (for a CLI that reads it from one), and whether
+/// the working directory is in a git repository: small blocking file work, off the runtime.
+async fn host_files(
+    req: &AgentRequest,
+    schema_file: bool,
+) -> Result<(Option<tempfile::NamedTempFile>, bool), AgentError> {
+    let schema = req.schema.clone().filter(|_| schema_file);
+    let workdir = req.workdir.clone();
+    tokio::task::spawn_blocking(move || {
+        let in_repo = in_git_repo(&workdir);
+        let Some(schema) = schema else {
+            return Ok((None, in_repo));
+        };
+        let file = tempfile::Builder::new()
+            .prefix("rover-schema-")
+            .suffix(".json")
+            .tempfile()
+            .map_err(|source| AgentError::Io {
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        std::fs::write(file.path(), schema.to_string()).map_err(|source| AgentError::Io {
+            path: file.path().to_owned(),
+            source,
+        })?;
+        Ok((Some(file), in_repo))
+    })
+    .await
+    .expect("the schema-file task does not panic")
+}
+
 #[async_trait]
-impl Agent for CodexAgent {
+impl Agent for CliAgent {
     fn kind(&self) -> AgentKind {
-        AgentKind::Codex
+        self.launcher.kind
     }
 
     async fn run(&self, req: AgentRequest) -> Result<AgentResponse, AgentError> {
         let req = redacted(req);
-        let schema = req.schema.clone();
-        let workdir = req.workdir.clone();
-        // Small blocking file work (schema file, repo probe) off the runtime.
-        let (schema_file, in_repo) = tokio::task::spawn_blocking(move || {
-            let in_repo = in_git_repo(&workdir);
-            let file = match schema {
-                Some(schema) => {
-                    let file = tempfile::Builder::new()
-                        .prefix("rover-schema-")
-                        .suffix(".json")
-                        .tempfile()
-                        .map_err(|source| AgentError::Io {
-                            path: std::env::temp_dir(),
-                            source,
-                        })?;
-                    std::fs::write(file.path(), schema.to_string()).map_err(|source| {
-                        AgentError::Io {
-                            path: file.path().to_owned(),
-                            source,
-                        }
-                    })?;
-                    Some(file)
-                }
-                None => None,
-            };
-            Ok::<_, AgentError>((file, in_repo))
-        })
-        .await
-        .expect("the schema-file task does not panic")?;
-        let mut args = codex::host_args(
+        let cli = self.cli();
+        let (schema_file, in_repo) = host_files(&req, cli.schema_file()).await?;
+        let mut spec = self.launcher.spec(&req, Vec::new(), cli.host_stdin(&req));
+        spec.args = cli.host_args(
             &req,
-            schema_file.as_ref().map(tempfile::NamedTempFile::path),
-            in_repo,
+            &HostCall {
+                schema_file: schema_file.as_ref().map(tempfile::NamedTempFile::path),
+                in_git_repo: in_repo,
+                env: &spec.env,
+            },
         );
-        let mut spec = self.launcher.spec(&req, Vec::new(), None);
-        if let Some(url) = env_value(&spec.env, OPENAI_BASE_URL) {
-            codex::insert_base_url(&mut args, url);
-        }
-        spec.args = args;
-        let mut stream = CodexStream::new(req.schema.is_some());
+        let mut stream = cli.stream(req.schema.is_some());
         let outcome = run_process(spec, &mut |line: &str| stream.push_line(line))
             .await
             .map_err(|err| self.launcher.spawn_error(err))?;
         drop(schema_file);
-        let mut result = conclude(AgentKind::Codex, &req, &outcome, stream.finish());
+        let kind = self.launcher.kind;
+        let mut result = conclude(kind, &req, &outcome, stream.finish());
         if let Ok(response) = &mut result {
-            // codex reports tokens only: the price table makes them USD for the budgets.
-            self.prices.fill_cost(req.model.as_deref(), response);
+            cli.fill_cost(&self.prices, req.model.as_deref(), response);
         }
-        log_outcome(AgentKind::Codex, &outcome, &result);
+        log_outcome(kind, &outcome, &result);
         result
     }
 
     async fn check(&self) -> Result<String, AgentError> {
         let version = self.launcher.check().await?;
         let env = self.launcher.given_env();
-        let base_url = env_value(&env, OPENAI_BASE_URL).map(str::to_owned);
-        // A few file probes (`auth.json`, `config.toml`) off the runtime.
-        let credentials = tokio::task::spawn_blocking(move || codex_credentials(&env))
+        let cli = self.cli();
+        let kind = self.launcher.kind;
+        // A few file probes (a CLI's login file, its config) off the runtime.
+        let credentials = tokio::task::spawn_blocking(move || cli.host_credentials(&env))
             .await
             .expect("the credentials probe does not panic")
             .map_err(|message| AgentError::Auth {
-                agent: AgentKind::Codex,
+                agent: kind,
                 message: format!("no credentials found: {message}"),
             })?;
-        tracing::info!(
-            credentials = %credentials,
-            base_url = base_url.as_deref().unwrap_or("(codex default)"),
-            "codex will authenticate with {credentials}"
-        );
+        if let Some(credentials) = credentials {
+            tracing::info!(credentials = %credentials, "{kind} will authenticate with {credentials}");
+        }
         Ok(version)
     }
 }
 
-/// The configured agent (`settings.agent`), its binary from `ROVER_CLAUDE_BIN` / `ROVER_CODEX_BIN`
-/// or `PATH`.
+/// The configured agent (`settings.agent`), its binary from its variable (`ROVER_CLAUDE_BIN`,
+/// `ROVER_CODEX_BIN`) or `PATH`.
 pub fn agent_from_settings(settings: &AgentSettings) -> Arc<dyn Agent> {
-    match settings.agent {
-        AgentKind::Claude => Arc::new(ClaudeAgent::new(None, settings)),
-        AgentKind::Codex => Arc::new(CodexAgent::new(None, settings)),
-    }
+    Arc::new(CliAgent::new(settings.agent, None, settings))
 }

@@ -2,9 +2,94 @@
 
 use serde_json::Value;
 
+use super::cli::{AgentCli, AgentStream, HostCall, Provider};
 use super::types::{
-    AgentRequest, AgentResponse, ErrorClass, ParseError, PermissionDenial, ToolPolicy, Usage,
+    AgentRequest, AgentResponse, AgentStep, ErrorClass, ParseError, PermissionDenial, ToolPolicy,
+    Usage,
 };
+use super::{truncate_marked, MAX_SANDBOX_PROMPT_BYTES};
+
+/// Claude Code: `claude -p --output-format stream-json --verbose ...`, the prompt on stdin on
+/// the host and after `--` in a sandbox; the model API's address and key as variables.
+#[derive(Debug, Clone, Copy)]
+pub struct Claude;
+
+impl AgentCli for Claude {
+    fn name(&self) -> &'static str {
+        "claude"
+    }
+
+    fn bin_env_var(&self) -> &'static str {
+        super::ROVER_CLAUDE_BIN
+    }
+
+    fn install_hint(&self) -> &'static str {
+        "npm install -g @anthropic-ai/claude-code"
+    }
+
+    fn credentials_hint(&self) -> &'static str {
+        "check ANTHROPIC_API_KEY"
+    }
+
+    fn provider(&self) -> Provider {
+        Provider::Anthropic
+    }
+
+    /// A small model for notify and summarize, a strong one for plan and resolve, the middle
+    /// one elsewhere (the CLI's aliases).
+    fn default_model(&self, step: AgentStep) -> Option<&'static str> {
+        Some(match step {
+            AgentStep::Notify | AgentStep::Summarize => "haiku",
+            AgentStep::Plan | AgentStep::Resolve => "opus",
+            _ => "sonnet",
+        })
+    }
+
+    fn model_env(&self, base_url: &str, key: &str) -> Vec<(String, String)> {
+        vec![
+            ("ANTHROPIC_BASE_URL".to_owned(), base_url.to_owned()),
+            ("ANTHROPIC_API_KEY".to_owned(), key.to_owned()),
+        ]
+    }
+
+    fn sandbox_args(&self, request: &AgentRequest, _model_base_url: Option<&str>) -> Vec<String> {
+        let prompt = truncate_marked(&request.prompt, MAX_SANDBOX_PROMPT_BYTES);
+        let mut bounded = request.clone();
+        bounded.system_prompt = truncate_marked(&request.system_prompt, MAX_SANDBOX_PROMPT_BYTES);
+        sandbox_args(&bounded, prompt)
+    }
+
+    fn host_args(&self, request: &AgentRequest, _call: &HostCall<'_>) -> Vec<String> {
+        host_args(request)
+    }
+
+    fn host_stdin(&self, request: &AgentRequest) -> Option<Vec<u8>> {
+        Some(request.prompt.clone().into_bytes())
+    }
+
+    fn stream(&self, _expect_json: bool) -> Box<dyn AgentStream> {
+        Box::<ClaudeStream>::default()
+    }
+
+    /// Also reads the `json` object and the one-line `json --verbose` array.
+    fn parse_lines(
+        &self,
+        lines: &mut dyn Iterator<Item = String>,
+        _expect_json: bool,
+    ) -> Result<AgentResponse, ParseError> {
+        parse_lines(lines)
+    }
+}
+
+impl AgentStream for ClaudeStream {
+    fn push_line(&mut self, line: &str) -> bool {
+        ClaudeStream::push_line(self, line)
+    }
+
+    fn finish(self: Box<Self>) -> Result<AgentResponse, ParseError> {
+        ClaudeStream::finish(*self)
+    }
+}
 
 /// The tools allowed for each policy (`--tools=...` and `--allowedTools=...`).
 pub fn allowed_tools(policy: ToolPolicy) -> &'static str {

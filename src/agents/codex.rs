@@ -5,7 +5,112 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::cli::{AgentCli, AgentStream, HostCall, Provider};
+use super::env::{
+    codex_credentials, env_value, map_codex_key, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,
+};
+use super::pricing::CodexPrices;
 use super::types::{AgentRequest, AgentResponse, ErrorClass, ParseError, ToolPolicy, Usage};
+use super::{truncate_marked, MAX_SANDBOX_PROMPT_BYTES};
+
+/// Codex: `codex exec --json -s ... [--output-schema FILE] -- PROMPT`, stdin closed. It reads
+/// the model API's address from its config only, so rover hands it over as a `-c` value.
+#[derive(Debug, Clone, Copy)]
+pub struct Codex;
+
+impl AgentCli for Codex {
+    fn name(&self) -> &'static str {
+        "codex"
+    }
+
+    fn bin_env_var(&self) -> &'static str {
+        super::ROVER_CODEX_BIN
+    }
+
+    fn install_hint(&self) -> &'static str {
+        "npm install -g @openai/codex"
+    }
+
+    fn credentials_hint(&self) -> &'static str {
+        "set CODEX_API_KEY (or OPENAI_API_KEY, which rover passes on as CODEX_API_KEY) or run `codex login`"
+    }
+
+    fn provider(&self) -> Provider {
+        Provider::Openai
+    }
+
+    fn model_env(&self, base_url: &str, key: &str) -> Vec<(String, String)> {
+        vec![
+            (OPENAI_BASE_URL.to_owned(), base_url.to_owned()),
+            (CODEX_API_KEY.to_owned(), key.to_owned()),
+            (OPENAI_API_KEY.to_owned(), key.to_owned()),
+        ]
+    }
+
+    /// The instructions, the prompt and the schema asked for in one prompt argument; codex
+    /// ignores `OPENAI_BASE_URL` as a variable, so the base URL goes in as its
+    /// `openai_base_url` config value for this run: nothing is written into a `CODEX_HOME`
+    /// (in the container codex keeps its sessions under the tmpfs `HOME`).
+    fn sandbox_args(&self, request: &AgentRequest, model_base_url: Option<&str>) -> Vec<String> {
+        let mut text = combined_prompt(request);
+        if let Some(schema) = &request.schema {
+            text.push_str(
+                "\n\nEnd with a final message that is only a JSON object matching this JSON schema:\n",
+            );
+            text.push_str(&schema.to_string());
+        }
+        let mut args = sandbox_args(request, truncate_marked(&text, MAX_SANDBOX_PROMPT_BYTES));
+        if let Some(url) = model_base_url {
+            insert_base_url(&mut args, url);
+        }
+        args
+    }
+
+    fn host_args(&self, request: &AgentRequest, call: &HostCall<'_>) -> Vec<String> {
+        let mut args = host_args(request, call.schema_file, call.in_git_repo);
+        if let Some(url) = env_value(call.env, OPENAI_BASE_URL) {
+            insert_base_url(&mut args, url);
+        }
+        args
+    }
+
+    fn schema_file(&self) -> bool {
+        true
+    }
+
+    /// `OPENAI_API_KEY` also as `CODEX_API_KEY` when only that is set.
+    fn host_env(&self, env: &mut Vec<(String, String)>) {
+        map_codex_key(env);
+    }
+
+    /// The key or login it will use, and the base URL when one is set.
+    fn host_credentials(&self, env: &[(String, String)]) -> Result<Option<String>, String> {
+        let credentials = codex_credentials(env)?;
+        Ok(Some(match env_value(env, OPENAI_BASE_URL) {
+            Some(url) => format!("{credentials} at {url}"),
+            None => credentials,
+        }))
+    }
+
+    fn stream(&self, expect_json: bool) -> Box<dyn AgentStream> {
+        Box::new(CodexStream::new(expect_json))
+    }
+
+    /// codex reports tokens only: the price table makes them USD for the budgets.
+    fn fill_cost(&self, prices: &CodexPrices, model: Option<&str>, response: &mut AgentResponse) {
+        prices.fill_cost(model, response);
+    }
+}
+
+impl AgentStream for CodexStream {
+    fn push_line(&mut self, line: &str) -> bool {
+        CodexStream::push_line(self, line)
+    }
+
+    fn finish(self: Box<Self>) -> Result<AgentResponse, ParseError> {
+        CodexStream::finish(*self)
+    }
+}
 
 /// The `-s/--sandbox` value for a tool policy on the host.
 pub fn sandbox_mode(policy: ToolPolicy) -> &'static str {

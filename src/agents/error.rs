@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::types::AgentKind;
+use super::cli::AgentKind;
 
 /// Everything that can go wrong when calling an agent.
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,7 @@
 
 mod agent;
 pub mod claude;
+mod cli;
 pub mod codex;
 mod env;
 mod error;
@@ -21,7 +22,8 @@ mod untrusted;
 #[cfg(test)]
 mod parse_tests;
 
-pub use agent::{agent_from_settings, Agent, ClaudeAgent, CodexAgent};
+pub use agent::{agent_from_settings, Agent, ClaudeAgent, CliAgent, CodexAgent};
+pub use cli::{AgentCli, AgentKind, AgentStream, HostCall, Provider, CLIS};
 pub use env::{
     agent_env, codex_credentials, codex_home, env_value, map_codex_key, redact_secrets,
     ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,
@@ -45,8 +47,8 @@ pub use runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 pub use settings::{AgentSettings, StepModels};
 pub use structured::{extract, run_structured, schema_for, strict_schema, Structured};
 pub use types::{
-    AgentKind, AgentRequest, AgentResponse, AgentStep, ErrorClass, ParseError, PermissionDenial,
-    ToolPolicy, Usage,
+    AgentRequest, AgentResponse, AgentStep, ErrorClass, ParseError, PermissionDenial, ToolPolicy,
+    Usage,
 };
 pub use untrusted::marker_like_tags;
 
@@ -75,35 +77,19 @@ pub fn truncate_marked(text: &str, max: usize) -> String {
     )
 }
 
-/// The argv (program first) to run the agent as a container's command.
+/// The argv (program first) to run the agent as a container's command, pointed at
+/// `model_base_url` when the CLI takes it as an argument (see [`AgentCli::sandbox_args`]).
 ///
 /// There is no stdin in the container: claude gets the prompt after `--`, codex as its prompt
 /// argument (with the instructions and, when a schema is asked, the schema stated in it). The
 /// prompt is bounded by [`MAX_SANDBOX_PROMPT_BYTES`] with a marked truncation.
-pub fn sandbox_argv(kind: AgentKind, request: &AgentRequest) -> Vec<String> {
+pub fn sandbox_argv(
+    kind: AgentKind,
+    request: &AgentRequest,
+    model_base_url: Option<&str>,
+) -> Vec<String> {
     let mut argv = vec![kind.default_binary().to_owned()];
-    match kind {
-        AgentKind::Claude => {
-            let prompt = truncate_marked(&request.prompt, MAX_SANDBOX_PROMPT_BYTES);
-            let mut bounded = request.clone();
-            bounded.system_prompt =
-                truncate_marked(&request.system_prompt, MAX_SANDBOX_PROMPT_BYTES);
-            argv.extend(claude::sandbox_args(&bounded, prompt));
-        }
-        AgentKind::Codex => {
-            let mut text = codex::combined_prompt(request);
-            if let Some(schema) = &request.schema {
-                text.push_str(
-                    "\n\nEnd with a final message that is only a JSON object matching this JSON schema:\n",
-                );
-                text.push_str(&schema.to_string());
-            }
-            argv.extend(codex::sandbox_args(
-                request,
-                truncate_marked(&text, MAX_SANDBOX_PROMPT_BYTES),
-            ));
-        }
-    }
+    argv.extend(kind.cli().sandbox_args(request, model_base_url));
     argv
 }
 
@@ -113,10 +99,9 @@ pub fn parse_output(
     stdout: &[u8],
     expect_json: bool,
 ) -> Result<AgentResponse, ParseError> {
-    match kind {
-        AgentKind::Claude => claude::parse_output(stdout),
-        AgentKind::Codex => codex::parse_output(stdout, expect_json),
-    }
+    let text = String::from_utf8_lossy(stdout);
+    kind.cli()
+        .parse_lines(&mut text.lines().map(str::to_owned), expect_json)
 }
 
 /// Longest stdout line [`parse_output_reader`] looks at; a longer one (no event rover reads is
@@ -136,10 +121,8 @@ pub fn parse_output_reader(
         max: MAX_LINE_BYTES,
         buf: Vec::new(),
     };
-    match kind {
-        AgentKind::Claude => claude::parse_lines(lines),
-        AgentKind::Codex => codex::parse_lines(lines, expect_json),
-    }
+    let mut lines = lines;
+    kind.cli().parse_lines(&mut lines, expect_json)
 }
 
 /// The lines of a reader as `str::lines` gives them (lossy UTF-8); a line longer than `max`

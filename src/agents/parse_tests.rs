@@ -387,19 +387,19 @@ fn sandbox_argv_puts_the_prompt_last_and_bounds_it() {
     let mut req = AgentRequest::new("/workspace", "x".repeat(300 * 1024));
     req.tools = ToolPolicy::FullEdit;
     req.schema = Some(serde_json::json!({"type": "object"}));
-    let argv = super::sandbox_argv(super::AgentKind::Claude, &req);
+    let argv = super::sandbox_argv(super::AgentKind::Claude, &req, None);
     assert_eq!(argv[0], "claude");
     assert_eq!(argv[argv.len() - 2], "--");
     let prompt = argv.last().expect("prompt");
     assert!(prompt.len() <= super::MAX_SANDBOX_PROMPT_BYTES);
     assert!(prompt.contains("truncated by rover"));
-    let argv = super::sandbox_argv(super::AgentKind::Codex, &req);
+    let argv = super::sandbox_argv(super::AgentKind::Codex, &req, None);
     assert_eq!(argv[0], "codex");
     assert!(argv.contains(&"--skip-git-repo-check".to_owned()));
     assert!(!argv.iter().any(|a| a == "--output-schema"));
     assert!(argv.last().expect("prompt").len() <= super::MAX_SANDBOX_PROMPT_BYTES);
     req.prompt = "short".into();
-    let argv = super::sandbox_argv(super::AgentKind::Codex, &req);
+    let argv = super::sandbox_argv(super::AgentKind::Codex, &req, None);
     assert!(argv.last().expect("prompt").contains("JSON schema"));
 }
 

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::cli::AgentKind;
 use super::pricing::CodexPrices;
-use super::types::{AgentKind, AgentRequest, AgentStep};
+use super::types::{AgentRequest, AgentStep};
 
 /// Model overrides per step; unset steps use [`AgentSettings::model_for`]'s defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -96,17 +97,7 @@ impl AgentSettings {
         if let Some(model) = self.models.get(step) {
             return Some(model.clone());
         }
-        match self.agent {
-            AgentKind::Claude => Some(
-                match step {
-                    AgentStep::Notify | AgentStep::Summarize => "haiku",
-                    AgentStep::Plan | AgentStep::Resolve => "opus",
-                    _ => "sonnet",
-                }
-                .to_owned(),
-            ),
-            AgentKind::Codex => None,
-        }
+        self.agent.cli().default_model(step).map(str::to_owned)
     }
 
     /// Time between SIGTERM and SIGKILL.

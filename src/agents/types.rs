@@ -6,59 +6,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Which agent CLI runs a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentKind {
-    /// Claude Code (`claude -p`).
-    #[default]
-    Claude,
-    /// OpenAI Codex (`codex exec`).
-    Codex,
-}
-
-impl AgentKind {
-    /// The executable name looked up on `PATH` when no path is configured.
-    pub fn default_binary(self) -> &'static str {
-        match self {
-            AgentKind::Claude => "claude",
-            AgentKind::Codex => "codex",
-        }
-    }
-
-    /// The environment variable that overrides the executable path.
-    pub fn bin_env_var(self) -> &'static str {
-        match self {
-            AgentKind::Claude => super::ROVER_CLAUDE_BIN,
-            AgentKind::Codex => super::ROVER_CODEX_BIN,
-        }
-    }
-
-    /// How to install the CLI, shown when it is missing.
-    pub fn install_hint(self) -> &'static str {
-        match self {
-            AgentKind::Claude => "npm install -g @anthropic-ai/claude-code",
-            AgentKind::Codex => "npm install -g @openai/codex",
-        }
-    }
-
-    /// What to set when the model API rejects the credentials.
-    pub fn credentials_hint(self) -> &'static str {
-        match self {
-            AgentKind::Claude => "check ANTHROPIC_API_KEY",
-            AgentKind::Codex => {
-                "set CODEX_API_KEY (or OPENAI_API_KEY, which rover passes on as CODEX_API_KEY) or run `codex login`"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for AgentKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.default_binary())
-    }
-}
-
 /// What the agent may do in its working directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,13 +12,11 @@ pub(super) fn warn_without_proxy_key(config: &RoverConfig) {
         return;
     }
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    let missing = match config.autopilot.agent.agent {
-        crate::agents::AgentKind::Claude => (!set("ANTHROPIC_API_KEY")
-            && !set("CLAUDE_CODE_OAUTH_TOKEN"))
-        .then_some("ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN)"),
-        crate::agents::AgentKind::Codex => (!set("CODEX_API_KEY") && !set("OPENAI_API_KEY"))
-            .then_some("OPENAI_API_KEY (or CODEX_API_KEY)"),
-    };
+    let keys = config.autopilot.agent.agent.provider().key_names();
+    let missing = (!keys.iter().any(|name| set(name))).then(|| match keys {
+        [first, rest @ ..] if !rest.is_empty() => format!("{first} (or {})", rest.join(", ")),
+        _ => keys.join(", "),
+    });
     if let Some(names) = missing {
         let text = format!("{names} is not set: sandboxed agents reach the model API only through rover's proxy, which adds that key (a login of the CLI on this machine does not reach the sandbox), so workflows will fail until it is set in rover's environment");
         println!("warning: {text}");

@@ -15,25 +15,8 @@ use crate::store::fsio;
 pub const RUNS_DIR: &str = "runs";
 const GRANT_FILE: &str = "grant.json";
 
-/// A model provider the proxy forwards to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Provider {
-    /// The Anthropic Messages API, under `/anthropic/...`.
-    Anthropic,
-    /// The OpenAI Responses API, under `/openai/...`.
-    Openai,
-}
-
-impl Provider {
-    /// The name used in grants, paths and messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Provider::Anthropic => "anthropic",
-            Provider::Openai => "openai",
-        }
-    }
-}
+/// A model provider the proxy forwards to: the API an agent CLI talks to.
+pub use crate::agents::Provider;
 
 /// Where the run's agent may open connections through the proxy (`CONNECT` and absolute-form
 /// requests, what `HTTPS_PROXY`/`HTTP_PROXY` clients send). Loopback, link-local, the metadata

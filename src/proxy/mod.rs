@@ -14,6 +14,7 @@
 //!   ([`workspace`]);
 //! - `proxy.sock`: the socket the server listens on.
 
+mod bookkeeping;
 mod config;
 mod egress;
 pub mod env;
@@ -37,6 +38,9 @@ mod workspace;
 #[cfg(test)]
 mod tests;
 
+pub use bookkeeping::{
+    end_run, forget_run, run_trace, runs_with_files, PeriodSpend, RecordedSpend,
+};
 pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
 pub use error::ProxyError;
 pub use grant::{

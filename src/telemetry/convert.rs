@@ -50,10 +50,7 @@ fn genai_role(step: &StepKind) -> Option<(&'static str, &'static str, AgentStep)
 
 /// `gen_ai.provider.name` of an agent CLI.
 fn provider(kind: AgentKind) -> &'static str {
-    match kind {
-        AgentKind::Claude => "anthropic",
-        AgentKind::Codex => "openai",
-    }
+    kind.provider().name()
 }
 
 struct Attrs<'a> {

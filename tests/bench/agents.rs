@@ -26,17 +26,18 @@ pub fn run() {
         let bin = dir.path().join(kind.default_binary());
         let _ = std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rover-fake-agent"), &bin);
         let settings = AgentSettings::default();
-        let agent: Box<dyn Agent> = match kind {
-            AgentKind::Claude => Box::new(
+        let agent: Box<dyn Agent> = if kind == AgentKind::Claude {
+            Box::new(
                 ClaudeAgent::new(Some(bin.clone()), &settings)
                     .with_env("ROVER_FAKE_AGENT_SCRIPT", script.clone()),
-            ),
-            AgentKind::Codex => Box::new(
+            )
+        } else {
+            Box::new(
                 CodexAgent::new(Some(bin.clone()), &settings)
                     .with_env("ROVER_FAKE_AGENT_SCRIPT", script.clone())
                     // Like codex 0.169 the fake wants CODEX_API_KEY; rover maps this one.
                     .with_env("OPENAI_API_KEY", "sk-bench"),
-            ),
+            )
         };
         let request = || {
             let mut req = AgentRequest::new(&work, "hi");
@@ -54,9 +55,10 @@ pub fn run() {
             }
             start.elapsed()
         });
-        let args: Vec<String> = match kind {
-            AgentKind::Claude => rover::agents::claude::host_args(&request()),
-            AgentKind::Codex => rover::agents::codex::host_args(&request(), None, false),
+        let args: Vec<String> = if kind == AgentKind::Claude {
+            rover::agents::claude::host_args(&request())
+        } else {
+            rover::agents::codex::host_args(&request(), None, false)
         };
         let start = Instant::now();
         for _ in 0..CALLS {

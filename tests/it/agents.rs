@@ -77,21 +77,18 @@ async fn plain_answer(kind: AgentKind) {
     let stderr = read(&transcript.with_extension("jsonl.stderr"));
     // The fake prints a JSON error result on stderr: it is kept, never parsed.
     assert!(stderr.contains("stderr must not be parsed"), "{stderr}");
-    match kind {
-        AgentKind::Claude => {
-            assert_eq!(response.cost_usd, Some(0.000_235));
-            assert_eq!(response.usage.cached, 3, "modelUsage cache reads");
-        }
-        AgentKind::Codex => {
-            // Tokens only from codex; USD from the default price entry (1.25 / 0.125 / 10 per
-            // million): 60 input, 40 cached, 20 output.
-            let cost = response.cost_usd.expect("priced from the table");
-            assert!((cost - 0.000_28).abs() < 1e-12, "{cost}");
-            assert!(
-                !response.warnings.is_empty(),
-                "reconnect notice kept as warning"
-            );
-        }
+    if kind == AgentKind::Claude {
+        assert_eq!(response.cost_usd, Some(0.000_235));
+        assert_eq!(response.usage.cached, 3, "modelUsage cache reads");
+    } else {
+        // Tokens only from codex; USD from the default price entry (1.25 / 0.125 / 10 per
+        // million): 60 input, 40 cached, 20 output.
+        let cost = response.cost_usd.expect("priced from the table");
+        assert!((cost - 0.000_28).abs() < 1e-12, "{cost}");
+        assert!(
+            !response.warnings.is_empty(),
+            "reconnect notice kept as warning"
+        );
     }
     let calls = env.calls();
     assert_eq!(calls.len(), 1);
@@ -103,27 +100,24 @@ async fn plain_answer(kind: AgentKind) {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    match kind {
-        AgentKind::Claude => {
-            // The prompt arrived on stdin, not in argv.
-            assert_eq!(call["prompt"], "what is it?");
-            assert!(!argv.contains(&"what is it?"));
-            assert!(argv.contains(&"--verbose"));
-            assert!(argv.iter().any(|a| a.starts_with("--allowedTools=")));
-            assert_eq!(call["systemPrompt"], "You are a test agent.");
-        }
-        AgentKind::Codex => {
-            // stdin was closed: no `<stdin>` block appended, prompt is the argument.
-            let prompt = call["prompt"].as_str().expect("prompt");
-            assert!(prompt.ends_with("what is it?"), "{prompt}");
-            assert!(prompt.starts_with("You are a test agent."), "{prompt}");
-            assert!(!prompt.contains("<stdin>"));
-            assert!(
-                argv.contains(&"--skip-git-repo-check"),
-                "workdir is not a repo"
-            );
-            assert_eq!(call["sandbox"], "read-only");
-        }
+    if kind == AgentKind::Claude {
+        // The prompt arrived on stdin, not in argv.
+        assert_eq!(call["prompt"], "what is it?");
+        assert!(!argv.contains(&"what is it?"));
+        assert!(argv.contains(&"--verbose"));
+        assert!(argv.iter().any(|a| a.starts_with("--allowedTools=")));
+        assert_eq!(call["systemPrompt"], "You are a test agent.");
+    } else {
+        // stdin was closed: no `<stdin>` block appended, prompt is the argument.
+        let prompt = call["prompt"].as_str().expect("prompt");
+        assert!(prompt.ends_with("what is it?"), "{prompt}");
+        assert!(prompt.starts_with("You are a test agent."), "{prompt}");
+        assert!(!prompt.contains("<stdin>"));
+        assert!(
+            argv.contains(&"--skip-git-repo-check"),
+            "workdir is not a repo"
+        );
+        assert_eq!(call["sandbox"], "read-only");
     }
     assert_reaped(&env);
 }
@@ -385,12 +379,13 @@ both!(scripted_file_edits_land_in_the_workdir);
 async fn missing_binary_names_it_and_how_to_install(kind: AgentKind) {
     let env = FakeAgentEnv::new();
     let missing = env.root.path().join("no-such-agent");
-    let agent: Box<dyn Agent> = match kind {
-        AgentKind::Claude => Box::new(ClaudeAgent::new(Some(missing.clone()), &settings())),
-        AgentKind::Codex => Box::new(rover::agents::CodexAgent::new(
+    let agent: Box<dyn Agent> = if kind == AgentKind::Claude {
+        Box::new(ClaudeAgent::new(Some(missing.clone()), &settings()))
+    } else {
+        Box::new(rover::agents::CodexAgent::new(
             Some(missing.clone()),
             &settings(),
-        )),
+        ))
     };
     for err in [
         agent.check().await.expect_err("missing"),
@@ -405,9 +400,10 @@ async fn missing_binary_names_it_and_how_to_install(kind: AgentKind) {
     }
     let present = env.agent(kind, &json!([]), &settings());
     let version = present.check().await.expect("fake answers --version");
-    assert!(version.contains(match kind {
-        AgentKind::Claude => "Claude Code",
-        AgentKind::Codex => "codex-cli",
+    assert!(version.contains(if kind == AgentKind::Claude {
+        "Claude Code"
+    } else {
+        "codex-cli"
     }));
 }
 both!(missing_binary_names_it_and_how_to_install);
@@ -450,19 +446,20 @@ async fn token_check(kind: AgentKind) {
     let binary = Some(env.binary(kind));
     let script = json!([{"text": "ok"}]).to_string();
     let log = env.log.display().to_string();
-    let agent: Box<dyn Agent> = match kind {
-        AgentKind::Claude => Box::new(
+    let agent: Box<dyn Agent> = if kind == AgentKind::Claude {
+        Box::new(
             ClaudeAgent::new(binary, &settings)
                 .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                 .with_env("ROVER_FAKE_AGENT_LOG", log)
                 .with_env("GITHUB_TOKEN", TOKEN),
-        ),
-        AgentKind::Codex => Box::new(
+        )
+    } else {
+        Box::new(
             env.codex_keyed(rover::agents::CodexAgent::new(binary, &settings))
                 .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                 .with_env("ROVER_FAKE_AGENT_LOG", log)
                 .with_env("GH_TOKEN", TOKEN),
-        ),
+        )
     };
     let mut req = request(
         &env,
@@ -537,7 +534,7 @@ async fn sandbox_argv_runs_without_stdin(kind: AgentKind) {
     let mut req = request(&env, "--looks-like-a-flag but is the prompt");
     req.tools = ToolPolicy::FullEdit;
     req.schema = Some(rover::agents::schema_for::<SummarizeResult>());
-    let argv = sandbox_argv(kind, &req);
+    let argv = sandbox_argv(kind, &req, None);
     let output = std::process::Command::new(env.binary(kind))
         .args(&argv[1..])
         .current_dir(&env.workdir)
@@ -682,9 +679,10 @@ async fn overhead_of_one_call() {
         }
         // The same process run bare: spawn, feed stdin, collect output, no parsing.
         let req = request(&env, "hi");
-        let args: Vec<String> = match kind {
-            AgentKind::Claude => rover::agents::claude::host_args(&req),
-            AgentKind::Codex => rover::agents::codex::host_args(&req, None, false),
+        let args: Vec<String> = if kind == AgentKind::Claude {
+            rover::agents::claude::host_args(&req)
+        } else {
+            rover::agents::codex::host_args(&req, None, false)
         };
         let mut bare = Duration::ZERO;
         for _ in 0..N {

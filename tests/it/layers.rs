@@ -26,7 +26,15 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("store", &["store", "logging"]),
     (
         "edges",
-        &["agents", "github", "git", "proxy", "sandbox", "environment"],
+        &[
+            "agents",
+            "github",
+            "git",
+            "proxy",
+            "sandbox",
+            "environment",
+            "agent_run",
+        ],
     ),
     // What brings work in (poll, webhook, reconcile, submit) and the one path into the store:
     // above the store and GitHub it reads, below the scheduler and the steps it feeds.
@@ -640,4 +648,166 @@ fn no_file_in_src_is_over_800_lines() {
         "files over {MAX_LINES} lines (split them by what their parts do):\n{}",
         long.join("\n")
     );
+}
+
+/// `text` without its line comments and without its inline tests (from the first
+/// `#[cfg(test)]` on: the crate keeps them at the end of a file).
+fn code_without_tests(text: &str) -> String {
+    let code = code_of(text);
+    match code.find("#[cfg(test)]") {
+        Some(at) => code[..at].to_owned(),
+        None => code,
+    }
+}
+
+/// The places (`src/<file>:<line>`) in the files of `src` outside the `allowed` folders and
+/// files where `code_without_tests` has a match of `find`.
+fn places_outside(src: &Path, allowed: &[&str], find: impl Fn(&str) -> Vec<usize>) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut wrong = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("under src");
+        if allowed.iter().any(|a| rel.starts_with(a)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for line in find(&code_without_tests(&text)) {
+            wrong.push(format!("src/{}:{line}", rel.display()));
+        }
+    }
+    wrong
+}
+
+/// The lines of `code` that hold one of `needles`.
+fn lines_with(code: &str, needles: &[&str]) -> Vec<usize> {
+    code.lines()
+        .enumerate()
+        .filter(|(_, l)| needles.iter().any(|n| l.contains(n)))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+/// An agent run is one service (`src/agent_run`): the steps hand it a plan and get a run; the
+/// grant, the run's token and the proxy are its business, never a step's.
+#[test]
+fn no_step_reaches_the_proxy_but_through_the_agent_run_service() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let in_steps = places_outside(
+        &src,
+        &[
+            "agents",
+            "agent_run",
+            "budget",
+            "cli",
+            "config.rs",
+            "daemon",
+            "environment",
+            "error.rs",
+            "git",
+            "github",
+            "intake",
+            "lib.rs",
+            "logging.rs",
+            "main.rs",
+            "orchestrator",
+            "project.rs",
+            "proxy",
+            "replay",
+            "sandbox",
+            "secrets.rs",
+            "store",
+            "telemetry",
+            "trace",
+            "bin",
+        ],
+        |code| {
+            mentions(code)
+                .into_iter()
+                .filter(|(m, _)| m == "proxy")
+                .map(|(_, l)| l)
+                .collect()
+        },
+    );
+    assert!(
+        in_steps.is_empty(),
+        "a step names the proxy (ask `crate::agent_run` for what the run needs):\n{}",
+        in_steps.join("\n")
+    );
+    let tokens = places_outside(&src, &["proxy", "agent_run"], |code| {
+        let made = |l: &str| {
+            l.contains("new_token(")
+                || l.contains("token_sha256(")
+                || (l.contains("Grant {") && !l.contains("::Grant {"))
+        };
+        code.lines()
+            .enumerate()
+            .filter(|(_, l)| made(l))
+            .map(|(i, _)| i + 1)
+            .collect()
+    });
+    assert!(
+        tokens.is_empty(),
+        "a run's grant or token made outside the proxy and the agent run service:\n{}",
+        tokens.join("\n")
+    );
+}
+
+/// What differs between agent CLIs is an `AgentCli` in `src/agents`: no other module names
+/// one CLI (a third CLI is one file there, not a new arm in every `match`).
+#[test]
+fn no_module_outside_agents_names_an_agent_cli() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let named = places_outside(&src, &["agents", "bin"], |code| {
+        lines_with(
+            code,
+            &[
+                "AgentKind::Claude",
+                "AgentKind::Codex",
+                "agents::claude::",
+                "agents::codex::",
+            ],
+        )
+    });
+    assert!(
+        named.is_empty(),
+        "a module outside src/agents names one agent CLI (ask its `AgentCli`):\n{}",
+        named.join("\n")
+    );
+}
+
+/// `autopilot.sandbox.egress` is read where a run is defined (the agent run service, the
+/// sandbox's own spec and settings) and at start (the daemon's warning), nowhere else.
+#[test]
+fn the_egress_is_read_where_the_run_is_defined() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let reads = places_outside(&src, &["agent_run", "sandbox", "daemon"], |code| {
+        lines_with(code, &[".egress()"])
+    });
+    assert!(
+        reads.is_empty(),
+        "the egress setting read outside the agent run service (ask `AgentRuns::egress` or the run's record):\n{}",
+        reads.join("\n")
+    );
+}
+
+#[test]
+fn the_service_checks_see_a_planted_violation_and_skip_tests() {
+    let planted = "use crate::proxy::Grant;\nfn f() { let k = AgentKind::Codex; }\n#[cfg(test)]\nmod tests { fn g() { AgentKind::Claude; } }\n";
+    let code = code_without_tests(planted);
+    assert_eq!(
+        mentions(&code)
+            .into_iter()
+            .filter(|(m, _)| m == "proxy")
+            .count(),
+        1
+    );
+    assert_eq!(lines_with(&code, &["AgentKind::Codex"]), [2]);
+    assert!(lines_with(&code, &["AgentKind::Claude"]).is_empty());
+    assert_eq!(
+        lines_with("// AgentKind::Codex", &["AgentKind::Codex"]),
+        [1]
+    );
+    assert!(lines_with(&code_of("// AgentKind::Codex"), &["AgentKind::Codex"]).is_empty());
 }

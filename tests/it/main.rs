@@ -46,5 +46,6 @@ mod store;
 mod store_cold;
 mod supervise;
 mod telemetry;
+mod third_cli;
 mod thread;
 mod webhook;

@@ -153,7 +153,7 @@ fn summarize_request(dir: &std::path::Path) -> rover::agents::AgentRequest {
     .expect("renders")
 }
 
-fn real_agent(env: &[(String, String)]) -> ClaudeAgent {
+fn real_agent(env: &[(String, String)]) -> rover::agents::CliAgent {
     let mut agent = ClaudeAgent::new(Some(real_claude()), &AgentSettings::default());
     for (k, v) in env {
         agent = agent.with_env(k, v);
@@ -498,7 +498,7 @@ pub(crate) fn real_codex_env(api: &FakeOpenAi, s: &mut crate::support::scenario:
 
 /// rover's codex adapter with the real CLI against `api`: only `OPENAI_API_KEY` is set (rover
 /// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
-fn real_codex_agent(api: &FakeOpenAi, codex_home: &std::path::Path) -> rover::agents::CodexAgent {
+fn real_codex_agent(api: &FakeOpenAi, codex_home: &std::path::Path) -> rover::agents::CliAgent {
     rover::agents::CodexAgent::new(Some(real_codex()), &AgentSettings::default())
         .with_env("OPENAI_API_KEY", "sk-proj-fake-key-for-tests-0123456789")
         .with_env("OPENAI_BASE_URL", api.url.clone())

@@ -186,7 +186,7 @@ pub struct CollectedMeta {
         deserialize_with = "lenient",
         skip_serializing_if = "Option::is_none"
     )]
-    pub network: Option<crate::proxy::Ledger>,
+    pub network: Option<crate::agent_run::WireLedger>,
     /// The shipped workspace taken back from the container and applied to the worktree
     /// (absent when the worktree was mounted, or nothing came back).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -181,12 +181,11 @@ impl WorkflowStep {
         let agent_settings = self.services.agent_settings();
         let kind = agent_settings.agent;
         let mut parsed = parse_log(kind, &log).await;
-        if let (Ok(response), agents::AgentKind::Codex) = (&mut parsed, kind) {
-            // codex reports tokens only: priced here so the budgets see USD.
+        if let Ok(response) = &mut parsed {
+            // A CLI that reports tokens only (codex) is priced here so the budgets see USD.
             let model = agent_settings.model_for(AgentStep::Workflow);
-            agent_settings
-                .codex_prices
-                .fill_cost(model.as_deref(), response);
+            kind.cli()
+                .fill_cost(&agent_settings.codex_prices, model.as_deref(), response);
         }
         let result = parsed
             .as_ref()
@@ -194,10 +193,9 @@ impl WorkflowStep {
             .and_then(agents::extract::<WorkflowResult>);
         let over_log_limit = logs.and_then(|l| l.over_limit_summary("the sandbox", &log));
         // What the proxy saw; the run's token stops working now.
-        let wire = if self.services.config.autopilot.sandbox.egress().is_none() {
-            None
-        } else {
-            super::network::end_run(&ctx.store, &container).await
+        let wire = match self.runs(&ctx.store) {
+            Ok(runs) => runs.end(&container).await,
+            Err(_) => None,
         };
         let wire_stop = wire.as_ref().and_then(|l| l.stopped.clone());
 
@@ -581,7 +579,7 @@ fn container_error(message: &str, retryable: bool, container: &str) -> ErrorMeta
 /// (an agent cut off before its report, or one that under-reports): then the proxy's.
 fn wire_usage(
     reported: Option<crate::store::AgentMeta>,
-    wire: Option<&crate::proxy::Ledger>,
+    wire: Option<&crate::agent_run::WireLedger>,
 ) -> Option<crate::store::AgentMeta> {
     use crate::store::{AgentMeta, AgentUsage};
     let Some(wire) = wire.filter(|w| w.usd > 0.0 || w.requests > 0) else {

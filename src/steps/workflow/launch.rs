@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 use super::{WorkflowSpanMeta, WorkflowStep};
+use crate::agent_run::{AgentRunError, RunPlan};
 use crate::agents::{self, AgentStep, PromptVars, WorkflowResult};
 use crate::git::{self, BranchBase};
 use crate::orchestrator::{Finished, Outcome, StepContext, StepError};
-use crate::sandbox::{ContainerStatus, Sandbox, SandboxError, SandboxLabels, SandboxSpec};
+use crate::sandbox::{SandboxLabels, SandboxSpec};
 use crate::steps::history::{dependency_state, Dependency};
 use crate::steps::meta::{self, OutcomeSpanMeta, TaskStatus, WorkflowMeta};
 use crate::steps::meta::{
@@ -20,24 +21,6 @@ use crate::steps::tasks::{self, git_error, store_error, Task};
 use crate::steps::Services;
 use crate::store::blocking;
 use crate::store::{StepRun, TaskMapping, TraceView};
-
-/// The agent's argv in the container. Codex ignores `OPENAI_BASE_URL` as a variable, so a base
-/// URL in the sandbox env also goes in as codex's `openai_base_url` config value for this run:
-/// nothing is written into a `CODEX_HOME` (in the container codex keeps its sessions under the
-/// tmpfs `HOME`).
-pub(super) fn agent_argv(
-    kind: agents::AgentKind,
-    request: &agents::AgentRequest,
-    env: &[(String, String)],
-) -> Vec<String> {
-    let mut argv = agents::sandbox_argv(kind, request);
-    if kind == agents::AgentKind::Codex {
-        if let Some(url) = agents::env_value(env, agents::OPENAI_BASE_URL) {
-            agents::codex::insert_base_url(&mut argv, url);
-        }
-    }
-    argv
-}
 
 /// Longest pull request diff handed to the workflow agent.
 pub(super) const MAX_REVIEW_DIFF: usize = 48 * 1024;
@@ -453,11 +436,10 @@ impl WorkflowStep {
         .map_err(|e| StepError::from_error(&e, false))?;
         crate::steps::agent_call::hide_held_secrets(&self.services.redactor, &mut request);
         request.schema = Some(agents::schema_for::<WorkflowResult>());
-        let argv = agent_argv(kind, &request, &self.sandbox_env());
 
         // The container gets a scratch git of its own; the worktree's `.git` must still be
         // rover's (an iteration reuses the worktree of an earlier run).
-        let mut spec = self.base_spec(argv, &prepared.path, self.labels(trace_id, action_id));
+        let mut spec = self.base_spec(Vec::new(), &prepared.path, self.labels(trace_id, action_id));
         spec.image.clone_from(&environment.image);
         let scratch = ctx.store.artifacts_dir(run.span.id).join("git");
         let sandbox_git = async {
@@ -479,29 +461,22 @@ impl WorkflowStep {
         })?;
         spec.mount_git(&sandbox_git);
         let container = spec.container_name();
+        let image = spec.image.clone();
 
-        // Its own network, with rover's proxy as the only way out (none with egress `none`);
-        // a container that runs already (a restart) keeps its grant.
-        let adopting = matches!(
-            sandbox.status(&container).await,
-            Ok(ContainerStatus::Running | ContainerStatus::Exited { .. })
-        );
-        if let Some(connected) = self
-            .connect(ctx, sandbox.as_ref(), trace_id, &container, adopting)
-            .await?
-        {
-            spec.network = connected.network;
-            if connected.internal {
-                spec.dns = vec![crate::sandbox::DNS_SINK.to_owned()];
-            }
-            spec.rover_env = connected.env;
-            spec.proxy_dir = Some(super::network::proxy_dir(&ctx.store));
-            if kind == agents::AgentKind::Codex {
-                if let Some(url) = agents::env_value(&spec.rover_env, agents::OPENAI_BASE_URL) {
-                    agents::codex::insert_base_url(&mut spec.cmd, url);
-                }
-            }
-        }
+        // The run: the agent's argv and, unless the egress is `none`, its grant and its own
+        // network with rover's proxy as the only way out (a container that runs already, a
+        // restart, keeps its grant).
+        let runs = self.agent_runs(&ctx.store, sandbox.clone());
+        let agent_run = runs
+            .prepare(RunPlan {
+                kind,
+                request,
+                spec,
+                trace_id,
+                budget: self.wire_budget(ctx, trace_id).await,
+            })
+            .await
+            .map_err(|e| run_error(e, &image))?;
 
         // The mapping first: a crash after this point finds the container by it.
         task.mapping.container_id = Some(container.clone());
@@ -509,7 +484,15 @@ impl WorkflowStep {
             .await
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
 
-        let started = self.start(sandbox.as_ref(), &spec).await?;
+        let started = runs
+            .start(&agent_run)
+            .await
+            .map_err(|e| run_error(e, &image))?;
+        let started = StartedMeta {
+            container_id: started.container_id,
+            adopted: started.adopted,
+            replaced_unstarted: started.replaced_unstarted,
+        };
         // Its log is followed from the start: a container that floods it is stopped at once.
         self.follow_log(ctx, &sandbox, &task, &container);
         let detached = WorkflowSpanMeta {
@@ -529,16 +512,11 @@ impl WorkflowStep {
                     }
                 }),
                 merged_in: merged_in.map(|(branch, conflicts)| MergedInMeta { branch, conflicts }),
-                image: spec.image.clone(),
+                image,
                 started,
-                env: spec
-                    .env
-                    .iter()
-                    .chain(&spec.rover_env)
-                    .map(|(k, _)| k.clone())
-                    .collect(),
-                egress: Some(self.services.config.autopilot.sandbox.egress().describe()),
-                network: Some(spec.network.clone()),
+                env: agent_run.env_names,
+                egress: Some(agent_run.egress),
+                network: Some(agent_run.spec.network),
             }),
             environment: Some(environment),
             ..WorkflowSpanMeta::default()
@@ -547,8 +525,6 @@ impl WorkflowStep {
         Ok(Outcome::Detached { meta: detached })
     }
 
-    /// Starts the container; never a second one for the action: one that runs or exited is
-    /// taken over, one left created-but-never-started (a crash in between) is replaced.
     /// A task whose worktree is ready but whose branches could not be merged: its mapping is
     /// kept (cleanup finds the worktree), the span fails and the commit step records the task
     /// as failed.
@@ -577,44 +553,19 @@ impl WorkflowStep {
                 )),
         ))
     }
+}
 
-    pub(super) async fn start(
-        &self,
-        sandbox: &dyn Sandbox,
-        spec: &SandboxSpec,
-    ) -> Result<StartedMeta, StepError> {
-        let container = spec.container_name();
-        let failed = |e: &SandboxError| {
-            StepError::from_error(e, e.is_retryable())
-                .detail("container", &container)
-                .detail("image", &spec.image)
-        };
-        match sandbox.run(spec).await {
-            Ok(id) => {
-                return Ok(StartedMeta {
-                    container_id: id,
-                    ..StartedMeta::default()
-                })
-            }
-            Err(SandboxError::Conflict { .. }) => {}
-            Err(e) => return Err(failed(&e)),
+/// A run that could not be prepared or started, as the step's error: the sandbox's own error
+/// (its message and retryability as the engine gave them) with the container and image.
+fn run_error(e: AgentRunError, image: &str) -> StepError {
+    match e {
+        AgentRunError::Sandbox { container, source } => {
+            StepError::from_error(&source, source.is_retryable())
+                .detail("container", container)
+                .detail("image", image)
         }
-        match sandbox.status(&container).await.map_err(|e| failed(&e))? {
-            ContainerStatus::Running | ContainerStatus::Exited { .. } => Ok(StartedMeta {
-                container_id: container,
-                adopted: true,
-                replaced_unstarted: false,
-            }),
-            // Never started, gone, or lost with its node: made again.
-            ContainerStatus::Created | ContainerStatus::Gone | ContainerStatus::NodeLost => {
-                sandbox.remove(&container).await.map_err(|e| failed(&e))?;
-                let id = sandbox.run(spec).await.map_err(|e| failed(&e))?;
-                Ok(StartedMeta {
-                    container_id: id,
-                    adopted: false,
-                    replaced_unstarted: true,
-                })
-            }
-        }
+        AgentRunError::Grant { proxy_dir, source } => StepError::from_error(&source, false)
+            .detail("proxyDir", proxy_dir.display().to_string()),
+        AgentRunError::Stopped(_) => StepError::fatal(e.to_string()),
     }
 }

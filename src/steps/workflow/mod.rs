@@ -17,7 +17,6 @@ pub use crate::steps::meta::{
     CollectedMeta, FetchMeta, FetchResult, GatesMeta, LaunchedMeta, MergedInMeta,
     PullUnderReviewMeta, StartedMeta, WorkflowSpanMeta,
 };
-pub use network::proxy_dir;
 pub use orphans::{sweep_orphans, OrphanReport};
 pub use verdict::{verdict, RunEnd};
 
@@ -266,7 +265,6 @@ pub fn label(action_id: Uuid) -> String {
 mod tests {
     use std::path::PathBuf;
 
-    use super::launch::agent_argv;
     use super::*;
     use crate::agents::{AgentKind, AgentRequest, AgentSettings, ClaudeAgent};
     use crate::config::RoverConfig;
@@ -322,12 +320,6 @@ mod tests {
         assert!(step.sandbox_env().is_empty());
     }
 
-    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-        list.iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
     #[test]
     fn no_model_credential_or_endpoint_enters_a_sandbox_by_name_or_by_value() {
         let allow = [
@@ -350,8 +342,8 @@ mod tests {
     fn a_codex_sandbox_gets_the_base_url_as_a_config_override() {
         let mut request = AgentRequest::new("/workspace", "do it");
         request.tools = agents::ToolPolicy::FullEdit;
-        let env = pairs(&[("OPENAI_BASE_URL", "http://models.internal:8080/v1")]);
-        let argv = agent_argv(AgentKind::Codex, &request, &env);
+        let url = Some("http://models.internal:8080/v1");
+        let argv = agents::sandbox_argv(AgentKind::Codex, &request, url);
         assert_eq!(
             argv[..4],
             [
@@ -361,11 +353,10 @@ mod tests {
                 "openai_base_url=\"http://models.internal:8080/v1\""
             ]
         );
-        assert_eq!(
-            agent_argv(AgentKind::Codex, &request, &[]),
-            agents::sandbox_argv(AgentKind::Codex, &request)
-        );
-        assert!(!agent_argv(AgentKind::Claude, &request, &env)
+        assert!(!agents::sandbox_argv(AgentKind::Codex, &request, None)
+            .iter()
+            .any(|a| a.contains("openai_base_url")));
+        assert!(!agents::sandbox_argv(AgentKind::Claude, &request, url)
             .iter()
             .any(|a| a.contains("openai_base_url")));
     }

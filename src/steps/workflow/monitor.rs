@@ -27,7 +27,7 @@ impl WorkflowStep {
         let Some(sandbox) = self.services.sandbox.clone() else {
             return Ok(Vec::new());
         };
-        self.remove_collected(ctx, sandbox.as_ref()).await;
+        self.remove_collected(ctx, &sandbox).await;
         let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
             .await
             .map_err(|e| store_error("cannot read the state", &e))?;
@@ -246,7 +246,7 @@ impl WorkflowStep {
     /// Removes the containers collected earlier whose span is now recorded final (their logs
     /// are in the artifacts). One whose span still runs (its finish was not recorded) stays:
     /// `monitor` collects it again.
-    pub(super) async fn remove_collected(&self, ctx: &StepContext, sandbox: &dyn Sandbox) {
+    pub(super) async fn remove_collected(&self, ctx: &StepContext, sandbox: &Arc<dyn Sandbox>) {
         let entries = self
             .collected
             .lock()
@@ -267,7 +267,12 @@ impl WorkflowStep {
             }
             match sandbox.remove(&entry.container).await {
                 Ok(_) => {
-                    super::network::forget_run(&ctx.store, sandbox, &entry.container).await;
+                    let store = ctx.store.clone();
+                    self.agent_runs(&ctx.store, sandbox.clone())
+                        .forget(&entry.container, move |trace| {
+                            super::network::recorded_spend(&store, trace)
+                        })
+                        .await;
                     remove_scratch(&ctx.store, entry.span_id).await;
                     self.collected
                         .lock()

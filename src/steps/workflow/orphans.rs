@@ -99,22 +99,13 @@ pub async fn sweep_orphans(services: &Services, store: &AutopilotStore) -> Orpha
     }
     // Grants and ledgers of runs no task names any more (a crash between collecting a run and
     // forgetting it): their spans hold what they said. Swept at start, before any launch.
-    let runs_dir = super::network::proxy_dir(store).join(crate::proxy::RUNS_DIR);
     let named: Vec<&str> = known
         .iter()
         .filter_map(|t| t.mapping.container_id.as_deref())
         .collect();
-    if let Ok(entries) = std::fs::read_dir(&runs_dir) {
-        for entry in entries.flatten() {
-            let run = entry.file_name().to_string_lossy().into_owned();
-            if !named.contains(&run.as_str()) {
-                match std::fs::remove_dir_all(entry.path()) {
-                    Ok(()) => report.grants.push(run),
-                    Err(e) => report.errors.push(format!("proxy files of {run}: {e}")),
-                }
-            }
-        }
-    }
+    let (grants, errors) = crate::agent_run::forget_files_except(&store.proxy_dir(), &named);
+    report.grants.extend(grants);
+    report.errors.extend(errors);
     let dir = Services::worktrees_dir(store);
     let named: Vec<PathBuf> = known
         .iter()

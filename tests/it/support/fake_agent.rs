@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rover::agents::{AgentKind, AgentSettings, ClaudeAgent, CodexAgent};
+use rover::agents::{AgentKind, AgentSettings, ClaudeAgent, CliAgent, CodexAgent};
 use serde_json::Value;
 
 /// The `OPENAI_API_KEY` the helpers give codex adapters.
@@ -58,25 +58,26 @@ impl FakeAgentEnv {
         let binary = Some(self.binary(kind));
         let script = script.to_string();
         let log = self.log.display().to_string();
-        match kind {
-            AgentKind::Claude => Box::new(
+        if kind == AgentKind::Claude {
+            Box::new(
                 ClaudeAgent::new(binary, settings)
                     .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                     .with_env("ROVER_FAKE_AGENT_LOG", log),
-            ),
-            AgentKind::Codex => Box::new(
+            )
+        } else {
+            Box::new(
                 self.codex_keyed(
                     CodexAgent::new(binary, settings)
                         .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                         .with_env("ROVER_FAKE_AGENT_LOG", log),
                 ),
-            ),
+            )
         }
     }
 
     /// A codex adapter given only `OPENAI_API_KEY` (the fake, like codex 0.169, demands
     /// `CODEX_API_KEY`: rover must map it) and an empty `CODEX_HOME` (no `codex login`).
-    pub fn codex_keyed(&self, agent: CodexAgent) -> CodexAgent {
+    pub fn codex_keyed(&self, agent: CliAgent) -> CliAgent {
         agent
             .with_env("CODEX_API_KEY", "")
             .with_env("OPENAI_API_KEY", FAKE_OPENAI_KEY)

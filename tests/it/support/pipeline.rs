@@ -464,9 +464,10 @@ impl StepsWorld {
         let text = rover_json.to_string();
         std::fs::write(p.repo.checkout.join("rover.json"), &text).expect("write rover.json");
         let config = RoverConfig::parse(&text).expect("valid config");
-        let agent = match config.autopilot.agent.agent {
-            rover::agents::AgentKind::Claude => p.agent(&steps_rules(), &config),
-            rover::agents::AgentKind::Codex => p.codex_agent(&steps_rules(), &config),
+        let agent = if config.autopilot.agent.agent == AgentKind::Claude {
+            p.agent(&steps_rules(), &config)
+        } else {
+            p.codex_agent(&steps_rules(), &config)
         };
         let services = p.services_with(agent, config.clone(), None, None);
         let orch = p
