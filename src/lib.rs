@@ -13,6 +13,7 @@ pub mod environment;
 pub mod error;
 pub mod git;
 pub mod github;
+pub mod host_env;
 pub mod intake;
 pub mod logging;
 pub mod orchestrator;

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, lowest first; a module may use modules of its own layer and of lower ones.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation", &["error", "project", "secrets"]),
+    ("foundation", &["error", "project", "secrets", "host_env"]),
     ("store", &["store", "logging"]),
     (
         "edges",
