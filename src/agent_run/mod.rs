@@ -25,11 +25,12 @@ use uuid::Uuid;
 use crate::agents::{AgentKind, AgentRequest};
 use crate::sandbox::{Egress, Sandbox, SandboxSettings, SandboxSpec};
 
-/// What the proxy saw of a run: its model requests, tokens, USD, connections and refusals.
-pub use crate::proxy::Ledger as WireLedger;
 /// What the budget lets a run spend at the wire, and what it recorded, handed back when a
 /// run's files are forgotten.
 pub use crate::proxy::{GrantBudget, PeriodBudget, PeriodSpend, RecordedSpend};
+/// What the proxy saw of a run: its model requests, tokens, USD, connections and refusals; and
+/// the budget limit that stopped it at the wire, when one did.
+pub use crate::proxy::{Ledger as WireLedger, Stopped as WireStop};
 
 /// The environment of rover's proxy server (each provider's upstream and the key it adds, the
 /// codex prices), from `get` (rover's own environment, the variables its host-side agents

@@ -2,7 +2,7 @@
 //! drained, timeouts, SIGTERM-then-SIGKILL of the whole group, and a transcript on disk.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -211,6 +211,59 @@ pub async fn run_process(
     spec: ProcessSpec,
     on_line: &mut (dyn FnMut(&str) -> bool + Send),
 ) -> Result<ProcessOutcome, AgentError> {
+    // Opened before the spawn: an unwritable transcript must not cost a started agent.
+    let mut transcript = match &spec.transcript {
+        Some(path) => Some(BufWriter::new(
+            tokio::fs::File::create(path)
+                .await
+                .map_err(|err| io_error(path, err))?,
+        )),
+        None => None,
+    };
+    let started = Instant::now();
+    let (mut guard, stdout, stderr_task) = spawn(&spec)?;
+    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
+    let mut read = read_stdout(&spec, stdout, deadline, &mut transcript, on_line).await?;
+    let child = guard
+        .child
+        .as_mut()
+        .expect("the guard holds the child until the end");
+    let (status, stopped_by_us) = end_child(&spec, child, guard.pgid, deadline, &mut read).await;
+    // Anything left in the group (grandchildren) goes too; the leader is already reaped.
+    let _ = killpg(guard.pgid, Signal::SIGKILL);
+    guard.child = None;
+    let status = status.map_err(|source| AgentError::Spawn {
+        binary: spec.program.display().to_string(),
+        source,
+    })?;
+    let elapsed = started.elapsed();
+    let stderr_tail = match timeout(Duration::from_secs(2), stderr_task).await {
+        Ok(Ok(tail)) => tail,
+        _ => Tail::default(),
+    };
+    if let (Some(writer), Some(path)) = (transcript, spec.transcript.as_ref()) {
+        close_transcript(writer, path, &stderr_tail).await?;
+    }
+    Ok(ProcessOutcome {
+        end: read.end,
+        result_seen: read.result_seen,
+        exit_code: status.code(),
+        signal: status.signal(),
+        stopped_by_us,
+        stderr: stderr_tail.text(),
+        stdout_tail: read.stdout_tail.text(),
+        stdout_bytes: read.stdout_tail.total,
+        elapsed,
+    })
+}
+
+/// The child started in a process group of its own, under a guard that stops the group if
+/// the caller goes away; its stdout, and a task keeping the tail of its stderr. The stdin
+/// data is written from its own task so a child that prints before reading cannot deadlock
+/// us; dropping the handle closes stdin (claude and codex wait for EOF).
+fn spawn(
+    spec: &ProcessSpec,
+) -> Result<(GroupGuard, ChildStdout, tokio::task::JoinHandle<Tail>), AgentError> {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -226,16 +279,6 @@ pub async fn run_process(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // Opened before the spawn: an unwritable transcript must not cost a started agent.
-    let mut transcript = match &spec.transcript {
-        Some(path) => Some(BufWriter::new(
-            tokio::fs::File::create(path)
-                .await
-                .map_err(|err| io_error(path, err))?,
-        )),
-        None => None,
-    };
-    let started = Instant::now();
     let mut child = command.spawn().map_err(|source| AgentError::Spawn {
         binary: spec.program.display().to_string(),
         source,
@@ -249,8 +292,6 @@ pub async fn run_process(
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut stderr = child.stderr.take().expect("stderr is piped");
     if let (Some(data), Some(mut stdin)) = (spec.stdin.clone(), child.stdin.take()) {
-        // Written from its own task so a child that prints before reading cannot deadlock us;
-        // dropping the handle closes stdin (claude and codex wait for EOF).
         tokio::spawn(async move {
             let _ = stdin.write_all(&data).await;
             let _ = stdin.shutdown().await;
@@ -267,35 +308,57 @@ pub async fn run_process(
         }
         tail
     });
-    let mut guard = GroupGuard {
+    let guard = GroupGuard {
         pgid,
         child: Some(child),
         grace: spec.kill_grace,
     };
+    Ok((guard, stdout, stderr_task))
+}
 
+/// How reading a child's stdout ended.
+struct Reading {
+    end: ProcessEnd,
+    result_seen: bool,
+    /// Stdout closed.
+    eof: bool,
+    stdout_tail: Tail,
+}
+
+/// Reads stdout a line at a time (each capped, copied to the transcript, handed to
+/// `on_line`) until it closes, the deadline passes, it stays silent past the inactivity
+/// limit, or past the short grace after the final line.
+async fn read_stdout(
+    spec: &ProcessSpec,
+    stdout: ChildStdout,
+    deadline: tokio::time::Instant,
+    transcript: &mut Option<BufWriter<tokio::fs::File>>,
+    on_line: &mut (dyn FnMut(&str) -> bool + Send),
+) -> Result<Reading, AgentError> {
     let mut reader = BufReader::with_capacity(256 * 1024, stdout);
-    let mut stdout_tail = Tail::default();
+    let mut read = Reading {
+        end: ProcessEnd::Finished,
+        result_seen: false,
+        eof: false,
+        stdout_tail: Tail::default(),
+    };
     let mut buf = Vec::new();
     let mut seen = 0;
-    let mut end = ProcessEnd::Finished;
-    let mut result_seen = false;
-    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
     let mut idle_deadline = tokio::time::Instant::now() + spec.inactivity_timeout;
-    let mut eof = false;
     loop {
-        let read_until = if result_seen {
+        let read_until = if read.result_seen {
             idle_deadline.min(deadline)
         } else {
             deadline
         };
         tokio::select! {
-            read = read_line_capped(&mut reader, &mut buf, &mut seen, spec.max_line_bytes) => {
-                let Ok(true) = read else {
-                    eof = true;
+            line = read_line_capped(&mut reader, &mut buf, &mut seen, spec.max_line_bytes) => {
+                let Ok(true) = line else {
+                    read.eof = true;
                     break;
                 };
-                stdout_tail.push(&buf, TAIL_BYTES);
-                stdout_tail.push(b"\n", TAIL_BYTES);
+                read.stdout_tail.push(&buf, TAIL_BYTES);
+                read.stdout_tail.push(b"\n", TAIL_BYTES);
                 if let (Some(writer), Some(path)) = (transcript.as_mut(), spec.transcript.as_ref()) {
                     writer.write_all(&buf).await.map_err(|err| io_error(path, err))?;
                     writer.write_all(b"\n").await.map_err(|err| io_error(path, err))?;
@@ -303,81 +366,63 @@ pub async fn run_process(
                 let line = String::from_utf8_lossy(&buf).into_owned();
                 buf.clear();
                 seen = 0;
-                let is_final = on_line(&line);
-                result_seen |= is_final;
+                read.result_seen |= on_line(&line);
                 // After the result only a short grace applies; before it, the inactivity limit.
                 idle_deadline = tokio::time::Instant::now()
-                    + if result_seen { spec.after_result_grace } else { spec.inactivity_timeout };
+                    + if read.result_seen { spec.after_result_grace } else { spec.inactivity_timeout };
             }
             () = sleep_until(read_until) => {
-                if !result_seen {
-                    end = ProcessEnd::Timeout;
+                if !read.result_seen {
+                    read.end = ProcessEnd::Timeout;
                 }
                 break;
             }
-            () = sleep_until(idle_deadline), if !result_seen => {
-                end = ProcessEnd::Inactive;
+            () = sleep_until(idle_deadline), if !read.result_seen => {
+                read.end = ProcessEnd::Inactive;
                 break;
             }
         }
     }
+    Ok(read)
+}
 
-    let child = guard
-        .child
-        .as_mut()
-        .expect("the guard holds the child until the end");
-    let mut stopped_by_us = false;
-    let status = if end == ProcessEnd::Finished && eof {
-        // Stdout closed: wait for the exit, bounded by the deadline (or the grace after a result).
-        let limit = if result_seen {
+/// The child's exit status, and whether rover stopped it: with stdout closed it is waited
+/// for, bounded by the deadline (or the grace after a result), then stopped; otherwise it is
+/// stopped at once.
+async fn end_child(
+    spec: &ProcessSpec,
+    child: &mut Child,
+    pgid: Pid,
+    deadline: tokio::time::Instant,
+    read: &mut Reading,
+) -> (std::io::Result<ExitStatus>, bool) {
+    if read.end == ProcessEnd::Finished && read.eof {
+        let limit = if read.result_seen {
             tokio::time::Instant::now() + spec.after_result_grace
         } else {
             deadline
         };
         if let Ok(status) = tokio::time::timeout_at(limit, reap(child)).await {
-            status
-        } else {
-            if !result_seen {
-                end = ProcessEnd::Timeout;
-            }
-            stopped_by_us = true;
-            stop_group(child, pgid, spec.kill_grace).await
+            return (status, false);
         }
-    } else {
-        stopped_by_us = true;
-        stop_group(child, pgid, spec.kill_grace).await
-    };
-    // Anything left in the group (grandchildren) goes too; the leader is already reaped.
-    let _ = killpg(pgid, Signal::SIGKILL);
-    guard.child = None;
-    let status = status.map_err(|source| AgentError::Spawn {
-        binary: spec.program.display().to_string(),
-        source,
-    })?;
-    let elapsed = started.elapsed();
-
-    let stderr_tail = match timeout(Duration::from_secs(2), stderr_task).await {
-        Ok(Ok(tail)) => tail,
-        _ => Tail::default(),
-    };
-    if let (Some(mut writer), Some(path)) = (transcript, spec.transcript.as_ref()) {
-        writer.flush().await.map_err(|err| io_error(path, err))?;
-        let mut stderr_path = path.clone().into_os_string();
-        stderr_path.push(".stderr");
-        let stderr_path = PathBuf::from(stderr_path);
-        tokio::fs::write(&stderr_path, &stderr_tail.bytes)
-            .await
-            .map_err(|err| io_error(&stderr_path, err))?;
+        if !read.result_seen {
+            read.end = ProcessEnd::Timeout;
+        }
     }
-    Ok(ProcessOutcome {
-        end,
-        result_seen,
-        exit_code: status.code(),
-        signal: status.signal(),
-        stopped_by_us,
-        stderr: stderr_tail.text(),
-        stdout_tail: stdout_tail.text(),
-        stdout_bytes: stdout_tail.total,
-        elapsed,
-    })
+    (stop_group(child, pgid, spec.kill_grace).await, true)
+}
+
+/// Flushes the transcript and writes the stderr tail beside it (`<transcript>.stderr`).
+async fn close_transcript(
+    mut writer: BufWriter<tokio::fs::File>,
+    path: &Path,
+    stderr_tail: &Tail,
+) -> Result<(), AgentError> {
+    writer.flush().await.map_err(|err| io_error(path, err))?;
+    let mut stderr_path = path.to_path_buf().into_os_string();
+    stderr_path.push(".stderr");
+    let stderr_path = PathBuf::from(stderr_path);
+    tokio::fs::write(&stderr_path, &stderr_tail.bytes)
+        .await
+        .map_err(|err| io_error(&stderr_path, err))
 }

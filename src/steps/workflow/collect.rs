@@ -6,13 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{run_limit, verdict, RunEnd, WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
-use crate::agents::{self, AgentStep, WorkflowResult};
+use super::judge::{collected, Collection, Judged};
+use super::{run_limit, verdict, RunEnd, WorkflowSpanMeta, WorkflowStep};
+use crate::agents::{self, WorkflowResult};
 use crate::orchestrator::{self, Collected, Completion, Finished, StepContext, StepError};
-use crate::sandbox::gates::{run_gates, GatesReport};
+use crate::sandbox::gates::GatesReport;
 use crate::sandbox::{self, ContainerStatus, Sandbox};
-use crate::steps::meta::{CollectSpanMeta, CollectedMeta, GatesMeta};
-use crate::steps::meta::{OutcomeSpanMeta, TaskStatus};
+use crate::steps::meta::{CollectSpanMeta, GatesMeta, TaskStatus};
 use crate::steps::tasks::{self, store_error, Task};
 use crate::store::{ErrorMeta, Meta, SpanStatus, StepRun};
 
@@ -112,313 +112,102 @@ impl WorkflowStep {
         span: &crate::store::Span,
         ended: Ended<'_>,
     ) -> (Finished, CollectionEnd, bool) {
-        let Ended {
-            status,
-            timed_out,
-            stuck,
-            closed_by_hand,
-        } = ended;
         let container = task.mapping.container_id.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
-        let log = artifacts.join(AGENT_LOG);
-        let err_log = sandbox::stderr_path(&log);
-        let mut notes: Vec<String> = Vec::new();
-        if let Err(e) = tokio::fs::create_dir_all(&artifacts).await {
-            notes.push(format!("cannot create {}: {e}", artifacts.display()));
-        }
-        // The container may go once its logs are durably in the artifacts (and its span is
-        // recorded final, see `remove_collected`).
-        let mut logs_saved = false;
-        let mut logs = None;
-        // Why the collection itself failed, when it did (its span's error, in full).
-        let mut collection_error: Option<StepError> = None;
-        let mut gate_failed: Option<StepError> = None;
-        if status == ContainerStatus::Gone {
-            collection_error = Some(
-                StepError::fatal(format!(
-                    "the sandbox container {container} is gone: the agent's result cannot be read (removed by hand?)"
-                ))
-                .detail("container", &container),
-            );
-        } else {
-            // The follower (see `stuck_for`) wrote the log as it came, its true head and tail;
-            // without one that saw the container to its end, the engine's copy is read now.
-            let followed = self
-                .stuck
-                .finish_following(task.action_id, FOLLOWER_GRACE)
-                .await;
-            let read = match followed {
-                Some(stats) => Ok(stats),
-                None => {
-                    sandbox
-                        .logs_to_file(&container, &log, self.log_limit())
-                        .await
-                }
-            };
-            match read {
-                Ok(stats) => {
-                    logs = Some(stats);
-                    match sync_files(&[log.clone(), err_log.clone()]).await {
-                        Ok(()) => logs_saved = true,
-                        Err(e) => {
-                            notes.push(format!("cannot make the container's logs durable: {e}"));
-                        }
-                    }
-                }
-                Err(e) => {
-                    let text = format!("cannot read the container's logs: {e}");
-                    notes.push(text.clone());
-                    collection_error = Some(
-                        StepError::fatal(format!("{text}; the agent's result is unread"))
-                            .detail("container", &container)
-                            .detail("log", &log),
-                    );
-                }
-            }
-        }
-        let stderr = crate::sandbox::logcap::read_tail(&err_log, STDERR_TAIL_READ).await;
+        let mut read = self
+            .read_logs(sandbox, task, ended.status, &container, &artifacts)
+            .await;
+        let stderr = crate::sandbox::logcap::read_tail(&read.err_log, STDERR_TAIL_READ).await;
         let stderr_tail = tail(&String::from_utf8_lossy(&stderr), 2000);
-        let agent_settings = self.services.agent_settings();
-        let kind = agent_settings.agent;
-        let mut parsed = parse_log(kind, &log).await;
-        if let Ok(response) = &mut parsed {
-            // A CLI that reports tokens only (codex) is priced here so the budgets see USD.
-            let model = agent_settings.model_for(AgentStep::Workflow);
-            kind.cli()
-                .fill_cost(&agent_settings.codex_prices, model.as_deref(), response);
-        }
+        let parsed = self.parse_answer(&read.log).await;
         let result = parsed
             .as_ref()
             .map_err(ToString::to_string)
             .and_then(agents::extract::<WorkflowResult>);
-        let over_log_limit = logs.and_then(|l| l.over_limit_summary("the sandbox", &log));
+        let over_log_limit = read
+            .stats
+            .and_then(|l| l.over_limit_summary("the sandbox", &read.log));
         // What the proxy saw; the run's token stops working now.
         let wire = match self.runs(&ctx.store) {
             Ok(runs) => runs.end(&container).await,
             Err(_) => None,
         };
         let wire_stop = wire.as_ref().and_then(|l| l.stopped.clone());
-
-        let (mut task_status, mut summary) = verdict(&RunEnd {
+        let (task_status, summary) = verdict(&RunEnd {
             container: &container,
-            status,
+            status: ended.status,
             result: &result,
-            stuck,
-            timed_out,
+            stuck: ended.stuck,
+            timed_out: ended.timed_out,
             stuck_after_secs: self.services.config.autopilot.budget.stuck_after_secs,
             limit: run_limit(&self.services),
             memory_mb: self.services.config.autopilot.sandbox.memory_mb,
             stderr_tail: &stderr_tail,
             over_log_limit: over_log_limit.as_deref(),
-            closed_by_hand,
+            closed_by_hand: ended.closed_by_hand,
         });
-
-        if let Some(stop) = &wire_stop {
-            if task_status != TaskStatus::Completed {
-                task_status = TaskStatus::Failed;
-                summary = format!(
-                    "stopped by budget at the wire: {} when rover's proxy refused the agent's next model request; the agent said: {summary}",
-                    stop.describe()
-                );
-            }
-        }
-
-        // A shipped workspace comes back (checked) before anything reads the worktree.
-        let (workspace, refused) = self.take_back(ctx, sandbox, task, status).await;
-        let refused = match refused {
-            // A run that ended without its work (stopped by hand or by a budget, timed out,
-            // failed, its node lost) keeps that verdict: a workspace that then did not come
-            // back (a task stopped before it sent it) or was refused is a note, and nothing of
-            // it reaches the worktree either way.
-            Some(e) if task_status != TaskStatus::Completed => {
-                notes.push(format!("the workspace was not taken back: {}", e.message));
-                None
-            }
-            other => other,
+        let mut judged = Judged {
+            task_status,
+            summary,
         };
-        if let Some(e) = &refused {
-            task_status = TaskStatus::Failed;
-            summary.clone_from(&e.message);
+        if let Some(stop) = &wire_stop {
+            judged.stopped_at_the_wire(stop);
         }
-
-        let mut gate_warnings = None;
-        let mut gates_ran = None;
-        // Gates, only for work the agent calls done.
-        if task_status == TaskStatus::Completed {
-            if let Some(worktree) = &task.mapping.worktree_path {
-                let gates = &self.services.config.autopilot.sandbox.gates;
-                let mut base = self.base_spec(
-                    vec!["true".into()],
-                    worktree,
-                    self.labels(task.mapping.trace_id, task.action_id),
-                );
-                // The gates run in the image the agent ran in.
-                base.image = crate::steps::history::image_of(span).unwrap_or(base.image);
-                match run_gates(sandbox, &base, gates, &artifacts.join("gates")).await {
-                    Ok(report) => {
-                        if report.failed_required() {
-                            gate_failed = failed_gate(&report);
-                            task_status = TaskStatus::Failed;
-                            let failed: Vec<String> = report
-                                .results()
-                                .iter()
-                                .filter(|r| r.required && !r.passed())
-                                .map(|r| r.command.join(" "))
-                                .collect();
-                            summary = format!(
-                                "a required gate did not pass ({}); the agent said: {summary}",
-                                failed.join("; ")
-                            );
-                        }
-                        gate_warnings = Some(
-                            report
-                                .warnings()
-                                .iter()
-                                .map(|r| {
-                                    format!("optional gate `{}` did not pass", r.command.join(" "))
-                                })
-                                .collect(),
-                        );
-                        gates_ran = Some(GatesMeta::of(&report));
-                    }
-                    Err(e) => {
-                        task_status = TaskStatus::Error;
-                        summary = format!("the verification gates could not run: {e}");
-                        collection_error = Some(
-                            StepError::from_error(&e, e.is_retryable())
-                                .detail("container", &container),
-                        );
-                    }
-                }
-            }
+        // A shipped workspace comes back (checked) before anything reads the worktree.
+        let (workspace, refused) = self.take_back(ctx, sandbox, task, ended.status).await;
+        let refused = judged.workspace_refused(refused, &mut read.notes);
+        let gates = self
+            .gates(sandbox, task, span, &artifacts, &container, &mut judged)
+            .await;
+        if gates.error.is_some() {
+            read.error = gates.error.clone();
         }
-
-        // Every container over the worktree has exited: its git metadata must still be rover's,
-        // or nothing of this task is trusted (and nothing of it is committed).
-        let mut tampered = None;
-        if let Some(worktree) = &task.mapping.worktree_path {
-            if let Ok(ws) = tasks::workspace(&self.services).await {
-                if let Err(e) = ws.verify_worktree(worktree).await {
-                    if crate::steps::sandboxed::is_tampered(&e) {
-                        tracing::warn!(worktree = %worktree.display(), error = %e, "a sandbox tampered with the worktree's git metadata");
-                        task_status = TaskStatus::Failed;
-                        summary = e.to_string();
-                        tampered = Some(crate::steps::sandboxed::tampered(
-                            "the sandbox tampered with the worktree",
-                            &e,
-                        ));
-                    }
-                }
-            }
-        }
+        let tampered = self.tamper_check(task, &mut judged).await;
         // The run's scratch git (with the git file a shipped workspace comes back against) stays
         // until the run's span is final (`remove_collected`): a collection cut off before its
         // hand-over is done again, and takes the workspace back again.
-
-        let diff = match (&task.mapping.worktree_path, &task.mapping.fork_point) {
-            _ if tampered.is_some() => None,
-            (Some(worktree), Some(fork)) => match tasks::workspace(&self.services).await {
-                Ok(ws) => ws
-                    .diff_summary(worktree, fork)
-                    .await
-                    .map_err(|e| notes.push(format!("no diff summary: {e}")))
-                    .ok(),
-                Err(e) => {
-                    notes.push(format!("no diff summary: {e}"));
-                    None
-                }
-            },
-            _ => None,
-        };
-
-        let (exit_code, oom_killed) = match status {
-            ContainerStatus::Exited { code, oom_killed } => (Some(code), oom_killed),
-            _ => (None, false),
-        };
-        let was_tampered = tampered.is_some();
-        let end = CollectionEnd {
-            task_status,
-            gates: gates_ran.clone(),
-            read_error: collection_error,
-            check_failed: gate_failed.map(|e| e.to_meta()).or_else(|| {
-                tampered
-                    .as_ref()
-                    .or(refused.as_ref())
-                    .map(StepError::to_meta)
-            }),
-            summary: summary.clone(),
-        };
-        let error = match tampered.or(refused) {
-            Some(error) => Some(error.to_meta()),
-            None => (task_status == TaskStatus::Error)
-                .then(|| container_error(&summary, false, &container)),
-        };
-        let span_meta = WorkflowSpanMeta {
-            outcome: OutcomeSpanMeta {
-                tampered: was_tampered,
-                ..OutcomeSpanMeta::default()
-            },
-            collected: Some(CollectedMeta {
-                exit_code,
-                oom_killed,
-                timed_out,
-                stuck,
-                log_path: log,
-                stderr_path: err_log,
-                stderr_tail,
-                diff,
-                task_status,
-                result: result.ok(),
-                agent: wire_usage(
-                    parsed
-                        .as_ref()
-                        .ok()
-                        .map(crate::steps::agent_call::response_usage),
-                    wire.as_ref(),
-                ),
-                gate_warnings,
-                gates: gates_ran,
-                logs,
-                notes: (!notes.is_empty()).then_some(notes),
-                network: wire,
-                workspace,
-            }),
-            error,
-            ..task_meta(task, &container, Some(status))
-        };
-        let finished = Finished {
-            status: match task_status {
-                TaskStatus::Completed => SpanStatus::Completed,
-                TaskStatus::Failed => SpanStatus::Failed,
-                TaskStatus::Error => SpanStatus::Error,
-            },
-            summary: summary.clone(),
-            meta: crate::store::Meta::new(),
-            actions: Vec::new(),
-        }
-        .with_meta_record(&span_meta)
-        .with_meta_record(&crate::store::RunSpanMeta {
-            closed_by_hand: closed_by_hand.is_some(),
+        let diff = self.diff(task, tampered.is_some(), &mut read.notes).await;
+        let agent = wire_usage(
+            parsed
+                .as_ref()
+                .ok()
+                .map(crate::steps::agent_call::response_usage),
+            wire.as_ref(),
+        );
+        let logs_saved = read.saved;
+        let (finished, end) = collected(Collection {
+            task,
+            container: &container,
+            ended,
+            judged,
+            read,
+            stderr_tail,
+            result: result.ok(),
+            agent,
+            gates,
+            tampered,
+            refused,
+            diff,
+            wire,
             budget_stopped: wire_stop.is_some(),
-            ..crate::store::RunSpanMeta::default()
-        })
-        .then(Self::commit_action(task.action_id, task_status, &summary));
+            workspace,
+        });
         (finished, end, logs_saved)
     }
 }
 
 /// How the collection itself went, apart from the run's outcome.
 pub(super) struct CollectionEnd {
-    task_status: TaskStatus,
-    gates: Option<GatesMeta>,
+    pub task_status: TaskStatus,
+    pub gates: Option<GatesMeta>,
     /// It could not read the run (the container gone, its logs unreadable, the gates unable to
     /// run): the collection is an `error`.
-    read_error: Option<StepError>,
+    pub read_error: Option<StepError>,
     /// A check inside it failed (a required gate, the tamper check, the workspace's return):
     /// the collection is `failed`.
-    check_failed: Option<ErrorMeta>,
+    pub check_failed: Option<ErrorMeta>,
     /// The run's summary.
-    summary: String,
+    pub summary: String,
 }
 
 impl CollectionEnd {
@@ -454,7 +243,7 @@ impl CollectionEnd {
 
 /// The first required gate that did not pass, as an error with its command, exit code and
 /// output (the gate's stdout then stderr, bounded).
-fn failed_gate(report: &GatesReport) -> Option<StepError> {
+pub(super) fn failed_gate(report: &GatesReport) -> Option<StepError> {
     let gate = report
         .results()
         .iter()
@@ -496,7 +285,7 @@ pub(super) const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
 const STDERR_TAIL_READ: u64 = 8 * 1024;
 
 /// The agent's output parsed from its log, a line at a time (never the whole file in memory).
-async fn parse_log(
+pub(super) async fn parse_log(
     kind: agents::AgentKind,
     log: &Path,
 ) -> Result<agents::AgentResponse, agents::ParseError> {
@@ -554,7 +343,11 @@ pub(super) fn tail(text: &str, max: usize) -> String {
 }
 
 /// The workflow span's typed keys for `task` and its container.
-fn task_meta(task: &Task, container: &str, status: Option<ContainerStatus>) -> WorkflowSpanMeta {
+pub(super) fn task_meta(
+    task: &Task,
+    container: &str,
+    status: Option<ContainerStatus>,
+) -> WorkflowSpanMeta {
     WorkflowSpanMeta {
         task_id: Some(task.mapping.task_id.clone()),
         branch_name: Some(task.mapping.branch_name.clone()),
@@ -566,7 +359,7 @@ fn task_meta(task: &Task, container: &str, status: Option<ContainerStatus>) -> W
 }
 
 /// The error of a run that could not end normally, with its container.
-fn container_error(message: &str, retryable: bool, container: &str) -> ErrorMeta {
+pub(super) fn container_error(message: &str, retryable: bool, container: &str) -> ErrorMeta {
     StepError {
         retryable,
         ..StepError::fatal(message)

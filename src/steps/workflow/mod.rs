@@ -6,6 +6,8 @@
 
 mod collect;
 mod environment;
+mod fork;
+mod judge;
 mod launch;
 mod monitor;
 mod network;
