@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::support::gitrepo::git;
-use crate::support::scenario::{chain, changes_requested, head_sha, merge, Scenario, NOTIFY};
+use crate::support::scenario::{changes_requested, head_sha, merge, Scenario, NOTIFY};
 
 /// Carol's pull request #40 from `feature/csv` (one commit on main): returns its head.
 fn carols_pull_request(s: &Scenario) -> String {
@@ -81,21 +81,11 @@ async fn review_carols_pull_request(s: &mut Scenario) -> (String, String) {
         NOTIFY,
         json!({"message": "I handled quoting in CSV fields."}),
     );
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed"
-        ]
-    );
+    s.settle_as(
+        12,
+        "event coordinate plan workflow commit resolve push notify",
+    )
+    .await;
     assert_eq!(
         git(&s.origin, &["rev-parse", "main"]),
         main,

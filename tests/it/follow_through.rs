@@ -40,18 +40,7 @@ async fn a_permission_lookup_that_fails_with_502_is_retried_and_then_acts() {
         times: 1,
         kind: FaultKind::Server(502),
     });
-    s.run_once().await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    let trace = s.once_as("event coordinate:error coordinate notify").await;
     let failed = &trace.spans[1];
     let error = &failed.meta["error"];
     assert_eq!(error["retryable"], true, "{error}");
@@ -90,10 +79,7 @@ async fn a_rate_limited_permission_lookup_waits_for_the_reset_visibly() {
         times: 1,
         kind: FaultKind::RateLimited { status: 403, reset },
     });
-    s.run_once().await;
-
-    let trace = s.the_trace();
-    assert_eq!(chain(&trace), ["event:completed", "coordinate:error"]);
+    let trace = s.once_as("event coordinate:error").await;
     let error = &trace.spans[1].meta["error"];
     assert!(
         error["message"].as_str().unwrap().contains("rate limit"),
@@ -137,18 +123,9 @@ async fn a_lookup_still_failing_after_the_last_attempt_ends_in_a_failed_noop_wit
         times: 2,
         kind: FaultKind::Server(503),
     });
-    s.run_once().await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:failed",
-            "noop:completed"
-        ]
-    );
+    let trace = s
+        .once_as("event coordinate:error coordinate:failed noop")
+        .await;
     let reason = &trace.actions.last().unwrap().reason;
     assert!(
         reason.contains("could not verify that alice may make rover work (after 2 attempts)")
@@ -302,10 +279,7 @@ async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() 
         crate::support::scenario::SUMMARIZE,
         json!({"summary": "A newer comment took over the wait."}),
     );
-    s.run_once().await;
-
-    let first = s.the_trace();
-    assert_eq!(chain(&first), ["event:completed", "coordinate:completed"]);
+    let first = s.once_as("event coordinate").await;
     let status = stdout(&s.env.rover(&["autopilot", "status"]));
     assert!(
         status.contains("later    coordinate")

@@ -12,6 +12,7 @@ use rover::agents::{
 use serde_json::json;
 
 use crate::proof::escape::real_claude;
+use crate::support::chain::assert_chain;
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
 
@@ -225,7 +226,7 @@ async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
 /// workflow agent is the fake agent in a real container.
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
-    use crate::support::scenario::{chain, workflow_rule, Scenario};
+    use crate::support::scenario::{workflow_rule, Scenario};
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
@@ -245,21 +246,12 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            12,
+            "event coordinate plan workflow commit resolve push notify",
+        )
+        .await;
     let commit = trace
         .spans
         .iter()
@@ -355,24 +347,14 @@ pub(crate) async fn json_flag_in_a_real_sandbox(
 
 #[tokio::test]
 async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::support::scenario::chain;
     let image = real_sandbox_image();
     let (s, api) = json_flag_in_a_real_sandbox(json!({"image": image})).await;
-    s.run_until_settled(20).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            20,
+            "event coordinate plan workflow commit resolve push notify",
+        )
+        .await;
     let push = trace
         .spans
         .iter()
@@ -635,7 +617,7 @@ async fn a_rejected_answer_from_the_real_codex_is_repaired_by_the_one_retry() {
 /// claude deciding on the host (the workflow agent is the fake agent in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::support::scenario::{chain, workflow_rule, Scenario};
+    use crate::support::scenario::{workflow_rule, Scenario};
     // A vague issue: the planner asks which format.
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
         ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
@@ -654,17 +636,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
-    s.run_until_settled(8).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "notify:completed"
-        ]
-    );
+    s.settle_as(8, "event coordinate plan notify").await;
     assert!(s
         .github
         .comment_bodies(72)
@@ -698,24 +670,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
-    s.run_until_settled(14).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
     let resolve = trace
         .spans
         .iter()
@@ -729,7 +684,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
 /// alone; the workflow agent is the fake codex in a container.
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
-    use crate::support::scenario::{chain, merge, workflow_rule, Scenario};
+    use crate::support::scenario::{merge, workflow_rule, Scenario};
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
@@ -760,18 +715,9 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
         "{:?}",
         workflow.meta
     );
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
     );
     let commit = trace
         .spans
@@ -798,7 +744,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
 /// committed, pushed and answered.
 #[tokio::test]
 async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::support::scenario::{chain, merge, Scenario};
+    use crate::support::scenario::{merge, Scenario};
     let image = real_sandbox_image();
     let workflow = json!({
         "__tools": [{"name": "exec_command", "arguments": {"cmd": "printf -- '--json prints JSON\\n' > json.txt"}}],
@@ -831,18 +777,9 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
         "{:?}",
         workflow.meta
     );
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
     );
     let push = trace
         .spans
@@ -891,7 +828,7 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
 /// codex deciding on the host (the workflow agent is the fake codex in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::support::scenario::{chain, merge, workflow_rule, Scenario};
+    use crate::support::scenario::{merge, workflow_rule, Scenario};
     let codex_scenario = |api: &FakeOpenAi, s: &mut Scenario| {
         merge(
             &mut s.extra_config,
@@ -912,17 +849,7 @@ async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_fa
     s.github
         .add_issue(76, "Add an export", "We need an export.", "alice", &[]);
     s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 76, "title": "Add an export", "body": "We need an export.", "user": {"login": "alice"}}}));
-    s.run_until_settled(8).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "notify:completed"
-        ]
-    );
+    s.settle_as(8, "event coordinate plan notify").await;
     assert!(s
         .github
         .comment_bodies(76)
@@ -950,24 +877,7 @@ async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_fa
         "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
     s.rules
         .push(workflow_rule("Add the json flag", json!({}), "failed"));
-    s.run_until_settled(14).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
     let resolve = trace
         .spans
         .iter()

@@ -4,12 +4,12 @@
 
 use serde_json::{json, Value};
 
+use crate::support::chain::assert_chain;
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::TOKEN;
 use crate::support::replay::{assert_replays_clean, export_all, replay_cmd, replay_dir};
 use crate::support::scenario::{
-    chain, coordinate, head_sha, merge, task, Scenario, COORDINATE, NOTIFY, PLAN, RESOLVE,
-    SUMMARIZE,
+    coordinate, head_sha, merge, task, Scenario, COORDINATE, NOTIFY, PLAN, RESOLVE, SUMMARIZE,
 };
 
 /// A push to main whose CI is green: the coordinator decides noop.
@@ -21,10 +21,7 @@ async fn noop_scenario() -> Scenario {
     s.answer(COORDINATE, json!({"decision": "noop", "confidence": 0.95, "reasoning": "CI passed on main; nothing to do.", "directive": null, "task": null, "message": null, "condition": null, "task_id": null}));
     s.answer(SUMMARIZE, json!({"summary": "Nothing to do."}));
     s.run_once().await;
-    assert_eq!(
-        chain(&s.the_trace()),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
+    assert_chain(&s.the_trace(), "event coordinate noop");
     s
 }
 

@@ -5,8 +5,9 @@
 use serde_json::json;
 
 use crate::real_cli::{json_flag_in_a_real_sandbox, real_codex};
+use crate::support::chain::assert_chain;
 use crate::support::gitrepo::git;
-use crate::support::scenario::{chain, merge, Scenario};
+use crate::support::scenario::{merge, Scenario};
 
 /// The Debian base `tests/setup-sandbox-image.sh --base` made (`tests/run.sh` exports it).
 fn sandbox_base() -> String {
@@ -71,18 +72,9 @@ async fn rover_builds_its_own_sandbox_image_on_first_use_and_the_real_claude_shi
         }
     }
     let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
     );
     let built = own_images();
     assert_eq!(built.len(), 1, "one image built: {built:?}");

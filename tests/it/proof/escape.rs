@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::support::chain::assert_chain;
 use crate::support::gitrepo::git;
 use crate::support::scenario::{
     chain, coordinate, merge, prompts, push_once_committed, resolve, task, Scenario, COMMIT,
@@ -225,22 +226,12 @@ async fn nothing_an_agent_writes_in_its_sandbox_runs_on_the_host() {
         NOTIFY,
         json!({"message": "Opened a PR with the feature file."}),
     );
-    s.run_until_settled(12).await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            12,
+            "event coordinate plan workflow commit resolve push notify",
+        )
+        .await;
     let found = m.found();
     assert!(found.is_empty(), "escapes: {found:?}");
 
@@ -350,24 +341,12 @@ async fn hook_managers_and_the_resolvers_commands_run_only_in_the_sandbox() {
     s.rules.push(json!({"prompt_contains": "the pre-commit hook exited with",
         "structured": resolve("retry", json!({"retry_step": "commit", "corrective_commands": [{"command": fix, "purpose": "mark the check as fixed"}]}))}));
     s.answer(NOTIFY, json!({"message": "I added the changelog."}));
-    s.run_until_settled(14).await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:error",
-            "resolve:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            14,
+            "event coordinate plan workflow commit:error resolve commit resolve push notify",
+        )
+        .await;
     let found = m.found();
     assert!(found.is_empty(), "escapes: {found:?}");
     let commit_error = trace
@@ -619,17 +598,9 @@ async fn a_log_bomb_leaves_rovers_memory_and_the_disk_bounded() {
     };
 
     let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow:failed commit resolve notify",
     );
     let workflow = trace
         .spans
@@ -1406,23 +1377,12 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
         NOTIFY,
         json!({"message": format!("I could not push: {key} / {webhook} / {second_token} / {fake_token}.")}),
     );
-    s.run_until_settled(12).await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:failed",
-            "resolve:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            12,
+            "event coordinate plan workflow commit resolve push:failed resolve notify",
+        )
+        .await;
     // The key really reached the worktree and a commit (so the scan is what stopped it).
     let commit = trace
         .spans

@@ -218,12 +218,21 @@ impl Pipeline {
     /// `step:status`, in creation order, of the trace's spans but its collections (`collect` spans, checked where
     /// collection is tested: `collections`).
     pub fn chain(&self, trace_id: Uuid) -> Vec<String> {
-        self.trace(trace_id)
-            .spans
-            .iter()
-            .filter(|s| !rover::orchestrator::is_collection(s))
-            .map(|s: &Span| format!("{}:{}", s.step, s.status))
-            .collect()
+        super::chain::chain(&self.trace(trace_id))
+    }
+
+    /// Drains the pipeline and checks the trace's chain of steps (`short`: see
+    /// `chain::steps`); returns the trace.
+    pub async fn run_as(
+        &self,
+        orchestrator: &StepOrchestrator,
+        trace_id: Uuid,
+        short: &str,
+    ) -> TraceView {
+        self.run(orchestrator).await;
+        let view = self.trace(trace_id);
+        super::chain::assert_chain(&view, short);
+        view
     }
 
     /// The trace's `collect` spans, in creation order.

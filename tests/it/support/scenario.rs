@@ -10,6 +10,8 @@ use std::process::Output;
 use rover::store::{AutopilotStore, TraceOutcome, TraceView};
 use serde_json::{json, Value};
 
+use super::chain::assert_chain;
+pub use super::chain::chain;
 use super::docker::{fake_agent_image, remove_containers, remove_proxy, sandbox};
 use super::env::{stderr, stdout, TestEnv};
 use super::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
@@ -244,6 +246,24 @@ impl Scenario {
         panic!("not settled after {max} runs: {summary:#?}");
     }
 
+    /// Runs `--once` until settled (`max` runs at most) and checks the one trace's chain of
+    /// steps (`short`: see `chain::steps`); returns the trace.
+    pub async fn settle_as(&self, max: usize, short: &str) -> TraceView {
+        self.run_until_settled(max).await;
+        let trace = self.the_trace();
+        assert_chain(&trace, short);
+        trace
+    }
+
+    /// Runs `--once` a single time and checks the one trace's chain of steps; returns the
+    /// trace.
+    pub async fn once_as(&self, short: &str) -> TraceView {
+        self.run_once().await;
+        let trace = self.the_trace();
+        assert_chain(&trace, short);
+        trace
+    }
+
     /// Whether every trace has ended and nothing is queued.
     pub fn settled(&self) -> bool {
         self.traces()
@@ -406,14 +426,6 @@ pub fn after_the_workflow(view: &TraceView) -> Vec<String> {
         .skip(1)
         .filter(|c| !c.starts_with("cancel:"))
         .cloned()
-        .collect()
-}
-
-pub fn chain(view: &TraceView) -> Vec<String> {
-    view.spans
-        .iter()
-        .filter(|s| !rover::orchestrator::is_collection(s))
-        .map(|s| format!("{}:{}", s.step, s.status))
         .collect()
 }
 
