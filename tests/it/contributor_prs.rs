@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::support::gitrepo::git;
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{changes_requested, head_sha, merge, Scenario, NOTIFY};
 
 /// Carol's pull request #40 from `feature/csv` (one commit on main): returns its head.
@@ -123,11 +124,7 @@ async fn changes_on_a_persons_pull_request_are_proposed_into_their_branch() {
     assert!(git(&s.origin, &["show", &format!("{tip}:csv.txt")]).contains("quoting"));
 
     let push = s.the_trace();
-    let push = push
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&push, "push");
     assert_eq!(
         push.meta["contributor"]["how"], "proposed",
         "{:?}",
@@ -166,11 +163,7 @@ async fn with_contributor_prs_push_the_change_goes_onto_their_branch() {
     assert!(git(&s.origin, &["show", "feature/csv:csv.txt"]).contains("quoting"));
 
     let trace = s.the_trace();
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(
         push.meta["contributor"]["how"], "pushedOnto",
         "{:?}",
@@ -221,11 +214,7 @@ async fn a_forks_pull_request_gets_rovers_branch_and_no_pull_request() {
     let branches = rover_branches(&s);
     assert_eq!(branches.len(), 1, "{branches:?}");
     let trace = s.the_trace();
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(
         push.meta["contributor"]["how"], "branchOnly",
         "{:?}",

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::support::env::stdout;
 use crate::support::fake_github::{Fault, FaultKind, BOT};
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{chain, Scenario, COORDINATE, NOTIFY};
 
 /// alice asks a question on issue 5; the coordinator answers it.
@@ -356,14 +357,7 @@ async fn green_ci_on_a_rover_pr_is_told_as_ready() {
     s.with_sandbox().await;
     follow_ci(&mut s);
     s.github.ci_on_new_commits(&["success"]);
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "The pull request is up."}));
     s.run_until_settled(12).await;
 
@@ -376,11 +370,7 @@ async fn green_ci_on_a_rover_pr_is_told_as_ready() {
     assert_eq!(ci.len(), 1, "{:?}", chain(&trace));
     assert_eq!(ci[0].status.to_string(), "completed");
     assert_eq!(ci[0].meta["decision"], "notify");
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(ci[0].meta["ci"]["sha"], push.meta["headSha"]);
     let (number, branch) = {
         let pulls = s.github.pulls();
@@ -405,14 +395,7 @@ async fn red_ci_on_a_rover_pr_is_iterated_on_the_same_branch_until_green() {
     s.rules.push(json!({"prompt_contains": "1 of at most 3 iterate/retry decisions used", "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "The pull request is up."}));
     s.run_until_settled(16).await;
 
@@ -475,14 +458,7 @@ async fn ci_that_stays_red_ends_in_a_failure_notice_even_if_the_resolver_keeps_p
     s.rules.push(json!({"prompt_contains": "1 of at most 2 iterate/retry decisions used", "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "About the pull request."}));
     s.run_until_settled(16).await;
 
@@ -524,14 +500,7 @@ async fn the_last_allowed_iteration_reaches_the_pull_request() {
     s.rules.push(json!({"prompt_contains": "1 of at most 1 iterate/retry decisions used: none is left", "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        31,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 31);
     s.answer(NOTIFY, json!({"message": "About the pull request."}));
     s.run_until_settled(16).await;
 

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::FakeApp;
-use crate::support::scenario::{chain, coordinate, one_task_issue, Scenario, NOTIFY};
+use crate::support::scenario::{chain, coordinate, csv_issue, one_task_issue, Scenario, NOTIFY};
 
 const APP_ID: u64 = 424_242;
 const SLUG: &str = "rover-app";
@@ -100,14 +100,7 @@ async fn a_github_app_daemon_keeps_polling_commenting_and_pushing_across_token_e
     s.rules.push(json!({"prompt_contains": "## Task: Add the csv flag", "run": ["sleep 6"],
         "write": {"csv.txt": "Add the csv flag\n"},
         "structured": {"status": "completed", "summary": "Add the csv flag: completed", "files_changed": []}}));
-    one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
     let out_path = s.env.path().join("daemon.out");
     let log = std::fs::File::create(&out_path).unwrap();

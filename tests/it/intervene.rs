@@ -202,12 +202,7 @@ async fn a_cancelled_workflow_run_is_closed_by_hand_and_its_container_removed() 
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     slow_task_issue(&mut s, 80, 120);
-    let mut daemon = s
-        .start_command(&[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start rover");
+    let mut daemon = s.spawn_quiet();
     let wait_for = |what: &str, done: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while !done() {

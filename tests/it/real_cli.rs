@@ -15,6 +15,7 @@ use crate::proof::escape::real_claude;
 use crate::support::chain::assert_chain;
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
+use crate::support::pipeline::first_span;
 
 /// The environment the real CLI gets in these tests: the fake API, no retries, no updater.
 pub(crate) fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
@@ -252,11 +253,7 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
             "event coordinate plan workflow commit resolve push notify",
         )
         .await;
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit = first_span(&trace, "commit");
     assert_eq!(
         commit.meta["messageSource"],
         json!("agent"),
@@ -355,11 +352,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
             "event coordinate plan workflow commit resolve push notify",
         )
         .await;
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
     let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
     assert_eq!(shipped, "--json prints JSON");
@@ -390,11 +383,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
             .all(|(_, k)| k.as_deref() == Some("sk-ant-api03-fake-key-for-tests")),
         "{keys:?}"
     );
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(workflow.meta["egress"], "model-only", "{:?}", workflow.meta);
     let wire = &workflow.meta["network"];
     assert_eq!(
@@ -671,11 +660,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
         real_claude().display().to_string(),
     ));
     let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
-    let resolve = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let resolve = first_span(&trace, "resolve");
     assert_eq!(resolve.meta["decision"], json!("iterate"));
 }
 
@@ -704,11 +689,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
     real_codex_env(&api, &mut s);
     s.run_until_settled(12).await;
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(
         workflow.status.to_string(),
         "completed",
@@ -719,11 +700,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
         &trace,
         "event coordinate plan workflow commit resolve push notify",
     );
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit = first_span(&trace, "commit");
     assert_eq!(
         commit.meta["messageSource"],
         json!("agent"),
@@ -766,11 +743,7 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
     real_codex_env(&api, &mut s);
     s.run_until_settled(20).await;
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(
         workflow.status.to_string(),
         "completed",
@@ -781,11 +754,7 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
         &trace,
         "event coordinate plan workflow commit resolve push notify",
     );
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
     let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
     assert_eq!(shipped, "--json prints JSON");
@@ -878,11 +847,7 @@ async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_fa
     s.rules
         .push(workflow_rule("Add the json flag", json!({}), "failed"));
     let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
-    let resolve = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let resolve = first_span(&trace, "resolve");
     assert_eq!(resolve.meta["decision"], json!("iterate"));
     assert!(api.responses_requests().iter().all(|r| r.authorized));
 }

@@ -12,6 +12,7 @@ use crate::support::chain::assert_chain;
 use crate::support::env::stdout;
 use crate::support::fake_github::{BOT, TOKEN};
 use crate::support::gitrepo::git;
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{
     chain, changes_requested, coordinate, head_sha, merge, one_task_issue, pr_payload, prompts,
     push_once_committed, resolve, rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE,
@@ -350,11 +351,7 @@ async fn close_and_settle(s: &Scenario, number: u64, branch: &str) -> TraceView 
     );
     let traces = s.traces();
     let closed = traces.last().unwrap().clone();
-    let coordinate = closed
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "coordinate")
-        .expect("a coordinate span");
+    let coordinate = first_span(&closed, "coordinate");
     assert_eq!(
         coordinate.meta["decidedBy"], "rule",
         "{:?}",
@@ -706,11 +703,7 @@ async fn an_ended_traces_worktree_branch_container_and_mapping_are_reclaimed_by_
         stdout(&out)
     );
     let trace = s.the_trace();
-    let gc = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "gc")
-        .expect("a gc span");
+    let gc = first_span(&trace, "gc");
     assert_eq!(gc.meta["retainDays"], json!(0));
     assert_eq!(chain(&trace).last().unwrap(), "cleanup:completed");
     assert!(s.store().read_state().unwrap().task_mappings.is_empty());
@@ -867,20 +860,12 @@ async fn a_commit_hook_missing_its_tool_is_fixed_by_the_resolver_and_retried() {
             "event coordinate plan workflow commit:error resolve commit resolve push notify",
         )
         .await;
-    let commit_error = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit_error = first_span(&trace, "commit");
     assert!(commit_error.meta["error"]["stderr"]
         .as_str()
         .unwrap()
         .contains("lint-staged: command not found"));
-    let resolve_span = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let resolve_span = first_span(&trace, "resolve");
     assert_eq!(resolve_span.meta["decision"], "retry");
     assert_eq!(
         resolve_span.meta["correctiveCommands"][0]["command"],
@@ -1015,11 +1000,7 @@ async fn a_rover_pr_closed_unseen_is_released_by_the_next_start() {
         .into_iter()
         .find(|t| t.spans.iter().any(|sp| sp.step.as_str() == "gc"))
         .expect("a trace with a gc span");
-    let gc = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "gc")
-        .unwrap();
+    let gc = first_span(&trace, "gc");
     assert!(
         gc.summary
             .as_deref()
@@ -1032,11 +1013,7 @@ async fn a_rover_pr_closed_unseen_is_released_by_the_next_start() {
 
     // Its close event, seen late (the feed lags): already freed, decided by rule, no model.
     let late = close_and_settle(&s, number, &branch).await;
-    let coordinate = late
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "coordinate")
-        .unwrap();
+    let coordinate = first_span(&late, "coordinate");
     assert_eq!(coordinate.meta["decision"], "noop", "{:?}", coordinate.meta);
     assert!(
         coordinate
@@ -1444,11 +1421,7 @@ async fn a_collection_whose_gate_fails_is_a_failed_span_the_resolver_acts_on() {
             "event coordinate plan workflow:failed commit resolve notify",
         )
         .await;
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     let collections: Vec<_> = trace
         .spans
         .iter()
@@ -1571,11 +1544,7 @@ async fn a_collection_that_panics_is_an_error_span_and_the_run_still_reaches_the
         .as_str()
         .unwrap_or_default()
         .contains("panicked: injected panic in a collection (ROVER_TEST_PANIC)"));
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert!(workflow.meta["error"]["message"]
         .as_str()
         .unwrap_or_default()

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::support::env::stdout;
 use crate::support::fake_github::BOT;
 use crate::support::scenario::{
-    chain, coordinate, one_task_issue, task, Scenario, COORDINATE, NOTIFY, PLAN,
+    chain, coordinate, csv_issue, task, Scenario, COORDINATE, NOTIFY, PLAN,
 };
 
 /// `author` comments `body` on #`number`, and the feed says so; returns the comment's id.
@@ -79,12 +79,7 @@ async fn trusted_commands_report_status_list_help_and_stop_the_running_container
         "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
     );
     s.answer(NOTIFY, json!({"message": "Stopped."}));
-    let mut daemon = s
-        .start_command(&[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start rover");
+    let mut daemon = s.spawn_quiet();
     let limit = Duration::from_secs(90);
     tokio::task::block_in_place(|| {
         wait_for("the workflow container", limit, &|| {
@@ -322,21 +317,9 @@ async fn thumbs_down_stops(on: OnWhat) {
         &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 300},
             "github": {"reactions": {"pollSecs": 1}}}}),
     );
-    one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "Stopped."}));
-    let mut daemon = s
-        .start_command(&[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start rover");
+    let mut daemon = s.spawn_quiet();
     let limit = Duration::from_secs(120);
     tokio::task::block_in_place(|| {
         wait_for("rover's pull request", limit, &|| {

@@ -207,6 +207,15 @@ impl Scenario {
         cmd
     }
 
+    /// `rover autopilot start` as a daemon, its output thrown away.
+    pub fn spawn_quiet(&self) -> std::process::Child {
+        self.start_command(&[])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start rover")
+    }
+
     pub fn store(&self) -> AutopilotStore {
         self.env.store()
     }
@@ -527,16 +536,22 @@ pub fn changes_requested(s: &mut Scenario, number: u64, branch: &str, sha: &str,
     push_once_committed(s);
 }
 
-/// Runs the issue scenario to a rover PR, then returns its number and branch.
-pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+/// Issue `number`, "Add a --csv flag": one task that writes `csv.txt`, committed and pushed
+/// (`one_task_issue`).
+pub fn csv_issue(s: &mut Scenario, number: u64) {
     one_task_issue(
         s,
-        30,
+        number,
         "Add a --csv flag",
         "Please add --csv.",
         "Add the csv flag",
         "csv.txt",
     );
+}
+
+/// Runs the issue scenario to a rover PR, then returns its number and branch.
+pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+    csv_issue(s, 30);
     s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
     s.run_until_settled(12).await;
     let pulls = s.github.pulls();
