@@ -16,33 +16,32 @@ const APP_ID: u64 = 424_242;
 const SLUG: &str = "rover-app";
 const INSTALLATION: u64 = 77_001;
 
-/// A 2048-bit RSA key pair made with `openssl` (PKCS#1, as GitHub hands out): the private
-/// key's path and the public key's PEM.
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
-    let key = dir.join(format!("{name}.pem"));
-    let public = dir.join(format!("{name}.pub.pem"));
+/// `openssl <args> <more>`, which must succeed.
+fn openssl(args: &[&str], more: &[&Path]) {
     let ok = std::process::Command::new("openssl")
-        .args(["genrsa", "-traditional", "-out"])
-        .arg(&key)
-        .arg("2048")
+        .args(args)
+        .args(more)
         .output()
-        .expect("openssl genrsa");
+        .expect("openssl");
     assert!(
         ok.status.success(),
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    let ok = std::process::Command::new("openssl")
-        .args(["rsa", "-pubout", "-in"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&public)
-        .output()
-        .expect("openssl rsa");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
+}
+
+/// A 2048-bit RSA key pair made with `openssl` (PKCS#1, as GitHub hands out): the private
+/// key's path and the public key's PEM.
+fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
+    let key = dir.join(format!("{name}.pem"));
+    let public = dir.join(format!("{name}.pub.pem"));
+    openssl(
+        &["genrsa", "-traditional", "-out"],
+        &[&key, Path::new("2048")],
+    );
+    openssl(
+        &["rsa", "-pubout", "-in"],
+        &[&key, Path::new("-out"), &public],
     );
     (key, std::fs::read_to_string(public).expect("public key"))
 }

@@ -25,6 +25,16 @@ async fn noop_scenario() -> Scenario {
     s
 }
 
+/// A file of `folder` (the first it lists).
+fn first_file(folder: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(folder)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+}
+
 fn traces(report: &Value) -> &Vec<Value> {
     report["traces"].as_array().expect("traces")
 }
@@ -115,12 +125,7 @@ async fn a_different_coordinator_answer_is_a_divergence_at_the_coordinate_step()
     let s = noop_scenario().await;
     let folder = s.env.path().join("exports");
     export_all(&s, &folder).await;
-    let file = std::fs::read_dir(&folder)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let file = first_file(&folder);
     let mut bundle: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let coordinate_span = bundle["spans"]
         .as_array()
@@ -184,12 +189,7 @@ async fn dir_prints_a_table_and_exits_0_1_or_3() {
     let s = noop_scenario().await;
     let folder = s.env.path().join("week");
     export_all(&s, &folder).await;
-    let clean = std::fs::read_dir(&folder)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let clean = first_file(&folder);
 
     // All the same: 0, one row per file and the totals.
     let out = replay_cmd(&s, &["--dir", folder.to_str().unwrap()]).await;

@@ -51,6 +51,17 @@ fn span<'a>(view: &'a rover::store::TraceView, step: &str) -> &'a rover::store::
         .unwrap_or_else(|| panic!("no {step} span: {:?}", chain(view)))
 }
 
+/// Asserts that the trace's `cancel` span is alice's and its reason names `why`.
+fn cancelled_by_alice(view: &rover::store::TraceView, why: &str) {
+    let cancel = span(view, "cancel");
+    assert_eq!(cancel.meta["by"], json!("alice"));
+    assert!(
+        cancel.meta["reason"].as_str().unwrap().contains(why),
+        "{:?}",
+        cancel.meta
+    );
+}
+
 /// The `command` lines of `rover autopilot events --json`.
 fn command_events(s: &Scenario) -> Vec<Value> {
     let out = s
@@ -142,16 +153,7 @@ async fn trusted_commands_report_status_list_help_and_stop_the_running_container
     let workflow = span(&view, "workflow");
     assert_eq!(workflow.status, SpanStatus::Error);
     assert_eq!(workflow.meta["closedByHand"], json!(true));
-    let cancel = span(&view, "cancel");
-    assert_eq!(cancel.meta["by"], json!("alice"));
-    assert!(
-        cancel.meta["reason"]
-            .as_str()
-            .unwrap()
-            .contains("/rover stop on #80"),
-        "{:?}",
-        cancel.meta
-    );
+    cancelled_by_alice(&view, "/rover stop on #80");
     // Each command was acknowledged with 👀, and none reached the coordinating agent.
     for id in [status, help, stop] {
         assert!(
@@ -390,16 +392,7 @@ async fn thumbs_down_stops(on: OnWhat) {
     let _ = daemon.kill();
     let _ = daemon.wait();
     let view = s.store().load_trace(work).unwrap();
-    let cancel = span(&view, "cancel");
-    assert_eq!(cancel.meta["by"], json!("alice"));
-    assert!(
-        cancel.meta["reason"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("alice reacted -1 on {described}")),
-        "{:?}",
-        cancel.meta
-    );
+    cancelled_by_alice(&view, &format!("alice reacted -1 on {described}"));
     // Polled with the stop reaction only, and with the last ETag: unchanged lists were 304s.
     assert!(polls.iter().all(|r| r.query.contains("content=-1")));
     assert!(
