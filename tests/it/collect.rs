@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rover::orchestrator::{
-    is_collection, Collected, Completion, Finished, NextAction, OrchestratorSettings, Outcome,
-    Step, StepContext, StepError, StepOrchestrator,
+    is_collection, Collected, Completion, Finished, NextAction, Outcome, Step, StepContext,
+    StepError, StepOrchestrator,
 };
 use rover::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind, StepRun};
 use tokio::sync::Semaphore;
@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::env::TestEnv;
+use crate::support::orch::{orchestrator, run_until_idle, submit_local as submit};
 
 /// Turns the event's first action (coordinate) into a workflow, and a commit into nothing.
 struct Passing(StepKind, Option<StepKind>);
@@ -134,34 +135,20 @@ impl Setup {
             Arc::new(Passing(StepKind::Commit, None)),
             Arc::new(Passing(StepKind::Noop, None)),
         ];
-        StepOrchestrator::new(
-            store.clone(),
+        orchestrator(
+            store,
             steps,
-            OrchestratorSettings {
-                fallback_interval: Duration::from_millis(50),
-                retry_backoff: Duration::from_millis(20),
-                shutdown_grace: Duration::from_millis(300),
-                ..OrchestratorSettings::default()
-            },
+            (
+                Duration::from_millis(50),
+                Duration::from_millis(20),
+                Duration::from_millis(300),
+            ),
         )
-        .with_pipeline(rover::steps::pipeline::pipeline())
     }
 }
 
-fn submit(store: &AutopilotStore, text: &str) -> Uuid {
-    let (root, first) = rover::intake::local_trace(text, "tester");
-    store.create_trace(&root, Some(&first), &[]).unwrap();
-    root.id
-}
-
 async fn settle(orch: &StepOrchestrator) {
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        orch.run_until_idle(CancellationToken::new()),
-    )
-    .await
-    .expect("settles")
-    .unwrap();
+    run_until_idle(orch, 30, "settles").await;
 }
 
 fn spans(store: &AutopilotStore, trace: Uuid) -> Vec<Span> {

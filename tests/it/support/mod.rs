@@ -21,6 +21,7 @@ pub mod flood;
 pub mod git_http;
 pub mod gitrepo;
 pub mod local;
+pub mod orch;
 pub mod otlp;
 pub mod pipeline;
 pub mod replay;
