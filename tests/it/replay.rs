@@ -8,9 +8,7 @@ use crate::support::chain::assert_chain;
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::TOKEN;
 use crate::support::replay::{assert_replays_clean, export_all, replay_cmd, replay_dir};
-use crate::support::scenario::{
-    coordinate, head_sha, merge, task, Scenario, COORDINATE, NOTIFY, PLAN, RESOLVE, SUMMARIZE,
-};
+use crate::support::scenario::{head_sha, Scenario, COORDINATE, NOTIFY, SUMMARIZE};
 
 /// A push to main whose CI is green: the coordinator decides noop.
 async fn noop_scenario() -> Scenario {
@@ -298,32 +296,7 @@ async fn dir_prints_a_table_and_exits_0_1_or_3() {
 async fn a_changed_max_retries_is_a_divergence_at_the_resolve_step_it_changes() {
     // A task that keeps failing, `maxRetries: 2`: the resolver iterates twice, then the third
     // resolve gives up by rule (no agent asked).
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"pipeline": {"maxRetries": 2}}}),
-    );
-    s.github
-        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Port to Windows"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
-    s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
-    s.answer(
-        RESOLVE,
-        crate::support::scenario::resolve(
-            "iterate",
-            json!({"instructions": "Try cross-compiling."}),
-        ),
-    );
-    s.answer(
-        NOTIFY,
-        json!({"message": "I could not port this to Windows."}),
-    );
+    let s = crate::support::scenario::failing_port(2, "I could not port this to Windows.").await;
     s.run_until_settled(20).await;
     let trace = s.the_trace();
     let resolves: Vec<(String, String)> = trace

@@ -14,9 +14,9 @@ use crate::support::fake_github::{BOT, TOKEN};
 use crate::support::gitrepo::git;
 use crate::support::pipeline::first_span;
 use crate::support::scenario::{
-    chain, changes_requested, coordinate, head_sha, merge, one_task_issue, pr_payload, prompts,
-    push_once_committed, resolve, rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE,
-    NOTIFY, PLAN, RESOLVE, SUMMARIZE,
+    chain, changes_requested, coordinate, failing_port, head_sha, merge, one_task_issue,
+    pr_payload, prompts, push_once_committed, resolve, rover_pr, task, workflow_rule, Scenario,
+    COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE, SUMMARIZE,
 };
 
 // ---- the scenarios -----------------------------------------------------------------------------
@@ -882,30 +882,11 @@ async fn a_commit_hook_missing_its_tool_is_fixed_by_the_resolver_and_retried() {
 
 #[tokio::test]
 async fn retries_exhausted_end_in_a_failure_notice() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    s.extra_config = {
-        let mut c = s.extra_config.clone();
-        merge(
-            &mut c,
-            &json!({"autopilot": {"pipeline": {"maxRetries": 1}}}),
-        );
-        c
-    };
-    s.github
-        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Port to Windows"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
-    s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
-    s.answer(
-        RESOLVE,
-        resolve("iterate", json!({"instructions": "Try cross-compiling."})),
-    );
-    s.answer(NOTIFY, json!({"message": "I could not port this to Windows: the build needs a Windows toolchain."}));
+    let s = failing_port(
+        1,
+        "I could not port this to Windows: the build needs a Windows toolchain.",
+    )
+    .await;
     let trace = s.settle_as(16, "event coordinate plan workflow:failed commit resolve workflow:failed commit resolve notify").await;
     let last_resolve = trace
         .spans

@@ -549,6 +549,33 @@ pub fn csv_issue(s: &mut Scenario, number: u64) {
     );
 }
 
+/// Issue 23, "Port to Windows", sandboxed, with `pipeline.maxRetries` = `max_retries`: its one
+/// task fails every time, the resolver answers `iterate` and the answer at the end is
+/// `message`.
+pub async fn failing_port(max_retries: u32, message: &str) -> Scenario {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"maxRetries": max_retries}}}),
+    );
+    s.github
+        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Port to Windows"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
+    s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
+    s.answer(
+        RESOLVE,
+        resolve("iterate", json!({"instructions": "Try cross-compiling."})),
+    );
+    s.answer(NOTIFY, json!({"message": message}));
+    s
+}
+
 /// Runs the issue scenario to a rover PR, then returns its number and branch.
 pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
     csv_issue(s, 30);
