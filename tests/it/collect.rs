@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::env::TestEnv;
-use crate::support::orch::{orchestrator, run_until_idle, submit_local as submit};
+use crate::support::orch::{orchestrator, run_until_idle, submit_local as submit, wait_until};
 
 /// Turns the event's first action (coordinate) into a workflow, and a commit into nothing.
 struct Passing(StepKind, Option<StepKind>);
@@ -313,13 +313,10 @@ async fn the_drain_goes_on_while_a_collection_runs() {
         async move { orch.run(stop).await }
     });
     // The first trace's run detaches and its collection starts, then blocks.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while setup.calls.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until(30, 10, "the collection starts", || {
+        setup.calls.load(Ordering::SeqCst) != 0
     })
-    .await
-    .expect("the collection starts");
+    .await;
     let collect = one(&store, first, "collect").remove(0);
     assert_eq!(collect.status, SpanStatus::Running, "listed while it runs");
     assert_eq!(
@@ -363,13 +360,10 @@ async fn the_drain_goes_on_while_a_collection_runs() {
         SpanStatus::Running
     );
     gate.add_permits(2);
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while one(&store, first, "commit").is_empty() || one(&store, second, "commit").is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until(30, 10, "both are collected", || {
+        !(one(&store, first, "commit").is_empty() || one(&store, second, "commit").is_empty())
     })
-    .await
-    .expect("both are collected");
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
     for trace in [first, second] {
@@ -397,13 +391,10 @@ async fn a_collection_cut_off_by_a_shutdown_is_closed_and_collected_again() {
         let (orch, stop) = (orch.clone(), stop.clone());
         async move { orch.run(stop).await }
     });
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while setup.calls.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until(30, 10, "the collection starts", || {
+        setup.calls.load(Ordering::SeqCst) != 0
     })
-    .await
-    .expect("the collection starts");
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
     let cut = one(&store, trace, "collect").remove(0);

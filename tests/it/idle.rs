@@ -17,7 +17,7 @@ use rover::store::{PendingAction, StepKind, StepRun};
 use tokio::sync::Notify;
 
 use crate::support::env::TestEnv;
-use crate::support::orch::{run_until_idle, submit_local};
+use crate::support::orch::{run_until_idle, submit_local, wait_until};
 
 /// Finishes at once, queueing `next`.
 struct Passing {
@@ -91,13 +91,7 @@ impl Step for Probe {
             }
             1 => {
                 self.release.notify_one();
-                tokio::time::timeout(Duration::from_secs(30), async {
-                    while orch.in_flight() > 0 {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                })
-                .await
-                .expect("the workflow finishes");
+                wait_until(30, 5, "the workflow finishes", || orch.in_flight() == 0).await;
                 Ok(Readiness::Wait("second look".into()))
             }
             _ => Ok(Readiness::Ready),

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::env::TestEnv;
-use crate::support::orch::{run_until_idle, submit_local as submit};
+use crate::support::orch::{run_until_idle, submit_local as submit, wait_until};
 
 type Behaviour = Arc<dyn Fn(&StepRun, usize) -> Result<Outcome, StepError> + Send + Sync>;
 
@@ -765,13 +765,10 @@ async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
         // The collection runs as a task of its own, holding its slot until it is done; the
         // drain its end wakes starts a run in the freed slot, which detaches in turn.
         for _ in 0..2 {
-            tokio::time::timeout(Duration::from_secs(30), async {
-                while orch.in_flight() > 0 {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
+            wait_until(30, 5, "collections end and runs detach", || {
+                orch.in_flight() == 0
             })
-            .await
-            .expect("collections end and runs detach");
+            .await;
             let (running, _) = workflow_runs(&store);
             assert!(running <= 2, "{running} detached runs with maxParallel 2");
             orch.drain().await.unwrap();

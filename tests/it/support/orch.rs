@@ -49,3 +49,14 @@ pub async fn run_until_idle(orchestrator: &StepOrchestrator, secs: u64, what: &s
     .expect(what)
     .expect("drain");
 }
+
+/// Polls `done` every `every_ms` until it holds, within `secs` (else panics with `what`).
+pub async fn wait_until(secs: u64, every_ms: u64, what: &str, done: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_secs(secs), async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(every_ms)).await;
+        }
+    })
+    .await
+    .expect(what);
+}
