@@ -8,7 +8,7 @@
 //! stderr. Every outcome hands over to `resolve`.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -211,35 +211,31 @@ impl Step for CommitStep {
         let meta: CommitMeta = meta::read(&run.action)
             .map_err(|e| StepError::fatal(format!("the commit action's meta is invalid: {e}")))?;
         let workflow_id = Self::workflow_action(ctx, run, &meta).await;
-        let hand_over = |reason: &str| Self::resolve(workflow_id, reason);
-
         if meta.task_status != TaskStatus::Completed {
-            let what = match meta.task_status {
-                TaskStatus::Failed => "failed",
-                _ => "could not finish",
-            };
-            let summary = format!("nothing committed: the task {what}");
-            let span_meta = CommitSpanMeta {
-                committed: false,
-                task_status: Some(meta.task_status),
-                workflow_action_id: Some(workflow_id),
-                task_summary: Some(meta.summary.clone()),
-                ..CommitSpanMeta::default()
-            };
-            return Ok(Outcome::Finished(
-                Finished::completed(summary)
-                    .with_meta_record(&span_meta)
-                    .then(hand_over(
-                        "the task did not complete; the resolver decides what next",
-                    )),
-            ));
+            return Ok(Outcome::Finished(not_completed(&meta, workflow_id)));
         }
-
         let Some(workflow_id) = workflow_id else {
             return Err(StepError::fatal(
                 "the commit action names no workflow action, so there is no worktree to commit",
             ));
         };
+        let committing = self.prepare(ctx, workflow_id).await?;
+        self.commit(ctx, run, &meta, &committing).await
+    }
+}
+
+/// A completed task about to be committed.
+struct Committing {
+    workflow_id: Uuid,
+    task: Task,
+    worktree: PathBuf,
+    workflow_meta: Option<WorkflowMeta>,
+    ws: Workspace,
+}
+
+impl CommitStep {
+    /// The task of `workflow_id`, its worktree and workflow meta, and the repository.
+    async fn prepare(&self, ctx: &StepContext, workflow_id: Uuid) -> Result<Committing, StepError> {
         let task = tasks::load_task(&ctx.store, workflow_id)
             .await
             .map_err(|e| store_error("cannot read the task mappings", &e))?
@@ -256,44 +252,42 @@ impl Step for CommitStep {
             .await
             .ok()
             .and_then(|a| meta::read::<WorkflowMeta>(&a).ok());
-
         let ws = tasks::workspace(&self.services)
             .await
             .map_err(|e| git_error("cannot open the repository", &e))?;
+        Ok(Committing {
+            workflow_id,
+            task,
+            worktree,
+            workflow_meta,
+            ws,
+        })
+    }
+
+    /// Stages the worktree, writes the message, runs the hooks and commits.
+    async fn commit(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        meta: &CommitMeta,
+        c: &Committing,
+    ) -> Result<Outcome, StepError> {
         // The span's meta, filled along the way and written with each outcome.
         let mut span_meta = CommitSpanMeta {
-            workflow_action_id: Some(Some(workflow_id)),
-            branch_name: Some(task.mapping.branch_name.clone()),
-            worktree_path: Some(worktree.display().to_string()),
+            workflow_action_id: Some(Some(c.workflow_id)),
+            branch_name: Some(c.task.mapping.branch_name.clone()),
+            worktree_path: Some(c.worktree.display().to_string()),
             ..CommitSpanMeta::default()
-        };
-        let failed = |mut span_meta: CommitSpanMeta, error: StepError, hand_over: NextAction| {
-            span_meta.committed = false;
-            span_meta.outcome.tampered = error.tampered;
-            let mut finished = Finished {
-                status: SpanStatus::Error,
-                summary: error.message.clone(),
-                meta: Meta::new(),
-                actions: vec![hand_over],
-            }
-            .with_meta_record(&span_meta);
-            error.to_meta().put_into(&mut finished.meta);
-            Outcome::Finished(finished)
-        };
-        let commit_failed = || {
-            hand_over(
-                "the commit failed; the resolver diagnoses it (the error is in the commit span)",
-            )
         };
         // Everything the sandbox wrote is staged by libgit2 (no filter, fsmonitor or hook runs);
         // a worktree whose git metadata changed is not committed at all.
-        let staged = match ws.stage_all(&worktree).await {
+        let staged = match c.ws.stage_all(&c.worktree).await {
             Ok(staged) => staged,
             Err(e) if sandboxed::is_tampered(&e) => {
                 return Ok(failed(
                     span_meta,
-                    sandboxed::tampered("the task's worktree was tampered with", &e),
-                    commit_failed(),
+                    &sandboxed::tampered("the task's worktree was tampered with", &e),
+                    c.commit_failed(),
                 ))
             }
             // Over a commit limit: nothing was staged; the resolver decides (the agent can
@@ -301,127 +295,209 @@ impl Step for CommitStep {
             Err(e @ (GitError::CommitLimit { .. } | GitError::RulesFile { .. })) => {
                 return Ok(failed(
                     span_meta,
-                    git_error("the task's change is over a commit limit", &e),
-                    commit_failed(),
+                    &git_error("the task's change is over a commit limit", &e),
+                    c.commit_failed(),
                 ))
             }
             Err(e) => return Err(git_error("cannot stage the worktree's changes", &e)),
         };
-        let diff = ws
-            .uncommitted_summary(&worktree)
-            .await
-            .map_err(|e| git_error("cannot read the worktree's changes", &e))?;
+        let diff =
+            c.ws.uncommitted_summary(&c.worktree)
+                .await
+                .map_err(|e| git_error("cannot read the worktree's changes", &e))?;
         span_meta.diff = Some(diff.clone());
         span_meta.skipped_nested_repositories = Some(staged.skipped);
-        // Nothing to commit: the span says so and the resolver decides.
-        let no_changes = |mut span_meta: CommitSpanMeta| {
-            span_meta.no_changes = true;
-            Outcome::Finished(
-                Finished::completed(format!(
-                    "no changes to commit on {}",
-                    task.mapping.branch_name
-                ))
-                .with_meta_record(&span_meta)
-                .then(hand_over(
-                    "the task changed nothing; the resolver decides what next",
-                )),
-            )
-        };
         if !staged.changed {
-            return Ok(no_changes(span_meta));
+            return Ok(c.no_changes(span_meta));
         }
+        let change = c.change(diff).await;
+        let (raw, source, agent) = self
+            .message(
+                ctx,
+                run.span.id,
+                &c.task,
+                &change,
+                c.workflow_meta.as_ref(),
+                meta.summary.as_deref(),
+            )
+            .await;
+        let mut message = git::commit_message(&raw, self.services.config.attribution);
+        let plan =
+            c.ws.hook_plan(&c.worktree, c.ws.hook_mode())
+                .await
+                .map_err(|e| git_error("cannot tell where the git hooks run", &e))?;
+        span_meta.message_source = Some(source);
+        span_meta.agent = Some(agent);
+        span_meta.hooks = Some(plan.clone());
+        if let HookPlan::Sandbox { location, .. } = &plan {
+            match self.hooks(ctx, run, c, location.clone(), message).await? {
+                Ok(edited) => message = edited,
+                Err((message, error)) => {
+                    span_meta.message = Some(message);
+                    return Ok(failed(span_meta, &error, c.commit_failed()));
+                }
+            }
+        }
+        span_meta.message = Some(message.clone());
+        c.commit_staged(span_meta, &message, &plan).await
+    }
 
-        let head = task.mapping.fork_point.clone();
+    /// The commit hooks in a sandbox container, then what they changed staged again: the
+    /// message as the hooks left it, or (inside) the message so far and the error the commit
+    /// fails with.
+    async fn hooks(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        c: &Committing,
+        location: HookLocation,
+        message: String,
+    ) -> Result<Result<String, (String, StepError)>, StepError> {
+        let message = match self
+            .sandbox_hooks(ctx, run, &c.ws, &c.task, &c.worktree, location, &message)
+            .await?
+        {
+            Ok(edited) => edited,
+            Err(error) => {
+                let error = error.detail("branch", &c.task.mapping.branch_name);
+                return Ok(Err((message, error)));
+            }
+        };
+        // The hooks may have formatted files: stage again (the hooks' container may not have
+        // touched the git metadata either).
+        if let Err(e) = c.ws.stage_all(&c.worktree).await {
+            let error = if sandboxed::is_tampered(&e) {
+                sandboxed::tampered("a hook changed the worktree's git metadata", &e)
+            } else {
+                git_error("cannot stage what the hooks changed", &e)
+            };
+            return Ok(Err((message, error)));
+        }
+        Ok(Ok(message))
+    }
+}
+
+impl Committing {
+    /// What the commit message writer is shown of the change besides its summary: the patch
+    /// and the recent subjects since the task's fork point.
+    async fn change(&self, summary: DiffSummary) -> Change {
+        let head = self.task.mapping.fork_point.clone();
         let patch = match &head {
-            Some(fork) => ws
-                .diff_patch(&worktree, fork, MAX_PATCH_BYTES)
+            Some(fork) => self
+                .ws
+                .diff_patch(&self.worktree, fork, MAX_PATCH_BYTES)
                 .await
                 .unwrap_or_default(),
             None => String::new(),
         };
         let subjects = match &head {
-            Some(fork) => ws.recent_subjects(fork, 10).await.unwrap_or_default(),
+            Some(fork) => self.ws.recent_subjects(fork, 10).await.unwrap_or_default(),
             None => Vec::new(),
         };
-        let change = Change {
-            summary: diff,
+        Change {
+            summary,
             patch,
             subjects,
-        };
-        let (raw, source, agent) = self
-            .message(
-                ctx,
-                run.span.id,
-                &task,
-                &change,
-                workflow_meta.as_ref(),
-                meta.summary.as_deref(),
-            )
-            .await;
-        let mut message = git::commit_message(&raw, self.services.config.attribution);
-        let plan = ws
-            .hook_plan(&worktree, ws.hook_mode())
-            .await
-            .map_err(|e| git_error("cannot tell where the git hooks run", &e))?;
-        span_meta.message_source = Some(source);
-        span_meta.agent = Some(agent);
-        span_meta.hooks = Some(plan.clone());
-        if let HookPlan::Sandbox { location, .. } = &plan {
-            match self
-                .sandbox_hooks(ctx, run, &ws, &task, &worktree, location.clone(), &message)
-                .await?
-            {
-                Ok(edited) => message = edited,
-                Err(error) => {
-                    span_meta.message = Some(message);
-                    return Ok(failed(
-                        span_meta,
-                        error.detail("branch", &task.mapping.branch_name),
-                        commit_failed(),
-                    ));
-                }
-            }
-            // The hooks may have formatted files: stage again (the hooks' container may not
-            // have touched the git metadata either).
-            if let Err(e) = ws.stage_all(&worktree).await {
-                span_meta.message = Some(message);
-                return Ok(failed(
-                    span_meta,
-                    if sandboxed::is_tampered(&e) {
-                        sandboxed::tampered("a hook changed the worktree's git metadata", &e)
-                    } else {
-                        git_error("cannot stage what the hooks changed", &e)
-                    },
-                    commit_failed(),
-                ));
-            }
         }
-        span_meta.message = Some(message.clone());
-        match ws.commit_staged(&worktree, &message, plan.host_dir()).await {
+    }
+
+    /// Commits what is staged with the `git` CLI; a failure the orchestrator can retry (a lock
+    /// file or similar) is returned as the error.
+    async fn commit_staged(
+        &self,
+        mut span_meta: CommitSpanMeta,
+        message: &str,
+        plan: &HookPlan,
+    ) -> Result<Outcome, StepError> {
+        let branch = &self.task.mapping.branch_name;
+        match self
+            .ws
+            .commit_staged(&self.worktree, message, plan.host_dir())
+            .await
+        {
             Ok(CommitOutcome::Committed { sha }) => {
                 let summary = format!(
                     "committed {} on {}: {}",
                     &sha[..sha.len().min(12)],
-                    task.mapping.branch_name,
+                    branch,
                     message.lines().next().unwrap_or_default()
                 );
                 span_meta.committed = true;
                 span_meta.sha = Some(sha);
                 let done = Finished::completed(summary)
                     .with_meta_record(&span_meta)
-                    .then(hand_over("committed; the resolver decides what next"));
+                    .then(self.hand_over("committed; the resolver decides what next"));
                 Ok(Outcome::Finished(done))
             }
-            Ok(CommitOutcome::NoChanges) => Ok(no_changes(span_meta)),
+            Ok(CommitOutcome::NoChanges) => Ok(self.no_changes(span_meta)),
             Err(e) => {
-                let error =
-                    git_error("the commit failed", &e).detail("branch", &task.mapping.branch_name);
+                let error = git_error("the commit failed", &e).detail("branch", branch);
                 if error.retryable {
                     // A lock file or similar: the orchestrator runs the commit again later.
                     return Err(error);
                 }
-                Ok(failed(span_meta, error, commit_failed()))
+                Ok(failed(span_meta, &error, self.commit_failed()))
             }
         }
     }
+
+    fn hand_over(&self, reason: &str) -> NextAction {
+        CommitStep::resolve(Some(self.workflow_id), reason)
+    }
+
+    fn commit_failed(&self) -> NextAction {
+        self.hand_over(
+            "the commit failed; the resolver diagnoses it (the error is in the commit span)",
+        )
+    }
+
+    /// Nothing to commit: the span says so and the resolver decides.
+    fn no_changes(&self, mut span_meta: CommitSpanMeta) -> Outcome {
+        span_meta.no_changes = true;
+        Outcome::Finished(
+            Finished::completed(format!(
+                "no changes to commit on {}",
+                self.task.mapping.branch_name
+            ))
+            .with_meta_record(&span_meta)
+            .then(self.hand_over("the task changed nothing; the resolver decides what next")),
+        )
+    }
+}
+
+/// A task that failed or could not finish: nothing is committed, the resolver decides.
+fn not_completed(meta: &CommitMeta, workflow_id: Option<Uuid>) -> Finished {
+    let what = match meta.task_status {
+        TaskStatus::Failed => "failed",
+        _ => "could not finish",
+    };
+    let summary = format!("nothing committed: the task {what}");
+    let span_meta = CommitSpanMeta {
+        committed: false,
+        task_status: Some(meta.task_status),
+        workflow_action_id: Some(workflow_id),
+        task_summary: Some(meta.summary.clone()),
+        ..CommitSpanMeta::default()
+    };
+    Finished::completed(summary)
+        .with_meta_record(&span_meta)
+        .then(CommitStep::resolve(
+            workflow_id,
+            "the task did not complete; the resolver decides what next",
+        ))
+}
+
+/// The commit failed: an `error` span with the error in `meta.error`, handed over.
+fn failed(mut span_meta: CommitSpanMeta, error: &StepError, hand_over: NextAction) -> Outcome {
+    span_meta.committed = false;
+    span_meta.outcome.tampered = error.tampered;
+    let mut finished = Finished {
+        status: SpanStatus::Error,
+        summary: error.message.clone(),
+        meta: Meta::new(),
+        actions: vec![hand_over],
+    }
+    .with_meta_record(&span_meta);
+    error.to_meta().put_into(&mut finished.meta);
+    Outcome::Finished(finished)
 }

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::support::chain::assert_chain;
 use crate::support::docker::{connect, fake_agent_image};
 use crate::support::env::{stderr, stdout};
 use crate::support::pipeline::{
@@ -27,14 +28,7 @@ async fn trace_shows_per_step_cost_and_the_total_and_status_shows_the_spend() {
     let w = StepsWorld::new(&json!({"day": {"usd": 5.0}, "month": {"usd": 50.0}}));
     let trace = w.p.submit("what is the export format?");
     w.settle().await;
-    assert_eq!(
-        w.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&w.p.trace(trace), "event coordinate notify");
 
     let text = w.rover_ok(&["trace", &trace.to_string()]);
     let cost_lines: Vec<&str> = text.lines().filter(|l| l.contains(" tok")).collect();
@@ -128,14 +122,7 @@ async fn a_daily_warn_notes_the_trace_and_work_goes_on() {
     );
     let second = w.p.submit("second question");
     w.settle().await;
-    assert_eq!(
-        w.chain(second),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&w.p.trace(second), "event coordinate notify");
     assert!(w.waiting_reasons().is_empty());
 }
 
@@ -145,18 +132,11 @@ async fn a_daily_pause_holds_new_traces_in_the_queue_and_status_says_why() {
     let first = w.p.submit("first question");
     w.settle().await;
     // Running work finished although it crossed the limit.
-    assert_eq!(
-        w.chain(first),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&w.p.trace(first), "event coordinate notify");
     let second = w.p.submit("second question");
     w.settle().await;
     // The new event has its span and a queued coordinate that does not start.
-    assert_eq!(w.chain(second), ["event:completed"]);
+    assert_chain(&w.p.trace(second), "event");
     let pending = w.p.store.read_state().unwrap().pending;
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].action, StepKind::Coordinate);
@@ -178,14 +158,7 @@ async fn a_trace_token_limit_stops_the_trace_with_a_budget_notify() {
     let trace = w.p.submit("a question");
     w.settle().await;
     let view = w.p.trace(trace);
-    assert_eq!(
-        w.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&w.p.trace(trace), "event coordinate notify");
     let coordinate = first_span(&view, "coordinate");
     assert_eq!(coordinate.meta["budgetStopped"], json!(true));
     let notify = notify_action(&view).expect("a notify");
@@ -260,7 +233,7 @@ async fn a_daily_stop_cancels_a_running_agent_and_its_trace_ends_with_a_budget_n
     // And nothing new starts.
     let third = w.p.submit("another");
     w.settle().await;
-    assert_eq!(w.chain(third), ["event:completed"]);
+    assert_chain(&w.p.trace(third), "event");
 }
 
 #[tokio::test]
@@ -342,14 +315,7 @@ async fn the_circuit_breaker_trips_after_n_failed_traces_and_resume_lifts_it() {
     let out = w.rover_ok(&["resume"]);
     assert!(out.contains("circuit breaker closed"), "{out}");
     w.settle().await;
-    assert_eq!(
-        w.chain(c),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&w.p.trace(c), "event coordinate notify");
     let status = w.rover_ok(&["status"]);
     assert!(
         status.contains("breaker  closed (0 failed trace(s) in a row)"),

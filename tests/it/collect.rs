@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rover::orchestrator::{
-    is_collection, Collected, Completion, Finished, NextAction, OrchestratorSettings, Outcome,
-    Step, StepContext, StepError, StepOrchestrator,
+    is_collection, Collected, Completion, Finished, NextAction, Outcome, Step, StepContext,
+    StepError, StepOrchestrator,
 };
 use rover::store::{AutopilotStore, PendingAction, Span, SpanStatus, StepKind, StepRun};
 use tokio::sync::Semaphore;
@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::env::TestEnv;
+use crate::support::orch::{orchestrator, run_until_idle, submit_local as submit, wait_until};
 
 /// Turns the event's first action (coordinate) into a workflow, and a commit into nothing.
 struct Passing(StepKind, Option<StepKind>);
@@ -134,34 +135,20 @@ impl Setup {
             Arc::new(Passing(StepKind::Commit, None)),
             Arc::new(Passing(StepKind::Noop, None)),
         ];
-        StepOrchestrator::new(
-            store.clone(),
+        orchestrator(
+            store,
             steps,
-            OrchestratorSettings {
-                fallback_interval: Duration::from_millis(50),
-                retry_backoff: Duration::from_millis(20),
-                shutdown_grace: Duration::from_millis(300),
-                ..OrchestratorSettings::default()
-            },
+            (
+                Duration::from_millis(50),
+                Duration::from_millis(20),
+                Duration::from_millis(300),
+            ),
         )
-        .with_pipeline(rover::steps::pipeline::pipeline())
     }
 }
 
-fn submit(store: &AutopilotStore, text: &str) -> Uuid {
-    let (root, first) = rover::intake::local_trace(text, "tester");
-    store.create_trace(&root, Some(&first), &[]).unwrap();
-    root.id
-}
-
 async fn settle(orch: &StepOrchestrator) {
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        orch.run_until_idle(CancellationToken::new()),
-    )
-    .await
-    .expect("settles")
-    .unwrap();
+    run_until_idle(orch, 30, "settles").await;
 }
 
 fn spans(store: &AutopilotStore, trace: Uuid) -> Vec<Span> {
@@ -326,13 +313,10 @@ async fn the_drain_goes_on_while_a_collection_runs() {
         async move { orch.run(stop).await }
     });
     // The first trace's run detaches and its collection starts, then blocks.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while setup.calls.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until(30, 10, "the collection starts", || {
+        setup.calls.load(Ordering::SeqCst) != 0
     })
-    .await
-    .expect("the collection starts");
+    .await;
     let collect = one(&store, first, "collect").remove(0);
     assert_eq!(collect.status, SpanStatus::Running, "listed while it runs");
     assert_eq!(
@@ -376,13 +360,10 @@ async fn the_drain_goes_on_while_a_collection_runs() {
         SpanStatus::Running
     );
     gate.add_permits(2);
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while one(&store, first, "commit").is_empty() || one(&store, second, "commit").is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until(30, 10, "both are collected", || {
+        !(one(&store, first, "commit").is_empty() || one(&store, second, "commit").is_empty())
     })
-    .await
-    .expect("both are collected");
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
     for trace in [first, second] {
@@ -410,13 +391,10 @@ async fn a_collection_cut_off_by_a_shutdown_is_closed_and_collected_again() {
         let (orch, stop) = (orch.clone(), stop.clone());
         async move { orch.run(stop).await }
     });
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while setup.calls.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until(30, 10, "the collection starts", || {
+        setup.calls.load(Ordering::SeqCst) != 0
     })
-    .await
-    .expect("the collection starts");
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
     let cut = one(&store, trace, "collect").remove(0);

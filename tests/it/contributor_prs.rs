@@ -9,7 +9,8 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::support::gitrepo::git;
-use crate::support::scenario::{chain, changes_requested, head_sha, merge, Scenario, NOTIFY};
+use crate::support::pipeline::first_span;
+use crate::support::scenario::{changes_requested, head_sha, merge, Scenario, NOTIFY};
 
 /// Carol's pull request #40 from `feature/csv` (one commit on main): returns its head.
 fn carols_pull_request(s: &Scenario) -> String {
@@ -81,21 +82,11 @@ async fn review_carols_pull_request(s: &mut Scenario) -> (String, String) {
         NOTIFY,
         json!({"message": "I handled quoting in CSV fields."}),
     );
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed"
-        ]
-    );
+    s.settle_as(
+        12,
+        "event coordinate plan workflow commit resolve push notify",
+    )
+    .await;
     assert_eq!(
         git(&s.origin, &["rev-parse", "main"]),
         main,
@@ -133,11 +124,7 @@ async fn changes_on_a_persons_pull_request_are_proposed_into_their_branch() {
     assert!(git(&s.origin, &["show", &format!("{tip}:csv.txt")]).contains("quoting"));
 
     let push = s.the_trace();
-    let push = push
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&push, "push");
     assert_eq!(
         push.meta["contributor"]["how"], "proposed",
         "{:?}",
@@ -176,11 +163,7 @@ async fn with_contributor_prs_push_the_change_goes_onto_their_branch() {
     assert!(git(&s.origin, &["show", "feature/csv:csv.txt"]).contains("quoting"));
 
     let trace = s.the_trace();
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(
         push.meta["contributor"]["how"], "pushedOnto",
         "{:?}",
@@ -231,11 +214,7 @@ async fn a_forks_pull_request_gets_rovers_branch_and_no_pull_request() {
     let branches = rover_branches(&s);
     assert_eq!(branches.len(), 1, "{branches:?}");
     let trace = s.the_trace();
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(
         push.meta["contributor"]["how"], "branchOnly",
         "{:?}",

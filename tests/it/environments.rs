@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::gitrepo::git;
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{merge, one_task_issue, Scenario, NOTIFY};
 
 /// The dev container CLI (pinned), installed by `tests/setup-clis.sh devcontainer`.
@@ -58,11 +59,7 @@ pub fn environment(trace: &TraceView) -> Value {
 }
 
 pub fn workflow_span(trace: &TraceView) -> &Span {
-    trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .expect("a workflow span")
+    first_span(trace, "workflow")
 }
 
 /// Removes the environment images a test's project built, when the test ends (each scenario is
@@ -258,11 +255,7 @@ async fn a_failed_build_ends_the_trace_with_its_error_and_the_reproduce_command(
         workflow.meta.get("containerId").is_none(),
         "no agent container"
     );
-    let resolve = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let resolve = first_span(&trace, "resolve");
     assert_eq!(resolve.meta["quickExit"], "environmentBuild");
     let summary = trace
         .spans

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use crate::support::env::stdout;
 use crate::support::fake_github::{Fault, FaultKind, BOT};
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{chain, Scenario, COORDINATE, NOTIFY};
 
 /// alice asks a question on issue 5; the coordinator answers it.
@@ -40,18 +41,7 @@ async fn a_permission_lookup_that_fails_with_502_is_retried_and_then_acts() {
         times: 1,
         kind: FaultKind::Server(502),
     });
-    s.run_once().await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    let trace = s.once_as("event coordinate:error coordinate notify").await;
     let failed = &trace.spans[1];
     let error = &failed.meta["error"];
     assert_eq!(error["retryable"], true, "{error}");
@@ -90,10 +80,7 @@ async fn a_rate_limited_permission_lookup_waits_for_the_reset_visibly() {
         times: 1,
         kind: FaultKind::RateLimited { status: 403, reset },
     });
-    s.run_once().await;
-
-    let trace = s.the_trace();
-    assert_eq!(chain(&trace), ["event:completed", "coordinate:error"]);
+    let trace = s.once_as("event coordinate:error").await;
     let error = &trace.spans[1].meta["error"];
     assert!(
         error["message"].as_str().unwrap().contains("rate limit"),
@@ -137,18 +124,9 @@ async fn a_lookup_still_failing_after_the_last_attempt_ends_in_a_failed_noop_wit
         times: 2,
         kind: FaultKind::Server(503),
     });
-    s.run_once().await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:failed",
-            "noop:completed"
-        ]
-    );
+    let trace = s
+        .once_as("event coordinate:error coordinate:failed noop")
+        .await;
     let reason = &trace.actions.last().unwrap().reason;
     assert!(
         reason.contains("could not verify that alice may make rover work (after 2 attempts)")
@@ -302,10 +280,7 @@ async fn a_wait_is_visible_as_scheduled_and_a_comment_on_the_pr_takes_it_over() 
         crate::support::scenario::SUMMARIZE,
         json!({"summary": "A newer comment took over the wait."}),
     );
-    s.run_once().await;
-
-    let first = s.the_trace();
-    assert_eq!(chain(&first), ["event:completed", "coordinate:completed"]);
+    let first = s.once_as("event coordinate").await;
     let status = stdout(&s.env.rover(&["autopilot", "status"]));
     assert!(
         status.contains("later    coordinate")
@@ -382,14 +357,7 @@ async fn green_ci_on_a_rover_pr_is_told_as_ready() {
     s.with_sandbox().await;
     follow_ci(&mut s);
     s.github.ci_on_new_commits(&["success"]);
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "The pull request is up."}));
     s.run_until_settled(12).await;
 
@@ -402,11 +370,7 @@ async fn green_ci_on_a_rover_pr_is_told_as_ready() {
     assert_eq!(ci.len(), 1, "{:?}", chain(&trace));
     assert_eq!(ci[0].status.to_string(), "completed");
     assert_eq!(ci[0].meta["decision"], "notify");
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(ci[0].meta["ci"]["sha"], push.meta["headSha"]);
     let (number, branch) = {
         let pulls = s.github.pulls();
@@ -431,14 +395,7 @@ async fn red_ci_on_a_rover_pr_is_iterated_on_the_same_branch_until_green() {
     s.rules.push(json!({"prompt_contains": "1 of at most 3 iterate/retry decisions used", "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "The pull request is up."}));
     s.run_until_settled(16).await;
 
@@ -501,14 +458,7 @@ async fn ci_that_stays_red_ends_in_a_failure_notice_even_if_the_resolver_keeps_p
     s.rules.push(json!({"prompt_contains": "1 of at most 2 iterate/retry decisions used", "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "About the pull request."}));
     s.run_until_settled(16).await;
 
@@ -550,14 +500,7 @@ async fn the_last_allowed_iteration_reaches_the_pull_request() {
     s.rules.push(json!({"prompt_contains": "1 of at most 1 iterate/retry decisions used: none is left", "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        31,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 31);
     s.answer(NOTIFY, json!({"message": "About the pull request."}));
     s.run_until_settled(16).await;
 

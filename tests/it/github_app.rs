@@ -10,39 +10,38 @@ use serde_json::json;
 
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::FakeApp;
-use crate::support::scenario::{chain, coordinate, one_task_issue, Scenario, NOTIFY};
+use crate::support::scenario::{chain, coordinate, csv_issue, one_task_issue, Scenario, NOTIFY};
 
 const APP_ID: u64 = 424_242;
 const SLUG: &str = "rover-app";
 const INSTALLATION: u64 = 77_001;
+
+/// `openssl <args> <more>`, which must succeed.
+fn openssl(args: &[&str], more: &[&Path]) {
+    let ok = std::process::Command::new("openssl")
+        .args(args)
+        .args(more)
+        .output()
+        .expect("openssl");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
 
 /// A 2048-bit RSA key pair made with `openssl` (PKCS#1, as GitHub hands out): the private
 /// key's path and the public key's PEM.
 fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(format!("{name}.pem"));
     let public = dir.join(format!("{name}.pub.pem"));
-    let ok = std::process::Command::new("openssl")
-        .args(["genrsa", "-traditional", "-out"])
-        .arg(&key)
-        .arg("2048")
-        .output()
-        .expect("openssl genrsa");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
+    openssl(
+        &["genrsa", "-traditional", "-out"],
+        &[&key, Path::new("2048")],
     );
-    let ok = std::process::Command::new("openssl")
-        .args(["rsa", "-pubout", "-in"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&public)
-        .output()
-        .expect("openssl rsa");
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
+    openssl(
+        &["rsa", "-pubout", "-in"],
+        &[&key, Path::new("-out"), &public],
     );
     (key, std::fs::read_to_string(public).expect("public key"))
 }
@@ -100,14 +99,7 @@ async fn a_github_app_daemon_keeps_polling_commenting_and_pushing_across_token_e
     s.rules.push(json!({"prompt_contains": "## Task: Add the csv flag", "run": ["sleep 6"],
         "write": {"csv.txt": "Add the csv flag\n"},
         "structured": {"status": "completed", "summary": "Add the csv flag: completed", "files_changed": []}}));
-    one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
     let out_path = s.env.path().join("daemon.out");
     let log = std::fs::File::create(&out_path).unwrap();

@@ -15,9 +15,9 @@ use rover::orchestrator::{
 };
 use rover::store::{PendingAction, StepKind, StepRun};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::support::env::TestEnv;
+use crate::support::orch::{run_until_idle, submit_local, wait_until};
 
 /// Finishes at once, queueing `next`.
 struct Passing {
@@ -91,13 +91,7 @@ impl Step for Probe {
             }
             1 => {
                 self.release.notify_one();
-                tokio::time::timeout(Duration::from_secs(30), async {
-                    while orch.in_flight() > 0 {
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
-                })
-                .await
-                .expect("the workflow finishes");
+                wait_until(30, 5, "the workflow finishes", || orch.in_flight() == 0).await;
                 Ok(Readiness::Wait("second look".into()))
             }
             _ => Ok(Readiness::Ready),
@@ -143,24 +137,11 @@ async fn a_run_that_finishes_during_a_drain_is_not_mistaken_for_idle() {
         },
     );
     assert!(cell.set(orch.clone()).is_ok());
-    let (root, first) = rover::intake::local_trace("wake-up", "tester");
-    store.create_trace(&root, Some(&first), &[]).unwrap();
+    let trace = submit_local(&store, "wake-up");
 
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        orch.run_until_idle(CancellationToken::new()),
-    )
-    .await
-    .expect("settles without the fallback timer")
-    .unwrap();
+    run_until_idle(&orch, 60, "settles without the fallback timer").await;
 
-    let chain: Vec<String> = store
-        .load_trace(root.id)
-        .unwrap()
-        .spans
-        .iter()
-        .map(|s| format!("{}:{}", s.step, s.status))
-        .collect();
+    let chain = crate::support::chain::chain(&store.load_trace(trace).unwrap());
     assert!(
         chain.contains(&"resolve:completed".to_owned()),
         "the resolve queued during the drain ran: {chain:?}"

@@ -4,6 +4,7 @@
 use rover::store::{Action, Meta, SpanStatus, StepKind};
 use serde_json::{json, Value};
 
+use crate::support::chain::assert_chain;
 use crate::support::env::stderr;
 use crate::support::pipeline::{first_span, notify_action, StepsWorld};
 
@@ -96,14 +97,7 @@ async fn fail_with_no_daemon_takes_the_queued_work_and_answers_with_the_reason()
     // New work still runs: the breaker did not count it.
     let next = w.p.submit("another question");
     w.settle().await;
-    assert_eq!(
-        w.chain(next),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&w.p.trace(next), "event coordinate notify");
     // Nothing to close any more.
     let out = w.rover(&["fail", &next.to_string(), "--reason", "x"]);
     assert_eq!(out.status.code(), Some(1));
@@ -208,12 +202,7 @@ async fn a_cancelled_workflow_run_is_closed_by_hand_and_its_container_removed() 
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     slow_task_issue(&mut s, 80, 120);
-    let mut daemon = s
-        .start_command(&[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start rover");
+    let mut daemon = s.spawn_quiet();
     let wait_for = |what: &str, done: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while !done() {

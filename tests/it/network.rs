@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::real_cli::{cli_env, json_flag_answers, real_codex_env, real_sandbox_image};
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as OpenAiReply};
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{chain, merge, Scenario};
 
 /// The keys rover holds in these tests (see `cli_env` and `real_codex_env`); the probe looks
@@ -369,11 +370,7 @@ async fn probe_the_closed_network(codex: bool) {
     s.run_until_settled(40).await;
     drop(peer);
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(
         workflow.status.to_string(),
         "completed",
@@ -384,11 +381,7 @@ async fn probe_the_closed_network(codex: bool) {
         chain(&trace).last().map(String::as_str),
         Some("notify:completed")
     );
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
     let shipped = |file: &str| {
         crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:{file}")])
@@ -590,11 +583,7 @@ async fn cross_the_stop_limit(codex: bool) {
     );
     s.run_until_settled(30).await;
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     let wire = &workflow.meta["network"];
     let stopped = &wire["stopped"];
     assert!(
@@ -706,11 +695,7 @@ async fn an_allow_listed_destination_is_reached_through_the_proxy_and_another_re
     );
     s.run_until_settled(30).await;
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(workflow.meta["egress"], format!("allow {allowed}"));
     let wire = &workflow.meta["network"];
     let rows = wire["connections"].as_array().unwrap();
@@ -896,11 +881,7 @@ echo SEAL-BEGIN; cat "$out"; echo SEAL-END
     s.run_until_settled(40).await;
 
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     let wire = &workflow.meta["network"];
     let mut escapes = Vec::new();
     // The probe's own view: its tool output, in the agent's log (the run is stopped by the

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::env::TestEnv;
+use crate::support::orch::{run_until_idle, submit_local as submit, wait_until};
 
 type Behaviour = Arc<dyn Fn(&StepRun, usize) -> Result<Outcome, StepError> + Send + Sync>;
 
@@ -108,33 +109,15 @@ fn orchestrator(
     steps: Vec<Arc<dyn Step>>,
     fallback: Duration,
 ) -> StepOrchestrator {
-    StepOrchestrator::new(
-        store.clone(),
+    crate::support::orch::orchestrator(
+        store,
         steps,
-        OrchestratorSettings {
-            fallback_interval: fallback,
-            retry_backoff: Duration::from_millis(20),
-            shutdown_grace: Duration::from_secs(2),
-            ..OrchestratorSettings::default()
-        },
+        (fallback, Duration::from_millis(20), Duration::from_secs(2)),
     )
-    .with_pipeline(rover::steps::pipeline::pipeline())
-}
-
-fn submit(store: &AutopilotStore, text: &str) -> Uuid {
-    let (root, first) = rover::intake::local_trace(text, "tester");
-    store.create_trace(&root, Some(&first), &[]).unwrap();
-    root.id
 }
 
 async fn settle(orch: &StepOrchestrator) {
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        orch.run_until_idle(CancellationToken::new()),
-    )
-    .await
-    .expect("settles without waiting for the fallback timer")
-    .unwrap();
+    run_until_idle(orch, 30, "settles without waiting for the fallback timer").await;
 }
 
 fn chain(store: &AutopilotStore, trace: Uuid) -> Vec<String> {
@@ -782,13 +765,10 @@ async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
         // The collection runs as a task of its own, holding its slot until it is done; the
         // drain its end wakes starts a run in the freed slot, which detaches in turn.
         for _ in 0..2 {
-            tokio::time::timeout(Duration::from_secs(30), async {
-                while orch.in_flight() > 0 {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
+            wait_until(30, 5, "collections end and runs detach", || {
+                orch.in_flight() == 0
             })
-            .await
-            .expect("collections end and runs detach");
+            .await;
             let (running, _) = workflow_runs(&store);
             assert!(running <= 2, "{running} detached runs with maxParallel 2");
             orch.drain().await.unwrap();

@@ -12,8 +12,10 @@ use rover::agents::{
 use serde_json::json;
 
 use crate::proof::escape::real_claude;
+use crate::support::chain::assert_chain;
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
+use crate::support::pipeline::first_span;
 
 /// The environment the real CLI gets in these tests: the fake API, no retries, no updater.
 pub(crate) fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(String, String)> {
@@ -225,7 +227,7 @@ async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
 /// workflow agent is the fake agent in a real container.
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
-    use crate::support::scenario::{chain, workflow_rule, Scenario};
+    use crate::support::scenario::{workflow_rule, Scenario};
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
@@ -245,26 +247,13 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let trace = s
+        .settle_as(
+            12,
+            "event coordinate plan workflow commit resolve push notify",
+        )
+        .await;
+    let commit = first_span(&trace, "commit");
     assert_eq!(
         commit.meta["messageSource"],
         json!("agent"),
@@ -355,29 +344,15 @@ pub(crate) async fn json_flag_in_a_real_sandbox(
 
 #[tokio::test]
 async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::support::scenario::chain;
     let image = real_sandbox_image();
     let (s, api) = json_flag_in_a_real_sandbox(json!({"image": image})).await;
-    s.run_until_settled(20).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let trace = s
+        .settle_as(
+            20,
+            "event coordinate plan workflow commit resolve push notify",
+        )
+        .await;
+    let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
     let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
     assert_eq!(shipped, "--json prints JSON");
@@ -408,11 +383,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
             .all(|(_, k)| k.as_deref() == Some("sk-ant-api03-fake-key-for-tests")),
         "{keys:?}"
     );
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(workflow.meta["egress"], "model-only", "{:?}", workflow.meta);
     let wire = &workflow.meta["network"];
     assert_eq!(
@@ -635,7 +606,7 @@ async fn a_rejected_answer_from_the_real_codex_is_repaired_by_the_one_retry() {
 /// claude deciding on the host (the workflow agent is the fake agent in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::support::scenario::{chain, workflow_rule, Scenario};
+    use crate::support::scenario::{workflow_rule, Scenario};
     // A vague issue: the planner asks which format.
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
         ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
@@ -654,17 +625,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
-    s.run_until_settled(8).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "notify:completed"
-        ]
-    );
+    s.settle_as(8, "event coordinate plan notify").await;
     assert!(s
         .github
         .comment_bodies(72)
@@ -698,29 +659,8 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
         "ROVER_CLAUDE_BIN".into(),
         real_claude().display().to_string(),
     ));
-    s.run_until_settled(14).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
-    let resolve = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
+    let resolve = first_span(&trace, "resolve");
     assert_eq!(resolve.meta["decision"], json!("iterate"));
 }
 
@@ -729,7 +669,7 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
 /// alone; the workflow agent is the fake codex in a container.
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
-    use crate::support::scenario::{chain, merge, workflow_rule, Scenario};
+    use crate::support::scenario::{merge, workflow_rule, Scenario};
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
@@ -749,35 +689,18 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
     real_codex_env(&api, &mut s);
     s.run_until_settled(12).await;
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(
         workflow.status.to_string(),
         "completed",
         "{:?}",
         workflow.meta
     );
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
     );
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit = first_span(&trace, "commit");
     assert_eq!(
         commit.meta["messageSource"],
         json!("agent"),
@@ -798,7 +721,7 @@ async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
 /// committed, pushed and answered.
 #[tokio::test]
 async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() {
-    use crate::support::scenario::{chain, merge, Scenario};
+    use crate::support::scenario::{merge, Scenario};
     let image = real_sandbox_image();
     let workflow = json!({
         "__tools": [{"name": "exec_command", "arguments": {"cmd": "printf -- '--json prints JSON\\n' > json.txt"}}],
@@ -820,35 +743,18 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
     real_codex_env(&api, &mut s);
     s.run_until_settled(20).await;
     let trace = s.the_trace();
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(
         workflow.status.to_string(),
         "completed",
         "{:?}",
         workflow.meta
     );
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
     );
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
     let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
     assert_eq!(shipped, "--json prints JSON");
@@ -891,7 +797,7 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
 /// codex deciding on the host (the workflow agent is the fake codex in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::support::scenario::{chain, merge, workflow_rule, Scenario};
+    use crate::support::scenario::{merge, workflow_rule, Scenario};
     let codex_scenario = |api: &FakeOpenAi, s: &mut Scenario| {
         merge(
             &mut s.extra_config,
@@ -912,17 +818,7 @@ async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_fa
     s.github
         .add_issue(76, "Add an export", "We need an export.", "alice", &[]);
     s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 76, "title": "Add an export", "body": "We need an export.", "user": {"login": "alice"}}}));
-    s.run_until_settled(8).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "notify:completed"
-        ]
-    );
+    s.settle_as(8, "event coordinate plan notify").await;
     assert!(s
         .github
         .comment_bodies(76)
@@ -950,29 +846,8 @@ async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_fa
         "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
     s.rules
         .push(workflow_rule("Add the json flag", json!({}), "failed"));
-    s.run_until_settled(14).await;
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
-    let resolve = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
+    let resolve = first_span(&trace, "resolve");
     assert_eq!(resolve.meta["decision"], json!("iterate"));
     assert!(api.responses_requests().iter().all(|r| r.authorized));
 }

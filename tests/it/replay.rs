@@ -4,13 +4,11 @@
 
 use serde_json::{json, Value};
 
+use crate::support::chain::assert_chain;
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::TOKEN;
 use crate::support::replay::{assert_replays_clean, export_all, replay_cmd, replay_dir};
-use crate::support::scenario::{
-    chain, coordinate, head_sha, merge, task, Scenario, COORDINATE, NOTIFY, PLAN, RESOLVE,
-    SUMMARIZE,
-};
+use crate::support::scenario::{head_sha, Scenario, COORDINATE, NOTIFY, SUMMARIZE};
 
 /// A push to main whose CI is green: the coordinator decides noop.
 async fn noop_scenario() -> Scenario {
@@ -21,11 +19,18 @@ async fn noop_scenario() -> Scenario {
     s.answer(COORDINATE, json!({"decision": "noop", "confidence": 0.95, "reasoning": "CI passed on main; nothing to do.", "directive": null, "task": null, "message": null, "condition": null, "task_id": null}));
     s.answer(SUMMARIZE, json!({"summary": "Nothing to do."}));
     s.run_once().await;
-    assert_eq!(
-        chain(&s.the_trace()),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
+    assert_chain(&s.the_trace(), "event coordinate noop");
     s
+}
+
+/// A file of `folder` (the first it lists).
+fn first_file(folder: &std::path::Path) -> std::path::PathBuf {
+    std::fs::read_dir(folder)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
 }
 
 fn traces(report: &Value) -> &Vec<Value> {
@@ -118,12 +123,7 @@ async fn a_different_coordinator_answer_is_a_divergence_at_the_coordinate_step()
     let s = noop_scenario().await;
     let folder = s.env.path().join("exports");
     export_all(&s, &folder).await;
-    let file = std::fs::read_dir(&folder)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let file = first_file(&folder);
     let mut bundle: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let coordinate_span = bundle["spans"]
         .as_array()
@@ -187,12 +187,7 @@ async fn dir_prints_a_table_and_exits_0_1_or_3() {
     let s = noop_scenario().await;
     let folder = s.env.path().join("week");
     export_all(&s, &folder).await;
-    let clean = std::fs::read_dir(&folder)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let clean = first_file(&folder);
 
     // All the same: 0, one row per file and the totals.
     let out = replay_cmd(&s, &["--dir", folder.to_str().unwrap()]).await;
@@ -301,32 +296,7 @@ async fn dir_prints_a_table_and_exits_0_1_or_3() {
 async fn a_changed_max_retries_is_a_divergence_at_the_resolve_step_it_changes() {
     // A task that keeps failing, `maxRetries: 2`: the resolver iterates twice, then the third
     // resolve gives up by rule (no agent asked).
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"pipeline": {"maxRetries": 2}}}),
-    );
-    s.github
-        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Port to Windows"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
-    s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
-    s.answer(
-        RESOLVE,
-        crate::support::scenario::resolve(
-            "iterate",
-            json!({"instructions": "Try cross-compiling."}),
-        ),
-    );
-    s.answer(
-        NOTIFY,
-        json!({"message": "I could not port this to Windows."}),
-    );
+    let s = crate::support::scenario::failing_port(2, "I could not port this to Windows.").await;
     s.run_until_settled(20).await;
     let trace = s.the_trace();
     let resolves: Vec<(String, String)> = trace

@@ -5,8 +5,10 @@
 use serde_json::json;
 
 use crate::real_cli::{json_flag_in_a_real_sandbox, real_codex};
+use crate::support::chain::assert_chain;
 use crate::support::gitrepo::git;
-use crate::support::scenario::{chain, merge, Scenario};
+use crate::support::pipeline::first_span;
+use crate::support::scenario::{merge, Scenario};
 
 /// The Debian base `tests/setup-sandbox-image.sh --base` made (`tests/run.sh` exports it).
 fn sandbox_base() -> String {
@@ -71,18 +73,9 @@ async fn rover_builds_its_own_sandbox_image_on_first_use_and_the_real_claude_shi
         }
     }
     let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
     );
     let built = own_images();
     assert_eq!(built.len(), 1, "one image built: {built:?}");
@@ -113,22 +106,14 @@ async fn rover_builds_its_own_sandbox_image_on_first_use_and_the_real_claude_shi
     );
     assert!(log_text.contains("Successfully tagged"), "{log_text}");
     // The agent ran in it: the workflow's environment names it, and the change shipped.
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     assert_eq!(
         workflow.meta["environment"]["image"].as_str(),
         Some(image.as_str()),
         "{:?}",
         workflow.meta
     );
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
     let shipped = git(&s.origin, &["show", &format!("{branch}:json.txt")]);
     assert_eq!(shipped, "--json prints JSON");

@@ -16,6 +16,7 @@ use rover::store::{Action, StepKind, StepRun, TaskMapping, TraceView};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::support::chain::assert_chain;
 use crate::support::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
 use crate::support::pipeline::{last_span, Case, Pipeline};
 
@@ -170,13 +171,7 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
         Channel::IssueComment { number: 5 },
     );
     let trace = submit_github(&p, &e);
-    p.run(&orch).await;
-
-    assert_eq!(
-        p.chain(trace),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
-    let view = p.trace(trace);
+    let view = p.run_as(&orch, trace, "event coordinate noop").await;
     let noop = produced(&view, "coordinate");
     assert_eq!(noop.len(), 1);
     assert!(
@@ -218,11 +213,8 @@ async fn coordinator_noop_ends_with_an_ai_summary() {
         vec![json!({"prompt_contains": SUMMARIZE, "structured": {"summary": "Nothing to do: the request was already handled."}})],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate noop");
     let coordinate = last_span(&view, "coordinate");
     assert_eq!(coordinate.meta["decision"], "noop");
     assert_eq!(coordinate.meta["decidedBy"], "agent");
@@ -267,16 +259,8 @@ async fn coordinator_plan_carries_the_directive() {
         vec![json!({"prompt_contains": PLAN, "structured": {"analysis": "small", "tasks": [task("a", &[])], "clarification": null}})],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate plan workflow");
     let plan = produced(&view, "coordinate");
     let meta: PlanMeta = meta::read(&plan[0]).expect("plan meta");
     assert_eq!(meta.directive, "Persist the session cookie");
@@ -296,15 +280,8 @@ async fn coordinator_notify_answers_in_the_local_trace() {
         vec![json!({"prompt_contains": NOTIFY, "structured": {"message": "Already fixed in v2.1 — upgrade and it works."}})],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate notify");
     let action: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
     assert_eq!(action.purpose, NotifyPurpose::Answer);
     assert_eq!(action.message.as_deref(), Some("This was fixed in v2.1."));
@@ -334,15 +311,8 @@ async fn coordinator_flag_becomes_a_notify_asking_a_human() {
         vec![json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401})],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate notify");
     let action: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
     assert_eq!(action.purpose, NotifyPurpose::Flag);
     let notify = last_span(&view, "notify");
@@ -389,8 +359,8 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
     let before = Utc::now();
     p.run(&orch).await;
     // The wait is a `coordinate` of the same trace, queued for its deadline (30 minutes).
-    assert_eq!(p.chain(first), ["event:completed", "coordinate:completed"]);
     let view = p.trace(first);
+    assert_chain(&view, "event coordinate");
     let wait_action = &produced(&view, "coordinate")[0];
     assert_eq!(wait_action.action, StepKind::Coordinate);
     assert!(
@@ -436,14 +406,7 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
         coordinate.meta["openWaits"][0]["traceId"],
         first.to_string()
     );
-    assert_eq!(
-        p.chain(second),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&p.trace(second), "event coordinate notify");
     let calls = p.agents.calls();
     let prompt = calls
         .iter()
@@ -454,15 +417,7 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
         prompt.contains("waiting for CI on the PR to finish"),
         "{prompt}"
     );
-    assert_eq!(
-        p.chain(first),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "coordinate:completed",
-            "noop:completed"
-        ]
-    );
+    assert_chain(&p.trace(first), "event coordinate coordinate noop");
     let taken = last_span(&p.trace(first), "coordinate");
     assert_eq!(taken.meta["supersededBy"], second.to_string());
     assert_eq!(taken.meta["decidedBy"], "wait");
@@ -508,12 +463,8 @@ async fn an_untrusted_event_does_not_take_over_a_wait() {
     let first = submit_github(&p, &pr("alice"));
     p.run(&orch).await;
     let mallory = submit_github(&p, &pr("mallory"));
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(mallory),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
-    assert_eq!(p.chain(first), ["event:completed", "coordinate:completed"]);
+    p.run_as(&orch, mallory, "event coordinate noop").await;
+    assert_chain(&p.trace(first), "event coordinate");
     let state = p.store.read_state().unwrap();
     assert_eq!(state.pending.len(), 1);
     assert!(state.pending[0].not_before.is_some());
@@ -543,8 +494,7 @@ async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
             Channel::PrComment { number: 12 },
         ),
     );
-    p.run(&orch).await;
-    assert_eq!(p.chain(trace), ["event:completed", "coordinate:completed"]);
+    p.run_as(&orch, trace, "event coordinate").await;
     let wait = &produced(&p.trace(trace), "coordinate")[0];
     assert_eq!(wait.meta["wait"]["headSha"], SHA);
 
@@ -571,16 +521,8 @@ async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
         1
     );
     assert_eq!(p.store.read_state().unwrap().pending[0].not_before, None);
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
+    p.run_as(&orch, trace, "event coordinate coordinate notify")
+        .await;
     assert_eq!(
         last_span(&p.trace(trace), "coordinate").meta["wait"]["condition"],
         "CI to finish"
@@ -619,17 +561,9 @@ async fn a_wait_is_re_evaluated_at_its_deadline_with_what_it_waited_for() {
             Channel::PrComment { number: 12 },
         ),
     );
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "coordinate:completed",
-            "notify:completed"
-        ]
-    );
-    let view = p.trace(trace);
+    let view = p
+        .run_as(&orch, trace, "event coordinate coordinate notify")
+        .await;
     let again = last_span(&view, "coordinate");
     assert_eq!(again.meta["wait"]["condition"], "CI to finish");
     assert_eq!(again.meta["decision"], "notify");
@@ -670,18 +604,9 @@ async fn waits_stop_at_max_waits_with_a_noop_that_says_so() {
             Channel::PrComment { number: 12 },
         ),
     );
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "coordinate:completed",
-            "coordinate:completed",
-            "noop:completed"
-        ]
-    );
-    let view = p.trace(trace);
+    let view = p
+        .run_as(&orch, trace, "event coordinate coordinate coordinate noop")
+        .await;
     let noop = view.actions.last().unwrap();
     assert!(
         noop.reason.starts_with(
@@ -704,15 +629,8 @@ async fn coordinator_workflow_decision_carries_the_task() {
         vec![],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "workflow:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate workflow");
     let workflow: WorkflowMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
     assert_eq!(workflow.title, "Review the auth module");
     assert_eq!(workflow.description, "Look for injection");
@@ -743,17 +661,7 @@ async fn merged_rover_pr_is_cleaned_up_without_the_agent() {
     e.merged = Some(true);
     e.head_branch = Some(ROVER_BRANCH.into());
     let trace = submit_github(&p, &e);
-    p.run(&orch).await;
-
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
-    let view = p.trace(trace);
+    let view = p.run_as(&orch, trace, "event coordinate cleanup").await;
     let cleanup: CleanupMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
     assert_eq!(cleanup.tasks, vec![key]);
     assert_eq!(cleanup.branch.as_deref(), Some(ROVER_BRANCH));
@@ -795,17 +703,7 @@ async fn a_rover_pr_closed_without_merging_frees_every_task_of_its_trace() {
     e.merged = Some(false);
     e.head_branch = Some(ROVER_BRANCH.into());
     let closed = submit_github(&p, &e);
-    p.run(&orch).await;
-
-    assert_eq!(
-        p.chain(closed),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
-    let view = p.trace(closed);
+    let view = p.run_as(&orch, closed, "event coordinate cleanup").await;
     let cleanup: CleanupMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
     assert_eq!(cleanup.tasks, vec![head, other]);
     let reasoning = last_span(&view, "coordinate").meta["reasoning"].to_string();
@@ -840,15 +738,7 @@ async fn coordinator_cleanup_decision_names_the_mapped_task() {
             Channel::IssueComment { number: 3 },
         ),
     );
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "cleanup:completed"
-        ]
-    );
+    p.run_as(&orch, trace, "event coordinate cleanup").await;
     let cleanup: CleanupMeta =
         meta::read(&produced(&p.trace(trace), "coordinate")[0]).expect("meta");
     assert_eq!(cleanup.tasks, vec![key]);
@@ -894,17 +784,9 @@ async fn feedback_on_a_rover_pr_plans_an_iteration_of_its_task() {
             Channel::PrReview { number: 7 },
         ),
     );
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed"
-        ]
-    );
-    let view = p.trace(trace);
+    let view = p
+        .run_as(&orch, trace, "event coordinate plan workflow")
+        .await;
     let plan: PlanMeta = meta::read(&produced(&view, "coordinate")[0]).expect("plan meta");
     assert_eq!(plan.existing_task, Some(key));
     assert_eq!(plan.branch.as_deref(), Some(ROVER_BRANCH));
@@ -931,17 +813,8 @@ async fn planner_wires_a_dependency_between_two_tasks() {
             "clarification": null}})],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "workflow:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate plan workflow workflow");
     let actions = produced(&view, "plan");
     assert_eq!(actions.len(), 2);
     let first: WorkflowMeta = meta::read(&actions[0]).expect("meta");
@@ -973,16 +846,8 @@ async fn planner_cycle_is_rejected_and_reported() {
         ],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:error",
-            "notify:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate plan:error notify");
     let plan = last_span(&view, "plan");
     let message = plan.meta["error"]["message"].as_str().expect("message");
     assert!(message.contains("cycle"), "{message}");
@@ -1015,16 +880,8 @@ async fn planner_clarification_becomes_a_notify_with_the_question() {
         ],
     )
     .await;
-    assert_eq!(
-        p.chain(trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "notify:completed"
-        ]
-    );
     let view = p.trace(trace);
+    assert_chain(&view, "event coordinate plan notify");
     let ask: NotifyMeta = meta::read(&produced(&view, "plan")[0]).expect("meta");
     assert_eq!(ask.purpose, NotifyPurpose::Clarify);
     assert_eq!(
@@ -1048,8 +905,7 @@ async fn notify_on(
         .github(fake)
         .build(|s| vec![Arc::new(NotifyStep::new(s.clone()))]);
     let (trace, action) = submit_notify(&p, e, notify);
-    p.run(&orch).await;
-    assert_eq!(p.chain(trace), ["event:completed", "notify:completed"]);
+    p.run_as(&orch, trace, "event notify").await;
     (p, trace, action)
 }
 
@@ -1193,9 +1049,7 @@ async fn notify_after_a_crash_finds_its_post_and_does_not_post_twice() {
         BOT,
         &compose("Fixed in #7.", &trace.to_string(), &action.to_string()),
     );
-    p.run(&orch).await;
-
-    assert_eq!(p.chain(trace), ["event:completed", "notify:completed"]);
+    p.run_as(&orch, trace, "event notify").await;
     assert_eq!(fake.comment_bodies(5).len(), 1, "no second post");
     let span = last_span(&p.trace(trace), "notify");
     assert_eq!(span.meta["alreadyPosted"], true);
@@ -1296,11 +1150,7 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
     );
     e.body = Some("@rover please fix the lint failure".into());
     let trace = submit_github(&p, &e);
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        ["event:completed", "coordinate:completed", "noop:completed"]
-    );
+    p.run_as(&orch, trace, "event coordinate noop").await;
 
     let calls = p.agents.calls();
     assert_eq!(calls.len(), 1);
@@ -1351,12 +1201,9 @@ async fn coordinator_agent_failure_fails_forward_to_notify() {
     ]);
     let (p, orch) = case(&script).build(steps);
     let trace = p.submit("Fix the flaky test");
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(trace),
-        ["event:completed", "coordinate:error", "notify:completed"]
-    );
-    let view = p.trace(trace);
+    let view = p
+        .run_as(&orch, trace, "event coordinate:error notify")
+        .await;
     let coordinate = last_span(&view, "coordinate");
     assert_eq!(coordinate.meta["error"]["errorClass"], "auth");
     assert_eq!(coordinate.meta["error"]["agentStep"], "coordinate");
@@ -1393,16 +1240,8 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
             Channel::IssueComment { number: 20 },
         ),
     );
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(opened),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "notify:completed"
-        ]
-    );
+    p.run_as(&orch, opened, "event coordinate plan notify")
+        .await;
     let asked = fake.comment_bodies(20);
     assert_eq!(asked.len(), 1);
     assert!(asked[0].starts_with("Which part should I improve"));
@@ -1417,16 +1256,8 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
     );
     reply.body = Some("Remember-me, please.".into());
     let replied = submit_github(&p, &reply);
-    p.run(&orch).await;
-    assert_eq!(
-        p.chain(replied),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed"
-        ]
-    );
+    p.run_as(&orch, replied, "event coordinate plan workflow")
+        .await;
     // The second coordinator saw rover's question (marked as rover's) and the answer.
     let calls = p.agents.calls();
     let prompt = calls[3]["prompt"].as_str().expect("prompt");

@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::support::chain::assert_chain;
 use crate::support::fake_github::{FakeGitHub, BOT, REPO};
 use crate::support::gitrepo::{git, HERMETIC_ENV};
 use crate::support::pipeline::{last_span, Case, Pipeline};
@@ -580,20 +581,9 @@ async fn resolver_iterates_on_the_same_task_and_branch() {
         )],
     );
     let trace = w.run_local("add a parser").await;
-    assert_eq!(
-        w.p.chain(trace),
-        vec![
-            "event:completed",
-            "coordinate:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &w.p.trace(trace),
+        "event coordinate workflow:failed commit resolve workflow commit resolve push notify",
     );
     let view = w.p.trace(trace);
     let workflows: Vec<_> = view
@@ -648,19 +638,9 @@ async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
     );
     w.commit_failures = 1;
     let trace = w.run_local("add a parser").await;
-    assert_eq!(
-        w.p.chain(trace),
-        vec![
-            "event:completed",
-            "coordinate:completed",
-            "workflow:completed",
-            "commit:error",
-            "resolve:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &w.p.trace(trace),
+        "event coordinate workflow commit:error resolve commit resolve push notify",
     );
     let view = w.p.trace(trace);
     let commits: Vec<_> = view
@@ -716,19 +696,9 @@ async fn resolver_fails_without_the_agent_when_retries_are_exhausted() {
         )],
     );
     let trace = w.run_local("add a parser").await;
-    assert_eq!(
-        w.p.chain(trace),
-        vec![
-            "event:completed",
-            "coordinate:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &w.p.trace(trace),
+        "event coordinate workflow:failed commit resolve workflow:failed commit resolve notify",
     );
     // The agent decided the first resolve only.
     assert_eq!(w.resolve_calls(), 1);
@@ -848,16 +818,9 @@ async fn resolver_fails_with_the_agents_message() {
         )],
     );
     let trace = w.run_local("add a parser").await;
-    assert_eq!(
-        w.p.chain(trace),
-        vec![
-            "event:completed",
-            "coordinate:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &w.p.trace(trace),
+        "event coordinate workflow:failed commit resolve notify",
     );
     let resolve = span_meta(&w.p, trace, "resolve");
     assert_eq!(resolve["decision"], json!("fail"));
@@ -1146,17 +1109,9 @@ async fn pusher_pushes_a_local_event_without_a_pr() {
         &[("parser", write("parser.txt", "parser"))],
     );
     let trace = w.run_local("add a parser").await;
-    assert_eq!(
-        w.p.chain(trace),
-        vec![
-            "event:completed",
-            "coordinate:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &w.p.trace(trace),
+        "event coordinate workflow commit resolve push notify",
     );
     assert!(w.origin_has("rover/parser"));
     assert!(origin_file(&w.p.repo.origin, "rover/parser", "parser.txt").contains("parser"));

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::support::env::stdout;
 use crate::support::fake_github::BOT;
 use crate::support::scenario::{
-    chain, coordinate, one_task_issue, task, Scenario, COORDINATE, NOTIFY, PLAN,
+    chain, coordinate, csv_issue, task, Scenario, COORDINATE, NOTIFY, PLAN,
 };
 
 /// `author` comments `body` on #`number`, and the feed says so; returns the comment's id.
@@ -51,6 +51,17 @@ fn span<'a>(view: &'a rover::store::TraceView, step: &str) -> &'a rover::store::
         .unwrap_or_else(|| panic!("no {step} span: {:?}", chain(view)))
 }
 
+/// Asserts that the trace's `cancel` span is alice's and its reason names `why`.
+fn cancelled_by_alice(view: &rover::store::TraceView, why: &str) {
+    let cancel = span(view, "cancel");
+    assert_eq!(cancel.meta["by"], json!("alice"));
+    assert!(
+        cancel.meta["reason"].as_str().unwrap().contains(why),
+        "{:?}",
+        cancel.meta
+    );
+}
+
 /// The `command` lines of `rover autopilot events --json`.
 fn command_events(s: &Scenario) -> Vec<Value> {
     let out = s
@@ -79,12 +90,7 @@ async fn trusted_commands_report_status_list_help_and_stop_the_running_container
         "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
     );
     s.answer(NOTIFY, json!({"message": "Stopped."}));
-    let mut daemon = s
-        .start_command(&[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start rover");
+    let mut daemon = s.spawn_quiet();
     let limit = Duration::from_secs(90);
     tokio::task::block_in_place(|| {
         wait_for("the workflow container", limit, &|| {
@@ -147,16 +153,7 @@ async fn trusted_commands_report_status_list_help_and_stop_the_running_container
     let workflow = span(&view, "workflow");
     assert_eq!(workflow.status, SpanStatus::Error);
     assert_eq!(workflow.meta["closedByHand"], json!(true));
-    let cancel = span(&view, "cancel");
-    assert_eq!(cancel.meta["by"], json!("alice"));
-    assert!(
-        cancel.meta["reason"]
-            .as_str()
-            .unwrap()
-            .contains("/rover stop on #80"),
-        "{:?}",
-        cancel.meta
-    );
+    cancelled_by_alice(&view, "/rover stop on #80");
     // Each command was acknowledged with 👀, and none reached the coordinating agent.
     for id in [status, help, stop] {
         assert!(
@@ -322,21 +319,9 @@ async fn thumbs_down_stops(on: OnWhat) {
         &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 300},
             "github": {"reactions": {"pollSecs": 1}}}}),
     );
-    one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "Stopped."}));
-    let mut daemon = s
-        .start_command(&[])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start rover");
+    let mut daemon = s.spawn_quiet();
     let limit = Duration::from_secs(120);
     tokio::task::block_in_place(|| {
         wait_for("rover's pull request", limit, &|| {
@@ -407,16 +392,7 @@ async fn thumbs_down_stops(on: OnWhat) {
     let _ = daemon.kill();
     let _ = daemon.wait();
     let view = s.store().load_trace(work).unwrap();
-    let cancel = span(&view, "cancel");
-    assert_eq!(cancel.meta["by"], json!("alice"));
-    assert!(
-        cancel.meta["reason"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("alice reacted -1 on {described}")),
-        "{:?}",
-        cancel.meta
-    );
+    cancelled_by_alice(&view, &format!("alice reacted -1 on {described}"));
     // Polled with the stop reaction only, and with the last ETag: unchanged lists were 304s.
     assert!(polls.iter().all(|r| r.query.contains("content=-1")));
     assert!(

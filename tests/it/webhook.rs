@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::REPO;
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{chain, Scenario, COORDINATE, NOTIFY};
 
 const SECRET: &str = "webhook-secret-for-tests";
@@ -465,14 +466,7 @@ async fn a_completed_check_run_wakes_the_ci_watch_of_rovers_pr() {
         &json!({"autopilot": {"pipeline": {"followCi": true, "ciPollSecs": 3600}}}),
     );
     s.github.ci_on_new_commits(&["success"]);
-    crate::support::scenario::one_task_issue(
-        &mut s,
-        30,
-        "Add a --csv flag",
-        "Please add --csv.",
-        "Add the csv flag",
-        "csv.txt",
-    );
+    crate::support::scenario::csv_issue(&mut s, 30);
     s.answer(NOTIFY, json!({"message": "Done."}));
     let daemon = Daemon::start(&s);
     let store = s.store();
@@ -484,11 +478,7 @@ async fn a_completed_check_run_wakes_the_ci_watch_of_rovers_pr() {
     };
     wait_for("the push and its scheduled ci watch", scheduled);
     let trace = s.the_trace();
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let sha = push.meta["headSha"].as_str().unwrap().to_owned();
 
     // A check run still running is no outcome: nothing wakes.

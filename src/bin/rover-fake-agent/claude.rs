@@ -67,6 +67,36 @@ pub fn parse(args: &[String]) -> Call {
         skip_permissions: false,
         session_id: None,
     };
+    let positional = read_args(args, &mut call, &mut flags);
+    check_flags(&call, &flags);
+    call.prompt = if positional.is_empty() {
+        read_stdin()
+    } else {
+        positional.join(" ")
+    };
+    if call.prompt.trim().is_empty() {
+        fail(
+            "Error: Input must be provided either through stdin or as a prompt argument when using --print",
+            1,
+        );
+    }
+    if let Some(id) = &call.resume {
+        if !session_known(id) {
+            fail(&format!("No conversation found with session ID: {id}"), 1);
+        }
+    }
+    if let Some(id) = &flags.session_id {
+        if crate::log_dir().is_some() && session_known(id) {
+            fail(&format!("Error: Session ID {id} is already in use."), 1);
+        }
+        call.resume.get_or_insert_with(|| id.clone());
+    }
+    call.verbose = flags.verbose;
+    call
+}
+
+/// Reads the options into `call` and `flags`; returns the positional arguments.
+fn read_args(args: &[String], call: &mut Call, flags: &mut Flags) -> Vec<String> {
     let mut positional: Vec<String> = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -86,84 +116,101 @@ pub fn parse(args: &[String]) -> Call {
             }
             _ => (arg.clone(), None),
         };
-        let flag = flag.as_str();
-        match flag {
-            "-p" | "--print" => flags.print = true,
-            "--verbose" => flags.verbose = true,
-            "-v" | "--version" => {
-                emit("2.1.197 (Claude Code)");
-                std::process::exit(0);
-            }
-            "-h" | "--help" => {
-                emit("Usage: claude [options] [command] [prompt]");
-                std::process::exit(0);
-            }
-            "--dangerously-skip-permissions" | "--allow-dangerously-skip-permissions" => {
-                flags.skip_permissions = true;
-            }
-            "-r" | "--resume" => {
-                let value = inline.or_else(|| {
-                    let next = args.get(i).filter(|a| !a.starts_with('-'))?.clone();
-                    i += 1;
-                    Some(next)
-                });
-                call.resume = Some(value.unwrap_or_else(|| {
+        i = read_option(args, i, (&flag, inline), call, flags);
+    }
+    positional
+}
+
+/// One option (`flag`, with the value written after its `=`), `i` the index past it: takes its
+/// values and returns the index past them.
+fn read_option(
+    args: &[String],
+    mut i: usize,
+    (flag, inline): (&str, Option<String>),
+    call: &mut Call,
+    flags: &mut Flags,
+) -> usize {
+    match flag {
+        "-p" | "--print" => flags.print = true,
+        "--verbose" => flags.verbose = true,
+        "-v" | "--version" => {
+            emit("2.1.197 (Claude Code)");
+            std::process::exit(0);
+        }
+        "-h" | "--help" => {
+            emit("Usage: claude [options] [command] [prompt]");
+            std::process::exit(0);
+        }
+        "--dangerously-skip-permissions" | "--allow-dangerously-skip-permissions" => {
+            flags.skip_permissions = true;
+        }
+        "-r" | "--resume" => {
+            let value = inline.or_else(|| {
+                let next = args.get(i).filter(|a| !a.starts_with('-'))?.clone();
+                i += 1;
+                Some(next)
+            });
+            call.resume = Some(value.unwrap_or_else(|| {
+                fail(
+                    "Error: --resume without an id needs an interactive terminal",
+                    1,
+                )
+            }));
+        }
+        "--strict-mcp-config" => call.strict_mcp = true,
+        _ if SWITCHES.contains(&flag) => {}
+        _ if VALUE_FLAGS.contains(&flag) => {
+            let value = inline.unwrap_or_else(|| {
+                let next = args.get(i).cloned().unwrap_or_else(|| {
                     fail(
-                        "Error: --resume without an id needs an interactive terminal",
+                        &format!("error: option '{flag} <value>' argument missing"),
                         1,
                     )
-                }));
-            }
-            "--strict-mcp-config" => call.strict_mcp = true,
-            _ if SWITCHES.contains(&flag) => {}
-            _ if VALUE_FLAGS.contains(&flag) => {
-                let value = inline.unwrap_or_else(|| {
-                    let next = args.get(i).cloned().unwrap_or_else(|| {
-                        fail(
-                            &format!("error: option '{flag} <value>' argument missing"),
-                            1,
-                        )
-                    });
-                    i += 1;
-                    next
                 });
-                apply_value(&mut call, &mut flags, flag, value);
-            }
-            _ if VARIADIC_FLAGS.contains(&flag) => {
-                let mut values: Vec<String> = inline.into_iter().collect();
-                while let Some(next) = args.get(i).filter(|a| !a.starts_with('-')) {
-                    values.push(next.clone());
-                    i += 1;
-                }
-                if values.is_empty() {
-                    fail(
-                        &format!("error: option '{flag} <values...>' argument missing"),
-                        1,
-                    );
-                }
-                if flag == "--tools" {
-                    call.offered_tools = Some(
-                        values
-                            .iter()
-                            .flat_map(|v| v.split([',', ' ']))
-                            .filter(|t| !t.is_empty())
-                            .map(str::to_owned)
-                            .collect(),
-                    );
-                }
-                if flag.starts_with("--allowed") {
-                    call.tools.extend(
-                        values
-                            .iter()
-                            .flat_map(|v| v.split([',', ' ']))
-                            .filter(|t| !t.is_empty())
-                            .map(str::to_owned),
-                    );
-                }
-            }
-            _ => fail(&format!("error: unknown option '{flag}'"), 1),
+                i += 1;
+                next
+            });
+            apply_value(call, flags, flag, value);
         }
+        _ if VARIADIC_FLAGS.contains(&flag) => {
+            let mut values: Vec<String> = inline.into_iter().collect();
+            while let Some(next) = args.get(i).filter(|a| !a.starts_with('-')) {
+                values.push(next.clone());
+                i += 1;
+            }
+            apply_values(call, flag, &values);
+        }
+        _ => fail(&format!("error: unknown option '{flag}'"), 1),
     }
+    i
+}
+
+/// A variadic option's values: the tools offered or allowed.
+fn apply_values(call: &mut Call, flag: &str, values: &[String]) {
+    if values.is_empty() {
+        fail(
+            &format!("error: option '{flag} <values...>' argument missing"),
+            1,
+        );
+    }
+    let tools = || {
+        values
+            .iter()
+            .flat_map(|v| v.split([',', ' ']))
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    if flag == "--tools" {
+        call.offered_tools = Some(tools().collect());
+    }
+    if flag.starts_with("--allowed") {
+        call.tools.extend(tools());
+    }
+}
+
+/// Refuses what the real CLI refuses: an interactive run, an unknown output format,
+/// stream-json without `--verbose`, skipped permissions as root outside a sandbox.
+fn check_flags(call: &Call, flags: &Flags) {
     if !flags.print {
         fail("fake claude: only non-interactive -p runs are supported", 1);
     }
@@ -191,30 +238,6 @@ pub fn parse(args: &[String]) -> Call {
             1,
         );
     }
-    call.prompt = if positional.is_empty() {
-        read_stdin()
-    } else {
-        positional.join(" ")
-    };
-    if call.prompt.trim().is_empty() {
-        fail(
-            "Error: Input must be provided either through stdin or as a prompt argument when using --print",
-            1,
-        );
-    }
-    if let Some(id) = &call.resume {
-        if !session_known(id) {
-            fail(&format!("No conversation found with session ID: {id}"), 1);
-        }
-    }
-    if let Some(id) = &flags.session_id {
-        if crate::log_dir().is_some() && session_known(id) {
-            fail(&format!("Error: Session ID {id} is already in use."), 1);
-        }
-        call.resume.get_or_insert_with(|| id.clone());
-    }
-    call.verbose = flags.verbose;
-    call
 }
 
 fn apply_value(call: &mut Call, flags: &mut Flags, flag: &str, value: String) {
@@ -398,6 +421,19 @@ fn result(session: &str, model: &str, turns: u32) -> Value {
         "permission_denials": [], "terminal_reason": "completed", "uuid": new_id()})
 }
 
+/// The session a run writes its messages in.
+struct Session {
+    id: String,
+    model: String,
+}
+
+impl Session {
+    /// An assistant message of the session's model.
+    fn says(&self, content: Value) -> Value {
+        assistant(&self.id, &self.model, content, None)
+    }
+}
+
 /// Acts out the rule on stdout and exits.
 pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) -> ! {
     let session = call.resume.clone().unwrap_or_else(new_id);
@@ -406,6 +442,7 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
         .model
         .clone()
         .unwrap_or_else(|| "claude-fake".to_owned());
+    let session = Session { id: session, model };
     let cwd = std::env::current_dir()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
@@ -414,8 +451,8 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
         verbose: call.verbose,
         messages: Vec::new(),
     };
-    out.push(json!({"type": "system", "subtype": "init", "cwd": cwd, "session_id": session,
-        "tools": ["Bash", "Edit", "Glob", "Grep", "Read", "Write"], "mcp_servers": [], "model": model,
+    out.push(json!({"type": "system", "subtype": "init", "cwd": cwd, "session_id": session.id,
+        "tools": ["Bash", "Edit", "Glob", "Grep", "Read", "Write"], "mcp_servers": [], "model": session.model,
         "permissionMode": "default", "apiKeySource": "ANTHROPIC_API_KEY",
         "claude_code_version": "2.1.197", "uuid": new_id()}));
     match rule.mode.as_str() {
@@ -427,118 +464,117 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
         }
         "exit_137" => std::process::exit(137),
         "truncated" => {
-            let line = assistant(
-                &session,
-                &model,
-                json!({"type": "text", "text": rule.answer("claude")}),
-                None,
-            )
-            .to_string();
+            let line = session
+                .says(json!({"type": "text", "text": rule.answer("claude")}))
+                .to_string();
             emit_partial(&line[..line.len() / 2]);
             std::process::exit(rule.exit.unwrap_or(1));
         }
-        "api_error" => {
-            let (code, text) = match rule.status {
-                401 | 403 => (
-                    "authentication_failed",
-                    format!(
-                        "Failed to authenticate. API Error: {} fake authentication_error",
-                        rule.status
-                    ),
-                ),
-                429 => (
-                    "rate_limit",
-                    "API Error: 429 fake rate_limit_error".to_owned(),
-                ),
-                529 | 500 | 503 => (
-                    "server_error",
-                    format!("API Error: {} fake overloaded_error", rule.status),
-                ),
-                _ => (
-                    "unknown",
-                    format!("API Error: {} fake invalid_request_error", rule.status),
-                ),
-            };
-            if rule.status == 429 {
-                out.push(
-                    json!({"type": "rate_limit_event", "rate_limit_info": {"status": "rejected",
-                    "resetsAt": 4_102_444_800_i64, "rateLimitType": "five_hour"},
-                    "session_id": session, "uuid": new_id()}),
-                );
-            }
-            out.push(assistant(
-                &session,
-                "<synthetic>",
-                json!({"type": "text", "text": text}),
-                Some(code),
-            ));
-            let mut res = result(&session, &model, 1);
-            res["is_error"] = json!(true);
-            res["api_error_status"] = json!(rule.status);
-            res["result"] = json!(text);
-            res["total_cost_usd"] = json!(0);
-            res["modelUsage"] = json!({});
-            res["stop_reason"] = json!("stop_sequence");
-            out.finish(res);
-            std::process::exit(1);
-        }
-        "max_turns" => {
-            let limit = call.max_turns.unwrap_or(1);
-            out.push(assistant(
-                &session,
-                &model,
-                json!({"type": "tool_use", "id": "toolu_fake1",
-                "name": "Bash", "input": {"command": "ls"}}),
-                None,
-            ));
-            let mut res = result(&session, &model, limit + 1);
-            res["subtype"] = json!("error_max_turns");
-            res["is_error"] = json!(true);
-            res["stop_reason"] = json!("tool_use");
-            res["terminal_reason"] = json!("max_turns");
-            res["errors"] = json!([format!("Reached maximum number of turns ({limit})")]);
-            if let Some(map) = res.as_object_mut() {
-                map.remove("result");
-                map.remove("api_error_status");
-            }
-            out.finish(res);
-            std::process::exit(1);
-        }
+        "api_error" => api_error(rule, &session, out),
+        "max_turns" => max_turns(call, &session, out),
         "ok" | "slow" | "huge_line" | "denied" | "invalid_structured" | "exit_after_success"
         | "hang_after_result" => {}
         other => fail(&format!("fake agent: unknown mode `{other}`"), 98),
     }
+    let mut res = result(&session.id, &session.model, 1);
+    let turns = work(rule, &session, &mut out, &mut res);
+    apply_files(rule);
+    let turns = turns + answer(call, rule, &session, &mut out, &mut res);
+    res["num_turns"] = json!(turns);
+    out.finish(res);
+    match rule.mode.as_str() {
+        "exit_after_success" => std::process::exit(rule.exit.unwrap_or(3)),
+        "hang_after_result" => hang(false, log, invocation),
+        _ => std::process::exit(0),
+    }
+}
+
+/// The API refused the call (`rule.status`): the error as the CLI reports it, exit 1.
+fn api_error(rule: &Rule, session: &Session, mut out: Out) -> ! {
+    let (code, text) = match rule.status {
+        401 | 403 => (
+            "authentication_failed",
+            format!(
+                "Failed to authenticate. API Error: {} fake authentication_error",
+                rule.status
+            ),
+        ),
+        429 => (
+            "rate_limit",
+            "API Error: 429 fake rate_limit_error".to_owned(),
+        ),
+        529 | 500 | 503 => (
+            "server_error",
+            format!("API Error: {} fake overloaded_error", rule.status),
+        ),
+        _ => (
+            "unknown",
+            format!("API Error: {} fake invalid_request_error", rule.status),
+        ),
+    };
+    if rule.status == 429 {
+        out.push(
+            json!({"type": "rate_limit_event", "rate_limit_info": {"status": "rejected",
+            "resetsAt": 4_102_444_800_i64, "rateLimitType": "five_hour"},
+            "session_id": session.id, "uuid": new_id()}),
+        );
+    }
+    out.push(assistant(
+        &session.id,
+        "<synthetic>",
+        json!({"type": "text", "text": text}),
+        Some(code),
+    ));
+    let mut res = result(&session.id, &session.model, 1);
+    res["is_error"] = json!(true);
+    res["api_error_status"] = json!(rule.status);
+    res["result"] = json!(text);
+    res["total_cost_usd"] = json!(0);
+    res["modelUsage"] = json!({});
+    res["stop_reason"] = json!("stop_sequence");
+    out.finish(res);
+    std::process::exit(1);
+}
+
+/// The run reached `--max-turns` with a tool call pending: exit 1.
+fn max_turns(call: &Call, session: &Session, mut out: Out) -> ! {
+    let limit = call.max_turns.unwrap_or(1);
+    out.push(session.says(json!({"type": "tool_use", "id": "toolu_fake1",
+        "name": "Bash", "input": {"command": "ls"}})));
+    let mut res = result(&session.id, &session.model, limit + 1);
+    res["subtype"] = json!("error_max_turns");
+    res["is_error"] = json!(true);
+    res["stop_reason"] = json!("tool_use");
+    res["terminal_reason"] = json!("max_turns");
+    res["errors"] = json!([format!("Reached maximum number of turns ({limit})")]);
+    if let Some(map) = res.as_object_mut() {
+        map.remove("result");
+        map.remove("api_error_status");
+    }
+    out.finish(res);
+    std::process::exit(1);
+}
+
+/// The messages of the work before the answer (slow lines, a huge line, a denied tool call,
+/// the scripted writes); returns the turns, the first included.
+fn work(rule: &Rule, session: &Session, out: &mut Out, res: &mut Value) -> u32 {
     let mut turns = 1;
-    let mut res = result(&session, &model, 1);
     if rule.mode == "slow" {
         for n in 0..rule.lines {
             sleep_ms(rule.delay_ms);
-            out.push(assistant(
-                &session,
-                &model,
-                json!({"type": "text", "text": format!("working {n}")}),
-                None,
-            ));
+            out.push(session.says(json!({"type": "text", "text": format!("working {n}")})));
         }
     }
     if rule.mode == "huge_line" {
-        out.push(assistant(
-            &session,
-            &model,
-            json!({"type": "text", "text": "x".repeat(rule.bytes)}),
-            None,
-        ));
+        out.push(session.says(json!({"type": "text", "text": "x".repeat(rule.bytes)})));
     }
     if rule.mode == "denied" {
         let input = json!({"command": "touch created-by-tool.txt && git init -q sub"});
-        out.push(assistant(
-            &session,
-            &model,
+        out.push(session.says(
             json!({"type": "tool_use", "id": "toolu_denied", "name": "Bash", "input": input}),
-            None,
         ));
         out.push(tool_result(
-            &session,
+            &session.id,
             "toolu_denied",
             "This Bash command requires approval",
             true,
@@ -549,22 +585,24 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
     }
     for (n, (path, content)) in rule.write.iter().enumerate() {
         let id = format!("toolu_write{n}");
-        out.push(assistant(
-            &session,
-            &model,
-            json!({"type": "tool_use", "id": id, "name": "Write",
-            "input": {"file_path": path, "content": content}}),
-            None,
-        ));
+        out.push(
+            session.says(json!({"type": "tool_use", "id": id, "name": "Write",
+            "input": {"file_path": path, "content": content}})),
+        );
         out.push(tool_result(
-            &session,
+            &session.id,
             &id,
             "File created successfully",
             false,
         ));
         turns += 1;
     }
-    apply_files(rule);
+    turns
+}
+
+/// The answer: the scripted structure through the `StructuredOutput` tool when a schema was
+/// given, else the text; returns the turns it took beyond the first.
+fn answer(call: &Call, rule: &Rule, session: &Session, out: &mut Out, res: &mut Value) -> u32 {
     let structured = match (&call.schema, rule.mode.as_str()) {
         (Some(_), "invalid_structured") => Some(
             rule.structured
@@ -575,15 +613,12 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
         (None, _) => None,
     };
     if let Some(value) = structured {
-        out.push(assistant(
-            &session,
-            &model,
-            json!({"type": "tool_use", "id": "toolu_structured",
-            "name": "StructuredOutput", "input": value}),
-            None,
-        ));
+        out.push(
+            session.says(json!({"type": "tool_use", "id": "toolu_structured",
+            "name": "StructuredOutput", "input": value})),
+        );
         out.push(tool_result(
-            &session,
+            &session.id,
             "toolu_structured",
             "Structured output provided successfully",
             false,
@@ -591,23 +626,12 @@ pub fn respond(call: &Call, rule: &Rule, log: Option<&Path>, invocation: u32) ->
         res["result"] = json!(value.to_string());
         res["structured_output"] = value;
         res["stop_reason"] = json!("tool_use");
-        turns += 1;
+        1
     } else {
         // With a schema but no scripted structure this is the "schema asked, answer missing" case.
         let text = rule.answer("claude");
-        out.push(assistant(
-            &session,
-            &model,
-            json!({"type": "text", "text": text}),
-            None,
-        ));
+        out.push(session.says(json!({"type": "text", "text": text})));
         res["result"] = json!(text);
-    }
-    res["num_turns"] = json!(turns);
-    out.finish(res);
-    match rule.mode.as_str() {
-        "exit_after_success" => std::process::exit(rule.exit.unwrap_or(3)),
-        "hang_after_result" => hang(false, log, invocation),
-        _ => std::process::exit(0),
+        0
     }
 }

@@ -134,6 +134,46 @@ impl Delivery {
     }
 }
 
+impl Delivery {
+    /// The pull request the push goes with, and whether it was opened now: rover's own (found,
+    /// or opened into `default_branch`), one proposed into the person's branch, or the person's
+    /// own; none for a fork's branch. `opening`'s base is set here.
+    pub(super) async fn pull_request(
+        &self,
+        gh: &dyn GitHub,
+        services: &Services,
+        opening: &Opening<'_>,
+        default_branch: &str,
+    ) -> Result<Option<(PullRequest, bool)>, StepError> {
+        Ok(match self {
+            Delivery::Own => Some(
+                find_or_open(
+                    gh,
+                    services,
+                    &Opening {
+                        base: default_branch,
+                        ..*opening
+                    },
+                )
+                .await?,
+            ),
+            Delivery::Propose(theirs) => Some(
+                find_or_open(
+                    gh,
+                    services,
+                    &Opening {
+                        base: &theirs.head_branch,
+                        ..*opening
+                    },
+                )
+                .await?,
+            ),
+            Delivery::Onto(theirs) => Some((theirs.clone(), false)),
+            Delivery::BranchOnly(_) => None,
+        })
+    }
+}
+
 /// What a pull request rover finds or opens is made of.
 pub(super) struct Opening<'a> {
     pub branch: &'a str,

@@ -19,23 +19,26 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use uuid::Uuid;
 
 use super::meta::{
-    self, CiWatchMeta, EventMeta, EventSource, NotifyMeta, NotifyPurpose, PushConflict, PushMeta,
-    PushPullRequest, PushSpanMeta, PushStatus, SecretsFound, WorkflowMeta,
+    self, EventMeta, EventSource, PushConflict, PushMeta, PushSpanMeta, PushStatus, SecretsFound,
+    WorkflowMeta,
 };
 use super::tasks::mapping_worktree;
 use super::Services;
 use crate::git::{BranchBase, GitError, SecretScan, Workspace};
-use crate::github::{EventKind, GitHubError};
+use crate::github::{EventKind, GitHub, GitHubError};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::blocking;
 use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
 
 mod deliver;
+mod report;
 mod steering;
 
-use deliver::{find_or_open, Delivery, Opening};
+use deliver::{Delivery, Opening};
+use report::{Landing, Pushed};
 
 /// The pusher step.
 pub struct PushStep {
@@ -106,6 +109,25 @@ fn git_step_error(context: &str, err: &GitError) -> StepError {
 
 fn github_step_error(context: &str, err: &GitHubError) -> StepError {
     StepError::from_error(err, err.is_retryable()).detail("operation", context)
+}
+
+/// The trace and the task mappings of its workflows.
+async fn load(
+    ctx: &StepContext,
+    trace_id: Uuid,
+) -> Result<(TraceView, BTreeMap<String, TaskMapping>), StepError> {
+    blocking(ctx.store.clone(), move |s| {
+        let view = s.load_trace(trace_id)?;
+        let mappings: BTreeMap<String, TaskMapping> = s
+            .read_state()?
+            .task_mappings
+            .into_iter()
+            .filter(|(_, m)| m.trace_id == trace_id)
+            .collect();
+        Ok((view, mappings))
+    })
+    .await
+    .map_err(|e| StepError::from_error(&e, true))
 }
 
 /// The tasks of the trace, in plan order.
@@ -234,18 +256,6 @@ impl Refused {
     }
 }
 
-/// What the push did, for the span.
-struct Pushed {
-    target: String,
-    /// The commit pushed (None when the branch head could not be read back).
-    head_sha: Option<String>,
-    merged: Vec<String>,
-    rebased: bool,
-    worktree: PathBuf,
-    /// Where the `pre-push` hook ran.
-    hooks: crate::git::HookPlan,
-}
-
 impl PushStep {
     async fn workspace(&self) -> Result<Workspace, GitError> {
         super::tasks::workspace(&self.services).await
@@ -347,6 +357,36 @@ impl PushStep {
                 .iter()
                 .cloned(),
         )
+    }
+
+    /// Where the change goes, and the default branch: what rover's own pull request goes into,
+    /// and never pushed onto (none without GitHub).
+    async fn delivery(
+        &self,
+        github: Option<&dyn GitHub>,
+        event: &EventMeta,
+        target: &str,
+        repo: Option<&str>,
+    ) -> Result<(Delivery, String), StepError> {
+        let Some(gh) = github else {
+            return Ok((Delivery::Own, String::new()));
+        };
+        let default_branch = self
+            .workspace()
+            .await
+            .map_err(|e| git_step_error("open the repository", &e))?
+            .default_branch()
+            .await
+            .map_err(|e| git_step_error("find the default branch", &e))?;
+        let here = deliver::Here {
+            repo,
+            default_branch: &default_branch,
+            mode: self.services.config.autopilot.github.contributor_prs,
+        };
+        let delivery = Delivery::find(gh, event, target, &here)
+            .await
+            .map_err(|e| github_step_error("read the pull request the work is about", &e))?;
+        Ok((delivery, default_branch))
     }
 
     /// Merge the other branches into the first in its worktree, then push it to the remote's
@@ -483,18 +523,7 @@ impl Step for PushStep {
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let trace_id = run.pending.trace_id;
-        let (view, mappings) = blocking(ctx.store.clone(), move |s| {
-            let view = s.load_trace(trace_id)?;
-            let mappings: BTreeMap<String, TaskMapping> = s
-                .read_state()?
-                .task_mappings
-                .into_iter()
-                .filter(|(_, m)| m.trace_id == trace_id)
-                .collect();
-            Ok((view, mappings))
-        })
-        .await
-        .map_err(|e| StepError::from_error(&e, true))?;
+        let (view, mappings) = load(ctx, trace_id).await?;
         let event = view
             .root()
             .and_then(|root| EventMeta::of(root).ok())
@@ -512,204 +541,59 @@ impl Step for PushStep {
             _ => None,
         };
         let repo = self.services.repo.as_ref().map(ToString::to_string);
-        // The default branch: what rover's own pull request goes into, and never pushed onto.
-        let (delivery, default_branch) = match &github {
-            Some(gh) => {
-                let default_branch = self
-                    .workspace()
-                    .await
-                    .map_err(|e| git_step_error("open the repository", &e))?
-                    .default_branch()
-                    .await
-                    .map_err(|e| git_step_error("find the default branch", &e))?;
-                let here = deliver::Here {
-                    repo: repo.as_deref(),
-                    default_branch: &default_branch,
-                    mode: self.services.config.autopilot.github.contributor_prs,
-                };
-                let delivery = Delivery::find(gh.as_ref(), &event, &branches[0], &here)
-                    .await
-                    .map_err(|e| {
-                        github_step_error("read the pull request the work is about", &e)
-                    })?;
-                (delivery, default_branch)
-            }
-            None => (Delivery::Own, String::new()),
-        };
+        let (delivery, default_branch) = self
+            .delivery(github.as_deref(), &event, &branches[0], repo.as_deref())
+            .await?;
         let dest = delivery.dest(&branches[0]);
         let pushed = match self
             .consolidate_and_push(ctx, run, (&branches, &dest), &tasks)
-            .await
+            .await?
         {
-            Ok(Ok(pushed)) => pushed,
+            Ok(pushed) => pushed,
             // Nothing left; a secret in history is not fixed by a commit on top: the resolver
             // ends the trace.
-            Ok(Err(NotPushed::Secrets(refused))) => {
+            Err(NotPushed::Secrets(refused)) => {
                 return Ok(Outcome::Finished(refused.finished(&branches)))
             }
             // The resolver decides (it can iterate on the conflicting task with the conflict as
             // input) instead of the trace failing.
-            Ok(Err(NotPushed::Conflict { conflict, error })) => {
+            Err(NotPushed::Conflict { conflict, error }) => {
                 return Ok(Outcome::Finished(conflict_to_resolver(conflict, &error)));
             }
-            Err(e) => return Err(e),
         };
         let included: Vec<&Task> = tasks
             .iter()
             .filter(|t| branches.contains(&t.mapping.branch_name))
             .collect();
-
         let steering = self.steering_files(&pushed.target, &default_branch).await;
-        let mut finished = Finished::completed(format!(
-            "pushed {}{}{}{}",
-            pushed.target,
-            if dest == pushed.target {
-                String::new()
-            } else {
-                format!(" onto {dest}")
-            },
-            if pushed.merged.is_empty() {
-                String::new()
-            } else {
-                format!(" (merged {})", pushed.merged.join(", "))
-            },
-            if steering.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; warning: it changes what steers rover: {}",
-                    steering.join(", ")
-                )
-            }
-        ))
-        .with_meta_record(&PushSpanMeta {
-            status: Some(PushStatus::Pushed),
-            steering: (!steering.is_empty()).then(|| steering.clone()),
-            branch: Some(pushed.target.clone()),
-            branches: Some(branches.clone()),
-            merged: Some(pushed.merged.clone()),
-            rebased: Some(pushed.rebased),
-            hooks: Some(pushed.hooks.clone()),
-            worktree: Some(pushed.worktree.clone()),
-            ..PushSpanMeta::default()
-        });
-
-        let mut notify = NotifyMeta {
-            purpose: NotifyPurpose::Pushed,
-            message: Some(format!("Pushed branch `{}`.", pushed.target)),
-            ..NotifyMeta::default()
-        };
-        let mut ci_watch = None;
         let pr = match &github {
             Some(gh) => {
                 let (trace, action) = (trace_id.to_string(), run.action.id.to_string());
-                let opening = |base| Opening {
+                let opening = Opening {
                     branch: &pushed.target,
-                    base,
+                    base: &default_branch,
                     tasks: &included,
                     event: &event,
                     steering: &steering,
                     trace_id: &trace,
                     action_id: &action,
                 };
-                match &delivery {
-                    Delivery::Own => Some(
-                        find_or_open(gh.as_ref(), &self.services, &opening(&default_branch))
-                            .await?,
-                    ),
-                    Delivery::Propose(theirs) => Some(
-                        find_or_open(gh.as_ref(), &self.services, &opening(&theirs.head_branch))
-                            .await?,
-                    ),
-                    Delivery::Onto(theirs) => Some((theirs.clone(), false)),
-                    Delivery::BranchOnly(_) => None,
-                }
+                delivery
+                    .pull_request(gh.as_ref(), &self.services, &opening, &default_branch)
+                    .await?
             }
             None => None,
         };
-        let proposed = pr
-            .as_ref()
-            .filter(|_| matches!(delivery, Delivery::Propose(_)));
-        if let Some(record) =
-            delivery.record(&pushed.target, repo.as_deref(), proposed.map(|p| &p.0))
-        {
-            notify.note = Some(record.note.clone());
-            finished = finished.with_meta_record(&PushSpanMeta {
-                contributor: Some(record),
-                ..PushSpanMeta::default()
-            });
-        }
-        if let Some(pr) = pr {
-            // Pushed onto the person's pull request: the reply is on it, no link to itself.
-            if !matches!(delivery, Delivery::Onto(_)) {
-                notify.pr_url = Some(pr.0.html_url.clone());
-            }
-            notify.message = Some(format!(
-                "Pushed branch `{}`{} to pull request #{}: {}",
-                pushed.target,
-                if dest == pushed.target {
-                    String::new()
-                } else {
-                    format!(" onto `{dest}`")
-                },
-                pr.0.number,
-                pr.0.html_url
-            ));
-            finished.summary = format!(
-                "{} → PR #{} ({})",
-                finished.summary,
-                pr.0.number,
-                if pr.1 { "opened" } else { "existing" }
-            );
-            finished = finished.with_meta_record(&PushPullRequest {
-                pr_url: Some(Some(pr.0.html_url.clone())),
-                pr_number: Some(pr.0.number),
-                pr_created: Some(pr.1),
-                head_sha: Some(pushed.head_sha.clone()),
-            });
-            // Rover follows the CI of what it pushed (see `coordinate`): the commit is its own.
-            let follow = self.services.config.autopilot.pipeline.follow_ci;
-            ci_watch = pushed
-                .head_sha
-                .clone()
-                .filter(|_| follow)
-                .map(|sha| CiWatchMeta {
-                    pr_number: pr.0.number,
-                    pr_url: pr.0.html_url.clone(),
-                    branch: dest.clone(),
-                    sha,
-                    round: 1,
-                });
-        } else {
-            finished = finished.with_meta_record(&PushSpanMeta {
-                pull_request: PushPullRequest {
-                    pr_url: Some(None),
-                    ..PushPullRequest::default()
-                },
-                pull_request_note: Some(
-                    if matches!(delivery, Delivery::BranchOnly(_)) {
-                        "none: the pull request's branch is in a fork"
-                    } else if event.source == EventSource::Local {
-                        "none: local event"
-                    } else {
-                        "none: no GitHub client configured"
-                    }
-                    .to_owned(),
-                ),
-                ..PushSpanMeta::default()
-            });
-        }
-        let reason = format!("tell the channel about the push of {}", pushed.target);
-        let mut finished =
-            finished.then(NextAction::new(StepKind::Notify, reason).with_meta(&notify));
-        if let Some(watch) = ci_watch {
-            finished = finished.then(super::meta::ci_watch_action(
-                watch,
-                &self.services.config.autopilot.pipeline,
-                chrono::Utc::now(),
-            ));
-        }
-        Ok(Outcome::Finished(finished))
+        let landing = Landing {
+            pushed: &pushed,
+            dest: &dest,
+            branches: &branches,
+            steering: &steering,
+            delivery: &delivery,
+            event: &event,
+            repo: repo.as_deref(),
+        };
+        Ok(Outcome::Finished(landing.finished(&self.services, pr)))
     }
 }
 

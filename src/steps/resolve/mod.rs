@@ -12,30 +12,29 @@
 //! the branch's history: no commit on top removes it).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::agent_call::{self};
-use super::meta::{CorrectiveRuns, DecisionSpanMeta, ResolveQuickExit, ResolveSpanMeta};
+use super::meta::{CorrectiveRuns, ResolveSpanMeta};
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult};
-use crate::orchestrator::{Finished, Outcome, Readiness, Step, StepContext, StepError};
+use crate::orchestrator::{Outcome, Readiness, Step, StepContext, StepError};
 use crate::store::blocking;
-use crate::store::{PendingAction, StepKind, StepRun, TaskMapping, TraceView};
+use crate::store::{AgentMeta, PendingAction, StepKind, StepRun, TaskMapping, TraceView};
 
 mod decision;
+mod quick;
 mod render;
 #[cfg(test)]
 mod tests;
 
-use super::history::{
-    busy, environment_failure, refused_for_secrets, retries_so_far, superseding_resolve,
-    tampered_span, task_worktree, unpushed_commit, waits_for_the_resolver,
-};
-use decision::{decide, decision_meta, fail_finished, scheduled_wait, Decided};
+use super::history::{busy, retries_so_far, task_worktree, waits_for_the_resolver};
+use decision::{decide, decision_meta, scheduled_wait, Decided};
+use quick::{quick_exit, Retries};
 use render::{render_errors, render_trace};
 
 /// Longest error detail of one span quoted in the prompt.
@@ -168,129 +167,19 @@ impl Step for ResolveStep {
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let state = load_state(ctx, run.pending.trace_id).await?;
         let view = &state.view;
-        if let Some(other) = superseding_resolve(view, run.span.id) {
-            let span_meta = ResolveSpanMeta {
-                decision: DecisionSpanMeta {
-                    superseded_by: Some(other.to_string()),
-                    ..DecisionSpanMeta::default()
-                },
-                ..ResolveSpanMeta::default()
-            };
-            return Ok(Outcome::Finished(
-                Finished::completed(format!("superseded by {other}")).with_meta_record(&span_meta),
-            ));
-        }
-        // A push refused for secrets ends the trace: they are in the branch's history, which a
-        // commit on top cannot change, and no agent is asked (its answer could quote them).
-        if let Some((span, branch, found)) = refused_for_secrets(view) {
-            let why = format!(
-                "the push of `{branch}` was refused: it would have sent {}. A secret in a commit stays in the branch's history, so no commit on top can remove it; nothing was pushed and the trace stops here",
-                found.describe()
-            );
-            let span_meta = ResolveSpanMeta {
-                decision: decision_meta(ResolveDecision::Fail),
-                reasoning: Some(why.clone()),
-                quick_exit: Some(ResolveQuickExit::SecretsInPush),
-                secrets_span: Some(span.id),
-                ..ResolveSpanMeta::default()
-            };
-            let finished = fail_finished(view, format!("fail: {why}"), &why);
-            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
-        }
-
-        let max = self.services.config.autopilot.pipeline.max_retries;
-        let retries = retries_so_far(view);
-        // The limit stops the next iterate or retry, never the push of work it allowed: with
-        // none left and nothing committed since the last push, no agent is asked.
-        let out_of_retries = retries >= max;
-        let gave_up = |retries: u32| {
-            let why = format!(
-                "gave up after {retries} iterate/retry attempts (the limit is {max}); the last failure is in the trace"
-            );
-            let span_meta = ResolveSpanMeta {
-                decision: decision_meta(ResolveDecision::Fail),
-                reasoning: Some(why.clone()),
-                retries: Some(retries),
-                max_retries: Some(max),
-                quick_exit: Some(ResolveQuickExit::MaxRetries),
-                corrective_commands: Some(Vec::new()),
-                ..ResolveSpanMeta::default()
-            };
-            fail_finished(view, format!("fail: {why}"), &why).with_meta_record(&span_meta)
+        let retries = Retries {
+            used: retries_so_far(view),
+            max: self.services.config.autopilot.pipeline.max_retries,
         };
-        if out_of_retries && !unpushed_commit(view) {
-            return Ok(Outcome::Finished(gave_up(retries)));
+        if let Some(finished) = quick_exit(view, run.span.id, retries) {
+            return Ok(Outcome::Finished(finished));
         }
-
-        // A sandbox that changed the worktree's git metadata ends the trace: its work is not
-        // trusted, and no agent is asked (its output could be the attacker's).
-        if let Some(span) = tampered_span(view) {
-            let why = format!(
-                "the sandbox of the {} step tampered with the worktree's git metadata; its work was not committed and the trace stops here",
-                span.step
-            );
-            let span_meta = ResolveSpanMeta {
-                decision: decision_meta(ResolveDecision::Fail),
-                reasoning: Some(why.clone()),
-                quick_exit: Some(ResolveQuickExit::Tampered),
-                tampered_span: Some(span.id),
-                ..ResolveSpanMeta::default()
-            };
-            let finished = fail_finished(view, format!("fail: {why}"), &why);
-            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
-        }
-
-        // The repository's environment did not build: no agent ran, and another attempt would
-        // build the same definition again; the span holds the error and the command to rerun it.
-        if let Some(span) = environment_failure(view) {
-            let why = format!(
-                "the repository's environment did not build, so no agent ran: {}",
-                span.summary
-                    .as_deref()
-                    .unwrap_or_default()
-                    .trim_start_matches("not started: ")
-            );
-            let span_meta = ResolveSpanMeta {
-                decision: decision_meta(ResolveDecision::Fail),
-                reasoning: Some(why.clone()),
-                quick_exit: Some(ResolveQuickExit::EnvironmentBuild),
-                environment_span: Some(span.id),
-                ..ResolveSpanMeta::default()
-            };
-            let finished = fail_finished(view, format!("fail: {why}"), &why);
-            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
-        }
-
         let task = task_worktree(view, &state.mappings);
-        let ws = super::tasks::workspace(&self.services).await.ok();
-        let changes = match (&task, &ws) {
-            (Some((worktree, Some(fork))), Some(ws)) => ws
-                .diff_patch(worktree, fork, MAX_CHANGES_BYTES)
-                .await
-                .map_or_else(
-                    |e| {
-                        // git's message can quote the worktree's paths.
-                        format!(
-                            "(the change cannot be shown)\n{}",
-                            untrusted_block("git", &e.to_string())
-                        )
-                    },
-                    |patch| untrusted_block("the task's worktree", &patch),
-                ),
-            _ => "(no task worktree)".to_owned(),
-        };
         let mut vars = PromptVars::new();
         vars.insert("trace".into(), render_trace(view));
         vars.insert("errors".into(), render_errors(view));
-        vars.insert("changes".into(), changes);
-        vars.insert(
-            "retries".into(),
-            if out_of_retries {
-                format!("{retries} of at most {max} iterate/retry decisions used: none is left, so `iterate` and `retry` end the trace; push the work already committed, notify, or fail.")
-            } else {
-                format!("{retries} of at most {max} iterate/retry decisions used.")
-            },
-        );
+        vars.insert("changes".into(), self.changes(task.as_ref()).await);
+        vars.insert("retries".into(), retries.prompt());
         let dir = agent_call::host_workdir_path(&ctx.store);
         let answer = agent_call::ask::<ResolveResult>(
             &self.services,
@@ -313,30 +202,88 @@ impl Step for ResolveStep {
             };
             return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
         }
-        if out_of_retries
+        if retries.out()
             && matches!(
                 result.decision,
                 ResolveDecision::Iterate | ResolveDecision::Retry
             )
         {
-            let mut finished = gave_up(retries);
+            let mut finished = retries.gave_up(view);
             let mut span_meta = ResolveSpanMeta::read(&finished.meta).unwrap_or_default();
             span_meta.agent = Some(usage);
             span_meta.agent_decision = Some(result.decision);
             finished = finished.with_meta_record(&span_meta);
             return Ok(Outcome::Finished(finished));
         }
+        let answered = Answered {
+            result,
+            usage,
+            retries,
+            dir,
+        };
+        self.decided(ctx, run, &state, task.as_ref(), answered)
+            .await
+    }
+}
+
+/// The agent's answer and what the span records with it.
+struct Answered {
+    result: ResolveResult,
+    usage: AgentMeta,
+    retries: Retries,
+    /// The directory the agent ran in.
+    dir: PathBuf,
+}
+
+impl ResolveStep {
+    /// The failed task's change as the prompt shows it.
+    async fn changes(&self, task: Option<&(PathBuf, Option<String>)>) -> String {
+        let ws = super::tasks::workspace(&self.services).await.ok();
+        match (task, &ws) {
+            (Some((worktree, Some(fork))), Some(ws)) => ws
+                .diff_patch(worktree, fork, MAX_CHANGES_BYTES)
+                .await
+                .map_or_else(
+                    |e| {
+                        // git's message can quote the worktree's paths.
+                        format!(
+                            "(the change cannot be shown)\n{}",
+                            untrusted_block("git", &e.to_string())
+                        )
+                    },
+                    |patch| untrusted_block("the task's worktree", &patch),
+                ),
+            _ => "(no task worktree)".to_owned(),
+        }
+    }
+
+    /// The agent's decision as the trace goes on, after the corrective commands a retry asked
+    /// for ran.
+    async fn decided(
+        &self,
+        ctx: &StepContext,
+        run: &StepRun,
+        state: &TraceState,
+        task: Option<&(PathBuf, Option<String>)>,
+        answered: Answered,
+    ) -> Result<Outcome, StepError> {
+        let Answered {
+            result,
+            usage,
+            retries,
+            dir,
+        } = answered;
         let Decided {
             finished,
             decision,
             span_meta,
-        } = decide(view, &state.mappings, &result)?;
+        } = decide(&state.view, &state.mappings, &result)?;
         // The fix the resolver asked for runs in the sandbox over the task's worktree, before
         // the retry it prepares; never on the host.
         let corrective_runs =
             if decision == ResolveDecision::Retry && !result.corrective_commands.is_empty() {
                 Some(
-                    self.corrective(ctx, run, task.as_ref().map(|t| t.0.as_path()), &result)
+                    self.corrective(ctx, run, task.map(|t| t.0.as_path()), &result)
                         .await?,
                 )
             } else {
@@ -351,8 +298,8 @@ impl Step for ResolveStep {
             instructions: Some(result.instructions.clone()),
             retry_step: Some(result.retry_step),
             message: Some(result.message.clone()),
-            retries: Some(retries),
-            max_retries: Some(max),
+            retries: Some(retries.used),
+            max_retries: Some(retries.max),
             workdir: Some(dir.display().to_string()),
             agent: Some(usage),
             ..span_meta

@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::*;
 use crate::agents::RetryStep;
 use crate::steps::history::testing::Builder;
-use crate::steps::meta::{Decision, ResolveSpanMeta, WorkflowMeta};
+use crate::steps::meta::{Decision, ResolveQuickExit, ResolveSpanMeta, WorkflowMeta};
 use crate::store::{Meta, SpanStatus};
 
 fn mapping(trace: Uuid, branch: &str) -> TaskMapping {

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use axum::http::Method;
 
+use crate::support::chain::assert_chain;
 use crate::support::env::{stderr, stdout};
 use crate::support::fake_github::{Fault, FaultKind};
 use crate::support::local::{script_rules, Kind, LocalWorld, LOCAL_REQUEST};
@@ -247,15 +248,7 @@ async fn github_error_responses_give_a_clear_span_error_and_lose_nothing() {
     tokio::time::sleep(wait + std::time::Duration::from_millis(200)).await;
     s.run_until_settled(6).await;
     let view = s.the_trace();
-    assert_eq!(
-        crate::support::scenario::chain(&view),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "notify:error",
-            "notify:completed"
-        ]
-    );
+    assert_chain(&view, "event coordinate notify:error notify");
     assert_eq!(
         posted(&s),
         1,

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::support::chain::assert_chain;
 use crate::support::gitrepo::git;
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{
     chain, coordinate, merge, prompts, push_once_committed, resolve, task, Scenario, COMMIT,
     COORDINATE, NOTIFY, PLAN, RESOLVE, SUMMARIZE,
@@ -225,22 +227,12 @@ async fn nothing_an_agent_writes_in_its_sandbox_runs_on_the_host() {
         NOTIFY,
         json!({"message": "Opened a PR with the feature file."}),
     );
-    s.run_until_settled(12).await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            12,
+            "event coordinate plan workflow commit resolve push notify",
+        )
+        .await;
     let found = m.found();
     assert!(found.is_empty(), "escapes: {found:?}");
 
@@ -251,11 +243,7 @@ async fn nothing_an_agent_writes_in_its_sandbox_runs_on_the_host() {
     // The tracked hooks ran, in the sandbox: the file they wrote in the worktree was committed.
     let (_, ran) = remote_entry(&s, &branch, "husky-ran.txt").expect("the husky hook ran");
     assert_eq!(ran, "sandboxed\n");
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit = first_span(&trace, "commit");
     assert_eq!(
         commit.meta["hooks"]["runs"],
         json!("sandbox"),
@@ -350,31 +338,15 @@ async fn hook_managers_and_the_resolvers_commands_run_only_in_the_sandbox() {
     s.rules.push(json!({"prompt_contains": "the pre-commit hook exited with",
         "structured": resolve("retry", json!({"retry_step": "commit", "corrective_commands": [{"command": fix, "purpose": "mark the check as fixed"}]}))}));
     s.answer(NOTIFY, json!({"message": "I added the changelog."}));
-    s.run_until_settled(14).await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:error",
-            "resolve:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            14,
+            "event coordinate plan workflow commit:error resolve commit resolve push notify",
+        )
+        .await;
     let found = m.found();
     assert!(found.is_empty(), "escapes: {found:?}");
-    let commit_error = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit_error = first_span(&trace, "commit");
     assert_eq!(commit_error.meta["hooks"]["runs"], json!("sandbox"));
     assert!(commit_error.meta["hooks"]["reason"]
         .as_str()
@@ -382,11 +354,7 @@ async fn hook_managers_and_the_resolvers_commands_run_only_in_the_sandbox() {
         .contains("the default"));
     assert_eq!(commit_error.meta["hooks"]["hooks"], json!(["pre-commit"]));
     // The resolver's command ran in the sandbox over the worktree and is recorded.
-    let resolve_span = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let resolve_span = first_span(&trace, "resolve");
     let runs = &resolve_span.meta["correctiveRuns"];
     assert_eq!(runs["ran"], json!(true), "{runs}");
     assert_eq!(runs["runs"][0]["exitCode"], json!(0), "{runs}");
@@ -619,23 +587,11 @@ async fn a_log_bomb_leaves_rovers_memory_and_the_disk_bounded() {
     };
 
     let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:failed",
-            "commit:completed",
-            "resolve:completed",
-            "notify:completed",
-        ]
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow:failed commit resolve notify",
     );
-    let workflow = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "workflow")
-        .unwrap();
+    let workflow = first_span(&trace, "workflow");
     let summary = workflow.summary.clone().unwrap_or_default();
     assert!(
         summary.starts_with("the sandbox printed more than 8 MiB to stdout (limit autopilot.sandbox.logLimitMb = 8); rover kept the first 4 MiB and the last ")
@@ -1005,11 +961,7 @@ async fn huge_files_are_refused_before_staging_and_the_sandbox_is_never_root() {
     let chain = chain(&trace);
     assert!(chain.contains(&"commit:error".to_owned()), "{chain:?}");
     assert!(!chain.iter().any(|c| c.starts_with("push")), "{chain:?}");
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit = first_span(&trace, "commit");
     let error = &commit.meta["error"];
     let message = error["message"].as_str().unwrap();
     assert!(
@@ -1406,29 +1358,14 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
         NOTIFY,
         json!({"message": format!("I could not push: {key} / {webhook} / {second_token} / {fake_token}.")}),
     );
-    s.run_until_settled(12).await;
-
-    let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed",
-            "push:failed",
-            "resolve:completed",
-            "notify:completed",
-        ]
-    );
+    let trace = s
+        .settle_as(
+            12,
+            "event coordinate plan workflow commit resolve push:failed resolve notify",
+        )
+        .await;
     // The key really reached the worktree and a commit (so the scan is what stopped it).
-    let commit = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "commit")
-        .unwrap();
+    let commit = first_span(&trace, "commit");
     assert_eq!(commit.meta["committed"], json!(true), "{:?}", commit.meta);
     // Nothing left: no branch on the remote, no pull request.
     let remote = git(
@@ -1438,11 +1375,7 @@ async fn a_handed_in_secret_written_into_the_worktree_is_never_pushed() {
     assert!(remote.is_empty(), "pushed: {remote}");
     assert!(s.github.pulls().is_empty(), "{:?}", s.github.pulls());
     // The push span says which file, which kind, never the value.
-    let push = trace
-        .spans
-        .iter()
-        .find(|sp| sp.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     assert_eq!(push.meta["status"], json!("secrets"), "{:?}", push.meta);
     let findings = push.meta["secretsFound"]["findings"].as_array().unwrap();
     assert!(

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::support::fake_github::TOKEN;
 use crate::support::gitrepo::git;
+use crate::support::pipeline::first_span;
 use crate::support::scenario::{
     chain, changes_requested, coordinate, merge, one_task_issue, pr_payload, push_once_committed,
     resolve, rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE,
@@ -398,11 +399,7 @@ async fn a_token_echoed_by_a_failing_push_reaches_no_prompt_and_no_public_body()
         "{chain:?}"
     );
     // The push error was recorded (so the test really made the remote echo something).
-    let push = trace
-        .spans
-        .iter()
-        .find(|x| x.step.as_str() == "push")
-        .unwrap();
+    let push = first_span(&trace, "push");
     let recorded = serde_json::to_string(&push.meta).unwrap();
     assert!(recorded.contains("rejected: credential"), "{recorded}");
     assert!(

@@ -54,10 +54,16 @@ pub async fn fake_agent_image(sandbox: &DockerSandbox) -> String {
 /// Removes every container carrying `label` (`name=value`; best effort), with its anonymous
 /// volumes (a shipped run's copies of the workspace).
 pub fn remove_containers(label: &str) {
-    let Ok(out) = Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label={label}")])
-        .output()
-    else {
+    remove_listed(
+        &["ps", "-aq", "--filter", &format!("label={label}")],
+        &["rm", "-f", "-v"],
+    );
+}
+
+/// Lists ids with `docker <list>`, then runs `docker <remove> <ids>` when there are any; best
+/// effort (a failing `docker` is ignored).
+pub fn remove_listed(list: &[&str], remove: &[&str]) {
+    let Ok(out) = Command::new("docker").args(list).output() else {
         return;
     };
     let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
@@ -65,10 +71,7 @@ pub fn remove_containers(label: &str) {
         .map(ToString::to_string)
         .collect();
     if !ids.is_empty() {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", "-v"])
-            .args(&ids)
-            .output();
+        let _ = Command::new("docker").args(remove).args(&ids).output();
     }
 }
 
@@ -89,22 +92,10 @@ impl Drop for ProxyServerGuard {
 pub fn remove_proxy(project: &str) {
     let label = format!("rover.proxy.project={project}");
     remove_containers(&label);
-    let Ok(out) = Command::new("docker")
-        .args(["network", "ls", "-q", "--filter", &format!("label={label}")])
-        .output()
-    else {
-        return;
-    };
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(ToString::to_string)
-        .collect();
-    if !ids.is_empty() {
-        let _ = Command::new("docker")
-            .args(["network", "rm"])
-            .args(&ids)
-            .output();
-    }
+    remove_listed(
+        &["network", "ls", "-q", "--filter", &format!("label={label}")],
+        &["network", "rm"],
+    );
 }
 
 /// The test image: busybox plus `git` (a dynamically linked binary with its libraries).

@@ -137,20 +137,19 @@ impl LocalWorld {
 
     /// `rover autopilot start --local` in the background.
     pub fn spawn_daemon(&self) -> Child {
-        self.command(&["autopilot", "start", "--local"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rover")
+        self.spawn_with_stderr(Stdio::null())
     }
 
     /// `rover autopilot start --local` in the background, its stderr piped.
     pub fn spawn_daemon_piped(&self) -> Child {
+        self.spawn_with_stderr(Stdio::piped())
+    }
+
+    fn spawn_with_stderr(&self, stderr: Stdio) -> Child {
         self.command(&["autopilot", "start", "--local"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .expect("start rover")
     }

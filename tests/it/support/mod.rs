@@ -8,6 +8,7 @@
 //! - `scenario::Scenario`: the real binary end to end (`start --once`) against the fake GitHub;
 //! - `local::LocalWorld`: the real binary in local mode as a long-running daemon (proof suites).
 
+pub mod chain;
 pub mod child;
 pub mod docker;
 pub mod env;
@@ -20,6 +21,7 @@ pub mod flood;
 pub mod git_http;
 pub mod gitrepo;
 pub mod local;
+pub mod orch;
 pub mod otlp;
 pub mod pipeline;
 pub mod replay;

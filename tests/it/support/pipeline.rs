@@ -17,7 +17,7 @@ use rover::agents::{Agent, AgentKind, ClaudeAgent, CodexAgent};
 use rover::budget::Budget;
 use rover::config::RoverConfig;
 use rover::github::{GitHub, Redactor};
-use rover::orchestrator::{OrchestratorSettings, Step, StepOrchestrator};
+use rover::orchestrator::{Step, StepOrchestrator};
 use rover::sandbox::{
     ContainerInfo, DockerSandbox, GateSettings, Sandbox, SandboxSettings, LABEL_ACTION,
     LABEL_PROJECT,
@@ -138,26 +138,20 @@ impl Pipeline {
 
     /// An orchestrator with fast timers.
     pub fn orchestrator(&self, steps: Vec<Arc<dyn Step>>) -> StepOrchestrator {
-        StepOrchestrator::new(
-            self.store.clone(),
+        super::orch::orchestrator(
+            &self.store,
             steps,
-            OrchestratorSettings {
-                fallback_interval: Duration::from_millis(200),
-                retry_backoff: Duration::from_millis(50),
-                shutdown_grace: Duration::from_secs(5),
-                ..OrchestratorSettings::default()
-            },
+            (
+                Duration::from_millis(200),
+                Duration::from_millis(50),
+                Duration::from_secs(5),
+            ),
         )
-        .with_pipeline(rover::steps::pipeline::pipeline())
     }
 
     /// Start a trace from a local request; returns the trace id.
     pub fn submit(&self, request: &str) -> Uuid {
-        let (root, first) = rover::intake::local_trace(request, "tester");
-        self.store
-            .create_trace(&root, Some(&first), &[])
-            .expect("create trace");
-        root.id
+        super::orch::submit_local(&self.store, request)
     }
 
     /// Start a trace from the local request `request` whose first action is a `kind` action
@@ -181,13 +175,8 @@ impl Pipeline {
 
     /// Drain until nothing is runnable (bounded, so a bug cannot hang the suite).
     pub async fn run(&self, orchestrator: &StepOrchestrator) {
-        tokio::time::timeout(
-            Duration::from_secs(120),
-            orchestrator.run_until_idle(CancellationToken::new()),
-        )
-        .await
-        .expect("the pipeline settles within two minutes")
-        .expect("drain");
+        super::orch::run_until_idle(orchestrator, 120, "the pipeline settles within two minutes")
+            .await;
     }
 
     /// Run until no action is pending, retries (after their backoff) included (bounded).
@@ -218,12 +207,21 @@ impl Pipeline {
     /// `step:status`, in creation order, of the trace's spans but its collections (`collect` spans, checked where
     /// collection is tested: `collections`).
     pub fn chain(&self, trace_id: Uuid) -> Vec<String> {
-        self.trace(trace_id)
-            .spans
-            .iter()
-            .filter(|s| !rover::orchestrator::is_collection(s))
-            .map(|s: &Span| format!("{}:{}", s.step, s.status))
-            .collect()
+        super::chain::chain(&self.trace(trace_id))
+    }
+
+    /// Drains the pipeline and checks the trace's chain of steps (`short`: see
+    /// `chain::steps`); returns the trace.
+    pub async fn run_as(
+        &self,
+        orchestrator: &StepOrchestrator,
+        trace_id: Uuid,
+        short: &str,
+    ) -> TraceView {
+        self.run(orchestrator).await;
+        let view = self.trace(trace_id);
+        super::chain::assert_chain(&view, short);
+        view
     }
 
     /// The trace's `collect` spans, in creation order.

@@ -10,6 +10,8 @@ use std::process::Output;
 use rover::store::{AutopilotStore, TraceOutcome, TraceView};
 use serde_json::{json, Value};
 
+use super::chain::assert_chain;
+pub use super::chain::chain;
 use super::docker::{fake_agent_image, remove_containers, remove_proxy, sandbox};
 use super::env::{stderr, stdout, TestEnv};
 use super::fake_github::{FakeGitHub, BOT, REPO, TOKEN};
@@ -205,6 +207,15 @@ impl Scenario {
         cmd
     }
 
+    /// `rover autopilot start` as a daemon, its output thrown away.
+    pub fn spawn_quiet(&self) -> std::process::Child {
+        self.start_command(&[])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start rover")
+    }
+
     pub fn store(&self) -> AutopilotStore {
         self.env.store()
     }
@@ -242,6 +253,24 @@ impl Scenario {
             .map(|t| (t.index.event.clone(), chain(t), t.outcome()))
             .collect();
         panic!("not settled after {max} runs: {summary:#?}");
+    }
+
+    /// Runs `--once` until settled (`max` runs at most) and checks the one trace's chain of
+    /// steps (`short`: see `chain::steps`); returns the trace.
+    pub async fn settle_as(&self, max: usize, short: &str) -> TraceView {
+        self.run_until_settled(max).await;
+        let trace = self.the_trace();
+        assert_chain(&trace, short);
+        trace
+    }
+
+    /// Runs `--once` a single time and checks the one trace's chain of steps; returns the
+    /// trace.
+    pub async fn once_as(&self, short: &str) -> TraceView {
+        self.run_once().await;
+        let trace = self.the_trace();
+        assert_chain(&trace, short);
+        trace
     }
 
     /// Whether every trace has ended and nothing is queued.
@@ -409,14 +438,6 @@ pub fn after_the_workflow(view: &TraceView) -> Vec<String> {
         .collect()
 }
 
-pub fn chain(view: &TraceView) -> Vec<String> {
-    view.spans
-        .iter()
-        .filter(|s| !rover::orchestrator::is_collection(s))
-        .map(|s| format!("{}:{}", s.step, s.status))
-        .collect()
-}
-
 pub fn merge(base: &mut Value, extra: &Value) {
     match (base, extra) {
         (Value::Object(b), Value::Object(e)) => {
@@ -515,16 +536,49 @@ pub fn changes_requested(s: &mut Scenario, number: u64, branch: &str, sha: &str,
     push_once_committed(s);
 }
 
-/// Runs the issue scenario to a rover PR, then returns its number and branch.
-pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+/// Issue `number`, "Add a --csv flag": one task that writes `csv.txt`, committed and pushed
+/// (`one_task_issue`).
+pub fn csv_issue(s: &mut Scenario, number: u64) {
     one_task_issue(
         s,
-        30,
+        number,
         "Add a --csv flag",
         "Please add --csv.",
         "Add the csv flag",
         "csv.txt",
     );
+}
+
+/// Issue 23, "Port to Windows", sandboxed, with `pipeline.maxRetries` = `max_retries`: its one
+/// task fails every time, the resolver answers `iterate` and the answer at the end is
+/// `message`.
+pub async fn failing_port(max_retries: u32, message: &str) -> Scenario {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"maxRetries": max_retries}}}),
+    );
+    s.github
+        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
+    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Port to Windows"})),
+    );
+    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
+    s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
+    s.answer(
+        RESOLVE,
+        resolve("iterate", json!({"instructions": "Try cross-compiling."})),
+    );
+    s.answer(NOTIFY, json!({"message": message}));
+    s
+}
+
+/// Runs the issue scenario to a rover PR, then returns its number and branch.
+pub async fn rover_pr(s: &mut Scenario) -> (u64, String) {
+    csv_issue(s, 30);
     s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
     s.run_until_settled(12).await;
     let pulls = s.github.pulls();

@@ -6,7 +6,7 @@ use std::process::Command;
 use rover::sandbox::swarm::images::load_image;
 use rover::sandbox::{DockerSandbox, SwarmSandbox};
 
-use super::docker::{env_allow, LABEL_TEST};
+use super::docker::{env_allow, remove_listed, LABEL_TEST};
 
 /// The manager's engine.
 pub const MANAGER: &str = "unix:///run/rover-swarm/mgr/docker.sock";
@@ -159,23 +159,18 @@ impl Drop for Services<'_> {
 
 /// Removes the services a test made (labelled `rover.test=<id>`) from the test swarm.
 pub fn remove_services(test_id: &str) {
-    let Ok(out) = Command::new("docker")
-        .args(["-H", MANAGER, "service", "ls", "-q", "--filter"])
-        .arg(format!("label={LABEL_TEST}={test_id}"))
-        .output()
-    else {
-        return;
-    };
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(ToString::to_string)
-        .collect();
-    if !ids.is_empty() {
-        let _ = Command::new("docker")
-            .args(["-H", MANAGER, "service", "rm"])
-            .args(&ids)
-            .output();
-    }
+    remove_listed(
+        &[
+            "-H",
+            MANAGER,
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label={LABEL_TEST}={test_id}"),
+        ],
+        &["-H", MANAGER, "service", "rm"],
+    );
 }
 
 /// The test registry of `tests/setup-registry.sh`, at the same name in the host's namespace and
