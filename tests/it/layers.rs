@@ -811,3 +811,145 @@ fn the_service_checks_see_a_planted_violation_and_skip_tests() {
     );
     assert!(lines_with(&code_of("// AgentKind::Codex"), &["AgentKind::Codex"]).is_empty());
 }
+
+/// The most lines a function of `src` may have, from its `fn` line to its closing brace: past
+/// it, name its parts.
+const MAX_FN_LINES: usize = 150;
+
+/// The functions of `code` longer than `max` lines: their name, first line and length. A brace
+/// counter over the text without strings, chars and line comments: good enough for the
+/// crate's style (one `fn` item a line, bodies in braces).
+fn long_functions(code: &str, max: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<String> = code.lines().map(without_literals).collect();
+    let mut long = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else {
+            continue;
+        };
+        let mut depth = 0_i64;
+        let mut opened = false;
+        let mut end = None;
+        for (i, l) in lines.iter().enumerate().skip(at) {
+            for c in l.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if opened && depth <= 0 {
+                end = Some(i);
+                break;
+            }
+            if !opened && l.trim_end().ends_with(';') {
+                break;
+            }
+        }
+        if let Some(end) = end {
+            let length = end - at + 1;
+            if length > max {
+                long.push((name, at + 1, length));
+            }
+        }
+    }
+    long
+}
+
+/// The name of the function a line declares (`fn name`, after any `pub`, `async`, `const`,
+/// `unsafe`).
+fn fn_name(line: &str) -> Option<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "fn")?;
+    let before_ok = words[..at].iter().all(|w| {
+        w.starts_with("pub") || ["async", "const", "unsafe", "extern", "\"C\""].contains(w)
+    });
+    let name: String = words
+        .get(at + 1)?
+        .chars()
+        .take_while(|c| is_ident(*c))
+        .collect();
+    (before_ok && !name.is_empty()).then_some(name)
+}
+
+/// A line with its string and char literals emptied and its line comment cut.
+fn without_literals(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    in_str = false;
+                    out.push('"');
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_str = true;
+                out.push('"');
+            }
+            '\'' => {
+                // A char literal ('x', '\n', '{'); a lifetime has no closing quote.
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with('\\') {
+                    if let Some(close) = rest[1..].find('\'') {
+                        for _ in 0..=close + 1 {
+                            chars.next();
+                        }
+                    }
+                } else if rest.chars().nth(1) == Some('\'') {
+                    chars.next();
+                    chars.next();
+                }
+                out.push('\'');
+            }
+            '/' if chars.peek() == Some(&'/') => break,
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_in_src_is_over_150_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut long = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        let rel = file.strip_prefix(&src).expect("under src").display().to_string();
+        for (name, line, length) in long_functions(&text, MAX_FN_LINES) {
+            long.push(format!("src/{rel}:{line} `{name}`: {length} lines"));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines (name their parts):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_check_counts_braces_outside_literals() {
+    let body = "    let x = 1;\n".repeat(4);
+    let code = format!(
+        "pub async fn short() {{\n{body}}}\nfn tricky() {{\n    let s = \"}}}}\"; let c = '{{';\n{body}    // }}\n}}\nfn decl();\n"
+    );
+    let long = long_functions(&code, 6);
+    assert_eq!(long, [("tricky".to_owned(), 7, 8)], "{code}");
+    assert!(long_functions(&code, 8).is_empty());
+    assert_eq!(fn_name("    pub(crate) fn a_b<T>(x: T) {"), Some("a_b".into()));
+    assert_eq!(fn_name("    let f = |x| x; // fn not"), None);
+}
