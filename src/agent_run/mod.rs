@@ -11,10 +11,12 @@
 
 mod error;
 mod network;
+mod record;
 mod start;
 
 pub use error::AgentRunError;
 pub use network::{agent_env, forget_files_except};
+pub use record::RunNetworkMeta;
 pub use start::Started;
 
 use std::path::PathBuf;

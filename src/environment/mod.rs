@@ -22,7 +22,7 @@ pub use devcontainer::{
 };
 pub use error::EnvironmentError;
 pub use layer::{rover_layer, setup_config};
-pub use record::{EnvSource, EnvironmentMeta};
+pub use record::{BuildingNote, EnvSource, EnvironmentMeta, EnvironmentSpanMeta};
 
 /// The image repository of built environments (`rover-env:<hash>`).
 pub const ENV_REPO: &str = "rover-env";

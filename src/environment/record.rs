@@ -72,3 +72,58 @@ impl EnvironmentMeta {
         }
     }
 }
+
+/// What a workflow span says of its environment, as readers (`trace`) take it from the span's
+/// meta: the record once the image is known, or, in a view while the build still runs, where
+/// its log is and its last line (never stored: `trace` adds it to the view it prints).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentSpanMeta {
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub environment: Option<EnvironmentMeta>,
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub environment_building: Option<BuildingNote>,
+}
+
+/// A build still running: its log and the last line in it when `trace` looked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildingNote {
+    pub log: PathBuf,
+    pub last_line: String,
+}
+
+impl EnvironmentSpanMeta {
+    /// The key of [`EnvironmentSpanMeta::environment_building`].
+    pub const BUILDING_KEY: &'static str = "environmentBuilding";
+
+    /// What `meta` says (nothing, for keys that are absent or do not read as their record).
+    pub fn of(meta: &crate::store::Meta) -> EnvironmentSpanMeta {
+        crate::store::from_meta(meta).unwrap_or_default()
+    }
+
+    /// Merges its keys into a span's meta (in a view).
+    pub fn put_into(&self, meta: &mut crate::store::Meta) {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self) {
+            meta.extend(map);
+        }
+    }
+}
+
+/// A value that does not read as its record reads as none (an older or foreign writer's).
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).ok())
+}

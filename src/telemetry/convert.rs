@@ -17,7 +17,7 @@ use serde_json::Value as Json;
 use crate::agents::{AgentKind, AgentSettings, AgentStep};
 use crate::github::{Channel, Redactor, Visibility};
 use crate::intake::{EventMeta, EventSource};
-use crate::steps::meta::{DecisionSpanMeta, PushPullRequest};
+use crate::steps::meta::{DecisionSpanMeta, LabelsSpanMeta, PushPullRequest};
 use crate::store::otel::{span_id_bytes, trace_id_bytes};
 use crate::store::{AgentMeta, ErrorMeta, RunSpanMeta, Span, SpanStatus, StepKind};
 
@@ -207,33 +207,25 @@ fn step_attrs(span: &Span, a: &mut Attrs<'_>) -> String {
             a.str("rover.decided_by", by);
         }
     }
-    for key in ["branchName", "branch"] {
-        if let Some(b) = span.meta.get(key).and_then(Json::as_str) {
-            a.str("rover.branch", b);
-            break;
-        }
+    let labels = LabelsSpanMeta::of(span);
+    if let Some(b) = labels.branch() {
+        a.str("rover.branch", b);
     }
-    if let Some(Json::Array(branches)) = span.meta.get("branches") {
-        let names: Vec<String> = branches
-            .iter()
-            .filter_map(Json::as_str)
-            .map(|b| a.convert.redactor.redact(b, Visibility::Private))
-            .collect();
-        if !names.is_empty() {
-            a.push(
-                "rover.branches",
-                Value::Array(opentelemetry::Array::String(
-                    names.into_iter().map(Into::into).collect(),
-                )),
-            );
-        }
+    let names: Vec<String> = labels
+        .branch_names()
+        .into_iter()
+        .map(|b| a.convert.redactor.redact(b, Visibility::Private))
+        .collect();
+    if !names.is_empty() {
+        a.push(
+            "rover.branches",
+            Value::Array(opentelemetry::Array::String(
+                names.into_iter().map(Into::into).collect(),
+            )),
+        );
     }
     let pr = PushPullRequest::of(span);
-    let rover_pr = span
-        .meta
-        .get("roverPr")
-        .and_then(|p| p.get("prNumber"))
-        .and_then(Json::as_u64);
+    let rover_pr = labels.rover_pr.and_then(|p| p.pr_number);
     if let Some(n) = pr.pr_number.or(rover_pr) {
         a.int("rover.pr.number", n);
     }
@@ -253,9 +245,7 @@ fn step_attrs(span: &Span, a: &mut Attrs<'_>) -> String {
     if let Some(ids) = &run.action_ids {
         a.int("rover.actions_produced", ids.len() as u64);
     }
-    if let Some(reason) = span.meta.get("reasoning").and_then(Json::as_str) {
-        a.text("rover.reason", reason);
-    } else if let Some(reason) = span.meta.get("reason").and_then(Json::as_str) {
+    if let Some(reason) = labels.why() {
         a.text("rover.reason", reason);
     }
     let agent = AgentMeta::of(span);

@@ -6,14 +6,13 @@ use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
 use uuid::Uuid;
 
-use crate::environment::{EnvSource, EnvironmentMeta};
+use crate::environment::{BuildingNote, EnvSource, EnvironmentSpanMeta};
 use crate::store::{Meta, SpanStatus, StepKind, TraceView};
 
 /// The key a running workflow span gets in the view (never stored) while its environment builds.
-pub const BUILDING_KEY: &str = "environmentBuilding";
+pub const BUILDING_KEY: &str = EnvironmentSpanMeta::BUILDING_KEY;
 /// How much of the log's end is read for its last line.
 const TAIL_BYTES: u64 = 4096;
 
@@ -23,16 +22,20 @@ pub fn note_building(view: &mut TraceView, artifacts: impl Fn(Uuid) -> PathBuf) 
     for span in &mut view.spans {
         if span.step != StepKind::Workflow
             || span.status != SpanStatus::Running
-            || span.meta.contains_key("environment")
+            || EnvironmentSpanMeta::of(&span.meta).environment.is_some()
         {
             continue;
         }
         let log = crate::environment::build_log(&artifacts(span.id));
         if log.is_file() {
-            span.meta.insert(
-                BUILDING_KEY.to_owned(),
-                json!({"log": log, "lastLine": last_line(&log)}),
-            );
+            EnvironmentSpanMeta {
+                environment: None,
+                environment_building: Some(BuildingNote {
+                    last_line: last_line(&log),
+                    log,
+                }),
+            }
+            .put_into(&mut span.meta);
         }
     }
 }
@@ -62,20 +65,17 @@ fn last_line(path: &Path) -> String {
 /// The lines for a span's `meta`, each starting with `lead`; empty without an environment.
 pub fn environment_lines(meta: &Meta, lead: &str) -> String {
     let mut out = String::new();
-    if let Some(building) = meta.get(BUILDING_KEY) {
+    let recorded = EnvironmentSpanMeta::of(meta);
+    if let Some(building) = recorded.environment_building {
         let _ = writeln!(
             out,
             "{lead}environment: building (log {}): {}",
-            building["log"].as_str().unwrap_or_default(),
-            building["lastLine"].as_str().unwrap_or_default()
+            building.log.display(),
+            building.last_line
         );
         return out;
     }
-    let Some(env) = meta
-        .get("environment")
-        .filter(|v| !v.is_null())
-        .and_then(|v| serde_json::from_value::<EnvironmentMeta>(v.clone()).ok())
-    else {
+    let Some(env) = recorded.environment else {
         return out;
     };
     let source = match env.source {
@@ -113,7 +113,7 @@ impl Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
+    use serde_json::{json, Value};
 
     #[test]
     fn a_built_a_cached_a_failed_and_a_building_environment_each_say_so() {

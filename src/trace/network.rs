@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::proxy::Ledger;
+use crate::agent_run::RunNetworkMeta;
 use crate::store::Meta;
 
 /// Most destinations listed per kind (allowed, denied); the rest are counted.
@@ -13,12 +13,9 @@ const MAX_LISTED: usize = 8;
 /// The lines for a span's `meta`, each starting with `lead`; empty when it has no egress.
 pub fn network_lines(meta: &Meta, lead: &str) -> String {
     let mut out = String::new();
-    let egress = meta.get("egress").and_then(|v| v.as_str());
-    let ledger = meta
-        .get("network")
-        .filter(|v| !v.is_null())
-        .and_then(|v| serde_json::from_value::<Ledger>(v.clone()).ok());
-    let Some(ledger) = ledger else {
+    let recorded = RunNetworkMeta::of(meta);
+    let egress = recorded.egress.as_deref();
+    let Some(ledger) = recorded.network else {
         if let Some(egress) = egress {
             let _ = writeln!(out, "{lead}network: {egress}");
         }

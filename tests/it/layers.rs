@@ -669,7 +669,7 @@ fn places_outside(src: &Path, allowed: &[&str], find: impl Fn(&str) -> Vec<usize
     let mut wrong = Vec::new();
     for file in files {
         let rel = file.strip_prefix(src).expect("under src");
-        if allowed.iter().any(|a| rel.starts_with(a)) {
+        if allowed.iter().any(|a| rel.starts_with(a)) || is_test_file(rel) {
             continue;
         }
         let text = std::fs::read_to_string(&file).expect("read a source file");
@@ -678,6 +678,18 @@ fn places_outside(src: &Path, allowed: &[&str], find: impl Fn(&str) -> Vec<usize
         }
     }
     wrong
+}
+
+/// A file of unit tests (`tests.rs`, `*_tests.rs`, or under a `tests/` folder): declared
+/// `#[cfg(test)]` by its parent.
+fn is_test_file(rel: &Path) -> bool {
+    let name = rel
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name == "tests.rs"
+        || name.ends_with("_tests.rs")
+        || rel.components().any(|c| c.as_os_str() == "tests")
 }
 
 /// The lines of `code` that hold one of `needles`.
@@ -901,8 +913,8 @@ fn without_literals(line: &str) -> String {
             '\'' => {
                 // A char literal ('x', '\n', '{'); a lifetime has no closing quote.
                 let rest: String = chars.clone().take(3).collect();
-                if rest.starts_with('\\') {
-                    if let Some(close) = rest[1..].find('\'') {
+                if let Some(escaped) = rest.strip_prefix('\\') {
+                    if let Some(close) = escaped.find('\'') {
                         for _ in 0..=close + 1 {
                             chars.next();
                         }
@@ -929,7 +941,11 @@ fn no_function_in_src_is_over_150_lines() {
     let mut long = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("read a source file");
-        let rel = file.strip_prefix(&src).expect("under src").display().to_string();
+        let rel = file
+            .strip_prefix(&src)
+            .expect("under src")
+            .display()
+            .to_string();
         for (name, line, length) in long_functions(&text, MAX_FN_LINES) {
             long.push(format!("src/{rel}:{line} `{name}`: {length} lines"));
         }
@@ -950,6 +966,69 @@ fn the_function_check_counts_braces_outside_literals() {
     let long = long_functions(&code, 6);
     assert_eq!(long, [("tricky".to_owned(), 7, 8)], "{code}");
     assert!(long_functions(&code, 8).is_empty());
-    assert_eq!(fn_name("    pub(crate) fn a_b<T>(x: T) {"), Some("a_b".into()));
+    assert_eq!(
+        fn_name("    pub(crate) fn a_b<T>(x: T) {"),
+        Some("a_b".into())
+    );
     assert_eq!(fn_name("    let f = |x| x; // fn not"), None);
+}
+
+/// The lines of `code` where a meta is read by key (`meta.get(..)`, `meta[..]`, also across a
+/// line break: `span.meta\n    .get(..)`).
+fn meta_reads(code: &str) -> Vec<usize> {
+    let mut compact = String::new();
+    let mut line_of = Vec::new();
+    for (i, line) in code.lines().enumerate() {
+        for c in line.chars().filter(|c| !c.is_whitespace()) {
+            compact.push(c);
+            line_of.push(i + 1);
+        }
+    }
+    let mut lines: Vec<usize> = ["meta.get(", "meta["]
+        .iter()
+        .flat_map(|needle| compact.match_indices(needle).map(|(at, _)| at))
+        .filter(|at| {
+            // `meta` itself, not the end of a longer name (`metadata[`, `run_meta.get(` are fine:
+            // they are typed records or other maps).
+            !compact[..*at].ends_with(|c: char| is_ident(c) && c != '.')
+        })
+        .map(|at| line_of[at])
+        .collect();
+    lines.sort_unstable();
+    lines.dedup();
+    lines
+}
+
+/// Where a span's or action's meta may be read by key: the typed records themselves.
+const META_RECORDS: &[&str] = &[
+    // The store's records and the keys it adds to any span (RunSpanMeta, ErrorMeta, ...).
+    "store",
+    // Every step's action and span records, and the parts steps share.
+    "steps/meta",
+    // What a workflow span says of its environment (EnvironmentSpanMeta).
+    "environment/record.rs",
+    // What a run's span says of its network (RunNetworkMeta).
+    "agent_run/record.rs",
+    // The replay's label of an action lists the values of a fixed list of key fields, whatever
+    // their type: a printer, reading nothing it decides on.
+    "replay/compare.rs",
+];
+
+/// `trace`, telemetry and every reader of a span take what it recorded through the typed
+/// records the writers use, never by a key of their own.
+#[test]
+fn meta_is_read_by_key_only_in_its_records() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let reads = places_outside(&src, META_RECORDS, meta_reads);
+    assert!(
+        reads.is_empty(),
+        "a meta read by key outside its typed record (read it with the record's `of`):\n{}",
+        reads.join("\n")
+    );
+}
+
+#[test]
+fn the_meta_check_sees_reads_across_lines_and_not_longer_names() {
+    let code = "let a = span.meta.get(\"x\");\nlet b = span\n    .meta\n    .get(KEY);\nlet c = meta[\"y\"];\nlet d = metadata[\"z\"];\nlet e = run_meta.get(\"w\");\n";
+    assert_eq!(meta_reads(code), [1, 3, 5]);
 }

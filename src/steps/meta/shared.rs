@@ -94,3 +94,68 @@ impl OutcomeSpanMeta {
             || crate::store::ErrorMeta::of(span).is_some_and(|e| e.tampered)
     }
 }
+
+/// What telemetry labels any step's span with, whichever step wrote it: the branch it worked
+/// on (`branchName` of a workflow, `branch` of a commit or push, `branches` of a consolidated
+/// push), the pull request rover had already (`roverPr.prNumber`), and why it decided
+/// (`reasoning` of a deciding step, else a `reason`). A key of another shape reads as none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelsSpanMeta {
+    #[serde(default, deserialize_with = "lenient")]
+    pub branch_name: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub branch: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub branches: Option<Vec<serde_json::Value>>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub rover_pr: Option<PrNumberMeta>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub reasoning: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub reason: Option<String>,
+}
+
+/// A pull request's number, where a record names one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrNumberMeta {
+    #[serde(default, deserialize_with = "lenient")]
+    pub pr_number: Option<u64>,
+}
+
+impl LabelsSpanMeta {
+    /// What `span` says.
+    pub fn of(span: &Span) -> LabelsSpanMeta {
+        crate::store::from_meta(&span.meta).unwrap_or_default()
+    }
+
+    /// The branch: `branchName`, else `branch`.
+    pub fn branch(&self) -> Option<&str> {
+        self.branch_name.as_deref().or(self.branch.as_deref())
+    }
+
+    /// The names among `branches` (a name that is no string is left out).
+    pub fn branch_names(&self) -> Vec<&str> {
+        self.branches
+            .iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .collect()
+    }
+
+    /// Why: `reasoning`, else `reason`.
+    pub fn why(&self) -> Option<&str> {
+        self.reasoning.as_deref().or(self.reason.as_deref())
+    }
+}
+
+/// A value that does not read as its record reads as none (another step's shape).
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).ok())
+}
