@@ -126,7 +126,7 @@ pub async fn run(mut progress: Receiver<Progress>, store: AutopilotStore) {
                         first_line(&summary)
                     ),
                 );
-                if step == StepKind::Notify && status == SpanStatus::Completed {
+                if crate::steps::kinds::answers(&step) && status == SpanStatus::Completed {
                     if let Some(message) = local_answer(&store, span_id) {
                         line(
                             live,
@@ -135,7 +135,7 @@ pub async fn run(mut progress: Receiver<Progress>, store: AutopilotStore) {
                         );
                     }
                 }
-                if step.is_terminal() || status != SpanStatus::Completed {
+                if crate::steps::kinds::ends_trace(&step) || status != SpanStatus::Completed {
                     active.remove(&trace_id);
                 }
             }

@@ -19,8 +19,8 @@ use uuid::Uuid;
 
 use crate::github::{GitHub, ReactionTarget, ReactionsFetch, TrustPolicy};
 use crate::orchestrator::StepOrchestrator;
-use crate::steps::meta::{EventMeta, NotifySpanMeta, PushSpanMeta};
-use crate::store::{blocking, AutopilotStore, IntakeOutcome, IntakeRecord, StepKind, StoreError};
+use crate::steps::meta::EventMeta;
+use crate::store::{blocking, AutopilotStore, IntakeOutcome, IntakeRecord, StoreError};
 
 /// A post of a running trace: the trace, when it started, and the post.
 type Watched = (Uuid, DateTime<Utc>, ReactionTarget);
@@ -35,17 +35,10 @@ fn number_of(view: &crate::store::TraceView) -> Option<u64> {
 
 /// What a span posted: the pull request a push opened, the comment a notify posted.
 fn posted(span: &crate::store::Span) -> Option<ReactionTarget> {
-    match span.step {
-        StepKind::Push => crate::store::from_meta::<PushSpanMeta>(&span.meta)
-            .ok()
-            .and_then(|m| m.pull_request.pr_number)
-            .map(|number| ReactionTarget::Issue { number }),
-        StepKind::Notify => NotifySpanMeta::of(span)
-            .and_then(|m| m.delivery)
-            .and_then(|d| d.comment_id)
-            .map(|id| ReactionTarget::IssueComment { id }),
-        _ => None,
-    }
+    Some(match crate::steps::kinds::posted(span)? {
+        crate::steps::kinds::Posted::PullRequest(number) => ReactionTarget::Issue { number },
+        crate::steps::kinds::Posted::Comment(id) => ReactionTarget::IssueComment { id },
+    })
 }
 
 /// The posts of the traces still running, each with the trace it stops and when that trace

@@ -89,7 +89,7 @@ impl Inner {
                 let result = crate::store::replay_record::recording(
                     &ctx.store,
                     task_run.span.id,
-                    &task_run.span.step,
+                    task_step.always_recorded(),
                     task_step.process(&ctx, &task_run),
                 )
                 .await;

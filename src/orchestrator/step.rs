@@ -307,6 +307,12 @@ pub trait Step: Send + Sync + 'static {
     /// The action type this step consumes (and the `step` of its spans).
     fn kind(&self) -> StepKind;
 
+    /// Whether every run keeps a replay record, even one that read nothing (a deciding step,
+    /// which `rover autopilot replay` runs again).
+    fn always_recorded(&self) -> bool {
+        false
+    }
+
     /// How many of its runs may be in progress at once.
     fn max_parallel(&self) -> usize;
 

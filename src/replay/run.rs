@@ -18,11 +18,13 @@ use super::compare::{differences, StepDecision};
 use super::world_fakes::{ReplayAgent, ReplayGitHub, NO_ANSWER};
 use crate::config::RoverConfig;
 use crate::github::{Redactor, RepoRef};
-use crate::orchestrator::{Outcome, Step, StepContext};
+use crate::orchestrator::{Outcome, StepContext};
 use crate::project::RepoSlug;
+use crate::steps::deciding_step;
+use crate::steps::kinds::always_recorded;
 use crate::steps::meta::{DecidedBy, DecisionSpanMeta};
-use crate::steps::{CoordinateStep, PlanStep, ResolveStep, Services};
-use crate::store::replay_record::{always_recorded, ReplayRecord};
+use crate::steps::Services;
+use crate::store::replay_record::ReplayRecord;
 use crate::store::{ErrorMeta, Meta, RunSpanMeta, Span, SpanStatus, StepKind};
 
 /// What replay runs with besides the trace.
@@ -262,11 +264,8 @@ async fn run_step(
         git_env: Vec::new(),
         store_root: None,
     });
-    let step: Arc<dyn Step> = match span.step {
-        StepKind::Coordinate => Arc::new(CoordinateStep::new(services)),
-        StepKind::Plan => Arc::new(PlanStep::new(services)),
-        StepKind::Resolve => Arc::new(ResolveStep::new(services)),
-        _ => return Err(format!("{} is not a deciding step", span.step)),
+    let Some(step) = deciding_step(&span.step, services) else {
+        return Err(format!("{} is not a deciding step", span.step));
     };
     let ctx = StepContext::standalone(world.store.clone());
     let outcome = step.process(&ctx, &world.run).await;

@@ -9,6 +9,7 @@ pub mod coordinate;
 pub mod gc;
 pub mod history;
 pub mod intervene;
+pub mod kinds;
 pub mod meta;
 pub mod noop;
 pub mod notify;
@@ -40,7 +41,7 @@ use crate::github::{GitHub, GitHubAuth, Redactor};
 use crate::orchestrator::Step;
 use crate::project::RepoSlug;
 use crate::sandbox::Sandbox;
-use crate::store::AutopilotStore;
+use crate::store::{AutopilotStore, StepKind};
 
 /// Everything a step may use besides the store. Built once by the daemon; test harnesses build
 /// it with fakes (the fake agent binary, the fake GitHub server, a real Docker engine).
@@ -107,4 +108,19 @@ pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
         Arc::new(SummarizingNoopStep::new(services.clone())),
         Arc::new(CleanupStep::new(services.clone())),
     ]
+}
+
+/// The step that replays a recorded run of `step` (`rover autopilot replay`): the deciding
+/// ones, those that keep a record of every run ([`kinds::always_recorded`]); `None` for any
+/// other.
+pub fn deciding_step(step: &StepKind, services: Arc<Services>) -> Option<Arc<dyn Step>> {
+    if !kinds::always_recorded(step) {
+        return None;
+    }
+    Some(match step {
+        StepKind::Coordinate => Arc::new(CoordinateStep::new(services)),
+        StepKind::Plan => Arc::new(PlanStep::new(services)),
+        StepKind::Resolve => Arc::new(ResolveStep::new(services)),
+        _ => return None,
+    })
 }

@@ -67,6 +67,10 @@ impl Step for PlanStep {
         StepKind::Plan
     }
 
+    fn always_recorded(&self) -> bool {
+        crate::steps::kinds::always_recorded(&self.kind())
+    }
+
     fn max_parallel(&self) -> usize {
         2
     }

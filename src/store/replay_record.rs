@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::error::Result;
 use super::fsio::{ensure_dir, read_json, write_json_atomic};
-use super::records::{StepKind, TaskMapping};
+use super::records::TaskMapping;
 use super::AutopilotStore;
 
 /// The record's file name in the span's artifacts directory.
@@ -113,22 +113,14 @@ fn with_recorder(f: impl FnOnce(&mut ReplayRecord)) {
     });
 }
 
-/// The steps whose every run keeps a record, even one that read nothing (replay then knows
-/// the run needed nothing, rather than that it was recorded before records existed).
-pub fn always_recorded(step: &StepKind) -> bool {
-    matches!(
-        step,
-        StepKind::Coordinate | StepKind::Plan | StepKind::Resolve
-    )
-}
-
 /// Run `fut` (a step's `process`) recording what it reads; the record goes to the span's
-/// artifacts when anything was noted, or always for `step`s that [`always_recorded`]. A failed
+/// artifacts when anything was noted, or `always` (a step that declares every run recorded:
+/// replay then knows a run that read nothing needed nothing). A failed
 /// write loses only the replay of this run (logged).
 pub async fn recording<F: Future>(
     store: &AutopilotStore,
     span_id: Uuid,
-    step: &StepKind,
+    always: bool,
     fut: F,
 ) -> F::Output {
     let recorder = Arc::new(Mutex::new(ReplayRecord {
@@ -144,7 +136,7 @@ pub async fn recording<F: Future>(
         && record.answers.is_empty()
         && record.task_mappings.is_none()
         && !record.truncated;
-    if empty && !always_recorded(step) {
+    if empty && !always {
         return out;
     }
     let store = store.clone();
@@ -268,7 +260,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = AutopilotStore::open(dir.path(), "p").unwrap();
         let span = Uuid::new_v4();
-        recording(&store, span, &StepKind::Notify, async {
+        recording(&store, span, false, async {
             note_read("get_issue", "7", Ok(serde_json::json!({"number": 7})));
             note_read(
                 "permission",
@@ -301,7 +293,7 @@ mod tests {
         assert!(!record.truncated);
 
         let big = Uuid::new_v4();
-        recording(&store, big, &StepKind::Notify, async {
+        recording(&store, big, false, async {
             let blob = "x".repeat(MAX_READ_BYTES / 2);
             for n in 0..3 {
                 note_read("get_issue", &n.to_string(), Ok(Value::String(blob.clone())));
@@ -314,11 +306,11 @@ mod tests {
 
         // Nothing noted: no file; outside a recording a note is a no-op.
         let quiet = Uuid::new_v4();
-        recording(&store, quiet, &StepKind::Notify, async {}).await;
+        recording(&store, quiet, false, async {}).await;
         note_read("get_issue", "1", Ok(Value::Null));
         assert!(read_record(&store, quiet).unwrap().is_none());
         // A deciding step's run keeps its (empty) record all the same.
-        recording(&store, quiet, &StepKind::Coordinate, async {}).await;
+        recording(&store, quiet, true, async {}).await;
         let empty = read_record(&store, quiet).unwrap().unwrap();
         assert!(empty.github_reads.is_empty() && empty.answers.is_empty());
     }

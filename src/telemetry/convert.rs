@@ -33,19 +33,10 @@ pub struct Convert {
     pub scope: InstrumentationScope,
 }
 
-/// The GenAI role of a step that called an agent: its operation and the agent's name.
+/// The GenAI role of a step that called an agent: its operation and the agent's name (the
+/// steps' table says).
 fn genai_role(step: &StepKind) -> Option<(&'static str, &'static str, AgentStep)> {
-    Some(match step {
-        StepKind::Coordinate => ("invoke_agent", "coordinator", AgentStep::Coordinate),
-        StepKind::Plan => ("plan", "planner", AgentStep::Plan),
-        StepKind::Workflow => ("invoke_agent", "worker", AgentStep::Workflow),
-        StepKind::Commit => ("invoke_agent", "committer", AgentStep::Commit),
-        StepKind::Resolve => ("invoke_agent", "resolver", AgentStep::Resolve),
-        StepKind::Push => ("invoke_agent", "pusher", AgentStep::Push),
-        StepKind::Notify => ("invoke_agent", "notifier", AgentStep::Notify),
-        StepKind::Noop => ("invoke_agent", "summarizer", AgentStep::Summarize),
-        _ => return None,
-    })
+    crate::steps::kinds::telemetry_role(step)
 }
 
 /// `gen_ai.provider.name` of an agent CLI.

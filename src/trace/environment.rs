@@ -9,19 +9,19 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 use crate::environment::{BuildingNote, EnvSource, EnvironmentSpanMeta};
-use crate::store::{Meta, SpanStatus, StepKind, TraceView};
+use crate::store::{Meta, SpanStatus, TraceView};
 
 /// The key a running workflow span gets in the view (never stored) while its environment builds.
 pub const BUILDING_KEY: &str = EnvironmentSpanMeta::BUILDING_KEY;
 /// How much of the log's end is read for its last line.
 const TAIL_BYTES: u64 = 4096;
 
-/// Marks the running workflow spans of `view` whose environment build has a log but no record
+/// Marks the running spans of `view` whose environment build has a log but no record
 /// yet (`artifacts` gives a span's artifacts dir): the log's path and its last line.
 pub fn note_building(view: &mut TraceView, artifacts: impl Fn(Uuid) -> PathBuf) {
     for span in &mut view.spans {
-        if span.step != StepKind::Workflow
-            || span.status != SpanStatus::Running
+        // Only a workflow run builds an environment (its log is in the run's artifacts).
+        if span.status != SpanStatus::Running
             || EnvironmentSpanMeta::of(&span.meta).environment.is_some()
         {
             continue;

@@ -1032,3 +1032,88 @@ fn the_meta_check_sees_reads_across_lines_and_not_longer_names() {
     let code = "let a = span.meta.get(\"x\");\nlet b = span\n    .meta\n    .get(KEY);\nlet c = meta[\"y\"];\nlet d = metadata[\"z\"];\nlet e = run_meta.get(\"w\");\n";
     assert_eq!(meta_reads(code), [1, 3, 5]);
 }
+
+/// The steps of the pipeline, as `StepKind` names them: only the steps, the orchestrator and
+/// the store's definition of the name may name one (the root `event` is intake's and the
+/// store's; `Other` is a name kept as data).
+const STEP_VARIANTS: &[&str] = &[
+    "Coordinate",
+    "Plan",
+    "Workflow",
+    "Commit",
+    "Resolve",
+    "Push",
+    "Notify",
+    "Noop",
+    "Cleanup",
+];
+
+/// Modules that still name a step by its `StepKind` variant, each with the change that removes
+/// it; the check fails on any other, and on a listed one that no longer does (the list only
+/// shrinks).
+const KNOWN_STEP_NAMES: &[(&str, &str)] = &[
+    (
+        "budget/ledger.rs",
+        "a trace's start counted by its coordinate span: count the root event spans instead",
+    ),
+    (
+        "budget/policy.rs",
+        "a trace's end judged by a notify or noop span: hand the budget `steps::kinds::ends_trace`",
+    ),
+    (
+        "budget/pull_request.rs",
+        "a pull request opened told by a push span: a typed record only push writes",
+    ),
+    (
+        "cli/inspect.rs",
+        "a trace's result says a noop's reason: a `TraceOutcome` that carries it",
+    ),
+    (
+        "intake/root.rs",
+        "the first action of a trace is a coordinate: hand intake the first step's name",
+    ),
+];
+
+/// The lines of `code` naming a pipeline step's `StepKind` variant.
+fn step_variants(code: &str) -> Vec<usize> {
+    let path_char = |c: char| is_ident(c);
+    names_after(code, "StepKind::", path_char)
+        .into_iter()
+        .filter(|(name, _)| STEP_VARIANTS.contains(&name.as_str()))
+        .map(|(_, line)| line)
+        .collect()
+}
+
+/// The store keeps a step's name as data: what a step is (terminal, recorded for replay, its
+/// telemetry role, ...) is declared by the steps (`steps::kinds`), and no other module names one.
+#[test]
+fn only_the_steps_and_the_orchestrator_name_a_step_by_its_kind() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut allowed: Vec<&str> = vec!["steps", "orchestrator", "store/records/span.rs"];
+    allowed.extend(KNOWN_STEP_NAMES.iter().map(|(file, _)| *file));
+    let named = places_outside(&src, &allowed, step_variants);
+    assert!(
+        named.is_empty(),
+        "a module outside the steps and the orchestrator names a step (ask `steps::kinds`, or a typed record):\n{}",
+        named.join("\n")
+    );
+    let gone: Vec<&str> = KNOWN_STEP_NAMES
+        .iter()
+        .filter(|(file, _)| {
+            let text = std::fs::read_to_string(src.join(file)).unwrap_or_default();
+            step_variants(&code_without_tests(&text)).is_empty()
+        })
+        .map(|(file, _)| *file)
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "no longer names a step; take it off KNOWN_STEP_NAMES: {gone:?}"
+    );
+}
+
+#[test]
+fn the_step_kind_check_sees_variants_and_not_the_root_or_other_names() {
+    let code =
+        "if s.step == StepKind::Push {}\nStepKind::Event\nStepKind::Other(x)\nStepKind::Pushy\n";
+    assert_eq!(step_variants(code), [1]);
+}

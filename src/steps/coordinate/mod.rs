@@ -114,6 +114,10 @@ impl Step for CoordinateStep {
         StepKind::Coordinate
     }
 
+    fn always_recorded(&self) -> bool {
+        crate::steps::kinds::always_recorded(&self.kind())
+    }
+
     fn max_parallel(&self) -> usize {
         3
     }

@@ -133,6 +133,10 @@ impl Step for ResolveStep {
         StepKind::Resolve
     }
 
+    fn always_recorded(&self) -> bool {
+        crate::steps::kinds::always_recorded(&self.kind())
+    }
+
     fn max_parallel(&self) -> usize {
         3
     }
