@@ -2,8 +2,8 @@
 //! between two top-level modules, and an edge may only point to the same layer or a lower one:
 //!
 //! ```text
-//! foundation (error, project, secrets) → store (store, logging) → edges (agents, github, git, sandbox)
-//!   → intake (intake) → orchestrator (budget, trace, orchestrator) → pipeline (config, steps)
+//! foundation (error, project, secrets, host_env) → store (store, logging)
+//!   → edges (agents, github, git, proxy, sandbox, environment, agent_run) → intake (intake) → orchestrator (budget, trace, orchestrator) → pipeline (config, steps)
 //!   → top (daemon, cli)
 //! ```
 //!
@@ -1116,4 +1116,95 @@ fn the_step_kind_check_sees_variants_and_not_the_root_or_other_names() {
     let code =
         "if s.step == StepKind::Push {}\nStepKind::Event\nStepKind::Other(x)\nStepKind::Pushy\n";
     assert_eq!(step_variants(code), [1]);
+}
+
+/// The backticked names in the rows of the "Where new code goes" table of
+/// `docs/architecture.md`.
+fn where_table_names(doc: &str) -> Vec<String> {
+    let start = doc
+        .find("## Where new code goes")
+        .expect("the section is there");
+    let section = &doc[start..];
+    let end = section.find("And in general").unwrap_or(section.len());
+    section[..end]
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| to add"))
+        .flat_map(|l| l.split('`').skip(1).step_by(2).map(str::to_owned))
+        .collect()
+}
+
+/// Whether the item `module::name` is declared (a trait, function, type or constant) in a
+/// file of `src/<module>` (or `src/<module>.rs`).
+fn declared_in(src: &Path, module: &str, name: &str) -> bool {
+    let mut files = Vec::new();
+    let dir = src.join(module);
+    if dir.is_dir() {
+        rust_files(&dir, &mut files);
+    }
+    files.push(src.join(format!("{module}.rs")));
+    files.iter().any(|f| {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        ["trait", "fn", "struct", "enum", "const", "type"]
+            .iter()
+            .any(|kw| {
+                text.contains(&format!("{kw} {name}("))
+                    || text.contains(&format!("{kw} {name}<"))
+                    || text.contains(&format!("{kw} {name}:"))
+                    || text.contains(&format!("{kw} {name} "))
+                    || text.contains(&format!("{kw} {name};"))
+            })
+    })
+}
+
+#[test]
+fn the_where_new_code_goes_table_names_what_is_there() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("read the doc");
+    let names = where_table_names(&doc);
+    assert!(names.len() > 15, "{names:?}");
+    let mut missing = Vec::new();
+    for name in &names {
+        if let Some(path) = name.strip_prefix("src/") {
+            if !src.join(path.trim_end_matches('/')).exists() {
+                missing.push(name.clone());
+            }
+            continue;
+        }
+        if let Some(path) = name.strip_prefix("tests/") {
+            if !root.join("tests").join(path).exists() {
+                missing.push(name.clone());
+            }
+            continue;
+        }
+        let parts: Vec<&str> = name.split("::").collect();
+        let is_module = |m: &str| src.join(m).is_dir() || src.join(format!("{m}.rs")).is_file();
+        let found = match parts.as_slice() {
+            [module, item] if is_module(module) => declared_in(&src, module, item),
+            // `Step::woken_by`: a method of a trait the table names elsewhere.
+            [_, method] => {
+                declared_in(&src, "orchestrator", method) || declared_in(&src, "steps", method)
+            }
+            // Plain names (`StepKind`, `CLIS`, `build_steps`, ...): declared somewhere in src.
+            [item] if item.chars().all(is_ident) => {
+                std::fs::read_dir(&src).expect("src").flatten().any(|e| {
+                    let module = e
+                        .file_name()
+                        .to_string_lossy()
+                        .trim_end_matches(".rs")
+                        .to_owned();
+                    declared_in(&src, &module, item)
+                })
+            }
+            // Settings (`autopilot.sandbox.backend`) and the like: not code names.
+            _ => true,
+        };
+        if !found {
+            missing.push(name.clone());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's \"Where new code goes\" names what is not in the tree: {missing:?}"
+    );
 }
