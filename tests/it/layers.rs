@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! foundation (error, project, secrets, host_env) → store (store, logging)
-//!   → edges (agents, github, git, proxy, sandbox, environment, agent_run) → intake (intake) → orchestrator (budget, trace, orchestrator) → pipeline (config, steps)
+//!   → edges (agents, github, git, proxy, sandbox, environment, agent_run) → intake (intake)
+//!   → orchestrator (budget, trace, orchestrator) → pipeline (config, steps, telemetry, replay)
 //!   → top (daemon, cli)
 //! ```
 //!
