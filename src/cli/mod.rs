@@ -10,6 +10,7 @@ mod placements;
 mod proxy;
 mod replay;
 mod start;
+mod status;
 mod submit;
 mod telemetry;
 
