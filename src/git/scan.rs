@@ -336,6 +336,52 @@ fn scan_branch(
     branch: &str,
     scan: &SecretScan,
 ) -> Result<ScanReport, GitError> {
+    let commits = commits_to_push(repo, repo_path, remote, branch, scan)?;
+    let mut found = Found {
+        scan,
+        held_bytes: held_pattern(scan, repo_path)?,
+        findings: Vec::new(),
+        seen: HashSet::new(),
+        more: 0,
+    };
+    found.text(
+        &At {
+            commit: None,
+            place: SecretPlace::BranchName,
+            path: None,
+            line: None,
+        },
+        branch,
+        true,
+    );
+    let mut read = Read {
+        bytes: 0,
+        binaries_seen: HashSet::new(),
+    };
+    for oid in &commits {
+        scan_commit(repo, repo_path, *oid, branch, &mut found, &mut read)?;
+    }
+    Ok(ScanReport {
+        commits: commits.len(),
+        findings: found.findings,
+        more: found.more,
+    })
+}
+
+/// What a scan has read so far: the bytes (bounded) and the binaries already searched.
+struct Read {
+    bytes: u64,
+    binaries_seen: HashSet<Oid>,
+}
+
+/// The commits a push of `branch` would send, oldest first, within the limit.
+fn commits_to_push(
+    repo: &Repository,
+    repo_path: &Path,
+    remote: &str,
+    branch: &str,
+    scan: &SecretScan,
+) -> Result<Vec<Oid>, GitError> {
     let walk_err = || GitError::git2("list the commits a push would send", repo_path);
     let tip = repo
         .find_reference(&format!("refs/heads/{branch}"))
@@ -361,131 +407,138 @@ fn scan_branch(
             limit: format!("{} commits", scan.limits.max_commits),
         });
     }
+    Ok(commits)
+}
+
+/// Every held value, escaped, in one pattern (none when rover holds no secret).
+fn held_pattern(
+    scan: &SecretScan,
+    repo_path: &Path,
+) -> Result<Option<regex::bytes::Regex>, GitError> {
     let alternatives: Vec<String> = scan.held.iter().map(|s| regex::escape(s.value())).collect();
-    let held_bytes = (!alternatives.is_empty())
+    (!alternatives.is_empty())
         .then(|| regex::bytes::Regex::new(&alternatives.join("|")))
         .transpose()
         .map_err(|e| GitError::Io {
             path: repo_path.to_path_buf(),
             source: std::io::Error::other(format!("cannot search for the secrets: {e}")),
-        })?;
-    let mut found = Found {
-        scan,
-        held_bytes,
-        findings: Vec::new(),
-        seen: HashSet::new(),
-        more: 0,
+        })
+}
+
+/// One commit's message, and what its diff over its first parent changes.
+fn scan_commit(
+    repo: &Repository,
+    repo_path: &Path,
+    oid: Oid,
+    branch: &str,
+    found: &mut Found<'_>,
+    read: &mut Read,
+) -> Result<(), GitError> {
+    let commit = repo
+        .find_commit(oid)
+        .map_err(GitError::git2("read a commit to push", repo_path))?;
+    let sha = oid.to_string();
+    let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+    for (n, line) in message.lines().enumerate() {
+        let at = At {
+            commit: Some(&sha),
+            place: SecretPlace::Message,
+            path: None,
+            line: u32::try_from(n + 1).ok(),
+        };
+        found.text(&at, line, true);
+    }
+    let tree = commit
+        .tree()
+        .map_err(GitError::git2("read a commit to push", repo_path))?;
+    let parent = match commit.parent(0) {
+        Ok(p) => Some(
+            p.tree()
+                .map_err(GitError::git2("read a commit's parent", repo_path))?,
+        ),
+        Err(_) => None,
     };
+    let mut opts = DiffOptions::new();
+    opts.ignore_submodules(true);
+    let mut diff = repo
+        .diff_tree_to_tree(parent.as_ref(), Some(&tree), Some(&mut opts))
+        .map_err(GitError::git2("diff a commit to push", repo_path))?;
+    // A renamed file adds only what changed in it.
+    diff.find_similar(Some(DiffFindOptions::new().renames(true)))
+        .map_err(GitError::git2("diff a commit to push", repo_path))?;
+    for delta in diff.deltas() {
+        scan_delta(repo, repo_path, &delta, &sha, branch, found, read)?;
+    }
+    Ok(())
+}
+
+/// One changed file of a commit: its path, and the content it adds (or its bytes, when binary
+/// or large).
+fn scan_delta(
+    repo: &Repository,
+    repo_path: &Path,
+    delta: &git2::DiffDelta<'_>,
+    sha: &str,
+    branch: &str,
+    found: &mut Found<'_>,
+    read: &mut Read,
+) -> Result<(), GitError> {
+    let scan = found.scan;
+    if delta.status() == Delta::Deleted {
+        return Ok(());
+    }
+    let new = delta.new_file();
+    let Some(path) = new.path().map(|p| p.to_string_lossy().into_owned()) else {
+        return Ok(());
+    };
+    let new_path = matches!(
+        delta.status(),
+        Delta::Added | Delta::Renamed | Delta::Copied | Delta::Untracked
+    );
     found.text(
         &At {
-            commit: None,
-            place: SecretPlace::BranchName,
-            path: None,
+            commit: Some(sha),
+            place: SecretPlace::Path,
+            path: Some(&path),
             line: None,
         },
-        branch,
-        true,
+        &path,
+        new_path,
     );
-    let mut read: u64 = 0;
-    let mut binaries_seen: HashSet<Oid> = HashSet::new();
-    for oid in &commits {
-        let commit = repo
-            .find_commit(*oid)
-            .map_err(GitError::git2("read a commit to push", repo_path))?;
-        let sha = oid.to_string();
-        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
-        for (n, line) in message.lines().enumerate() {
-            let at = At {
-                commit: Some(&sha),
-                place: SecretPlace::Message,
-                path: None,
-                line: u32::try_from(n + 1).ok(),
-            };
-            found.text(&at, line, true);
-        }
-        let tree = commit
-            .tree()
-            .map_err(GitError::git2("read a commit to push", repo_path))?;
-        let parent = match commit.parent(0) {
-            Ok(p) => Some(
-                p.tree()
-                    .map_err(GitError::git2("read a commit's parent", repo_path))?,
-            ),
-            Err(_) => None,
-        };
-        let mut opts = DiffOptions::new();
-        opts.ignore_submodules(true);
-        let mut diff = repo
-            .diff_tree_to_tree(parent.as_ref(), Some(&tree), Some(&mut opts))
-            .map_err(GitError::git2("diff a commit to push", repo_path))?;
-        // A renamed file adds only what changed in it.
-        diff.find_similar(Some(DiffFindOptions::new().renames(true)))
-            .map_err(GitError::git2("diff a commit to push", repo_path))?;
-        for delta in diff.deltas() {
-            if delta.status() == Delta::Deleted {
-                continue;
-            }
-            let new = delta.new_file();
-            let Some(path) = new.path().map(|p| p.to_string_lossy().into_owned()) else {
-                continue;
-            };
-            let new_path = matches!(
-                delta.status(),
-                Delta::Added | Delta::Renamed | Delta::Copied | Delta::Untracked
-            );
-            found.text(
-                &At {
-                    commit: Some(&sha),
-                    place: SecretPlace::Path,
-                    path: Some(&path),
-                    line: None,
-                },
-                &path,
-                new_path,
-            );
-            // A gitlink (submodule) names a commit, not a blob.
-            let Ok(blob) = repo.find_blob(new.id()) else {
-                continue;
-            };
-            let content = blob.content();
-            read = read.saturating_add(content.len() as u64);
-            if read > scan.limits.max_total_bytes {
-                return Err(GitError::ScanTooLarge {
-                    branch: scan.held.mask(branch),
-                    what: "the content of its commits".to_owned(),
-                    limit: format!("{} MiB", scan.limits.max_total_bytes / (1024 * 1024)),
-                });
-            }
-            let at = At {
-                commit: Some(&sha),
-                place: SecretPlace::Content,
-                path: Some(&path),
-                line: None,
-            };
-            if content.len() > scan.limits.max_text_bytes || is_binary(content) {
-                if binaries_seen.insert(blob.id()) {
-                    found.bytes(&at, content);
-                }
-                continue;
-            }
-            // The old version, when it reads as text; else everything is new.
-            let old = Some(delta.old_file().id())
-                .filter(|id| !id.is_zero())
-                .and_then(|id| repo.find_blob(id).ok())
-                .filter(|b| {
-                    b.content().len() <= scan.limits.max_text_bytes && !is_binary(b.content())
-                });
-            let old_content: &[u8] = old.as_ref().map_or(&[], |b| b.content());
-            read = read.saturating_add(old_content.len() as u64);
-            added_lines(old_content, content, &at, &mut found)
-                .map_err(GitError::git2("diff a file to push", repo_path))?;
-        }
+    // A gitlink (submodule) names a commit, not a blob.
+    let Ok(blob) = repo.find_blob(new.id()) else {
+        return Ok(());
+    };
+    let content = blob.content();
+    read.bytes = read.bytes.saturating_add(content.len() as u64);
+    if read.bytes > scan.limits.max_total_bytes {
+        return Err(GitError::ScanTooLarge {
+            branch: scan.held.mask(branch),
+            what: "the content of its commits".to_owned(),
+            limit: format!("{} MiB", scan.limits.max_total_bytes / (1024 * 1024)),
+        });
     }
-    Ok(ScanReport {
-        commits: commits.len(),
-        findings: found.findings,
-        more: found.more,
-    })
+    let at = At {
+        commit: Some(sha),
+        place: SecretPlace::Content,
+        path: Some(&path),
+        line: None,
+    };
+    if content.len() > scan.limits.max_text_bytes || is_binary(content) {
+        if read.binaries_seen.insert(blob.id()) {
+            found.bytes(&at, content);
+        }
+        return Ok(());
+    }
+    // The old version, when it reads as text; else everything is new.
+    let old = Some(delta.old_file().id())
+        .filter(|id| !id.is_zero())
+        .and_then(|id| repo.find_blob(id).ok())
+        .filter(|b| b.content().len() <= scan.limits.max_text_bytes && !is_binary(b.content()));
+    let old_content: &[u8] = old.as_ref().map_or(&[], |b| b.content());
+    read.bytes = read.bytes.saturating_add(old_content.len() as u64);
+    added_lines(old_content, content, &at, found)
+        .map_err(GitError::git2("diff a file to push", repo_path))
 }
 
 /// The lines `new` adds over `old`, scanned as added text.
@@ -516,269 +569,5 @@ fn added_lines(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HELD: &str = "held-secret-value-0123";
-    const TOKEN: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
-
-    /// A repository whose remote (`origin`) has `base`; branches are built commit by commit.
-    struct Repo {
-        dir: tempfile::TempDir,
-        repo: Repository,
-    }
-
-    impl Repo {
-        fn new() -> Repo {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let repo = Repository::init(dir.path()).expect("init");
-            Repo { dir, repo }
-        }
-
-        /// A commit whose tree is `files` (flat), on `parent`.
-        fn commit(&self, parent: Option<Oid>, files: &[(&str, &[u8])], message: &str) -> Oid {
-            let mut tree = self.repo.treebuilder(None).expect("tree builder");
-            for (path, content) in files {
-                let blob = self.repo.blob(content).expect("blob");
-                tree.insert(path, blob, 0o100_644).expect("insert");
-            }
-            let tree = self
-                .repo
-                .find_tree(tree.write().expect("tree"))
-                .expect("find tree");
-            let sig = git2::Signature::now("t", "t@example.com").expect("signature");
-            let parents: Vec<git2::Commit<'_>> = parent
-                .map(|p| self.repo.find_commit(p).expect("parent"))
-                .into_iter()
-                .collect();
-            let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
-            self.repo
-                .commit(None, &sig, &sig, message, &tree, &parents)
-                .expect("commit")
-        }
-
-        fn set(&self, reference: &str, oid: Oid) {
-            self.repo
-                .reference(reference, oid, true, "test")
-                .expect("reference");
-        }
-
-        fn scan(&self, branch: &str, scan: &SecretScan) -> Result<ScanReport, GitError> {
-            scan_branch(&self.repo, self.dir.path(), "origin", branch, scan)
-        }
-    }
-
-    fn scan() -> SecretScan {
-        SecretScan::new(HeldSecrets::new().with("ANTHROPIC_API_KEY", Some(HELD)))
-    }
-
-    /// A remote `main` with `files`, and `rover/x` one commit `message` later with `then`.
-    fn pushed(files: &[(&str, &[u8])], then: &[(&str, &[u8])], message: &str) -> (Repo, Oid) {
-        let r = Repo::new();
-        let base = r.commit(None, files, "base");
-        r.set("refs/remotes/origin/main", base);
-        let tip = r.commit(Some(base), then, message);
-        r.set("refs/heads/rover/x", tip);
-        (r, tip)
-    }
-
-    fn held(name: &str) -> SecretWhat {
-        SecretWhat::Held {
-            name: name.to_owned(),
-        }
-    }
-
-    #[test]
-    fn a_held_value_in_a_file_is_found_with_its_file_and_line() {
-        let (r, tip) = pushed(
-            &[("README.md", b"# x\n")],
-            &[
-                ("README.md", b"# x\n"),
-                ("settings.env", format!("A=1\nKEY={HELD}\n").as_bytes()),
-            ],
-            "Add settings",
-        );
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        assert_eq!(report.commits, 1);
-        assert_eq!(
-            report.findings,
-            [SecretFinding {
-                commit: Some(tip.to_string()),
-                place: SecretPlace::Content,
-                path: Some("settings.env".into()),
-                line: Some(2),
-                what: held("ANTHROPIC_API_KEY"),
-                hint: None,
-            }]
-        );
-        let text = report.findings[0].to_string();
-        assert_eq!(
-            text,
-            format!(
-                "the value of ANTHROPIC_API_KEY in `settings.env` line 2 of commit {}",
-                &tip.to_string()[..7]
-            )
-        );
-        assert!(!text.contains(HELD));
-    }
-
-    #[test]
-    fn a_held_value_in_a_path_or_a_message_is_found_and_the_path_is_masked() {
-        let name = format!("{HELD}.txt");
-        let (r, _) = pushed(
-            &[],
-            &[(name.as_str(), b"nothing\n")],
-            &format!("Add it\n\nthe key is {HELD}"),
-        );
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        let places: Vec<(SecretPlace, Option<&str>, Option<u32>)> = report
-            .findings
-            .iter()
-            .map(|f| (f.place, f.path.as_deref(), f.line))
-            .collect();
-        assert_eq!(
-            places,
-            [
-                (SecretPlace::Message, None, Some(3)),
-                (SecretPlace::Path, Some("[redacted secret].txt"), None),
-            ]
-        );
-        let json = serde_json::to_string(&report.findings).expect("json");
-        assert!(!json.contains(HELD), "{json}");
-    }
-
-    #[test]
-    fn a_held_value_a_later_commit_removes_is_still_found() {
-        let r = Repo::new();
-        let base = r.commit(None, &[("a.txt", b"a\n")], "base");
-        r.set("refs/remotes/origin/main", base);
-        let leak = r.commit(
-            Some(base),
-            &[("a.txt", format!("a\n{HELD}\n").as_bytes())],
-            "Leak",
-        );
-        let fix = r.commit(Some(leak), &[("a.txt", b"a\n")], "Remove it again");
-        r.set("refs/heads/rover/x", fix);
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        assert_eq!(report.commits, 2);
-        assert_eq!(report.findings.len(), 1, "{:?}", report.findings);
-        assert_eq!(report.findings[0].commit, Some(leak.to_string()));
-        assert_eq!(report.findings[0].line, Some(2));
-    }
-
-    #[test]
-    fn a_held_value_in_a_binary_file_is_found_in_its_bytes() {
-        let mut bytes = vec![0u8, 1, 2, 255];
-        bytes.extend_from_slice(HELD.as_bytes());
-        bytes.push(0);
-        let (r, _) = pushed(&[], &[("blob.bin", &bytes)], "Add a binary");
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        assert_eq!(report.findings.len(), 1);
-        let f = &report.findings[0];
-        assert_eq!(
-            (f.place, f.path.as_deref(), f.line),
-            (SecretPlace::Content, Some("blob.bin"), None)
-        );
-        // A `.gitattributes` saying the file is binary does not hide a text file's lines.
-        let (r, _) = pushed(
-            &[],
-            &[
-                (".gitattributes", b"* binary\n"),
-                ("t.txt", TOKEN.as_bytes()),
-            ],
-            "Hide it",
-        );
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        assert_eq!(report.findings.len(), 1, "{:?}", report.findings);
-        assert_eq!(report.findings[0].path.as_deref(), Some("t.txt"));
-    }
-
-    #[test]
-    fn key_shapes_count_only_where_added_and_allowed_fakes_not_at_all() {
-        let fixture = format!("fixture = \"{TOKEN}\"\n");
-        let (r, tip) = pushed(
-            &[("fixture.py", fixture.as_bytes())],
-            &[
-                // The remote's fixture, one line added above it.
-                ("fixture.py", format!("# tests\n{fixture}").as_bytes()),
-                (
-                    "new.txt",
-                    b"aws = AKIAIOSFODNN7EXAMPLE\nkey: sk-ant-api03-AbCdEfGhIjKlMnOp\n",
-                ),
-            ],
-            "Add keys",
-        );
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        let shape = |line: u32, shape: KeyShape, hint: &str| SecretFinding {
-            commit: Some(tip.to_string()),
-            place: SecretPlace::Content,
-            path: Some("new.txt".into()),
-            line: Some(line),
-            what: SecretWhat::Shape { shape },
-            hint: Some(hint.into()),
-        };
-        assert_eq!(
-            report.findings,
-            [
-                shape(1, KeyShape::AwsAccessKey, "…MPLE"),
-                shape(2, KeyShape::AnthropicKey, "…MnOp"),
-            ]
-        );
-        assert_eq!(report.findings[0].commit, Some(tip.to_string()));
-        // Allowed as known fakes: nothing.
-        let allowed = scan().allowing([
-            "AKIAIOSFODNN7EXAMPLE".to_owned(),
-            "sk-ant-api03-AbCdEfGhIjKlMnOp".to_owned(),
-        ]);
-        let report = r.scan("rover/x", &allowed).expect("scanned");
-        assert!(report.findings.is_empty(), "{:?}", report.findings);
-    }
-
-    #[test]
-    fn a_held_value_shaped_like_a_key_is_one_finding_and_never_allowed() {
-        let token = SecretScan::new(HeldSecrets::new().with("GITHUB_TOKEN", Some(TOKEN)))
-            .allowing([TOKEN.to_owned()]);
-        let (r, _) = pushed(&[], &[("t.txt", format!("{TOKEN}\n").as_bytes())], "x");
-        let report = r.scan("rover/x", &token).expect("scanned");
-        assert_eq!(report.findings.len(), 1, "{:?}", report.findings);
-        assert_eq!(report.findings[0].what, held("GITHUB_TOKEN"));
-    }
-
-    #[test]
-    fn a_push_beyond_the_limits_is_refused_and_findings_beyond_them_counted() {
-        let (r, _) = pushed(
-            &[],
-            &[(
-                "a.txt",
-                format!("{TOKEN}\n{TOKEN} \n sk-proj-AbCdEfGhIjKlMnOpQrSt\n").as_bytes(),
-            )],
-            "x",
-        );
-        let few = scan().with_limits(ScanLimits {
-            max_findings: 1,
-            ..ScanLimits::default()
-        });
-        let report = r.scan("rover/x", &few).expect("scanned");
-        assert_eq!((report.findings.len(), report.more), (1, 2));
-        let tiny = scan().with_limits(ScanLimits {
-            max_commits: 0,
-            ..ScanLimits::default()
-        });
-        let err = r.scan("rover/x", &tiny).expect_err("too many commits");
-        assert!(matches!(err, GitError::ScanTooLarge { .. }), "{err}");
-        let small = scan().with_limits(ScanLimits {
-            max_total_bytes: 4,
-            ..ScanLimits::default()
-        });
-        let err = r.scan("rover/x", &small).expect_err("too many bytes");
-        assert!(err.to_string().contains("nothing was pushed"), "{err}");
-    }
-
-    #[test]
-    fn nothing_outgoing_is_nothing_found() {
-        let (r, tip) = pushed(&[], &[("a.txt", HELD.as_bytes())], "x");
-        r.set("refs/remotes/origin/rover/x", tip);
-        let report = r.scan("rover/x", &scan()).expect("scanned");
-        assert_eq!(report, ScanReport::default());
-    }
-}
+#[path = "scan_tests.rs"]
+mod tests;
