@@ -6,19 +6,21 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::config::Credential;
+use super::config::{Credential, Upstream};
 use super::grant::{Grant, Provider, DEFAULT_MAX_REQUESTS};
 use super::ledger::Ledger;
-use super::limits::{read_body, BodyRefusal, OutBody};
+use super::limits::{read_body, BodyRefusal, BodyRoom, OutBody, RunSlots};
 use super::metered::{Exchange, MeteredBody};
-use super::reserve::{admit, worst_case, Refused, Worst};
+use super::reserve::{admit, worst_case, Refused, Reservation, Worst};
 use super::respond::{model_error, ModelRefusal, ProxyBody};
-use super::routes::route;
+use super::routes::{route, Route};
 use super::server::{off_runtime, Shared};
 use super::usage::UsageParser;
 
@@ -26,6 +28,9 @@ use super::usage::UsageParser;
 pub const MAX_REQUEST_BYTES: usize = 32 << 20;
 /// The flag Anthropic requires next to an OAuth access token.
 pub const OAUTH_BETA: &str = "oauth-2025-04-20";
+
+/// An answer the agent gets instead of the upstream's: a refusal, already recorded.
+type Refusal = Response<ProxyBody>;
 
 /// Forward one model request of `run` to `provider`.
 pub(crate) async fn forward(
@@ -45,33 +50,101 @@ pub(crate) async fn forward(
         *refused.status_mut() = http::StatusCode::UPGRADE_REQUIRED;
         return refused;
     }
-    let dir = shared.dir().to_owned();
-    let grant = {
-        let owned = run.to_owned();
-        match off_runtime(move || Grant::load(&dir, &owned)).await {
-            Ok(Some(grant)) => grant,
-            Ok(None) => {
-                return model_error(
-                    provider,
-                    ModelRefusal::Auth,
-                    &format!("rover: run {run} has no grant any more; its token no longer works"),
-                )
-            }
-            Err(e) => {
-                tracing::error!(run, error = %e, "cannot read a run's grant");
-                return model_error(
-                    provider,
-                    ModelRefusal::Upstream,
-                    &format!(
-                        "rover's proxy cannot read the grant of run {run}; see the proxy's log"
-                    ),
-                );
-            }
-        }
-    };
-    if let Err(reason) = authorize(&grant, provider, req.headers()) {
+    match forward_granted(shared, run, provider, req).await {
+        Ok(response) | Err(response) => response,
+    }
+}
+
+/// The steps of [`forward`] after the upgrade check, each of which may refuse the request.
+async fn forward_granted(
+    shared: Arc<Shared>,
+    run: &str,
+    provider: Provider,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let grant = load_grant(&shared, run, provider).await?;
+    let (rest, route, upstream) = allowed_route(&shared, &grant, provider, &req).await?;
+    let slots = shared.limits.run(run, grant.max_requests);
+    let Some(slot) = slots.request() else {
+        let reason = format!(
+            "rover: run {run} has {} model requests in flight already (autopilot.sandbox.modelConcurrency); retry when one ends",
+            grant.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS)
+        );
         refuse(&shared, &grant, &reason).await;
-        return model_error(provider, ModelRefusal::Auth, &reason);
+        return Err(model_error(provider, ModelRefusal::Busy, &reason));
+    };
+
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let read = read_request(&shared, &grant, &slots, provider, body, declared).await?;
+    let model = request_model(&read.0);
+    let worst = if route.metered {
+        worst_case(&shared.config.prices, provider, model.as_deref(), &read.0)
+    } else {
+        Worst::default()
+    };
+    let reservation = reserve(&shared, &grant, run, provider, worst).await?;
+
+    let bytes_up = read.0.len() as u64;
+    let outgoing =
+        upstream_request(&shared, &grant, provider, &upstream, &rest, parts, read).await?;
+    let response = send(&shared, &grant, run, provider, outgoing).await?;
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let parser = UsageParser::new(provider, content_type);
+    let exchange = Exchange {
+        shared: shared.clone(),
+        grant,
+        provider,
+        model,
+        bytes_up,
+        held: Some((slot, reservation)),
+    };
+    let body = MeteredBody::new(body, parser, exchange);
+    Ok(Response::from_parts(parts, BodyExt::boxed_unsync(body)))
+}
+
+/// The grant of `run`, read off the runtime; a run without one is refused.
+async fn load_grant(shared: &Shared, run: &str, provider: Provider) -> Result<Grant, Refusal> {
+    let dir = shared.dir().to_owned();
+    let owned = run.to_owned();
+    match off_runtime(move || Grant::load(&dir, &owned)).await {
+        Ok(Some(grant)) => Ok(grant),
+        Ok(None) => Err(model_error(
+            provider,
+            ModelRefusal::Auth,
+            &format!("rover: run {run} has no grant any more; its token no longer works"),
+        )),
+        Err(e) => {
+            tracing::error!(run, error = %e, "cannot read a run's grant");
+            Err(model_error(
+                provider,
+                ModelRefusal::Upstream,
+                &format!("rover's proxy cannot read the grant of run {run}; see the proxy's log"),
+            ))
+        }
+    }
+}
+
+/// The request's path after `/<provider>`, its route and the upstream it goes to, once the
+/// token is the run's and the call is one the agents make.
+async fn allowed_route(
+    shared: &Shared,
+    grant: &Grant,
+    provider: Provider,
+    req: &Request<Incoming>,
+) -> Result<(String, Route, Upstream), Refusal> {
+    if let Err(reason) = authorize(grant, provider, req.headers()) {
+        refuse(shared, grant, &reason).await;
+        return Err(model_error(provider, ModelRefusal::Auth, &reason));
     }
     let rest = req
         .uri()
@@ -83,8 +156,8 @@ pub(crate) async fn forward(
     let route = match route(provider, req.method(), &rest) {
         Ok(route) => route,
         Err(reason) => {
-            refuse(&shared, &grant, &reason).await;
-            return model_error(provider, ModelRefusal::Forbidden, &reason);
+            refuse(shared, grant, &reason).await;
+            return Err(model_error(provider, ModelRefusal::Forbidden, &reason));
         }
     };
     let Some(upstream) = shared.config.upstream(provider).cloned() else {
@@ -93,45 +166,46 @@ pub(crate) async fn forward(
             provider.name(),
             provider.name()
         );
-        refuse(&shared, &grant, &reason).await;
-        return model_error(provider, ModelRefusal::Upstream, &reason);
+        refuse(shared, grant, &reason).await;
+        return Err(model_error(provider, ModelRefusal::Upstream, &reason));
     };
-    let slots = shared.limits.run(run, grant.max_requests);
-    let Some(slot) = slots.request() else {
-        let reason = format!(
-            "rover: run {run} has {} model requests in flight already (autopilot.sandbox.modelConcurrency); retry when one ends",
-            grant.max_requests.unwrap_or(DEFAULT_MAX_REQUESTS)
-        );
-        refuse(&shared, &grant, &reason).await;
-        return model_error(provider, ModelRefusal::Busy, &reason);
-    };
+    Ok((rest, route, upstream))
+}
 
-    let (parts, body) = req.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let (body, room) = match read_body(&shared.limits, &slots, body, declared).await {
-        Ok(read) => read,
+/// The request body, read within the run's share (see [`read_body`]).
+async fn read_request(
+    shared: &Shared,
+    grant: &Grant,
+    slots: &RunSlots,
+    provider: Provider,
+    body: Incoming,
+    declared: Option<u64>,
+) -> Result<(Bytes, BodyRoom), Refusal> {
+    match read_body(&shared.limits, slots, body, declared).await {
+        Ok(read) => Ok(read),
         Err(refusal) => {
             let reason = refusal.reason();
-            refuse(&shared, &grant, &reason).await;
+            refuse(shared, grant, &reason).await;
             let kind = match refusal {
                 BodyRefusal::TooLarge => ModelRefusal::TooLarge,
                 BodyRefusal::Busy => ModelRefusal::Busy,
                 BodyRefusal::Slow | BodyRefusal::Broken => ModelRefusal::Incomplete,
             };
-            return model_error(provider, kind, &reason);
+            Err(model_error(provider, kind, &reason))
         }
-    };
-    let model = request_model(&body);
-    let worst = if route.metered {
-        worst_case(&shared.config.prices, provider, model.as_deref(), &body)
-    } else {
-        Worst::default()
-    };
-    let reservation = match admit(&shared, &grant, worst).await {
+    }
+}
+
+/// Reserve the request's worst case against the budget; a stop limit reached is recorded in
+/// the run's ledger.
+async fn reserve(
+    shared: &Arc<Shared>,
+    grant: &Grant,
+    run: &str,
+    provider: Provider,
+    worst: Worst,
+) -> Result<Option<Reservation>, Refusal> {
+    match admit(shared, grant, worst).await {
         Ok(reservation) => {
             if let Some(held) = &reservation {
                 tracing::debug!(
@@ -141,7 +215,7 @@ pub(crate) async fn forward(
                     "reserved a model request's worst case"
                 );
             }
-            reservation
+            Ok(reservation)
         }
         Err(Refused::Over(over)) => {
             let dir = shared.dir().to_owned();
@@ -163,64 +237,67 @@ pub(crate) async fn forward(
                 reason = %over.reason,
                 "a model request was refused at a budget stop limit"
             );
-            return model_error(provider, ModelRefusal::Budget, &over.reason);
+            Err(model_error(provider, ModelRefusal::Budget, &over.reason))
         }
         Err(Refused::Unreadable(e)) => {
             // Without the spend the cap cannot be checked: refuse rather than overspend.
             tracing::error!(run, error = %e, "cannot read the spend");
             let reason = "rover's proxy cannot read the trace's spend, so the request was not sent; see the proxy's log";
-            refuse(&shared, &grant, reason).await;
-            return model_error(provider, ModelRefusal::Upstream, reason);
+            refuse(shared, grant, reason).await;
+            Err(model_error(provider, ModelRefusal::Upstream, reason))
         }
-    };
+    }
+}
 
-    let target: Uri = match upstream.target(&rest).parse() {
+/// The request as it goes upstream: to the upstream's URL, with the real credential.
+async fn upstream_request(
+    shared: &Shared,
+    grant: &Grant,
+    provider: Provider,
+    upstream: &Upstream,
+    rest: &str,
+    parts: http::request::Parts,
+    (body, room): (Bytes, BodyRoom),
+) -> Result<Request<OutBody>, Refusal> {
+    let target: Uri = match upstream.target(rest).parse() {
         Ok(uri) => uri,
         Err(e) => {
             let reason = format!("rover: the request's path does not make an upstream URL: {e}");
-            refuse(&shared, &grant, &reason).await;
-            return model_error(provider, ModelRefusal::Upstream, &reason);
+            refuse(shared, grant, &reason).await;
+            return Err(model_error(provider, ModelRefusal::Upstream, &reason));
         }
     };
     let mut headers = parts.headers;
     strip_request_headers(&mut headers);
     add_credential(&mut headers, provider, &upstream.credential);
-    let bytes_up = body.len() as u64;
     let mut outgoing = Request::new(OutBody::new(body, Some(room)));
     *outgoing.method_mut() = parts.method;
     *outgoing.uri_mut() = target;
     *outgoing.version_mut() = Version::HTTP_11;
     *outgoing.headers_mut() = headers;
+    Ok(outgoing)
+}
 
-    let response = match shared.client.request(outgoing).await {
-        Ok(response) => response,
+/// Send the request upstream; an upstream that cannot be reached is a refusal.
+async fn send(
+    shared: &Shared,
+    grant: &Grant,
+    run: &str,
+    provider: Provider,
+    outgoing: Request<OutBody>,
+) -> Result<Response<Incoming>, Refusal> {
+    match shared.client.request(outgoing).await {
+        Ok(response) => Ok(response),
         Err(e) => {
             let reason = format!(
                 "rover's proxy could not reach the {} API: {e}",
                 provider.name()
             );
             tracing::warn!(run, error = ?e, "an upstream model request failed");
-            refuse(&shared, &grant, &reason).await;
-            return model_error(provider, ModelRefusal::Upstream, &reason);
+            refuse(shared, grant, &reason).await;
+            Err(model_error(provider, ModelRefusal::Upstream, &reason))
         }
-    };
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let parser = UsageParser::new(provider, content_type);
-    let exchange = Exchange {
-        shared: shared.clone(),
-        grant,
-        provider,
-        model,
-        bytes_up,
-        held: Some((slot, reservation)),
-    };
-    let body = MeteredBody::new(body, parser, exchange);
-    Response::from_parts(parts, BodyExt::boxed_unsync(body))
+    }
 }
 
 /// Whether the request carries this run's token and the run may use `provider`; the refusal
