@@ -4,15 +4,16 @@
 //! builds its own layer on top (`rover-env:<hash>`). The output goes to a log file as it comes,
 //! milestones to the daemon's log; a failed step leaves the command that runs it again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+use super::build_log::Log;
 use super::definition::Definition;
 use super::error::EnvironmentError;
 use super::layer::{rover_layer, setup_config};
@@ -25,14 +26,14 @@ use crate::sandbox::EnvironmentSettings;
 pub const BUILD_LOG: &str = "environment.log";
 
 /// How many of a failed step's last output lines its error quotes.
-const ERROR_LINES: usize = 25;
+pub(super) const ERROR_LINES: usize = 25;
 
 /// The variables the build's programs get from rover's environment: the few of
 /// [`crate::sandbox::BUILD_ENV`] (no model key, no token). The dev container CLI also gets
 /// `autopilot.sandbox.environment.localEnv`, the only names a definition may read
 /// (`${localEnv:...}` of any other is refused before the build), so what it substitutes is the
 /// value rover checked.
-const PASSED_ENV: &[&str] = crate::sandbox::BUILD_ENV;
+pub(super) const PASSED_ENV: &[&str] = crate::sandbox::BUILD_ENV;
 
 /// What to build and where.
 pub struct BuildRequest<'a> {
@@ -181,23 +182,66 @@ async fn plan(req: &BuildRequest<'_>, log: &Path) -> Result<BuildPlan, Environme
     })
 }
 
+/// The dev container CLI's commands of a build and the time they have, made before any runs.
+struct Commands {
+    /// `read-configuration`: what the CLI would build, checked before anything starts.
+    check: Vec<String>,
+    /// `up`: the setup, in a container labelled with the build's id.
+    up: Vec<String>,
+    /// The label of the setup's container, to remove it after.
+    id_label: String,
+    /// The tag of the committed setup, under rover's layer.
+    setup_image: String,
+    deadline: Instant,
+    limit: Duration,
+}
+
 async fn run_build(
     req: &BuildRequest<'_>,
     plan: &BuildPlan,
     log_path: &Path,
 ) -> Result<(), EnvironmentError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| EnvironmentError::Io { path, source }
-    };
     let workspace = req.dir.join("workspace");
+    let mut log = start_build(req, plan, log_path, &workspace).await?;
+    let cmds = commands(req, plan, &workspace).await?;
+    let result = async {
+        check_definition(req, &mut log, &cmds, &workspace).await?;
+        set_up(req, plan, &mut log, &cmds).await
+    }
+    .await;
+    remove_setup(&log, &cmds, log_path).await;
+    log.note(&format!(
+        "rover: {}",
+        match &result {
+            Ok(()) => format!("built {}", plan.image),
+            Err(e) => format!("failed: {e}"),
+        }
+    ))
+    .await;
+    result
+}
+
+/// The error of an I/O operation on `path`.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EnvironmentError {
+    let path = path.to_path_buf();
+    move |source| EnvironmentError::Io { path, source }
+}
+
+/// A fresh export of the definition's commit into `workspace`, and the build's log, opened
+/// with a line saying what is built.
+async fn start_build(
+    req: &BuildRequest<'_>,
+    plan: &BuildPlan,
+    log_path: &Path,
+    workspace: &Path,
+) -> Result<Log, EnvironmentError> {
     if workspace.exists() {
-        tokio::fs::remove_dir_all(&workspace)
+        tokio::fs::remove_dir_all(workspace)
             .await
-            .map_err(io(&workspace))?;
+            .map_err(io(workspace))?;
     }
     req.ws
-        .export_commit(&req.definition.commit, &workspace)
+        .export_commit(&req.definition.commit, workspace)
         .await?;
     let mut log = Log::create(log_path).await?;
     log.progress.clone_from(&req.progress);
@@ -216,7 +260,16 @@ async fn run_build(
         plan.agents_id,
     ))
     .await;
+    Ok(log)
+}
 
+/// The CLI's commands over `workspace` (a setup script or `autopilot.sandbox.setup` gets a
+/// definition of rover's, written here), and the build's deadline.
+async fn commands(
+    req: &BuildRequest<'_>,
+    plan: &BuildPlan,
+    workspace: &Path,
+) -> Result<Commands, EnvironmentError> {
     let id_label = format!("{LABEL_ENV_BUILD}={}", plan.hash);
     // The workspace mount's source is the export itself, never the git repository the CLI
     // would look for around it (`git rev-parse` there reads files of the checkout: a committed
@@ -267,115 +320,137 @@ async fn run_build(
         "--log-format",
         "text",
     ]));
-    let cli_env = &req.settings.local_env;
     let limit = Duration::from_secs(req.settings.build_timeout_secs);
-    let deadline = Instant::now() + limit;
-    let setup_image = format!("{ENV_REPO}-setup:{}", plan.hash);
-    let result = async {
-        // The image's `devcontainer.metadata` label is merged into the definition by the CLI:
-        // what it asks for of the host is refused before any container starts.
-        let step = "check the definition (devcontainer read-configuration)";
-        let out = log.run(step, &check, deadline, limit, cli_env).await?;
-        let merged = read_configuration(&out).ok_or_else(|| EnvironmentError::Build {
-            step: step.to_owned(),
-            output: format!(
-                "the dev container CLI did not say what it would build: {}",
-                out.lines().last().unwrap_or_default()
-            ),
-            log: log.path.clone(),
-            reproduce: shell_line(&check),
-        })?;
-        if let Some(reason) = host_requests(&merged, &workspace) {
-            log.note(&format!("rover: refused: {reason}")).await;
-            return Err(match &req.definition.config_path {
-                Some(path) if req.definition.source == EnvSource::Devcontainer => {
-                    EnvironmentError::Definition {
-                        path: path.clone(),
-                        reason,
-                    }
-                }
-                _ => EnvironmentError::Build {
-                    step: step.to_owned(),
-                    output: reason,
-                    log: log.path.clone(),
-                    reproduce: shell_line(&check),
-                },
-            });
-        }
-        let out = log
-            .run("set up (devcontainer up)", &up, deadline, limit, cli_env)
-            .await?;
-        let container = outcome_container(&out).ok_or_else(|| EnvironmentError::Build {
-            step: "set up (devcontainer up)".to_owned(),
-            output: format!(
-                "the dev container CLI did not say which container it set up: {}",
-                out.lines().last().unwrap_or_default()
-            ),
-            log: log.path.clone(),
-            reproduce: shell_line(&up),
-        })?;
-        let commit = argv(&["docker", "commit", &container, &setup_image]);
-        log.run(
-            "keep the setup (docker commit)",
-            &commit,
-            deadline,
-            limit,
-            &[],
-        )
+    Ok(Commands {
+        check,
+        up,
+        id_label,
+        setup_image: format!("{ENV_REPO}-setup:{}", plan.hash),
+        deadline: Instant::now() + limit,
+        limit,
+    })
+}
+
+/// Refuse a definition that asks for the host. The image's `devcontainer.metadata` label is
+/// merged into the definition by the CLI: what it asks for of the host is refused before any
+/// container starts.
+async fn check_definition(
+    req: &BuildRequest<'_>,
+    log: &mut Log,
+    cmds: &Commands,
+    workspace: &Path,
+) -> Result<(), EnvironmentError> {
+    let (check, cli_env) = (&cmds.check, &req.settings.local_env);
+    let step = "check the definition (devcontainer read-configuration)";
+    let out = log
+        .run(step, check, cmds.deadline, cmds.limit, cli_env)
         .await?;
-        let layer_dir = req.dir.join("layer");
-        tokio::fs::create_dir_all(&layer_dir)
-            .await
-            .map_err(io(&layer_dir))?;
-        let dockerfile = layer_dir.join("Dockerfile");
-        let text = plan.layer.replace("{setup}", &setup_image)
-            + &format!("LABEL {LABEL_ENV_HASH}=\"{}\"\n", plan.hash);
-        tokio::fs::write(&dockerfile, text)
-            .await
-            .map_err(io(&dockerfile))?;
-        let layer = argv(&[
-            "docker",
-            "build",
-            "-t",
-            &plan.image,
-            &layer_dir.display().to_string(),
-        ]);
-        log.run(
-            "add rover's layer (docker build)",
-            &layer,
-            deadline,
-            limit,
-            &[],
-        )
-        .await
-        .map(|_| ())
+    let merged = read_configuration(&out).ok_or_else(|| EnvironmentError::Build {
+        step: step.to_owned(),
+        output: format!(
+            "the dev container CLI did not say what it would build: {}",
+            out.lines().last().unwrap_or_default()
+        ),
+        log: log.path.clone(),
+        reproduce: shell_line(check),
+    })?;
+    if let Some(reason) = host_requests(&merged, workspace) {
+        log.note(&format!("rover: refused: {reason}")).await;
+        return Err(match &req.definition.config_path {
+            Some(path) if req.definition.source == EnvSource::Devcontainer => {
+                EnvironmentError::Definition {
+                    path: path.clone(),
+                    reason,
+                }
+            }
+            _ => EnvironmentError::Build {
+                step: step.to_owned(),
+                output: reason,
+                log: log.path.clone(),
+                reproduce: shell_line(check),
+            },
+        });
     }
-    .await;
-    // The setup container and the setup's tag go, whatever happened (the image keeps its layers).
+    Ok(())
+}
+
+/// Run the setup, commit its container and build rover's layer on top.
+async fn set_up(
+    req: &BuildRequest<'_>,
+    plan: &BuildPlan,
+    log: &mut Log,
+    cmds: &Commands,
+) -> Result<(), EnvironmentError> {
+    let (up, deadline, limit) = (&cmds.up, cmds.deadline, cmds.limit);
+    let setup_image = &cmds.setup_image;
+    let cli_env = &req.settings.local_env;
+    let out = log
+        .run("set up (devcontainer up)", up, deadline, limit, cli_env)
+        .await?;
+    let container = outcome_container(&out).ok_or_else(|| EnvironmentError::Build {
+        step: "set up (devcontainer up)".to_owned(),
+        output: format!(
+            "the dev container CLI did not say which container it set up: {}",
+            out.lines().last().unwrap_or_default()
+        ),
+        log: log.path.clone(),
+        reproduce: shell_line(up),
+    })?;
+    let commit = argv(&["docker", "commit", &container, setup_image]);
+    log.run(
+        "keep the setup (docker commit)",
+        &commit,
+        deadline,
+        limit,
+        &[],
+    )
+    .await?;
+    let layer_dir = req.dir.join("layer");
+    tokio::fs::create_dir_all(&layer_dir)
+        .await
+        .map_err(io(&layer_dir))?;
+    let dockerfile = layer_dir.join("Dockerfile");
+    let text = plan.layer.replace("{setup}", setup_image)
+        + &format!("LABEL {LABEL_ENV_HASH}=\"{}\"\n", plan.hash);
+    tokio::fs::write(&dockerfile, text)
+        .await
+        .map_err(io(&dockerfile))?;
+    let layer = argv(&[
+        "docker",
+        "build",
+        "-t",
+        &plan.image,
+        &layer_dir.display().to_string(),
+    ]);
+    log.run(
+        "add rover's layer (docker build)",
+        &layer,
+        deadline,
+        limit,
+        &[],
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Remove the setup container and the setup's tags, whatever happened (the image keeps its
+/// layers).
+async fn remove_setup(log: &Log, cmds: &Commands, log_path: &Path) {
     let leftovers = argv(&[
         "docker",
         "ps",
         "-aq",
         "--filter",
-        &format!("label={id_label}"),
+        &format!("label={}", cmds.id_label),
     ]);
     if let Ok(ids) = capture(&leftovers, log_path).await {
         for id in ids.split_whitespace() {
             let _ = capture(&argv(&["docker", "rm", "-f", "-v", id]), log_path).await;
         }
     }
-    for image in log.tagged.iter().chain(std::iter::once(&setup_image)) {
+    for image in log.tagged.iter().chain(std::iter::once(&cmds.setup_image)) {
         let _ = capture(&argv(&["docker", "image", "rm", image]), log_path).await;
     }
-    log.note(&format!(
-        "rover: {}",
-        match &result {
-            Ok(()) => format!("built {}", plan.image),
-            Err(e) => format!("failed: {e}"),
-        }
-    ))
-    .await;
-    result
 }
 
 /// The container id in the dev container CLI's last JSON line, when it says `success`.
@@ -450,7 +525,7 @@ fn non_empty(value: &serde_json::Value) -> bool {
 }
 
 /// The dev container CLI's own words for a failure (`message` and `description`), if it gave them.
-fn outcome_error(stdout: &str) -> Option<String> {
+pub(super) fn outcome_error(stdout: &str) -> Option<String> {
     let line = stdout
         .lines()
         .rev()
@@ -497,7 +572,7 @@ fn argv(words: &[&str]) -> Vec<String> {
 }
 
 /// [`PASSED_ENV`] and the `extra` names, those of rover's environment that are set.
-fn passed_env(extra: &[String]) -> Vec<(String, String)> {
+pub(super) fn passed_env(extra: &[String]) -> Vec<(String, String)> {
     PASSED_ENV
         .iter()
         .copied()
@@ -546,179 +621,6 @@ pub(crate) fn shell_line(argv: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The build's log file: every step's command and output lines as they come.
-struct Log {
-    path: PathBuf,
-    file: tokio::fs::File,
-    /// Images the steps tagged on the way (the dev container CLI's `vsc-...` image), removed
-    /// once the environment image holds their layers.
-    tagged: Vec<String>,
-    /// See [`BuildRequest::progress`].
-    progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
-}
-
-impl Log {
-    async fn create(path: &Path) -> Result<Self, EnvironmentError> {
-        if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir)
-                .await
-                .map_err(|source| EnvironmentError::Io {
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
-        }
-        let file = tokio::fs::File::create(path)
-            .await
-            .map_err(|source| EnvironmentError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            file,
-            tagged: Vec::new(),
-            progress: None,
-        })
-    }
-
-    /// A line for the console, when someone watches.
-    fn say(&self, line: &str) {
-        if let Some(progress) = &self.progress {
-            let _ = progress.send(line.chars().take(200).collect());
-        }
-    }
-
-    async fn note(&mut self, line: &str) {
-        let _ = self.file.write_all(format!("{line}\n").as_bytes()).await;
-        let _ = self.file.flush().await;
-    }
-
-    /// Runs one step, its output into the log as it comes; its stdout when it succeeds. It gets
-    /// [`PASSED_ENV`] and the `extra` names of rover's environment.
-    async fn run(
-        &mut self,
-        step: &str,
-        argv: &[String],
-        deadline: Instant,
-        limit: Duration,
-        extra: &[String],
-    ) -> Result<String, EnvironmentError> {
-        let reproduce = shell_line(argv);
-        self.note(&format!("rover: {step}\n$ {reproduce}")).await;
-        tracing::info!(step, "environment build: {step}");
-        self.say(step);
-        let failed = |output: String, path: &Path| EnvironmentError::Build {
-            step: step.to_owned(),
-            output,
-            log: path.to_path_buf(),
-            reproduce: reproduce.clone(),
-        };
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .env_clear()
-            .envs(passed_env(extra))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| failed(format!("`{}` cannot run: {e}", argv[0]), &self.path))?;
-        let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
-        let mut err = BufReader::new(child.stderr.take().expect("piped")).lines();
-        let (mut out_done, mut err_done) = (false, false);
-        let mut stdout = String::new();
-        let mut last: VecDeque<String> = VecDeque::new();
-        let mut said = Instant::now();
-        let timeout = tokio::time::sleep_until(deadline.into());
-        tokio::pin!(timeout);
-        while !(out_done && err_done) {
-            let line = tokio::select! {
-                l = out.next_line(), if !out_done => {
-                    let Ok(Some(l)) = l else {
-                        out_done = true;
-                        continue;
-                    };
-                    if stdout.len() < 1 << 20 {
-                        stdout.push_str(&l);
-                        stdout.push('\n');
-                    }
-                    l
-                }
-                l = err.next_line(), if !err_done => {
-                    let Ok(Some(l)) = l else {
-                        err_done = true;
-                        continue;
-                    };
-                    l
-                }
-                () = &mut timeout => {
-                    let _ = child.start_kill();
-                    self.note(&format!("rover: stopped after {} s", limit.as_secs())).await;
-                    return Err(EnvironmentError::Timeout {
-                        step: step.to_owned(),
-                        secs: limit.as_secs(),
-                        log: self.path.clone(),
-                        reproduce,
-                    });
-                }
-            };
-            let _ = self.file.write_all(format!("{line}\n").as_bytes()).await;
-            if let Some(tag) = line
-                .split("Successfully tagged ")
-                .nth(1)
-                .map(str::trim)
-                .filter(|t| t.starts_with("vsc-"))
-            {
-                self.tagged.push(tag.to_owned());
-            }
-            if milestone(&line) || said.elapsed() > Duration::from_secs(30) {
-                said = Instant::now();
-                tracing::info!(step, "environment build: {}", line.trim());
-                self.say(&format!("{step}: {}", line.trim()));
-            }
-            last.push_back(line);
-            if last.len() > ERROR_LINES {
-                last.pop_front();
-            }
-        }
-        let _ = self.file.flush().await;
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| failed(format!("cannot wait for `{}`: {e}", argv[0]), &self.path))?;
-        if status.success() {
-            return Ok(stdout);
-        }
-        let lines: Vec<String> = last
-            .into_iter()
-            .filter(|l| !l.trim_start().starts_with("at ") && !l.trim().is_empty())
-            .collect();
-        let said = outcome_error(&stdout).map_or_else(String::new, |s| format!("{s}; "));
-        Err(failed(
-            format!(
-                "{said}exit status {}; its last output:\n{}",
-                status.code().unwrap_or(-1),
-                lines.join("\n")
-            ),
-            &self.path,
-        ))
-    }
-}
-
-/// A line worth showing on the console while a build runs.
-fn milestone(line: &str) -> bool {
-    let line = line.trim();
-    let text = line
-        .strip_prefix('[')
-        .and_then(|l| l.split_once("] "))
-        .map_or(line, |(_, rest)| rest);
-    text.starts_with("Step ")
-        || text.starts_with("Running the ")
-        || text.starts_with("Start: Run: docker build")
-        || text.starts_with("Successfully built")
 }
 
 #[cfg(test)]
@@ -778,16 +680,5 @@ mod tests {
             "it's",
         ]));
         assert_eq!(line, r"docker build -t rover-env:ab '/tmp/a b' 'it'\''s'");
-    }
-
-    #[test]
-    fn milestones_are_steps_and_commands() {
-        assert!(milestone("[2026-11-25T17:42:57.216Z] Step 1/8 : ARG X"));
-        assert!(milestone(
-            "[2026-11-25T17:43:31.882Z] Running the postCreateCommand from devcontainer.json..."
-        ));
-        assert!(!milestone(
-            "Get:1 http://deb.debian.org/debian bookworm InRelease"
-        ));
     }
 }

@@ -5,6 +5,7 @@
 //! that defines it. See docs/sandbox.md, "Per-repository environments".
 
 mod build;
+mod build_log;
 mod definition;
 mod devcontainer;
 mod error;
