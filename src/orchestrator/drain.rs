@@ -4,16 +4,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::budget::Gate;
-use super::step::Readiness;
+use super::step::{Readiness, Step};
 use super::{placeholder_span, DrainReport, InFlight, Inner, Running, StepOrchestrator};
+use crate::budget::Ledger;
 use crate::store::blocking;
 use crate::store::{
     AutopilotStore, ClosedTrace, PendingAction, Recovery, SpanStatus, State, StepKind, StoreError,
@@ -64,56 +67,12 @@ impl StepOrchestrator {
     pub async fn drain(&self) -> Result<DrainReport, StoreError> {
         let inner = &self.inner;
         let mut report = DrainReport::default();
-        for step in inner.steps.values() {
-            match step.monitor(&inner.ctx).await {
-                Ok(done) => {
-                    for completion in done {
-                        // Collected in a task of its own: the drain goes on meanwhile.
-                        if inner.start_collection(step, completion, &mut report) {
-                            report.completed_detached += 1;
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(step = %step.kind(), error = &e as &dyn std::error::Error, "monitor failed");
-                    inner.notice(format!("{} monitor failed: {e}", step.kind()));
-                }
-            }
-        }
+        inner.run_monitors(&mut report).await;
         let state = blocking(self.store().clone(), AutopilotStore::read_state).await?;
         let now = Utc::now();
-        // Traces with runs in flight here or detached: a budget may stop them.
-        let running: HashSet<Uuid> = state
-            .pending
-            .iter()
-            .filter(|p| p.running_span_id.is_some())
-            .map(|p| p.trace_id)
-            .chain(inner.flight().runs.values().map(|r| r.trace_id))
-            .collect();
-        let (mut ledger, halt) = inner.gate.begin_drain(running, now).await;
-        inner.halt(halt).await;
-        // Closed by a person: stop what still runs (only traces with work left can have any).
-        let live: HashSet<Uuid> = state.pending.iter().map(|p| p.trace_id).collect();
-        for (trace_id, closed) in state.closed.iter().filter(|(t, _)| live.contains(t)) {
-            let halt = inner.gate.close_by_hand(*trace_id, &closed.describe());
-            inner.halt(halt).await;
-        }
+        let mut ledger = inner.begin_drain(&state, now).await;
         let detached = inner.detached_runs(&state);
-        // Fair across traces: entries of traces with fewer runs in flight go first, FIFO within.
-        let mut candidates: Vec<&PendingAction> = state
-            .pending
-            .iter()
-            .filter(|p| p.running_span_id.is_none())
-            .collect();
-        {
-            let flight = inner.flight();
-            let mut per_trace: HashMap<Uuid, usize> = HashMap::new();
-            for run in flight.runs.values() {
-                *per_trace.entry(run.trace_id).or_default() += 1;
-            }
-            candidates.sort_by_key(|p| per_trace.get(&p.trace_id).copied().unwrap_or(0));
-        }
-        for pending in candidates {
+        for pending in inner.fair_order(&state) {
             if let Some(at) = pending.not_before.filter(|t| *t > now) {
                 report.next_due = Some(report.next_due.map_or(at, |d| d.min(at)));
                 continue;
@@ -125,47 +84,11 @@ impl StepOrchestrator {
             if inner.flight().runs.contains_key(&pending.action_id) {
                 continue;
             }
-            let mut skip = state
-                .closed
-                .get(&pending.trace_id)
-                .filter(|_| !pending.action.is_terminal())
-                .map(ClosedTrace::describe);
-            if let (None, Some(ledger)) = (&skip, ledger.as_mut()) {
-                let (gate, halt) = inner.gate.admit(ledger, pending, now).await;
-                inner.halt(halt).await;
-                match gate {
-                    Gate::Go => {}
-                    Gate::Wait(reason) => {
-                        inner.set_waiting(pending.action_id, Some(reason));
-                        continue;
-                    }
-                    Gate::Skip(reason) => skip = Some(reason),
-                }
-            }
-            // Detached runs that hold their step's slots (`Step::detached_holds_slot`).
-            let permits = &inner.permits[&pending.action];
-            let held = if step.detached_holds_slot() {
-                Some(inner.flight().slots_taken(&pending.action, &detached))
-            } else {
-                None
-            };
-            if let Some(held) = held.filter(|(busy, _)| *busy >= step.max_parallel().max(1)) {
-                let held = held.1;
-                report.deferred += 1;
-                inner.set_waiting(
-                    pending.action_id,
-                    Some(format!(
-                        "{held} detached {} run(s) still running (maxParallel {}); waiting for one to finish",
-                        pending.action,
-                        step.max_parallel().max(1)
-                    )),
-                );
+            let Admission::Go { skip } = inner.admit(&state, pending, ledger.as_mut(), now).await
+            else {
                 continue;
-            }
-            // A slot first, then readiness: a step may reserve something when it says it is
-            // ready (the workflow step, a sandbox), and must then really run.
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                report.deferred += 1;
+            };
+            let Some(permit) = inner.free_slot(&step, pending, &detached, &mut report) else {
                 continue;
             };
             let key = (pending.action.clone(), pending.trace_id);
@@ -173,67 +96,235 @@ impl StepOrchestrator {
                 report.deferred += 1;
                 continue;
             }
-            // Not ready (the resolver's `wait`, unmet dependencies): stays queued, no span.
-            let readiness = if skip.is_some() {
-                Ok(Readiness::Ready)
-            } else {
-                step.ready(&inner.ctx, pending).await
-            };
-            match readiness {
-                Ok(Readiness::Ready) => inner.set_waiting(pending.action_id, None),
-                Ok(Readiness::Wait(reason)) => {
-                    inner.set_waiting(pending.action_id, Some(reason));
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(step = %step.kind(), error = &e as &dyn std::error::Error, "readiness check failed; running the step anyway");
-                }
-            }
+            if !inner.ready(&step, pending, skip.is_some()).await
+                || !inner.claim(&step, pending, key, &mut report)
             {
-                let mut flight = inner.flight();
-                if flight.runs.contains_key(&pending.action_id) {
-                    continue;
-                }
-                if step.exclusive_per_trace() && flight.exclusive.contains(&key) {
-                    report.deferred += 1;
-                    continue;
-                }
-                if step.exclusive_per_trace() {
-                    flight.exclusive.insert(key);
-                }
-                flight.runs.insert(
-                    pending.action_id,
-                    Running {
-                        step: pending.action.clone(),
-                        trace_id: pending.trace_id,
-                        span: placeholder_span(pending),
-                        abort: None,
-                        stop: CancellationToken::new(),
-                        collecting: false,
-                    },
-                );
+                continue;
             }
             report.started += 1;
-            let task_inner = inner.clone();
-            let action_id = pending.action_id;
-            let pending = pending.clone();
-            let handle = inner.tracker.spawn(async move {
-                let run = task_inner.clone().run_action(step, pending, skip);
-                // Its message only: the payload is not `Sync`, so it is not held across an await.
-                let panicked = AssertUnwindSafe(run).catch_unwind().await.err();
-                if let Some(text) = panicked.map(|p| super::run::panic_text(&*p)) {
-                    task_inner.task_panicked(action_id, &text).await;
-                }
-                drop(permit);
-                task_inner.release_in_flight(action_id);
-                task_inner.wake.notify_one();
-            });
-            // The task may already be done; then there is nothing left to abort.
-            if let Some(run) = inner.flight().runs.get_mut(&action_id) {
-                run.abort = Some(handle.abort_handle());
-            }
+            inner.spawn_run(step, pending.clone(), skip, permit);
         }
         Ok(report)
+    }
+}
+
+/// What the budget and a person's close say of a queued action.
+enum Admission {
+    /// It waits (the reason is in `waiting`).
+    Wait,
+    /// It runs, or is skipped for the reason given.
+    Go { skip: Option<String> },
+}
+
+impl Inner {
+    /// Every step's `monitor()`; the detached runs it finds done are collected in tasks of
+    /// their own.
+    async fn run_monitors(self: &Arc<Self>, report: &mut DrainReport) {
+        for step in self.steps.values() {
+            match step.monitor(&self.ctx).await {
+                Ok(done) => {
+                    for completion in done {
+                        // Collected in a task of its own: the drain goes on meanwhile.
+                        if self.start_collection(step, completion, report) {
+                            report.completed_detached += 1;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(step = %step.kind(), error = &e as &dyn std::error::Error, "monitor failed");
+                    self.notice(format!("{} monitor failed: {e}", step.kind()));
+                }
+            }
+        }
+    }
+
+    /// The budget's ledger for this drain (none when there is no budget); stops the runs of
+    /// traces over a limit or closed by a person.
+    async fn begin_drain(&self, state: &State, now: DateTime<Utc>) -> Option<Ledger> {
+        // Traces with runs in flight here or detached: a budget may stop them.
+        let running: HashSet<Uuid> = state
+            .pending
+            .iter()
+            .filter(|p| p.running_span_id.is_some())
+            .map(|p| p.trace_id)
+            .chain(self.flight().runs.values().map(|r| r.trace_id))
+            .collect();
+        let (ledger, halt) = self.gate.begin_drain(running, now).await;
+        self.halt(halt).await;
+        // Closed by a person: stop what still runs (only traces with work left can have any).
+        let live: HashSet<Uuid> = state.pending.iter().map(|p| p.trace_id).collect();
+        for (trace_id, closed) in state.closed.iter().filter(|(t, _)| live.contains(t)) {
+            let halt = self.gate.close_by_hand(*trace_id, &closed.describe());
+            self.halt(halt).await;
+        }
+        ledger
+    }
+
+    /// The queue entries no run holds, fair across traces: entries of traces with fewer runs
+    /// in flight go first, FIFO within.
+    fn fair_order<'s>(&self, state: &'s State) -> Vec<&'s PendingAction> {
+        let mut candidates: Vec<&PendingAction> = state
+            .pending
+            .iter()
+            .filter(|p| p.running_span_id.is_none())
+            .collect();
+        let flight = self.flight();
+        let mut per_trace: HashMap<Uuid, usize> = HashMap::new();
+        for run in flight.runs.values() {
+            *per_trace.entry(run.trace_id).or_default() += 1;
+        }
+        candidates.sort_by_key(|p| per_trace.get(&p.trace_id).copied().unwrap_or(0));
+        candidates
+    }
+
+    /// Whether `pending` runs, waits or is skipped: a closed trace skips it (terminal actions
+    /// excepted), then the budget decides.
+    async fn admit(
+        &self,
+        state: &State,
+        pending: &PendingAction,
+        ledger: Option<&mut Ledger>,
+        now: DateTime<Utc>,
+    ) -> Admission {
+        let mut skip = state
+            .closed
+            .get(&pending.trace_id)
+            .filter(|_| !pending.action.is_terminal())
+            .map(ClosedTrace::describe);
+        if let (None, Some(ledger)) = (&skip, ledger) {
+            let (gate, halt) = self.gate.admit(ledger, pending, now).await;
+            self.halt(halt).await;
+            match gate {
+                Gate::Go => {}
+                Gate::Wait(reason) => {
+                    self.set_waiting(pending.action_id, Some(reason));
+                    return Admission::Wait;
+                }
+                Gate::Skip(reason) => skip = Some(reason),
+            }
+        }
+        Admission::Go { skip }
+    }
+
+    /// A slot of `step` for `pending`, unless its detached runs or its runs here take them all
+    /// (deferred).
+    fn free_slot(
+        &self,
+        step: &Arc<dyn Step>,
+        pending: &PendingAction,
+        detached: &HashMap<Uuid, StepKind>,
+        report: &mut DrainReport,
+    ) -> Option<OwnedSemaphorePermit> {
+        // Detached runs that hold their step's slots (`Step::detached_holds_slot`).
+        let permits = &self.permits[&pending.action];
+        let held = if step.detached_holds_slot() {
+            Some(self.flight().slots_taken(&pending.action, detached))
+        } else {
+            None
+        };
+        if let Some(held) = held.filter(|(busy, _)| *busy >= step.max_parallel().max(1)) {
+            let held = held.1;
+            report.deferred += 1;
+            self.set_waiting(
+                pending.action_id,
+                Some(format!(
+                    "{held} detached {} run(s) still running (maxParallel {}); waiting for one to finish",
+                    pending.action,
+                    step.max_parallel().max(1)
+                )),
+            );
+            return None;
+        }
+        // A slot first, then readiness: a step may reserve something when it says it is
+        // ready (the workflow step, a sandbox), and must then really run.
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            report.deferred += 1;
+            return None;
+        };
+        Some(permit)
+    }
+
+    /// Whether `pending` may start now (a skipped one always may). Not ready (the resolver's
+    /// `wait`, unmet dependencies): it stays queued, no span.
+    async fn ready(&self, step: &Arc<dyn Step>, pending: &PendingAction, skipped: bool) -> bool {
+        let readiness = if skipped {
+            Ok(Readiness::Ready)
+        } else {
+            step.ready(&self.ctx, pending).await
+        };
+        match readiness {
+            Ok(Readiness::Ready) => self.set_waiting(pending.action_id, None),
+            Ok(Readiness::Wait(reason)) => {
+                self.set_waiting(pending.action_id, Some(reason));
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(step = %step.kind(), error = &e as &dyn std::error::Error, "readiness check failed; running the step anyway");
+            }
+        }
+        true
+    }
+
+    /// Record `pending` as running here (and its trace's exclusive slot, if the step has one),
+    /// unless a run took it or the slot meanwhile.
+    fn claim(
+        &self,
+        step: &Arc<dyn Step>,
+        pending: &PendingAction,
+        key: (StepKind, Uuid),
+        report: &mut DrainReport,
+    ) -> bool {
+        let mut flight = self.flight();
+        if flight.runs.contains_key(&pending.action_id) {
+            return false;
+        }
+        if step.exclusive_per_trace() && flight.exclusive.contains(&key) {
+            report.deferred += 1;
+            return false;
+        }
+        if step.exclusive_per_trace() {
+            flight.exclusive.insert(key);
+        }
+        flight.runs.insert(
+            pending.action_id,
+            Running {
+                step: pending.action.clone(),
+                trace_id: pending.trace_id,
+                span: placeholder_span(pending),
+                abort: None,
+                stop: CancellationToken::new(),
+                collecting: false,
+            },
+        );
+        true
+    }
+
+    /// Run `pending` in a task of the tracker; its slot is freed when the task ends, a panic
+    /// included.
+    fn spawn_run(
+        self: &Arc<Self>,
+        step: Arc<dyn Step>,
+        pending: PendingAction,
+        skip: Option<String>,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let task_inner = self.clone();
+        let action_id = pending.action_id;
+        let handle = self.tracker.spawn(async move {
+            let run = task_inner.clone().run_action(step, pending, skip);
+            // Its message only: the payload is not `Sync`, so it is not held across an await.
+            let panicked = AssertUnwindSafe(run).catch_unwind().await.err();
+            if let Some(text) = panicked.map(|p| super::run::panic_text(&*p)) {
+                task_inner.task_panicked(action_id, &text).await;
+            }
+            drop(permit);
+            task_inner.release_in_flight(action_id);
+            task_inner.wake.notify_one();
+        });
+        // The task may already be done; then there is nothing left to abort.
+        if let Some(run) = self.flight().runs.get_mut(&action_id) {
+            run.abort = Some(handle.abort_handle());
+        }
     }
 }
 
