@@ -273,70 +273,10 @@ fn prepare(
     let existing = repo.find_branch(branch, BranchType::Local).ok();
     let created_branch = existing.is_none();
     let (local_branch, fork_point) = if let Some(existing) = existing {
-        let tip = existing
-            .get()
-            .peel_to_commit()
-            .map_err(GitError::git2("read branch", repo_path))?;
-        // The fork point of a reused branch: where it left its base (or the default branch).
-        let base_name = match base {
-            BranchBase::Branch(name) => name.clone(),
-            _ => default_branch_of(&repo, remote, repo_path)?,
-        };
-        let fork = resolve_branch(
-            &repo,
-            remote,
-            &base_name,
-            matches!(base, BranchBase::DefaultBranch | BranchBase::Existing),
-        )
-        .and_then(|b| repo.merge_base(tip.id(), b.id()).ok())
-        .unwrap_or_else(|| tip.id());
-        (existing, fork.to_string())
+        let fork = reused_fork_point(&repo, repo_path, remote, base, &existing)?;
+        (existing, fork)
     } else {
-        let start = match base {
-            BranchBase::Existing => {
-                // Not local: a remote branch of that name (e.g. a PR branch) is checked out locally.
-                resolve_branch(&repo, remote, branch, true).ok_or_else(|| {
-                    GitError::BranchMissing {
-                        branch: branch.to_string(),
-                        path: repo_path.to_path_buf(),
-                    }
-                })?
-            }
-            BranchBase::DefaultBranch => {
-                let name = default_branch_of(&repo, remote, repo_path)?;
-                resolve_branch(&repo, remote, &name, true).ok_or(GitError::BranchMissing {
-                    branch: name,
-                    path: repo_path.to_path_buf(),
-                })?
-            }
-            BranchBase::Branch(name) => {
-                resolve_branch(&repo, remote, name, false).ok_or_else(|| {
-                    GitError::BranchMissing {
-                        branch: name.clone(),
-                        path: repo_path.to_path_buf(),
-                    }
-                })?
-            }
-            BranchBase::Commit(sha) => git2::Oid::from_str(sha)
-                .and_then(|oid| repo.find_commit(oid))
-                .map_err(|_| GitError::BranchMissing {
-                    branch: sha.clone(),
-                    path: repo_path.to_path_buf(),
-                })?,
-        };
-        let created = repo
-            .branch(branch, &start, false)
-            .map_err(GitError::git2("create branch", repo_path))?;
-        let fork = if *base == BranchBase::Existing {
-            // A PR branch made elsewhere: measure from where it left the default branch.
-            let default = default_branch_of(&repo, remote, repo_path)?;
-            resolve_branch(&repo, remote, &default, true)
-                .and_then(|d| repo.merge_base(start.id(), d.id()).ok())
-                .unwrap_or_else(|| start.id())
-        } else {
-            start.id()
-        };
-        (created, fork.to_string())
+        create_branch(&repo, repo_path, remote, branch, base)?
     };
 
     // A worktree a container had when rover stopped is its owner's again before git opens it
@@ -368,10 +308,106 @@ fn prepare(
         Registered::No => {}
     }
     let name = worktree_name(branch);
+    clear_path(&repo, path, &name)?;
+    clear_registration(&repo, repo_path, &name)?;
+    let mut opts = WorktreeAddOptions::new();
+    opts.reference(Some(local_branch.get()));
+    repo.worktree(&name, path, Some(&opts))
+        .map_err(GitError::git2("add worktree", repo_path))?;
+    Ok(PreparedWorktree {
+        path: path.to_path_buf(),
+        branch: branch.to_string(),
+        fork_point,
+        created_branch,
+        created_worktree: true,
+    })
+}
+
+/// The fork point of a reused branch: where it left its base (or the default branch).
+fn reused_fork_point(
+    repo: &Repository,
+    repo_path: &Path,
+    remote: &str,
+    base: &BranchBase,
+    existing: &git2::Branch<'_>,
+) -> Result<String, GitError> {
+    let tip = existing
+        .get()
+        .peel_to_commit()
+        .map_err(GitError::git2("read branch", repo_path))?;
+    let base_name = match base {
+        BranchBase::Branch(name) => name.clone(),
+        _ => default_branch_of(repo, remote, repo_path)?,
+    };
+    let fork = resolve_branch(
+        repo,
+        remote,
+        &base_name,
+        matches!(base, BranchBase::DefaultBranch | BranchBase::Existing),
+    )
+    .and_then(|b| repo.merge_base(tip.id(), b.id()).ok())
+    .unwrap_or_else(|| tip.id());
+    Ok(fork.to_string())
+}
+
+/// `branch`, created from `base`, and its fork point.
+fn create_branch<'r>(
+    repo: &'r Repository,
+    repo_path: &Path,
+    remote: &str,
+    branch: &str,
+    base: &BranchBase,
+) -> Result<(git2::Branch<'r>, String), GitError> {
+    let start = match base {
+        BranchBase::Existing => {
+            // Not local: a remote branch of that name (e.g. a PR branch) is checked out locally.
+            resolve_branch(repo, remote, branch, true).ok_or_else(|| GitError::BranchMissing {
+                branch: branch.to_string(),
+                path: repo_path.to_path_buf(),
+            })?
+        }
+        BranchBase::DefaultBranch => {
+            let name = default_branch_of(repo, remote, repo_path)?;
+            resolve_branch(repo, remote, &name, true).ok_or(GitError::BranchMissing {
+                branch: name,
+                path: repo_path.to_path_buf(),
+            })?
+        }
+        BranchBase::Branch(name) => {
+            resolve_branch(repo, remote, name, false).ok_or_else(|| GitError::BranchMissing {
+                branch: name.clone(),
+                path: repo_path.to_path_buf(),
+            })?
+        }
+        BranchBase::Commit(sha) => git2::Oid::from_str(sha)
+            .and_then(|oid| repo.find_commit(oid))
+            .map_err(|_| GitError::BranchMissing {
+                branch: sha.clone(),
+                path: repo_path.to_path_buf(),
+            })?,
+    };
+    let created = repo
+        .branch(branch, &start, false)
+        .map_err(GitError::git2("create branch", repo_path))?;
+    let fork = if *base == BranchBase::Existing {
+        // A PR branch made elsewhere: measure from where it left the default branch.
+        let default = default_branch_of(repo, remote, repo_path)?;
+        resolve_branch(repo, remote, &default, true)
+            .and_then(|d| repo.merge_base(start.id(), d.id()).ok())
+            .unwrap_or_else(|| start.id())
+    } else {
+        start.id()
+    };
+    Ok((created, fork.to_string()))
+}
+
+/// Make `path` free for the worktree `name`: the debris of a cut-off add of it is removed,
+/// anything else there is refused; its parent is made.
+fn clear_path(repo: &Repository, path: &Path, name: &str) -> Result<(), GitError> {
     if path.exists() && std::fs::read_dir(path).map_or(true, |mut d| d.next().is_some()) {
         // The debris of an add of this very worktree cut off by a crash (its gitfile names
         // this repository's registration of it, which does not validate): made again.
-        if !interrupted_add(&repo, path, &name) {
+        if !interrupted_add(repo, path, name) {
             return Err(GitError::WorktreePathInUse {
                 path: path.to_path_buf(),
             });
@@ -391,10 +427,16 @@ fn prepare(
     if path.exists() {
         let _ = std::fs::remove_dir(path);
     }
+    Ok(())
+}
+
+/// Make way for the registration of the worktree `name`: a stale one is pruned, debris of a
+/// cut-off add removed, a live one refused.
+fn clear_registration(repo: &Repository, repo_path: &Path, name: &str) -> Result<(), GitError> {
     // libgit2 races on creating `.git/worktrees` when tasks start together; make it first.
     let registry = repo.commondir().join("worktrees");
     // A stale registration under the same name (directory deleted by hand) is pruned first.
-    if let Ok(stale) = repo.find_worktree(&name) {
+    if let Ok(stale) = repo.find_worktree(name) {
         let mut opts = git2::WorktreePruneOptions::new();
         if stale.validate().is_err() {
             stale
@@ -408,7 +450,7 @@ fn prepare(
     } else {
         // A registration directory git does not recognise (an add cut off before it wrote its
         // files) would make the add fail with "directory exists".
-        let debris = registry.join(&name);
+        let debris = registry.join(name);
         if debris.is_dir() {
             std::fs::remove_dir_all(&debris).map_err(|source| GitError::Io {
                 path: debris.clone(),
@@ -420,17 +462,7 @@ fn prepare(
         path: registry,
         source,
     })?;
-    let mut opts = WorktreeAddOptions::new();
-    opts.reference(Some(local_branch.get()));
-    repo.worktree(&name, path, Some(&opts))
-        .map_err(GitError::git2("add worktree", repo_path))?;
-    Ok(PreparedWorktree {
-        path: path.to_path_buf(),
-        branch: branch.to_string(),
-        fork_point,
-        created_branch,
-        created_worktree: true,
-    })
+    Ok(())
 }
 
 /// Whether `path` holds a worktree add of `name` that a crash cut off: its `.git` file points
