@@ -377,8 +377,36 @@ pub fn normalize_event(
         .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
         .map(|d| d.with_timezone(&Utc));
     let web = options.web_url.trim_end_matches('/');
+    let mut ev = blank_event(id, kind, action, actor, repo, created_at, options);
+    match kind {
+        EventKind::Issues => issue_fields(&mut ev, payload, web)?,
+        EventKind::PullRequest => pull_request_fields(&mut ev, payload, raw_action, web)?,
+        EventKind::IssueComment => issue_comment_fields(&mut ev, payload)?,
+        EventKind::PullRequestReview => review_fields(&mut ev, payload, web)?,
+        EventKind::PullRequestReviewComment => review_comment_fields(&mut ev, payload)?,
+        EventKind::Push => push_fields(&mut ev, payload, web)?,
+        EventKind::Local => return Err(SkipReason::UnknownType(type_name.to_owned())),
+    }
+    if is_bot_login(&ev.actor, options.bot_login.as_deref())
+        || ev.body.as_deref().is_some_and(has_marker)
+    {
+        return Err(SkipReason::Own);
+    }
+    ev.dedupe_key = dedupe_key(&ev, payload);
+    Ok(ev)
+}
 
-    let mut ev = NormalizedEvent {
+/// An event with what every kind has, the rest empty.
+fn blank_event(
+    id: String,
+    kind: EventKind,
+    action: Option<EventAction>,
+    actor: String,
+    repo: String,
+    created_at: Option<DateTime<Utc>>,
+    options: &NormalizeOptions,
+) -> NormalizedEvent {
+    NormalizedEvent {
         id,
         kind,
         action,
@@ -402,122 +430,132 @@ pub fn normalize_event(
         channel: Channel::Local,
         visibility: options.visibility,
         dedupe_key: None,
-    };
-    let need_number = |n: Option<u64>| {
-        n.ok_or_else(|| SkipReason::Malformed("no issue or pull request number".into()))
-    };
-
-    match kind {
-        EventKind::Issues => {
-            let number = need_number(u64_at(payload, &["issue", "number"]))?;
-            ev.number = Some(number);
-            ev.is_pull_request = payload
-                .get("issue")
-                .and_then(|i| i.get("pull_request"))
-                .is_some();
-            ev.label = owned(str_at(payload, &["label", "name"]));
-            ev.body = owned(str_at(payload, &["issue", "body"]));
-            ev.html_url = owned(str_at(payload, &["issue", "html_url"]))
-                .or_else(|| Some(format!("{web}/{}/issues/{number}", ev.repo)));
-            ev.channel = if ev.is_pull_request {
-                Channel::PrComment { number }
-            } else {
-                Channel::IssueComment { number }
-            };
-        }
-        EventKind::PullRequest => {
-            let number = need_number(
-                u64_at(payload, &["number"])
-                    .or_else(|| u64_at(payload, &["pull_request", "number"])),
-            )?;
-            ev.number = Some(number);
-            ev.is_pull_request = true;
-            ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
-            ev.base_branch = owned(str_at(payload, &["pull_request", "base", "ref"]));
-            ev.commit_sha = owned(str_at(payload, &["pull_request", "head", "sha"]));
-            ev.label = owned(str_at(payload, &["label", "name"]));
-            ev.merged = bool_at(payload, &["pull_request", "merged"])
-                .or((raw_action == "merged").then_some(true));
-            ev.html_url = owned(str_at(payload, &["pull_request", "html_url"]))
-                .or_else(|| Some(format!("{web}/{}/pull/{number}", ev.repo)));
-            ev.channel = Channel::PrComment { number };
-        }
-        EventKind::IssueComment => {
-            let number = need_number(u64_at(payload, &["issue", "number"]))?;
-            let comment_id = u64_at(payload, &["comment", "id"])
-                .ok_or_else(|| SkipReason::Malformed("no comment id".into()))?;
-            ev.number = Some(number);
-            ev.is_pull_request = payload
-                .get("issue")
-                .and_then(|i| i.get("pull_request"))
-                .is_some();
-            ev.comment_id = Some(comment_id);
-            ev.body = owned(str_at(payload, &["comment", "body"]));
-            ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
-            ev.channel = if ev.is_pull_request {
-                Channel::PrComment { number }
-            } else {
-                Channel::IssueComment { number }
-            };
-        }
-        EventKind::PullRequestReview => {
-            let number = need_number(
-                u64_at(payload, &["pull_request", "number"])
-                    .or_else(|| u64_at(payload, &["number"])),
-            )?;
-            ev.number = Some(number);
-            ev.is_pull_request = true;
-            ev.review_id = u64_at(payload, &["review", "id"]);
-            ev.body = owned(str_at(payload, &["review", "body"]));
-            ev.commit_sha = owned(str_at(payload, &["review", "commit_id"]));
-            ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
-            ev.html_url = owned(str_at(payload, &["review", "html_url"]))
-                .or_else(|| Some(format!("{web}/{}/pull/{number}", ev.repo)));
-            ev.channel = Channel::PrReview { number };
-        }
-        EventKind::PullRequestReviewComment => {
-            let number = need_number(
-                u64_at(payload, &["pull_request", "number"])
-                    .or_else(|| u64_at(payload, &["number"])),
-            )?;
-            let comment_id = u64_at(payload, &["comment", "id"])
-                .ok_or_else(|| SkipReason::Malformed("no review comment id".into()))?;
-            // Replies to replies are not allowed: answer in the thread of its first comment.
-            let thread = u64_at(payload, &["comment", "in_reply_to_id"]).unwrap_or(comment_id);
-            ev.number = Some(number);
-            ev.is_pull_request = true;
-            ev.review_comment_id = Some(comment_id);
-            ev.review_id = u64_at(payload, &["comment", "pull_request_review_id"]);
-            ev.body = owned(str_at(payload, &["comment", "body"]));
-            ev.commit_sha = owned(str_at(payload, &["comment", "commit_id"]));
-            ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
-            ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
-            ev.channel = Channel::ReviewThreadReply {
-                number,
-                comment_id: thread,
-            };
-        }
-        EventKind::Push => {
-            let head = str_at(payload, &["head"])
-                .ok_or_else(|| SkipReason::Malformed("push without head sha".into()))?;
-            ev.commit_sha = Some(head.to_owned());
-            ev.git_ref = owned(str_at(payload, &["ref"]));
-            ev.before_sha = owned(str_at(payload, &["before"]));
-            ev.html_url = Some(format!("{web}/{}/commit/{head}", ev.repo));
-            ev.channel = Channel::CommitComment {
-                sha: head.to_owned(),
-            };
-        }
-        EventKind::Local => return Err(SkipReason::UnknownType(type_name.to_owned())),
     }
+}
 
-    if is_bot_login(&ev.actor, options.bot_login.as_deref())
-        || ev.body.as_deref().is_some_and(has_marker)
-    {
-        return Err(SkipReason::Own);
-    }
-    ev.dedupe_key = dedupe_key(&ev, payload);
-    Ok(ev)
+/// The issue or pull request number an event needs.
+fn need_number(n: Option<u64>) -> Result<u64, SkipReason> {
+    n.ok_or_else(|| SkipReason::Malformed("no issue or pull request number".into()))
+}
+
+/// The fields of an `issues` event.
+fn issue_fields(ev: &mut NormalizedEvent, payload: &Value, web: &str) -> Result<(), SkipReason> {
+    let number = need_number(u64_at(payload, &["issue", "number"]))?;
+    ev.number = Some(number);
+    ev.is_pull_request = payload
+        .get("issue")
+        .and_then(|i| i.get("pull_request"))
+        .is_some();
+    ev.label = owned(str_at(payload, &["label", "name"]));
+    ev.body = owned(str_at(payload, &["issue", "body"]));
+    ev.html_url = owned(str_at(payload, &["issue", "html_url"]))
+        .or_else(|| Some(format!("{web}/{}/issues/{number}", ev.repo)));
+    ev.channel = if ev.is_pull_request {
+        Channel::PrComment { number }
+    } else {
+        Channel::IssueComment { number }
+    };
+    Ok(())
+}
+
+/// The fields of a `pull_request` event.
+fn pull_request_fields(
+    ev: &mut NormalizedEvent,
+    payload: &Value,
+    raw_action: &str,
+    web: &str,
+) -> Result<(), SkipReason> {
+    let number = need_number(
+        u64_at(payload, &["number"]).or_else(|| u64_at(payload, &["pull_request", "number"])),
+    )?;
+    ev.number = Some(number);
+    ev.is_pull_request = true;
+    ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
+    ev.base_branch = owned(str_at(payload, &["pull_request", "base", "ref"]));
+    ev.commit_sha = owned(str_at(payload, &["pull_request", "head", "sha"]));
+    ev.label = owned(str_at(payload, &["label", "name"]));
+    ev.merged =
+        bool_at(payload, &["pull_request", "merged"]).or((raw_action == "merged").then_some(true));
+    ev.html_url = owned(str_at(payload, &["pull_request", "html_url"]))
+        .or_else(|| Some(format!("{web}/{}/pull/{number}", ev.repo)));
+    ev.channel = Channel::PrComment { number };
+    Ok(())
+}
+
+/// The fields of an `issue_comment` event.
+fn issue_comment_fields(ev: &mut NormalizedEvent, payload: &Value) -> Result<(), SkipReason> {
+    let number = need_number(u64_at(payload, &["issue", "number"]))?;
+    let comment_id = u64_at(payload, &["comment", "id"])
+        .ok_or_else(|| SkipReason::Malformed("no comment id".into()))?;
+    ev.number = Some(number);
+    ev.is_pull_request = payload
+        .get("issue")
+        .and_then(|i| i.get("pull_request"))
+        .is_some();
+    ev.comment_id = Some(comment_id);
+    ev.body = owned(str_at(payload, &["comment", "body"]));
+    ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
+    ev.channel = if ev.is_pull_request {
+        Channel::PrComment { number }
+    } else {
+        Channel::IssueComment { number }
+    };
+    Ok(())
+}
+
+/// The fields of a `pull_request_review` event.
+fn review_fields(ev: &mut NormalizedEvent, payload: &Value, web: &str) -> Result<(), SkipReason> {
+    let number = need_number(
+        u64_at(payload, &["pull_request", "number"]).or_else(|| u64_at(payload, &["number"])),
+    )?;
+    ev.number = Some(number);
+    ev.is_pull_request = true;
+    ev.review_id = u64_at(payload, &["review", "id"]);
+    ev.body = owned(str_at(payload, &["review", "body"]));
+    ev.commit_sha = owned(str_at(payload, &["review", "commit_id"]));
+    ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
+    ev.html_url = owned(str_at(payload, &["review", "html_url"]))
+        .or_else(|| Some(format!("{web}/{}/pull/{number}", ev.repo)));
+    ev.channel = Channel::PrReview { number };
+    Ok(())
+}
+
+/// The fields of a `pull_request_review_comment` event.
+fn review_comment_fields(ev: &mut NormalizedEvent, payload: &Value) -> Result<(), SkipReason> {
+    let number = need_number(
+        u64_at(payload, &["pull_request", "number"]).or_else(|| u64_at(payload, &["number"])),
+    )?;
+    let comment_id = u64_at(payload, &["comment", "id"])
+        .ok_or_else(|| SkipReason::Malformed("no review comment id".into()))?;
+    // Replies to replies are not allowed: answer in the thread of its first comment.
+    let thread = u64_at(payload, &["comment", "in_reply_to_id"]).unwrap_or(comment_id);
+    ev.number = Some(number);
+    ev.is_pull_request = true;
+    ev.review_comment_id = Some(comment_id);
+    ev.review_id = u64_at(payload, &["comment", "pull_request_review_id"]);
+    ev.body = owned(str_at(payload, &["comment", "body"]));
+    ev.commit_sha = owned(str_at(payload, &["comment", "commit_id"]));
+    ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
+    ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
+    ev.channel = Channel::ReviewThreadReply {
+        number,
+        comment_id: thread,
+    };
+    Ok(())
+}
+
+/// The fields of a `push` event.
+fn push_fields(ev: &mut NormalizedEvent, payload: &Value, web: &str) -> Result<(), SkipReason> {
+    let head = str_at(payload, &["head"])
+        .ok_or_else(|| SkipReason::Malformed("push without head sha".into()))?;
+    ev.commit_sha = Some(head.to_owned());
+    ev.git_ref = owned(str_at(payload, &["ref"]));
+    ev.before_sha = owned(str_at(payload, &["before"]));
+    ev.html_url = Some(format!("{web}/{}/commit/{head}", ev.repo));
+    ev.channel = Channel::CommitComment {
+        sha: head.to_owned(),
+    };
+    Ok(())
 }
 
 /// The content key of an event: computable from the (trimmed) events feed and from a webhook
