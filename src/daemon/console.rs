@@ -12,15 +12,49 @@ use tokio::sync::broadcast::{Receiver, WeakSender};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::orchestrator::Progress;
+use crate::orchestrator::{Progress, StepOrchestrator};
+use crate::project::Project;
 use crate::steps::meta::NotifySpanMeta;
 use crate::store::{AutopilotStore, SpanStatus, StepKind};
 use crate::trace::short;
+
+use super::StartOptions;
 
 struct Active {
     label: String,
     step: StepKind,
     since: Instant,
+}
+
+/// The console (a view: it holds no work) as a component of its own: it restarts after a
+/// panic, saying so (see [`supervised`]), and ends with the orchestrator.
+pub(super) fn spawn(
+    orchestrator: &StepOrchestrator,
+    store: &AutopilotStore,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(supervised(
+        orchestrator.subscribe(),
+        orchestrator.progress_feed(),
+        store.clone(),
+    ))
+}
+
+/// The line that says the daemon runs: how, for which repository, project and store.
+pub(super) fn started(project: &Project, store: &AutopilotStore, options: StartOptions) {
+    println!(
+        "rover autopilot {} for {} (project {}, store {})",
+        if options.once {
+            "running once"
+        } else {
+            "started"
+        },
+        project
+            .repo
+            .as_ref()
+            .map_or_else(|| project.root.display().to_string(), ToString::to_string),
+        project.id,
+        store.root().display()
+    );
 }
 
 /// The console as a component: [`run`] in the `component` span `console`, on `first` (taken

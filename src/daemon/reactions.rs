@@ -22,6 +22,9 @@ use crate::orchestrator::StepOrchestrator;
 use crate::steps::meta::EventMeta;
 use crate::store::{blocking, AutopilotStore, IntakeOutcome, IntakeRecord, StoreError};
 
+use super::supervise::Policy;
+use super::topology::Topology;
+
 /// A post of a running trace: the trace, when it started, and the post.
 type Watched = (Uuid, DateTime<Utc>, ReactionTarget);
 
@@ -217,5 +220,45 @@ impl StopWatch {
                 false
             }
         }
+    }
+}
+
+impl Topology {
+    /// The stop reaction on the posts of running traces: a new watch for each run of the
+    /// component, when rover reads GitHub and `github.reactions.stop` is set.
+    pub(super) fn stop_watch(&self) -> Option<impl Fn() -> StopWatch + Send + 'static> {
+        let (Some(gh), Some(stop)) = (&self.github, &self.config.autopilot.github.reactions.stop)
+        else {
+            return None;
+        };
+        let (gh, stop, store, orch) = (
+            gh.clone(),
+            stop.clone(),
+            self.store.clone(),
+            self.orchestrator.clone(),
+        );
+        let settings = self.config.autopilot.github.clone();
+        Some(move || StopWatch {
+            store: store.clone(),
+            github: gh.clone(),
+            trust: crate::github::TrustPolicy::new(&settings.trust),
+            stop: stop.clone(),
+            every: Duration::from_secs(settings.reactions.poll_secs.max(1)),
+            bot_login: settings.bot_login.clone(),
+            orchestrator: orch.clone(),
+        })
+    }
+
+    /// The stop-reaction watch as a component, until the shutdown.
+    pub(super) fn supervise_stop_watch(&mut self, watch: impl Fn() -> StopWatch + Send + 'static) {
+        let stop = self.shutdown.clone();
+        self.supervisor
+            .spawn("stop-reaction watch", Policy::Restart, move || {
+                let (watch, stop) = (watch(), stop.clone());
+                async move {
+                    watch.run(stop, false).await;
+                    Ok(())
+                }
+            });
     }
 }

@@ -1,9 +1,13 @@
 //! Reclaiming the resources of ended traces: past `pipeline.retainDays`, and kept for a pull
-//! request GitHub says is closed.
+//! request GitHub says is closed; at start, then hourly as the `reclaim loop` component.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::store::AutopilotStore;
+
+use super::supervise::Policy;
+use super::topology::Topology;
 
 /// The pull requests traces are kept for that GitHub says are closed (one request each; one that
 /// cannot be read is kept and logged).
@@ -54,7 +58,7 @@ async fn closed_pull_requests(
 
 /// Queue the cleanup of every ended trace past its retention, and of every trace kept for a pull
 /// request GitHub says is closed; returns how many were queued.
-pub(super) async fn reclaim_due(
+async fn reclaim_due(
     store: AutopilotStore,
     retain_days: u64,
     github: Option<Arc<dyn crate::github::GitHub>>,
@@ -109,12 +113,52 @@ pub(super) async fn reclaim_due(
 /// live run, of any store on this machine (see [`crate::sandbox::leftovers`]): removed, and
 /// said. Hourly only, not at start: a sweep holds a dead store's daemon lock for a moment, and a
 /// daemon restarting on it then waits.
-pub(super) async fn sweep_leftovers() {
+async fn sweep_leftovers() {
     let sweep = crate::sandbox::leftovers::sweep(false).await;
     for l in &sweep.removed {
         println!("removed rover's {l}");
     }
     for e in &sweep.errors {
         tracing::warn!(error = %e, "sweeping rover's leftover containers");
+    }
+}
+
+impl Topology {
+    /// Resources of ended traces, by `pipeline.retainDays`: now, then every hour (not with
+    /// `--once`), with the leftovers of any store when Docker answers.
+    pub(super) async fn reclaim(&mut self) {
+        let retain_days = self.config.autopilot.pipeline.retain_days;
+        let github = self.services.github.clone();
+        if reclaim_due(self.store.clone(), retain_days, github.clone()).await > 0 {
+            self.orchestrator.wake();
+        }
+        if self.options.once {
+            return;
+        }
+        let (store, orch, stop) = (
+            self.store.clone(),
+            self.orchestrator.clone(),
+            self.shutdown.clone(),
+        );
+        let docker = self.services.sandbox.is_some();
+        self.supervisor
+            .spawn("reclaim loop", Policy::Restart, move || {
+                let (store, orch, stop, github) =
+                    (store.clone(), orch.clone(), stop.clone(), github.clone());
+                async move {
+                    loop {
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                            () = stop.cancelled() => return Ok(()),
+                        }
+                        if reclaim_due(store.clone(), retain_days, github.clone()).await > 0 {
+                            orch.wake();
+                        }
+                        if docker {
+                            sweep_leftovers().await;
+                        }
+                    }
+                }
+            });
     }
 }
