@@ -24,6 +24,16 @@ pub enum ProjectError {
     BadRepo { value: String },
 }
 
+impl crate::error::Kinded for ProjectError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            ProjectError::NotARepository { .. } | ProjectError::BadRepo { .. } => ErrorKind::Usage,
+            ProjectError::NoDataDir => ErrorKind::Config,
+        }
+    }
+}
+
 /// `owner/name` of a GitHub repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoSlug {

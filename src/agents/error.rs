@@ -139,6 +139,24 @@ pub enum AgentError {
     },
 }
 
+impl crate::error::Kinded for AgentError {
+    /// A missing or unauthenticated CLI is the user's setup; a busy model API passes; the rest
+    /// is a run that failed.
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            Self::NotFound { .. }
+            | Self::Spawn { .. }
+            | Self::Auth { .. }
+            | Self::BadRequest { .. } => ErrorKind::Config,
+            Self::RateLimited { .. } | Self::Overloaded { .. } | Self::Timeout { .. } => {
+                ErrorKind::Unavailable
+            }
+            _ => ErrorKind::Internal,
+        }
+    }
+}
+
 impl AgentError {
     /// Whether running the same call again may succeed.
     pub fn is_retryable(&self) -> bool {

@@ -13,7 +13,7 @@ use crate::config::RoverConfig;
 use crate::store::AutopilotStore;
 
 fn budget_error(e: &BudgetError) -> CliError {
-    CliError::Refused(crate::error::error_chain(e))
+    CliError::Internal(crate::error::error_chain(e))
 }
 
 /// The budget settings of the project (defaults when `rover.json` cannot be found or read).

@@ -10,7 +10,7 @@ pub fn sweep(dry_run: bool) -> Result<Sweep, CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::Refused(format!("cannot start a runtime to ask Docker: {e}")))?;
+        .map_err(|e| CliError::Internal(format!("cannot start a runtime to ask Docker: {e}")))?;
     Ok(runtime.block_on(crate::sandbox::leftovers::sweep(dry_run)))
 }
 

@@ -37,10 +37,7 @@ fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(
 }
 
 fn refused(e: crate::steps::intervene::InterveneError) -> CliError {
-    match e {
-        crate::steps::intervene::InterveneError::Store(e) => CliError::Store(e),
-        crate::steps::intervene::InterveneError::Refused(text) => CliError::Refused(text),
-    }
+    CliError::Intervene(e)
 }
 
 /// `cancel` and `fail`: close the trace, take its queued work off the queue, stop what runs,
@@ -156,7 +153,7 @@ pub fn dead_letter(
             full == id || (id.len() >= 8 && full.starts_with(id))
         })
         .ok_or_else(|| {
-            CliError::Refused(format!(
+            CliError::NotFound(format!(
                 "no dead letter {id:?}: `rover autopilot dead-letters` lists them"
             ))
         })?;

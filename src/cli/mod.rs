@@ -1,5 +1,6 @@
 //! The command line: `rover autopilot <command>`. Parsing, resolving which project and store a
-//! command is about, and mapping errors to exit codes (0 ok, 1 failure, 2 usage).
+//! command is about, and mapping errors to exit codes by their kind (`crate::error::ErrorKind`:
+//! 2 usage, 65 corrupt, 66 not found, 70 internal, 75 unavailable, 77 refused, 78 config).
 
 mod budget;
 mod gc;
@@ -21,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 pub use output::Output;
 
-use crate::error::error_chain;
+use crate::error::{error_chain, ErrorKind, Kinded};
 use crate::project::{self, Project, ProjectError, RepoSlug};
 use crate::store::{AutopilotStore, CloseCommand, StoreError};
 
@@ -230,18 +231,76 @@ pub enum ProxyCommand {
     },
 }
 
-/// A failure of a command, with what the user can do about it.
+/// A failure of a command, of one kind (see [`ErrorKind`]), with what the user can do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(transparent)]
     Project(#[from] ProjectError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Start(#[from] crate::daemon::StartError),
+    #[error(transparent)]
+    Intervene(#[from] crate::steps::intervene::InterveneError),
+    #[error(transparent)]
+    Bundle(#[from] crate::replay::BundleError),
     #[error("cannot write the output")]
     Output(#[source] std::io::Error),
-    /// A command that cannot go on, with what to do about it.
+    /// The command line asks for something that cannot be done as asked.
     #[error("{0}")]
-    Refused(String),
+    Usage(String),
+    /// What the command names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// A file or setting the command was pointed at is not usable.
+    #[error("{0}")]
+    Config(String),
+    /// Something the command needs does not answer now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A failure of rover's own (a runtime, a file it cannot write).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Kinded for CliError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            CliError::Project(e) => e.kind(),
+            CliError::Store(e) => e.kind(),
+            CliError::Start(e) => e.kind(),
+            CliError::Intervene(e) => e.kind(),
+            CliError::Bundle(e) => e.kind(),
+            CliError::Output(_) | CliError::Internal(_) => ErrorKind::Internal,
+            CliError::Usage(_) => ErrorKind::Usage,
+            CliError::NotFound(_) => ErrorKind::NotFound,
+            CliError::Config(_) => ErrorKind::Config,
+            CliError::Unavailable(_) => ErrorKind::Unavailable,
+        }
+    }
+}
+
+/// What a failed command prints with `--json` on standard output (`docs/cli.md`, Exit codes):
+/// `{"error": {"kind", "message", "hint", "exitCode"}}`.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorRecord {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub hint: String,
+    pub exit_code: u8,
+}
+
+impl ErrorRecord {
+    pub fn of(e: &CliError) -> ErrorRecord {
+        let kind = e.kind();
+        ErrorRecord {
+            kind,
+            message: error_chain(e),
+            hint: kind.default_hint().to_owned(),
+            exit_code: kind.exit_code(),
+        }
+    }
 }
 
 /// Parse the arguments, run the command, and turn the result into an exit code.
@@ -256,13 +315,41 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
+    let json = args.wants_json();
     let mut out = Output::stdout();
     match run(args, &mut out) {
         Ok(code) => code,
         Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
-            ExitCode::FAILURE
+            let record = ErrorRecord::of(&e);
+            eprintln!("error: {}", record.message);
+            if json {
+                let _ = out.json(&serde_json::json!({ "error": record }));
+            }
+            ExitCode::from(record.exit_code)
+        }
+    }
+}
+
+impl Args {
+    /// Whether the command was asked for JSON output (its failure is then JSON too).
+    fn wants_json(&self) -> bool {
+        let Command::Autopilot(cmd) = &self.command;
+        match cmd {
+            AutopilotCommand::Events { json, .. }
+            | AutopilotCommand::Trace { json, .. }
+            | AutopilotCommand::Replay { json, .. }
+            | AutopilotCommand::Traces { json, .. }
+            | AutopilotCommand::Gc { json, .. }
+            | AutopilotCommand::DeadLetters { json, .. }
+            | AutopilotCommand::Status { json } => *json,
+            AutopilotCommand::Start { .. }
+            | AutopilotCommand::Submit { .. }
+            | AutopilotCommand::Resume
+            | AutopilotCommand::Cancel { .. }
+            | AutopilotCommand::Fail { .. }
+            | AutopilotCommand::Retry { .. }
+            | AutopilotCommand::Proxy(_) => false,
         }
     }
 }

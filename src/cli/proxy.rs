@@ -20,7 +20,7 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| CliError::Refused(format!("cannot start the proxy's runtime: {e}")))?;
+        .map_err(|e| CliError::Internal(format!("cannot start the proxy's runtime: {e}")))?;
     runtime.block_on(async move {
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
@@ -41,11 +41,11 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
                 listen,
             } => {
                 let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-                    CliError::Refused(format!("the relay cannot listen on {listen}: {e}"))
+                    CliError::Unavailable(format!("the relay cannot listen on {listen}: {e}"))
                 })?;
                 proxy::relay(listener, socket, run, shutdown)
                     .await
-                    .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
+                    .map_err(|e| CliError::Internal(crate::error::error_chain(&e)))?;
                 Ok(ExitCode::SUCCESS)
             }
         }
@@ -54,17 +54,18 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
 
 async fn serve(dir: &Path, shutdown: CancellationToken) -> Result<ExitCode, CliError> {
     let config = ProxyConfig::from_env(dir, |name| std::env::var(name).ok())
-        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
+        .map_err(|e| CliError::Internal(crate::error::error_chain(&e)))?;
     let sock_dir = socket_dir(dir);
     std::fs::create_dir_all(&sock_dir)
-        .map_err(|e| CliError::Refused(format!("cannot create {}: {e}", sock_dir.display())))?;
+        .map_err(|e| CliError::Internal(format!("cannot create {}: {e}", sock_dir.display())))?;
     let socket = sock_dir.join(SOCKET_NAME);
     // A socket file left by a server that died is in the way.
     let _ = std::fs::remove_file(&socket);
-    let listener = tokio::net::UnixListener::bind(&socket)
-        .map_err(|e| CliError::Refused(format!("cannot listen on {}: {e}", socket.display())))?;
+    let listener = tokio::net::UnixListener::bind(&socket).map_err(|e| {
+        CliError::Unavailable(format!("cannot listen on {}: {e}", socket.display()))
+    })?;
     proxy::serve(config, listener, shutdown)
         .await
-        .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?;
+        .map_err(|e| CliError::Internal(crate::error::error_chain(&e)))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -33,11 +33,11 @@ pub fn replay(ctx: &Context, out: &mut Output, args: &ReplayArgs) -> Result<Exit
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| CliError::Refused(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| CliError::Internal(format!("cannot start the async runtime: {e}")))?;
     if let Some(dir) = &args.dir {
-        let files = folder_files(dir).map_err(|e| CliError::Refused(e.to_string()))?;
+        let files = folder_files(dir)?;
         if files.is_empty() {
-            return Err(CliError::Refused(format!(
+            return Err(CliError::NotFound(format!(
                 "{} holds no exported trace (*.json): make them with `rover autopilot replay --export {} --last N`",
                 dir.display(),
                 dir.display()
@@ -75,7 +75,7 @@ pub fn replay(ctx: &Context, out: &mut Output, args: &ReplayArgs) -> Result<Exit
         return Ok(ExitCode::from(code));
     }
     let Some(id) = &args.trace else {
-        return Err(CliError::Refused(
+        return Err(CliError::Usage(
             "name a trace to replay (an id or a prefix of 8+ characters), or a folder with --dir"
                 .into(),
         ));
@@ -86,8 +86,7 @@ pub fn replay(ctx: &Context, out: &mut Output, args: &ReplayArgs) -> Result<Exit
         &store,
         trace_id,
         settings.repo.as_ref().map(ToString::to_string),
-    )
-    .map_err(|e| CliError::Refused(e.to_string()))?;
+    )?;
     let result = runtime.block_on(replay_trace(&bundle, &settings));
     if args.json {
         out.json(&serde_json::to_value(&result).unwrap_or_default())?;
@@ -107,14 +106,14 @@ fn settings(ctx: &Context, config: Option<&Path>) -> Result<ReplaySettings, CliE
     let config = match config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
-                CliError::Refused(format!("cannot read the config {}: {e}", path.display()))
+                CliError::NotFound(format!("cannot read the config {}: {e}", path.display()))
             })?;
             RoverConfig::parse(&text).map_err(|reason| {
-                CliError::Refused(format!("{} is not valid: {reason}", path.display()))
+                CliError::Config(format!("{} is not valid: {reason}", path.display()))
             })?
         }
         None => RoverConfig::load(&repo_root)
-            .map_err(|e| CliError::Refused(crate::error::error_chain(&e)))?,
+            .map_err(|e| CliError::Config(crate::error::error_chain(&e)))?,
     };
     Ok(ReplaySettings {
         config,
@@ -144,20 +143,15 @@ fn export(
             .map(|e| e.trace_id)
             .collect(),
         (None, None) => {
-            return Err(CliError::Refused(
+            return Err(CliError::Usage(
                 "--export needs a trace id or --last N (the N most recent traces)".into(),
             ))
         }
     };
     let mut written = Vec::new();
     for id in ids {
-        let bundle = TraceBundle::from_store(&store, id, repo.clone())
-            .map_err(|e| CliError::Refused(e.to_string()))?;
-        written.push(
-            bundle
-                .write_to(folder)
-                .map_err(|e| CliError::Refused(e.to_string()))?,
-        );
+        let bundle = TraceBundle::from_store(&store, id, repo.clone())?;
+        written.push(bundle.write_to(folder)?);
     }
     if args.json {
         out.json(&serde_json::json!({"exported": written}))?;

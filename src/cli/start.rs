@@ -5,19 +5,9 @@
 use std::process::ExitCode;
 
 use super::{CliError, Context};
-use crate::daemon::{StartError, StartOptions};
+use crate::daemon::StartOptions;
 
 pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
     let project = ctx.project()?;
-    crate::daemon::start(project, options).map_err(CliError::from)
-}
-
-impl From<StartError> for CliError {
-    fn from(e: StartError) -> CliError {
-        match e {
-            StartError::Project(e) => CliError::Project(e),
-            StartError::Store(e) => CliError::Store(e),
-            StartError::Refused(reason) => CliError::Refused(reason),
-        }
-    }
+    Ok(crate::daemon::start(project, options)?)
 }

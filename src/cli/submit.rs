@@ -15,12 +15,12 @@ pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<E
     } else {
         let mut buf = String::new();
         std::io::stdin().read_to_string(&mut buf).map_err(|e| {
-            CliError::Refused(format!("cannot read the request from standard input: {e}"))
+            CliError::Internal(format!("cannot read the request from standard input: {e}"))
         })?;
         buf
     };
     if request.trim().is_empty() {
-        return Err(CliError::Refused("the request is empty: say what rover should do, e.g. rover autopilot submit \"add a --json flag to export\"".into()));
+        return Err(CliError::Usage("the request is empty: say what rover should do, e.g. rover autopilot submit \"add a --json flag to export\"".into()));
     }
     let project_id = ctx.project_id()?;
     let store = AutopilotStore::open(&crate::project::data_dir()?, &project_id)?;

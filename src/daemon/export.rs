@@ -14,7 +14,7 @@ pub(super) async fn start(
     services: &Services,
 ) -> Result<Option<Telemetry>, StartError> {
     let settings =
-        TelemetrySettings::resolve(&config.autopilot.telemetry).map_err(StartError::Refused)?;
+        TelemetrySettings::resolve(&config.autopilot.telemetry).map_err(StartError::Setting)?;
     let shown = format!(
         "{} ({}{})",
         settings.shown_endpoint,
@@ -34,7 +34,7 @@ pub(super) async fn start(
         repo: services.repo.as_ref().map(ToString::to_string),
     })
     .await
-    .map_err(StartError::Refused)?;
+    .map_err(StartError::Setting)?;
     if telemetry.is_some() {
         println!("telemetry: exporting traces to {shown}");
         tracing::info!(endpoint = %shown, "OpenTelemetry export on");

@@ -18,10 +18,6 @@ pub(super) struct Connected {
     pub auth: GitHubAuth,
 }
 
-fn refused(e: &GitHubError) -> StartError {
-    StartError::Refused(crate::error::error_chain(e))
-}
-
 /// Connect as configured; sets `github.botLogin` to the login decided (see `identity`). The
 /// app's key and every token it mints are held by `secrets`.
 pub(super) async fn connect(
@@ -35,19 +31,18 @@ pub(super) async fn connect(
         Some(_) => None,
         None => Some(token_auth()?),
     };
-    let repo = project.repo.clone().ok_or_else(|| StartError::Refused(
+    let repo = project.repo.clone().ok_or_else(|| StartError::Setting(
         "cannot tell which GitHub repository to watch: the `origin` remote is not a GitHub URL; pass --repo OWNER/NAME".into(),
     ))?;
-    let repo = RepoRef::parse(&repo.to_string()).map_err(|e| refused(&e))?;
-    settings.reactions.validate().map_err(StartError::Refused)?;
+    let repo = RepoRef::parse(&repo.to_string())?;
+    settings.reactions.validate().map_err(StartError::Setting)?;
     let api_url = crate::github::octo::api_url_from_env();
     let auth = match (settings.app_id, token) {
         (Some(app_id), _) => app_auth(app_id, settings, &api_url, &repo, secrets).await?,
         (None, Some(token)) => token,
         (None, None) => unreachable!("a token is read when there is no app"),
     };
-    let mut client =
-        OctoGitHub::with_auth(&api_url, auth.clone(), repo, settings).map_err(|e| refused(&e))?;
+    let mut client = OctoGitHub::with_auth(&api_url, auth.clone(), repo, settings)?;
     let identity = identity(&client, &auth, settings).await?;
     config.autopilot.github.bot_login = identity.login().map(str::to_owned);
     client.set_bot_login(config.autopilot.github.bot_login.clone());
@@ -63,10 +58,10 @@ async fn app_auth(
     repo: &RepoRef,
     secrets: &LiveSecrets,
 ) -> Result<GitHubAuth, StartError> {
-    let path = app::key_path_from_env().ok_or_else(|| StartError::Refused(format!(
+    let path = app::key_path_from_env().ok_or_else(|| StartError::Setting(format!(
         "github.appId is {app_id} in rover.json: set {APP_KEY_ENV} to the path of the app's private key (the .pem file from the app's settings, Private keys)"
     )))?;
-    let pem = app::read_key(&path).map_err(|e| refused(&e))?;
+    let pem = app::read_key(&path)?;
     app::hold_key(secrets, &pem);
     let app_settings = AppSettings {
         api_url,
@@ -75,9 +70,7 @@ async fn app_auth(
         repo,
         timeout: std::time::Duration::from_secs(settings.request_timeout_secs.max(1)),
     };
-    let tokens = AppTokens::connect(&app_settings, &path, &pem, secrets.clone())
-        .await
-        .map_err(|e| refused(&e))?;
+    let tokens = AppTokens::connect(&app_settings, &path, &pem, secrets.clone()).await?;
     let text = format!(
         "github: as the GitHub App {} (app {app_id}, installation {}); installation tokens minted and renewed by rover",
         tokens.bot_login(),
@@ -97,7 +90,7 @@ fn token_auth() -> Result<GitHubAuth, StartError> {
         println!("warning: {text}");
         tracing::warn!("{text}");
     }
-    let token = crate::github::token_from_env().map_err(|_| StartError::Refused(
+    let token = crate::github::token_from_env().map_err(|_| StartError::Setting(
         "no GitHub credentials: set github.appId in rover.json and ROVER_GITHUB_APP_KEY_FILE to the app's private key (a GitHub App, recommended), or GITHUB_TOKEN (or GH_TOKEN) to a token that can read the repository and write issues and pull requests; or run `rover autopilot start --local` for local requests only".into(),
     ))?;
     Ok(GitHubAuth::from(token))
@@ -121,8 +114,10 @@ async fn identity(
             Some(_) => None,
             None => Some(client.token_login().await),
         };
-        if let Some(Err(e @ GitHubError::BadCredentials { .. })) = &learned {
-            return Err(refused(e));
+        if let Some(Err(GitHubError::BadCredentials { what })) = &learned {
+            return Err(StartError::GitHub(GitHubError::BadCredentials {
+                what: what.clone(),
+            }));
         }
         crate::github::identity::resolve(configured, settings.app_slug.as_deref(), learned)
     };

@@ -61,26 +61,61 @@ pub enum StartError {
     Project(#[from] ProjectError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A start that cannot go on, with what to do about it.
+    /// `rover.json` cannot be read or is not valid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// GitHub refused the credentials, or did not answer.
+    #[error(transparent)]
+    GitHub(#[from] crate::github::GitHubError),
+    /// The agent CLI does not answer `--version`, or has no credentials.
+    #[error(transparent)]
+    Agent(#[from] crate::agents::AgentError),
+    /// The sandbox backend cannot be used as configured.
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+    /// A setting that is missing or cannot be used, with what to set.
     #[error("{0}")]
-    Refused(String),
+    Setting(String),
+    /// Something rover needs cannot be had now (an address taken); nothing was changed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The daemon could not start or stopped on a failure of its own (a runtime, the log, a
+    /// component that panicked); what was running is recovered at the next start.
+    #[error("{0}")]
+    Internal(String),
 }
 
-/// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`.
+impl crate::error::Kinded for StartError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            StartError::Project(e) => e.kind(),
+            StartError::Store(e) => e.kind(),
+            StartError::Config(_) | StartError::Setting(_) => ErrorKind::Config,
+            StartError::GitHub(e) => e.kind(),
+            StartError::Agent(e) => e.kind(),
+            StartError::Sandbox(e) => e.kind(),
+            StartError::Unavailable(_) => ErrorKind::Unavailable,
+            StartError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`, the
+/// code of every "try again later" (`ErrorKind::Unavailable`).
 pub const EX_TEMPFAIL: u8 = 75;
 
 /// Run the daemon for `project` (resolved by the command line, `cli::start`) until it is
 /// stopped, or once with `--once`.
 pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartError> {
-    let config = RoverConfig::load(&project.root)
-        .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
+    let config = RoverConfig::load(&project.root)?;
     let data_dir = crate::project::data_dir()?;
     let store = AutopilotStore::open(&data_dir, &project.id)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| StartError::Refused(format!("cannot start the async runtime: {e}")))?;
+        .map_err(|e| StartError::Internal(format!("cannot start the async runtime: {e}")))?;
     // Signals before the lock: once the lock names this pid, a SIGTERM is a graceful stop.
     let shutdown = CancellationToken::new();
     let wake = Arc::new(tokio::sync::Notify::new());
@@ -90,7 +125,7 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
     });
     let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
     let log = crate::logging::init(&store.log_path()).map_err(|e| {
-        StartError::Refused(format!(
+        StartError::Internal(format!(
             "cannot open the log {}: {e}",
             store.log_path().display()
         ))
@@ -110,7 +145,7 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     if let (Some(why), Ok(_)) = (failed, &code) {
-        code = Err(StartError::Refused(format!(
+        code = Err(StartError::Internal(format!(
             "rover stopped: {why}; what was running is recovered at the next start"
         )));
     }

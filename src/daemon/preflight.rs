@@ -39,7 +39,7 @@ pub(super) async fn check(
     // The webhook secret, when webhooks are served: checked first, it is the newest requirement.
     let webhook_secret = match options.webhook {
         Some(_) => Some(crate::github::webhook::secret_from_env().ok_or_else(|| {
-            StartError::Refused(format!(
+            StartError::Setting(format!(
                 "--webhook needs the webhook's secret: set {} to the secret configured in the repository's webhook settings (docs/webhooks.md)",
                 crate::github::webhook::SECRET_ENV
             ))
@@ -62,10 +62,7 @@ pub(super) async fn check(
 
     // The agent CLI must answer before rover takes any work.
     let agent = agent_from_settings(&config.autopilot.agent);
-    let version = agent
-        .check()
-        .await
-        .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
+    let version = agent.check().await?;
     tracing::info!(agent = %version, "agent ready");
 
     let sandbox = sandbox(project, config, store).await?;
@@ -110,7 +107,7 @@ async fn sandbox(
         match crate::sandbox::connect(&config.autopilot.sandbox, own_image).await {
             Ok(s) => Some(s),
             Err(e @ (SandboxError::BackendUnavailable { .. } | SandboxError::Swarm { .. })) => {
-                return Err(StartError::Refused(crate::error::error_chain(&e)));
+                return Err(StartError::Sandbox(e));
             }
             Err(e) => {
                 println!(
@@ -127,7 +124,7 @@ async fn sandbox(
     if let Some((source, version)) =
         crate::environment::preflight::check(&project.root, &config.autopilot.sandbox)
             .await
-            .map_err(StartError::Refused)?
+            .map_err(StartError::Setting)?
     {
         tracing::info!(?source, devcontainer = %version, "the repository declares its environment; the dev container CLI answers");
     }
@@ -156,7 +153,7 @@ fn own_image(
         &store.root().join("images"),
         Duration::from_secs(settings.environment.build_timeout_secs),
     )
-    .map_err(|e| StartError::Refused(crate::error::error_chain(&e)))?;
+    .map_err(|e| StartError::Setting(crate::error::error_chain(&e)))?;
     own.reference().clone_into(&mut settings.image);
     tracing::info!(image = %settings.image, "the sandbox image is rover's own, built on first use");
     Ok(Some(Arc::new(own)))

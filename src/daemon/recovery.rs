@@ -32,7 +32,7 @@ pub(super) async fn recover(
         let store = store.clone();
         tokio::task::spawn_blocking(move || store.compact_state())
             .await
-            .map_err(|e| StartError::Refused(format!("compaction panicked: {e}")))??;
+            .map_err(|e| StartError::Internal(format!("compaction panicked: {e}")))??;
     }
     let recovered = orchestrator.recover().await?;
     if !recovered.is_empty() {

@@ -41,7 +41,7 @@ pub(super) async fn wind_down(
     }
     ended.result?;
     if let Some(why) = stopped_by {
-        return Err(StartError::Refused(format!(
+        return Err(StartError::Internal(format!(
             "rover stopped: {why}; what was running is recovered at the next start"
         )));
     }

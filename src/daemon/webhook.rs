@@ -29,11 +29,11 @@ impl Topology {
         let server = webhook::WebhookServer::bind(addr, state)
             .await
             .map_err(|e| {
-                StartError::Refused(format!("cannot listen for webhooks on {addr}: {e}"))
+                StartError::Unavailable(format!("cannot listen for webhooks on {addr}: {e}"))
             })?;
         let bound = server
             .local_addr()
-            .map_err(|e| StartError::Refused(format!("cannot listen for webhooks: {e}")))?;
+            .map_err(|e| StartError::Unavailable(format!("cannot listen for webhooks: {e}")))?;
         println!("webhook listening on {bound}");
         tracing::info!(addr = %bound, "webhook listening");
         let server = Arc::new(std::sync::Mutex::new(Some(server)));

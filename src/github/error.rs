@@ -80,6 +80,31 @@ fn format_errors(errors: &[String]) -> String {
     }
 }
 
+impl crate::error::Kinded for GitHubError {
+    /// Credentials, permissions and names are the user's settings; what may pass is
+    /// unavailable; an answer rover does not understand is internal.
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            Self::MissingToken
+            | Self::AppKey { .. }
+            | Self::AppRejected { .. }
+            | Self::NotInstalled { .. }
+            | Self::Config { .. }
+            | Self::BadCredentials { .. }
+            | Self::NotFound { .. }
+            | Self::Forbidden { .. } => ErrorKind::Config,
+            Self::RateLimited { .. }
+            | Self::Server { .. }
+            | Self::Transport { .. }
+            | Self::Timeout { .. } => ErrorKind::Unavailable,
+            Self::Validation { .. } | Self::Status { .. } | Self::Malformed { .. } => {
+                ErrorKind::Internal
+            }
+        }
+    }
+}
+
 impl GitHubError {
     /// Whether trying the same request again later may succeed.
     pub fn is_retryable(&self) -> bool {

@@ -53,6 +53,20 @@ pub enum BundleError {
     },
 }
 
+impl crate::error::Kinded for BundleError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            BundleError::Store(e) => e.kind(),
+            BundleError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                ErrorKind::NotFound
+            }
+            BundleError::Io { .. } => ErrorKind::Internal,
+            BundleError::Invalid { .. } => ErrorKind::Corrupt,
+        }
+    }
+}
+
 impl TraceBundle {
     /// The trace `trace_id` from `store`, with the records of its spans.
     pub fn from_store(

@@ -80,6 +80,19 @@ pub enum SandboxError {
     },
 }
 
+impl crate::error::Kinded for SandboxError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            Self::DaemonUnreachable { .. } | Self::Registry { .. } => ErrorKind::Unavailable,
+            Self::ImageMissing { .. } | Self::BackendUnavailable { .. } | Self::Swarm { .. } => {
+                ErrorKind::Config
+            }
+            _ => ErrorKind::Internal,
+        }
+    }
+}
+
 impl SandboxError {
     /// Whether the same call may succeed later without anyone changing anything.
     pub fn is_retryable(&self) -> bool {

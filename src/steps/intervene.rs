@@ -22,6 +22,15 @@ pub enum InterveneError {
     Refused(String),
 }
 
+impl crate::error::Kinded for InterveneError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            InterveneError::Store(e) => crate::error::Kinded::kind(e),
+            InterveneError::Refused(_) => crate::error::ErrorKind::Refused,
+        }
+    }
+}
+
 /// What closing a trace did.
 #[derive(Debug, Clone)]
 pub struct Closed {

@@ -53,3 +53,20 @@ impl StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl crate::error::Kinded for StoreError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        use crate::error::ErrorKind;
+        match self {
+            StoreError::Io { .. } | StoreError::Lifecycle(_) => ErrorKind::Internal,
+            StoreError::Corrupt { .. } | StoreError::Unreadable { .. } => ErrorKind::Corrupt,
+            StoreError::MissingStore { .. }
+            | StoreError::UnknownId { .. }
+            | StoreError::SpanNotFound(_)
+            | StoreError::ActionNotFound(_) => ErrorKind::NotFound,
+            StoreError::AmbiguousId { .. } | StoreError::ShortId { .. } => ErrorKind::Usage,
+            StoreError::NotPending(_) => ErrorKind::Refused,
+            StoreError::DaemonRunning { .. } => ErrorKind::Unavailable,
+        }
+    }
+}

@@ -173,7 +173,7 @@ fn a_second_start_is_refused_naming_the_pid() {
         store.daemon_pid().is_some()
     });
     let second = env.rover(&["autopilot", "start", "--local"]);
-    assert_eq!(second.status.code(), Some(1));
+    assert_eq!(second.status.code(), Some(75));
     let err = stderr(&second);
     assert!(err.contains(&format!("pid {}", first.id())), "{err}");
     let status = env.rover(&["autopilot", "status"]);
@@ -219,14 +219,14 @@ fn start_refuses_without_a_token_or_an_agent() {
     let env = TestEnv::new();
     env.repo();
     let out = env.rover(&["autopilot", "start", "--once"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     assert!(stderr(&out).contains("GITHUB_TOKEN"), "{}", stderr(&out));
     let out = env
         .command(&["autopilot", "start", "--once", "--local"])
         .env("ROVER_CLAUDE_BIN", "/nonexistent/claude")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     let err = stderr(&out);
     assert!(
         err.contains("/nonexistent/claude") && err.contains("ROVER_CLAUDE_BIN"),
@@ -245,7 +245,7 @@ fn start_refuses_a_swarm_backend_whose_engine_is_no_swarm_manager() {
     )
     .unwrap();
     let out = env.rover(&["autopilot", "start", "--once", "--local"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(78), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(
         err.contains("cannot run sandboxes on the swarm")
@@ -260,7 +260,7 @@ fn start_refuses_a_swarm_backend_whose_engine_is_no_swarm_manager() {
     )
     .unwrap();
     let out = env.rover(&["autopilot", "start", "--once", "--local"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(78), "{}", stdout(&out));
     assert!(
         stderr(&out).contains("autopilot.sandbox.swarm.constraints"),
         "{}",
@@ -289,7 +289,7 @@ fn submit_creates_a_local_trace_and_wakes_the_daemon() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(empty.status.code(), Some(1), "an empty request is refused");
+    assert_eq!(empty.status.code(), Some(2), "an empty request is refused");
 }
 
 #[test]
@@ -454,7 +454,7 @@ fn an_overlapping_cron_run_exits_at_once_naming_the_running_one() {
         store.daemon_pid().is_some()
     });
     let second = env.rover(&["autopilot", "start", "--once", "--local"]);
-    assert_eq!(second.status.code(), Some(1));
+    assert_eq!(second.status.code(), Some(75));
     assert!(
         stderr(&second).contains(&format!("pid {}", first.id())),
         "{}",

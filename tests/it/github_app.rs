@@ -275,7 +275,7 @@ async fn a_key_that_is_not_the_apps_is_a_clear_start_error() {
     let (other, _) = key_pair(keys.path(), "other");
     s.as_app(APP_ID, other);
     let out = s.run_once_raw().await;
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(78), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(
         err.contains("github rejected the app's JWT")
@@ -295,7 +295,7 @@ async fn a_key_that_is_not_the_apps_is_a_clear_start_error() {
     // A key file that is missing or not a key says so, naming it.
     s.as_app(APP_ID, keys.path().join("missing.pem"));
     let out = s.run_once_raw().await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     assert!(
         stderr(&out).contains("missing.pem") && stderr(&out).contains("cannot read it"),
         "{}",
@@ -305,7 +305,7 @@ async fn a_key_that_is_not_the_apps_is_a_clear_start_error() {
     std::fs::write(&junk, "not a key").unwrap();
     s.as_app(APP_ID, junk);
     let out = s.run_once_raw().await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     assert!(
         stderr(&out).contains("not an RSA private key"),
         "{}",
@@ -368,7 +368,7 @@ async fn a_configured_installation_is_used_without_a_lookup_and_a_wrong_one_is_n
 
     s.extra_config = json!({"autopilot": {"github": {"installationId": 5}}});
     let out = s.run_once_raw().await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(78));
     assert!(
         stderr(&out).contains("github.installationId")
             && stderr(&out).contains("installation 5 is not one of app 424242's"),

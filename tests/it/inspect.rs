@@ -264,20 +264,26 @@ fn unknown_ambiguous_and_short_ids_are_one_clear_error() {
     copy.id = twin.parse().unwrap();
     store.write_span(&copy).unwrap();
 
-    for (args, expect) in [
+    // Each failure exits with the code of its kind, and says it in one line; with --json, the
+    // same as a record on stdout.
+    for (args, expect, code, kind) in [
         (
             vec!["autopilot", "trace", "00000000-0000-4000-8000-000000000000"],
             "no span, action or trace matches",
+            66,
+            "not_found",
         ),
         (
             vec!["autopilot", "trace", "deadbeefdead"],
             "no span, action or trace matches",
+            66,
+            "not_found",
         ),
-        (vec!["autopilot", "trace", "abc"], "too short"),
-        (vec!["autopilot", "trace", &a[..9]], "ambiguous"),
+        (vec!["autopilot", "trace", "abc"], "too short", 2, "usage"),
+        (vec!["autopilot", "trace", &a[..9]], "ambiguous", 2, "usage"),
     ] {
         let out = env.rover(&args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
         let err = stderr(&out);
         assert!(
             err.starts_with("error: ") && err.contains(expect),
@@ -285,6 +291,18 @@ fn unknown_ambiguous_and_short_ids_are_one_clear_error() {
         );
         assert_eq!(err.lines().count(), 1, "one line: {err}");
         assert!(stdout(&out).is_empty());
+        let json_args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+        let out = env.rover(&json_args);
+        assert_eq!(out.status.code(), Some(code), "{json_args:?}");
+        let record: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let error = &record["error"];
+        assert_eq!(error["kind"], kind, "{record}");
+        assert_eq!(error["exitCode"], code, "{record}");
+        assert!(
+            error["message"].as_str().unwrap().contains(expect),
+            "{record}"
+        );
+        assert!(!error["hint"].as_str().unwrap().is_empty(), "{record}");
     }
     let out = env.rover(&["autopilot", "trace"]);
     assert_eq!(out.status.code(), Some(2), "usage error");
@@ -295,7 +313,7 @@ fn a_missing_store_is_an_error_and_is_not_created_by_looking() {
     let env = TestEnv::new();
     for cmd in ["traces", "status"] {
         let out = env.rover(&["autopilot", cmd]);
-        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.status.code(), Some(66), "not found");
         assert!(
             stderr(&out).contains("no rover store at"),
             "{}",

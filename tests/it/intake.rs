@@ -285,7 +285,7 @@ async fn a_corrupt_intake_log_is_an_error_naming_the_file() {
     std::fs::create_dir_all(store.autopilot_dir()).unwrap();
     std::fs::write(store.intake_path(), "{\"at\": 1}\n").unwrap();
     let out = s.env.rover(&["autopilot", "events"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(65));
     let err = stderr(&out);
     assert!(
         err.contains("intake.jsonl") && err.contains("line 1"),

@@ -64,7 +64,7 @@ async fn cancel_stops_the_running_agent_and_the_trace_ends_with_an_answer_saying
         vec!["retry", &trace.to_string()[..]],
     ] {
         let out = w.rover(&args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(77), "{args:?}");
         assert!(
             stderr(&out).contains("cancelled by alice"),
             "{}",
@@ -100,7 +100,7 @@ async fn fail_with_no_daemon_takes_the_queued_work_and_answers_with_the_reason()
     assert_chain(&w.p.trace(next), "event coordinate notify");
     // Nothing to close any more.
     let out = w.rover(&["fail", &next.to_string(), "--reason", "x"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(77));
     assert!(stderr(&out).contains("has ended"), "{}", stderr(&out));
 }
 
@@ -140,7 +140,7 @@ async fn retry_runs_a_failed_action_again_with_a_fresh_attempt_budget() {
     let fine = w.p.submit("a question");
     w.settle().await;
     let out = w.rover(&["retry", &fine.to_string()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(77));
     assert!(stderr(&out).contains("no failed step"), "{}", stderr(&out));
 }
 
@@ -190,7 +190,7 @@ async fn dead_letters_are_listed_and_dropped_or_requeued_by_hand() {
     assert_eq!(first_span(&view, "drop").meta["by"], json!("carol"));
     first_span(&view, "requeue");
     let out = w.rover(&["dead-letters", "drop", "ffffffff"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(66));
 }
 
 /// `cancel` while a workflow agent runs in its container: the daemon stops the container, the

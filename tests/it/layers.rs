@@ -1209,3 +1209,46 @@ fn the_where_new_code_goes_table_names_what_is_there() {
         "docs/architecture.md's \"Where new code goes\" names what is not in the tree: {missing:?}"
     );
 }
+
+/// A failing command exits with the code of its error's kind (`crate::error::ErrorKind`, via
+/// `cli::main`): no module picks an exit code of its own but the two whose codes are outcomes,
+/// not errors (`start --once`'s "a step failed" and "GitHub unavailable", `replay`'s verdict, a
+/// second signal's 130).
+#[test]
+fn exit_codes_come_from_error_kinds() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let picked = places_outside(
+        &src,
+        &[
+            "bin",
+            "cli/mod.rs",
+            "cli/replay.rs",
+            "daemon/shutdown.rs",
+            "daemon/signals.rs",
+            "main.rs",
+        ],
+        |code| {
+            lines_with(
+                code,
+                &[
+                    "ExitCode::FAILURE",
+                    "ExitCode::from(",
+                    "std::process::exit(",
+                ],
+            )
+        },
+    );
+    assert!(
+        picked.is_empty(),
+        "an exit code picked outside the error kinds (return a kinded error instead):\n{}",
+        picked.join("\n")
+    );
+    // And no error of the command line is a bare "refused" string: each says its kind.
+    let cli = std::fs::read_to_string(src.join("cli/mod.rs")).unwrap();
+    let variants = cli
+        .split("pub enum CliError {")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}\n").next())
+        .expect("CliError");
+    assert!(!variants.contains("Refused(String)"), "{variants}");
+}

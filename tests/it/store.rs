@@ -432,10 +432,10 @@ fn a_corrupt_state_file_is_an_error_naming_it_and_is_never_overwritten() {
             .collect();
         assert_eq!(kept.len(), 1, "a copy is kept aside: {kept:?}");
 
-        // The binary says the same, exit 1, and still does not touch the file.
+        // The binary says the same, exit 65 (corrupt), and still does not touch the file.
         let out = env.rover(&["autopilot", "status"]);
         if name == "state.json" {
-            assert_eq!(out.status.code(), Some(1));
+            assert_eq!(out.status.code(), Some(65));
             let err = crate::support::env::stderr(&out);
             assert!(
                 err.contains("state.json") && err.starts_with("error:"),

@@ -126,7 +126,7 @@ async fn a_panicking_drain_or_webhook_server_stops_the_daemon_with_the_error() {
         .unwrap();
         let out = out.lock().unwrap().clone();
         let (status, err) = waited.unwrap_or_else(|| panic!("{component}: still running\n{out}"));
-        assert_eq!(status.code(), Some(1), "{component}: {out}\n{err}");
+        assert_eq!(status.code(), Some(70), "{component}: {out}\n{err}");
         let said = format!(
             "error: the {component} panicked: injected panic in the {component} (ROVER_TEST_PANIC, run 1); rover is stopping"
         );
@@ -186,7 +186,7 @@ async fn a_panicking_console_is_restarted_and_prints_again() {
 }
 
 /// Without its signal handler a daemon could no longer be stopped gracefully: a panic in it
-/// stops the daemon, exit 1, saying why.
+/// stops the daemon, exit 70 (internal), saying why.
 #[tokio::test]
 async fn a_panicking_signal_handler_stops_the_daemon_with_the_error() {
     let s = Scenario::new().await;
@@ -203,7 +203,7 @@ async fn a_panicking_signal_handler_stops_the_daemon_with_the_error() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(70), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("error: the signal handler panicked: injected panic in the signals (ROVER_TEST_PANIC, run 1); rover is stopping"),
         "{stdout}"

@@ -444,7 +444,7 @@ async fn webhook_needs_its_secret_and_does_not_combine_with_once() {
         .unwrap();
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(78),
         "{}{}",
         stdout(&out),
         stderr(&out)

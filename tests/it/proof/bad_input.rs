@@ -1,5 +1,5 @@
 //! Bad input: malformed agent outputs, GitHub error responses and broken `rover.json` files each
-//! give a clear error (a span error naming the class, or exit 1 naming the file and key) and lose
+//! give a clear error (a span error naming the class, or exit 78 naming the file and key) and lose
 //! nothing (the trace still ends explicitly, or the queue keeps the work).
 
 use std::process::Output;
@@ -316,7 +316,7 @@ fn broken_rover_json_exits_1_naming_the_file_and_key_and_the_queue_keeps_the_wor
         std::fs::write(world.env.repo().join("rover.json"), content).unwrap();
         let out = once(&world);
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{case}: {err}");
+        assert_eq!(out.status.code(), Some(78), "{case}: a config error: {err}");
         assert!(
             err.contains("rover.json") && err.contains(key),
             "{case}: names the file and key: {err}"
@@ -338,7 +338,7 @@ fn broken_rover_json_exits_1_naming_the_file_and_key_and_the_queue_keeps_the_wor
             status: SpanStatus::Completed
         }
     );
-    eprintln!("proof bad input: {tried} broken rover.json files, each exit 1 naming file and key; the queued trace ran once fixed");
+    eprintln!("proof bad input: {tried} broken rover.json files, each exit 78 naming file and key; the queued trace ran once fixed");
 }
 
 #[tokio::test]

@@ -212,7 +212,12 @@ fn daemons_started_together_never_run_at_once() {
                 .read_to_string(&mut err)
                 .unwrap();
             let out = (code, err);
-            assert_eq!(out.0, Some(1), "round {round}: a loser exits 1: {}", out.1);
+            assert_eq!(
+                out.0,
+                Some(75),
+                "round {round}: a loser exits 75 (try again later): {}",
+                out.1
+            );
             assert!(
                 out.1.contains(&format!("pid {winner_pid}")),
                 "round {round}: the refusal names the running daemon's pid {winner_pid}: {}",
