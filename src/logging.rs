@@ -16,6 +16,7 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use crate::host_env::HostEnv;
 use crate::store::log::RotatingLog;
 use crate::store::LogEntry;
 
@@ -27,12 +28,13 @@ pub struct LogGuard {
     _worker: WorkerGuard,
 }
 
-/// Send this process's logs to `log_path`. Returns an error if the file cannot be opened.
-pub fn init(log_path: &Path) -> std::io::Result<LogGuard> {
+/// Send this process's logs to `log_path`, filtered by `host`'s [`LOG_ENV`]. Returns an error if
+/// the file cannot be opened.
+pub fn init(log_path: &Path, host: &HostEnv) -> std::io::Result<LogGuard> {
     let log = RotatingLog::open(log_path)?;
     let (writer, worker) = tracing_appender::non_blocking(log);
-    let filter = match std::env::var(LOG_ENV) {
-        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+    let filter = match host.var(LOG_ENV) {
+        Some(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
             eprintln!("warning: {LOG_ENV}={spec:?} is not a valid filter ({e}); logging at info");
             EnvFilter::new("info")
         }),

@@ -11,6 +11,8 @@ use std::process::Command;
 
 use uuid::Uuid;
 
+use crate::host_env::HostEnv;
+
 /// Environment variable naming the data root.
 pub const DATA_DIR_ENV: &str = "ROVER_DATA_DIR";
 
@@ -163,12 +165,12 @@ fn git_output(dir: &Path, args: &[&str]) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// `$ROVER_DATA_DIR`, else `~/.rover/data`.
-pub fn data_dir() -> Result<PathBuf, ProjectError> {
-    if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|d| !d.is_empty()) {
+/// `$ROVER_DATA_DIR`, else `~/.rover/data`, in `host`'s environment.
+pub fn data_dir(host: &HostEnv) -> Result<PathBuf, ProjectError> {
+    if let Some(dir) = host.var_os(DATA_DIR_ENV).filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
-    std::env::var_os("HOME")
+    host.var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|h| PathBuf::from(h).join(".rover").join("data"))
         .ok_or(ProjectError::NoDataDir)

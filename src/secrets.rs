@@ -9,6 +9,8 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use crate::host_env::HostEnv;
+
 /// What replaces a secret in text rover writes or sends.
 pub const SECRET: &str = "[redacted secret]";
 
@@ -141,11 +143,11 @@ impl HeldSecrets {
         self
     }
 
-    /// Holds the values of the variables `names` that are set in rover's environment.
+    /// Holds the values of the variables `names` that are set in rover's environment (`host`).
     #[must_use]
-    pub fn with_env(mut self, names: &[&str]) -> HeldSecrets {
+    pub fn with_env(mut self, names: &[&str], host: &HostEnv) -> HeldSecrets {
         for name in names {
-            if let Ok(value) = std::env::var(name) {
+            if let Some(value) = host.var(name) {
                 self.add(name, &value);
             }
         }
@@ -155,9 +157,9 @@ impl HeldSecrets {
     /// Holds the values of the variables `names` that are set and look secret ([`looks_secret`]):
     /// what `autopilot.sandbox.envAllow` lets into a sandbox.
     #[must_use]
-    pub fn with_env_if_secret(mut self, names: &[String]) -> HeldSecrets {
+    pub fn with_env_if_secret(mut self, names: &[String], host: &HostEnv) -> HeldSecrets {
         for name in names {
-            if let Ok(value) = std::env::var(name) {
+            if let Some(value) = host.var(name) {
                 if looks_secret(name, &value) {
                     self.add(name, &value);
                 }
@@ -166,15 +168,12 @@ impl HeldSecrets {
         self
     }
 
-    /// Holds the value of every variable of rover's environment whose name says it is a
-    /// secret ([`name_looks_secret`]) and whose value could be one ([`could_be_secret`]: these
+    /// Holds the value of every variable of rover's environment (`host`) whose name says it is
+    /// a secret ([`name_looks_secret`]) and whose value could be one ([`could_be_secret`]: these
     /// names are guessed, and a held value refuses every push that adds it).
     #[must_use]
-    pub fn with_secret_env(mut self) -> HeldSecrets {
-        for (name, value) in std::env::vars_os() {
-            let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
-                continue;
-            };
+    pub fn with_secret_env(mut self, host: &HostEnv) -> HeldSecrets {
+        for (name, value) in host.vars() {
             if name_looks_secret(name) && could_be_secret(value) {
                 self.add(name, value);
             }
@@ -480,20 +479,13 @@ mod tests {
 
     #[test]
     fn guessed_secret_variables_hold_only_values_that_could_be_secrets() {
-        let id = uuid::Uuid::new_v4()
-            .simple()
-            .to_string()
-            .to_ascii_uppercase();
-        let real = format!("ROVER_TEST_{id}_TOKEN");
-        let placeholder = format!("ROVER_TEST_{id}_SECRET");
-        std::env::set_var(&real, "s3cret-Value-for-test");
-        std::env::set_var(&placeholder, "undefined");
-        let held = HeldSecrets::new().with_secret_env();
-        std::env::remove_var(&real);
-        std::env::remove_var(&placeholder);
+        let host = HostEnv::from_pairs([
+            ("ROVER_TEST_TOKEN", "s3cret-Value-for-test"),
+            ("ROVER_TEST_SECRET", "undefined"),
+        ]);
+        let held = HeldSecrets::new().with_secret_env(&host);
         let names: Vec<&str> = held.iter().map(HeldSecret::name).collect();
-        assert!(names.contains(&real.as_str()), "{names:?}");
-        assert!(!names.contains(&placeholder.as_str()), "{names:?}");
+        assert_eq!(names, ["ROVER_TEST_TOKEN"]);
         assert!(could_be_secret("hunter22"));
         assert!(!could_be_secret("changeme"));
         assert!(!could_be_secret("two words 123"));

@@ -14,6 +14,7 @@ use super::pricing::CodexPrices;
 use super::runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 use super::settings::AgentSettings;
 use super::types::{AgentRequest, AgentResponse, ErrorClass, ParseError};
+use crate::host_env::HostEnv;
 
 /// Longest stdout line kept (tool results can be several MB on one line).
 const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
@@ -36,24 +37,40 @@ pub trait Agent: Send + Sync {
 #[derive(Debug, Clone)]
 struct Launcher {
     kind: AgentKind,
+    /// The executable the adapter was given, if any (it wins over `host`'s variable).
+    given: Option<PathBuf>,
     binary: PathBuf,
     extra_env: Vec<String>,
     fixed_env: Vec<(String, String)>,
     kill_grace: Duration,
+    /// rover's environment, of which the agent gets the allow-listed variables.
+    host: HostEnv,
 }
 
 impl Launcher {
     fn new(kind: AgentKind, binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
-        let binary = binary
-            .or_else(|| std::env::var_os(kind.bin_env_var()).map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(kind.default_binary()));
         Self {
             kind,
-            binary,
+            given: binary,
+            binary: PathBuf::new(),
             extra_env: settings.extra_env.clone(),
             fixed_env: Vec::new(),
             kill_grace: settings.kill_grace(),
+            host: HostEnv::default(),
         }
+        .with_host(HostEnv::default())
+    }
+
+    /// In rover's environment `host`: the executable given, else the one its variable
+    /// (`ROVER_CLAUDE_BIN`, ...) names, else the CLI's name on `PATH`.
+    fn with_host(mut self, host: HostEnv) -> Self {
+        self.binary = self
+            .given
+            .clone()
+            .or_else(|| host.var_os(self.kind.bin_env_var()).map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(self.kind.default_binary()));
+        self.host = host;
+        self
     }
 
     /// The allow-listed environment plus the fixed pairs (GitHub tokens never pass), as the
@@ -66,7 +83,7 @@ impl Launcher {
 
     /// The allow-listed environment plus the fixed pairs, as the user gave them.
     fn given_env(&self) -> Vec<(String, String)> {
-        let mut env = agent_env(&self.extra_env);
+        let mut env = agent_env(&self.extra_env, &self.host);
         for (name, value) in &self.fixed_env {
             if ALWAYS_DENIED_ENV.contains(&name.as_str()) {
                 continue;
@@ -246,10 +263,10 @@ fn conclude(
     }
 }
 
-/// The request with any GitHub token value removed from the texts the agent will see.
-fn redacted(mut req: AgentRequest) -> AgentRequest {
-    req.prompt = redact_secrets(&req.prompt);
-    req.system_prompt = redact_secrets(&req.system_prompt);
+/// The request with any GitHub token value of `host` removed from the texts the agent will see.
+fn redacted(mut req: AgentRequest, host: &HostEnv) -> AgentRequest {
+    req.prompt = redact_secrets(&req.prompt, host);
+    req.system_prompt = redact_secrets(&req.system_prompt, host);
     req
 }
 
@@ -263,12 +280,21 @@ pub struct CliAgent {
 
 impl CliAgent {
     /// An adapter of `kind`; `binary` overrides the variable that names the executable
-    /// (`ROVER_CLAUDE_BIN`, ...) and the CLI's name on `PATH`.
+    /// (`ROVER_CLAUDE_BIN`, ...) and the CLI's name on `PATH`. It sees an empty environment
+    /// until [`CliAgent::with_host`] gives it rover's.
     pub fn new(kind: AgentKind, binary: Option<PathBuf>, settings: &AgentSettings) -> Self {
         Self {
             launcher: Launcher::new(kind, binary, settings),
             prices: settings.codex_prices.clone(),
         }
+    }
+
+    /// The adapter in rover's environment `host`: where its executable's variable and `PATH`
+    /// are read, and what the agent gets of it (the allow-list; never a GitHub token).
+    #[must_use]
+    pub fn with_host(mut self, host: HostEnv) -> Self {
+        self.launcher = self.launcher.with_host(host);
+        self
     }
 
     /// Sets an environment variable for the agent (e.g. `CLAUDE_CODE_MAX_RETRIES=0`); the
@@ -362,7 +388,7 @@ impl Agent for CliAgent {
     }
 
     async fn run(&self, req: AgentRequest) -> Result<AgentResponse, AgentError> {
-        let req = redacted(req);
+        let req = redacted(req, &self.launcher.host);
         let cli = self.cli();
         let (schema_file, in_repo) = host_files(&req, cli.schema_file()).await?;
         let mut spec = self.launcher.spec(&req, Vec::new(), cli.host_stdin(&req));
@@ -408,8 +434,8 @@ impl Agent for CliAgent {
     }
 }
 
-/// The configured agent (`settings.agent`), its binary from its variable (`ROVER_CLAUDE_BIN`,
-/// `ROVER_CODEX_BIN`) or `PATH`.
-pub fn agent_from_settings(settings: &AgentSettings) -> Arc<dyn Agent> {
-    Arc::new(CliAgent::new(settings.agent, None, settings))
+/// The configured agent (`settings.agent`) in rover's environment `host`, its binary from its
+/// variable (`ROVER_CLAUDE_BIN`, `ROVER_CODEX_BIN`) or `PATH`.
+pub fn agent_from_settings(settings: &AgentSettings, host: &HostEnv) -> Arc<dyn Agent> {
+    Arc::new(CliAgent::new(settings.agent, None, settings).with_host(host.clone()))
 }

@@ -1,5 +1,7 @@
 //! The environment an agent process gets: an allow-list, never the GitHub token.
 
+use crate::host_env::HostEnv;
+
 /// Variables passed to every agent when set in rover's environment.
 pub const BASE_ALLOWED_ENV: &[&str] = &[
     "PATH",
@@ -33,36 +35,37 @@ pub const ALWAYS_DENIED_ENV: &[&str] = &[
     "ROVER_REGISTRY_PASSWORD",
 ];
 
-/// The `(name, value)` pairs from rover's environment an agent may see: the base allow-list
-/// plus `extra` names, minus [`ALWAYS_DENIED_ENV`]. Values holding a GitHub token are dropped.
-pub fn agent_env(extra: &[String]) -> Vec<(String, String)> {
-    let secrets = github_secrets();
+/// The `(name, value)` pairs from rover's environment (`host`) an agent may see: the base
+/// allow-list plus `extra` names, minus [`ALWAYS_DENIED_ENV`]. Values holding a GitHub token
+/// are dropped.
+pub fn agent_env(extra: &[String], host: &HostEnv) -> Vec<(String, String)> {
+    let secrets = github_secrets(host);
     let allowed = |name: &str| {
         !ALWAYS_DENIED_ENV.contains(&name)
             && (BASE_ALLOWED_ENV.contains(&name) || extra.iter().any(|e| e == name))
     };
-    std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+    host.vars()
         .filter(|(name, value)| {
             allowed(name) && !secrets.iter().any(|secret| value.contains(secret.as_str()))
         })
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect()
 }
 
-/// Values of the denied variables, when long enough to be real secrets.
-fn github_secrets() -> Vec<String> {
+/// Values of the denied variables in `host`, when long enough to be real secrets.
+fn github_secrets(host: &HostEnv) -> Vec<String> {
     ALWAYS_DENIED_ENV
         .iter()
-        .filter_map(|name| std::env::var(name).ok())
+        .filter_map(|name| host.var(name))
         .filter(|value| value.len() >= 8)
         .collect()
 }
 
-/// Replaces any value of a denied variable (a GitHub token, the registry's login) found in
-/// `text` (e.g. pasted into an issue) with a marker.
-pub fn redact_secrets(text: &str) -> String {
+/// Replaces any value of a denied variable of `host` (a GitHub token, the registry's login)
+/// found in `text` (e.g. pasted into an issue) with a marker.
+pub fn redact_secrets(text: &str, host: &HostEnv) -> String {
     let mut out = text.to_owned();
-    for secret in github_secrets() {
+    for secret in github_secrets(host) {
         if out.contains(&secret) {
             out = out.replace(&secret, "[redacted by rover]");
         }

@@ -14,7 +14,7 @@ use crate::store::{AutopilotStore, Span};
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
     let project_id = ctx.project_id()?;
     Ok(AutopilotStore::open_existing(
-        &crate::project::data_dir()?,
+        &crate::project::data_dir(&ctx.host)?,
         &project_id,
     )?)
 }
@@ -210,7 +210,7 @@ pub fn gc(
     let store = match open_store(ctx) {
         Ok(store) => store,
         Err(CliError::Store(crate::store::StoreError::MissingStore { path })) => {
-            let leftovers = super::gc::sweep(dry_run)?;
+            let leftovers = super::gc::sweep(dry_run, &ctx.host)?;
             if json {
                 out.print(&format!(
                     "{}\n",
@@ -259,7 +259,7 @@ pub fn gc(
         crate::steps::history::image_of,
         dry_run,
     );
-    let leftovers = super::gc::sweep(dry_run)?;
+    let leftovers = super::gc::sweep(dry_run, &ctx.host)?;
     if json {
         out.print(&format!(
             "{}\n",

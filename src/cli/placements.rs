@@ -28,13 +28,13 @@ pub fn placements(ctx: &Context, project: &str) -> Option<Result<Vec<Placement>,
     };
     let project = project.to_owned();
     Some(runtime.block_on(async move {
-        let local = DockerSandbox::connect(Vec::new())
+        let local = DockerSandbox::connect(Vec::new(), &ctx.host)
             .await
             .map_err(|e| crate::error::error_chain(&e))?;
         let manager = docker_host(
-            std::env::var(SWARM_HOST_ENV)
-                .ok()
-                .or_else(|| std::env::var(DOCKER_HOST_ENV).ok()),
+            ctx.host
+                .var(SWARM_HOST_ENV)
+                .or_else(|| ctx.host.var(DOCKER_HOST_ENV)),
         );
         let swarm = SwarmSandbox::connect(local, &manager, Vec::new())
             .await

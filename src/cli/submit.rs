@@ -23,7 +23,7 @@ pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<E
         return Err(CliError::Usage("the request is empty: say what rover should do, e.g. rover autopilot submit \"add a --json flag to export\"".into()));
     }
     let project_id = ctx.project_id()?;
-    let store = AutopilotStore::open(&crate::project::data_dir()?, &project_id)?;
+    let store = AutopilotStore::open(&crate::project::data_dir(&ctx.host)?, &project_id)?;
     let actor = std::env::var("USER").unwrap_or_else(|_| "local".into());
     let arrival = Arrival::Local {
         request: &request,

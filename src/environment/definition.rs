@@ -12,6 +12,7 @@ use super::devcontainer::{
 use super::error::EnvironmentError;
 use super::record::EnvSource;
 use crate::git::{DefaultBranchSnapshot, SnapshotEntry, Workspace};
+use crate::host_env::HostEnv;
 use crate::sandbox::SandboxSettings;
 
 /// The rover-specific setup script, run over `autopilot.sandbox.image` when there is no dev
@@ -82,9 +83,11 @@ impl Definition {
 
 /// The environment the default branch of `ws` declares, or `None` when it declares none (or
 /// `environment.fromRepository` is off): `autopilot.sandbox.image` is then used as it is.
+/// `host` is rover's environment, of which a definition may read the `localEnv` names.
 pub async fn define(
     ws: &Workspace,
     settings: &SandboxSettings,
+    host: &HostEnv,
 ) -> Result<Option<Definition>, EnvironmentError> {
     if !settings.environment.from_repository {
         return Ok(None);
@@ -117,7 +120,7 @@ pub async fn define(
     }
     if let Some(path) = DEVCONTAINER_PATHS.iter().find(|p| is_file(p)) {
         let text = read(ws, &snapshot, path).await?;
-        let local_env = LocalEnv::from_process(&settings.environment.local_env);
+        let local_env = LocalEnv::from_host(&settings.environment.local_env, host);
         let refused = |reason| EnvironmentError::Definition {
             path: (*path).to_owned(),
             reason,
@@ -370,7 +373,12 @@ mod tests {
             .with_env("GIT_CONFIG_GLOBAL", "/dev/null");
         let mut settings = SandboxSettings::default();
         settings.environment.local_env = local_env.iter().map(|n| (*n).to_owned()).collect();
-        define(&ws, &settings).await
+        define(
+            &ws,
+            &settings,
+            &HostEnv::from_pairs([("HOME", "/home/rover")]),
+        )
+        .await
     }
 
     fn refused(result: Result<Option<Definition>, EnvironmentError>) -> (String, String) {
@@ -501,10 +509,8 @@ mod tests {
             reason.starts_with("`build.context` reads `${localEnv:HOME}`"),
             "{reason}"
         );
-        if std::env::var("HOME").is_ok_and(|h| h.starts_with('/')) {
-            let (_, reason) = refused(define_in(&files, &[], &["HOME"]).await);
-            assert!(reason.contains("is an absolute path"), "{reason}");
-        }
+        let (_, reason) = refused(define_in(&files, &[], &["HOME"]).await);
+        assert!(reason.contains("is an absolute path"), "{reason}");
     }
 
     #[test]

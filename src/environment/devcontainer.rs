@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::host_env::HostEnv;
+
 /// Where rover looks for a dev container definition, first match wins.
 pub const DEVCONTAINER_PATHS: &[&str] = &[".devcontainer/devcontainer.json", ".devcontainer.json"];
 
@@ -184,15 +186,10 @@ pub struct DefinitionPath {
 pub struct LocalEnv(BTreeMap<String, Option<String>>);
 
 impl LocalEnv {
-    /// `names` with their values in this process's environment; a value that is not UTF-8 counts
-    /// as not set, as the build does not pass it to the CLI either.
-    pub fn from_process(names: &[String]) -> Self {
-        Self(
-            names
-                .iter()
-                .map(|n| (n.clone(), std::env::var(n).ok()))
-                .collect(),
-        )
+    /// `names` with their values in rover's environment (`host`); a value that is not UTF-8
+    /// counts as not set, as the build does not pass it to the CLI either.
+    pub fn from_host(names: &[String], host: &HostEnv) -> Self {
+        Self(names.iter().map(|n| (n.clone(), host.var(n))).collect())
     }
 
     /// These names and values (`None`: not set).

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::definition::define;
 use super::record::EnvSource;
 use crate::git::Workspace;
+use crate::host_env::HostEnv;
 use crate::sandbox::SandboxSettings;
 
 /// The one command that installs the dev container CLI rover is tested with.
@@ -19,15 +20,16 @@ const VERSION_LIMIT: Duration = Duration::from_secs(60);
 
 /// What the default branch of the repository at `root` declares, with the dev container CLI's
 /// version: `Ok(None)` when it declares nothing (or cannot be read yet: the first trace says
-/// why); `Err` with what to do when the CLI does not answer.
+/// why); `Err` with what to do when the CLI does not answer. `host` is rover's environment.
 pub async fn check(
     root: &Path,
     settings: &SandboxSettings,
+    host: &HostEnv,
 ) -> Result<Option<(EnvSource, String)>, String> {
     let Ok(ws) = Workspace::open(root).await else {
         return Ok(None);
     };
-    let definition = match define(&ws, settings).await {
+    let definition = match define(&ws, settings, host).await {
         Ok(Some(definition)) => definition,
         Ok(None) => return Ok(None),
         Err(e) => {
@@ -49,7 +51,7 @@ pub async fn check(
     let output = tokio::process::Command::new(cli)
         .arg("--version")
         .env_clear()
-        .envs(crate::sandbox::build_env())
+        .envs(crate::sandbox::build_env(host))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();

@@ -22,6 +22,7 @@ use super::api::RepoRef;
 use super::error::GitHubError;
 use super::octo::check_status;
 use super::poll::ResponseMeta;
+use crate::host_env::HostEnv;
 use crate::secrets::LiveSecrets;
 
 /// The path of the app's private key (the `.pem` file GitHub generated).
@@ -40,9 +41,9 @@ const HELD_TOKENS: usize = 48;
 /// How long a token is kept when this machine's clock says it expired before it was minted.
 const CLOCK_SKEW_REUSE: TimeDelta = TimeDelta::seconds(60);
 
-/// The key file named by `ROVER_GITHUB_APP_KEY_FILE`, when set.
-pub fn key_path_from_env() -> Option<PathBuf> {
-    std::env::var_os(APP_KEY_ENV)
+/// The key file named by `ROVER_GITHUB_APP_KEY_FILE` in `host`, when set.
+pub fn key_path_from_env(host: &HostEnv) -> Option<PathBuf> {
+    host.var_os(APP_KEY_ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
 }

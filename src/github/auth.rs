@@ -8,25 +8,28 @@ use std::sync::Arc;
 use super::app::AppTokens;
 use super::error::GitHubError;
 use super::settings::{TOKEN_ENV, TOKEN_ENV_FALLBACK};
+use crate::host_env::HostEnv;
 
 /// The tokens taken out of the environment by [`seal_token`], if it ran: each variable's value.
 static SEALED: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
 
-/// The non-empty values of `GITHUB_TOKEN` and `GH_TOKEN`, in that order, with their names.
-fn env_tokens() -> Vec<(&'static str, String)> {
+/// The non-empty values of `GITHUB_TOKEN` and `GH_TOKEN` in `host`, in that order, with their
+/// names.
+fn env_tokens(host: &HostEnv) -> Vec<(&'static str, String)> {
     [TOKEN_ENV, TOKEN_ENV_FALLBACK]
         .into_iter()
-        .filter_map(|name| Some((name, std::env::var(name).ok()?.trim().to_owned())))
+        .filter_map(|name| Some((name, host.var(name)?.trim().to_owned())))
         .filter(|(_, v)| !v.is_empty())
         .collect()
 }
 
 /// Every GitHub token rover was given (`GITHUB_TOKEN` and `GH_TOKEN` both, when both were set
-/// and differ: rover uses the first but holds both), with the variable each came from.
-pub fn held_tokens() -> Vec<(&'static str, String)> {
+/// and differ: rover uses the first but holds both), with the variable each came from: as
+/// [`seal_token`] kept them when it ran, else from `host`.
+pub fn held_tokens(host: &HostEnv) -> Vec<(&'static str, String)> {
     match SEALED.get() {
         Some(sealed) => sealed.clone(),
-        None => env_tokens(),
+        None => env_tokens(host),
     }
 }
 
@@ -34,9 +37,9 @@ pub fn held_tokens() -> Vec<(&'static str, String)> {
 /// and `GH_TOKEN` from the environment (no child inherits them), and marks the process
 /// non-dumpable, so processes of the same user (hooks, agents) cannot read it from
 /// `/proc/<pid>/environ` or memory, nor attach a debugger. Call it first thing in `main`,
-/// before any thread exists.
-pub fn seal_token() {
-    let tokens = env_tokens();
+/// before any thread exists, with the environment as the process started (`host`).
+pub fn seal_token(host: &HostEnv) {
+    let tokens = env_tokens(host);
     for name in [TOKEN_ENV, TOKEN_ENV_FALLBACK] {
         std::env::remove_var(name);
     }
@@ -51,8 +54,8 @@ pub fn seal_token() {
 
 /// The token from `GITHUB_TOKEN`, else `GH_TOKEN` (as [`seal_token`] kept it, when it ran);
 /// empty values do not count.
-pub fn token_from_env() -> Result<String, GitHubError> {
-    held_tokens()
+pub fn token_from_env(host: &HostEnv) -> Result<String, GitHubError> {
+    held_tokens(host)
         .into_iter()
         .next()
         .map(|(_, token)| token)

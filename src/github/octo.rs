@@ -30,14 +30,14 @@ use super::wire::{
     summarize_ci, RawCheckRuns, RawCombined, RawComment, RawIssue, RawPermission, RawPosted,
     RawPull, RawReview, RawReviewComment,
 };
+use crate::host_env::HostEnv;
 
 /// Most pages fetched for one list call (100 items each).
 const MAX_PAGES: u32 = 5;
 
-/// The API base URL from `ROVER_GITHUB_API_URL`, else `https://api.github.com`.
-pub fn api_url_from_env() -> String {
-    std::env::var(API_URL_ENV)
-        .ok()
+/// The API base URL from `ROVER_GITHUB_API_URL` in `host`, else `https://api.github.com`.
+pub fn api_url_from_env(host: &HostEnv) -> String {
+    host.var(API_URL_ENV)
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| DEFAULT_API_URL.to_owned())
@@ -75,9 +75,18 @@ impl std::fmt::Debug for OctoGitHub {
 }
 
 impl OctoGitHub {
-    /// Build from the environment (`ROVER_GITHUB_API_URL`, `GITHUB_TOKEN`/`GH_TOKEN`).
-    pub fn from_env(settings: &GitHubSettings, repo: RepoRef) -> Result<Self, GitHubError> {
-        Self::new(&api_url_from_env(), &token_from_env()?, repo, settings)
+    /// Build from rover's environment, `host` (`ROVER_GITHUB_API_URL`, `GITHUB_TOKEN`/`GH_TOKEN`).
+    pub fn from_env(
+        settings: &GitHubSettings,
+        repo: RepoRef,
+        host: &HostEnv,
+    ) -> Result<Self, GitHubError> {
+        Self::new(
+            &api_url_from_env(host),
+            &token_from_env(host)?,
+            repo,
+            settings,
+        )
     }
 
     /// Build against `api_url` with `token`.

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 
 use super::events::{normalize_event, NormalizeOptions, NormalizedEvent, SkipReason};
+use crate::host_env::HostEnv;
 
 /// The webhook secret (required by `rover autopilot start --webhook`).
 pub const SECRET_ENV: &str = "ROVER_WEBHOOK_SECRET";
@@ -16,26 +17,24 @@ static SEALED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 /// Takes the webhook secret out of the environment (kept in memory) so no child process (hooks,
 /// agents) inherits it. Call it first thing in `main`, before any thread exists, as
-/// `seal_token` is.
-pub fn seal_secret() {
-    let secret = env_secret();
+/// `seal_token` is, with the environment as the process started (`host`).
+pub fn seal_secret(host: &HostEnv) {
+    let secret = env_secret(host);
     std::env::remove_var(SECRET_ENV);
     let _ = SEALED.set(secret);
 }
 
-/// The webhook secret from `ROVER_WEBHOOK_SECRET` (as [`seal_secret`] kept it, when it ran);
-/// an empty value does not count.
-pub fn secret_from_env() -> Option<String> {
+/// The webhook secret from `ROVER_WEBHOOK_SECRET` (as [`seal_secret`] kept it, when it ran,
+/// else in `host`); an empty value does not count.
+pub fn secret_from_env(host: &HostEnv) -> Option<String> {
     match SEALED.get() {
         Some(sealed) => sealed.clone(),
-        None => env_secret(),
+        None => env_secret(host),
     }
 }
 
-fn env_secret() -> Option<String> {
-    std::env::var(SECRET_ENV)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
+fn env_secret(host: &HostEnv) -> Option<String> {
+    host.non_empty(SECRET_ENV)
 }
 
 /// The largest body GitHub delivers (25 MB); anything larger is refused.

@@ -263,6 +263,8 @@ async fn run_step(
         github_token: None,
         git_env: Vec::new(),
         store_root: None,
+        // The deciding steps read nothing of rover's environment: a replay is the same anywhere.
+        host: crate::host_env::HostEnv::default(),
     });
     let Some(step) = deciding_step(&span.step, services) else {
         return Err(format!("{} is not a deciding step", span.step));

@@ -25,6 +25,7 @@ use super::runnet::{ProxyServer, RunNetwork};
 use super::spec::{SandboxSpec, INPUT_MOUNT, WORKSPACE_MOUNT};
 use super::{ContainerInfo, ContainerStatus, LogStats, RunConnect, Sandbox};
 use crate::git::owner;
+use crate::host_env::HostEnv;
 
 /// The variable naming the engine to use (`unix://`, `tcp://`, `http://`); default the local socket.
 pub const DOCKER_HOST_ENV: &str = "DOCKER_HOST";
@@ -57,10 +58,11 @@ pub struct DockerSandbox {
 }
 
 impl DockerSandbox {
-    /// Connects to the engine named by `DOCKER_HOST` (or the local socket) and negotiates the
-    /// API version; [`SandboxError::DaemonUnreachable`] when it does not answer.
-    pub async fn connect(env_allow: Vec<String>) -> Result<Self, SandboxError> {
-        let host = docker_host(std::env::var(DOCKER_HOST_ENV).ok());
+    /// Connects to the engine named by `DOCKER_HOST` in rover's environment (`env`; else the
+    /// local socket) and negotiates the API version; [`SandboxError::DaemonUnreachable`] when
+    /// it does not answer.
+    pub async fn connect(env_allow: Vec<String>, env: &HostEnv) -> Result<Self, SandboxError> {
+        let host = docker_host(env.var(DOCKER_HOST_ENV));
         Self::connect_to(&host, env_allow).await
     }
 

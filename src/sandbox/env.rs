@@ -1,6 +1,7 @@
 //! Which environment variables may enter a sandbox: an allow-list, and names refused always.
 
 use super::error::SandboxError;
+use crate::host_env::HostEnv;
 
 /// Never passed into a sandbox, even when allow-listed: GitHub and git credentials, and the
 /// login of the registry sandbox images are pushed to.
@@ -49,11 +50,11 @@ pub const BUILD_ENV: &[&str] = &[
     "TMPDIR",
 ];
 
-/// [`BUILD_ENV`]'s variables that are set, with their values.
-pub fn build_env() -> Vec<(&'static str, std::ffi::OsString)> {
+/// [`BUILD_ENV`]'s variables that are set in rover's environment (`host`), with their values.
+pub fn build_env(host: &HostEnv) -> Vec<(&'static str, std::ffi::OsString)> {
     BUILD_ENV
         .iter()
-        .filter_map(|name| Some((*name, std::env::var_os(name)?)))
+        .filter_map(|name| Some((*name, host.var_os(name)?.to_owned())))
         .collect()
 }
 

@@ -34,6 +34,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use crate::host_env::HostEnv;
+
 pub use docker::{docker_host, DockerSandbox, DOCKER_HOST_ENV};
 pub use egress::{Egress, EgressMode};
 pub use env::{build_env, check_env, ALWAYS_REFUSED_ENV, BUILD_ENV};
@@ -289,12 +291,13 @@ pub trait Sandbox: Send + Sync {
 /// The backend `settings.backend` names, connected: the local Docker engine (at `DOCKER_HOST`,
 /// or the local socket), or a swarm whose manager answers at `ROVER_SWARM_HOST` (default
 /// `DOCKER_HOST`); [`SandboxError::Swarm`] when that engine is no swarm manager. `own`: rover's
-/// own image, which the local engine builds on first use.
+/// own image, which the local engine builds on first use. The variables are `host`'s.
 pub async fn connect(
     settings: &SandboxSettings,
     own: Option<Arc<OwnImage>>,
+    host: &HostEnv,
 ) -> Result<Arc<dyn Sandbox>, SandboxError> {
-    let local = DockerSandbox::connect(settings.env_allow.clone()).await?;
+    let local = DockerSandbox::connect(settings.env_allow.clone(), host).await?;
     if let Some(own) = own {
         local.use_own_image(own);
     }
@@ -307,12 +310,11 @@ pub async fn connect(
         }
         SandboxBackend::Swarm => {
             let manager = docker_host(
-                std::env::var(SWARM_HOST_ENV)
-                    .ok()
-                    .filter(|h| !h.trim().is_empty())
-                    .or_else(|| std::env::var(DOCKER_HOST_ENV).ok()),
+                host.non_empty(SWARM_HOST_ENV)
+                    .or_else(|| host.var(DOCKER_HOST_ENV)),
             );
-            let nodes: Vec<String> = std::env::var(swarm::NODES_ENV)
+            let nodes: Vec<String> = host
+                .var(swarm::NODES_ENV)
                 .unwrap_or_default()
                 .split(',')
                 .map(str::to_owned)
@@ -324,7 +326,7 @@ pub async fn connect(
                     if nodes.iter().any(|n| !n.trim().is_empty()) {
                         tracing::warn!(registry = %prefix, "{} is set but so is autopilot.sandbox.registry: the nodes pull from the registry and nothing is loaded onto them", swarm::NODES_ENV);
                     }
-                    swarm.with_registry(swarm::Registry::from_env(prefix)?)
+                    swarm.with_registry(swarm::Registry::from_env(prefix, host)?)
                 }
                 None => swarm.load_images_onto(&nodes).await?,
             };

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::error::SandboxError;
+use crate::host_env::HostEnv;
 
 /// The Dockerfile of rover's sandbox image, as `docs/sandbox.md` describes it.
 pub const DOCKERFILE: &str = include_str!("../../docs/sandbox/Dockerfile");
@@ -93,16 +94,20 @@ pub struct OwnImage {
     /// Where the build's log goes (`sandbox-image-<hash>.log`).
     log_dir: PathBuf,
     timeout: Duration,
+    /// rover's environment: what `docker build` is given of it ([`super::build_env`]).
+    host: HostEnv,
     lock: tokio::sync::Mutex<()>,
 }
 
 impl OwnImage {
     /// The image `settings` describe, with the build's log under `log_dir`; reads nothing but
-    /// the host CLIs' metadata (`host`). An error names the setting to fix.
+    /// the host CLIs' metadata (`host`), found by rover's environment (`env`: their variables,
+    /// `PATH`). An error names the setting to fix.
     pub fn resolve(
         settings: &ImageBuildSettings,
         log_dir: &Path,
         timeout: Duration,
+        env: &HostEnv,
     ) -> Result<Self, SandboxError> {
         let refuse = |reason: String| SandboxError::ImageBuild {
             image: DEFAULT_IMAGE.to_owned(),
@@ -115,7 +120,7 @@ impl OwnImage {
             )));
         }
         let claude = match settings.claude_code.as_str() {
-            "host" => Cli::Host(host_claude()?),
+            "host" => Cli::Host(host_claude(env)?),
             "none" => return Err(refuse(
                 "autopilot.sandbox.build.claudeCode cannot be `none`: every sandbox runs claude"
                     .to_owned(),
@@ -123,7 +128,7 @@ impl OwnImage {
             version => Cli::Npm(version_of("claudeCode", version).map_err(refuse)?),
         };
         let codex = match settings.codex.as_str() {
-            "host" => Cli::Host(host_codex()?),
+            "host" => Cli::Host(host_codex(env)?),
             "none" => Cli::None,
             version => Cli::Npm(version_of("codex", version).map_err(refuse)?),
         };
@@ -152,6 +157,7 @@ impl OwnImage {
             codex,
             log_dir: log_dir.to_owned(),
             timeout,
+            host: env.clone(),
             lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -218,7 +224,7 @@ impl OwnImage {
         command
             .args(&args)
             .env_clear()
-            .envs(super::build_env())
+            .envs(super::build_env(&self.host))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -452,23 +458,24 @@ fn version_of(key: &str, version: &str) -> Result<String, String> {
     }
 }
 
-/// The executable `name` resolves to: `env` if set, else the first on `PATH`.
-fn host_program(env: &str, name: &str) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+/// The executable `name` resolves to in `host`'s environment: the variable `env` if set, else
+/// the first on `PATH`.
+fn host_program(host: &HostEnv, env: &str, name: &str) -> Option<PathBuf> {
+    if let Some(path) = host.var_os(env).filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
+    std::env::split_paths(host.var_os("PATH")?)
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
 }
 
 /// The native `claude` executable rover runs (links followed): the npm package's binary.
-fn host_claude() -> Result<PathBuf, SandboxError> {
+fn host_claude(host: &HostEnv) -> Result<PathBuf, SandboxError> {
     let refuse = |reason: String| SandboxError::ImageBuild {
         image: DEFAULT_IMAGE.to_owned(),
         reason,
     };
-    let program = host_program(crate::agents::ROVER_CLAUDE_BIN, "claude").ok_or_else(|| {
+    let program = host_program(host, crate::agents::ROVER_CLAUDE_BIN, "claude").ok_or_else(|| {
         refuse("autopilot.sandbox.build.claudeCode is `host`, but there is no `claude` on PATH (nor ROVER_CLAUDE_BIN)".to_owned())
     })?;
     let exe = std::fs::canonicalize(&program).map_err(|source| SandboxError::File {
@@ -492,12 +499,12 @@ fn host_claude() -> Result<PathBuf, SandboxError> {
 /// The native platform directory of the `codex` rover runs: the npm wrapper
 /// (`@openai/codex/bin/codex.js`) sits beside `@openai/codex-linux-<arch>`, whose
 /// `vendor/<target>/` holds `bin/codex` and its helpers.
-fn host_codex() -> Result<PathBuf, SandboxError> {
+fn host_codex(host: &HostEnv) -> Result<PathBuf, SandboxError> {
     let refuse = |reason: String| SandboxError::ImageBuild {
         image: DEFAULT_IMAGE.to_owned(),
         reason,
     };
-    let program = host_program(crate::agents::ROVER_CODEX_BIN, "codex").ok_or_else(|| {
+    let program = host_program(host, crate::agents::ROVER_CODEX_BIN, "codex").ok_or_else(|| {
         refuse("autopilot.sandbox.build.codex is `host`, but there is no `codex` on PATH (nor ROVER_CODEX_BIN)".to_owned())
     })?;
     let wrapper = std::fs::canonicalize(&program).map_err(|source| SandboxError::File {
@@ -559,7 +566,12 @@ mod tests {
     use super::*;
 
     fn resolve(settings: &ImageBuildSettings) -> Result<OwnImage, SandboxError> {
-        OwnImage::resolve(settings, Path::new("/tmp"), Duration::from_secs(60))
+        OwnImage::resolve(
+            settings,
+            Path::new("/tmp"),
+            Duration::from_secs(60),
+            &HostEnv::default(),
+        )
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub use workflow::{sweep_orphans, OrphanReport, WorkflowStep};
 use crate::agents::{Agent, AgentSettings};
 use crate::config::RoverConfig;
 use crate::github::{GitHub, GitHubAuth, Redactor};
+use crate::host_env::HostEnv;
 use crate::orchestrator::Step;
 use crate::project::RepoSlug;
 use crate::sandbox::Sandbox;
@@ -68,6 +69,9 @@ pub struct Services {
     /// The store's directory, labelled on every container rover starts for it (see
     /// [`crate::sandbox::leftovers`]); `None` where no store owns them (a replay).
     pub store_root: Option<PathBuf>,
+    /// rover's environment as it started: what the proxy, a sandbox and a build may be given
+    /// of it (read once by the daemon; tests build one).
+    pub host: HostEnv,
 }
 
 impl Services {

@@ -32,6 +32,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::github::{Redactor, Visibility};
+use crate::host_env::HostEnv;
 use crate::store::{blocking, outbox, AutopilotStore};
 
 pub use convert::Convert;
@@ -61,6 +62,8 @@ pub struct ExportSetup {
     pub redactor: Redactor,
     pub project_id: String,
     pub repo: Option<String>,
+    /// rover's environment: the variables that name the service (read by the crate too).
+    pub host: HostEnv,
 }
 
 /// Start exporting (armed: closed spans are recorded) when the settings say so; otherwise
@@ -73,6 +76,7 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
         redactor,
         project_id,
         repo,
+        host,
     } = setup;
     let enabled = settings.enabled;
     let shown = settings.shown_endpoint.clone();
@@ -109,7 +113,7 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
         return Ok(None);
     }
     let mut exporter = build_exporter(&settings)?;
-    exporter.set_resource(&resource(&settings, &project_id, repo.as_deref()));
+    exporter.set_resource(&resource(&settings, &host, &project_id, repo.as_deref()));
     let convert = Convert {
         agent,
         content: settings.content,
@@ -176,13 +180,17 @@ fn build_exporter(
 /// `rover`), the version, and which project and repository the traces are of.
 fn resource(
     settings: &TelemetrySettings,
+    host: &HostEnv,
     project_id: &str,
     repo: Option<&str>,
 ) -> opentelemetry_sdk::Resource {
     let mut builder = opentelemetry_sdk::Resource::builder();
-    let env_names = std::env::var(settings::SERVICE_NAME_ENV).is_ok_and(|v| !v.is_empty())
-        || std::env::var(settings::RESOURCE_ATTRIBUTES_ENV)
-            .is_ok_and(|v| v.contains("service.name="));
+    let env_names = host
+        .var(settings::SERVICE_NAME_ENV)
+        .is_some_and(|v| !v.is_empty())
+        || host
+            .var(settings::RESOURCE_ATTRIBUTES_ENV)
+            .is_some_and(|v| v.contains("service.name="));
     if !env_names {
         builder = builder.with_service_name(
             settings

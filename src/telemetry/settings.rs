@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::config::TelemetryConfig;
+use crate::host_env::HostEnv;
 
 /// The standard variables rover reads itself (the OTLP crate reads the rest).
 pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -75,15 +76,11 @@ pub struct TelemetrySettings {
 /// The per-batch limit when `OTEL_EXPORTER_OTLP_TIMEOUT` does not say (the SDK's default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
 impl TelemetrySettings {
-    /// Resolve from the file's section and this process's environment. An unusable value is
+    /// Resolve from the file's section and rover's environment (`host`). An unusable value is
     /// an error naming it.
-    pub fn resolve(config: &TelemetryConfig) -> Result<TelemetrySettings, String> {
-        Self::resolve_with(config, var)
+    pub fn resolve(config: &TelemetryConfig, host: &HostEnv) -> Result<TelemetrySettings, String> {
+        Self::resolve_with(config, |name| host.non_empty(name))
     }
 
     /// [`TelemetrySettings::resolve`] over any environment (tests).
@@ -160,10 +157,10 @@ pub fn shown(url: &str) -> String {
 
 /// The values of `OTEL_EXPORTER_OTLP_HEADERS`-style variables (`k1=v1,k2=v2`): credentials of
 /// the collector, which rover holds as secrets (redacted wherever it writes).
-pub fn header_values() -> Vec<(&'static str, String)> {
+pub fn header_values(host: &HostEnv) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     for name in [HEADERS_ENV, TRACES_HEADERS_ENV] {
-        if let Some(text) = var(name) {
+        if let Some(text) = host.non_empty(name) {
             for pair in text.split(',') {
                 if let Some((_, v)) = pair.split_once('=') {
                     let v = v.trim();

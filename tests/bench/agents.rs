@@ -29,11 +29,13 @@ pub fn run() {
         let agent: Box<dyn Agent> = if kind == AgentKind::Claude {
             Box::new(
                 ClaudeAgent::new(Some(bin.clone()), &settings)
+                    .with_host(rover::host_env::HostEnv::from_process())
                     .with_env("ROVER_FAKE_AGENT_SCRIPT", script.clone()),
             )
         } else {
             Box::new(
                 CodexAgent::new(Some(bin.clone()), &settings)
+                    .with_host(rover::host_env::HostEnv::from_process())
                     .with_env("ROVER_FAKE_AGENT_SCRIPT", script.clone())
                     // Like codex 0.169 the fake wants CODEX_API_KEY; rover maps this one.
                     .with_env("OPENAI_API_KEY", "sk-bench"),

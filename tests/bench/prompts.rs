@@ -61,7 +61,8 @@ pub fn run() {
             .map_or(0, |r| r.bytes)
     };
     let settings = AgentSettings::default();
-    let mut agent = ClaudeAgent::new(Some(claude.clone()), &settings);
+    let mut agent = ClaudeAgent::new(Some(claude.clone()), &settings)
+        .with_host(rover::host_env::HostEnv::from_process());
     for (k, v) in &env {
         agent = agent.with_env(*k, v.clone());
     }

@@ -49,7 +49,7 @@ pub fn run() {
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        let local = DockerSandbox::connect(Vec::new())
+        let local = DockerSandbox::connect(Vec::new(), &rover::host_env::HostEnv::from_process())
             .await
             .expect("the main engine answers");
         let image = match std::env::var("ROVER_TEST_SANDBOX_IMAGE") {

@@ -64,7 +64,7 @@ pub fn run() {
         .expect("a tokio runtime");
     runtime.block_on(async {
         proxy_latency().await;
-        let docker = match DockerSandbox::connect(Vec::new()).await {
+        let docker = match DockerSandbox::connect(Vec::new(), &rover::host_env::HostEnv::from_process()).await {
             Ok(docker) => docker,
             Err(e) => {
                 println!("not measured: containers, environments and capacity (no Docker engine: {e}; run `bash tests/setup-docker.sh`)");
@@ -659,8 +659,9 @@ impl Bench {
             ..SandboxSettings::default()
         };
         remove_agents_stage_cache(&self.image);
+        let host = rover::host_env::HostEnv::from_process();
         let resolve = || async {
-            let definition = environment::define(&ws, &settings)
+            let definition = environment::define(&ws, &settings, &host)
                 .await
                 .expect("the definition reads")
                 .expect("the repository declares an environment");
@@ -673,6 +674,7 @@ impl Bench {
                 dir: root.path().join("build"),
                 store: None,
                 progress: None,
+                host: &host,
             })
             .await
             .unwrap_or_else(|e| panic!("{what}: {}; log in {:?}", e.1, e.0.log))

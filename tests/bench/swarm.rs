@@ -118,7 +118,7 @@ impl Drop for Bench {
 
 impl Bench {
     async fn new() -> Bench {
-        let local = DockerSandbox::connect(Vec::new())
+        let local = DockerSandbox::connect(Vec::new(), &rover::host_env::HostEnv::from_process())
             .await
             .expect("the main engine answers");
         let image = match std::env::var("ROVER_TEST_SANDBOX_IMAGE") {

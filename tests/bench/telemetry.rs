@@ -137,6 +137,7 @@ async fn throughput(dir: &std::path::Path) {
         redactor: rover::github::Redactor::default(),
         project_id: "bench-export".into(),
         repo: None,
+        host: rover::host_env::HostEnv::from_process(),
     })
     .await
     .unwrap()

@@ -32,13 +32,18 @@ pub fn run() {
         .build()
         .expect("a tokio runtime");
     runtime.block_on(async {
-        let docker = match DockerSandbox::connect(Vec::new()).await {
-            Ok(docker) => docker,
-            Err(e) => {
-                println!("not measured (no Docker engine: {e}; run `bash tests/setup-docker.sh`)");
-                return;
-            }
-        };
+        let docker =
+            match DockerSandbox::connect(Vec::new(), &rover::host_env::HostEnv::from_process())
+                .await
+            {
+                Ok(docker) => docker,
+                Err(e) => {
+                    println!(
+                        "not measured (no Docker engine: {e}; run `bash tests/setup-docker.sh`)"
+                    );
+                    return;
+                }
+            };
         let image = RootfsImage::new("rover-sandbox-test")
             .binary("/usr/bin/git", "/usr/bin/git")
             .ensure(&docker)

@@ -380,12 +380,15 @@ async fn missing_binary_names_it_and_how_to_install(kind: AgentKind) {
     let env = FakeAgentEnv::new();
     let missing = env.root.path().join("no-such-agent");
     let agent: Box<dyn Agent> = if kind == AgentKind::Claude {
-        Box::new(ClaudeAgent::new(Some(missing.clone()), &settings()))
+        Box::new(
+            ClaudeAgent::new(Some(missing.clone()), &settings())
+                .with_host(rover::host_env::HostEnv::from_process()),
+        )
     } else {
-        Box::new(rover::agents::CodexAgent::new(
-            Some(missing.clone()),
-            &settings(),
-        ))
+        Box::new(
+            rover::agents::CodexAgent::new(Some(missing.clone()), &settings())
+                .with_host(rover::host_env::HostEnv::from_process()),
+        )
     };
     for err in [
         agent.check().await.expect_err("missing"),
@@ -449,16 +452,20 @@ async fn token_check(kind: AgentKind) {
     let agent: Box<dyn Agent> = if kind == AgentKind::Claude {
         Box::new(
             ClaudeAgent::new(binary, &settings)
+                .with_host(rover::host_env::HostEnv::from_process())
                 .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                 .with_env("ROVER_FAKE_AGENT_LOG", log)
                 .with_env("GITHUB_TOKEN", TOKEN),
         )
     } else {
         Box::new(
-            env.codex_keyed(rover::agents::CodexAgent::new(binary, &settings))
-                .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
-                .with_env("ROVER_FAKE_AGENT_LOG", log)
-                .with_env("GH_TOKEN", TOKEN),
+            env.codex_keyed(
+                rover::agents::CodexAgent::new(binary, &settings)
+                    .with_host(rover::host_env::HostEnv::from_process()),
+            )
+            .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
+            .with_env("ROVER_FAKE_AGENT_LOG", log)
+            .with_env("GH_TOKEN", TOKEN),
         )
     };
     let mut req = request(
@@ -732,7 +739,8 @@ async fn bin_env_probe() {
         agent: AgentKind::Codex,
         ..settings()
     };
-    let agent = rover::agents::agent_from_settings(&settings);
+    let agent =
+        rover::agents::agent_from_settings(&settings, &rover::host_env::HostEnv::from_process());
     assert_eq!(agent.kind(), AgentKind::Codex);
     assert_eq!(agent.check().await.expect("found"), "codex-cli 0.169.0");
 }
@@ -822,6 +830,7 @@ async fn codex_with_only_openai_api_key_authenticates_through_codex_api_key() {
 async fn codex_without_credentials_fails_the_check_and_the_call_naming_what_to_set() {
     let env = FakeAgentEnv::new();
     let agent = rover::agents::CodexAgent::new(Some(env.binary(AgentKind::Codex)), &settings())
+        .with_host(rover::host_env::HostEnv::from_process())
         .with_env("CODEX_API_KEY", "")
         .with_env("OPENAI_API_KEY", "")
         .with_env("CODEX_HOME", env.codex_home().display().to_string())
@@ -858,10 +867,10 @@ async fn codex_without_credentials_fails_the_check_and_the_call_naming_what_to_s
 async fn codex_base_url_reaches_codex_as_its_config_value() {
     let env = FakeAgentEnv::new();
     let agent = env
-        .codex_keyed(rover::agents::CodexAgent::new(
-            Some(env.binary(AgentKind::Codex)),
-            &settings(),
-        ))
+        .codex_keyed(
+            rover::agents::CodexAgent::new(Some(env.binary(AgentKind::Codex)), &settings())
+                .with_host(rover::host_env::HostEnv::from_process()),
+        )
         .with_env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
         .with_env("ROVER_FAKE_AGENT_LOG", env.log.display().to_string());
     agent.run(request(&env, "hi")).await.expect("runs");

@@ -59,7 +59,8 @@ async fn the_real_claude_answers_a_host_step_in_structured_form_with_a_lean_requ
     )
     .expect("renders");
     let user_prompt = request.prompt.clone();
-    let mut agent = ClaudeAgent::new(Some(claude.clone()), &settings);
+    let mut agent = ClaudeAgent::new(Some(claude.clone()), &settings)
+        .with_host(rover::host_env::HostEnv::from_process());
     for (k, v) in &env {
         agent = agent.with_env(k, v);
     }
@@ -156,7 +157,8 @@ fn summarize_request(dir: &std::path::Path) -> rover::agents::AgentRequest {
 }
 
 fn real_agent(env: &[(String, String)]) -> rover::agents::CliAgent {
-    let mut agent = ClaudeAgent::new(Some(real_claude()), &AgentSettings::default());
+    let mut agent = ClaudeAgent::new(Some(real_claude()), &AgentSettings::default())
+        .with_host(rover::host_env::HostEnv::from_process());
     for (k, v) in env {
         agent = agent.with_env(k, v);
     }
@@ -471,6 +473,7 @@ pub(crate) fn real_codex_env(api: &FakeOpenAi, s: &mut crate::support::scenario:
 /// maps it to `CODEX_API_KEY`), the base URL through `OPENAI_BASE_URL`, a `CODEX_HOME` of its own.
 fn real_codex_agent(api: &FakeOpenAi, codex_home: &std::path::Path) -> rover::agents::CliAgent {
     rover::agents::CodexAgent::new(Some(real_codex()), &AgentSettings::default())
+        .with_host(rover::host_env::HostEnv::from_process())
         .with_env("OPENAI_API_KEY", "sk-proj-fake-key-for-tests-0123456789")
         .with_env("OPENAI_BASE_URL", api.url.clone())
         .with_env("CODEX_HOME", codex_home.display().to_string())

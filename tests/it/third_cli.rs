@@ -88,7 +88,8 @@ static ECHO: Echo = Echo;
 async fn a_third_cli_runs_on_the_host_through_the_one_adapter() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kind = AgentKind::of(&ECHO);
-    let agent = CliAgent::new(kind, None, &AgentSettings::default());
+    let agent = CliAgent::new(kind, None, &AgentSettings::default())
+        .with_host(rover::host_env::HostEnv::from_process());
     assert_eq!(agent.kind(), kind);
     let response = agent
         .run(AgentRequest::new(dir.path(), "hello there"))

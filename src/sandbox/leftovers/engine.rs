@@ -13,6 +13,7 @@ use bollard::query_parameters::{
 
 use super::stores::Stores;
 use super::{host_id, judge_all, Found, ImageSweep, Kind, Sweep};
+use crate::host_env::HostEnv;
 use crate::sandbox::error::status_of;
 use crate::sandbox::runnet::{proxy_image_reference, PROXY_IMAGE_REPO, PROXY_MOUNT};
 use crate::sandbox::spec::LABEL_PROJECT;
@@ -31,10 +32,11 @@ fn labels(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Sweeps rover's leftovers on the engine at `DOCKER_HOST` (else the local socket); on
-/// `dry_run`, only says what would go. A missing engine is an empty sweep, not an error.
-pub async fn sweep(dry_run: bool) -> Sweep {
-    let host = crate::sandbox::docker_host(std::env::var(crate::sandbox::DOCKER_HOST_ENV).ok());
+/// Sweeps rover's leftovers on the engine at `DOCKER_HOST` in rover's environment (`env`; else
+/// the local socket); on `dry_run`, only says what would go. A missing engine is an empty
+/// sweep, not an error.
+pub async fn sweep(dry_run: bool, env: &HostEnv) -> Sweep {
+    let host = crate::sandbox::docker_host(env.var(crate::sandbox::DOCKER_HOST_ENV));
     let mut sweep = Sweep {
         engine: host.clone(),
         ..Sweep::default()

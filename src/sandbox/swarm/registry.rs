@@ -6,6 +6,7 @@
 use bollard::auth::DockerCredentials;
 use futures_util::StreamExt;
 
+use crate::host_env::HostEnv;
 use crate::sandbox::error::SandboxError;
 use crate::sandbox::DockerSandbox;
 
@@ -30,9 +31,9 @@ pub struct Registry {
 
 impl Registry {
     /// The registry at `prefix` (checked by [`validate_prefix`]), with the user and password of
-    /// [`USERNAME_ENV`] and [`PASSWORD_ENV`] when they are set.
-    pub fn from_env(prefix: &str) -> Result<Self, SandboxError> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    /// [`USERNAME_ENV`] and [`PASSWORD_ENV`] when they are set in rover's environment (`host`).
+    pub fn from_env(prefix: &str, host: &HostEnv) -> Result<Self, SandboxError> {
+        let var = |name: &str| host.var(name).filter(|v| !v.is_empty());
         let credentials = match (var(USERNAME_ENV), var(PASSWORD_ENV)) {
             (None, None) => None,
             (Some(username), Some(password)) => Some((username, password)),

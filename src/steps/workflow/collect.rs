@@ -31,7 +31,10 @@ impl WorkflowStep {
         })?;
         #[cfg(debug_assertions)]
         assert!(
-            std::env::var("ROVER_TEST_PANIC").map_or(true, |v| v != orchestrator::COLLECT),
+            self.services
+                .host
+                .var("ROVER_TEST_PANIC")
+                .map_or(true, |v| v != orchestrator::COLLECT),
             "injected panic in a collection (ROVER_TEST_PANIC)"
         );
         let sandbox = self.sandbox()?;

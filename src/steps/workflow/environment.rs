@@ -29,7 +29,7 @@ impl WorkflowStep {
                 StepError::from_error(&e, e.is_retryable()).detail("image", &settings.image)
             })
         };
-        let definition = match environment::define(ws, settings).await {
+        let definition = match environment::define(ws, settings, &self.services.host).await {
             Ok(Some(definition)) => definition,
             Ok(None) => {
                 ensure().await?;
@@ -62,6 +62,7 @@ impl WorkflowStep {
             dir: environment::build_dir(&ctx.store.artifacts_dir(span_id)),
             store: Some(ctx.store.root()),
             progress: Some(progress),
+            host: &self.services.host,
         };
         match environment::build(&request).await {
             Ok(meta) => Ok(Ok(meta)),

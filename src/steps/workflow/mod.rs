@@ -102,9 +102,10 @@ impl WorkflowStep {
             .into_iter()
             .filter(|t| t.len() >= 8)
             .collect();
+        let host = &self.services.host;
         let model_keys: Vec<String> = crate::secrets::MODEL_KEY_ENV
             .iter()
-            .filter_map(|name| std::env::var(name).ok())
+            .filter_map(|name| host.var(name))
             .filter(|value| value.len() >= 8)
             .collect();
         let refused = |name: &str, value: &str| {
@@ -119,7 +120,7 @@ impl WorkflowStep {
         };
         let mut env: Vec<(String, String)> = Vec::new();
         for name in &self.services.agent_settings().extra_env {
-            if let Ok(value) = std::env::var(name) {
+            if let Some(value) = host.var(name) {
                 if !refused(name, &value) && !env.iter().any(|(n, _)| n == name) {
                     env.push((name.clone(), value));
                 }
@@ -291,6 +292,7 @@ mod tests {
             github_token: token.map(Into::into),
             git_env: Vec::new(),
             store_root: None,
+            host: crate::host_env::HostEnv::default(),
         })
     }
 

@@ -26,7 +26,7 @@ impl WorkflowStep {
             store.proxy_dir(),
             self.services.project_id.clone(),
             crate::agent_run::proxy_server_env(
-                |n| std::env::var(n).ok(),
+                |n| self.services.host.var(n),
                 &self.services.agent_settings().codex_prices,
             ),
         )

@@ -790,6 +790,7 @@ async fn the_real_claude_with_rovers_host_switches_loads_nothing_from_its_direct
         Some(claude.clone()),
         &rover::agents::AgentSettings::default(),
     )
+    .with_host(rover::host_env::HostEnv::from_process())
     .with_env("HOME", home.display().to_string());
     for (k, v) in env {
         agent = agent.with_env(k, v);

@@ -24,7 +24,7 @@ pub async fn sandbox() -> DockerSandbox {
 
 /// Connects to the engine with this env allow-list; never skips.
 pub async fn connect(env_allow: Vec<String>) -> DockerSandbox {
-    DockerSandbox::connect(env_allow)
+    DockerSandbox::connect(env_allow, &rover::host_env::HostEnv::from_process())
         .await
         .expect("a Docker engine must answer for these tests: run `bash tests/setup-docker.sh` as root first")
 }

@@ -61,6 +61,7 @@ impl FakeAgentEnv {
         if kind == AgentKind::Claude {
             Box::new(
                 ClaudeAgent::new(binary, settings)
+                    .with_host(rover::host_env::HostEnv::from_process())
                     .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                     .with_env("ROVER_FAKE_AGENT_LOG", log),
             )
@@ -68,6 +69,7 @@ impl FakeAgentEnv {
             Box::new(
                 self.codex_keyed(
                     CodexAgent::new(binary, settings)
+                        .with_host(rover::host_env::HostEnv::from_process())
                         .with_env("ROVER_FAKE_AGENT_SCRIPT", script)
                         .with_env("ROVER_FAKE_AGENT_LOG", log),
                 ),

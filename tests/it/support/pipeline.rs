@@ -62,6 +62,7 @@ impl Pipeline {
                 Some(self.agents.binary(AgentKind::Claude)),
                 &config.autopilot.agent,
             )
+            .with_host(rover::host_env::HostEnv::from_process())
             .with_env("ROVER_FAKE_AGENT_SCRIPT", script.to_string())
             .with_env(
                 "ROVER_FAKE_AGENT_LOG",
@@ -78,6 +79,7 @@ impl Pipeline {
                     Some(self.agents.binary(AgentKind::Codex)),
                     &config.autopilot.agent,
                 )
+                .with_host(rover::host_env::HostEnv::from_process())
                 .with_env("ROVER_FAKE_AGENT_SCRIPT", script.to_string())
                 .with_env(
                     "ROVER_FAKE_AGENT_LOG",
@@ -133,6 +135,7 @@ impl Pipeline {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             store_root: Some(self.store.root().to_owned()),
+            host: rover::host_env::HostEnv::from_process(),
         }
     }
 

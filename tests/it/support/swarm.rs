@@ -88,7 +88,7 @@ pub async fn swarm_alone(
 
 async fn connect(constraints: &[&str], images: &[&str]) -> (SwarmSandbox, DockerSandbox) {
     ensure_swarm().await;
-    let local = DockerSandbox::connect(env_allow())
+    let local = DockerSandbox::connect(env_allow(), &rover::host_env::HostEnv::from_process())
         .await
         .expect("the main engine answers");
     let swarm = SwarmSandbox::connect(
