@@ -6,12 +6,12 @@ use crate::sandbox::leftovers::{Kind, Reason, Sweep};
 use super::{CliError, Output};
 
 /// Sweeps rover's leftovers on the engine (on `dry_run`, only says what would go).
-pub fn sweep(dry_run: bool) -> Result<Sweep, CliError> {
+pub fn sweep(dry_run: bool, host: &crate::host_env::HostEnv) -> Result<Sweep, CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::Internal(format!("cannot start a runtime to ask Docker: {e}")))?;
-    Ok(runtime.block_on(crate::sandbox::leftovers::sweep(dry_run)))
+    Ok(runtime.block_on(crate::sandbox::leftovers::sweep(dry_run, host)))
 }
 
 /// Says what the sweep removed (or would), what it kept that needs a look, and why.

@@ -23,6 +23,7 @@ use clap::{Parser, Subcommand};
 pub use output::Output;
 
 use crate::error::{error_chain, ErrorKind, Kinded};
+use crate::host_env::HostEnv;
 use crate::project::{self, Project, ProjectError, RepoSlug};
 use crate::store::{AutopilotStore, CloseCommand, StoreError};
 
@@ -306,8 +307,9 @@ impl ErrorRecord {
 /// Parse the arguments, run the command, and turn the result into an exit code.
 pub fn main() -> ExitCode {
     // Before any thread: the token leaves the environment, the process turns non-dumpable.
-    crate::github::octo::seal_token();
-    crate::github::webhook::seal_secret();
+    let started = HostEnv::from_process();
+    crate::github::octo::seal_token(&started);
+    crate::github::webhook::seal_secret(&started);
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {
@@ -372,8 +374,11 @@ pub(crate) fn is_dead_letter(p: &crate::store::PendingAction) -> bool {
 }
 
 pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
+    // rover's environment, read once for the command (the sealed secrets are gone from it
+    // and held by the GitHub client) and handed down from here.
     let ctx = Context {
         global: args.global,
+        host: HostEnv::from_process(),
     };
     match args.command {
         Command::Autopilot(cmd) => match cmd {
@@ -445,6 +450,8 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
 /// What a command knows about where it runs.
 pub struct Context {
     pub global: GlobalArgs,
+    /// rover's environment (without the sealed secrets), read once for the command.
+    pub host: HostEnv,
 }
 
 impl Context {
@@ -478,7 +485,7 @@ impl Context {
     /// An existing store, for inspection (never created by looking at it).
     pub fn existing_store(&self) -> Result<AutopilotStore, CliError> {
         Ok(AutopilotStore::open_existing(
-            &project::data_dir()?,
+            &project::data_dir(&self.host)?,
             &self.project_id()?,
         )?)
     }

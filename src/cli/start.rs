@@ -9,5 +9,5 @@ use crate::daemon::StartOptions;
 
 pub fn start(ctx: &Context, options: StartOptions) -> Result<ExitCode, CliError> {
     let project = ctx.project()?;
-    Ok(crate::daemon::start(project, options)?)
+    Ok(crate::daemon::start(project, options, ctx.host.clone())?)
 }

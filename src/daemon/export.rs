@@ -14,7 +14,8 @@ pub(super) async fn start(
     services: &Services,
 ) -> Result<Option<Telemetry>, StartError> {
     let settings =
-        TelemetrySettings::resolve(&config.autopilot.telemetry).map_err(StartError::Setting)?;
+        TelemetrySettings::resolve(&config.autopilot.telemetry, &services.host)
+        .map_err(StartError::Setting)?;
     let shown = format!(
         "{} ({}{})",
         settings.shown_endpoint,
@@ -32,6 +33,7 @@ pub(super) async fn start(
         redactor: services.redactor.clone(),
         project_id: services.project_id.clone(),
         repo: services.repo.as_ref().map(ToString::to_string),
+        host: services.host.clone(),
     })
     .await
     .map_err(StartError::Setting)?;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::config::RoverConfig;
+use crate::host_env::HostEnv;
 use crate::github::app::{self, AppSettings, AppTokens, APP_KEY_ENV};
 use crate::github::{BotIdentity, GitHubAuth, GitHubError, GitHubSettings, OctoGitHub, RepoRef};
 use crate::project::Project;
@@ -24,21 +25,22 @@ pub(super) async fn connect(
     project: &Project,
     config: &mut RoverConfig,
     secrets: &LiveSecrets,
+    host: &HostEnv,
 ) -> Result<Connected, StartError> {
     let settings = &config.autopilot.github;
     // Credentials first (the first thing a new user is missing), then the repository.
     let token = match settings.app_id {
         Some(_) => None,
-        None => Some(token_auth()?),
+        None => Some(token_auth(host)?),
     };
     let repo = project.repo.clone().ok_or_else(|| StartError::Setting(
         "cannot tell which GitHub repository to watch: the `origin` remote is not a GitHub URL; pass --repo OWNER/NAME".into(),
     ))?;
     let repo = RepoRef::parse(&repo.to_string())?;
     settings.reactions.validate().map_err(StartError::Setting)?;
-    let api_url = crate::github::octo::api_url_from_env();
+    let api_url = crate::github::octo::api_url_from_env(host);
     let auth = match (settings.app_id, token) {
-        (Some(app_id), _) => app_auth(app_id, settings, &api_url, &repo, secrets).await?,
+        (Some(app_id), _) => app_auth(app_id, settings, &api_url, &repo, secrets, host).await?,
         (None, Some(token)) => token,
         (None, None) => unreachable!("a token is read when there is no app"),
     };
@@ -57,8 +59,9 @@ async fn app_auth(
     api_url: &str,
     repo: &RepoRef,
     secrets: &LiveSecrets,
+    host: &HostEnv,
 ) -> Result<GitHubAuth, StartError> {
-    let path = app::key_path_from_env().ok_or_else(|| StartError::Setting(format!(
+    let path = app::key_path_from_env(host).ok_or_else(|| StartError::Setting(format!(
         "github.appId is {app_id} in rover.json: set {APP_KEY_ENV} to the path of the app's private key (the .pem file from the app's settings, Private keys)"
     )))?;
     let pem = app::read_key(&path)?;
@@ -82,15 +85,15 @@ async fn app_auth(
 }
 
 /// With the token of `GITHUB_TOKEN` (or `GH_TOKEN`).
-fn token_auth() -> Result<GitHubAuth, StartError> {
-    if app::key_path_from_env().is_some() {
+fn token_auth(host: &HostEnv) -> Result<GitHubAuth, StartError> {
+    if app::key_path_from_env(host).is_some() {
         let text = format!(
             "{APP_KEY_ENV} is set but github.appId is not in rover.json: using GITHUB_TOKEN, not the app"
         );
         println!("warning: {text}");
         tracing::warn!("{text}");
     }
-    let token = crate::github::token_from_env().map_err(|_| StartError::Setting(
+    let token = crate::github::token_from_env(host).map_err(|_| StartError::Setting(
         "no GitHub credentials: set github.appId in rover.json and ROVER_GITHUB_APP_KEY_FILE to the app's private key (a GitHub App, recommended), or GITHUB_TOKEN (or GH_TOKEN) to a token that can read the repository and write issues and pull requests; or run `rover autopilot start --local` for local requests only".into(),
     ))?;
     Ok(GitHubAuth::from(token))

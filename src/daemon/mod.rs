@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RoverConfig;
+use crate::host_env::HostEnv;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
 use topology::Topology;
@@ -107,9 +108,16 @@ pub const EX_TEMPFAIL: u8 = 75;
 
 /// Run the daemon for `project` (resolved by the command line, `cli::start`) until it is
 /// stopped, or once with `--once`.
-pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartError> {
+///
+/// `host` is rover's environment, read once by the command line: everything below decides by
+/// it, never by the process's variables.
+pub fn start(
+    project: Project,
+    options: StartOptions,
+    host: HostEnv,
+) -> Result<ExitCode, StartError> {
     let config = RoverConfig::load(&project.root)?;
-    let data_dir = crate::project::data_dir()?;
+    let data_dir = crate::project::data_dir(&host)?;
     let store = AutopilotStore::open(&data_dir, &project.id)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -124,13 +132,21 @@ pub fn start(project: Project, options: StartOptions) -> Result<ExitCode, StartE
         signals::spawn_signals(shutdown.clone(), wake.clone(), signal_failure.clone())
     });
     let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
-    let log = crate::logging::init(&store.log_path()).map_err(|e| {
+    let log = crate::logging::init(&store.log_path(), &host).map_err(|e| {
         StartError::Internal(format!(
             "cannot open the log {}: {e}",
             store.log_path().display()
         ))
     })?;
-    let mut code = runtime.block_on(run(project, config, store.clone(), options, shutdown, wake));
+    let mut code = runtime.block_on(run(
+        project,
+        config,
+        store.clone(),
+        options,
+        host,
+        shutdown,
+        wake,
+    ));
     // The signal handler lives as long as the daemon: ended here, its end seen.
     if let Some(signals) = signals {
         signals.abort();
@@ -171,10 +187,11 @@ async fn run(
     mut config: RoverConfig,
     store: AutopilotStore,
     options: StartOptions,
+    host: HostEnv,
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
 ) -> Result<ExitCode, StartError> {
-    let ready = preflight::check(&project, &mut config, &store, options).await?;
+    let ready = preflight::check(&project, &mut config, &store, options, host).await?;
     let telemetry = export::start(&config, &store, &ready.services).await?;
     let orchestrator = drain::orchestrator(&store, &ready.services, &config);
     let console = console::spawn(&orchestrator, &store);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::agents::agent_from_settings;
 use crate::config::RoverConfig;
+use crate::host_env::HostEnv;
 use crate::github::{GitHub, NormalizeOptions, Redactor};
 use crate::project::Project;
 use crate::sandbox::{Sandbox, SandboxError};
@@ -35,10 +36,11 @@ pub(super) async fn check(
     config: &mut RoverConfig,
     store: &AutopilotStore,
     options: StartOptions,
+    host: HostEnv,
 ) -> Result<Ready, StartError> {
     // The webhook secret, when webhooks are served: checked first, it is the newest requirement.
     let webhook_secret = match options.webhook {
-        Some(_) => Some(crate::github::webhook::secret_from_env().ok_or_else(|| {
+        Some(_) => Some(crate::github::webhook::secret_from_env(&host).ok_or_else(|| {
             StartError::Setting(format!(
                 "--webhook needs the webhook's secret: set {} to the secret configured in the repository's webhook settings (docs/webhooks.md)",
                 crate::github::webhook::SECRET_ENV
@@ -54,19 +56,19 @@ pub(super) async fn check(
     let github: Option<Arc<dyn GitHub>> = if options.local {
         None
     } else {
-        let connected = github::connect(project, config, &secrets).await?;
+        let connected = github::connect(project, config, &secrets, &host).await?;
         normalize = Some(connected.client.normalize_options().clone());
         auth = Some(connected.auth);
         Some(Arc::new(connected.client))
     };
 
     // The agent CLI must answer before rover takes any work.
-    let agent = agent_from_settings(&config.autopilot.agent);
+    let agent = agent_from_settings(&config.autopilot.agent, &host);
     let version = agent.check().await?;
     tracing::info!(agent = %version, "agent ready");
 
-    let sandbox = sandbox(project, config, store).await?;
-    hold_secrets(config, &secrets);
+    let sandbox = sandbox(project, config, store, &host).await?;
+    hold_secrets(config, &secrets, &host);
     let services = Arc::new(Services {
         repo_root: project.root.clone(),
         repo: project.repo.clone(),
@@ -82,6 +84,7 @@ pub(super) async fn check(
         git_env: Vec::new(),
         store_root: Some(store.root().to_owned()),
         config: config.clone(),
+        host,
     });
     Ok(Ready {
         webhook_secret,
@@ -97,14 +100,15 @@ async fn sandbox(
     project: &Project,
     config: &mut RoverConfig,
     store: &AutopilotStore,
+    host: &HostEnv,
 ) -> Result<Option<Arc<dyn Sandbox>>, StartError> {
     // rover's own sandbox image when none is named: its name now (a hash of what goes into
     // it), built on first use.
-    let own_image = own_image(config, store)?;
+    let own_image = own_image(config, store, host)?;
     // Docker is needed by workflows only: without it rover still answers, and workflows fail
     // with a clear reason.
     let sandbox: Option<Arc<dyn Sandbox>> =
-        match crate::sandbox::connect(&config.autopilot.sandbox, own_image).await {
+        match crate::sandbox::connect(&config.autopilot.sandbox, own_image, host).await {
             Ok(s) => Some(s),
             Err(e @ (SandboxError::BackendUnavailable { .. } | SandboxError::Swarm { .. })) => {
                 return Err(StartError::Sandbox(e));
@@ -122,13 +126,13 @@ async fn sandbox(
     // A repository that declares its environment needs the dev container CLI: now, not at the
     // first trace.
     if let Some((source, version)) =
-        crate::environment::preflight::check(&project.root, &config.autopilot.sandbox)
+        crate::environment::preflight::check(&project.root, &config.autopilot.sandbox, host)
             .await
             .map_err(StartError::Setting)?
     {
         tracing::info!(?source, devcontainer = %version, "the repository declares its environment; the dev container CLI answers");
     }
-    proxy::warn_without_proxy_key(config);
+    proxy::warn_without_proxy_key(config, host);
     if config.autopilot.sandbox.hooks == crate::git::HookMode::Host {
         let text = "autopilot.sandbox.hooks is \"host\": the repository's own git hooks run on this machine with the agent's worktree as their working directory, so a hook that runs a file from the worktree (./scripts/lint, make, npm, node_modules/.bin, a hook manager) runs code the agent wrote; remove the setting to run every hook in a sandbox";
         println!("warning: {text}");
@@ -143,6 +147,7 @@ async fn sandbox(
 fn own_image(
     config: &mut RoverConfig,
     store: &AutopilotStore,
+    host: &HostEnv,
 ) -> Result<Option<Arc<crate::sandbox::OwnImage>>, StartError> {
     let settings = &mut config.autopilot.sandbox;
     if settings.image != crate::sandbox::own_image::DEFAULT_IMAGE {
@@ -152,6 +157,7 @@ fn own_image(
         &settings.build,
         &store.root().join("images"),
         Duration::from_secs(settings.environment.build_timeout_secs),
+        host,
     )
     .map_err(|e| StartError::Setting(crate::error::error_chain(&e)))?;
     own.reference().clone_into(&mut settings.image);
@@ -160,11 +166,12 @@ fn own_image(
 }
 
 /// Add the secrets rover was handed to `secrets` (see [`held_secrets`]), and log their names.
-fn hold_secrets(config: &RoverConfig, secrets: &LiveSecrets) {
+fn hold_secrets(config: &RoverConfig, secrets: &LiveSecrets, host: &HostEnv) {
     let held = held_secrets(
-        crate::github::octo::held_tokens(),
-        crate::github::webhook::secret_from_env(),
+        crate::github::octo::held_tokens(host),
+        crate::github::webhook::secret_from_env(host),
         config,
+        host,
     );
     for secret in held.iter() {
         secrets.add(secret.name(), secret.value());
@@ -185,6 +192,7 @@ fn held_secrets(
     tokens: Vec<(&str, String)>,
     webhook_secret: Option<String>,
     config: &RoverConfig,
+    host: &HostEnv,
 ) -> HeldSecrets {
     let mut held = HeldSecrets::new();
     for (name, token) in tokens {
@@ -193,13 +201,13 @@ fn held_secrets(
     if let Some(secret) = webhook_secret {
         held.add(crate::github::webhook::SECRET_ENV, &secret);
     }
-    for (name, value) in crate::telemetry::settings::header_values() {
+    for (name, value) in crate::telemetry::settings::header_values(host) {
         held.add(name, &value);
     }
-    held.with_env(crate::secrets::MODEL_KEY_ENV)
-        .with_env_if_secret(&config.autopilot.sandbox.env_allow)
-        .with_env_if_secret(&config.autopilot.agent.extra_env)
-        .with_secret_env()
+    held.with_env(crate::secrets::MODEL_KEY_ENV, host)
+        .with_env_if_secret(&config.autopilot.sandbox.env_allow, host)
+        .with_env_if_secret(&config.autopilot.agent.extra_env, host)
+        .with_secret_env(host)
 }
 
 #[cfg(test)]
@@ -219,9 +227,11 @@ mod tests {
         let named = format!("ROVER_TEST_{id}_DEPLOY_KEY");
         let shaped = format!("ROVER_TEST_{id}_SHAPED");
         let plain = format!("ROVER_TEST_{id}_PLAIN");
-        std::env::set_var(&named, "deploy-key-value-1234");
-        std::env::set_var(&shaped, "xoxb-1234567890-abcdefghij");
-        std::env::set_var(&plain, "not-a-secret-value");
+        let host = HostEnv::from_pairs([
+            (named.clone(), "deploy-key-value-1234".to_owned()),
+            (shaped.clone(), "xoxb-1234567890-abcdefghij".to_owned()),
+            (plain.clone(), "not-a-secret-value".to_owned()),
+        ]);
         let mut config = RoverConfig::default();
         config.autopilot.sandbox.env_allow = vec![named.clone(), shaped.clone(), plain.clone()];
         let held = held_secrets(
@@ -231,10 +241,8 @@ mod tests {
             ],
             Some("webhook-secret-value-0003".into()),
             &config,
+            &host,
         );
-        for var in [&named, &shaped, &plain] {
-            std::env::remove_var(var);
-        }
         let names: Vec<&str> = held.iter().map(crate::secrets::HeldSecret::name).collect();
         for name in [
             "GITHUB_TOKEN",

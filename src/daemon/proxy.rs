@@ -2,18 +2,18 @@
 //! missing, and its release at stop when no run needs it any more.
 
 use crate::config::RoverConfig;
+use crate::host_env::HostEnv;
 use crate::steps::Services;
 use crate::store::AutopilotStore;
 
 /// A sandboxed agent reaches its model API only through rover's proxy, which adds the key
 /// from rover's environment: without one, every workflow would fail at its first request.
-pub(super) fn warn_without_proxy_key(config: &RoverConfig) {
+pub(super) fn warn_without_proxy_key(config: &RoverConfig, host: &HostEnv) {
     if config.autopilot.sandbox.egress().is_none() {
         return;
     }
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
     let keys = config.autopilot.agent.agent.provider().key_names();
-    let missing = (!keys.iter().any(|name| set(name))).then(|| match keys {
+    let missing = (!keys.iter().any(|name| host.is_set(name))).then(|| match keys {
         [first, rest @ ..] if !rest.is_empty() => format!("{first} (or {})", rest.join(", ")),
         _ => keys.join(", "),
     });

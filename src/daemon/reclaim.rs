@@ -113,8 +113,8 @@ async fn reclaim_due(
 /// live run, of any store on this machine (see [`crate::sandbox::leftovers`]): removed, and
 /// said. Hourly only, not at start: a sweep holds a dead store's daemon lock for a moment, and a
 /// daemon restarting on it then waits.
-async fn sweep_leftovers() {
-    let sweep = crate::sandbox::leftovers::sweep(false).await;
+async fn sweep_leftovers(host: &crate::host_env::HostEnv) {
+    let sweep = crate::sandbox::leftovers::sweep(false, host).await;
     for l in &sweep.removed {
         println!("removed rover's {l}");
     }
@@ -141,10 +141,16 @@ impl Topology {
             self.shutdown.clone(),
         );
         let docker = self.services.sandbox.is_some();
+        let host = self.services.host.clone();
         self.supervisor
             .spawn("reclaim loop", Policy::Restart, move || {
-                let (store, orch, stop, github) =
-                    (store.clone(), orch.clone(), stop.clone(), github.clone());
+                let (store, orch, stop, github, host) = (
+                    store.clone(),
+                    orch.clone(),
+                    stop.clone(),
+                    github.clone(),
+                    host.clone(),
+                );
                 async move {
                     loop {
                         tokio::select! {
@@ -155,7 +161,7 @@ impl Topology {
                             orch.wake();
                         }
                         if docker {
-                            sweep_leftovers().await;
+                            sweep_leftovers(&host).await;
                         }
                     }
                 }

@@ -20,6 +20,7 @@ use super::layer::{rover_layer, setup_config};
 use super::record::{EnvSource, EnvironmentMeta};
 use super::{ENV_REPO, LABEL_ENV_BUILD, LABEL_ENV_CHECK, LABEL_ENV_HASH, LABEL_ENV_PROJECT};
 use crate::git::Workspace;
+use crate::host_env::HostEnv;
 use crate::sandbox::EnvironmentSettings;
 
 /// The log of a build, in its directory.
@@ -51,6 +52,8 @@ pub struct BuildRequest<'a> {
     /// Where the build says how far it got (a line per step, then one every 30 s and at each
     /// milestone of its output), for the console.
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// rover's environment, of which the build's programs get [`PASSED_ENV`].
+    pub host: &'a HostEnv,
 }
 
 /// The image a definition resolves to, before anything is built.
@@ -93,13 +96,13 @@ pub async fn build(
     };
     meta.hash = Some(plan.hash.clone());
     meta.image.clone_from(&plan.image);
-    if image_exists(&plan.image).await {
+    if image_exists(&plan.image, req.host).await {
         return Ok(meta);
     }
     // One build per hash at a time in this process; the second waiter finds the image.
     let lock = build_lock(&plan.hash);
     let _held = lock.lock().await;
-    if image_exists(&plan.image).await {
+    if image_exists(&plan.image, req.host).await {
         return Ok(meta);
     }
     tracing::info!(image = %plan.image, source = ?req.definition.source, log = %log_path.display(), "building the repository's environment");
@@ -147,7 +150,7 @@ async fn plan(req: &BuildRequest<'_>, log: &Path) -> Result<BuildPlan, Environme
         "{{.Id}}",
         req.agents_image,
     ]);
-    let agents_id = capture(&inspect, log)
+    let agents_id = capture(&inspect, log, req.host)
         .await
         .map_err(|output| EnvironmentError::Build {
             step: "find autopilot.sandbox.image".to_owned(),
@@ -158,7 +161,7 @@ async fn plan(req: &BuildRequest<'_>, log: &Path) -> Result<BuildPlan, Environme
             reproduce: shell_line(&inspect),
         })?;
     let version = argv(&[&req.settings.devcontainer_cli, "--version"]);
-    let cli_version = capture(&version, log)
+    let cli_version = capture(&version, log, req.host)
         .await
         .map_err(|output| EnvironmentError::Build {
             step: "find the dev container CLI".to_owned(),
@@ -209,7 +212,7 @@ async fn run_build(
         set_up(req, plan, &mut log, &cmds).await
     }
     .await;
-    remove_setup(&log, &cmds, log_path).await;
+    remove_setup(&log, &cmds, log_path, req.host).await;
     log.note(&format!(
         "rover: {}",
         match &result {
@@ -243,7 +246,7 @@ async fn start_build(
     req.ws
         .export_commit(&req.definition.commit, workspace)
         .await?;
-    let mut log = Log::create(log_path).await?;
+    let mut log = Log::create(log_path, req.host).await?;
     log.progress.clone_from(&req.progress);
     log.note(&format!(
         "rover: building {} from {} at {} (agents from {} {})",
@@ -435,7 +438,7 @@ async fn set_up(
 
 /// Remove the setup container and the setup's tags, whatever happened (the image keeps its
 /// layers).
-async fn remove_setup(log: &Log, cmds: &Commands, log_path: &Path) {
+async fn remove_setup(log: &Log, cmds: &Commands, log_path: &Path, host: &HostEnv) {
     let leftovers = argv(&[
         "docker",
         "ps",
@@ -443,13 +446,13 @@ async fn remove_setup(log: &Log, cmds: &Commands, log_path: &Path) {
         "--filter",
         &format!("label={}", cmds.id_label),
     ]);
-    if let Ok(ids) = capture(&leftovers, log_path).await {
+    if let Ok(ids) = capture(&leftovers, log_path, host).await {
         for id in ids.split_whitespace() {
-            let _ = capture(&argv(&["docker", "rm", "-f", "-v", id]), log_path).await;
+            let _ = capture(&argv(&["docker", "rm", "-f", "-v", id]), log_path, host).await;
         }
     }
     for image in log.tagged.iter().chain(std::iter::once(&cmds.setup_image)) {
-        let _ = capture(&argv(&["docker", "image", "rm", image]), log_path).await;
+        let _ = capture(&argv(&["docker", "image", "rm", image]), log_path, host).await;
     }
 }
 
@@ -554,11 +557,11 @@ fn build_lock(hash: &str) -> Arc<tokio::sync::Mutex<()>> {
         .clone()
 }
 
-async fn image_exists(image: &str) -> bool {
+async fn image_exists(image: &str, host: &HostEnv) -> bool {
     Command::new("docker")
         .args(["image", "inspect", "--format", "{{.Id}}", image])
         .env_clear()
-        .envs(passed_env(&[]))
+        .envs(passed_env(host, &[]))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -572,21 +575,21 @@ fn argv(words: &[&str]) -> Vec<String> {
 }
 
 /// [`PASSED_ENV`] and the `extra` names, those of rover's environment that are set.
-pub(super) fn passed_env(extra: &[String]) -> Vec<(String, String)> {
+pub(super) fn passed_env(host: &HostEnv, extra: &[String]) -> Vec<(String, String)> {
     PASSED_ENV
         .iter()
         .copied()
         .chain(extra.iter().map(String::as_str))
-        .filter_map(|name| std::env::var(name).ok().map(|v| (name.to_owned(), v)))
+        .filter_map(|name| host.var(name).map(|v| (name.to_owned(), v)))
         .collect()
 }
 
 /// A short command's stdout, or what went wrong in words (also appended to `log` when it exists).
-async fn capture(argv: &[String], log: &Path) -> Result<String, String> {
+async fn capture(argv: &[String], log: &Path, host: &HostEnv) -> Result<String, String> {
     let out = Command::new(&argv[0])
         .args(&argv[1..])
         .env_clear()
-        .envs(passed_env(&[]))
+        .envs(passed_env(host, &[]))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()

@@ -10,6 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::build::{outcome_error, passed_env, shell_line, ERROR_LINES};
+use crate::host_env::HostEnv;
 use super::error::EnvironmentError;
 
 /// The build's log file: every step's command and output lines as they come.
@@ -21,10 +22,12 @@ pub(super) struct Log {
     pub(super) tagged: Vec<String>,
     /// See [`super::build::BuildRequest::progress`].
     pub(super) progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// rover's environment, of which the steps get [`super::build::PASSED_ENV`].
+    host: HostEnv,
 }
 
 impl Log {
-    pub(super) async fn create(path: &Path) -> Result<Self, EnvironmentError> {
+    pub(super) async fn create(path: &Path, host: &HostEnv) -> Result<Self, EnvironmentError> {
         if let Some(dir) = path.parent() {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -43,6 +46,7 @@ impl Log {
             path: path.to_path_buf(),
             file,
             tagged: Vec::new(),
+            host: host.clone(),
             progress: None,
         })
     }
@@ -82,7 +86,7 @@ impl Log {
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .env_clear()
-            .envs(passed_env(extra))
+            .envs(passed_env(&self.host, extra))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1252,3 +1252,57 @@ fn exit_codes_come_from_error_kinds() {
         .expect("CliError");
     assert!(!variants.contains("Refused(String)"), "{variants}");
 }
+
+/// What reads the process environment itself.
+const ENV_READS: &[&str] = &[
+    "std::env::var",
+    "env::var(",
+    "env::var_os(",
+    "env::vars(",
+    "env::vars_os(",
+];
+
+/// Where rover may read its environment: the command line (which takes the one snapshot,
+/// `HostEnv::from_process`, and hands it to the daemon), the snapshot itself, the extra binaries,
+/// and the daemon's fault hook of debug builds (`ROVER_TEST_PANIC`, for the supervision tests).
+const ENV_READERS: &[&str] = &[
+    "cli",
+    "main.rs",
+    "host_env.rs",
+    "bin",
+    "daemon/supervise.rs",
+];
+
+/// The environment is read where rover starts and handed down as a `HostEnv` (or settings made
+/// of it): nothing below reads it, inline tests included, so a test builds any configuration
+/// without setting a variable of its process.
+#[test]
+fn the_environment_is_read_only_where_rover_starts() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut reads = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).expect("under src");
+        if ENV_READERS.iter().any(|a| rel.starts_with(a)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for line in lines_with(&code_of(&text), ENV_READS) {
+            reads.push(format!("src/{}:{line}", rel.display()));
+        }
+    }
+    assert!(
+        reads.is_empty(),
+        "the process environment read below the command line and the daemon (take a `HostEnv` from the caller):\n{}",
+        reads.join("\n")
+    );
+}
+
+#[test]
+fn the_environment_check_sees_a_planted_read_and_skips_comments() {
+    let planted = "fn f() {\n    // std::env::var(\"HOME\") is not read here\n    let home = std::env::var_os(\"HOME\");\n    let all = env::vars();\n    let host = host.var_os(\"HOME\");\n}\n#[cfg(test)]\nmod tests { fn g() { let _ = std::env::var(\"X\"); } }\n";
+    assert_eq!(lines_with(&code_of(planted), ENV_READS), [3, 4, 8]);
+    assert!(lines_with(&code_of("/// `std::env::vars_os()`"), ENV_READS).is_empty());
+}
