@@ -34,7 +34,7 @@ impl WorkflowStep {
             self.services
                 .host
                 .var("ROVER_TEST_PANIC")
-                .map_or(true, |v| v != orchestrator::COLLECT),
+                .is_none_or(|v| v != orchestrator::COLLECT),
             "injected panic in a collection (ROVER_TEST_PANIC)"
         );
         let sandbox = self.sandbox()?;
