@@ -165,6 +165,28 @@ pub struct Review {
     pub submitted_at: Option<DateTime<Utc>>,
 }
 
+/// A merge rover asks GitHub for (`PUT /pulls/{n}/merge`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergeRequest {
+    /// The head whose checks passed: GitHub merges only this commit.
+    pub sha: String,
+    /// `squash`, `merge` or `rebase`.
+    pub method: String,
+    pub title: String,
+    pub message: String,
+}
+
+/// A merge GitHub made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Merged {
+    /// The commit the merge made on the base branch.
+    pub sha: String,
+    /// GitHub's words (`Pull Request successfully merged`).
+    pub message: String,
+}
+
 /// A comment in a PR review thread (on a diff line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -340,6 +362,15 @@ pub trait GitHub: Send + Sync {
     ) -> Result<Option<PullRequest>, GitHubError>;
     /// Open a PR.
     async fn open_pull_request(&self, new: &NewPullRequest) -> Result<PullRequest, GitHubError>;
+    /// The paths a pull request changes (a renamed file counts under both names).
+    async fn pull_request_files(&self, number: u64) -> Result<Vec<String>, GitHubError>;
+    /// Merge a pull request at exactly `merge.sha` (GitHub refuses with 409 when the head moved,
+    /// 405 when it is not mergeable: protection, required checks or reviews).
+    async fn merge_pull_request(
+        &self,
+        number: u64,
+        merge: &MergeRequest,
+    ) -> Result<Merged, GitHubError>;
     /// React with `content` (`eyes`, `-1`, ...) on `target`; the same reaction twice is one.
     async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError>;
     /// Who reacted with `content` on `target`; with the last answer's `etag`, an unchanged list

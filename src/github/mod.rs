@@ -33,8 +33,8 @@ pub mod webhook;
 mod wire;
 
 pub use api::{
-    CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, NewPullRequest, Permission,
-    Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+    CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, MergeRequest, Merged,
+    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
 };
 pub use auth::GitHubAuth;
 pub use context::{build_context, ContextSettings, EventContext};

@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 
 use super::api::{
     CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
-    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+    MergeRequest, Merged, NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review,
+    ReviewComment, ReviewEvent,
 };
 use super::auth::GitHubAuth;
 pub use super::auth::{held_tokens, seal_token, token_from_env};
@@ -52,6 +53,9 @@ pub fn web_url_for(api_url: &str) -> String {
     }
     api.strip_suffix("/api/v3").unwrap_or(api).to_owned()
 }
+
+#[path = "octo_merge.rs"]
+mod merge;
 
 /// The octocrab-backed GitHub client for one repository.
 #[derive(Clone)]
@@ -672,6 +676,18 @@ impl GitHub for OctoGitHub {
         Ok(raw.into())
     }
 
+    async fn pull_request_files(&self, number: u64) -> Result<Vec<String>, GitHubError> {
+        self.files_of(number).await
+    }
+
+    async fn merge_pull_request(
+        &self,
+        number: u64,
+        merge: &MergeRequest,
+    ) -> Result<Merged, GitHubError> {
+        self.merge_at(number, merge).await
+    }
+
     async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError> {
         self.post_reaction(target, content).await
     }
@@ -701,90 +717,5 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("sending the request failed")]
-    struct Wrapper(#[source] std::io::Error);
-
-    #[test]
-    fn a_timeout_deep_in_the_chain_is_a_timeout() {
-        let deep = Wrapper(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "read timed out",
-        ));
-        assert!(timed_out(&deep));
-        let refused = Wrapper(std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            "refused",
-        ));
-        assert!(!timed_out(&refused));
-    }
-
-    use super::*;
-
-    fn meta(status: u16) -> ResponseMeta {
-        ResponseMeta {
-            status,
-            ..ResponseMeta::default()
-        }
-    }
-
-    #[test]
-    fn statuses_map_to_typed_errors() {
-        let now = Utc::now();
-        assert!(check_status("x", &meta(201), "", now).is_ok());
-        assert!(matches!(
-            check_status("x", &meta(401), "{\"message\":\"Bad credentials\"}", now),
-            Err(GitHubError::BadCredentials { .. })
-        ));
-        assert!(matches!(
-            check_status("x", &meta(404), "{}", now),
-            Err(GitHubError::NotFound { .. })
-        ));
-        assert!(matches!(
-            check_status(
-                "x",
-                &meta(403),
-                "{\"message\":\"Resource not accessible\"}",
-                now
-            ),
-            Err(GitHubError::Forbidden { .. })
-        ));
-        assert!(matches!(
-            check_status("x", &meta(429), "{}", now),
-            Err(GitHubError::RateLimited { .. })
-        ));
-        let mut m = meta(403);
-        m.retry_after = Some(Duration::from_secs(30));
-        match check_status("x", &m, "{}", now) {
-            Err(GitHubError::RateLimited { until, .. }) => {
-                assert_eq!(until, now + TimeDelta::seconds(30));
-            }
-            other => panic!("expected rate limited, got {other:?}"),
-        }
-        let body = r#"{"message":"Validation Failed","errors":[{"resource":"PullRequest","code":"custom","message":"A pull request already exists for o:b."}]}"#;
-        match check_status("x", &meta(422), body, now) {
-            Err(GitHubError::Validation { errors, .. }) => assert_eq!(
-                errors,
-                vec!["A pull request already exists for o:b.".to_owned()]
-            ),
-            other => panic!("expected validation, got {other:?}"),
-        }
-        assert!(matches!(
-            check_status("x", &meta(502), "", now),
-            Err(GitHubError::Server { status: 502, .. })
-        ));
-    }
-
-    #[test]
-    fn urls_and_encoding() {
-        assert_eq!(web_url_for("https://api.github.com/"), "https://github.com");
-        assert_eq!(
-            web_url_for("https://ghe.example/api/v3"),
-            "https://ghe.example"
-        );
-        assert_eq!(encode("o:feat/x y&z", false), "o%3Afeat%2Fx%20y%26z");
-        assert_eq!(encode("feat/x", true), "feat/x");
-    }
-}
+#[path = "octo_tests.rs"]
+mod tests;

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::api::{
     CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
-    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+    MergeRequest, Merged, NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review,
+    ReviewComment, ReviewEvent,
 };
 use super::error::GitHubError;
 use super::reactions::{ReactionTarget, ReactionsFetch};
@@ -166,6 +167,18 @@ impl GitHub for RecordingGitHub {
         let r = self.inner.list_commit_comments(sha).await;
         self.note("list_commit_comments", sha, &r);
         r
+    }
+    async fn pull_request_files(&self, number: u64) -> Result<Vec<String>, GitHubError> {
+        let r = self.inner.pull_request_files(number).await;
+        self.note("pull_request_files", &number.to_string(), &r);
+        r
+    }
+    async fn merge_pull_request(
+        &self,
+        number: u64,
+        merge: &MergeRequest,
+    ) -> Result<Merged, GitHubError> {
+        self.inner.merge_pull_request(number, merge).await
     }
     async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
         let r = self.inner.permission(login).await;

@@ -138,6 +138,16 @@ impl GitHub for ReplayGitHub {
     async fn list_commit_comments(&self, sha: &str) -> Result<Vec<Comment>, GitHubError> {
         self.serve("list_commit_comments", sha)
     }
+    async fn pull_request_files(&self, number: u64) -> Result<Vec<String>, GitHubError> {
+        self.serve("pull_request_files", &number.to_string())
+    }
+    async fn merge_pull_request(
+        &self,
+        number: u64,
+        _: &crate::github::MergeRequest,
+    ) -> Result<crate::github::Merged, GitHubError> {
+        self.refuse(&format!("the write merge_pull_request({number})"))
+    }
     async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
         self.serve("permission", login)
     }

@@ -25,6 +25,8 @@ use super::fake_server::{serve, Served};
 
 #[path = "fake_github_app.rs"]
 mod app;
+#[path = "fake_github_merge.rs"]
+mod merge;
 pub use app::{FakeApp, ReactionRec};
 
 /// The token the fake accepts.
@@ -123,6 +125,8 @@ struct ReviewRec {
     body: String,
     state: String,
     submitted_at: String,
+    /// The head the review was left on.
+    commit_id: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,6 +179,10 @@ struct FakeState {
     /// When set, the repository's git: a pull request is opened only from and into branches
     /// it has, as GitHub checks.
     origin: Option<std::path::PathBuf>,
+    /// The merges made (`PUT /pulls/{n}/merge`).
+    merges: Vec<merge::MergeRec>,
+    /// The next merges refused with 405 and these words (branch protection not satisfied).
+    merge_refusals: std::collections::VecDeque<String>,
 }
 
 impl FakeState {
@@ -376,9 +384,50 @@ impl FakeGitHub {
             body: body.into(),
             state: state.into(),
             submitted_at: now(),
+            commit_id: None,
         });
         touch(&mut st, number);
         id
+    }
+
+    /// Add a review of `author` on the head `commit_id` (no event); returns its id.
+    pub fn add_review_on(&self, number: u64, author: &str, state: &str, commit_id: &str) -> u64 {
+        let mut st = self.st();
+        let id = st.id();
+        st.reviews.push(ReviewRec {
+            id,
+            number,
+            author: author.into(),
+            body: String::new(),
+            state: state.into(),
+            submitted_at: now(),
+            commit_id: Some(commit_id.into()),
+        });
+        touch(&mut st, number);
+        id
+    }
+
+    /// The merges made: `(number, method, head merged, merge commit)`.
+    pub fn merges(&self) -> Vec<merge::MergeRec> {
+        self.st().merges.clone()
+    }
+
+    /// Refuse the next merge with 405 and `why` (the repository's protection not satisfied).
+    pub fn refuse_next_merge(&self, why: &str) {
+        self.st().merge_refusals.push_back(why.into());
+    }
+
+    /// The current head of pull request `number` (its branch's commit when the fake has the
+    /// repository).
+    pub fn head_of(&self, number: u64) -> String {
+        let mut st = self.st();
+        merge::refresh_head(&mut st, number);
+        st.issues[&number]
+            .pr
+            .as_ref()
+            .expect("a pull request")
+            .head_sha
+            .clone()
     }
 
     /// Add a review comment (no event); returns its id.
@@ -745,7 +794,7 @@ fn comment_json(c: &CommentRec, is_pr: bool) -> Value {
 fn review_json(r: &ReviewRec) -> Value {
     json!({"id": r.id, "node_id": format!("PRR_{}", r.id), "user": user(&r.author), "body": r.body, "state": r.state,
            "html_url": web(&format!("pull/{}#pullrequestreview-{}", r.number, r.id)),
-           "pull_request_url": api(&format!("pulls/{}", r.number)), "commit_id": "184cb4b61e26de7cccc385d37da25cd8bd817d27",
+           "pull_request_url": api(&format!("pulls/{}", r.number)), "commit_id": r.commit_id.as_deref().unwrap_or("184cb4b61e26de7cccc385d37da25cd8bd817d27"),
            "submitted_at": r.submitted_at, "author_association": "MEMBER"})
 }
 
@@ -1045,6 +1094,9 @@ fn route(
     if let Some(r) = app::reactions_route(st, method, &seg, query, headers, payload, &me) {
         return r;
     }
+    if let Some(r) = merge::merge_route(st, method, &seg, payload, &me) {
+        return r;
+    }
     let num = |s: &str| s.parse::<u64>().ok();
     match (method.as_str(), seg.as_slice()) {
         ("GET", ["events"]) => events(
@@ -1145,6 +1197,10 @@ fn route(
             reply(201, &v)
         }
         ("GET", ["pulls"]) => {
+            let open: Vec<u64> = st.issues.keys().copied().collect();
+            for n in open {
+                merge::refresh_head(st, n);
+            }
             let head = query_param(query, "head");
             let state = query_param(query, "state").unwrap_or_else(|| "open".into());
             let mut items: Vec<&IssueRec> = st
@@ -1196,6 +1252,8 @@ fn route(
                 )]));
             }
             let number = st.issues.keys().max().copied().unwrap_or(0) + 1;
+            let head_sha = merge::branch_sha(st, &head)
+                .unwrap_or_else(|| "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into());
             let rec = IssueRec {
                 number,
                 title,
@@ -1205,7 +1263,7 @@ fn route(
                 labels: vec![],
                 pr: Some(PrInfo {
                     head,
-                    head_sha: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
+                    head_sha,
                     head_repo: Some(REPO.into()),
                     maintainer_can_modify: false,
                     base,
@@ -1246,6 +1304,7 @@ fn route(
             )
         }
         ("GET", ["pulls", n]) => match num(n)
+            .inspect(|n| merge::refresh_head(st, *n))
             .and_then(|n| st.issues.get(&n))
             .filter(|i| i.pr.is_some())
         {
@@ -1293,6 +1352,7 @@ fn route(
                     .into(),
                 state: state.into(),
                 submitted_at: now(),
+                commit_id: i.pr.as_ref().map(|p| p.head_sha.clone()),
             };
             let v = review_json(&r);
             st.reviews.push(r);
