@@ -53,6 +53,96 @@ pub struct AutopilotConfig {
     pub budget: BudgetSettings,
     /// OpenTelemetry export of the traces (docs/observability.md).
     pub telemetry: TelemetryConfig,
+    /// What happens after rover's pull request is green: a person merges (`pr`), or rover
+    /// merges within the mode's rules (`dev`, `stage`, `prod`).
+    pub lifecycle: LifecycleConfig,
+}
+
+/// `autopilot.lifecycle.mode`: how far rover carries its own pull request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LifecycleMode {
+    /// rover opens the pull request and follows its CI; a person merges.
+    #[default]
+    Pr,
+    /// rover merges its pull request once the required checks are green, no review needed.
+    Dev,
+    /// As `dev`, with a longer CI wait; the repository's branch protection applies in full.
+    Stage,
+    /// rover merges only after a trusted person approved the current head.
+    Prod,
+}
+
+impl LifecycleMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LifecycleMode::Pr => "pr",
+            LifecycleMode::Dev => "dev",
+            LifecycleMode::Stage => "stage",
+            LifecycleMode::Prod => "prod",
+        }
+    }
+
+    /// Whether rover merges its own pull requests in this mode.
+    pub fn merges(self) -> bool {
+        self != LifecycleMode::Pr
+    }
+}
+
+/// `autopilot.lifecycle.mergeMethod`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMethod {
+    #[default]
+    Squash,
+    Merge,
+    Rebase,
+}
+
+impl MergeMethod {
+    /// GitHub's `merge_method`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeMethod::Squash => "squash",
+            MergeMethod::Merge => "merge",
+            MergeMethod::Rebase => "rebase",
+        }
+    }
+}
+
+/// `autopilot.lifecycle`: from pull request to merged (docs/configuration.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LifecycleConfig {
+    pub mode: LifecycleMode,
+    pub merge_method: MergeMethod,
+    /// How long rover waits for the required checks of its pull request before it stops
+    /// following it, minutes (default: 5 in `dev`, 30 in `stage` and `prod`).
+    pub ci_timeout_mins: Option<u64>,
+    /// How long rover waits for a trusted approval (`prod`, or a change to what steers rover)
+    /// before it says so on the thread (once), minutes; it goes on waiting (default 60).
+    pub approval_timeout_mins: Option<u64>,
+    /// Merges across the repository in any hour, at most (default 10); past it a merge waits.
+    pub max_merges_per_hour: Option<u32>,
+}
+
+impl LifecycleConfig {
+    pub fn ci_timeout(&self) -> Duration {
+        let default = match self.mode {
+            LifecycleMode::Pr | LifecycleMode::Dev => 5,
+            LifecycleMode::Stage | LifecycleMode::Prod => 30,
+        };
+        Duration::from_secs(60 * self.ci_timeout_mins.unwrap_or(default).max(1))
+    }
+
+    /// `0`: said at the first look that waits.
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_secs(60 * self.approval_timeout_mins.unwrap_or(60))
+    }
+
+    pub fn max_merges_per_hour(&self) -> u32 {
+        self.max_merges_per_hour.unwrap_or(10)
+    }
 }
 
 /// `autopilot.telemetry`: `true`, `false`, or an object. Off by default; the standard
@@ -280,6 +370,42 @@ mod tests {
         let err =
             RoverConfig::parse(r#"{"autopilot": {"telemetry": {"contents": true}}}"#).unwrap_err();
         assert!(err.contains("contents"), "{err}");
+    }
+
+    #[test]
+    fn lifecycle_modes_have_their_defaults_and_misspellings_are_refused() {
+        let d = RoverConfig::parse("{}").unwrap().autopilot.lifecycle;
+        assert_eq!(d.mode, LifecycleMode::Pr);
+        assert!(!d.mode.merges());
+        assert_eq!(d.merge_method, MergeMethod::Squash);
+        assert_eq!(d.max_merges_per_hour(), 10);
+        let dev = RoverConfig::parse(r#"{"autopilot": {"lifecycle": {"mode": "dev"}}}"#)
+            .unwrap()
+            .autopilot
+            .lifecycle;
+        assert_eq!(dev.ci_timeout(), Duration::from_secs(300));
+        let prod = RoverConfig::parse(
+            r#"{"autopilot": {"lifecycle": {"mode": "prod", "mergeMethod": "rebase", "approvalTimeoutMins": 5}}}"#,
+        )
+        .unwrap()
+        .autopilot
+        .lifecycle;
+        assert_eq!(prod.ci_timeout(), Duration::from_secs(1800));
+        assert_eq!(prod.approval_timeout(), Duration::from_secs(300));
+        assert_eq!(prod.merge_method.as_str(), "rebase");
+        for (text, key) in [
+            (
+                r#"{"autopilot": {"lifecycle": {"mode": "production"}}}"#,
+                "mode",
+            ),
+            (
+                r#"{"autopilot": {"lifecycle": {"mergemethod": "squash"}}}"#,
+                "mergemethod",
+            ),
+        ] {
+            let err = RoverConfig::parse(text).unwrap_err();
+            assert!(err.contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub enum NotifyPurpose {
     Budget,
     /// CI passed on rover's pull request: it is ready for review.
     Ready,
+    /// rover merged its pull request (`autopilot.lifecycle.mode`).
+    Merged,
 }
 
 impl NotifyPurpose {
@@ -42,6 +44,7 @@ impl NotifyPurpose {
             NotifyPurpose::Failure => "failure",
             NotifyPurpose::Budget => "budget",
             NotifyPurpose::Ready => "ready",
+            NotifyPurpose::Merged => "merged",
         }
     }
 }

@@ -13,8 +13,7 @@ pub(super) async fn start(
     store: &AutopilotStore,
     services: &Services,
 ) -> Result<Option<Telemetry>, StartError> {
-    let settings =
-        TelemetrySettings::resolve(&config.autopilot.telemetry, &services.host)
+    let settings = TelemetrySettings::resolve(&config.autopilot.telemetry, &services.host)
         .map_err(StartError::Setting)?;
     let shown = format!(
         "{} ({}{})",

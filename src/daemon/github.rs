@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use crate::config::RoverConfig;
-use crate::host_env::HostEnv;
 use crate::github::app::{self, AppSettings, AppTokens, APP_KEY_ENV};
 use crate::github::{BotIdentity, GitHubAuth, GitHubError, GitHubSettings, OctoGitHub, RepoRef};
+use crate::host_env::HostEnv;
 use crate::project::Project;
 use crate::secrets::LiveSecrets;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::agents::agent_from_settings;
 use crate::config::RoverConfig;
-use crate::host_env::HostEnv;
 use crate::github::{GitHub, NormalizeOptions, Redactor};
+use crate::host_env::HostEnv;
 use crate::project::Project;
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::secrets::{HeldSecrets, LiveSecrets};

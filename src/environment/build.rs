@@ -150,16 +150,17 @@ async fn plan(req: &BuildRequest<'_>, log: &Path) -> Result<BuildPlan, Environme
         "{{.Id}}",
         req.agents_image,
     ]);
-    let agents_id = capture(&inspect, log, req.host)
-        .await
-        .map_err(|output| EnvironmentError::Build {
-            step: "find autopilot.sandbox.image".to_owned(),
-            output: format!(
-                "{output}; build it (docs/sandbox.md) or set `autopilot.sandbox.image`"
-            ),
-            log: log.to_path_buf(),
-            reproduce: shell_line(&inspect),
-        })?;
+    let agents_id =
+        capture(&inspect, log, req.host)
+            .await
+            .map_err(|output| EnvironmentError::Build {
+                step: "find autopilot.sandbox.image".to_owned(),
+                output: format!(
+                    "{output}; build it (docs/sandbox.md) or set `autopilot.sandbox.image`"
+                ),
+                log: log.to_path_buf(),
+                reproduce: shell_line(&inspect),
+            })?;
     let version = argv(&[&req.settings.devcontainer_cli, "--version"]);
     let cli_version = capture(&version, log, req.host)
         .await

@@ -10,8 +10,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::build::{outcome_error, passed_env, shell_line, ERROR_LINES};
-use crate::host_env::HostEnv;
 use super::error::EnvironmentError;
+use crate::host_env::HostEnv;
 
 /// The build's log file: every step's command and output lines as they come.
 pub(super) struct Log {

@@ -31,7 +31,7 @@ const STEP: StepTraits = StepTraits {
 };
 
 /// The table: every step of the pipeline and what it is.
-const TABLE: [(StepKind, StepTraits); 9] = [
+const TABLE: [(StepKind, StepTraits); 10] = [
     (
         StepKind::Coordinate,
         StepTraits {
@@ -77,6 +77,8 @@ const TABLE: [(StepKind, StepTraits); 9] = [
             ..STEP
         },
     ),
+    // No agent: the merge rules decide (`steps::merge::rules`).
+    (StepKind::Merge, STEP),
     (
         StepKind::Notify,
         StepTraits {

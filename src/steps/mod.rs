@@ -10,6 +10,7 @@ pub mod gc;
 pub mod history;
 pub mod intervene;
 pub mod kinds;
+pub mod merge;
 pub mod meta;
 pub mod noop;
 pub mod notify;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 pub use cleanup::CleanupStep;
 pub use commit::CommitStep;
 pub use coordinate::CoordinateStep;
+pub use merge::MergeStep;
 pub use noop::{NoopStep, SummarizingNoopStep};
 pub use notify::NotifyStep;
 pub use plan::PlanStep;
@@ -108,6 +110,7 @@ pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
         Arc::new(CommitStep::new(services.clone())),
         Arc::new(ResolveStep::new(services.clone())),
         Arc::new(PushStep::new(services.clone())),
+        Arc::new(MergeStep::new(services.clone())),
         Arc::new(NotifyStep::new(services.clone())),
         Arc::new(SummarizingNoopStep::new(services.clone())),
         Arc::new(CleanupStep::new(services.clone())),

@@ -72,6 +72,10 @@ pub fn intent(meta: &NotifyMeta) -> String {
             "CI passed on rover's pull request: say it is ready for review, with the link."
                 .to_owned()
         }
+        NotifyPurpose::Merged => {
+            "rover merged its pull request after its checks passed: say so, with the link."
+                .to_owned()
+        }
     };
     let _ = write!(out, "\n\n- purpose: {}", meta.purpose.as_str());
     // The drafted message and the error are an agent's words and a step's error output: data.
@@ -154,6 +158,16 @@ pub fn fallback_message(meta: &NotifyMeta, visibility: Visibility, trace_id: &st
             let mut out = match &meta.pr_url {
                 Some(url) => format!("CI passed: the pull request is ready for review: {url}"),
                 None => "CI passed: the pull request is ready for review.".to_owned(),
+            };
+            if let Some(m) = drafted {
+                let _ = write!(out, "\n\n{m}");
+            }
+            out
+        }
+        NotifyPurpose::Merged => {
+            let mut out = match &meta.pr_url {
+                Some(url) => format!("Merged: {url}"),
+                None => "Merged.".to_owned(),
             };
             if let Some(m) = drafted {
                 let _ = write!(out, "\n\n{m}");

@@ -30,6 +30,7 @@ impl Pipeline for RoverPipeline {
             | StepKind::Plan
             | StepKind::Resolve
             | StepKind::Push
+            | StepKind::Merge
             | StepKind::Event => vec![NextAction::new(
                 StepKind::Notify,
                 format!("the {step} step failed: {}", error.message),

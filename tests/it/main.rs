@@ -29,6 +29,7 @@ mod intake;
 mod intervene;
 mod layers;
 mod leftovers;
+mod lifecycle;
 pub mod network;
 mod orchestrator;
 mod proof;

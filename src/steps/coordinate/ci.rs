@@ -8,8 +8,8 @@ use crate::intake::Signal;
 use crate::orchestrator::{Finished, NextAction, Outcome, StepError};
 use crate::steps::history::red_ci_looks;
 use crate::steps::meta::{
-    ci_watch_action, CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy, Decision,
-    NotifyMeta, NotifyPurpose,
+    ci_watch_action, merge_action, CiWatchMeta, CoordinateMeta, CoordinateSpanMeta, DecidedBy,
+    Decision, NotifyMeta, NotifyPurpose,
 };
 use crate::store::{Action, StepKind};
 
@@ -55,7 +55,17 @@ impl CoordinateStep {
             .ci_status(&watch.sha)
             .await
             .map_err(|e| gh_error("reading the CI status", &e))?;
-        let verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
+        let lifecycle = &self.services.config.autopilot.lifecycle;
+        let mut verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
+        // A mode that merges waits for the checks at most `lifecycle.ciTimeoutMins`.
+        let timed_out = lifecycle.mode.merges()
+            && watch.since.is_some_and(|since| {
+                chrono::Duration::from_std(lifecycle.ci_timeout())
+                    .is_ok_and(|limit| Utc::now() - since >= limit)
+            });
+        if timed_out && verdict == CiVerdict::Again {
+            verdict = CiVerdict::TimedOut;
+        }
         let sha = short_sha(&watch.sha);
         let (decision, done) = match verdict {
             CiVerdict::Again => {
@@ -71,6 +81,10 @@ impl CoordinateStep {
                 ))
                 .then(ci_watch_action(next, pipeline, Utc::now()));
                 (Decision::Wait, done)
+            }
+            CiVerdict::TimedOut => (Decision::Notify, timed_out_look(&watch, lifecycle)),
+            CiVerdict::Green if lifecycle.mode.merges() => {
+                (Decision::Merge, green_merges(&watch, &status, lifecycle))
             }
             CiVerdict::GiveUp => (Decision::Noop, Finished::completed(format!(
                 "decided noop: CI of pull request #{} at {sha} had no outcome after {} looks; rover stops following it",
@@ -146,6 +160,41 @@ impl CoordinateStep {
     }
 }
 
+/// The checks did not finish within `lifecycle.ciTimeoutMins` in a mode that merges: said on
+/// the thread, and not merged.
+fn timed_out_look(watch: &CiWatchMeta, lifecycle: &crate::config::LifecycleConfig) -> Finished {
+    let why = format!(
+        "the checks of pull request #{} at {} did not finish within {} minutes (`lifecycle.ciTimeoutMins`): rover does not merge it",
+        watch.pr_number,
+        short_sha(&watch.sha),
+        lifecycle.ci_timeout().as_secs() / 60
+    );
+    Finished::completed(format!("decided notify: {why}")).then(
+        NextAction::new(StepKind::Notify, why.clone()).with_meta(&NotifyMeta {
+            purpose: NotifyPurpose::Flag,
+            message: Some(format!("{why}; a person can merge it once it is green.")),
+            pr_url: Some(watch.pr_url.clone()),
+            ..NotifyMeta::default()
+        }),
+    )
+}
+
+/// Green in a mode that merges: the `merge` of the head that passed.
+fn green_merges(
+    watch: &CiWatchMeta,
+    status: &CiStatus,
+    lifecycle: &crate::config::LifecycleConfig,
+) -> Finished {
+    let reason = format!(
+        "CI passed on pull request #{} at {} ({} checks): merge it (lifecycle mode {})",
+        watch.pr_number,
+        short_sha(&watch.sha),
+        status.total,
+        lifecycle.mode.as_str()
+    );
+    Finished::completed(format!("decided merge: {reason}")).then(merge_action(watch, reason))
+}
+
 pub(super) fn short_sha(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }
@@ -161,6 +210,8 @@ pub enum CiVerdict {
     Again,
     /// Looked often enough without an outcome.
     GiveUp,
+    /// Still running past `lifecycle.ciTimeoutMins` in a mode that merges.
+    TimedOut,
     /// No check or status reported for the commit after a few looks: the repository has no CI.
     NoCi,
 }

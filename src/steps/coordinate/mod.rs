@@ -401,7 +401,13 @@ async fn same_subject_waits(
 ) -> Result<Vec<OpenWait>, StepError> {
     let taken = blocking(ctx.store.clone(), {
         let subject = subject.clone();
-        move |s| take_over_waits(s, trace_id, &subject)
+        move |s| {
+            let woken = waits::wake_merges(s, &subject)?;
+            if woken > 0 {
+                tracing::info!(%subject, woken, "scheduled merges look now");
+            }
+            take_over_waits(s, trace_id, &subject)
+        }
     })
     .await
     .map_err(|e| {

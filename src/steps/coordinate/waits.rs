@@ -5,7 +5,7 @@ use uuid::Uuid;
 use super::{MAX_WAITS, WAIT_LOOKBACK};
 use crate::agents::untrusted_block;
 use crate::steps::history::{coordinator_acted, recorded_waits, subject_of};
-use crate::steps::meta::{CoordinateMeta, OpenWait};
+use crate::steps::meta::{CoordinateMeta, MergeMeta, OpenWait};
 use crate::store::{AutopilotStore, StepKind};
 
 /// Open waits of other recent traces about `subject` (a [`subject_key`]), up to the newest
@@ -80,6 +80,36 @@ pub fn take_over_waits(
         }
     }
     Ok(taken)
+}
+
+/// Make the scheduled merges of pull request `subject` (`#<n>`) due now: something happened on
+/// it (a review, a comment), so a merge waiting for an approval looks again at once instead of
+/// at its next look. The merge decides by what GitHub says, never by the event. Returns how
+/// many were woken.
+pub fn wake_merges(
+    store: &AutopilotStore,
+    subject: &str,
+) -> Result<usize, crate::store::StoreError> {
+    let Some(number) = subject
+        .strip_prefix('#')
+        .and_then(|n| n.parse::<u64>().ok())
+    else {
+        return Ok(0);
+    };
+    let state = store.read_state()?;
+    let mut woken = 0;
+    for pending in state.pending.iter().filter(|p| {
+        p.action == StepKind::Merge && p.running_span_id.is_none() && p.not_before.is_some()
+    }) {
+        let Ok(action) = store.read_action(pending.action_id) else {
+            continue;
+        };
+        let about = crate::steps::meta::read::<MergeMeta>(&action).map(|m| m.pr_number);
+        if about.is_ok_and(|n| n == number) && store.wake_pending(pending.action_id)? {
+            woken += 1;
+        }
+    }
+    Ok(woken)
 }
 
 /// The open waits for the prompt, as one untrusted block: their conditions are agents' words.

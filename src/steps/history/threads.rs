@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 
 use crate::steps::meta::{
     subject_key, CommandOutcome, CoordinateSpanMeta, EventMeta, Intervention, InterventionSpanMeta,
-    PushPullRequest,
+    MergeOutcome, MergeSpanMeta, PushPullRequest,
 };
-use crate::store::{Span, SpanStatus, StepKind, TraceView};
+use crate::store::{AutopilotStore, Span, SpanStatus, StepKind, StoreError, TraceView};
 
 /// What the trace's event is about, as [`subject_key`] gives it (`#12`, `refs/heads/main`).
 pub fn subject_of(view: &TraceView) -> Option<String> {
@@ -71,6 +71,29 @@ pub fn intervention_marked<'v>(view: &'v TraceView, mark: &str) -> Option<&'v Sp
             .and_then(|m| m.reason)
             .is_some_and(|r| r.contains(mark))
     })
+}
+
+/// When the merges rover made since `since` were made, in the `lookback` most recent traces of
+/// the store (what `lifecycle.maxMergesPerHour` counts, across the repository).
+pub fn merges_since(
+    store: &AutopilotStore,
+    since: DateTime<Utc>,
+    lookback: usize,
+) -> Result<Vec<DateTime<Utc>>, StoreError> {
+    let mut merges = Vec::new();
+    for entry in store.recent_traces(lookback)? {
+        let view = store.load_trace(entry.trace_id)?;
+        merges.extend(
+            view.spans
+                .iter()
+                .filter(|s| s.step == StepKind::Merge)
+                .map(MergeSpanMeta::of)
+                .filter(|m| m.merge_outcome == Some(MergeOutcome::Merged))
+                .filter_map(|m| m.merged_at)
+                .filter(|at| *at >= since),
+        );
+    }
+    Ok(merges)
 }
 
 #[cfg(test)]

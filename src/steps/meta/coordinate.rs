@@ -38,6 +38,10 @@ pub struct CiWatchMeta {
     pub sha: String,
     /// How many looks so far, this one included.
     pub round: u32,
+    /// When rover started following this head's checks (`lifecycle.ciTimeoutMins` counts from
+    /// here in a mode that merges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<DateTime<Utc>>,
 }
 
 /// A coordinator `wait`, scheduled as a later `coordinate` of the same trace: it runs at its

@@ -31,6 +31,8 @@ pub enum Decision {
     Cleanup,
     /// `coordinate`: a look at CI found it red; the resolver decides.
     Resolve,
+    /// `coordinate`: a look at CI found it green and the lifecycle mode merges.
+    Merge,
     /// `coordinate`: a `/rover` command was taken.
     Command,
     /// `resolve`: push the trace's work.
@@ -54,7 +56,7 @@ pub enum Decision {
 
 impl Decision {
     /// Every word this rover writes, in the order above.
-    pub const KNOWN: [Decision; 16] = [
+    pub const KNOWN: [Decision; 17] = [
         Decision::Noop,
         Decision::Plan,
         Decision::Workflow,
@@ -63,6 +65,7 @@ impl Decision {
         Decision::Flag,
         Decision::Cleanup,
         Decision::Resolve,
+        Decision::Merge,
         Decision::Command,
         Decision::Push,
         Decision::Iterate,
@@ -84,6 +87,7 @@ impl Decision {
             Decision::Flag => "flag",
             Decision::Cleanup => "cleanup",
             Decision::Resolve => "resolve",
+            Decision::Merge => "merge",
             Decision::Command => "command",
             Decision::Push => "push",
             Decision::Iterate => "iterate",

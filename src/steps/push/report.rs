@@ -116,7 +116,9 @@ impl Landing<'_> {
         if let Some(pr) = pr {
             finished = self.with_pull_request(finished, &mut notify, &pr);
             // Rover follows the CI of what it pushed (see `coordinate`): the commit is its own.
-            let follow = services.config.autopilot.pipeline.follow_ci;
+            // A lifecycle mode that merges follows CI whatever `followCi` says: it merges on green.
+            let follow = services.config.autopilot.pipeline.follow_ci
+                || services.config.autopilot.lifecycle.mode.merges();
             ci_watch = pushed
                 .head_sha
                 .clone()
@@ -127,6 +129,7 @@ impl Landing<'_> {
                     branch: self.dest.to_owned(),
                     sha,
                     round: 1,
+                    since: Some(chrono::Utc::now()),
                 });
         } else {
             finished = self.without_pull_request(finished);

@@ -23,6 +23,7 @@ pub enum StepKind {
     Commit,
     Resolve,
     Push,
+    Merge,
     Notify,
     Noop,
     Cleanup,
@@ -30,8 +31,8 @@ pub enum StepKind {
 }
 
 impl StepKind {
-    /// The ten steps of the pipeline, in chain order.
-    pub const ALL: [StepKind; 10] = [
+    /// The steps of the pipeline (the root `event` first), in chain order.
+    pub const ALL: [StepKind; 11] = [
         StepKind::Event,
         StepKind::Coordinate,
         StepKind::Plan,
@@ -39,6 +40,7 @@ impl StepKind {
         StepKind::Commit,
         StepKind::Resolve,
         StepKind::Push,
+        StepKind::Merge,
         StepKind::Notify,
         StepKind::Noop,
         StepKind::Cleanup,
@@ -53,6 +55,7 @@ impl StepKind {
             StepKind::Commit => "commit",
             StepKind::Resolve => "resolve",
             StepKind::Push => "push",
+            StepKind::Merge => "merge",
             StepKind::Notify => "notify",
             StepKind::Noop => "noop",
             StepKind::Cleanup => "cleanup",

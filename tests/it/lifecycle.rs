@@ -1,0 +1,384 @@
+//! From pull request to merged (issue 37), through the real binary against the fake GitHub,
+//! which merges as GitHub does (`PUT /pulls/{n}/merge` with the head's `sha`, 405/409 when it
+//! may not) into the scenario's real git: `dev` merges rover's green pull request at the head
+//! that passed; `prod` waits for a trusted person's approval of the current head (a reader's, or
+//! one of an older head, does not count); a pull request that changes what steers rover waits
+//! for that approval in any mode; a head that moved is followed again before it is merged; a
+//! refusal of GitHub's is said in GitHub's words and waited on, never retried blindly.
+
+use serde_json::{json, Value};
+
+use crate::support::fake_github::BOT;
+use crate::support::pipeline::first_span;
+use crate::support::scenario::{chain, csv_issue, merge, one_task_issue, Scenario, NOTIFY};
+use rover::store::TraceView;
+
+/// rover merges in `mode`, follows CI at once, and CI passes on every commit.
+fn lifecycle(s: &mut Scenario, mode: &str) {
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"mode": mode},
+                              "pipeline": {"followCi": false, "ciPollSecs": 0},
+                              "github": {"botLogin": BOT}}}),
+    );
+    s.github.ci_on_new_commits(&["success"]);
+    s.answer(NOTIFY, json!({"message": "Done."}));
+}
+
+fn merge_spans(trace: &TraceView) -> Vec<Value> {
+    trace
+        .spans
+        .iter()
+        .filter(|sp| sp.step.as_str() == "merge")
+        .map(|sp| Value::Object(sp.meta.clone().into_iter().collect()))
+        .collect()
+}
+
+fn purposes(trace: &TraceView) -> Vec<String> {
+    let mut all: Vec<String> = trace
+        .spans
+        .iter()
+        .filter(|sp| sp.step.as_str() == "notify")
+        .map(|sp| sp.meta["purpose"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    all.sort();
+    all
+}
+
+/// `--once` until the trace's last merge span says `outcome` (at most `max` runs).
+async fn until_merge(s: &Scenario, outcome: &str, max: usize) -> TraceView {
+    for _ in 0..max {
+        s.run_once().await;
+        let trace = s.the_trace();
+        if merge_spans(&trace)
+            .last()
+            .is_some_and(|m| m["mergeOutcome"] == outcome)
+        {
+            return trace;
+        }
+    }
+    let trace = s.the_trace();
+    panic!(
+        "no merge span `{outcome}` after {max} runs: {:?} {:#?}",
+        chain(&trace),
+        merge_spans(&trace)
+    );
+}
+
+/// The scheduled merge look of the trace made due now (the time it waits for has passed).
+fn look_now(s: &Scenario) {
+    let store = s.store();
+    let pending: Vec<_> = store
+        .read_state()
+        .unwrap()
+        .pending
+        .into_iter()
+        .filter(|p| p.action.as_str() == "merge")
+        .collect();
+    assert_eq!(pending.len(), 1, "one merge waits: {pending:?}");
+    assert!(store.wake_pending(pending[0].action_id).unwrap());
+}
+
+fn main_has(s: &Scenario, file: &str) -> bool {
+    std::process::Command::new("git")
+        .args(["cat-file", "-e", &format!("main:{file}")])
+        .current_dir(&s.origin)
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[tokio::test]
+async fn dev_merges_rovers_green_pull_request_at_the_head_that_passed() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    csv_issue(&mut s, 30);
+    s.run_until_settled(12).await;
+
+    let trace = s.the_trace();
+    let steps = chain(&trace);
+    let push = first_span(&trace, "push");
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1, "{steps:?}");
+    let (number, method, head, commit) = &merges[0];
+    assert_eq!(method, "squash");
+    assert_eq!(
+        head,
+        push.meta["headSha"].as_str().unwrap(),
+        "merged the head whose checks passed"
+    );
+    let spans = merge_spans(&trace);
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    assert_eq!(spans[0]["mergeOutcome"], "merged");
+    assert_eq!(spans[0]["mode"], "dev");
+    assert_eq!(spans[0]["mergeSha"], commit.as_str());
+    assert_eq!(spans[0]["prNumber"], *number);
+    let ci = trace
+        .spans
+        .iter()
+        .find(|sp| sp.meta.get("decision").and_then(Value::as_str) == Some("merge"))
+        .expect("the CI look decided to merge");
+    assert_eq!(ci.meta["ci"]["sha"], push.meta["headSha"]);
+    assert_eq!(purposes(&trace), ["merged", "pushed"]);
+    assert!(main_has(&s, "csv.txt"), "the work is on main");
+    let pulls = s.github.pulls();
+    assert_eq!(pulls[0].4, "closed");
+    // The answer on the issue says it was merged, with the link.
+    assert!(
+        s.github
+            .comment_bodies(30)
+            .iter()
+            .any(|b| b.contains("Merged")),
+        "{:?}",
+        s.github.comment_bodies(30)
+    );
+    // `trace` shows the merge.
+    let shown = s
+        .env
+        .rover(&["autopilot", "trace", &trace.trace_id().to_string()]);
+    let text = crate::support::env::stdout(&shown);
+    assert!(
+        text.contains("merge ") && text.contains("merged pull request #"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn pr_mode_leaves_the_merge_to_a_person() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "pr");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"followCi": true}}}),
+    );
+    csv_issue(&mut s, 30);
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert!(s.github.merges().is_empty());
+    assert!(merge_spans(&trace).is_empty());
+    assert_eq!(purposes(&trace), ["pushed", "ready"]);
+}
+
+#[tokio::test]
+async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "prod");
+    // Said on the thread at the first look that waits (and only then).
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"approvalTimeoutMins": 0}}}),
+    );
+    csv_issue(&mut s, 30);
+    let trace = until_merge(&s, "waiting", 12).await;
+    let number = s.github.pulls()[0].0;
+    let waiting = merge_spans(&trace);
+    assert!(
+        waiting[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("a trusted person's approval"),
+        "{waiting:#?}"
+    );
+    assert!(s.github.merges().is_empty(), "never on its own");
+    let head = s.github.head_of(number);
+
+    // A reader's approval of the head, and a writer's of an older head, do not count.
+    s.github.set_permission("eve", "read");
+    s.github.add_review_on(number, "eve", "APPROVED", &head);
+    s.github
+        .add_review_on(number, "alice", "APPROVED", &"0".repeat(40));
+    look_now(&s);
+    let trace = until_merge(&s, "waiting", 3).await;
+    assert!(s.github.merges().is_empty());
+    assert_eq!(merge_spans(&trace).len(), 2);
+    assert!(merge_spans(&trace)[1]["approvedBy"].is_null());
+
+    // A writer's approval of the current head does.
+    s.github.add_review_on(number, "alice", "APPROVED", &head);
+    look_now(&s);
+    let trace = until_merge(&s, "merged", 3).await;
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1);
+    assert_eq!(merges[0].2, head);
+    let last = merge_spans(&trace).pop().unwrap();
+    assert_eq!(last["approvedBy"], json!(["alice"]));
+    assert_eq!(purposes(&trace), ["flag", "merged", "pushed"], "told once");
+    let told: Vec<String> = s
+        .github
+        .comment_bodies(30)
+        .into_iter()
+        .filter(|b| b.contains("waits for a merge"))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("approval"), "{}", told[0]);
+}
+
+#[tokio::test]
+async fn a_change_to_what_steers_rover_waits_for_a_trusted_approval_in_dev_too() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    one_task_issue(
+        &mut s,
+        31,
+        "Run the tests on push",
+        "Please add CI.",
+        "Add a CI workflow",
+        ".github/workflows/ci.yml",
+    );
+    let trace = until_merge(&s, "waiting", 12).await;
+    let span = merge_spans(&trace).pop().unwrap();
+    assert_eq!(span["steeringFiles"], json!([".github/workflows/ci.yml"]));
+    assert!(
+        span["reason"]
+            .as_str()
+            .unwrap()
+            .contains("changes what steers rover"),
+        "{span:#?}"
+    );
+    assert!(s.github.merges().is_empty());
+    let number = s.github.pulls()[0].0;
+    let head = s.github.head_of(number);
+    s.github.add_review_on(number, "alice", "APPROVED", &head);
+    look_now(&s);
+    until_merge(&s, "merged", 3).await;
+    assert!(main_has(&s, ".github/workflows/ci.yml"));
+}
+
+#[tokio::test]
+async fn a_head_that_moved_after_its_checks_is_followed_again_before_the_merge() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "prod");
+    csv_issue(&mut s, 30);
+    until_merge(&s, "waiting", 12).await;
+    let (number, branch) = {
+        let pulls = s.github.pulls();
+        (pulls[0].0, pulls[0].1.clone())
+    };
+    let passed = s.github.head_of(number);
+    // Someone pushes to the branch after its checks passed, and approves the new head.
+    let clone = s.clone_as("pusher", "Pat", "pat@example.com");
+    crate::support::gitrepo::git(&clone, &["fetch", "origin", &branch]);
+    crate::support::gitrepo::git(&clone, &["checkout", "-B", &branch, "FETCH_HEAD"]);
+    std::fs::write(clone.join("more.txt"), "more\n").unwrap();
+    crate::support::gitrepo::git(&clone, &["add", "more.txt"]);
+    crate::support::gitrepo::git(&clone, &["commit", "-m", "more"]);
+    crate::support::gitrepo::git(&clone, &["push", "origin", &branch]);
+    let moved = s.github.head_of(number);
+    assert_ne!(moved, passed);
+    s.github.add_review_on(number, "alice", "APPROVED", &moved);
+    look_now(&s);
+    let trace = until_merge(&s, "merged", 6).await;
+    let outcomes: Vec<Value> = merge_spans(&trace)
+        .iter()
+        .map(|m| m["mergeOutcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [json!("waiting"), json!("head-moved"), json!("merged")],
+        "{:?}",
+        chain(&trace)
+    );
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1);
+    assert_eq!(merges[0].2, moved, "the new head, after its own checks");
+}
+
+#[tokio::test]
+async fn a_merge_github_refuses_is_said_in_its_words_and_waited_on() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "stage");
+    s.github.refuse_next_merge(
+        "At least 1 approving review is required by reviewers with write access.",
+    );
+    csv_issue(&mut s, 30);
+    let trace = until_merge(&s, "waiting", 12).await;
+    let span = merge_spans(&trace).pop().unwrap();
+    assert!(
+        span["reason"]
+            .as_str()
+            .unwrap()
+            .contains("GitHub refused the merge (405: At least 1 approving review is required"),
+        "{span:#?}"
+    );
+    assert!(s.github.merges().is_empty());
+    // Once the protection is satisfied, the next look merges.
+    look_now(&s);
+    until_merge(&s, "merged", 3).await;
+    assert_eq!(s.github.merges().len(), 1);
+}
+
+#[tokio::test]
+async fn a_trusted_comment_on_the_pull_request_makes_a_waiting_merge_look_at_once() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "prod");
+    csv_issue(&mut s, 30);
+    until_merge(&s, "waiting", 12).await;
+    let (number, branch) = {
+        let pulls = s.github.pulls();
+        (pulls[0].0, pulls[0].1.clone())
+    };
+    let head = s.github.head_of(number);
+    s.github.add_review_on(number, "alice", "APPROVED", &head);
+    // The merge's next look is a minute away; alice's comment makes it look now.
+    let body = "LGTM, approved: merge it";
+    s.github.add_comment(number, "alice", body);
+    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created",
+        "issue": {"number": number, "pull_request": {"url": "u"}, "title": "t", "user": {"login": BOT}},
+        "comment": {"id": 9001, "body": body, "html_url": "h", "user": {"login": "alice"}}}));
+    s.rules.insert(
+        0,
+        json!({"prompt_contains": body, "structured": crate::support::scenario::coordinate("noop", json!({}))}),
+    );
+    s.run_once().await;
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1, "merged in the same run, branch {branch}");
+    assert_eq!(merges[0].2, head);
+}
+
+#[tokio::test]
+async fn the_hourly_merge_cap_holds_across_pull_requests() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"maxMergesPerHour": 1}}}),
+    );
+    csv_issue(&mut s, 30);
+    one_task_issue(
+        &mut s,
+        31,
+        "Add a --tsv flag",
+        "Please add --tsv.",
+        "Add the tsv flag",
+        "tsv.txt",
+    );
+    let mut capped = None;
+    for _ in 0..14 {
+        s.run_once().await;
+        capped = s.traces().into_iter().find_map(|t| {
+            merge_spans(&t)
+                .into_iter()
+                .find(|m| m["mergeOutcome"] == "waiting")
+        });
+        if capped.is_some() && s.github.merges().len() == 1 {
+            break;
+        }
+    }
+    let capped = capped.expect("the second merge waits");
+    assert_eq!(s.github.merges().len(), 1, "one merge in the hour");
+    assert!(
+        capped["reason"]
+            .as_str()
+            .unwrap()
+            .contains("`lifecycle.maxMergesPerHour`"),
+        "{capped:#?}"
+    );
+}
