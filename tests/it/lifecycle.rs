@@ -382,3 +382,61 @@ async fn the_hourly_merge_cap_holds_across_pull_requests() {
         "{capped:#?}"
     );
 }
+
+/// `/rover merge` by `who` on pull request `number`, as a feed event.
+fn rover_merge(s: &mut Scenario, number: u64, who: &str, id: u64) {
+    let body = "/rover merge";
+    s.github.add_comment(number, who, body);
+    s.github.seed_event("IssueCommentEvent", who, json!({"action": "created",
+        "issue": {"number": number, "pull_request": {"url": "u"}, "title": "t", "user": {"login": BOT}},
+        "comment": {"id": id, "body": body, "html_url": "h", "user": {"login": who}}}));
+}
+
+#[tokio::test]
+async fn rover_merge_by_a_trusted_person_approves_the_head_and_a_strangers_is_refused() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "prod");
+    csv_issue(&mut s, 30);
+    until_merge(&s, "waiting", 12).await;
+    let number = s.github.pulls()[0].0;
+    let head = s.github.head_of(number);
+
+    // mallory is no collaborator: refused with the reason, nothing approved.
+    rover_merge(&mut s, number, "mallory", 9101);
+    s.run_once().await;
+    assert!(s.github.merges().is_empty());
+    assert!(
+        s.github.comment_bodies(number).iter().any(|b| b
+            .contains("@mallory rover takes commands only from people with write access")),
+        "{:?}",
+        s.github.comment_bodies(number)
+    );
+
+    // alice has write access: an `approve` span in the waiting trace, and the merge is made.
+    rover_merge(&mut s, number, "alice", 9102);
+    s.run_once().await;
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1);
+    assert_eq!(merges[0].2, head);
+    let work = s
+        .traces()
+        .into_iter()
+        .find(|t| !merge_spans(t).is_empty())
+        .unwrap();
+    let approve = first_span(&work, "approve");
+    assert_eq!(approve.meta["by"], "alice");
+    assert_eq!(approve.meta["headSha"], head.as_str());
+    assert_eq!(
+        merge_spans(&work).pop().unwrap()["approvedBy"],
+        json!(["alice"])
+    );
+    assert!(
+        s.github
+            .comment_bodies(number)
+            .iter()
+            .any(|b| b.contains("Approved by @alice")),
+        "{:?}",
+        s.github.comment_bodies(number)
+    );
+}

@@ -7,6 +7,9 @@
 //!   answers that it was cancelled);
 //! - `/rover retry`: queue that trace's last failed action again (as `rover autopilot retry`);
 //! - `/rover status`: answer with the trace's state, its spend and `rover autopilot trace <id>`;
+//! - `/rover merge`: approve the merge rover waits to make of its pull request, at its current
+//!   head (`autopilot.lifecycle`: in `prod`, or for a change to what steers rover): an
+//!   `approve` span in the waiting trace, and the merge looks at once;
 //! - `/rover help`: answer with the commands.
 //!
 //! The trace "working on" an issue or pull request is the newest trace whose event is about it
@@ -31,11 +34,12 @@ use crate::steps::agent_call::event_meta;
 use crate::steps::history::{intervention_marked, pushed_pull_request, refusal_answered_since};
 use crate::steps::meta::{
     CommandOutcome, CommandRecord, CoordinateSpanMeta, DecidedBy, Decision, EventMeta,
-    Intervention, NoopMeta,
+    Intervention, InterventionSpanMeta, MergeMeta, NoopMeta,
 };
 use crate::steps::Services;
 use crate::store::{
-    blocking, AutopilotStore, IntakeOutcome, IntakeRecord, StepKind, StepRun, StoreError, TraceView,
+    blocking, AutopilotStore, IntakeOutcome, IntakeRecord, Span, StepKind, StepRun, StoreError,
+    TraceView,
 };
 
 /// What every command starts with.
@@ -50,6 +54,7 @@ pub enum ThreadCommand {
     Stop,
     Retry,
     Status,
+    Merge,
     Help,
     /// `/rover` followed by something rover does not know (kept, cut to 40 characters).
     Unknown(String),
@@ -61,6 +66,7 @@ impl ThreadCommand {
             Self::Stop => "stop",
             Self::Retry => "retry",
             Self::Status => "status",
+            Self::Merge => "merge",
             Self::Help => "help",
             Self::Unknown(word) => word,
         }
@@ -84,6 +90,7 @@ pub fn parse(body: &str) -> Option<ThreadCommand> {
         "stop" | "cancel" => ThreadCommand::Stop,
         "retry" => ThreadCommand::Retry,
         "status" => ThreadCommand::Status,
+        "merge" => ThreadCommand::Merge,
         "help" => ThreadCommand::Help,
         // Echoed in the answer: only plain characters, so it can mention or format nothing.
         other => ThreadCommand::Unknown(
@@ -225,6 +232,7 @@ pub fn help_text() -> String {
         "- `/rover stop`: stop the work rover is doing on this issue or pull request",
         "- `/rover retry`: run the last failed step of that work again",
         "- `/rover status`: what that work is doing and what it has spent",
+        "- `/rover merge`: approve the merge rover waits to make of its pull request, at its current head",
         "- `/rover help`: this list",
     ]
     .join("\n")
@@ -288,32 +296,7 @@ pub(super) async fn take(
     }
     let (outcome, detail, target, answer): (CommandOutcome, String, Option<Uuid>, Option<String>) =
         if trust.trusted {
-            match command {
-                ThreadCommand::Unknown(word) => (
-                    CommandOutcome::Refused,
-                    format!("unknown command `{PREFIX} {word}`"),
-                    None,
-                    Some(format!(
-                        "@{actor} rover does not know `{PREFIX} {word}`; nothing was done.\n\n{}",
-                        help_text()
-                    )),
-                ),
-                ThreadCommand::Help => (
-                    CommandOutcome::Done,
-                    "listed the commands".into(),
-                    None,
-                    Some(help_text()),
-                ),
-                ThreadCommand::Stop | ThreadCommand::Retry | ThreadCommand::Status => {
-                    let command = command.clone();
-                    let actor = actor.clone();
-                    blocking(ctx.store.clone(), move |s| {
-                        act(s, trace_id, number, &command, &actor)
-                    })
-                    .await
-                    .map_err(store_error("reading the traces about the thread"))?
-                }
-            }
+            trusted_command(github.as_ref(), ctx, trace_id, number, &actor, command).await?
         } else {
             let why = format!("untrusted author: {}", trust.reason);
             let text = format!(
@@ -401,7 +384,127 @@ pub(super) async fn take(
     ))
 }
 
+/// What a trusted person's `command` does (see the module docs).
+async fn trusted_command(
+    github: &dyn crate::github::GitHub,
+    ctx: &StepContext,
+    trace_id: Uuid,
+    number: u64,
+    actor: &str,
+    command: &ThreadCommand,
+) -> Result<Acted, StepError> {
+    let store_error = |what: &'static str| {
+        move |e: StoreError| StepError::from_error(&e, true).detail("what", what)
+    };
+    Ok(match command {
+        ThreadCommand::Unknown(word) => (
+            CommandOutcome::Refused,
+            format!("unknown command `{PREFIX} {word}`"),
+            None,
+            Some(format!(
+                "@{actor} rover does not know `{PREFIX} {word}`; nothing was done.\n\n{}",
+                help_text()
+            )),
+        ),
+        ThreadCommand::Help => (
+            CommandOutcome::Done,
+            "listed the commands".into(),
+            None,
+            Some(help_text()),
+        ),
+        ThreadCommand::Merge => {
+            let head = github
+                .get_pull_request(number)
+                .await
+                .map_err(|e| {
+                    StepError::from_error(&e, e.is_retryable())
+                        .not_before(e.retry_at())
+                        .detail("what", "reading the pull request to approve its merge")
+                })?
+                .head_sha;
+            let actor = actor.to_owned();
+            blocking(ctx.store.clone(), move |s| {
+                approve_merge(s, trace_id, number, &head, &actor)
+            })
+            .await
+            .map_err(store_error("approving the merge"))?
+        }
+        ThreadCommand::Stop | ThreadCommand::Retry | ThreadCommand::Status => {
+            let command = command.clone();
+            let actor = actor.to_owned();
+            blocking(ctx.store.clone(), move |s| {
+                act(s, trace_id, number, &command, &actor)
+            })
+            .await
+            .map_err(store_error("reading the traces about the thread"))?
+        }
+    })
+}
+
 type Acted = (CommandOutcome, String, Option<Uuid>, Option<String>);
+
+/// `/rover merge` on pull request `number` at `head`: an `approve` span in the trace whose merge
+/// of it waits, and that merge made due now. Marked like `stop`: a run cut off after approving
+/// and run again does not approve twice.
+fn approve_merge(
+    store: &AutopilotStore,
+    own: Uuid,
+    number: u64,
+    head: &str,
+    actor: &str,
+) -> Result<Acted, StoreError> {
+    let mark = format!("command trace {}", crate::trace::short(own));
+    let short_head = &head[..head.len().min(12)];
+    let state = store.read_state()?;
+    let waiting = state.pending.iter().find(|p| {
+        p.action == StepKind::Merge
+            && p.running_span_id.is_none()
+            && store
+                .read_action(p.action_id)
+                .ok()
+                .and_then(|a| crate::steps::meta::read::<MergeMeta>(&a).ok())
+                .is_some_and(|m| m.pr_number == number)
+    });
+    let Some(pending) = waiting else {
+        let why = format!("rover has no merge of #{number} waiting: nothing to approve");
+        return Ok((
+            CommandOutcome::Nothing,
+            why.clone(),
+            None,
+            Some(format!("@{actor} {why}.")),
+        ));
+    };
+    let target = pending.trace_id;
+    let view = store.load_trace(target)?;
+    let done = |id: Uuid| {
+        (
+            CommandOutcome::Done,
+            format!("approved the merge of #{number} at {short_head}"),
+            Some(id),
+            Some(format!(
+                "Approved by @{actor}: rover merges #{number} at {short_head} once its rules allow (trace `{}`).",
+                crate::trace::short(id)
+            )),
+        )
+    };
+    if intervention_marked(&view, &mark).is_none() {
+        let record = InterventionSpanMeta {
+            by: actor.to_owned(),
+            reason: Some(format!("{PREFIX} merge on #{number} ({mark})")),
+            head_sha: Some(head.to_owned()),
+            ..InterventionSpanMeta::default()
+        };
+        let span = Span::intervention(
+            target,
+            Intervention::Approve.as_str(),
+            format!("merge of #{number} at {short_head} approved by {actor}"),
+            &record,
+        );
+        store.intervene(&span, &[], |_| false, None)?;
+    }
+    store.wake_pending(pending.action_id)?;
+    Ok(done(target))
+}
 
 /// `stop`, `retry` or `status` on the trace working on `number`, in the store.
 fn act(
@@ -512,8 +615,8 @@ fn act(
                 Some(status_text(view)),
             )
         }
-        ThreadCommand::Help | ThreadCommand::Unknown(_) => {
-            unreachable!("answered without the store")
+        ThreadCommand::Help | ThreadCommand::Unknown(_) | ThreadCommand::Merge => {
+            unreachable!("answered without the store, or by approve_merge")
         }
     })
 }

@@ -32,8 +32,8 @@ pub use failures::{
     tampered_span,
 };
 pub use threads::{
-    ended_at, intervention_marked, merges_since, open_pull_request, pushed_pull_request,
-    refusal_answered_since, subject_of,
+    ended_at, intervention_marked, merge_approvals, merges_since, open_pull_request,
+    pushed_pull_request, refusal_answered_since, subject_of,
 };
 pub use work::{
     action_named, action_of, busy, committed_branches, has_review_workflow, image_of, latest_image,

@@ -66,11 +66,27 @@ pub fn intervention_marked<'v>(view: &'v TraceView, mark: &str) -> Option<&'v Sp
     view.spans.iter().find(|s| {
         matches!(
             Intervention::of(s),
-            Some(Intervention::Cancel | Intervention::Retry)
+            Some(Intervention::Cancel | Intervention::Retry | Intervention::Approve)
         ) && InterventionSpanMeta::of(s)
             .and_then(|m| m.reason)
             .is_some_and(|r| r.contains(mark))
     })
+}
+
+/// Who approved the merge of the trace's pull request at exactly `head` from the thread
+/// (`/rover merge`, taken from trusted people only).
+pub fn merge_approvals(view: &TraceView, head: &str) -> Vec<String> {
+    let mut by: Vec<String> = view
+        .spans
+        .iter()
+        .filter(|s| Intervention::of(s) == Some(Intervention::Approve))
+        .filter_map(InterventionSpanMeta::of)
+        .filter(|m| m.head_sha.as_deref() == Some(head))
+        .map(|m| m.by.to_ascii_lowercase())
+        .collect();
+    by.sort();
+    by.dedup();
+    by
 }
 
 /// When the merges rover made since `since` were made, in the `lookback` most recent traces of

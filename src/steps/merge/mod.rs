@@ -78,7 +78,12 @@ impl MergeStep {
     }
 
     /// The merge look, then what it leads to.
-    async fn look(&self, ctx: &StepContext, meta: MergeMeta) -> Result<Finished, StepError> {
+    async fn look(
+        &self,
+        ctx: &StepContext,
+        trace_id: uuid::Uuid,
+        meta: MergeMeta,
+    ) -> Result<Finished, StepError> {
         let github = self.services.github.as_ref().ok_or_else(|| {
             StepError::fatal("rover has no GitHub client to merge the pull request")
         })?;
@@ -99,9 +104,18 @@ impl MergeStep {
             .map_err(|e| gh_error("listing the files of the pull request", &e))?;
         let steering = steering_files(&files);
         let approvers = if pr.head_sha == meta.sha {
-            self.approvers(github.as_ref(), &pr)
+            let mut approvers = self
+                .approvers(github.as_ref(), &pr)
                 .await
-                .map_err(|e| gh_error("reading the reviews of the pull request", &e))?
+                .map_err(|e| gh_error("reading the reviews of the pull request", &e))?;
+            // `/rover merge` on the thread: an approval of this head by a trusted person.
+            let view = crate::store::blocking(ctx.store.clone(), move |s| s.load_trace(trace_id))
+                .await
+                .map_err(|e| StepError::from_error(&e, true).detail("what", "reading the trace"))?;
+            approvers.extend(super::history::merge_approvals(&view, &pr.head_sha));
+            approvers.sort();
+            approvers.dedup();
+            approvers
         } else {
             Vec::new()
         };
@@ -425,6 +439,8 @@ impl Step for MergeStep {
         let meta: MergeMeta = super::meta::read(&run.action).map_err(|e| {
             StepError::fatal(format!("the merge action's meta does not parse: {e}"))
         })?;
-        Ok(Outcome::Finished(self.look(ctx, meta).await?))
+        Ok(Outcome::Finished(
+            self.look(ctx, run.pending.trace_id, meta).await?,
+        ))
     }
 }

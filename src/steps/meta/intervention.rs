@@ -23,16 +23,19 @@ pub enum Intervention {
     Requeue,
     /// The `gc` policy reclaimed an ended trace's resources.
     Gc,
+    /// A person approved the merge of the trace's pull request at a head (`/rover merge`).
+    Approve,
 }
 
 impl Intervention {
-    pub const ALL: [Intervention; 6] = [
+    pub const ALL: [Intervention; 7] = [
         Intervention::Cancel,
         Intervention::Fail,
         Intervention::Retry,
         Intervention::Drop,
         Intervention::Requeue,
         Intervention::Gc,
+        Intervention::Approve,
     ];
 
     /// The name its span's step has.
@@ -44,6 +47,7 @@ impl Intervention {
             Intervention::Drop => "drop",
             Intervention::Requeue => "requeue",
             Intervention::Gc => "gc",
+            Intervention::Approve => "approve",
         }
     }
 
@@ -90,6 +94,9 @@ pub struct InterventionSpanMeta {
     /// `gc`: the workflow actions whose tasks are reclaimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<Uuid>>,
+    /// `approve`: the head of the pull request the approval is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_sha: Option<String>,
 }
 
 impl InterventionSpanMeta {
