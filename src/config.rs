@@ -124,6 +124,21 @@ pub struct LifecycleConfig {
     pub approval_timeout_mins: Option<u64>,
     /// Merges across the repository in any hour, at most (default 10); past it a merge waits.
     pub max_merges_per_hour: Option<u32>,
+    /// After a merge, follow the checks of the merge commit on the base branch before the
+    /// trace answers (default: on in a mode that merges).
+    pub post_merge_ci: Option<bool>,
+    /// What rover does when the checks are red on the base branch after its merge.
+    pub on_red_main: OnRedMain,
+}
+
+/// `autopilot.lifecycle.onRedMain`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRedMain {
+    /// Answer on the original thread that the merge left the base branch red, with the
+    /// failing checks.
+    #[default]
+    Notify,
 }
 
 impl LifecycleConfig {
@@ -142,6 +157,11 @@ impl LifecycleConfig {
 
     pub fn max_merges_per_hour(&self) -> u32 {
         self.max_merges_per_hour.unwrap_or(10)
+    }
+
+    /// Whether rover follows the checks of its merge commit on the base branch.
+    pub fn post_merge_ci(&self) -> bool {
+        self.mode.merges() && self.post_merge_ci.unwrap_or(true)
     }
 }
 

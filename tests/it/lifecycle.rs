@@ -124,15 +124,22 @@ async fn dev_merges_rovers_green_pull_request_at_the_head_that_passed() {
     assert!(main_has(&s, "csv.txt"), "the work is on main");
     let pulls = s.github.pulls();
     assert_eq!(pulls[0].4, "closed");
-    // The answer on the issue says it was merged, with the link.
+    // The answer on the issue says it was merged and is green on main, once main's checks
+    // for the merge commit passed.
     assert!(
-        s.github
-            .comment_bodies(30)
-            .iter()
-            .any(|b| b.contains("Merged")),
+        s.github.comment_bodies(30).iter().any(|b| b.contains(&format!(
+            "Merged pull request #{number} (merge commit {} on `main`); its checks passed on `main`",
+            &commit[..12]
+        ))),
         "{:?}",
         s.github.comment_bodies(30)
     );
+    let after = trace
+        .spans
+        .iter()
+        .find(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true))
+        .expect("a look at main after the merge");
+    assert_eq!(after.meta["ci"]["sha"], commit.as_str());
     // `trace` shows the merge.
     let shown = s
         .env
@@ -439,4 +446,53 @@ async fn rover_merge_by_a_trusted_person_approves_the_head_and_a_strangers_is_re
         "{:?}",
         s.github.comment_bodies(number)
     );
+}
+
+#[tokio::test]
+async fn a_red_main_after_rovers_merge_is_said_on_the_thread_with_the_failing_checks() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    // Green on the pull request's head, red on the merge commit on main.
+    s.github.ci_on_new_commits(&["success", "failure"]);
+    csv_issue(&mut s, 30);
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(s.github.merges().len(), 1);
+    let merge_commit = s.github.merges()[0].3.clone();
+    let look = trace
+        .spans
+        .iter()
+        .rfind(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true))
+        .expect("a look at main after the merge");
+    assert_eq!(look.meta["ci"]["sha"], merge_commit.as_str());
+    assert_eq!(look.meta["ci"]["branch"], "main");
+    assert_eq!(look.meta["decision"], "flag");
+    assert_eq!(purposes(&trace), ["flag", "pushed"]);
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("but its checks failed on `main`: ci / test")),
+        "{said:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_the_post_merge_watch_the_merge_is_answered_at_once() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"postMergeCi": false}}}),
+    );
+    csv_issue(&mut s, 30);
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(s.github.merges().len(), 1);
+    assert!(!trace
+        .spans
+        .iter()
+        .any(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true)));
+    assert_eq!(purposes(&trace), ["merged", "pushed"]);
 }

@@ -41,6 +41,9 @@ impl CoordinateStep {
             ci: Some(watch.clone()),
             ..CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Ci)
         };
+        if watch.after_merge {
+            return self.look_after_merge(watch, span_meta).await;
+        }
         if pr.state != crate::github::IssueState::Open {
             let reason = format!(
                 "pull request #{} is {}: its CI is no longer followed",

@@ -54,6 +54,7 @@ const MAX_WAITS: usize = 5;
 /// The prompt heading of a run that re-evaluates the trace's own wait.
 pub const REEVALUATION_HEADING: &str = "## Re-evaluating a wait";
 
+mod after_merge;
 mod ci;
 pub mod command;
 mod gather;

@@ -206,15 +206,33 @@ impl MergeStep {
                     pr_url: Some(meta.pr_url.clone()),
                     ..NotifyMeta::default()
                 };
-                Ok(Finished::completed(reason.clone())
-                    .with_meta_record(&MergeSpanMeta {
+                let finished =
+                    Finished::completed(reason.clone()).with_meta_record(&MergeSpanMeta {
                         merge_outcome: Some(MergeOutcome::Merged),
-                        merge_sha: Some(merged.sha),
+                        merge_sha: Some(merged.sha.clone()),
                         merge_method: Some(method.to_owned()),
                         merged_at: Some(Utc::now()),
                         ..record
-                    })
-                    .then(NextAction::new(StepKind::Notify, reason).with_meta(&notify)))
+                    });
+                if !self.lifecycle().post_merge_ci() {
+                    return Ok(
+                        finished.then(NextAction::new(StepKind::Notify, reason).with_meta(&notify))
+                    );
+                }
+                // The trace answers once the merge commit's checks on the base branch are in.
+                Ok(finished.then(ci_watch_action(
+                    CiWatchMeta {
+                        pr_number: pr.number,
+                        pr_url: meta.pr_url.clone(),
+                        branch: pr.base_branch.clone(),
+                        sha: merged.sha,
+                        round: 1,
+                        since: Some(Utc::now()),
+                        after_merge: true,
+                    },
+                    &self.services.config.autopilot.pipeline,
+                    Utc::now(),
+                )))
             }
             Err(GitHubError::Status {
                 status: 409,
@@ -301,6 +319,7 @@ impl MergeStep {
                 sha: head,
                 round: 1,
                 since: Some(Utc::now()),
+                after_merge: false,
             },
             &self.services.config.autopilot.pipeline,
             Utc::now(),

@@ -42,6 +42,10 @@ pub struct CiWatchMeta {
     /// here in a mode that merges).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<DateTime<Utc>>,
+    /// The watch of rover's merge commit on the base branch (`branch`), after the merge of pull
+    /// request `pr_number` (`lifecycle.postMergeCi`): green or red, the trace answers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_merge: bool,
 }
 
 /// A coordinator `wait`, scheduled as a later `coordinate` of the same trace: it runs at its

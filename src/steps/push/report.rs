@@ -130,6 +130,7 @@ impl Landing<'_> {
                     sha,
                     round: 1,
                     since: Some(chrono::Utc::now()),
+                    after_merge: false,
                 });
         } else {
             finished = self.without_pull_request(finished);
