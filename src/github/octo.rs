@@ -36,6 +36,10 @@ use crate::host_env::HostEnv;
 /// Most pages fetched for one list call (100 items each).
 const MAX_PAGES: u32 = 5;
 
+/// The most items a list this client reads can hold (`MAX_PAGES` pages of 100): a list that
+/// long may have been cut.
+pub const MAX_LISTED: usize = MAX_PAGES as usize * 100;
+
 /// The API base URL from `ROVER_GITHUB_API_URL` in `host`, else `https://api.github.com`.
 pub fn api_url_from_env(host: &HostEnv) -> String {
     host.var(API_URL_ENV)

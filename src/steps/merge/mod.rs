@@ -133,6 +133,7 @@ impl MergeStep {
             pr: &pr,
             passed_sha: &meta.sha,
             steering: &steering,
+            files_complete: files.len() < crate::github::octo::MAX_LISTED,
             approvers: &approvers,
             recent_merges: &recent_merges,
             cap: lifecycle.max_merges_per_hour(),

@@ -83,6 +83,9 @@ pub struct Look<'a> {
     pub passed_sha: &'a str,
     /// Changed files that steer rover ([`steering_files`]).
     pub steering: &'a [String],
+    /// Whether the list of changed files is whole (a list as long as the client reads may
+    /// have been cut, and what steers rover may be past its end).
+    pub files_complete: bool,
     /// Trusted people whose latest review approves the current head.
     pub approvers: &'a [String],
     /// When the merges of the last hour were made (any trace of this repository).
@@ -141,6 +144,12 @@ pub fn decide(look: &Look<'_>) -> Verdict {
     }
     let short = &pr.head_sha[..pr.head_sha.len().min(12)];
     if look.approvers.is_empty() {
+        if !look.files_complete {
+            return Verdict::NeedsApproval(format!(
+                "it changes more files than rover can list ({} or more), so rover cannot tell whether it changes what steers rover: a trusted person's approval of {short} is needed",
+                crate::github::octo::MAX_LISTED
+            ));
+        }
         if !look.steering.is_empty() {
             return Verdict::NeedsApproval(format!(
                 "it changes what steers rover ({}): a trusted person's approval of {short} is needed whatever the mode",
@@ -203,6 +212,7 @@ mod tests {
             pr,
             passed_sha: passed,
             steering: &[],
+            files_complete: true,
             approvers: &[],
             recent_merges: &[],
             cap: 10,
@@ -281,6 +291,28 @@ mod tests {
             decide(&Look {
                 approvers: &alice,
                 ..dev
+            }),
+            Verdict::Merge
+        );
+    }
+
+    #[test]
+    fn a_file_list_that_may_be_cut_needs_an_approval_as_a_steering_change_does() {
+        let pr = pr();
+        let sha = "a".repeat(40);
+        let cut = Look {
+            files_complete: false,
+            ..look(&pr, &sha)
+        };
+        match decide(&cut) {
+            Verdict::NeedsApproval(why) => assert!(why.contains("more files than rover can list")),
+            other => panic!("{other:?}"),
+        }
+        let alice = vec!["alice".to_owned()];
+        assert_eq!(
+            decide(&Look {
+                approvers: &alice,
+                ..cut
             }),
             Verdict::Merge
         );
