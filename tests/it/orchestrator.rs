@@ -870,6 +870,7 @@ fn every_step_is_registered_exactly_once() {
             "cleanup",
             "commit",
             "coordinate",
+            "merge",
             "noop",
             "notify",
             "plan",
