@@ -129,15 +129,27 @@ async fn a_github_app_daemon_keeps_polling_commenting_and_pushing_across_token_e
 
     // The daemon goes on polling while tokens expire at least twice (each lives 4 s: on a
     // loaded machine a poll may come late, so this waits for the renewals, not for a time)...
+    // The feed is read with the token valid at the time: waited for until it was read with four
+    // of them (a poll may come late on a loaded machine, and then skip a token's short life).
+    let poll_tokens = |s: &Scenario| -> usize {
+        s.github
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/events"))
+            .filter_map(|r| r.headers.get("authorization").cloned())
+            .collect::<std::collections::BTreeSet<String>>()
+            .len()
+    };
     let start = Instant::now();
     let idle_tokens = loop {
         let idle_tokens = s.github.app().tokens.len();
-        if idle_tokens >= phase1_tokens + 2 {
+        if idle_tokens >= phase1_tokens + 2 && poll_tokens(&s) >= 4 {
             break idle_tokens;
         }
         assert!(
             start.elapsed() < Duration::from_secs(90),
-            "polling renewed the token while idle: {phase1_tokens} then {idle_tokens}"
+            "polling renewed the token while idle: {phase1_tokens} then {idle_tokens}, the feed read with {} tokens",
+            poll_tokens(&s)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
