@@ -445,6 +445,20 @@ async fn a_span_open_when_rover_is_killed_is_exported_once_when_the_next_run_clo
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
+    // The spans closed so far (the root) exported and recorded first: a kill between sending a
+    // batch and recording it sends that batch again (docs/observability.md), which is not what
+    // this test is about.
+    loop {
+        let t = status_json(&s)["telemetry"].clone();
+        if t["waiting"] == 0 && t["exported"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the closed spans were not exported: {t}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     daemon.kill().unwrap(); // SIGKILL: the span stays open on disk
     daemon.wait().unwrap();
     assert!(

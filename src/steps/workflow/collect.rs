@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::judge::{collected, Collection, Judged};
 use super::{run_limit, verdict, RunEnd, WorkflowSpanMeta, WorkflowStep};
 use crate::agents::{self, WorkflowResult};
-use crate::orchestrator::{self, Collected, Completion, Finished, StepContext, StepError};
+use crate::orchestrator::{Collected, Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::GatesReport;
 use crate::sandbox::{self, ContainerStatus, Sandbox};
 use crate::steps::meta::{CollectSpanMeta, GatesMeta, TaskStatus};
@@ -34,7 +34,7 @@ impl WorkflowStep {
             self.services
                 .host
                 .var("ROVER_TEST_PANIC")
-                .is_none_or(|v| v != orchestrator::COLLECT),
+                .is_none_or(|v| v != crate::orchestrator::COLLECT),
             "injected panic in a collection (ROVER_TEST_PANIC)"
         );
         let sandbox = self.sandbox()?;
