@@ -19,6 +19,7 @@ pub mod plan;
 pub mod push;
 pub mod resolve;
 pub mod sandboxed;
+pub mod steering;
 pub mod tasks;
 mod trust_check;
 pub mod workflow;

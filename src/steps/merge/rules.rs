@@ -7,66 +7,11 @@ use chrono::{DateTime, Duration, Utc};
 use crate::config::LifecycleMode;
 use crate::github::{IssueState, PullRequest};
 
-/// Files that steer rover or its sandbox (rover's settings, the agents' instructions, the dev
-/// container, CI, git hook managers): a pull request changing one is never merged without a
-/// trusted approval of its current head, whatever the mode, so an agent cannot rewrite its own
-/// rules by merging them. A trailing `/` is a folder and everything under it. Compared without
-/// regard to case.
-pub const STEERING_PATHS: &[&str] = &[
-    "rover.json",
-    ".rover/",
-    ".devcontainer/",
-    ".devcontainer.json",
-    ".github/workflows/",
-    ".github/actions/",
-    ".github/CODEOWNERS",
-    "CODEOWNERS",
-    "CLAUDE.md",
-    "AGENTS.md",
-    ".claude/",
-    ".codex/",
-    ".husky/",
-    ".githooks/",
-    ".git-hooks/",
-    ".pre-commit-config.yaml",
-    ".pre-commit-config.yml",
-    "lefthook.yml",
-    "lefthook.yaml",
-    ".lefthook.yml",
-    ".lefthook.yaml",
-    ".lefthook/",
-    ".overcommit.yml",
-    ".simple-git-hooks.json",
-    ".simple-git-hooks.js",
-    ".simple-git-hooks.cjs",
-    ".lintstagedrc",
-    ".lintstagedrc.json",
-    ".lintstagedrc.yaml",
-    ".lintstagedrc.yml",
-    ".lintstagedrc.js",
-    ".lintstagedrc.cjs",
-    ".lintstagedrc.mjs",
-    "lint-staged.config.js",
-    "lint-staged.config.cjs",
-    "lint-staged.config.mjs",
-];
-
-/// The paths of `files` that steer rover (see [`STEERING_PATHS`]).
+/// The paths of `files` that steer rover ([`crate::steps::steering`], the list the push step
+/// warns about), sorted, once each: a pull request changing one is never merged without a
+/// trusted approval of its current head, whatever the mode.
 pub fn steering_files(files: &[String]) -> Vec<String> {
-    let mut found: Vec<String> = files
-        .iter()
-        .filter(|f| {
-            let path = f.trim_start_matches("./").to_ascii_lowercase();
-            STEERING_PATHS.iter().any(|p| {
-                let p = p.to_ascii_lowercase();
-                match p.strip_suffix('/') {
-                    Some(folder) => path.starts_with(&p) || path == folder,
-                    None => path == p,
-                }
-            })
-        })
-        .cloned()
-        .collect();
+    let mut found = crate::steps::steering::steering(files);
     found.sort();
     found.dedup();
     found

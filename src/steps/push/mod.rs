@@ -35,7 +35,6 @@ use crate::store::{StepKind, StepRun, TaskMapping, TraceView};
 
 mod deliver;
 mod report;
-mod steering;
 
 use deliver::{Delivery, Opening};
 use report::{Landing, Pushed};
@@ -183,7 +182,7 @@ fn closes(event: &EventMeta) -> Option<u64> {
 /// The PR body (before the footer): a warning naming the files that steer rover (`steering`),
 /// what was done, per task, and the issue it closes.
 fn pr_body(tasks: &[&Task], event: &EventMeta, steering: &[String]) -> String {
-    let mut body = steering::warning(steering)
+    let mut body = crate::steps::steering::warning(steering)
         .map(|w| format!("{w}\n"))
         .unwrap_or_default();
     body.push_str("## Summary\n\n");
@@ -336,7 +335,7 @@ impl PushStep {
         };
         for base in [format!("refs/remotes/{}/{default}", ws.remote()), default] {
             match ws.changed_paths(&base, target).await {
-                Ok(Some(paths)) => return steering::steering(&paths),
+                Ok(Some(paths)) => return crate::steps::steering::steering(&paths),
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, branch = target, "cannot list what the push changes");

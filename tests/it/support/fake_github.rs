@@ -1094,7 +1094,7 @@ fn route(
     if let Some(r) = app::reactions_route(st, method, &seg, query, headers, payload, &me) {
         return r;
     }
-    if let Some(r) = merge::merge_route(st, method, &seg, payload, &me) {
+    if let Some(r) = merge::merge_route(st, method, &seg, query, path, payload, &me) {
         return r;
     }
     let num = |s: &str| s.parse::<u64>().ok();

@@ -53,6 +53,8 @@ pub(super) fn merge_route(
     st: &mut FakeState,
     method: &Method,
     seg: &[&str],
+    query: &str,
+    path: &str,
     payload: &Value,
     me: &str,
 ) -> Option<Reply> {
@@ -66,7 +68,7 @@ pub(super) fn merge_route(
     };
     let pr = issue.pr.clone().expect("a pull request");
     match (method.as_str(), seg[2]) {
-        ("GET", "files") => Some(reply(200, &Value::Array(files(st, &pr.base, &pr.head)))),
+        ("GET", "files") => Some(super::paginate(files(st, &pr.base, &pr.head), query, path)),
         ("PUT", "merge") => {
             let sha = payload.get("sha").and_then(Value::as_str);
             let merge_method = payload
