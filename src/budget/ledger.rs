@@ -13,7 +13,7 @@ use super::usage::SpanUsage;
 use super::BudgetError;
 use super::PullRequestOpened;
 use crate::store::fsio::{read_json, write_json_atomic};
-use crate::store::{AutopilotStore, Span, SpanStatus, StepKind, StoreError, StoreLock};
+use crate::store::{AutopilotStore, Span, SpanStatus, StoreError, StoreLock};
 
 /// Days of spend kept (two months covers "this month").
 const DAYS_KEPT: usize = 62;
@@ -134,13 +134,15 @@ impl Ledger {
         }
         spans.sort_by_key(|s| s.completed.unwrap_or(s.timestamp));
         let hour_ago = Utc::now() - Duration::hours(1);
+        let mut first_runs = std::collections::HashSet::new();
         for span in &spans {
             ledger.record_span(span);
-            if span.step == StepKind::Coordinate
-                && span.parent_id == span.trace_id
-                && span.timestamp > hour_ago
-            {
-                ledger.trace_starts.push(span.timestamp);
+            // A trace starts when the action its root event produced first runs: a step run
+            // under the root (an intervention under it runs no action), once per action.
+            if let Some(action) = span.action_id.filter(|_| span.parent_id == span.trace_id) {
+                if span.timestamp > hour_ago && first_runs.insert(action) {
+                    ledger.trace_starts.push(span.timestamp);
+                }
             }
         }
         Ok(ledger)
@@ -295,6 +297,7 @@ impl Ledger {
 mod tests {
     use super::*;
     use crate::store::Meta;
+    use crate::store::StepKind;
     use chrono::TimeZone;
     use serde_json::json;
 

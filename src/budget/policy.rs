@@ -9,7 +9,7 @@ use super::ledger::{BreakerState, Ledger, Tripped};
 use super::settings::{BudgetAction, BudgetSettings};
 use super::usage::{usd, SpanUsage};
 use super::NotifyHeader;
-use crate::store::{Meta, Span, SpanStatus, StepKind};
+use crate::store::{Meta, Span, SpanStatus};
 
 /// Which limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -205,16 +205,20 @@ impl Budget {
         self.settings.trace.action != BudgetAction::Warn
     }
 
-    /// Count `span` in `ledger` and say what it means. `action_meta` is the meta of the action
-    /// the span processed; `trace_started` the trace's event time.
+    /// Count `span` in `ledger` and say what it means. `verdict`: the span ends its trace and
+    /// is its verdict for the circuit breaker (as the pipeline declares its step);
+    /// `action_meta` is the meta of the action the span processed; `trace_started` the trace's
+    /// event time.
     pub fn after_span(
         &self,
         ledger: &mut Ledger,
         span: &Span,
+        verdict: bool,
         action_meta: &Meta,
         trace_started: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> SpanVerdict {
+        let gives_verdict = verdict;
         let mut verdict = SpanVerdict::default();
         let trace_id = span.trace_id.unwrap_or(Uuid::nil());
         let trace_before = ledger.trace(trace_id);
@@ -249,7 +253,7 @@ impl Budget {
             }
         }
         // The circuit breaker: how a trace ended.
-        if let Some(failed) = trace_end(span, action_meta) {
+        if let Some(failed) = trace_end(span, gives_verdict, action_meta) {
             verdict.trace_failed = Some(failed);
             verdict.tripped = ledger.trace_ended(
                 trace_id,
@@ -289,10 +293,11 @@ pub fn breaker_message(reason: &str) -> String {
     )
 }
 
-/// Whether `span` ends its trace, and if so whether the trace failed: a `notify` or `noop`
-/// that ended in error, or a `notify` of a failure. Budget and breaker notifies do not count.
-fn trace_end(span: &Span, action_meta: &Meta) -> Option<bool> {
-    if !matches!(span.step, StepKind::Notify | StepKind::Noop) {
+/// Whether `span` (the trace's verdict when `verdict`) ends its trace, and if so whether the
+/// trace failed: a verdict that ended in error, or an answer of a failure. Budget and breaker
+/// answers do not count.
+fn trace_end(span: &Span, verdict: bool, action_meta: &Meta) -> Option<bool> {
+    if !verdict {
         return None;
     }
     let header = NotifyHeader::of(action_meta);
@@ -306,6 +311,7 @@ fn trace_end(span: &Span, action_meta: &Meta) -> Option<bool> {
 mod tests {
     use super::*;
     use crate::budget::settings::PeriodLimit;
+    use crate::store::StepKind;
     use serde_json::{json, Value};
 
     fn span(step: StepKind, status: SpanStatus, meta: Value, trace: Uuid) -> Span {
@@ -336,6 +342,7 @@ mod tests {
                     json!({}),
                     Uuid::new_v4(),
                 ),
+                true,
                 &failure,
                 now,
                 now,
@@ -351,6 +358,7 @@ mod tests {
                 json!({}),
                 Uuid::new_v4(),
             ),
+            true,
             &Meta::new(),
             now,
             now,
@@ -363,6 +371,7 @@ mod tests {
                 .after_span(
                     &mut ledger,
                     &span(StepKind::Noop, SpanStatus::Error, json!({}), Uuid::new_v4()),
+                    true,
                     &Meta::new(),
                     now,
                     now,
@@ -395,6 +404,7 @@ mod tests {
         let first = budget.after_span(
             &mut ledger,
             &span(StepKind::Plan, SpanStatus::Completed, cost.clone(), trace),
+            false,
             &Meta::new(),
             now,
             now,
@@ -403,6 +413,7 @@ mod tests {
         let second = budget.after_span(
             &mut ledger,
             &span(StepKind::Plan, SpanStatus::Completed, cost.clone(), trace),
+            false,
             &Meta::new(),
             now,
             now,
@@ -411,6 +422,7 @@ mod tests {
         let third = budget.after_span(
             &mut ledger,
             &span(StepKind::Plan, SpanStatus::Completed, cost.clone(), trace),
+            false,
             &Meta::new(),
             now,
             now,
@@ -429,6 +441,7 @@ mod tests {
         let stop = Budget::new(settings).after_span(
             &mut ledger,
             &span(StepKind::Plan, SpanStatus::Completed, cost, trace),
+            false,
             &Meta::new(),
             now,
             now,

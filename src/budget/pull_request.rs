@@ -5,7 +5,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::store::{from_meta, Span, StepKind};
+use crate::store::{from_meta, Span};
 
 /// The part of a `push` span's meta the budget reads. A value of another type reads as `false`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -22,16 +22,16 @@ fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 }
 
 impl PullRequestOpened {
-    /// Whether `span` is a push that opened its pull request.
+    /// Whether `span` opened its pull request (only a push writes the key).
     pub fn by(span: &Span) -> bool {
-        span.step == StepKind::Push
-            && from_meta::<PullRequestOpened>(&span.meta).is_ok_and(|m| m.pr_created)
+        from_meta::<PullRequestOpened>(&span.meta).is_ok_and(|m| m.pr_created)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StepKind;
     use crate::store::{Meta, SpanStatus};
     use chrono::Utc;
     use uuid::Uuid;
@@ -48,14 +48,16 @@ mod tests {
     }
 
     #[test]
-    fn only_a_push_that_says_it_created_its_pull_request_opened_one() {
+    fn only_a_span_that_says_it_created_its_pull_request_opened_one() {
         let created =
             serde_json::json!({"prUrl": "https://github.com/o/r/pull/3", "prCreated": true});
         assert!(PullRequestOpened::by(&span(
             StepKind::Push,
             created.clone()
         )));
-        assert!(!PullRequestOpened::by(&span(StepKind::Notify, created)));
+        let answer =
+            serde_json::json!({"purpose": "result", "prUrl": "https://github.com/o/r/pull/3"});
+        assert!(!PullRequestOpened::by(&span(StepKind::Notify, answer)));
         for meta in [
             serde_json::json!({"prUrl": "https://github.com/o/r/pull/3", "prCreated": false}),
             serde_json::json!({"prUrl": null}),

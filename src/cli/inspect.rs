@@ -8,7 +8,6 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::{CliError, Context, Output};
-use crate::store::StepKind;
 use crate::trace::{self, render_list, render_tree, short};
 
 pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<ExitCode, CliError> {
@@ -49,23 +48,17 @@ pub fn traces(
 
 pub use super::status::status;
 
-/// What became of a trace an event started, in a few words: its outcome, and for a `noop` the
-/// reason (an untrusted author, a decision not to act).
+/// What became of a trace an event started, in a few words: its outcome, and the reason of the
+/// action that ended it when that reason says why (a `noop`'s: an untrusted author, a decision
+/// not to act).
 fn trace_result(view: &crate::store::TraceView) -> String {
     let outcome = view.outcome();
     let label = outcome.label();
-    if let crate::store::TraceOutcome::Finished {
-        step: StepKind::Noop,
-        ..
-    } = outcome
-    {
-        if let Some(noop) = view
-            .actions
-            .iter()
-            .rev()
-            .find(|a| a.action == StepKind::Noop)
-        {
-            return format!("{label}: {}", noop.reason);
+    if let crate::store::TraceOutcome::Finished { step, .. } = &outcome {
+        if crate::steps::kinds::reason_is_outcome(step) {
+            if let Some(last) = view.actions.iter().rev().find(|a| a.action == *step) {
+                return format!("{label}: {}", last.reason);
+            }
         }
     }
     label

@@ -167,7 +167,7 @@ impl BudgetGate {
             return go(Gate::Go);
         };
         let trace_id = pending.trace_id;
-        if pending.action.is_terminal() {
+        if self.pipeline.ends_trace(&pending.action) {
             return go(Gate::Go);
         }
         if let Some(s) = self.traces().stopped.get(&trace_id) {
@@ -379,7 +379,7 @@ impl BudgetGate {
         // Only spans with an agent call, a push or a trace's end change the ledger; the rest
         // cost no I/O here.
         let counts = crate::budget::SpanUsage::of(span).is_some()
-            || span.step.is_terminal()
+            || self.pipeline.ends_trace(&span.step)
             || span.step == StepKind::Push;
         let verdict = if counts {
             let started = if budget.settings().trace.wall_secs.is_some() {
@@ -390,10 +390,11 @@ impl BudgetGate {
             let store = self.store.clone();
             let counted = span.clone();
             let action_meta = run.action.meta.clone();
+            let gives_verdict = self.pipeline.gives_verdict(&span.step);
             let now = Utc::now();
             let verdict = tokio::task::spawn_blocking(move || {
                 Ledger::update(&store, |l| {
-                    budget.after_span(l, &counted, &action_meta, started, now)
+                    budget.after_span(l, &counted, gives_verdict, &action_meta, started, now)
                 })
             })
             .await;
@@ -435,14 +436,14 @@ impl BudgetGate {
         }
         let stopped = self.traces().stopped.contains_key(&trace_id);
         let already = RunSpanMeta::of(span).stopped();
-        if stopped && !span.step.is_terminal() {
+        if stopped && !self.pipeline.ends_trace(&span.step) {
             // The trace goes no further: its next steps give way to the budget notify (or,
             // closed by a person, to the answer the command queued). A span marked stopped
             // already (a run closed by hand) loses its next steps all the same: a cancel,
             // a fail or a budget stop is followed by the answer alone, whatever finished first.
             if already {
                 // Its answer (the budget notify `stopped_run` claimed) stays; nothing else.
-                next.retain(|action| action.kind.is_terminal());
+                next.retain(|action| self.pipeline.ends_trace(&action.kind));
             } else {
                 next.clear();
                 stop_meta(self.closed_by_hand(trace_id)).put_into(&mut span.meta);

@@ -189,7 +189,7 @@ impl Inner {
         let mut skip = state
             .closed
             .get(&pending.trace_id)
-            .filter(|_| !pending.action.is_terminal())
+            .filter(|_| !self.pipeline.ends_trace(&pending.action))
             .map(ClosedTrace::describe);
         if let (None, Some(ledger)) = (&skip, ledger) {
             let (gate, halt) = self.gate.admit(ledger, pending, now).await;

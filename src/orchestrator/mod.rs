@@ -369,7 +369,7 @@ impl Inner {
                 .flight()
                 .runs
                 .values()
-                .filter(|r| r.trace_id == trace_id && !r.step.is_terminal())
+                .filter(|r| r.trace_id == trace_id && !self.pipeline.ends_trace(&r.step))
             {
                 run.stop.cancel();
             }

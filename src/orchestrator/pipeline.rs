@@ -33,10 +33,19 @@ pub trait Pipeline: Send + Sync + 'static {
 
     /// Whether a failure answer's meta carries the breaker's note (then no second announcement).
     fn has_breaker_note(&self, meta: &Meta) -> bool;
+
+    /// Whether a span of `step` ends its trace: the step hands over to no further step, its
+    /// runs go on in a trace a person or a budget closed, and a budget always admits them.
+    fn ends_trace(&self, step: &StepKind) -> bool;
+
+    /// Whether a span of `step` that ends its trace is the trace's verdict for the circuit
+    /// breaker (an answer or a decision not to act; housekeeping is not).
+    fn gives_verdict(&self, step: &StepKind) -> bool;
 }
 
-/// No pipeline: nothing fails forward and stopped traces get no answer. For schedulers of test
-/// steps; rover's daemon uses the steps' pipeline.
+/// No pipeline: nothing fails forward, stopped traces get no answer and no step ends a trace
+/// (each trace ends when nothing is left to run). For schedulers of test steps; rover's daemon
+/// uses the steps' pipeline.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoPipeline;
 
@@ -58,6 +67,12 @@ impl Pipeline for NoPipeline {
     }
     fn add_breaker_note(&self, _: &mut Meta, _: String) {}
     fn has_breaker_note(&self, _: &Meta) -> bool {
+        false
+    }
+    fn ends_trace(&self, _: &StepKind) -> bool {
+        false
+    }
+    fn gives_verdict(&self, _: &StepKind) -> bool {
         false
     }
 }

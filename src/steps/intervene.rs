@@ -111,7 +111,7 @@ pub fn close_trace(
     let removed = store.intervene(
         &span,
         std::slice::from_ref(&answer),
-        |p| p.trace_id == trace_id && !p.action.is_terminal(),
+        |p| p.trace_id == trace_id && !super::kinds::ends_trace(&p.action),
         Some(closed),
     )?;
     Ok(Closed {

@@ -10,8 +10,8 @@ use crate::store::{Span, StepKind};
 /// A step's declared properties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepTraits {
-    /// Its span ends the trace: it hands over to no further step.
-    pub ends_trace: bool,
+    /// Whether its span ends the trace (it hands over to no further step), and how.
+    pub ends: Ends,
     /// Every run keeps a replay record, even one that read nothing (a deciding step: replay
     /// then knows the run needed nothing).
     pub always_recorded: bool,
@@ -21,14 +21,30 @@ pub struct StepTraits {
     /// Its completed span holds the answer for whoever asked (a local request's answer is
     /// printed by the console).
     pub answers: bool,
+    /// The reason of the action it consumed says what became of the trace (a decision not to
+    /// act says why), so a listing of traces shows it beside the outcome.
+    pub reason_is_outcome: bool,
 }
 
 const STEP: StepTraits = StepTraits {
-    ends_trace: false,
+    ends: Ends::No,
     always_recorded: false,
     genai: None,
     answers: false,
+    reason_is_outcome: false,
 };
+
+/// How a step's span stands to the end of its trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ends {
+    /// It hands over to a further step.
+    No,
+    /// It ends the trace with its verdict for the circuit breaker (an answer, a decision not to
+    /// act).
+    WithVerdict,
+    /// It ends the trace without a verdict (housekeeping).
+    Quietly,
+}
 
 /// The table: every step of the pipeline and what it is.
 const TABLE: [(StepKind, StepTraits); 10] = [
@@ -82,7 +98,7 @@ const TABLE: [(StepKind, StepTraits); 10] = [
     (
         StepKind::Notify,
         StepTraits {
-            ends_trace: true,
+            ends: Ends::WithVerdict,
             genai: Some(("invoke_agent", "notifier", AgentStep::Notify)),
             answers: true,
             ..STEP
@@ -91,15 +107,16 @@ const TABLE: [(StepKind, StepTraits); 10] = [
     (
         StepKind::Noop,
         StepTraits {
-            ends_trace: true,
+            ends: Ends::WithVerdict,
             genai: Some(("invoke_agent", "summarizer", AgentStep::Summarize)),
+            reason_is_outcome: true,
             ..STEP
         },
     ),
     (
         StepKind::Cleanup,
         StepTraits {
-            ends_trace: true,
+            ends: Ends::Quietly,
             ..STEP
         },
     ),
@@ -113,7 +130,17 @@ pub fn traits(step: &StepKind) -> Option<StepTraits> {
 
 /// Whether `step`'s span ends its trace.
 pub fn ends_trace(step: &StepKind) -> bool {
-    traits(step).is_some_and(|t| t.ends_trace)
+    traits(step).is_some_and(|t| t.ends != Ends::No)
+}
+
+/// Whether `step`'s span, ending its trace, is the trace's verdict for the circuit breaker.
+pub fn gives_verdict(step: &StepKind) -> bool {
+    traits(step).is_some_and(|t| t.ends == Ends::WithVerdict)
+}
+
+/// Whether the reason of the action `step` consumed says what became of its trace.
+pub fn reason_is_outcome(step: &StepKind) -> bool {
+    traits(step).is_some_and(|t| t.reason_is_outcome)
 }
 
 /// Whether every run of `step` keeps a replay record.
@@ -169,5 +196,13 @@ mod tests {
         assert!(traits(&StepKind::Event).is_none());
         assert!(traits(&StepKind::Other("cancel".into())).is_none());
         assert!(!ends_trace(&StepKind::Other("noop2".into())));
+        // The circuit breaker counts answers and decisions not to act, not housekeeping.
+        let verdicts: Vec<&StepKind> = StepKind::ALL.iter().filter(|k| gives_verdict(k)).collect();
+        assert_eq!(verdicts, [&StepKind::Notify, &StepKind::Noop]);
+        let explained: Vec<&StepKind> = StepKind::ALL
+            .iter()
+            .filter(|k| reason_is_outcome(k))
+            .collect();
+        assert_eq!(explained, [&StepKind::Noop]);
     }
 }

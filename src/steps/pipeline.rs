@@ -92,6 +92,14 @@ impl Pipeline for RoverPipeline {
     fn has_breaker_note(&self, meta: &Meta) -> bool {
         notify_meta(meta).is_some_and(|n| n.breaker_note.is_some())
     }
+
+    fn ends_trace(&self, step: &StepKind) -> bool {
+        super::kinds::ends_trace(step)
+    }
+
+    fn gives_verdict(&self, step: &StepKind) -> bool {
+        super::kinds::gives_verdict(step)
+    }
 }
 
 /// A notify action's meta, typed (none when it does not read as one).
