@@ -187,6 +187,43 @@ pub struct Merged {
     pub message: String,
 }
 
+/// A GitHub release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Release {
+    pub id: u64,
+    pub tag_name: String,
+    /// The commit (or branch) the tag was made from.
+    pub target_commitish: String,
+    pub html_url: String,
+    pub created_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub draft: bool,
+    #[serde(default)]
+    pub prerelease: bool,
+}
+
+/// A release rover asks GitHub for (`POST /releases`): GitHub makes the tag at the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewRelease {
+    pub tag_name: String,
+    /// The commit to tag (a sha).
+    pub target_commitish: String,
+    pub name: String,
+    pub body: String,
+}
+
+/// A merged pull request, as release notes list it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MergedPull {
+    pub number: u64,
+    pub title: String,
+    pub html_url: String,
+    pub merged_at: DateTime<Utc>,
+}
+
 /// A comment in a PR review thread (on a diff line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -371,6 +408,13 @@ pub trait GitHub: Send + Sync {
         number: u64,
         merge: &MergeRequest,
     ) -> Result<Merged, GitHubError>;
+    /// The repository's releases, newest first (the first page: up to 100).
+    async fn list_releases(&self) -> Result<Vec<Release>, GitHubError>;
+    /// Make a release (and its tag at `new.target_commitish`); 422 when the tag exists.
+    async fn create_release(&self, new: &NewRelease) -> Result<Release, GitHubError>;
+    /// The pull requests merged into `base`, most recently updated first (the first page of
+    /// closed ones: up to 100).
+    async fn merged_pull_requests(&self, base: &str) -> Result<Vec<MergedPull>, GitHubError>;
     /// React with `content` (`eyes`, `-1`, ...) on `target`; the same reaction twice is one.
     async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError>;
     /// Who reacted with `content` on `target`; with the last answer's `etag`, an unchanged list

@@ -34,7 +34,8 @@ mod wire;
 
 pub use api::{
     CiState, CiStatus, Comment, EventsFetch, GitHub, Issue, IssueState, MergeRequest, Merged,
-    NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review, ReviewComment, ReviewEvent,
+    MergedPull, NewPullRequest, NewRelease, Permission, Posted, PullRequest, Release, RepoRef,
+    Review, ReviewComment, ReviewEvent,
 };
 pub use auth::GitHubAuth;
 pub use context::{build_context, ContextSettings, EventContext};

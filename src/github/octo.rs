@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use super::api::{
     CiStatus, Comment, EventsFetch, GitHub, Issue, ListedComment, ListedIssue, ListedReviewComment,
-    MergeRequest, Merged, NewPullRequest, Permission, Posted, PullRequest, RepoRef, Review,
-    ReviewComment, ReviewEvent,
+    MergeRequest, Merged, MergedPull, NewPullRequest, NewRelease, Permission, Posted, PullRequest,
+    Release, RepoRef, Review, ReviewComment, ReviewEvent,
 };
 use super::auth::GitHubAuth;
 pub use super::auth::{held_tokens, seal_token, token_from_env};
@@ -60,6 +60,8 @@ pub fn web_url_for(api_url: &str) -> String {
 
 #[path = "octo_merge.rs"]
 mod merge;
+#[path = "octo_release.rs"]
+mod release;
 
 /// The octocrab-backed GitHub client for one repository.
 #[derive(Clone)]
@@ -690,6 +692,18 @@ impl GitHub for OctoGitHub {
         merge: &MergeRequest,
     ) -> Result<Merged, GitHubError> {
         self.merge_at(number, merge).await
+    }
+
+    async fn list_releases(&self) -> Result<Vec<Release>, GitHubError> {
+        self.releases().await
+    }
+
+    async fn create_release(&self, new: &NewRelease) -> Result<Release, GitHubError> {
+        self.new_release(new).await
+    }
+
+    async fn merged_pull_requests(&self, base: &str) -> Result<Vec<MergedPull>, GitHubError> {
+        self.merged_into(base).await
     }
 
     async fn react(&self, target: ReactionTarget, content: &str) -> Result<(), GitHubError> {

@@ -180,6 +180,25 @@ impl GitHub for RecordingGitHub {
     ) -> Result<Merged, GitHubError> {
         self.inner.merge_pull_request(number, merge).await
     }
+    async fn list_releases(&self) -> Result<Vec<crate::github::Release>, GitHubError> {
+        let r = self.inner.list_releases().await;
+        self.note("list_releases", "", &r);
+        r
+    }
+    async fn create_release(
+        &self,
+        new: &crate::github::NewRelease,
+    ) -> Result<crate::github::Release, GitHubError> {
+        self.inner.create_release(new).await
+    }
+    async fn merged_pull_requests(
+        &self,
+        base: &str,
+    ) -> Result<Vec<crate::github::MergedPull>, GitHubError> {
+        let r = self.inner.merged_pull_requests(base).await;
+        self.note("merged_pull_requests", base, &r);
+        r
+    }
     async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
         let r = self.inner.permission(login).await;
         self.note("permission", login, &r);

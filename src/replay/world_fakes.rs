@@ -148,6 +148,21 @@ impl GitHub for ReplayGitHub {
     ) -> Result<crate::github::Merged, GitHubError> {
         self.refuse(&format!("the write merge_pull_request({number})"))
     }
+    async fn list_releases(&self) -> Result<Vec<crate::github::Release>, GitHubError> {
+        self.serve("list_releases", "")
+    }
+    async fn create_release(
+        &self,
+        new: &crate::github::NewRelease,
+    ) -> Result<crate::github::Release, GitHubError> {
+        self.refuse(&format!("the write create_release({})", new.tag_name))
+    }
+    async fn merged_pull_requests(
+        &self,
+        base: &str,
+    ) -> Result<Vec<crate::github::MergedPull>, GitHubError> {
+        self.serve("merged_pull_requests", base)
+    }
     async fn permission(&self, login: &str) -> Result<Permission, GitHubError> {
         self.serve("permission", login)
     }

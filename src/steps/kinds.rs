@@ -47,7 +47,7 @@ pub enum Ends {
 }
 
 /// The table: every step of the pipeline and what it is.
-const TABLE: [(StepKind, StepTraits); 10] = [
+const TABLE: [(StepKind, StepTraits); 11] = [
     (
         StepKind::Coordinate,
         StepTraits {
@@ -95,6 +95,8 @@ const TABLE: [(StepKind, StepTraits); 10] = [
     ),
     // No agent: the merge rules decide (`steps::merge::rules`).
     (StepKind::Merge, STEP),
+    // No agent: the tag and the notes come from GitHub's lists (`steps::release`).
+    (StepKind::Release, STEP),
     (
         StepKind::Notify,
         StepTraits {

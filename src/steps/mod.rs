@@ -17,6 +17,7 @@ pub mod notify;
 pub mod pipeline;
 pub mod plan;
 pub mod push;
+pub mod release;
 pub mod resolve;
 pub mod sandboxed;
 pub mod steering;
@@ -35,6 +36,7 @@ pub use noop::{NoopStep, SummarizingNoopStep};
 pub use notify::NotifyStep;
 pub use plan::PlanStep;
 pub use push::PushStep;
+pub use release::ReleaseStep;
 pub use resolve::ResolveStep;
 pub use workflow::{sweep_orphans, OrphanReport, WorkflowStep};
 
@@ -112,6 +114,7 @@ pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
         Arc::new(ResolveStep::new(services.clone())),
         Arc::new(PushStep::new(services.clone())),
         Arc::new(MergeStep::new(services.clone())),
+        Arc::new(ReleaseStep::new(services.clone())),
         Arc::new(NotifyStep::new(services.clone())),
         Arc::new(SummarizingNoopStep::new(services.clone())),
         Arc::new(CleanupStep::new(services.clone())),

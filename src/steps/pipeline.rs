@@ -31,6 +31,7 @@ impl Pipeline for RoverPipeline {
             | StepKind::Resolve
             | StepKind::Push
             | StepKind::Merge
+            | StepKind::Release
             | StepKind::Event => vec![NextAction::new(
                 StepKind::Notify,
                 format!("the {step} step failed: {}", error.message),

@@ -496,3 +496,170 @@ async fn without_the_post_merge_watch_the_merge_is_answered_at_once() {
         .any(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true)));
     assert_eq!(purposes(&trace), ["merged", "pushed"]);
 }
+
+fn release_spans(trace: &TraceView) -> Vec<Value> {
+    trace
+        .spans
+        .iter()
+        .filter(|sp| sp.step.as_str() == "release")
+        .map(|sp| Value::Object(sp.meta.clone().into_iter().collect()))
+        .collect()
+}
+
+fn tag_commit(s: &Scenario, tag: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/tags/{tag}^{{commit}}"),
+        ])
+        .current_dir(&s.origin)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[tokio::test]
+async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_its_notes() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"release": {"bump": "minor"}}}}),
+    );
+    // Releases made by people before: the highest version the template makes counts, not the
+    // newest release, nor a tag of another shape.
+    s.github
+        .add_release("v1.4.2", "main", "2020-01-01T00:00:00Z");
+    s.github
+        .add_release("v1.3.9", "main", "2019-06-01T00:00:00Z");
+    s.github
+        .add_release("nightly-2020", "main", "2020-02-01T00:00:00Z");
+    csv_issue(&mut s, 30);
+    s.run_until_settled(14).await;
+
+    let trace = s.the_trace();
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1, "{:?}", chain(&trace));
+    let (number, _, _, merge_commit) = &merges[0];
+    let releases = s.github.releases();
+    assert_eq!(releases.len(), 4, "{releases:?}");
+    let (tag, target, notes) = &releases[3];
+    assert_eq!(tag, "v1.5.0", "a minor bump of v1.4.2");
+    assert_eq!(target, merge_commit, "the merge commit is what is released");
+    assert_eq!(
+        tag_commit(&s, "v1.5.0").as_deref(),
+        Some(merge_commit.as_str()),
+        "the tag is on the merge commit"
+    );
+    let title = &s.github.pulls()[0].2;
+    assert!(
+        notes.contains("## Pull requests merged since v1.4.2"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains(&format!(
+            "- {title} (#{number}) https://github.com/octo-org/widgets/pull/{number}"
+        )),
+        "{notes}"
+    );
+    let spans = release_spans(&trace);
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    assert_eq!(spans[0]["releaseOutcome"], "released");
+    assert_eq!(spans[0]["tag"], "v1.5.0");
+    assert_eq!(spans[0]["previousTag"], "v1.4.2");
+    assert_eq!(spans[0]["sha"], merge_commit.as_str());
+    assert_eq!(spans[0]["pulls"], json!([number]));
+    let look = trace
+        .spans
+        .iter()
+        .rfind(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true))
+        .expect("a look at main after the merge");
+    assert_eq!(look.meta["decision"], "release");
+    assert_eq!(purposes(&trace), ["merged", "pushed"]);
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("its checks passed on `main`")
+                && b.contains(
+                    "Released as v1.5.0 (https://github.com/octo-org/widgets/releases/tag/v1.5.0)"
+                )),
+        "{said:?}"
+    );
+    let id = trace.trace_id().to_string();
+    let out = s
+        .env
+        .command(&["autopilot", "trace", &id])
+        .current_dir(&s.checkout)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("release") && shown.contains("v1.5.0"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn a_red_main_is_never_released() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"release": {}}}}),
+    );
+    s.github.ci_on_new_commits(&["success", "failure"]);
+    csv_issue(&mut s, 30);
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert_eq!(s.github.merges().len(), 1);
+    assert!(s.github.releases().is_empty(), "{:?}", s.github.releases());
+    assert!(release_spans(&trace).is_empty());
+    assert_eq!(purposes(&trace), ["flag", "pushed"]);
+}
+
+#[tokio::test]
+async fn a_release_github_refuses_is_said_and_the_merge_still_answered() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"release": {"tag": "rel-{major}.{minor}.{patch}"}}}}),
+    );
+    // A tag of the next version exists in the repository without a release.
+    let tagged = std::process::Command::new("git")
+        .args(["tag", "rel-0.0.1", "main"])
+        .current_dir(&s.origin)
+        .status()
+        .unwrap();
+    assert!(tagged.success());
+    csv_issue(&mut s, 30);
+    s.run_until_settled(14).await;
+    let trace = s.the_trace();
+    assert_eq!(s.github.merges().len(), 1);
+    assert!(s.github.releases().is_empty());
+    let spans = release_spans(&trace);
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    assert_eq!(spans[0]["releaseOutcome"], "refused");
+    assert!(
+        spans[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("GitHub refused the release rel-0.0.1"),
+        "{spans:#?}"
+    );
+    assert_eq!(purposes(&trace), ["flag", "pushed"]);
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("its checks passed on `main`")
+                && b.contains("It was not released: GitHub refused the release rel-0.0.1")),
+        "{said:?}"
+    );
+}

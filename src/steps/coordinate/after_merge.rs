@@ -1,6 +1,6 @@
 //! The look at the checks of rover's merge commit on the base branch
 //! (`autopilot.lifecycle.postMergeCi`): green, the trace answers that the pull request was
-//! merged and is green there; red, it answers that the merge left the base branch red, naming
+//! merged and is green there (after the `release` step, when `lifecycle.release` tags it); red, it answers that the merge left the base branch red, naming
 //! the failing checks, for a person to look (`lifecycle.onRedMain: "notify"`); still running,
 //! it looks again; no outcome after `pipeline.ciMaxPolls` looks, it answers the merge alone.
 
@@ -10,7 +10,8 @@ use super::ci::{ci_verdict, short_sha, CiVerdict};
 use super::CoordinateStep;
 use crate::orchestrator::{Finished, NextAction, Outcome, StepError};
 use crate::steps::meta::{
-    ci_watch_action, CiWatchMeta, CoordinateSpanMeta, Decision, NotifyMeta, NotifyPurpose,
+    ci_watch_action, release_action, CiWatchMeta, CoordinateSpanMeta, Decision, NotifyMeta,
+    NotifyPurpose,
 };
 use crate::store::StepKind;
 
@@ -64,11 +65,28 @@ impl CoordinateStep {
                     "{merged}; its checks passed on `{}` ({} checks).",
                     watch.branch, status.total
                 );
-                (
-                    Decision::Notify,
-                    Finished::completed(format!("decided notify: {text}"))
-                        .then(answer(NotifyPurpose::Merged, text)),
-                )
+                if self
+                    .services
+                    .config
+                    .autopilot
+                    .lifecycle
+                    .release
+                    .tagged()
+                    .is_some()
+                {
+                    // Only a green base branch is released.
+                    (
+                        Decision::Release,
+                        Finished::completed(format!("decided release: {text}"))
+                            .then(release_action(&watch, text)),
+                    )
+                } else {
+                    (
+                        Decision::Notify,
+                        Finished::completed(format!("decided notify: {text}"))
+                            .then(answer(NotifyPurpose::Merged, text)),
+                    )
+                }
             }
             CiVerdict::Red(failing) => {
                 // Check names come from the repository's CI: said, never acted on as orders.

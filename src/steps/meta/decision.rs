@@ -33,6 +33,9 @@ pub enum Decision {
     Resolve,
     /// `coordinate`: a look at CI found it green and the lifecycle mode merges.
     Merge,
+    /// `coordinate`: the merge commit's checks passed on the base branch and the lifecycle
+    /// releases: the `release` step tags it.
+    Release,
     /// `coordinate`: a `/rover` command was taken.
     Command,
     /// `resolve`: push the trace's work.
@@ -56,7 +59,7 @@ pub enum Decision {
 
 impl Decision {
     /// Every word this rover writes, in the order above.
-    pub const KNOWN: [Decision; 17] = [
+    pub const KNOWN: [Decision; 18] = [
         Decision::Noop,
         Decision::Plan,
         Decision::Workflow,
@@ -66,6 +69,7 @@ impl Decision {
         Decision::Cleanup,
         Decision::Resolve,
         Decision::Merge,
+        Decision::Release,
         Decision::Command,
         Decision::Push,
         Decision::Iterate,
@@ -88,6 +92,7 @@ impl Decision {
             Decision::Cleanup => "cleanup",
             Decision::Resolve => "resolve",
             Decision::Merge => "merge",
+            Decision::Release => "release",
             Decision::Command => "command",
             Decision::Push => "push",
             Decision::Iterate => "iterate",

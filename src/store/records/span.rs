@@ -24,6 +24,7 @@ pub enum StepKind {
     Resolve,
     Push,
     Merge,
+    Release,
     Notify,
     Noop,
     Cleanup,
@@ -32,7 +33,7 @@ pub enum StepKind {
 
 impl StepKind {
     /// The steps of the pipeline (the root `event` first), in chain order.
-    pub const ALL: [StepKind; 11] = [
+    pub const ALL: [StepKind; 12] = [
         StepKind::Event,
         StepKind::Coordinate,
         StepKind::Plan,
@@ -41,6 +42,7 @@ impl StepKind {
         StepKind::Resolve,
         StepKind::Push,
         StepKind::Merge,
+        StepKind::Release,
         StepKind::Notify,
         StepKind::Noop,
         StepKind::Cleanup,
@@ -56,6 +58,7 @@ impl StepKind {
             StepKind::Resolve => "resolve",
             StepKind::Push => "push",
             StepKind::Merge => "merge",
+            StepKind::Release => "release",
             StepKind::Notify => "notify",
             StepKind::Noop => "noop",
             StepKind::Cleanup => "cleanup",

@@ -27,6 +27,8 @@ use super::fake_server::{serve, Served};
 mod app;
 #[path = "fake_github_merge.rs"]
 mod merge;
+#[path = "fake_github_release.rs"]
+mod release;
 pub use app::{FakeApp, ReactionRec};
 
 /// The token the fake accepts.
@@ -91,6 +93,8 @@ struct PrInfo {
     maintainer_can_modify: bool,
     base: String,
     merged: bool,
+    /// When it was merged (GitHub's `merged_at`).
+    merged_at: Option<String>,
     draft: bool,
 }
 
@@ -183,6 +187,8 @@ struct FakeState {
     merges: Vec<merge::MergeRec>,
     /// The next merges refused with 405 and these words (branch protection not satisfied).
     merge_refusals: std::collections::VecDeque<String>,
+    /// The releases, oldest first.
+    releases: Vec<release::ReleaseRec>,
 }
 
 impl FakeState {
@@ -319,6 +325,7 @@ impl FakeGitHub {
                     maintainer_can_modify: true,
                     base: base.into(),
                     merged: false,
+                    merged_at: None,
                     draft: false,
                 }),
                 created_at: now(),
@@ -410,6 +417,31 @@ impl FakeGitHub {
     /// The merges made: `(number, method, head merged, merge commit)`.
     pub fn merges(&self) -> Vec<merge::MergeRec> {
         self.st().merges.clone()
+    }
+
+    /// The releases made or seeded, oldest first: `(tag, target, body)`.
+    pub fn releases(&self) -> Vec<(String, String, String)> {
+        self.st()
+            .releases
+            .iter()
+            .map(|r| (r.tag.clone(), r.target.clone(), r.body.clone()))
+            .collect()
+    }
+
+    /// A release made before the test (by a person), of `target` with `created_at`
+    /// (`2026-01-02T03:04:05Z`).
+    pub fn add_release(&self, tag: &str, target: &str, created_at: &str) {
+        let mut st = self.st();
+        let id = st.id();
+        st.releases.push(release::ReleaseRec {
+            id,
+            tag: tag.into(),
+            target: target.into(),
+            name: tag.into(),
+            body: String::new(),
+            created_at: created_at.into(),
+            draft: false,
+        });
     }
 
     /// Refuse the next merge with 405 and `why` (the repository's protection not satisfied).
@@ -652,8 +684,10 @@ impl FakeGitHub {
         let mut st = self.st();
         let issue = st.issues.get_mut(&number).expect("a pull request to merge");
         issue.state = "closed".into();
+        issue.updated_at = now();
         if let Some(pr) = issue.pr.as_mut() {
             pr.merged = true;
+            pr.merged_at = Some(now());
         }
     }
 
@@ -776,7 +810,7 @@ fn pull_json(i: &IssueRec) -> Value {
         "title": i.title, "user": user(&i.author), "body": i.body,
         "labels": i.labels.iter().map(|l| json!({"name": l})).collect::<Vec<_>>(),
         "created_at": i.created_at, "updated_at": i.updated_at, "closed_at": null,
-        "merged_at": if pr.merged { json!(now()) } else { Value::Null }, "merged": pr.merged, "draft": pr.draft,
+        "merged_at": pr.merged_at, "merged": pr.merged, "draft": pr.draft,
         "head": {"label": format!("{head_owner}:{}", pr.head), "ref": pr.head, "sha": pr.head_sha, "user": user(head_owner), "repo": head_repo},
         "base": {"label": format!("octo-org:{}", pr.base), "ref": pr.base, "sha": "dfbedd9e1470e53f3a0f2e408e4d6808585b6987", "user": user("octo-org"), "repo": repo},
         "author_association": "MEMBER", "mergeable": null, "mergeable_state": "unknown",
@@ -1097,6 +1131,9 @@ fn route(
     if let Some(r) = merge::merge_route(st, method, &seg, query, path, payload, &me) {
         return r;
     }
+    if let Some(r) = release::release_route(st, method, &seg, query, path, payload) {
+        return r;
+    }
     let num = |s: &str| s.parse::<u64>().ok();
     match (method.as_str(), seg.as_slice()) {
         ("GET", ["events"]) => events(
@@ -1202,6 +1239,7 @@ fn route(
                 merge::refresh_head(st, n);
             }
             let head = query_param(query, "head");
+            let base = query_param(query, "base");
             let state = query_param(query, "state").unwrap_or_else(|| "open".into());
             let mut items: Vec<&IssueRec> = st
                 .issues
@@ -1210,10 +1248,23 @@ fn route(
                     i.pr.as_ref().is_some_and(|p| {
                         head.as_ref()
                             .is_none_or(|h| *h == format!("octo-org:{}", p.head))
+                            && base.as_ref().is_none_or(|b| *b == p.base)
                     }) && (state == "all" || i.state == state)
                 })
                 .collect();
-            items.sort_by_key(|i| i.number);
+            // GitHub's `sort` (created, updated, ...) and `direction` (desc by default when a
+            // sort is given); without them, oldest first.
+            match query_param(query, "sort").as_deref() {
+                Some("updated") => {
+                    items.sort_by_key(|i| (i.updated_at.clone(), i.number));
+                }
+                _ => items.sort_by_key(|i| i.number),
+            }
+            let desc = query_param(query, "direction")
+                .map_or_else(|| query_param(query, "sort").is_some(), |d| d == "desc");
+            if desc {
+                items.reverse();
+            }
             paginate(items.into_iter().map(pull_json).collect(), query, path)
         }
         ("POST", ["pulls"]) => {
@@ -1268,6 +1319,7 @@ fn route(
                     maintainer_can_modify: false,
                     base,
                     merged: false,
+                    merged_at: None,
                     draft: payload
                         .get("draft")
                         .and_then(Value::as_bool)

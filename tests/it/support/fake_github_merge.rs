@@ -106,6 +106,7 @@ pub(super) fn merge_route(
             rec.state = "closed".into();
             if let Some(p) = rec.pr.as_mut() {
                 p.merged = true;
+                p.merged_at = Some(now());
             }
             rec.updated_at = now();
             let closed = st.issues[&number].clone();

@@ -13,6 +13,10 @@ use crate::github::GitHubSettings;
 use crate::orchestrator::OrchestratorSettings;
 use crate::sandbox::SandboxSettings;
 
+mod release;
+
+pub use release::{Bump, ReleaseConfig, TagTemplate, Version};
+
 /// The file name, at the repository root.
 pub const FILE_NAME: &str = "rover.json";
 
@@ -129,6 +133,10 @@ pub struct LifecycleConfig {
     pub post_merge_ci: Option<bool>,
     /// What rover does when the checks are red on the base branch after its merge.
     pub on_red_main: OnRedMain,
+    /// After the merge commit's checks passed on the base branch: `"none"`, or the next
+    /// version's tag and a GitHub release of the merge commit (`{"tag": "v{major}.{minor}.{patch}",
+    /// "bump": "patch"}`).
+    pub release: ReleaseConfig,
 }
 
 /// `autopilot.lifecycle.onRedMain`.
@@ -162,6 +170,20 @@ impl LifecycleConfig {
     /// Whether rover follows the checks of its merge commit on the base branch.
     pub fn post_merge_ci(&self) -> bool {
         self.mode.merges() && self.post_merge_ci.unwrap_or(true)
+    }
+
+    /// A release is made from a merge rover made, after its checks passed on the base branch.
+    fn validate(&self) -> Result<(), String> {
+        if self.release.tagged().is_none() {
+            return Ok(());
+        }
+        if !self.mode.merges() {
+            return Err("autopilot.lifecycle.release: rover releases only what it merged; set `mode` to dev, stage or prod".into());
+        }
+        if !self.post_merge_ci() {
+            return Err("autopilot.lifecycle.release: a release is made only after the merge commit's checks passed on the base branch; `postMergeCi` cannot be false".into());
+        }
+        Ok(())
     }
 }
 
@@ -316,6 +338,7 @@ impl RoverConfig {
         })?;
         de.end().map_err(|e| e.to_string())?;
         config.autopilot.sandbox.validate()?;
+        config.autopilot.lifecycle.validate()?;
         Ok(config)
     }
 }
@@ -421,6 +444,18 @@ mod tests {
             (
                 r#"{"autopilot": {"lifecycle": {"mergemethod": "squash"}}}"#,
                 "mergemethod",
+            ),
+            (
+                r#"{"autopilot": {"lifecycle": {"release": {"tag": "v{major}"}}}}"#,
+                "autopilot.lifecycle.release",
+            ),
+            (
+                r#"{"autopilot": {"lifecycle": {"release": {}}}}"#,
+                "set `mode`",
+            ),
+            (
+                r#"{"autopilot": {"lifecycle": {"mode": "dev", "postMergeCi": false, "release": {}}}}"#,
+                "postMergeCi",
             ),
         ] {
             let err = RoverConfig::parse(text).unwrap_err();
