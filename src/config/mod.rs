@@ -147,6 +147,10 @@ pub enum OnRedMain {
     /// failing checks.
     #[default]
     Notify,
+    /// The same answer, and a new trace of rover's own that fixes the base branch (its pull
+    /// request goes through the same mode's rules); a fix that leaves it red again is answered,
+    /// not fixed again.
+    Fix,
 }
 
 impl LifecycleConfig {

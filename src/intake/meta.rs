@@ -34,6 +34,20 @@ pub struct EventMeta {
     /// The request text (local events only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
+    /// The trace this one follows: rover started it itself from there (a fix of the base
+    /// branch its merge left red).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows: Option<uuid::Uuid>,
+}
+
+/// The `type` of the trace rover starts itself when its merge left the base branch red.
+pub const RED_MAIN_FIX: &str = "RedMainFix";
+
+impl EventMeta {
+    /// Whether this trace is rover's own fix of a base branch its merge left red.
+    pub fn is_red_main_fix(&self) -> bool {
+        self.source == EventSource::Local && self.kind == RED_MAIN_FIX && self.follows.is_some()
+    }
 }
 
 impl EventMeta {

@@ -37,9 +37,9 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use ci::{CiOutcome, Signal};
-pub use meta::{EventMeta, EventSource};
+pub use meta::{EventMeta, EventSource, RED_MAIN_FIX};
 pub use record::{event_record, ingested_record, local_record, skipped_delivery, skipped_record};
-pub use root::{github_trace, label, local_trace};
+pub use root::{github_trace, label, local_trace, red_main_trace};
 
 use crate::github::{GitHubError, NormalizedEvent};
 use crate::store::{AutopilotStore, StoreError, TraceCreated, Txn};
@@ -76,6 +76,13 @@ pub enum Arrival<'a> {
     },
     /// A local request (`rover autopilot submit`): private, answered in the trace.
     Local { request: &'a str, actor: &'a str },
+    /// rover's own request to fix the base branch its merge commit `sha` left red, following
+    /// trace `origin` (`lifecycle.onRedMain: "fix"`); the same one twice starts one trace.
+    RedMain {
+        origin: Uuid,
+        sha: &'a str,
+        request: &'a str,
+    },
 }
 
 /// What ingesting one arrival did.
@@ -155,6 +162,21 @@ pub fn ingest_in(
             store.create_new_trace_in(txn, &root, Some(&first))?;
             txn.record_intake(local_record(root.id, actor));
             tracing::info!(trace = %root.id, via = Via::Local.as_str(), "new trace");
+            Ok(Ingested::New(root.id))
+        }
+        Arrival::RedMain {
+            origin,
+            sha,
+            request,
+        } => {
+            let (root, first) = red_main_trace(project_id, origin, sha, request);
+            if !store.create_trace_in(txn, &root, Some(&first), &[])? {
+                return Ok(Ingested::Duplicate(root.id));
+            }
+            let mut record = local_record(root.id, "rover");
+            record.kind = Some(meta::RED_MAIN_FIX.to_owned());
+            txn.record_intake(record);
+            tracing::info!(trace = %root.id, follows = %origin, "new trace: a fix of the base branch rover's merge left red");
             Ok(Ingested::New(root.id))
         }
     }

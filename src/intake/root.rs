@@ -4,7 +4,7 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::meta::{EventMeta, EventSource};
+use super::meta::{EventMeta, EventSource, RED_MAIN_FIX};
 use crate::github::{Channel, NormalizedEvent, Visibility};
 use crate::store::{Action, Meta, Span, SpanStatus, StepKind};
 
@@ -43,6 +43,7 @@ pub fn github_trace(project_id: &str, event: &NormalizedEvent) -> (Span, Action)
         visibility: event.visibility,
         event: Some(event.clone()),
         request: None,
+        follows: None,
     };
     build(root_id, &meta, format!("new {} event", event.kind.as_str()))
 }
@@ -64,8 +65,40 @@ pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
         visibility: Visibility::Private,
         event: None,
         request: Some(request.to_owned()),
+        follows: None,
     };
     build(Uuid::new_v4(), &meta, "new local request".into())
+}
+
+/// The trace rover starts itself when its merge commit `sha` left the base branch red
+/// (`lifecycle.onRedMain: "fix"`), following trace `origin`: a request of rover's own,
+/// answered in the trace (its pull request says the rest). Its id derives from `origin` and
+/// `sha`, so a look that runs again after a crash starts no second one.
+pub fn red_main_trace(project_id: &str, origin: Uuid, sha: &str, request: &str) -> (Span, Action) {
+    let root_id = Uuid::new_v5(
+        &Uuid::NAMESPACE_URL,
+        format!("rover:{project_id}:red-main:{origin}:{sha}").as_bytes(),
+    );
+    let meta = EventMeta {
+        source: EventSource::Local,
+        label: format!(
+            "red main after rover's merge {}: fix (follows trace {})",
+            &sha[..sha.len().min(7)],
+            &origin.to_string()[..8]
+        ),
+        kind: RED_MAIN_FIX.into(),
+        action: None,
+        channel: Channel::Local,
+        visibility: Visibility::Private,
+        event: None,
+        request: Some(request.to_owned()),
+        follows: Some(origin),
+    };
+    build(
+        root_id,
+        &meta,
+        "rover's merge left the base branch red".into(),
+    )
 }
 
 fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {

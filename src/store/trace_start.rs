@@ -94,7 +94,9 @@ impl AutopilotStore {
         })
     }
 
-    fn create_trace_in(
+    /// Start a trace whose root id is deterministic in transaction `txn`, idempotent by that id
+    /// (a trace started before keeps its first records). Returns whether the trace is new.
+    pub fn create_trace_in(
         &self,
         txn: &mut Txn<'_>,
         root: &Span,

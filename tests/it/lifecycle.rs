@@ -663,3 +663,149 @@ async fn a_release_github_refuses_is_said_and_the_merge_still_answered() {
         "{said:?}"
     );
 }
+
+/// The scripted fix of a red main: the coordinator of rover's own fix trace hands one task to a
+/// workflow that writes `main-fixed.txt` (ahead of the issue's rules: the first match answers).
+fn script_the_fix(s: &mut Scenario) {
+    use crate::support::scenario::{coordinate, task, workflow_rule};
+    s.rules.insert(
+        0,
+        json!({"prompt_contains": "after rover's merge the checks",
+               "structured": coordinate("workflow", json!({"task": task("fix", "Restore the main checks", &[], "swe")}))}),
+    );
+    s.rules.insert(
+        0,
+        workflow_rule(
+            "Restore the main checks",
+            json!({"main-fixed.txt": "fixed\n"}),
+            "completed",
+        ),
+    );
+}
+
+fn after_merge_look(trace: &TraceView) -> &rover::store::Span {
+    trace
+        .spans
+        .iter()
+        .rfind(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true))
+        .expect("a look at main after the merge")
+}
+
+#[tokio::test]
+async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_turn() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"onRedMain": "fix"}}}),
+    );
+    // The issue's pull request green, its merge red on main; the fix green, its merge green.
+    s.github
+        .ci_on_new_commits(&["success", "failure", "success", "success"]);
+    csv_issue(&mut s, 30);
+    script_the_fix(&mut s);
+    s.run_until_settled(24).await;
+
+    let traces = s.traces();
+    assert_eq!(
+        traces.len(),
+        2,
+        "{:?}",
+        traces.iter().map(chain).collect::<Vec<_>>()
+    );
+    let (origin, fix) = (&traces[0], &traces[1]);
+    let look = after_merge_look(origin);
+    assert_eq!(look.meta["decision"], "flag");
+    assert_eq!(
+        look.meta["startedTrace"],
+        fix.trace_id().to_string(),
+        "the red look links the fix"
+    );
+    let root = &fix.root().expect("the fix's root").meta;
+    assert_eq!(root["type"], "RedMainFix");
+    assert_eq!(root["follows"], origin.trace_id().to_string());
+    assert!(
+        root["request"].as_str().unwrap().contains("ci / test"),
+        "{root:?}"
+    );
+    let merges = s.github.merges();
+    assert_eq!(
+        merges.len(),
+        2,
+        "the fix went through the same mode: {merges:?} {:#?}",
+        fix.spans
+            .iter()
+            .map(|s| (s.step.to_string(), s.summary.clone()))
+            .collect::<Vec<_>>()
+    );
+    assert!(main_has(&s, "main-fixed.txt"), "the fix is on main");
+    let pulls = s.github.pulls();
+    let fix_pull = pulls
+        .iter()
+        .find(|p| p.1.contains("restore-the-main-checks"))
+        .expect("the fix's pull request");
+    assert!(
+        fix_pull.3.contains(
+            "rover's own fix of a red base branch. Fix `main`: rover merged pull request #31"
+        ),
+        "{}",
+        fix_pull.3
+    );
+    let steps = chain(fix);
+    for step in ["workflow", "push", "merge"] {
+        assert!(steps.iter().any(|s| s.starts_with(step)), "{steps:?}");
+    }
+    assert_eq!(
+        after_merge_look(fix).meta["decision"],
+        "notify",
+        "main is green again"
+    );
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("but its checks failed on `main`: ci / test")
+                && b.contains(&format!(
+                    "rover started trace {} to fix `main`",
+                    &fix.trace_id().to_string()[..8]
+                ))),
+        "{said:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"onRedMain": "fix"}}}),
+    );
+    s.github
+        .ci_on_new_commits(&["success", "failure", "success", "failure"]);
+    csv_issue(&mut s, 30);
+    script_the_fix(&mut s);
+    s.run_until_settled(24).await;
+
+    let traces = s.traces();
+    assert_eq!(
+        traces.len(),
+        2,
+        "no fix of the fix: {:?}",
+        traces.iter().map(chain).collect::<Vec<_>>()
+    );
+    let fix = &traces[1];
+    let look = after_merge_look(fix);
+    assert_eq!(look.meta["decision"], "flag");
+    assert!(look.meta.get("startedTrace").is_none());
+    assert!(
+        look.summary
+            .as_deref()
+            .unwrap()
+            .contains("it is not fixed again; a person should look"),
+        "{:?}",
+        look.summary
+    );
+    assert_eq!(s.github.merges().len(), 2);
+}

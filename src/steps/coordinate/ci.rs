@@ -20,6 +20,7 @@ impl CoordinateStep {
     /// `ready` notify, pending to the next look; a pull request no longer open is not followed.
     pub(super) async fn look_at_ci(
         &self,
+        ctx: &crate::orchestrator::StepContext,
         watch: CiWatchMeta,
         view: &crate::store::TraceView,
     ) -> Result<Outcome, StepError> {
@@ -42,7 +43,7 @@ impl CoordinateStep {
             ..CoordinateSpanMeta::decided(Decision::Noop, DecidedBy::Ci)
         };
         if watch.after_merge {
-            return self.look_after_merge(watch, span_meta).await;
+            return self.look_after_merge(ctx, view, watch, span_meta).await;
         }
         if pr.state != crate::github::IssueState::Open {
             let reason = format!(

@@ -135,7 +135,7 @@ impl Step for CoordinateStep {
         }
         if let Some(watch) = scheduled.ci {
             let view = load_trace(ctx, trace_id).await?;
-            return self.look_at_ci(watch, &view).await;
+            return self.look_at_ci(ctx, watch, &view).await;
         }
         let wait = scheduled.wait;
         let view = load_trace(ctx, trace_id).await?;
@@ -202,8 +202,12 @@ impl CoordinateStep {
             )),
             (EventSource::Local, _) => Ok(Ok(Gathered {
                 event: format!(
-                    "{}\n\nA local request from rover's own user (trusted), submitted with `rover autopilot submit`:\n\n{}",
+                    "{}\n\n{}:\n\n{}",
                     meta.label,
+                    match meta.follows.filter(|_| meta.is_red_main_fix()) {
+                        Some(origin) => format!("A request rover made itself (trusted: it follows trace {origin}, which a trusted person started, and whose merge left the base branch red)"),
+                        None => "A local request from rover's own user (trusted), submitted with `rover autopilot submit`".to_owned(),
+                    },
                     meta.request.as_deref().unwrap_or_default()
                 ),
                 context: "(a local request: there is no GitHub context)".to_owned(),

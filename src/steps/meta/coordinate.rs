@@ -125,6 +125,9 @@ pub struct CoordinateSpanMeta {
     /// A `/rover` command this run took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandRecord>,
+    /// A trace this look started: rover's fix of the base branch its merge left red.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_trace: Option<uuid::Uuid>,
 }
 
 impl CoordinateSpanMeta {

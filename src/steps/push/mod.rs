@@ -207,6 +207,11 @@ fn pr_body(tasks: &[&Task], event: &EventMeta, steering: &[String]) -> String {
     if let Some(n) = closes(event) {
         let _ = write!(body, "\nCloses #{n}\n");
     }
+    if event.is_red_main_fix() {
+        // Why rover opened it of its own accord: the request's first line, rover's words.
+        let why = event.request.as_deref().map(first_line).unwrap_or_default();
+        let _ = write!(body, "\nrover's own fix of a red base branch. {why}\n");
+    }
     body
 }
 
@@ -535,8 +540,11 @@ impl Step for PushStep {
                 "nothing to push: the push action names no branch and the trace has no task branches",
             ));
         }
+        // A local request's work stays on its branch; rover's own fix of a red base branch
+        // opens its pull request, which goes through the lifecycle like any other.
         let github = match (&self.services.github, event.source) {
             (Some(gh), EventSource::Github) => Some(gh.clone()),
+            (Some(gh), EventSource::Local) if event.is_red_main_fix() => Some(gh.clone()),
             _ => None,
         };
         let repo = self.services.repo.as_ref().map(ToString::to_string);
@@ -618,6 +626,7 @@ mod tests {
             visibility: e.visibility,
             event: Some(e),
             request: None,
+            follows: None,
         }
     }
 
