@@ -191,6 +191,20 @@ async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
     );
     assert!(s.github.merges().is_empty(), "never on its own");
     let head = s.github.head_of(number);
+    // `status` lists the pull request waiting, and for what.
+    let out = s
+        .env
+        .command(&["autopilot", "status"])
+        .current_dir(&s.checkout)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.lines().any(|l| l.starts_with("later    merge")
+            && l.contains(&format!("merge pull request #{number} (look 2)"))
+            && l.contains("a trusted person's approval")),
+        "{shown}"
+    );
 
     // A reader's approval of the head, and a writer's of an older head, do not count.
     s.github.set_permission("eve", "read");
