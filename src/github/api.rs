@@ -101,6 +101,11 @@ pub struct PullRequest {
     pub maintainer_can_modify: bool,
     pub base_branch: String,
     pub html_url: String,
+    /// GitHub's `mergeable_state` (`clean`, `behind`: the base moved past the head, `dirty`:
+    /// a conflict, `blocked`, `unstable`, `unknown` while GitHub computes it); `None` when
+    /// the answer had none.
+    #[serde(default)]
+    pub mergeable_state: Option<String>,
 }
 
 impl PullRequest {
@@ -408,6 +413,14 @@ pub trait GitHub: Send + Sync {
         number: u64,
         merge: &MergeRequest,
     ) -> Result<Merged, GitHubError>;
+    /// Bring pull request `number`'s branch up to date with its base (GitHub merges the base
+    /// into it later: 202), only while its head is `expected_head_sha` (422 otherwise, and
+    /// when there is nothing to bring or a conflict); returns GitHub's words.
+    async fn update_pull_request_branch(
+        &self,
+        number: u64,
+        expected_head_sha: &str,
+    ) -> Result<String, GitHubError>;
     /// The repository's releases, newest first (the first page: up to 100).
     async fn list_releases(&self) -> Result<Vec<Release>, GitHubError>;
     /// Make a release (and its tag at `new.target_commitish`); 422 when the tag exists.

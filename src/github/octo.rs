@@ -694,6 +694,14 @@ impl GitHub for OctoGitHub {
         self.merge_at(number, merge).await
     }
 
+    async fn update_pull_request_branch(
+        &self,
+        number: u64,
+        expected_head_sha: &str,
+    ) -> Result<String, GitHubError> {
+        self.update_branch(number, expected_head_sha).await
+    }
+
     async fn list_releases(&self) -> Result<Vec<Release>, GitHubError> {
         self.releases().await
     }

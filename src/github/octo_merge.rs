@@ -1,5 +1,6 @@
 //! The merge side of [`OctoGitHub`]: the files a pull request changes and the merge itself
-//! (`PUT /pulls/{n}/merge` at an exact head), with the client's requests and error mapping.
+//! (`PUT /pulls/{n}/merge` at an exact head), bringing a branch up to date with its base
+//! (`PUT /pulls/{n}/update-branch`), with the client's requests and error mapping.
 
 use http::Method;
 use serde::Deserialize;
@@ -55,5 +56,29 @@ impl OctoGitHub {
             sha: raw.sha,
             message: raw.message,
         })
+    }
+
+    /// `PUT /pulls/{n}/update-branch` at `expected_head_sha`.
+    pub(super) async fn update_branch(
+        &self,
+        number: u64,
+        expected_head_sha: &str,
+    ) -> Result<String, GitHubError> {
+        #[derive(Deserialize)]
+        struct RawUpdate {
+            #[serde(default)]
+            message: String,
+        }
+        let what = format!("update of pull request #{number}'s branch");
+        let payload = json!({"expected_head_sha": expected_head_sha});
+        let (raw, _) = self
+            .call::<RawUpdate>(
+                &what,
+                Method::PUT,
+                &self.path(&format!("/pulls/{number}/update-branch")),
+                Some(&payload),
+            )
+            .await?;
+        Ok(raw.message)
     }
 }

@@ -256,6 +256,7 @@ mod tests {
             maintainer_can_modify: false,
             base_branch: "main".into(),
             html_url: "h".into(),
+            mergeable_state: None,
         }
     }
 

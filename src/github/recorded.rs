@@ -180,6 +180,15 @@ impl GitHub for RecordingGitHub {
     ) -> Result<Merged, GitHubError> {
         self.inner.merge_pull_request(number, merge).await
     }
+    async fn update_pull_request_branch(
+        &self,
+        number: u64,
+        expected_head_sha: &str,
+    ) -> Result<String, GitHubError> {
+        self.inner
+            .update_pull_request_branch(number, expected_head_sha)
+            .await
+    }
     async fn list_releases(&self) -> Result<Vec<crate::github::Release>, GitHubError> {
         let r = self.inner.list_releases().await;
         self.note("list_releases", "", &r);

@@ -120,6 +120,8 @@ pub(super) struct RawPull {
     html_url: String,
     #[serde(default)]
     maintainer_can_modify: bool,
+    #[serde(default)]
+    mergeable_state: Option<String>,
 }
 
 impl From<RawPull> for PullRequest {
@@ -139,6 +141,7 @@ impl From<RawPull> for PullRequest {
             maintainer_can_modify: r.maintainer_can_modify,
             base_branch: r.base.git_ref,
             html_url: r.html_url,
+            mergeable_state: r.mergeable_state,
         }
     }
 }

@@ -148,6 +148,13 @@ impl GitHub for ReplayGitHub {
     ) -> Result<crate::github::Merged, GitHubError> {
         self.refuse(&format!("the write merge_pull_request({number})"))
     }
+    async fn update_pull_request_branch(
+        &self,
+        number: u64,
+        _: &str,
+    ) -> Result<String, GitHubError> {
+        self.refuse(&format!("the write update_pull_request_branch({number})"))
+    }
     async fn list_releases(&self) -> Result<Vec<crate::github::Release>, GitHubError> {
         self.serve("list_releases", "")
     }

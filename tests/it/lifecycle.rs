@@ -823,3 +823,69 @@ async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
     );
     assert_eq!(s.github.merges().len(), 2);
 }
+
+#[tokio::test]
+async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new_checks() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "stage");
+    s.github.require_up_to_date();
+    // Held once by the protection, while a person's commit lands on main.
+    s.github.refuse_next_merge("Waiting on code owner review");
+    csv_issue(&mut s, 30);
+    until_merge(&s, "waiting", 12).await;
+    let number = s.github.pulls()[0].0;
+    let passed = s.github.head_of(number);
+    let clone = s.clone_as("person", "Pat", "pat@example.com");
+    std::fs::write(clone.join("theirs.txt"), "theirs\n").unwrap();
+    crate::support::gitrepo::git(&clone, &["add", "theirs.txt"]);
+    crate::support::gitrepo::git(&clone, &["commit", "-m", "theirs"]);
+    crate::support::gitrepo::git(&clone, &["push", "origin", "HEAD:main"]);
+
+    // The next look: GitHub refuses a branch that is behind; rover brings it up to date.
+    look_now(&s);
+    let trace = until_merge(&s, "updated", 3).await;
+    let updated = merge_spans(&trace).pop().unwrap();
+    assert!(
+        updated["reason"]
+            .as_str()
+            .unwrap()
+            .contains("(405: Head branch is out of date): the branch is behind `main`; rover brought it up to date"),
+        "{updated:#?}"
+    );
+    let new_head = s.github.head_of(number);
+    assert_ne!(new_head, passed, "GitHub merged main into the branch");
+    assert!(s.github.merges().is_empty());
+
+    // Its new head's checks first, then the merge of that head.
+    look_now(&s);
+    let trace = until_merge(&s, "merged", 6).await;
+    let outcomes: Vec<Value> = merge_spans(&trace)
+        .iter()
+        .map(|m| m["mergeOutcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            json!("waiting"),
+            json!("updated"),
+            json!("head-moved"),
+            json!("merged")
+        ],
+        "{:?}",
+        chain(&trace)
+    );
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1);
+    assert_eq!(merges[0].2, new_head, "the updated head, after its checks");
+    assert!(main_has(&s, "csv.txt") && main_has(&s, "theirs.txt"));
+    let looks: Vec<&str> = trace
+        .spans
+        .iter()
+        .filter_map(|sp| sp.meta.get("ci").and_then(|c| c["sha"].as_str()))
+        .collect();
+    assert!(
+        looks.contains(&new_head.as_str()),
+        "the new head's checks were looked at: {looks:?}"
+    );
+}

@@ -267,6 +267,12 @@ impl MergeStep {
                 message,
                 ..
             }) => {
+                if let Some(updated) = self
+                    .bring_up_to_date(github, meta, &message, record.clone())
+                    .await?
+                {
+                    return Ok(updated);
+                }
                 let why = format!(
                     "GitHub refused the merge (405: {message}): the repository's protection is not satisfied yet"
                 );
@@ -292,6 +298,71 @@ impl MergeStep {
                     crate::error::error_chain(&e)
                 ),
             )),
+        }
+    }
+
+    /// After GitHub's 405 (`refusal`): when the pull request's branch is behind its base
+    /// (`mergeable_state: behind`, which a protection requiring branches to be up to date
+    /// refuses), ask GitHub to bring it up to date at the head that passed (a merge of the base
+    /// into it, never a force push). Then the merge waits: the next look finds the new head and
+    /// follows its checks first. A conflict fails the merge in GitHub's words. `None`: the
+    /// branch is not behind (or GitHub has nothing to bring), the refusal is about something
+    /// else.
+    async fn bring_up_to_date(
+        &self,
+        github: &dyn GitHub,
+        meta: &MergeMeta,
+        refusal: &str,
+        record: MergeSpanMeta,
+    ) -> Result<Option<Finished>, StepError> {
+        let gh_error = |what: &str, e: &GitHubError| {
+            StepError::from_error(e, e.is_retryable())
+                .not_before(e.retry_at())
+                .detail("what", what)
+                .detail("prNumber", meta.pr_number)
+        };
+        let pr = github
+            .get_pull_request(meta.pr_number)
+            .await
+            .map_err(|e| gh_error("reading the pull request after a 405", &e))?;
+        if pr.mergeable_state.as_deref() != Some("behind") || pr.head_sha != meta.sha {
+            return Ok(None);
+        }
+        let base = pr.base_branch.clone();
+        match github
+            .update_pull_request_branch(pr.number, &meta.sha)
+            .await
+        {
+            Ok(said) => {
+                let why = format!(
+                    "GitHub refused the merge (405: {refusal}): the branch is behind `{base}`; rover brought it up to date (GitHub's update-branch: {said}), and its new head's checks come first"
+                );
+                Ok(Some(waiting_as(
+                    MergeOutcome::Updated,
+                    meta,
+                    record,
+                    &why,
+                    self.next_look(),
+                )))
+            }
+            Err(e) if e.is_retryable() => Err(gh_error("bringing the branch up to date", &e)),
+            Err(GitHubError::Status {
+                status: 422,
+                message,
+                ..
+            }) if !message.to_ascii_lowercase().contains("conflict") => {
+                // Nothing to bring (GitHub's state was stale), or the head moved: the refusal
+                // stands and the next look sees.
+                tracing::info!(pr = pr.number, %message, "update-branch had nothing to do");
+                Ok(None)
+            }
+            Err(e) => {
+                let why = format!(
+                    "GitHub refused the merge (405: {refusal}): the branch is behind `{base}` and GitHub cannot bring it up to date: {}; a person resolves it",
+                    crate::error::error_chain(&e)
+                );
+                Ok(Some(refused(meta, record, &why)))
+            }
         }
     }
 
@@ -404,6 +475,17 @@ fn refused(meta: &MergeMeta, record: MergeSpanMeta, why: &str) -> Finished {
 
 /// Not yet: the next look at `at`, the span saying what it waits for.
 fn waiting(meta: &MergeMeta, record: MergeSpanMeta, why: &str, at: DateTime<Utc>) -> Finished {
+    waiting_as(MergeOutcome::Waiting, meta, record, why, at)
+}
+
+/// [`waiting`], the span's outcome `outcome` (`updated`: the branch was brought up to date).
+fn waiting_as(
+    outcome: MergeOutcome,
+    meta: &MergeMeta,
+    record: MergeSpanMeta,
+    why: &str,
+    at: DateTime<Utc>,
+) -> Finished {
     let next = MergeMeta {
         round: meta.round + 1,
         not_before: Some(at),
@@ -411,7 +493,7 @@ fn waiting(meta: &MergeMeta, record: MergeSpanMeta, why: &str, at: DateTime<Utc>
     };
     Finished::completed(format!("waiting to merge: {why}"))
         .with_meta_record(&MergeSpanMeta {
-            merge_outcome: Some(MergeOutcome::Waiting),
+            merge_outcome: Some(outcome),
             reason: Some(why.to_owned()),
             ..record
         })

@@ -147,6 +147,7 @@ mod tests {
             maintainer_can_modify: true,
             base_branch: "main".into(),
             html_url: "https://github.com/acme/widgets/pull/7".into(),
+            mergeable_state: None,
         }
     }
 

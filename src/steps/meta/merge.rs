@@ -41,6 +41,9 @@ pub enum MergeOutcome {
     Waiting,
     /// The head moved after its checks passed: its new checks are followed first.
     HeadMoved,
+    /// The branch was behind its base and GitHub was asked to bring it up to date: the new
+    /// head's checks come first.
+    Updated,
     /// Never merged by rover: not its pull request, or GitHub refused for good.
     Refused,
     /// The pull request is no longer open.

@@ -245,6 +245,7 @@ mod tests {
             maintainer_can_modify: true,
             base_branch: "main".into(),
             html_url: "https://github.com/o/r/pull/12".into(),
+            mergeable_state: None,
         }
     }
 

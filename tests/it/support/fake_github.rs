@@ -189,6 +189,8 @@ struct FakeState {
     merge_refusals: std::collections::VecDeque<String>,
     /// The releases, oldest first.
     releases: Vec<release::ReleaseRec>,
+    /// Branch protection requires a branch to be up to date with its base before a merge.
+    require_up_to_date: bool,
 }
 
 impl FakeState {
@@ -417,6 +419,12 @@ impl FakeGitHub {
     /// The merges made: `(number, method, head merged, merge commit)`.
     pub fn merges(&self) -> Vec<merge::MergeRec> {
         self.st().merges.clone()
+    }
+
+    /// Require a pull request's branch to be up to date with its base before it is merged
+    /// (branch protection's "Require branches to be up to date before merging").
+    pub fn require_up_to_date(&self) {
+        self.st().require_up_to_date = true;
     }
 
     /// The releases made or seeded, oldest first: `(tag, target, body)`.
@@ -1360,7 +1368,13 @@ fn route(
             .and_then(|n| st.issues.get(&n))
             .filter(|i| i.pr.is_some())
         {
-            Some(i) => reply(200, &pull_json(i)),
+            Some(i) => {
+                let mut v = pull_json(i);
+                if let Some(state) = i.pr.as_ref().and_then(|p| merge::mergeable_state(st, p)) {
+                    v["mergeable_state"] = json!(state);
+                }
+                reply(200, &v)
+            }
             None => error(404, "Not Found"),
         },
         ("GET", ["pulls", n, "reviews"]) => {

@@ -59,7 +59,7 @@ pub(super) fn merge_route(
     me: &str,
 ) -> Option<Reply> {
     let number = match seg {
-        ["pulls", n, "files" | "merge"] => n.parse::<u64>().ok()?,
+        ["pulls", n, "files" | "merge" | "update-branch"] => n.parse::<u64>().ok()?,
         _ => return None,
     };
     refresh_head(st, number);
@@ -86,6 +86,9 @@ pub(super) fn merge_route(
             }
             if let Some(why) = st.merge_refusals.pop_front() {
                 return Some(error(405, &why));
+            }
+            if st.require_up_to_date && mergeable_state(st, &pr) == Some("behind") {
+                return Some(error(405, "Head branch is out of date"));
             }
             if sha.is_some_and(|s| s != pr.head_sha) {
                 return Some(error(
@@ -129,8 +132,79 @@ pub(super) fn merge_route(
                 &json!({"sha": merged, "merged": true, "message": "Pull Request successfully merged"}),
             ))
         }
+        ("PUT", "update-branch") => Some(update_branch(st, number, &pr, payload)),
         _ => Some(error(404, "Not Found")),
     }
+}
+
+/// `behind` when the base branch has commits the head lacks, `clean` otherwise (`None`
+/// without the repository's git).
+pub(super) fn mergeable_state(st: &FakeState, pr: &super::PrInfo) -> Option<&'static str> {
+    let origin = st.origin.as_ref()?;
+    let repo = git2::Repository::open_bare(origin).ok()?;
+    let tip = |b: &str| {
+        repo.find_reference(&format!("refs/heads/{b}"))
+            .and_then(|r| r.peel_to_commit())
+            .ok()
+    };
+    let (base, head) = (tip(&pr.base)?, tip(&pr.head)?);
+    let contains_base =
+        base.id() == head.id() || repo.graph_descendant_of(head.id(), base.id()).ok()?;
+    Some(if contains_base { "clean" } else { "behind" })
+}
+
+/// `PUT /pulls/{n}/update-branch` with `expected_head_sha`: the base merged into the head
+/// branch (202), 422 when the head is not the expected one, when there is nothing to bring,
+/// or on a conflict.
+fn update_branch(st: &mut FakeState, number: u64, pr: &super::PrInfo, payload: &Value) -> Reply {
+    let invalid = |message: &str| {
+        reply(
+            422,
+            &json!({"message": message, "documentation_url": "https://docs.github.com/rest/pulls/pulls#update-a-pull-request-branch", "status": "422"}),
+        )
+    };
+    if let Some(expected) = payload.get("expected_head_sha").and_then(Value::as_str) {
+        if expected != pr.head_sha {
+            return invalid("expected head sha didn't match current head ref.");
+        }
+    }
+    if mergeable_state(st, pr) != Some("behind") {
+        return invalid("There are no new commits on the base branch.");
+    }
+    let origin = st
+        .origin
+        .clone()
+        .expect("a repository (mergeable_state has one)");
+    let repo = git2::Repository::open_bare(&origin).expect("the origin");
+    let tip = |b: &str| {
+        repo.find_reference(&format!("refs/heads/{b}"))
+            .and_then(|r| r.peel_to_commit())
+            .expect("the branch")
+    };
+    let (head, base) = (tip(&pr.head), tip(&pr.base));
+    let mut index = repo.merge_commits(&head, &base, None).expect("a merge");
+    if index.has_conflicts() {
+        return invalid("merge conflict between base and head");
+    }
+    let tree = repo
+        .find_tree(index.write_tree_to(&repo).expect("a tree"))
+        .expect("the tree");
+    let sig = git2::Signature::now("GitHub", "noreply@github.com").expect("a signature");
+    let message = format!("Merge branch '{}' into {}", pr.base, pr.head);
+    repo.commit(
+        Some(&format!("refs/heads/{}", pr.head)),
+        &sig,
+        &sig,
+        &message,
+        &tree,
+        &[&head, &base],
+    )
+    .expect("the merge commit");
+    refresh_head(st, number);
+    reply(
+        202,
+        &json!({"message": "Updating pull request branch.", "url": format!("https://github.com/{}/pull/{number}", super::REPO)}),
+    )
 }
 
 /// The files `head` changes against its merge base with `base` (GitHub's list: `filename`,
