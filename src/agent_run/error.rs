@@ -1,4 +1,4 @@
-//! What can keep an agent run from starting.
+//! What can keep an agent run from starting, or its workspace from coming back.
 
 use std::path::PathBuf;
 
@@ -22,6 +22,14 @@ pub enum AgentRunError {
         #[source]
         source: SandboxError,
     },
+    /// The workspace a shipped run returned was refused (an entry that would reach outside
+    /// the worktree, a link, a special file, past the size limits) or could not be read.
+    #[error("the workspace container {container} returned was not taken back")]
+    Returned {
+        container: String,
+        #[source]
+        source: SandboxError,
+    },
     /// A blocking task of the run stopped (a panic or the runtime shutting down).
     #[error("{0} stopped")]
     Stopped(String),
@@ -31,7 +39,9 @@ impl AgentRunError {
     /// Whether trying again later may succeed (a sandbox error that says so).
     pub fn is_retryable(&self) -> bool {
         match self {
-            AgentRunError::Sandbox { source, .. } => source.is_retryable(),
+            AgentRunError::Sandbox { source, .. } | AgentRunError::Returned { source, .. } => {
+                source.is_retryable()
+            }
             AgentRunError::Grant { .. } | AgentRunError::Stopped(_) => false,
         }
     }

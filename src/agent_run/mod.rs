@@ -12,11 +12,15 @@
 mod error;
 mod network;
 mod record;
+mod returned;
 mod start;
 
+/// What a shipped run's returned workspace changed in its worktree.
+pub use crate::sandbox::returned::Applied;
 pub use error::AgentRunError;
 pub use network::{agent_env, forget_files_except};
 pub use record::RunNetworkMeta;
+pub use returned::take_back;
 pub use start::Started;
 
 use std::path::PathBuf;

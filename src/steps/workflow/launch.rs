@@ -232,7 +232,8 @@ impl WorkflowStep {
 /// (its message and retryability as the engine gave them) with the container and image.
 fn run_error(e: AgentRunError, image: &str) -> StepError {
     match e {
-        AgentRunError::Sandbox { container, source } => {
+        AgentRunError::Sandbox { container, source }
+        | AgentRunError::Returned { container, source } => {
             StepError::from_error(&source, source.is_retryable())
                 .detail("container", container)
                 .detail("image", image)

@@ -1,11 +1,11 @@
-//! Taking a shipped agent run's workspace back: the tar of its `/workspace`, checked entry by
-//! entry and applied to the task's worktree (see [`crate::sandbox::returned`]); a refused one
-//! fails the run with the entry named, and nothing of it reaches the worktree.
+//! Taking a shipped agent run's workspace back through the agent run service
+//! ([`crate::agent_run::take_back`]): the run as the step defined it, and the git file it was
+//! shipped with; a refused archive fails the run with the entry named.
 
 use super::WorkflowStep;
+use crate::agent_run::{AgentRunError, Applied};
 use crate::orchestrator::{StepContext, StepError};
-use crate::sandbox::returned::{take_back, Applied};
-use crate::sandbox::{BindMount, ContainerStatus, Sandbox, WORKSPACE_MOUNT};
+use crate::sandbox::{ContainerStatus, Sandbox};
 use crate::steps::tasks::Task;
 
 impl WorkflowStep {
@@ -23,35 +23,28 @@ impl WorkflowStep {
         else {
             return (None, None);
         };
-        let mut spec = self.base_spec(
+        let spec = self.base_spec(
             Vec::new(),
             worktree,
             self.labels(task.mapping.trace_id, task.action_id),
         );
-        if !spec.shipped() || !matches!(status, ContainerStatus::Exited { .. }) {
-            return (None, None);
-        }
-        // The git file the run was shipped with (see `launch`) is the one `.git` that may come
-        // back.
-        spec.extra_mounts.push(BindMount {
-            host: ctx
-                .store
-                .artifacts_dir(task.mapping.workflow_span_id)
-                .join("git")
-                .join("gitfile"),
-            target: format!("{WORKSPACE_MOUNT}/.git"),
-            read_only: true,
-        });
-        match take_back(sandbox, container, &spec).await {
-            Ok(applied) => {
-                if let Some(a) = &applied {
-                    tracing::info!(container = %container, entries = a.entries, bytes = a.bytes, archive_bytes = a.archive_bytes, "took the shipped workspace back");
-                }
-                (applied, None)
-            }
+        // The git file the run was shipped with (see `launch`).
+        let gitfile = ctx
+            .store
+            .artifacts_dir(task.mapping.workflow_span_id)
+            .join("git")
+            .join("gitfile");
+        match crate::agent_run::take_back(sandbox, container, spec, gitfile, status).await {
+            Ok(applied) => (applied, None),
             Err(e) => {
                 tracing::warn!(container = %container, error = %e, "the workspace the sandbox returned was refused");
-                let error = StepError::from_error(&e, e.is_retryable())
+                let retryable = e.is_retryable();
+                // The sandbox's own words name the refused entry.
+                let source: &dyn std::error::Error = match &e {
+                    AgentRunError::Returned { source, .. } => source,
+                    other => other,
+                };
+                let error = StepError::from_error(source, retryable)
                     .detail("container", container)
                     .detail("worktree", worktree.display().to_string());
                 (None, Some(error))
