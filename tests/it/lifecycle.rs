@@ -889,3 +889,55 @@ async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new
         "the new head's checks were looked at: {looks:?}"
     );
 }
+
+/// The whole lifecycle as a service runs it: `rover autopilot start` (not `--once`) takes the
+/// issue to a plan, a workflow in a container, a commit, a push, a green pull request, the merge,
+/// a green look at main and the release, each a span of the one trace, each answer on the thread.
+#[tokio::test]
+async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"release": {"tag": "v{major}.{minor}.{patch}"}}}}),
+    );
+    csv_issue(&mut s, 30);
+    s.run_daemon_until_settled(std::time::Duration::from_secs(240), || {})
+        .await;
+
+    let trace = s.the_trace();
+    let steps: Vec<String> = trace.spans.iter().map(|sp| sp.step.to_string()).collect();
+    let mut order = steps.iter().filter(|st| *st != "collect");
+    for want in [
+        "event",
+        "coordinate",
+        "plan",
+        "workflow",
+        "commit",
+        "resolve",
+        "push",
+        "coordinate",
+        "merge",
+        "coordinate",
+        "release",
+        "notify",
+    ] {
+        assert!(order.any(|st| st == want), "`{want}` in order in {steps:?}");
+    }
+    let (number, _, _, merge_commit) = s.github.merges()[0].clone();
+    let releases = s.github.releases();
+    assert_eq!(releases.len(), 1, "{releases:?}");
+    assert_eq!(releases[0].0, "v0.0.1");
+    assert_eq!(releases[0].1, merge_commit);
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter().any(|b| b.contains(&format!("pull/{number}"))),
+        "the pull request was announced: {said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|b| b.contains("its checks passed on `main`") && b.contains("Released as v0.0.1")),
+        "{said:?}"
+    );
+}
