@@ -192,13 +192,7 @@ async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
     assert!(s.github.merges().is_empty(), "never on its own");
     let head = s.github.head_of(number);
     // `status` lists the pull request waiting, and for what.
-    let out = s
-        .env
-        .command(&["autopilot", "status"])
-        .current_dir(&s.checkout)
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
+    let shown = rover_says(&s, &["autopilot", "status"]);
     assert!(
         shown.lines().any(|l| l.starts_with("later    merge")
             && l.contains(&format!("merge pull request #{number} (look 2)"))
@@ -605,13 +599,7 @@ async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_i
         "{said:?}"
     );
     let id = trace.trace_id().to_string();
-    let out = s
-        .env
-        .command(&["autopilot", "trace", &id])
-        .current_dir(&s.checkout)
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&out.stdout);
+    let shown = rover_says(&s, &["autopilot", "trace", &id]);
     assert!(
         shown.contains("release") && shown.contains("v1.5.0"),
         "{shown}"
@@ -697,6 +685,41 @@ fn script_the_fix(s: &mut Scenario) {
     );
 }
 
+/// Issue 30 in `dev` with `onRedMain: "fix"`, CI answering `ci` on the new commits in turn,
+/// run until settled: the scenario and its two traces (the issue's, rover's fix).
+async fn fixed(ci: &[&str]) -> (Scenario, Vec<TraceView>) {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"onRedMain": "fix"}}}),
+    );
+    s.github.ci_on_new_commits(ci);
+    csv_issue(&mut s, 30);
+    script_the_fix(&mut s);
+    s.run_until_settled(24).await;
+    let traces = s.traces();
+    assert_eq!(
+        traces.len(),
+        2,
+        "the issue's and rover's fix: {:?}",
+        traces.iter().map(chain).collect::<Vec<_>>()
+    );
+    (s, traces)
+}
+
+/// `rover <args>` in the scenario's checkout: its stdout.
+fn rover_says(s: &Scenario, args: &[&str]) -> String {
+    let out = s
+        .env
+        .command(args)
+        .current_dir(&s.checkout)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn after_merge_look(trace: &TraceView) -> &rover::store::Span {
     trace
         .spans
@@ -707,27 +730,8 @@ fn after_merge_look(trace: &TraceView) -> &rover::store::Span {
 
 #[tokio::test]
 async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_turn() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"onRedMain": "fix"}}}),
-    );
     // The issue's pull request green, its merge red on main; the fix green, its merge green.
-    s.github
-        .ci_on_new_commits(&["success", "failure", "success", "success"]);
-    csv_issue(&mut s, 30);
-    script_the_fix(&mut s);
-    s.run_until_settled(24).await;
-
-    let traces = s.traces();
-    assert_eq!(
-        traces.len(),
-        2,
-        "{:?}",
-        traces.iter().map(chain).collect::<Vec<_>>()
-    );
+    let (s, traces) = fixed(&["success", "failure", "success", "success"]).await;
     let (origin, fix) = (&traces[0], &traces[1]);
     let look = after_merge_look(origin);
     assert_eq!(look.meta["decision"], "flag");
@@ -789,26 +793,8 @@ async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_
 
 #[tokio::test]
 async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"onRedMain": "fix"}}}),
-    );
-    s.github
-        .ci_on_new_commits(&["success", "failure", "success", "failure"]);
-    csv_issue(&mut s, 30);
-    script_the_fix(&mut s);
-    s.run_until_settled(24).await;
-
-    let traces = s.traces();
-    assert_eq!(
-        traces.len(),
-        2,
-        "no fix of the fix: {:?}",
-        traces.iter().map(chain).collect::<Vec<_>>()
-    );
+    // The fix's merge leaves main red again: no fix of the fix.
+    let (s, traces) = fixed(&["success", "failure", "success", "failure"]).await;
     let fix = &traces[1];
     let look = after_merge_look(fix);
     assert_eq!(look.meta["decision"], "flag");
