@@ -875,6 +875,7 @@ fn every_step_is_registered_exactly_once() {
             "notify",
             "plan",
             "push",
+            "release",
             "resolve",
             "workflow"
         ]
