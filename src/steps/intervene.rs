@@ -100,6 +100,7 @@ pub fn close_trace(
         note: None,
         // A person's decision, not a failure of rover's: the circuit breaker does not count it.
         circuit_breaker: true,
+        also_on_pull: None,
     };
     let answer = Action::new(
         StepKind::Notify,

@@ -273,6 +273,7 @@ impl Step for NotifyStep {
             agent: Some(agent_meta),
             channel: None,
             delivery: None,
+            also_delivered: None,
         };
 
         if channel == Channel::Local {
@@ -309,6 +310,37 @@ impl Step for NotifyStep {
                 .detail("channel", &channel)
                 .detail("message", &message)
         })?;
+        // The same answer on the pull request it names, unless that is the channel already.
+        let also = notify
+            .also_on_pull
+            .map(|number| Channel::IssueComment { number })
+            .filter(|pull| *pull != channel);
+        if let Some(pull) = also {
+            let also_action = format!("{action}-also");
+            let posted = deliver(
+                github.as_ref(),
+                redactor,
+                &Outgoing {
+                    channel: &pull,
+                    visibility,
+                    message: &message,
+                    trace_id: &trace,
+                    action_id: &also_action,
+                    review: None,
+                },
+            )
+            .await
+            .map_err(|e| {
+                StepError::from_error(&e, e.is_retryable())
+                    .detail("channel", &pull)
+                    .detail("message", &message)
+            })?;
+            span_meta.also_delivered = Some(NotifyDelivery {
+                url: posted.url,
+                comment_id: posted.comment_id,
+                already_posted: posted.already_posted,
+            });
+        }
         let url = delivery.url.clone().unwrap_or_default();
         let summary = if delivery.already_posted {
             format!("found the earlier post as {}: {url}", describe(&channel))

@@ -483,6 +483,25 @@ async fn a_red_main_after_rovers_merge_is_said_on_the_thread_with_the_failing_ch
             .any(|b| b.contains("but its checks failed on `main`: ci / test")),
         "{said:?}"
     );
+    // And on the merged pull request, once.
+    let number = s.github.merges()[0].0;
+    let on_pull: Vec<String> = s
+        .github
+        .comment_bodies(number)
+        .into_iter()
+        .filter(|b| b.contains("but its checks failed on `main`: ci / test"))
+        .collect();
+    assert_eq!(on_pull.len(), 1, "{:?}", s.github.comment_bodies(number));
+    let notify = trace
+        .spans
+        .iter()
+        .rfind(|sp| sp.step.as_str() == "notify")
+        .unwrap();
+    assert!(
+        notify.meta["alsoDelivered"]["url"].as_str().is_some(),
+        "{:?}",
+        notify.meta
+    );
 }
 
 #[tokio::test]

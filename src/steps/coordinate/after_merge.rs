@@ -131,10 +131,18 @@ impl CoordinateStep {
                     }
                 };
                 let text = format!("{red} {then}");
+                // Said on the merged pull request too: where people look at what was merged.
+                let flag = NextAction::new(StepKind::Notify, text.clone()).with_meta(&NotifyMeta {
+                    purpose: NotifyPurpose::Flag,
+                    message: Some(text.clone()),
+                    note: Some(text.clone()),
+                    pr_url: Some(watch.pr_url.clone()),
+                    also_on_pull: Some(watch.pr_number),
+                    ..NotifyMeta::default()
+                });
                 (
                     Decision::Flag,
-                    Finished::completed(format!("decided flag: {text}"))
-                        .then(answer(NotifyPurpose::Flag, text)),
+                    Finished::completed(format!("decided flag: {text}")).then(flag),
                 )
             }
             CiVerdict::GiveUp | CiVerdict::NoCi => {

@@ -36,6 +36,10 @@ pub struct NotifyMeta {
     /// circuit breaker (`circuitBreaker`, read below the steps as `budget::NotifyHeader`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub circuit_breaker: bool,
+    /// A pull request whose conversation gets the same answer (the one rover merged, when its
+    /// merge left the base branch red), besides the trace's own channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_on_pull: Option<u64>,
 }
 
 impl NotifyMeta {
@@ -62,6 +66,7 @@ impl NotifyMeta {
             breaker_note: None,
             note: None,
             circuit_breaker: false,
+            also_on_pull: None,
         }
     }
 }
@@ -88,6 +93,9 @@ pub struct NotifySpanMeta {
     /// How the message was delivered on GitHub (none for the local channel).
     #[serde(flatten)]
     pub delivery: Option<NotifyDelivery>,
+    /// The same answer on the pull request `alsoOnPull` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub also_delivered: Option<NotifyDelivery>,
 }
 
 impl NotifySpanMeta {

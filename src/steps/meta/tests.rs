@@ -413,6 +413,11 @@ fn a_written_notify_span_meta_reads_back_equal_and_local_takes_every_shape() {
             comment_id: Some(1),
             already_posted: false,
         }),
+        also_delivered: Some(NotifyDelivery {
+            url: Some("https://github.com/o/r/pull/4#issuecomment-2".into()),
+            comment_id: Some(2),
+            already_posted: false,
+        }),
     };
     let span = span_of(serde_json::to_value(&written).expect("serializes"));
     assert_eq!(span.meta["channel"]["kind"], "issueComment");
