@@ -121,7 +121,8 @@ pub struct LifecycleConfig {
     pub mode: LifecycleMode,
     pub merge_method: MergeMethod,
     /// How long rover waits for the required checks of its pull request before it stops
-    /// following it, minutes (default: 5 in `dev`, 30 in `stage` and `prod`).
+    /// following it, minutes (default: 5 in `dev`, 30 in `stage` and `prod`; `0`: checks not
+    /// done at the first look are not waited for).
     pub ci_timeout_mins: Option<u64>,
     /// How long rover waits for a trusted approval (`prod`, or a change to what steers rover)
     /// before it says so on the thread (once), minutes; it goes on waiting (default 60).
@@ -159,7 +160,7 @@ impl LifecycleConfig {
             LifecycleMode::Pr | LifecycleMode::Dev => 5,
             LifecycleMode::Stage | LifecycleMode::Prod => 30,
         };
-        Duration::from_secs(60 * self.ci_timeout_mins.unwrap_or(default).max(1))
+        Duration::from_secs(60 * self.ci_timeout_mins.unwrap_or(default))
     }
 
     /// `0`: said at the first look that waits.

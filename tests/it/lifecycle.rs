@@ -946,3 +946,33 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
         "{said:?}"
     );
 }
+
+#[tokio::test]
+async fn checks_that_do_not_finish_within_the_ci_timeout_are_said_and_not_merged() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"ciTimeoutMins": 0}}}),
+    );
+    s.github.ci_on_new_commits(&["in_progress"]);
+    csv_issue(&mut s, 30);
+    s.run_until_settled(12).await;
+    let trace = s.the_trace();
+    assert!(s.github.merges().is_empty(), "{:?}", chain(&trace));
+    assert!(merge_spans(&trace).is_empty());
+    let look = trace
+        .spans
+        .iter()
+        .rfind(|sp| sp.meta.get("ci").is_some())
+        .expect("a look at the pull request's checks");
+    assert_eq!(look.meta["decision"], "notify");
+    assert_eq!(purposes(&trace), ["flag", "pushed"]);
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter().any(|b| b.contains("were not done at rover's first look (`lifecycle.ciTimeoutMins`): rover does not merge it")
+            && b.contains("a person can merge it once it is green")),
+        "{said:?}"
+    );
+}

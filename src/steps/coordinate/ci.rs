@@ -167,16 +167,23 @@ impl CoordinateStep {
 /// The checks did not finish within `lifecycle.ciTimeoutMins` in a mode that merges: said on
 /// the thread, and not merged.
 fn timed_out_look(watch: &CiWatchMeta, lifecycle: &crate::config::LifecycleConfig) -> Finished {
+    let mins = lifecycle.ci_timeout().as_secs() / 60;
+    let within = if mins == 0 {
+        "were not done at rover's first look".to_owned()
+    } else {
+        format!("did not finish within {mins} minutes")
+    };
     let why = format!(
-        "the checks of pull request #{} at {} did not finish within {} minutes (`lifecycle.ciTimeoutMins`): rover does not merge it",
+        "the checks of pull request #{} at {} {within} (`lifecycle.ciTimeoutMins`): rover does not merge it",
         watch.pr_number,
         short_sha(&watch.sha),
-        lifecycle.ci_timeout().as_secs() / 60
     );
     Finished::completed(format!("decided notify: {why}")).then(
         NextAction::new(StepKind::Notify, why.clone()).with_meta(&NotifyMeta {
             purpose: NotifyPurpose::Flag,
             message: Some(format!("{why}; a person can merge it once it is green.")),
+            // rover's own words, posted as they are whatever the notifier writes.
+            note: Some(format!("{why}; a person can merge it once it is green.")),
             pr_url: Some(watch.pr_url.clone()),
             ..NotifyMeta::default()
         }),

@@ -1540,10 +1540,13 @@ fn route(
                 let n = st.ci_assigned.len().min(st.ci_program.len() - 1);
                 let conclusion = st.ci_program[n].clone();
                 st.ci_assigned.push((*git_ref).to_owned());
-                st.check_runs.insert(
-                    (*git_ref).to_owned(),
-                    vec![("ci / test".into(), "completed".into(), Some(conclusion))],
-                );
+                // `in_progress` in the program: a check that never finishes.
+                let run = if conclusion == "in_progress" {
+                    ("ci / test".into(), "in_progress".into(), None)
+                } else {
+                    ("ci / test".into(), "completed".into(), Some(conclusion))
+                };
+                st.check_runs.insert((*git_ref).to_owned(), vec![run]);
             }
             let runs = st.check_runs.get(*git_ref).cloned().unwrap_or_default();
             reply(
