@@ -1,8 +1,11 @@
 //! The look at the checks of rover's merge commit on the base branch
 //! (`autopilot.lifecycle.postMergeCi`): green, the trace answers that the pull request was
-//! merged and is green there (after the `release` step, when `lifecycle.release` tags it); red, it answers that the merge left the base branch red, naming
-//! the failing checks, for a person to look (`lifecycle.onRedMain: "notify"`); still running,
-//! it looks again; no outcome after `pipeline.ciMaxPolls` looks, it answers the merge alone.
+//! merged and is green there (after the `release` step, when `lifecycle.release` tags it); red,
+//! it answers on the thread and on the merged pull request that the merge left the base branch
+//! red, naming the failing checks, for a person to look (`lifecycle.onRedMain: "notify"`), and
+//! with `"fix"` starts rover's own trace to fix it (never for a trace that is such a fix); still
+//! running, it looks again; no outcome after `pipeline.ciMaxPolls` looks, it answers the merge
+//! alone.
 
 use chrono::Utc;
 
