@@ -197,6 +197,55 @@ pub struct NotifyStep {
 }
 
 impl NotifyStep {
+    /// The same answer on the pull request `notify.also_on_pull` names (the one rover merged),
+    /// unless that is the trace's channel already: delivered once (its own marker).
+    async fn post_also(
+        &self,
+        notify: &NotifyMeta,
+        channel: &Channel,
+        visibility: Visibility,
+        message: &str,
+        (trace, action): (&str, &str),
+    ) -> Result<Option<NotifyDelivery>, StepError> {
+        let Some(pull) = notify
+            .also_on_pull
+            .map(|number| Channel::IssueComment { number })
+            .filter(|pull| pull != channel)
+        else {
+            return Ok(None);
+        };
+        let github = self.services.github.as_ref().ok_or_else(|| {
+            StepError::fatal(format!(
+                "cannot post to {}: rover has no GitHub client (set GITHUB_TOKEN)",
+                describe(&pull)
+            ))
+        })?;
+        let also_action = format!("{action}-also");
+        let posted = deliver(
+            github.as_ref(),
+            &self.services.redactor,
+            &Outgoing {
+                channel: &pull,
+                visibility,
+                message,
+                trace_id: trace,
+                action_id: &also_action,
+                review: None,
+            },
+        )
+        .await
+        .map_err(|e| {
+            StepError::from_error(&e, e.is_retryable())
+                .detail("channel", &pull)
+                .detail("message", message)
+        })?;
+        Ok(Some(NotifyDelivery {
+            url: posted.url,
+            comment_id: posted.comment_id,
+            already_posted: posted.already_posted,
+        }))
+    }
+
     pub fn new(services: Arc<Services>) -> NotifyStep {
         NotifyStep { services }
     }
@@ -278,6 +327,21 @@ impl Step for NotifyStep {
 
         if channel == Channel::Local {
             span_meta.channel = Some(NotifyChannel::local());
+            // rover's own fix trace is local, but its merged pull request is on GitHub: what
+            // goes there is redacted as for a public channel (the local answer keeps more).
+            if self.services.github.is_some() && notify.also_on_pull.is_some() {
+                let ids = (trace_id.to_string(), run.action.id.to_string());
+                let public = redactor.redact(&message, Visibility::Public);
+                span_meta.also_delivered = self
+                    .post_also(
+                        &notify,
+                        &channel,
+                        Visibility::Public,
+                        &public,
+                        (&ids.0, &ids.1),
+                    )
+                    .await?;
+            }
             return Ok(Outcome::Finished(
                 Finished::completed(message).with_meta_record(&span_meta),
             ));
@@ -310,37 +374,9 @@ impl Step for NotifyStep {
                 .detail("channel", &channel)
                 .detail("message", &message)
         })?;
-        // The same answer on the pull request it names, unless that is the channel already.
-        let also = notify
-            .also_on_pull
-            .map(|number| Channel::IssueComment { number })
-            .filter(|pull| *pull != channel);
-        if let Some(pull) = also {
-            let also_action = format!("{action}-also");
-            let posted = deliver(
-                github.as_ref(),
-                redactor,
-                &Outgoing {
-                    channel: &pull,
-                    visibility,
-                    message: &message,
-                    trace_id: &trace,
-                    action_id: &also_action,
-                    review: None,
-                },
-            )
-            .await
-            .map_err(|e| {
-                StepError::from_error(&e, e.is_retryable())
-                    .detail("channel", &pull)
-                    .detail("message", &message)
-            })?;
-            span_meta.also_delivered = Some(NotifyDelivery {
-                url: posted.url,
-                comment_id: posted.comment_id,
-                already_posted: posted.already_posted,
-            });
-        }
+        span_meta.also_delivered = self
+            .post_also(&notify, &channel, visibility, &message, (&trace, &action))
+            .await?;
         let url = delivery.url.clone().unwrap_or_default();
         let summary = if delivery.already_posted {
             format!("found the earlier post as {}: {url}", describe(&channel))

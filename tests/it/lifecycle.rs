@@ -827,6 +827,14 @@ async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
         look.summary
     );
     assert_eq!(s.github.merges().len(), 2);
+    // The fix's trace is local, its merged pull request is not: the answer goes there too.
+    let fix_pull = s.github.merges()[1].0;
+    let said = s.github.comment_bodies(fix_pull);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("it is not fixed again; a person should look")),
+        "{said:?}"
+    );
 }
 
 #[tokio::test]
