@@ -71,6 +71,17 @@ pub enum Bump {
     Patch,
 }
 
+impl Bump {
+    /// The word as written in `rover.json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bump::Major => "major",
+            Bump::Minor => "minor",
+            Bump::Patch => "patch",
+        }
+    }
+}
+
 /// A version `major.minor.patch`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Version {

@@ -37,6 +37,11 @@ pub use hooks::{HookLocation, HookMode, HookPlan, PrePushInput, HOOK_NAMES};
 pub use limits::{ChangeSize, CommitLimits, LimitKind};
 pub use merge::MergeReport;
 pub use push::{PushReport, GIT_TOKEN_ENV};
+
+/// A commit id as rover writes it in words: its first 12 characters.
+pub fn short_sha(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
 pub use scan::{
     describe_findings, ScanLimits, ScanReport, SecretFinding, SecretPlace, SecretScan, SecretWhat,
 };

@@ -192,7 +192,7 @@ async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
     assert!(s.github.merges().is_empty(), "never on its own");
     let head = s.github.head_of(number);
     // `status` lists the pull request waiting, and for what.
-    let shown = rover_says(&s, &["autopilot", "status"]);
+    let shown = crate::support::env::stdout(&s.env.rover(&["autopilot", "status"]));
     assert!(
         shown.lines().any(|l| l.starts_with("later    merge")
             && l.contains(&format!("merge pull request #{number} (look 2)"))
@@ -618,7 +618,7 @@ async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_i
         "{said:?}"
     );
     let id = trace.trace_id().to_string();
-    let shown = rover_says(&s, &["autopilot", "trace", &id]);
+    let shown = crate::support::env::stdout(&s.env.rover(&["autopilot", "trace", &id]));
     assert!(
         shown.contains("release") && shown.contains("v1.5.0"),
         "{shown}"
@@ -726,17 +726,6 @@ async fn fixed(ci: &[&str]) -> (Scenario, Vec<TraceView>) {
         traces.iter().map(chain).collect::<Vec<_>>()
     );
     (s, traces)
-}
-
-/// `rover <args>` in the scenario's checkout: its stdout.
-fn rover_says(s: &Scenario, args: &[&str]) -> String {
-    let out = s
-        .env
-        .command(args)
-        .current_dir(&s.checkout)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn after_merge_look(trace: &TraceView) -> &rover::store::Span {

@@ -9,9 +9,10 @@
 
 use chrono::Utc;
 
-use super::ci::{ci_verdict, short_sha, CiVerdict};
+use super::ci::{ci_verdict, CiVerdict};
 use super::CoordinateStep;
 use crate::config::OnRedMain;
+use crate::git::short_sha;
 use crate::intake::{Arrival, EventMeta};
 use crate::orchestrator::{Finished, NextAction, Outcome, StepContext, StepError};
 use crate::steps::meta::{

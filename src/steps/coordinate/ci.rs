@@ -3,6 +3,7 @@
 use chrono::Utc;
 
 use super::CoordinateStep;
+use crate::git::short_sha;
 use crate::github::{CiState, CiStatus};
 use crate::intake::Signal;
 use crate::orchestrator::{Finished, NextAction, Outcome, StepError};
@@ -204,10 +205,6 @@ fn green_merges(
         lifecycle.mode.as_str()
     );
     Finished::completed(format!("decided merge: {reason}")).then(merge_action(watch, reason))
-}
-
-pub(super) fn short_sha(sha: &str) -> &str {
-    &sha[..sha.len().min(12)]
 }
 
 /// What a look at a pull request's CI leads to.

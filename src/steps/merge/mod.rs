@@ -16,6 +16,7 @@ use super::meta::{
 };
 use super::Services;
 use crate::config::LifecycleConfig;
+use crate::git::short_sha;
 use crate::github::{GitHub, GitHubError, MergeRequest, PullRequest};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::{AutopilotStore, StepKind, StepRun};
@@ -186,19 +187,19 @@ impl MergeStep {
             title: format!("{} (#{})", pr.title, pr.number),
             message: pr.body.clone(),
         };
-        let short = short(&meta.sha);
+        let short = short_sha(&meta.sha);
         match github.merge_pull_request(pr.number, &request).await {
             Ok(merged) => {
                 let reason = format!(
                     "merged pull request #{} at {short} ({method}) as {}",
                     pr.number,
-                    short_owned(&merged.sha)
+                    short_sha(&merged.sha)
                 );
                 // rover's own words, posted as they are whatever the notifier writes.
                 let said = format!(
                     "Merged pull request #{} ({method}) after its checks passed at {short}; the merge commit is {}.",
                     pr.number,
-                    short_owned(&merged.sha)
+                    short_sha(&merged.sha)
                 );
                 let notify = NotifyMeta {
                     purpose: NotifyPurpose::Merged,
@@ -248,7 +249,7 @@ impl MergeStep {
                 })?;
                 let why = format!(
                     "GitHub refused the merge (409: {message}): the head moved from {short} to {}; its new checks come first",
-                    short_owned(&now.head_sha)
+                    short_sha(&now.head_sha)
                 );
                 if now.head_sha == meta.sha {
                     return Ok(refused(meta, record, &why));
@@ -373,8 +374,8 @@ impl MergeStep {
             format!(
                 "the head of pull request #{} moved from {} to {} after its checks passed: its new checks come first",
                 meta.pr_number,
-                short(&meta.sha),
-                short(&head)
+                short_sha(&meta.sha),
+                short_sha(&head)
             )
         });
         let mut finished =
@@ -513,14 +514,6 @@ fn waiting_as(
 fn merges_since(store: &AutopilotStore) -> Result<Vec<DateTime<Utc>>, crate::store::StoreError> {
     let since = Utc::now() - Duration::hours(1);
     super::history::merges_since(store, since, CAP_LOOKBACK)
-}
-
-fn short(sha: &str) -> &str {
-    &sha[..sha.len().min(12)]
-}
-
-fn short_owned(sha: &str) -> String {
-    short(sha).to_owned()
 }
 
 #[async_trait]

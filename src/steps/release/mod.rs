@@ -13,7 +13,8 @@ use async_trait::async_trait;
 
 use super::meta::{NotifyMeta, NotifyPurpose, ReleaseMeta, ReleaseOutcome, ReleaseSpanMeta};
 use super::Services;
-use crate::config::{Bump, TagTemplate, Version};
+use crate::config::{TagTemplate, Version};
+use crate::git::short_sha;
 use crate::github::{GitHubError, NewRelease, Release};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
 use crate::store::{StepKind, StepRun};
@@ -32,8 +33,11 @@ impl ReleaseStep {
         else {
             // The setting went away since the merge: the answer says the merge alone.
             return Ok(
-                Finished::completed("no release: `lifecycle.release` is \"none\"")
-                    .then(answer(meta, meta.merged.clone())),
+                Finished::completed("no release: `lifecycle.release` is \"none\"").then(answer(
+                    meta,
+                    NotifyPurpose::Merged,
+                    meta.merged.clone(),
+                )),
             );
         };
         let github =
@@ -65,11 +69,11 @@ impl ReleaseStep {
             );
             return Ok(Finished::completed(format!(
                 "{} was released as {} already",
-                short(&meta.sha),
+                short_sha(&meta.sha),
                 made.tag_name
             ))
             .with_meta_record(&record)
-            .then(answer(meta, said)));
+            .then(answer(meta, NotifyPurpose::Merged, said)));
         }
         let previous = latest_version(&releases, template);
         let version = previous.map_or(Version::default(), |(v, _)| v).bumped(bump);
@@ -102,17 +106,17 @@ impl ReleaseStep {
                 let said = format!("{} Released as {tag} ({}).", meta.merged, made.html_url);
                 Ok(Finished::completed(format!(
                     "released {tag} at {} ({} pull requests in the notes; {bump_word} after {})",
-                    short(&meta.sha),
+                    short_sha(&meta.sha),
                     listed.len(),
                     previous.map_or("none", |(_, r)| r.tag_name.as_str()),
-                    bump_word = bump_word(bump),
+                    bump_word = bump.as_str(),
                 ))
                 .with_meta_record(&ReleaseSpanMeta {
                     release_outcome: Some(ReleaseOutcome::Released),
                     release_url: Some(made.html_url),
                     ..record
                 })
-                .then(answer(meta, said)))
+                .then(answer(meta, NotifyPurpose::Merged, said)))
             }
             Err(e) if e.is_retryable() => Err(gh_error("making the release", &e)),
             Err(e) => {
@@ -132,17 +136,7 @@ impl ReleaseStep {
                     .detail("sha", &meta.sha)
                     .to_meta()
                     .put_into(&mut finished.meta);
-                Ok(
-                    finished.then(NextAction::new(StepKind::Notify, said.clone()).with_meta(
-                        &NotifyMeta {
-                            purpose: NotifyPurpose::Flag,
-                            message: Some(said.clone()),
-                            note: Some(said),
-                            pr_url: Some(meta.pr_url.clone()),
-                            ..NotifyMeta::default()
-                        },
-                    )),
-                )
+                Ok(finished.then(answer(meta, NotifyPurpose::Flag, said)))
             }
         }
     }
@@ -161,27 +155,16 @@ fn latest_version<'a>(
         .max_by_key(|(v, _)| *v)
 }
 
-/// The trace's answer: merged, green, and released (or not).
-fn answer(meta: &ReleaseMeta, said: String) -> NextAction {
+/// The trace's answer: merged, green, and released (`Merged`) or not (`Flag`), in rover's own
+/// words.
+fn answer(meta: &ReleaseMeta, purpose: NotifyPurpose, said: String) -> NextAction {
     NextAction::new(StepKind::Notify, said.clone()).with_meta(&NotifyMeta {
-        purpose: NotifyPurpose::Merged,
+        purpose,
         message: Some(said.clone()),
         note: Some(said),
         pr_url: Some(meta.pr_url.clone()),
         ..NotifyMeta::default()
     })
-}
-
-fn bump_word(bump: Bump) -> &'static str {
-    match bump {
-        Bump::Major => "major",
-        Bump::Minor => "minor",
-        Bump::Patch => "patch",
-    }
-}
-
-fn short(sha: &str) -> &str {
-    &sha[..sha.len().min(12)]
 }
 
 #[async_trait]
