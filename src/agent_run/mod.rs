@@ -14,6 +14,7 @@ mod network;
 mod record;
 mod returned;
 mod start;
+mod to_end;
 
 /// What a shipped run's returned workspace changed in its worktree.
 pub use crate::sandbox::returned::Applied;
@@ -22,6 +23,7 @@ pub use network::{agent_env, forget_files_except};
 pub use record::RunNetworkMeta;
 pub use returned::take_back;
 pub use start::Started;
+pub use to_end::RanToEnd;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -108,7 +108,8 @@ pub fn allowed_tools(policy: ToolPolicy) -> &'static str {
 /// repository's, but nothing there is read as configuration either. The step's tools are the
 /// only ones the model is offered (`--tools`), and rover's role prompt replaces Claude Code's
 /// coding prompt. In the sandbox the coding agent keeps its own prompt and gets rover's
-/// appended.
+/// appended; a sandboxed step with fewer tools than the coding agent's (the reviewer) gets
+/// exactly its list, as on the host.
 fn common_args(req: &AgentRequest, host: bool) -> Vec<String> {
     let mut args = vec![
         "-p".to_owned(),
@@ -124,12 +125,16 @@ fn common_args(req: &AgentRequest, host: bool) -> Vec<String> {
         args.push("--max-turns".to_owned());
         args.push(turns.to_string());
     }
-    if host {
+    // Everywhere but the workflow agent's sandbox, the step's tool list is the whole of what
+    // the model is offered: no settings, hooks or MCP servers of a repository can widen it (the
+    // reviewer reads a worktree that could carry a `.claude/settings.json` of its own).
+    let only_listed = host || req.tools != ToolPolicy::FullEdit;
+    if only_listed {
         args.push("--setting-sources=user".to_owned());
         args.push("--strict-mcp-config".to_owned());
     }
     // `=` form: these options are variadic and would swallow a following positional prompt.
-    if host || req.tools == ToolPolicy::None {
+    if only_listed {
         args.push(format!("--tools={}", allowed_tools(req.tools)));
     }
     if req.tools != ToolPolicy::None {

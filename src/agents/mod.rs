@@ -40,8 +40,9 @@ pub use prompts::{
 pub use results::{
     check_dependencies, contains_ai_attribution, CommitMessageResult, CoordinateDecision,
     CoordinateResult, CorrectiveCommand, NotifyResult, PlanResult, PullRequestRef, PushResult,
-    PushStatus, ResolveDecision, ResolveResult, RetryStep, StepResult, SummarizeResult, TaskSpec,
-    WorkflowResult, WorkflowStatus, WorkflowType,
+    PushStatus, ResolveDecision, ResolveResult, RetryStep, ReviewFinding, ReviewResult,
+    ReviewVerdict, StepResult, SummarizeResult, TaskSpec, WorkflowResult, WorkflowStatus,
+    WorkflowType,
 };
 pub use runner::{run_process, ProcessEnd, ProcessOutcome, ProcessSpec};
 pub use settings::{AgentSettings, StepModels};

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::error::AgentError;
 use super::results::{
     CommitMessageResult, CoordinateResult, NotifyResult, PlanResult, PushResult, ResolveResult,
-    SummarizeResult, WorkflowResult,
+    ReviewResult, SummarizeResult, WorkflowResult,
 };
 use super::settings::AgentSettings;
 use super::structured::schema_for;
@@ -97,6 +97,7 @@ pub fn template(step: AgentStep) -> &'static str {
         AgentStep::Notify => include_str!("../../prompts/notify.md"),
         AgentStep::Summarize => include_str!("../../prompts/summarize.md"),
         AgentStep::Workflow => include_str!("../../prompts/workflow.md"),
+        AgentStep::Review => include_str!("../../prompts/review.md"),
     }
 }
 
@@ -111,6 +112,7 @@ pub fn step_schema(step: AgentStep) -> Value {
         AgentStep::Notify => schema_for::<NotifyResult>(),
         AgentStep::Summarize => schema_for::<SummarizeResult>(),
         AgentStep::Workflow => schema_for::<WorkflowResult>(),
+        AgentStep::Review => schema_for::<ReviewResult>(),
     }
 }
 

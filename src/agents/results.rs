@@ -474,3 +474,52 @@ pub struct WorkflowResult {
 impl StepResult for WorkflowResult {
     const STEP: AgentStep = AgentStep::Workflow;
 }
+
+/// The self-review's verdict on a task's change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewVerdict {
+    /// The change meets every acceptance criterion and the repository's instructions: push it.
+    Approve,
+    /// Something must change first: the findings say what.
+    Changes,
+}
+
+/// One thing the reviewer found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewFinding {
+    /// The file, relative to the repository root.
+    pub file: String,
+    /// The line it is about, when there is one.
+    pub line: Option<u64>,
+    /// What is wrong or missing.
+    pub what: String,
+    /// Why it matters (the criterion or instruction it breaks).
+    pub why: String,
+}
+
+/// The reviewer's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewResult {
+    /// `approve` or `changes`.
+    pub verdict: ReviewVerdict,
+    /// One or two sentences: what was checked and the conclusion.
+    pub summary: String,
+    /// For `changes`: what must change, each with its file and why. Empty for `approve`.
+    pub findings: Vec<ReviewFinding>,
+}
+
+impl StepResult for ReviewResult {
+    const STEP: AgentStep = AgentStep::Review;
+
+    fn validate(&self) -> Result<(), String> {
+        if self.verdict == ReviewVerdict::Changes && self.findings.is_empty() {
+            return Err(
+                "`findings` must list what to change when the verdict is `changes`".to_owned(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -29,6 +29,8 @@ pub struct StepModels {
     pub summarize: Option<String>,
     /// Sandboxed workflow agent.
     pub workflow: Option<String>,
+    /// The self-review before a push (sandboxed, read-only tools).
+    pub review: Option<String>,
 }
 
 impl StepModels {
@@ -42,6 +44,7 @@ impl StepModels {
             AgentStep::Notify => self.notify.as_ref(),
             AgentStep::Summarize => self.summarize.as_ref(),
             AgentStep::Workflow => self.workflow.as_ref(),
+            AgentStep::Review => self.review.as_ref(),
         }
     }
 }

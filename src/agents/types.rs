@@ -188,11 +188,14 @@ pub enum AgentStep {
     Summarize,
     /// The coding agent inside the sandbox.
     Workflow,
+    /// Reads the task's diff against its acceptance criteria before the push, in the sandbox
+    /// with read-only tools.
+    Review,
 }
 
 impl AgentStep {
     /// Every step, in pipeline order.
-    pub const ALL: [AgentStep; 8] = [
+    pub const ALL: [AgentStep; 9] = [
         AgentStep::Coordinate,
         AgentStep::Plan,
         AgentStep::Commit,
@@ -201,6 +204,7 @@ impl AgentStep {
         AgentStep::Notify,
         AgentStep::Summarize,
         AgentStep::Workflow,
+        AgentStep::Review,
     ];
 
     /// The lowercase name used in file names (`prompts/<name>.md`, `.rover/AUTOPILOT.<name>.md`).
@@ -214,15 +218,17 @@ impl AgentStep {
             AgentStep::Notify => "notify",
             AgentStep::Summarize => "summarize",
             AgentStep::Workflow => "workflow",
+            AgentStep::Review => "review",
         }
     }
 
     /// The tools the step's agent gets: none for every step on the host (what they need is
     /// in their prompt, and no model chooses a command that runs on the host), full edits for
-    /// the workflow agent in its sandbox.
+    /// the workflow agent in its sandbox, reading only for the reviewer in its sandbox.
     pub fn tools(self) -> ToolPolicy {
         match self {
             AgentStep::Workflow => ToolPolicy::FullEdit,
+            AgentStep::Review => ToolPolicy::ReadOnly,
             _ => ToolPolicy::None,
         }
     }

@@ -285,6 +285,10 @@ pub struct PipelineConfig {
     /// scan before a push does not count them. The exact value of a secret rover holds is
     /// refused whatever this says.
     pub allowed_key_shapes: Vec<String>,
+    /// Before every push, a reviewer agent reads each task's diff against its acceptance
+    /// criteria in the sandbox with read-only tools; `changes` goes back to the task as an
+    /// iterate (bounded by `maxRetries`).
+    pub self_review: bool,
 }
 
 impl Default for PipelineConfig {
@@ -302,6 +306,7 @@ impl Default for PipelineConfig {
             ci_max_polls: 36,
             retain_days: 7,
             allowed_key_shapes: Vec::new(),
+            self_review: true,
         }
     }
 }

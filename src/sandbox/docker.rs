@@ -321,7 +321,11 @@ pub(crate) fn bind_mounts(spec: &SandboxSpec) -> Result<Vec<Mount>, SandboxError
         read_only: Some(read_only),
         ..Default::default()
     };
-    let mut mounts = vec![bind(&spec.worktree, WORKSPACE_MOUNT, false)];
+    let mut mounts = vec![bind(
+        &spec.worktree,
+        WORKSPACE_MOUNT,
+        spec.workspace_read_only,
+    )];
     // The worktree's `.git` names rover's git dir: no container may edit, remove or replace
     // it. Unless the spec mounts a git file of its own there, the file itself is bound
     // read-only over itself. It must be a plain file: Docker would follow a link on the host.

@@ -178,7 +178,7 @@ pub async fn run_to_end(
         let (logs, finished) = (logs?, finished?);
         // A shipped workspace asked back (corrective commands) comes back before the
         // container goes; a gate's changes are not kept.
-        if spec.take_back {
+        if spec.take_back && !spec.workspace_read_only {
             super::returned::take_back(sandbox, &id, spec).await?;
         }
         Ok::<_, SandboxError>((logs, finished))

@@ -80,6 +80,9 @@ pub struct SandboxSpec {
     /// Take `/workspace` back and apply it to the worktree when the container has run to its
     /// end ([`super::gates::run_to_end`]; corrective commands); a gate's changes are not kept.
     pub take_back: bool,
+    /// The worktree is only read: bind-mounted read-only ([`WorkspaceMode::Mounted`]); a
+    /// shipped copy is never taken back whatever the container does to it (the reviewer).
+    pub workspace_read_only: bool,
     /// An optional directory bind-mounted read-only at [`INPUT_MOUNT`].
     pub input_dir: Option<PathBuf>,
     /// `uid:gid` to run as; `None` means the owner of the worktree, so files the agent writes
@@ -134,6 +137,7 @@ impl SandboxSpec {
             workspace: settings.workspace_mode(),
             workspace_limit: settings.workspace_limit_bytes(),
             take_back: false,
+            workspace_read_only: false,
             input_dir: None,
             user: None,
             limits: settings.limits(),

@@ -47,7 +47,7 @@ pub enum Ends {
 }
 
 /// The table: every step of the pipeline and what it is.
-const TABLE: [(StepKind, StepTraits); 11] = [
+const TABLE: [(StepKind, StepTraits); 12] = [
     (
         StepKind::Coordinate,
         StepTraits {
@@ -83,6 +83,13 @@ const TABLE: [(StepKind, StepTraits); 11] = [
         StepTraits {
             always_recorded: true,
             genai: Some(("invoke_agent", "resolver", AgentStep::Resolve)),
+            ..STEP
+        },
+    ),
+    (
+        StepKind::Review,
+        StepTraits {
+            genai: Some(("invoke_agent", "reviewer", AgentStep::Review)),
             ..STEP
         },
     ),

@@ -19,6 +19,8 @@ pub mod plan;
 pub mod push;
 pub mod release;
 pub mod resolve;
+pub mod review;
+pub mod run_authority;
 pub mod sandboxed;
 pub mod steering;
 pub mod tasks;
@@ -38,6 +40,7 @@ pub use plan::PlanStep;
 pub use push::PushStep;
 pub use release::ReleaseStep;
 pub use resolve::ResolveStep;
+pub use review::ReviewStep;
 pub use workflow::{sweep_orphans, OrphanReport, WorkflowStep};
 
 use crate::agents::{Agent, AgentSettings};
@@ -112,6 +115,7 @@ pub fn build_steps(services: &Arc<Services>) -> Vec<Arc<dyn Step>> {
         Arc::new(WorkflowStep::new(services.clone())),
         Arc::new(CommitStep::new(services.clone())),
         Arc::new(ResolveStep::new(services.clone())),
+        Arc::new(ReviewStep::new(services.clone())),
         Arc::new(PushStep::new(services.clone())),
         Arc::new(MergeStep::new(services.clone())),
         Arc::new(ReleaseStep::new(services.clone())),

@@ -26,6 +26,12 @@ impl Pipeline for RoverPipeline {
                 StepKind::Resolve,
                 "the commit step could not finish; the resolver decides what to do",
             )],
+            // The resolver sees the review that gave no verdict; a push it decides then goes
+            // without another review (`history::review_failed_since_commit`).
+            StepKind::Review => vec![NextAction::new(
+                StepKind::Resolve,
+                "the self-review could not finish; the resolver decides what to do",
+            )],
             StepKind::Coordinate
             | StepKind::Plan
             | StepKind::Resolve

@@ -4,6 +4,7 @@
 mod environment;
 mod json;
 mod network;
+mod review;
 mod tree;
 
 pub use environment::{note_building, BUILDING_KEY};

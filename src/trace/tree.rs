@@ -199,6 +199,8 @@ impl<'a> Renderer<'a> {
         ));
         self.out
             .push_str(&super::network::network_lines(&span.meta, &detail_lead));
+        self.out
+            .push_str(&super::review::review_lines(span, &detail_lead));
         let n = children.len();
         for (i, child) in children.into_iter().enumerate() {
             let last = i + 1 == n;
@@ -334,9 +336,12 @@ enum Child<'a> {
     Span(&'a Span),
 }
 
-fn one_line(text: &str) -> String {
+/// The first line of `text`, at most 160 characters, without control characters: a summary
+/// can quote a model's or a container's words, and no escape sequence of theirs reaches the
+/// terminal.
+pub(super) fn one_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or_default();
-    let mut out: String = line.chars().take(160).collect();
+    let mut out: String = line.chars().filter(|c| !c.is_control()).take(160).collect();
     if out.len() < line.len() || text.lines().nth(1).is_some() {
         out.push('…');
     }

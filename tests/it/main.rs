@@ -38,6 +38,7 @@ mod replay;
 mod sandbox;
 mod sandbox_shipped;
 mod scenarios;
+mod self_review;
 mod setup_steps;
 mod soak;
 mod steps_decide;

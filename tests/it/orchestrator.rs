@@ -855,7 +855,7 @@ fn every_step_is_registered_exactly_once() {
     let pipeline = crate::support::pipeline::Pipeline::new();
     let services = pipeline.services(
         &serde_json::json!([]),
-        rover::config::RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         None,
     );

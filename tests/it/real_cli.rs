@@ -403,6 +403,67 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
     );
 }
 
+#[tokio::test]
+async fn the_real_claude_reviews_in_the_sandbox_with_read_only_tools_and_its_edit_is_refused() {
+    let image = real_sandbox_image();
+    let (mut s, api) = json_flag_in_a_real_sandbox(json!({"image": image})).await;
+    crate::support::scenario::merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"pipeline": {"selfReview": true}}}),
+    );
+    let trace = s
+        .settle_as(
+            20,
+            "event coordinate plan workflow commit resolve review push notify",
+        )
+        .await;
+    let review = first_span(&trace, "review");
+    assert_eq!(review.meta["reviews"][0]["verdict"], "approve", "{:?}", review.meta);
+    assert!(review.meta["agent"]["costUsd"].as_f64().unwrap() > 0.0, "{:?}", review.meta);
+    let reviewer: Vec<_> = api
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path == "/v1/messages" && r.body["system"].to_string().contains("Role: rover reviewer")
+        })
+        .collect();
+    assert!(reviewer.len() >= 2, "{} reviewer requests", reviewer.len());
+    // The model is offered reading tools only: editing is not in the list at all.
+    for request in &reviewer {
+        let tools: Vec<&str> = request.body["tools"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(tools.contains(&"Read"), "{tools:?}");
+        for edit in ["Write", "Edit", "Bash", "NotebookEdit"] {
+            assert!(!tools.contains(&edit), "{edit} offered to the reviewer: {tools:?}");
+        }
+    }
+    // Its Write came back to the model as an error from the CLI, not from the prompt.
+    let results: Vec<String> = reviewer
+        .iter()
+        .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| format!("{} {}", b["is_error"], b["content"]))
+        .collect();
+    eprintln!("the reviewer's tool results: {results:?}");
+    assert!(
+        results
+            .iter()
+            .any(|r| r.starts_with("true") && r.contains("No such tool available: Write")),
+        "the Write was not refused as an unavailable tool: {results:?}"
+    );
+    let push = first_span(&trace, "push");
+    let branch = push.meta["branch"].as_str().unwrap();
+    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
+    assert_eq!(shipped, "--json prints JSON");
+    eprintln!(
+        "real claude as the reviewer in {image}: {} model requests, tools offered: read-only; the Write was refused",
+        reviewer.len()
+    );
+}
+
 /// What the model answers each step of "add a --json flag", by the step's role line; the
 /// workflow agent's answer (tool calls included) when the real CLI runs it too.
 pub(crate) fn json_flag_answers(
@@ -433,6 +494,13 @@ pub(crate) fn json_flag_answers(
     ];
     if let Some(answer) = workflow {
         answers.push(("Role: rover workflow agent", answer));
+        // The self-review, when on: it tries to overwrite the change first (the tool list
+        // refuses), then approves.
+        answers.push((
+            "Role: rover reviewer",
+            json!({"__tools": [{"name": "Write", "input": {"file_path": "/workspace/json.txt", "content": "rewritten by the reviewer\n"}}],
+                   "answer": {"verdict": "approve", "summary": "json.txt describes --json.", "findings": []}}),
+        ));
     }
     answers
 }

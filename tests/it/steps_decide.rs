@@ -45,7 +45,7 @@ impl Step for FakeFinishStep {
 }
 
 fn config() -> RoverConfig {
-    let mut config = RoverConfig::default();
+    let mut config = crate::support::pipeline::test_config();
     config.autopilot.github.bot_login = Some(BOT.into());
     config
 }

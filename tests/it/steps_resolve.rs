@@ -477,7 +477,7 @@ fn push_script() -> Value {
 async fn resolver_waits_for_a_queued_workflow_then_one_of_two_resolves_pushes() {
     let w = World::new(
         &push_script(),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         vec![task("parser"), task("tests")],
         &[
@@ -569,7 +569,7 @@ async fn resolver_iterates_on_the_same_task_and_branch() {
     ]);
     let w = World::new(
         &script,
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         vec![task("parser")],
         &[(
@@ -631,7 +631,7 @@ async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
     ]);
     let mut w = World::new(
         &script,
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         vec![task("parser")],
         &[("parser", write("parser.txt", "parser"))],
@@ -679,7 +679,7 @@ async fn resolver_retries_a_failed_commit_after_fixing_the_environment() {
 
 #[tokio::test]
 async fn resolver_fails_without_the_agent_when_retries_are_exhausted() {
-    let mut config = RoverConfig::default();
+    let mut config = crate::support::pipeline::test_config();
     config.autopilot.pipeline.max_retries = 1;
     let script = json!([{"structured": resolve("iterate", json!({"instructions": "try again"}))}]);
     let w = World::new(
@@ -716,7 +716,7 @@ async fn resolver_fails_without_the_agent_when_retries_are_exhausted() {
 /// so and a resolve of the trace is scheduled; past `maxWaits` the trace fails, saying why.
 #[tokio::test]
 async fn a_resolver_wait_is_a_scheduled_look_again_bounded_by_max_waits() {
-    let mut config = RoverConfig::default();
+    let mut config = crate::support::pipeline::test_config();
     config.autopilot.pipeline.wait_secs = 0;
     config.autopilot.pipeline.max_waits = 1;
     let script = resolve_script(&[
@@ -783,7 +783,13 @@ async fn resolver_notifies_the_findings_of_a_review() {
     )]);
     let mut review = task("review the parser");
     review.workflow_type = meta::WorkflowType::CodeReview;
-    let w = World::new(&script, RoverConfig::default(), None, vec![review], &[]);
+    let w = World::new(
+        &script,
+        crate::support::pipeline::test_config(),
+        None,
+        vec![review],
+        &[],
+    );
     let trace = w.run_local("review the parser").await;
     assert_eq!(
         w.p.chain(trace).last().map(String::as_str),
@@ -806,7 +812,7 @@ async fn resolver_fails_with_the_agents_message() {
     )]);
     let w = World::new(
         &script,
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         vec![task("parser")],
         &[(
@@ -844,7 +850,7 @@ async fn pusher_consolidates_two_branches_and_opens_a_pr_that_closes_the_issue()
     let gh = github(&fake);
     let w = World::new(
         &push_script(),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         Some(gh.clone()),
         vec![task("parser"), task("tests")],
         &[
@@ -898,7 +904,7 @@ async fn pusher_finds_the_existing_pr_instead_of_opening_another() {
     let gh = github(&fake);
     let w = World::new(
         &push_script(),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         Some(gh),
         vec![task("parser")],
         &[("parser", write("parser.txt", "parser"))],
@@ -924,7 +930,7 @@ async fn pusher_rebases_onto_a_diverged_remote_and_never_forces() {
     let recorded = commands.clone();
     let w = World::new_with(
         &push_script(),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         vec![task("parser")],
         &[("parser", write("parser.txt", "parser"))],
@@ -1065,7 +1071,7 @@ async fn pusher_rebases_onto_a_diverged_remote_and_never_forces() {
 async fn a_merge_conflict_goes_to_the_resolver_and_a_blind_push_fails_the_trace() {
     let w = World::new(
         &push_script(),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
         vec![task("parser"), task("lexer")],
         &[
@@ -1103,7 +1109,7 @@ async fn pusher_pushes_a_local_event_without_a_pr() {
     let gh = github(&fake);
     let w = World::new(
         &push_script(),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         Some(gh),
         vec![task("parser")],
         &[("parser", write("parser.txt", "parser"))],

@@ -957,7 +957,7 @@ async fn a_failing_pre_commit_hook_is_an_error_span_with_its_stderr() {
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     // The agent is down: the fallback message is used. The hook runs on the host, as
     // `hooks: "host"` asks (by default it would need a sandbox, which this world has not).
-    let mut config = RoverConfig::default();
+    let mut config = crate::support::pipeline::test_config();
     config.autopilot.sandbox.hooks = rover::git::HookMode::Host;
     let services = w.services(&json!([{"mode": "crash", "exit": 2}]), config, None);
     let (trace, commit, task) = seeded_commit(&w).await;
@@ -1003,7 +1003,11 @@ async fn a_signing_failure_is_an_error_span_with_its_stderr() {
         &w.p.repo.checkout,
         &["config", "gpg.program", "/nonexistent/gpg"],
     );
-    let services = w.services(&commit_rule(), RoverConfig::default(), None);
+    let services = w.services(
+        &commit_rule(),
+        crate::support::pipeline::test_config(),
+        None,
+    );
     let (trace, commit, _task) = seeded_commit(&w).await;
     let orch = w.p.orchestrator(commit_only_steps(&services));
     settle(&w.p, &orch).await;
@@ -1026,7 +1030,7 @@ async fn commit_uses_the_fallback_message_and_the_trailer_only_with_attribution(
     let w = World::new();
     let config = RoverConfig {
         attribution: true,
-        ..RoverConfig::default()
+        ..crate::support::pipeline::test_config()
     };
     let services = w.services(&json!([{"mode": "crash", "exit": 2}]), config, None);
     let (trace, commit, task) = seeded_commit(&w).await;
@@ -1241,7 +1245,7 @@ async fn a_worktree_whose_git_file_changed_is_refused_as_tampered_and_nothing_is
     let w = World::new();
     let services = w.services(
         &json!([{"structured": {"subject": "Commit the change", "body": null}}]),
-        RoverConfig::default(),
+        crate::support::pipeline::test_config(),
         None,
     );
     let (trace, commit, task) = seeded_commit(&w).await;

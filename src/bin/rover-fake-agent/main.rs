@@ -2,7 +2,8 @@
 //!
 //! Personality: the basename of argv[0] (`claude` or `codex`), else `ROVER_FAKE_AGENT_AS`.
 //! Script: `ROVER_FAKE_AGENT_SCRIPT`, a file path or inline JSON: a list of rules (or
-//! `{"strict": bool, "rules": [...]}`), the first rule matching the prompt substring and/or the
+//! `{"strict": bool, "rules": [...]}`), the first rule matching the prompt substring (or every
+//! substring of a list) and/or the
 //! invocation number says what to answer, which failure to act out, which files to write or
 //! delete in the cwd, which shell commands to run there. Log: `ROVER_FAKE_AGENT_LOG` names a dir
 //! that receives `call-<n>.json` (argv, cwd, selected env, prompt) per invocation; its count is
@@ -399,10 +400,15 @@ fn pick_rule(call: &Call, invocation: u32) -> Rule {
         ),
     };
     for rule in &rules {
-        let by_prompt = rule
-            .get("prompt_contains")
-            .and_then(Value::as_str)
-            .is_none_or(|needle| call.prompt.contains(needle));
+        // One substring, or a list of them that must all be there.
+        let by_prompt = match rule.get("prompt_contains") {
+            None => true,
+            Some(Value::String(needle)) => call.prompt.contains(needle.as_str()),
+            Some(Value::Array(needles)) => needles
+                .iter()
+                .all(|n| n.as_str().is_some_and(|n| call.prompt.contains(n))),
+            Some(_) => false,
+        };
         let by_number = rule
             .get("invocation")
             .and_then(Value::as_u64)

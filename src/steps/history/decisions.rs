@@ -74,8 +74,9 @@ pub fn recorded_waits(view: &TraceView) -> Vec<(chrono::DateTime<chrono::Utc>, S
 }
 
 /// A resolve of the trace (not `current`) that decided after the last commit finished, after
-/// the last red CI of a pushed pull request, after a consolidation conflict, or after a push
-/// refused for secrets (each calls for a new decision): the current resolve is superseded by it.
+/// the last red CI of a pushed pull request, after a consolidation conflict, after a push
+/// refused for secrets, or after a self-review that did not approve (each calls for a new
+/// decision): the current resolve is superseded by it.
 pub fn superseding_resolve(view: &TraceView, current: Uuid) -> Option<Uuid> {
     let calls_for_a_decision = view
         .spans
@@ -85,6 +86,7 @@ pub fn superseding_resolve(view: &TraceView, current: Uuid) -> Option<Uuid> {
                 || DecisionSpanMeta::is_red_ci(s)
                 || (s.step == StepKind::Push && ConflictSpanMeta::of(s).is_some())
                 || (s.step == StepKind::Push && SecretsSpanMeta::of(s).is_some())
+                || (s.step == StepKind::Review && s.status.is_final())
         })
         .filter_map(|s| s.completed)
         .max()?;

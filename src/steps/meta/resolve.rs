@@ -18,6 +18,10 @@ pub struct ResolveMeta {
     /// Not to run before this time (the store queues the action so): a resolver `wait`.
     #[serde(default, skip_serializing_if = "Option::is_none", rename = "notBefore")]
     pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// The self-review asked for changes: the resolver iterates on the task with the findings
+    /// as its instructions (no agent), or gives up when no iterate is left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<super::ReviewChanges>,
 }
 
 /// The `resolve` span's meta: the decision and what led to it, written once per outcome. A
@@ -68,6 +72,9 @@ pub struct ResolveSpanMeta {
     /// The push span refused for the secrets it would have sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_span: Option<Uuid>,
+    /// The review span whose findings an `iterate` carries (with `quickExit: reviewChanges`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_span: Option<Uuid>,
     /// The agent's instructions for an `iterate` (`null`: it gave none; absent: no answer).
     #[serde(
         default,
@@ -120,6 +127,8 @@ pub enum ResolveQuickExit {
     /// The repository's environment image did not build: no agent ran, and another attempt
     /// would build the same definition again.
     EnvironmentBuild,
+    /// The self-review asked for changes: the task iterates with its findings, no agent asked.
+    ReviewChanges,
 }
 
 /// The corrective commands of a `retry` as they ran in the sandbox (`ran` with `runs`), or why

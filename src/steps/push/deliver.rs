@@ -183,6 +183,8 @@ pub(super) struct Opening<'a> {
     pub event: &'a EventMeta,
     /// The files of the change that steer rover (a warning in the body).
     pub steering: &'a [String],
+    /// What the self-review checked (a section of the body), when it ran.
+    pub self_review: Option<&'a str>,
     pub trace_id: &'a str,
     pub action_id: &'a str,
 }
@@ -204,7 +206,7 @@ pub(super) async fn find_or_open(
     let base = opening.base.to_owned();
     let event = opening.event;
     let body = services.redactor.redact(
-        &pr_body(opening.tasks, event, opening.steering),
+        &pr_body(opening.tasks, event, opening.steering, opening.self_review),
         event.visibility,
     );
     let new = NewPullRequest {

@@ -181,7 +181,12 @@ fn closes(event: &EventMeta) -> Option<u64> {
 
 /// The PR body (before the footer): a warning naming the files that steer rover (`steering`),
 /// what was done, per task, and the issue it closes.
-fn pr_body(tasks: &[&Task], event: &EventMeta, steering: &[String]) -> String {
+fn pr_body(
+    tasks: &[&Task],
+    event: &EventMeta,
+    steering: &[String],
+    self_review: Option<&str>,
+) -> String {
     let mut body = crate::steps::steering::warning(steering)
         .map(|w| format!("{w}\n"))
         .unwrap_or_default();
@@ -203,6 +208,9 @@ fn pr_body(tasks: &[&Task], event: &EventMeta, steering: &[String]) -> String {
     }
     if tasks.is_empty() {
         let _ = writeln!(body, "- {}", event.label);
+    }
+    if let Some(section) = self_review {
+        let _ = write!(body, "\n{section}");
     }
     if let Some(n) = closes(event) {
         let _ = write!(body, "\nCloses #{n}\n");
@@ -576,12 +584,14 @@ impl Step for PushStep {
         let pr = match &github {
             Some(gh) => {
                 let (trace, action) = (trace_id.to_string(), run.action.id.to_string());
+                let reviewed = crate::steps::review::pr_section(&view);
                 let opening = Opening {
                     branch: &pushed.target,
                     base: &default_branch,
                     tasks: &included,
                     event: &event,
                     steering: &steering,
+                    self_review: reviewed.as_deref(),
                     trace_id: &trace,
                     action_id: &action,
                 };
@@ -657,7 +667,7 @@ mod tests {
         assert_eq!(pr_title(&[&a], &ev), "Fix the parser");
         assert_eq!(pr_title(&[&a, &b], &ev), "Fix the parser (+1 more)");
         assert_eq!(pr_title(&[], &ev), ev.label);
-        let body = pr_body(&[&a, &b], &ev, &[]);
+        let body = pr_body(&[&a, &b], &ev, &[], None);
         assert!(
             body.contains("- **Fix the parser**: Fix the parser in detail"),
             "{body}"

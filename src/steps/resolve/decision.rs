@@ -12,7 +12,7 @@ use crate::steps::history::{
 use crate::steps::meta;
 use crate::steps::meta::{
     DecisionSpanMeta, NotifyMeta, NotifyPurpose, PushConflict, PushMeta, ResolveQuickExit,
-    ResolveSpanMeta, ResolveWaitMeta, WorkflowMeta,
+    ResolveSpanMeta, ResolveWaitMeta, ReviewChanges, ReviewMeta, WorkflowMeta,
 };
 use crate::store::{StepKind, TaskMapping, TraceView};
 
@@ -157,11 +157,89 @@ pub(super) fn iterate_on_conflict(
     })
 }
 
-/// What the resolver's answer leads to (`wait` is scheduled by [`scheduled_wait`] first).
+/// The self-review asked for changes to a task: it iterates with the findings as its
+/// instructions (no agent is asked: the review is the diagnosis), or, with no iterate left,
+/// the trace ends as given up with the findings in its answer.
+pub(super) fn iterate_on_review(
+    view: &TraceView,
+    mappings: &BTreeMap<String, TaskMapping>,
+    review: &ReviewChanges,
+    retries: super::quick::Retries,
+) -> Finished {
+    let base = ResolveSpanMeta {
+        quick_exit: Some(ResolveQuickExit::ReviewChanges),
+        review_span: Some(review.span_id),
+        retries: Some(retries.used),
+        max_retries: Some(retries.max),
+        corrective_commands: Some(Vec::new()),
+        ..ResolveSpanMeta::default()
+    };
+    let findings = review.findings.trim_end();
+    let task = latest_workflow_on_branch(view, mappings, &review.branch).or_else(|| {
+        view.actions
+            .iter()
+            .find(|a| a.id == review.workflow_action_id)
+            .and_then(|a| meta::read::<WorkflowMeta>(a).ok())
+            .map(|m| (review.workflow_action_id, m))
+    });
+    let gave_up = |why: String| {
+        let span_meta = ResolveSpanMeta {
+            decision: decision_meta(ResolveDecision::Fail),
+            reasoning: Some(why.clone()),
+            ..base.clone()
+        };
+        fail_finished(view, format!("fail: {why}"), &why).with_meta_record(&span_meta)
+    };
+    if retries.out() {
+        return gave_up(format!(
+            "gave up after {} iterate/retry attempts (the limit is {}): the self-review still asks for changes to {}:\n{findings}",
+            retries.used, retries.max, review.title
+        ));
+    }
+    let Some((id, original)) = task else {
+        return gave_up(format!(
+            "the self-review asked for changes to {}, but the trace has no such task to iterate on:\n{findings}",
+            review.title
+        ));
+    };
+    let instructions = format!(
+        "rover's self-review read this change before the push and asked for changes. Make them, and keep what already meets the acceptance criteria. Its findings:\n{}",
+        crate::agents::untrusted_block("rover's self-review", findings)
+    );
+    let workflow = WorkflowMeta {
+        depends_on: Vec::new(),
+        iterate_on: Some(id),
+        branch: Some(review.branch.clone()),
+        instructions: Some(instructions.clone()),
+        merge_from: None,
+        ..original
+    };
+    let why = format!("the self-review asked for changes to {}", review.title);
+    let span_meta = ResolveSpanMeta {
+        decision: decision_meta(ResolveDecision::Iterate),
+        reasoning: Some(why.clone()),
+        iterate_on: Some(id),
+        instructions: Some(Some(instructions)),
+        ..base
+    };
+    Finished::completed(format!("iterate: {why}"))
+        .with_meta_record(&span_meta)
+        .then(
+            NextAction::new(
+                StepKind::Workflow,
+                format!("iterate on {}: {why}", workflow.title),
+            )
+            .with_meta(&workflow),
+        )
+}
+
+/// What the resolver's answer leads to (`wait` is scheduled by [`scheduled_wait`] first);
+/// `self_review`: a push goes through the self-review first.
 pub(super) fn decide(
     view: &TraceView,
     mappings: &BTreeMap<String, TaskMapping>,
     result: &ResolveResult,
+    self_review: bool,
 ) -> Result<Decided, StepError> {
     let reasoning = result.reasoning.trim().to_owned();
     let finished = match result.decision {
@@ -189,13 +267,22 @@ pub(super) fn decide(
         }
         ResolveDecision::Push => {
             let branches = committed_branches(view, mappings);
-            Finished::completed(format!("push: {reasoning}")).then(
+            // The self-review reads the work first, unless the last one since the last commit
+            // could not give a verdict (the resolver saw why, and decided to push anyway).
+            let next = if self_review && !crate::steps::review::failed_since_last_commit(view) {
+                NextAction::new(
+                    StepKind::Review,
+                    format!("review the trace's work before the push: {reasoning}"),
+                )
+                .with_meta(&ReviewMeta { branches })
+            } else {
                 NextAction::new(
                     StepKind::Push,
                     format!("push the trace's work: {reasoning}"),
                 )
-                .with_meta(&PushMeta { branches }),
-            )
+                .with_meta(&PushMeta { branches })
+            };
+            Finished::completed(format!("push: {reasoning}")).then(next)
         }
         ResolveDecision::Notify => {
             let purpose = if has_review_workflow(view) {

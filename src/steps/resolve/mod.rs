@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::agent_call::{self};
-use super::meta::{CorrectiveRuns, ResolveSpanMeta};
+use super::meta::{CorrectiveRuns, ResolveMeta, ResolveSpanMeta};
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult};
 use crate::orchestrator::{Outcome, Readiness, Step, StepContext, StepError};
@@ -178,6 +178,16 @@ impl Step for ResolveStep {
         if let Some(finished) = quick_exit(view, run.span.id, retries) {
             return Ok(Outcome::Finished(finished));
         }
+        // The self-review asked for changes: its findings are the diagnosis.
+        let asked: ResolveMeta = super::meta::read(&run.action).unwrap_or_default();
+        if let Some(review) = &asked.review {
+            return Ok(Outcome::Finished(decision::iterate_on_review(
+                view,
+                &state.mappings,
+                review,
+                retries,
+            )));
+        }
         let task = task_worktree(view, &state.mappings);
         let mut vars = PromptVars::new();
         vars.insert("trace".into(), render_trace(view));
@@ -281,7 +291,12 @@ impl ResolveStep {
             finished,
             decision,
             span_meta,
-        } = decide(&state.view, &state.mappings, &result)?;
+        } = decide(
+            &state.view,
+            &state.mappings,
+            &result,
+            self.services.config.autopilot.pipeline.self_review,
+        )?;
         // The fix the resolver asked for runs in the sandbox over the task's worktree, before
         // the retry it prepares; never on the host.
         let corrective_runs =

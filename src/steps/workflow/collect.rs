@@ -170,7 +170,7 @@ impl WorkflowStep {
         // until the run's span is final (`remove_collected`): a collection cut off before its
         // hand-over is done again, and takes the workspace back again.
         let diff = self.diff(task, tampered.is_some(), &mut read.notes).await;
-        let agent = wire_usage(
+        let agent = crate::steps::run_authority::wire_usage(
             parsed
                 .as_ref()
                 .ok()
@@ -287,24 +287,6 @@ pub(super) const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
 /// How much of the end of the agent's stderr is read for the span's `stderrTail`.
 const STDERR_TAIL_READ: u64 = 8 * 1024;
 
-/// The agent's output parsed from its log, a line at a time (never the whole file in memory).
-pub(super) async fn parse_log(
-    kind: agents::AgentKind,
-    log: &Path,
-) -> Result<agents::AgentResponse, agents::ParseError> {
-    let log = log.to_path_buf();
-    let parsed = tokio::task::spawn_blocking(move || match std::fs::File::open(&log) {
-        Ok(file) => agents::parse_output_reader(kind, std::io::BufReader::new(file), true),
-        Err(_) => agents::parse_output_reader(kind, std::io::empty(), true),
-    })
-    .await;
-    parsed.unwrap_or_else(|e| {
-        Err(agents::ParseError::Invalid {
-            reason: format!("the parser stopped: {e}"),
-        })
-    })
-}
-
 /// How a run's container ended, as the monitor saw it.
 pub(super) struct Ended<'a> {
     pub status: ContainerStatus,
@@ -369,33 +351,4 @@ pub(super) fn container_error(message: &str, retryable: bool, container: &str) -
     }
     .detail("container", container)
     .to_meta()
-}
-
-/// The run's figures for the budgets: the agent's own, unless rover's proxy saw it spend more
-/// (an agent cut off before its report, or one that under-reports): then the proxy's.
-fn wire_usage(
-    reported: Option<crate::store::AgentMeta>,
-    wire: Option<&crate::agent_run::WireLedger>,
-) -> Option<crate::store::AgentMeta> {
-    use crate::store::{AgentMeta, AgentUsage};
-    let Some(wire) = wire.filter(|w| w.usd > 0.0 || w.requests > 0) else {
-        return reported;
-    };
-    match reported {
-        Some(AgentMeta::Used(mut usage)) => {
-            if usage.cost_usd.unwrap_or(0.0) < wire.usd {
-                usage.cost_usd = Some(wire.usd);
-            }
-            Some(AgentMeta::Used(usage))
-        }
-        _ => Some(AgentMeta::Used(AgentUsage {
-            turns: None,
-            cost_usd: Some(wire.usd),
-            input_tokens: wire.usage.input,
-            output_tokens: wire.usage.output,
-            cached_tokens: wire.usage.cached,
-            attempts: None,
-            first_error: None,
-        })),
-    }
 }

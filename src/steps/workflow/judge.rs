@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::collect::{
-    container_error, failed_gate, parse_log, sync_files, task_meta, CollectionEnd, Ended,
-    FOLLOWER_GRACE,
+    container_error, failed_gate, sync_files, task_meta, CollectionEnd, Ended, FOLLOWER_GRACE,
 };
 use super::{WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agents::{self, AgentStep, WorkflowResult};
@@ -161,7 +160,7 @@ impl WorkflowStep {
     ) -> Result<agents::AgentResponse, agents::ParseError> {
         let settings = self.services.agent_settings();
         let kind = settings.agent;
-        let mut parsed = parse_log(kind, log).await;
+        let mut parsed = crate::steps::run_authority::parse_log(kind, log).await;
         if let Ok(response) = &mut parsed {
             let model = settings.model_for(AgentStep::Workflow);
             kind.cli()

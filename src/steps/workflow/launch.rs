@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::fork::{Deps, ForkedTask};
 use super::{WorkflowSpanMeta, WorkflowStep};
-use crate::agent_run::{AgentRunError, RunPlan};
+use crate::agent_run::RunPlan;
 use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::environment::EnvironmentMeta;
 use crate::git;
@@ -139,10 +139,11 @@ impl WorkflowStep {
                 request,
                 spec,
                 trace_id,
-                budget: self.wire_budget(ctx, trace_id).await,
+                budget: crate::steps::run_authority::wire_budget(&self.services, ctx, trace_id)
+                    .await,
             })
             .await
-            .map_err(|e| run_error(e, &image))?;
+            .map_err(|e| crate::steps::run_authority::run_error(e, &image))?;
         task.mapping.container_id = Some(container.clone());
         tasks::save_task(&ctx.store, task)
             .await
@@ -150,7 +151,7 @@ impl WorkflowStep {
         let started = runs
             .start(&agent_run)
             .await
-            .map_err(|e| run_error(e, &image))?;
+            .map_err(|e| crate::steps::run_authority::run_error(e, &image))?;
         self.follow_log(ctx, &sandbox, task, &container);
         Ok(Launched {
             container,
@@ -225,22 +226,6 @@ impl WorkflowStep {
                     &summary,
                 )),
         ))
-    }
-}
-
-/// A run that could not be prepared or started, as the step's error: the sandbox's own error
-/// (its message and retryability as the engine gave them) with the container and image.
-fn run_error(e: AgentRunError, image: &str) -> StepError {
-    match e {
-        AgentRunError::Sandbox { container, source }
-        | AgentRunError::Returned { container, source } => {
-            StepError::from_error(&source, source.is_retryable())
-                .detail("container", container)
-                .detail("image", image)
-        }
-        AgentRunError::Grant { proxy_dir, source } => StepError::from_error(&source, false)
-            .detail("proxyDir", proxy_dir.display().to_string()),
-        AgentRunError::Stopped(_) => StepError::fatal(e.to_string()),
     }
 }
 

@@ -10,7 +10,6 @@ mod fork;
 mod judge;
 mod launch;
 mod monitor;
-mod network;
 mod orphans;
 mod take_back;
 mod verdict;
@@ -32,11 +31,11 @@ use super::history::{dependency_state, Dependency};
 use super::meta::{self, CommitMeta, TaskStatus, WorkflowMeta};
 use super::tasks::{short, store_error};
 use super::Services;
-use crate::agents;
+
 use crate::orchestrator::{
     self, Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
-use crate::sandbox::{Sandbox, SandboxLabels, ALWAYS_REFUSED_ENV};
+use crate::sandbox::{Sandbox, SandboxLabels};
 use crate::store::blocking;
 use crate::store::{PendingAction, Span, StepKind, StepRun};
 
@@ -87,55 +86,27 @@ impl WorkflowStep {
         self
     }
 
-    /// The env of a sandbox: the agent's extra names and the fixed pairs that
-    /// `autopilot.sandbox.envAllow` lets in, and `IS_SANDBOX=1`. Never a GitHub token (by name
-    /// or value) and never a model credential or endpoint (by name or value): the agent
-    /// reaches the model API through rover's proxy, whose variables rover sets itself.
+    /// The env of a sandbox (see [`crate::steps::run_authority::sandbox_env`]) with this
+    /// step's fixed pairs.
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
-        let allow = &self.services.config.autopilot.sandbox.env_allow;
-        let tokens: Vec<String> = self
-            .services
-            .github_token
-            .as_ref()
-            .map(crate::github::GitHubAuth::known_tokens)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| t.len() >= 8)
-            .collect();
-        let host = &self.services.host;
-        let model_keys: Vec<String> = crate::secrets::MODEL_KEY_ENV
-            .iter()
-            .filter_map(|name| host.var(name))
-            .filter(|value| value.len() >= 8)
-            .collect();
-        let refused = |name: &str, value: &str| {
-            ALWAYS_REFUSED_ENV
-                .iter()
-                .chain(crate::sandbox::MODEL_ENV_REFUSED)
-                .any(|r| r.eq_ignore_ascii_case(name))
-                || agents::ALWAYS_DENIED_ENV.contains(&name)
-                || tokens.iter().any(|t| value.contains(t.as_str()))
-                || model_keys.iter().any(|k| value.contains(k.as_str()))
-                || !allow.iter().any(|a| a == name)
-        };
-        let mut env: Vec<(String, String)> = Vec::new();
-        for name in &self.services.agent_settings().extra_env {
-            if let Some(value) = host.var(name) {
-                if !refused(name, &value) && !env.iter().any(|(n, _)| n == name) {
-                    env.push((name.clone(), value));
-                }
-            }
-        }
-        if !refused("IS_SANDBOX", "1") {
-            env.push(("IS_SANDBOX".into(), "1".into()));
-        }
-        for (name, value) in &self.fixed_env {
-            if !refused(name, value) {
-                env.retain(|(n, _)| n != name);
-                env.push((name.clone(), value.clone()));
-            }
-        }
-        env
+        crate::steps::run_authority::sandbox_env(&self.services, &self.fixed_env)
+    }
+
+    /// The agent run service for this store's runs in `sandbox`.
+    fn agent_runs(
+        &self,
+        store: &crate::store::AutopilotStore,
+        sandbox: Arc<dyn Sandbox>,
+    ) -> crate::agent_run::AgentRuns {
+        crate::steps::run_authority::agent_runs(&self.services, store, sandbox)
+    }
+
+    /// The agent run service, or the error of a step without a sandbox.
+    fn runs(
+        &self,
+        store: &crate::store::AutopilotStore,
+    ) -> Result<crate::agent_run::AgentRuns, StepError> {
+        Ok(self.agent_runs(store, self.sandbox()?))
     }
 
     fn labels(&self, trace_id: Uuid, action_id: Uuid) -> SandboxLabels {
@@ -269,6 +240,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::agents;
     use crate::agents::{AgentKind, AgentRequest, AgentSettings, ClaudeAgent};
     use crate::config::RoverConfig;
 

@@ -270,7 +270,7 @@ impl WorkflowStep {
                     let store = ctx.store.clone();
                     self.agent_runs(&ctx.store, sandbox.clone())
                         .forget(&entry.container, move |trace| {
-                            super::network::recorded_spend(&store, trace)
+                            crate::steps::run_authority::recorded_spend(&store, trace)
                         })
                         .await;
                     remove_scratch(&ctx.store, entry.span_id).await;

@@ -22,6 +22,7 @@ pub enum StepKind {
     Workflow,
     Commit,
     Resolve,
+    Review,
     Push,
     Merge,
     Release,
@@ -33,13 +34,14 @@ pub enum StepKind {
 
 impl StepKind {
     /// The steps of the pipeline (the root `event` first), in chain order.
-    pub const ALL: [StepKind; 12] = [
+    pub const ALL: [StepKind; 13] = [
         StepKind::Event,
         StepKind::Coordinate,
         StepKind::Plan,
         StepKind::Workflow,
         StepKind::Commit,
         StepKind::Resolve,
+        StepKind::Review,
         StepKind::Push,
         StepKind::Merge,
         StepKind::Release,
@@ -56,6 +58,7 @@ impl StepKind {
             StepKind::Workflow => "workflow",
             StepKind::Commit => "commit",
             StepKind::Resolve => "resolve",
+            StepKind::Review => "review",
             StepKind::Push => "push",
             StepKind::Merge => "merge",
             StepKind::Release => "release",

@@ -74,7 +74,7 @@ impl LocalWorld {
         git(&repo, &["push", "-q", "origin", "main"]);
         let mut config = json!({"autopilot": {
             "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG"]},
-            "pipeline": {"fallbackIntervalSecs": 1}
+            "pipeline": {"fallbackIntervalSecs": 1, "selfReview": false}
         }});
         if sandbox {
             merge(&mut config, &sandbox_json().await);

@@ -255,6 +255,14 @@ pub struct Case {
     adjust: Option<Adjust>,
 }
 
+/// The config the in-process cases start from: rover's defaults without the self-review
+/// before a push (the tests of the self-review turn it on).
+pub fn test_config() -> RoverConfig {
+    let mut config = RoverConfig::default();
+    config.autopilot.pipeline.self_review = false;
+    config
+}
+
 impl Case {
     /// A case on a new pipeline, the fake agent answering by `script`, the default config.
     pub fn new(script: &Value) -> Case {
@@ -266,7 +274,7 @@ impl Case {
         Case {
             p,
             script: script.clone(),
-            config: RoverConfig::default(),
+            config: test_config(),
             github: None,
             adjust: None,
         }
@@ -332,7 +340,7 @@ pub fn sandbox_config(
     env_allow: Vec<String>,
     gates: Vec<GateSettings>,
 ) -> RoverConfig {
-    let mut config = RoverConfig::default();
+    let mut config = test_config();
     config.autopilot.sandbox = SandboxSettings {
         image: image.to_owned(),
         memory_mb: 256,

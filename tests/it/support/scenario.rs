@@ -122,7 +122,7 @@ impl Scenario {
                 // No reconcile: the scenarios seed feed events without the matching list records
                 // (tests/it/intake.rs covers reconcile against a consistent fake).
                 "github": {"botLogin": BOT, "poll": {"minIntervalSecs": 0, "skipBacklog": false, "reconcileIntervalSecs": 0}},
-                "pipeline": {"fallbackIntervalSecs": 1, "followCi": false}
+                "pipeline": {"fallbackIntervalSecs": 1, "followCi": false, "selfReview": false}
             }
         });
         if let Some((app_id, _)) = &self.app {
