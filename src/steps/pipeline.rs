@@ -27,7 +27,7 @@ impl Pipeline for RoverPipeline {
                 "the commit step could not finish; the resolver decides what to do",
             )],
             // The resolver sees the review that gave no verdict; a push it decides then goes
-            // without another review (`history::review_failed_since_commit`).
+            // without another review (`history::review_failed_since_last_commit`).
             StepKind::Review => vec![NextAction::new(
                 StepKind::Resolve,
                 "the self-review could not finish; the resolver decides what to do",

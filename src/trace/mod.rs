@@ -5,6 +5,7 @@ mod environment;
 mod json;
 mod network;
 mod review;
+pub use review::review_lines;
 mod tree;
 
 pub use environment::{note_building, BUILDING_KEY};

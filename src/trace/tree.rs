@@ -341,8 +341,9 @@ enum Child<'a> {
 /// terminal.
 pub(super) fn one_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or_default();
-    let mut out: String = line.chars().filter(|c| !c.is_control()).take(160).collect();
-    if out.len() < line.len() || text.lines().nth(1).is_some() {
+    let printable: Vec<char> = line.chars().filter(|c| !c.is_control()).collect();
+    let mut out: String = printable.iter().take(160).collect();
+    if printable.len() > 160 || text.lines().nth(1).is_some() {
         out.push('…');
     }
     out

@@ -877,6 +877,7 @@ fn every_step_is_registered_exactly_once() {
             "push",
             "release",
             "resolve",
+            "review",
             "workflow"
         ]
     );

@@ -418,13 +418,24 @@ async fn the_real_claude_reviews_in_the_sandbox_with_read_only_tools_and_its_edi
         )
         .await;
     let review = first_span(&trace, "review");
-    assert_eq!(review.meta["reviews"][0]["verdict"], "approve", "{:?}", review.meta);
-    assert!(review.meta["agent"]["costUsd"].as_f64().unwrap() > 0.0, "{:?}", review.meta);
+    assert_eq!(
+        review.meta["reviews"][0]["verdict"], "approve",
+        "{:?}",
+        review.meta
+    );
+    assert!(
+        review.meta["agent"]["costUsd"].as_f64().unwrap() > 0.0,
+        "{:?}",
+        review.meta
+    );
     let reviewer: Vec<_> = api
         .requests()
         .into_iter()
         .filter(|r| {
-            r.path == "/v1/messages" && r.body["system"].to_string().contains("Role: rover reviewer")
+            r.path == "/v1/messages"
+                && r.body["system"]
+                    .to_string()
+                    .contains("Role: rover reviewer")
         })
         .collect();
     assert!(reviewer.len() >= 2, "{} reviewer requests", reviewer.len());
@@ -436,7 +447,10 @@ async fn the_real_claude_reviews_in_the_sandbox_with_read_only_tools_and_its_edi
             .unwrap_or_default();
         assert!(tools.contains(&"Read"), "{tools:?}");
         for edit in ["Write", "Edit", "Bash", "NotebookEdit"] {
-            assert!(!tools.contains(&edit), "{edit} offered to the reviewer: {tools:?}");
+            assert!(
+                !tools.contains(&edit),
+                "{edit} offered to the reviewer: {tools:?}"
+            );
         }
     }
     // Its Write came back to the model as an error from the CLI, not from the prompt.

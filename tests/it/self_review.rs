@@ -72,7 +72,10 @@ async fn a_change_missing_a_criterion_gets_changes_the_iterate_fixes_it_and_the_
     assert!(first["agent"].is_object(), "the call's figures: {first}");
     let second = &reviews[1]["reviews"][0];
     assert_eq!(second["verdict"], "approve", "{second}");
-    assert_ne!(first["head"], second["head"], "the second review read the new head");
+    assert_ne!(
+        first["head"], second["head"],
+        "the second review read the new head"
+    );
     // The resolver iterated on the findings without asking its agent.
     let resolves: Vec<_> = trace
         .spans
@@ -89,19 +92,16 @@ async fn a_change_missing_a_criterion_gets_changes_the_iterate_fixes_it_and_the_
         .expect("the iterate");
     let instructions = iterate.meta["instructions"].as_str().unwrap();
     assert!(
-        instructions.contains("- csv.txt:1: nothing tests --csv (criterion: Add the csv flag is done, with a test)"),
+        instructions.contains(
+            "- csv.txt:1: nothing tests --csv (criterion: Add the csv flag is done, with a test)"
+        ),
         "{instructions}"
     );
     // What went out: the change and its test, nothing the reviewer wrote in its container.
     let pulls = s.github.pulls();
     assert_eq!(pulls.len(), 1);
     let branch = &pulls[0].1;
-    let shipped = |file: &str| {
-        git(
-            &s.origin,
-            &["show", &format!("{branch}:{file}")],
-        )
-    };
+    let shipped = |file: &str| git(&s.origin, &["show", &format!("{branch}:{file}")]);
     assert_eq!(shipped("csv.txt"), "Add the csv flag");
     assert_eq!(shipped("csv_test.txt"), "test --csv");
     let files = git(&s.origin, &["ls-tree", "-r", "--name-only", branch]);
@@ -169,7 +169,9 @@ async fn a_review_that_asks_for_changes_past_max_retries_gives_up_with_the_findi
     );
     let comments = s.github.comments_of(30);
     assert!(
-        comments.iter().any(|c| c.2.contains("I could not finish --csv.")),
+        comments
+            .iter()
+            .any(|c| c.2.contains("I could not finish --csv.")),
         "{comments:?}"
     );
 }
@@ -194,7 +196,11 @@ async fn a_mounted_worktree_is_read_only_to_the_reviewer_and_a_review_without_ve
     let error = review.meta["error"].to_string();
     assert!(error.contains("Read-only file system"), "{error}");
     assert!(
-        review.summary.as_deref().unwrap_or_default().contains("gave no verdict"),
+        review
+            .summary
+            .as_deref()
+            .unwrap_or_default()
+            .contains("gave no verdict"),
         "{:?}",
         review.summary
     );

@@ -10,12 +10,15 @@
 //! - `work`: where the work stands (what is busy, the tasks in plan order, what was committed
 //!   and pushed, what a retry or a conflict goes back to, the image the runs used).
 //! - `deps`: where a task's dependencies stand.
+//! - `reviews`: what its self-reviews said (an approval of a head, a review without verdict,
+//!   what a pull request body says was checked).
 //! - `threads`: what the trace did on its thread and for people (its subject, its pull request,
 //!   when it ended, a refusal it answered, an intervention a command marked).
 
 mod decisions;
 mod deps;
 mod failures;
+mod reviews;
 #[cfg(test)]
 pub(crate) mod testing;
 mod threads;
@@ -31,6 +34,7 @@ pub use failures::{
     last_errored_run, last_failure, last_unsuccessful, latest_conflict, refused_for_secrets,
     tampered_span,
 };
+pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};
 pub use threads::{
     ended_at, intervention_marked, merge_approvals, merges_since, open_pull_request,
     pushed_pull_request, refusal_answered_since, subject_of,

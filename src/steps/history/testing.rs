@@ -4,7 +4,8 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
-use crate::steps::meta::{self, CommitMeta, Decision};
+use crate::agents::{ReviewFinding, ReviewVerdict};
+use crate::steps::meta::{self, CommitMeta, Decision, ReviewSpanMeta, TaskReview};
 use crate::store::{Action, Meta, Span, SpanStatus, StepKind, TraceIndex, TraceView};
 
 pub(crate) struct Builder {
@@ -99,5 +100,43 @@ impl Builder {
             .find(|s| s.action_id == Some(action))
             .expect("span")
             .id
+    }
+}
+
+/// A self-review's word on the task of `branch` at `head`: its criteria, and for `changes` one
+/// finding.
+pub(crate) fn task_review(branch: &str, head: &str, verdict: ReviewVerdict) -> TaskReview {
+    TaskReview {
+        workflow_action_id: Uuid::new_v4(),
+        title: format!("task on {branch}"),
+        branch: branch.to_owned(),
+        head: head.to_owned(),
+        criteria: vec!["prints --json".into(), "has a test".into()],
+        verdict,
+        summary: "read it".into(),
+        findings: if verdict == ReviewVerdict::Changes {
+            vec![ReviewFinding {
+                file: "src/main.rs".into(),
+                line: Some(12),
+                what: "no test for --json".into(),
+                why: "criterion: has a test".into(),
+            }]
+        } else {
+            Vec::new()
+        },
+        container: Some("rover-x-review-0".into()),
+        agent: None,
+        carried: false,
+    }
+}
+
+impl Builder {
+    /// A `review` span that said `reviews`.
+    pub(crate) fn review(&mut self, status: SpanStatus, reviews: Vec<TaskReview>) -> Uuid {
+        let meta = ReviewSpanMeta {
+            reviews,
+            agent: None,
+        };
+        self.span(StepKind::Review, status, Meta::new(), meta.to_meta())
     }
 }

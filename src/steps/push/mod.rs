@@ -584,7 +584,7 @@ impl Step for PushStep {
         let pr = match &github {
             Some(gh) => {
                 let (trace, action) = (trace_id.to_string(), run.action.id.to_string());
-                let reviewed = crate::steps::review::pr_section(&view);
+                let reviewed = crate::steps::history::self_review_section(&view);
                 let opening = Opening {
                     branch: &pushed.target,
                     base: &default_branch,

@@ -269,19 +269,20 @@ pub(super) fn decide(
             let branches = committed_branches(view, mappings);
             // The self-review reads the work first, unless the last one since the last commit
             // could not give a verdict (the resolver saw why, and decided to push anyway).
-            let next = if self_review && !crate::steps::review::failed_since_last_commit(view) {
-                NextAction::new(
-                    StepKind::Review,
-                    format!("review the trace's work before the push: {reasoning}"),
-                )
-                .with_meta(&ReviewMeta { branches })
-            } else {
-                NextAction::new(
-                    StepKind::Push,
-                    format!("push the trace's work: {reasoning}"),
-                )
-                .with_meta(&PushMeta { branches })
-            };
+            let next =
+                if self_review && !crate::steps::history::review_failed_since_last_commit(view) {
+                    NextAction::new(
+                        StepKind::Review,
+                        format!("review the trace's work before the push: {reasoning}"),
+                    )
+                    .with_meta(&ReviewMeta { branches })
+                } else {
+                    NextAction::new(
+                        StepKind::Push,
+                        format!("push the trace's work: {reasoning}"),
+                    )
+                    .with_meta(&PushMeta { branches })
+                };
             Finished::completed(format!("push: {reasoning}")).then(next)
         }
         ResolveDecision::Notify => {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::history::latest_workflow_on_branch;
+use super::history::{approved_before, latest_workflow_on_branch};
 use super::meta::{
     self, PushMeta, ResolveMeta, ReviewChanges, ReviewMeta, ReviewSpanMeta, TaskReview,
     WorkflowMeta,
@@ -29,9 +29,7 @@ use super::meta::{
 use super::Services;
 use crate::agents::ReviewVerdict;
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
-use crate::store::{
-    blocking, AgentMeta, AgentUsage, Span, StepKind, StepRun, TaskMapping, TraceView,
-};
+use crate::store::{blocking, AgentMeta, AgentUsage, StepKind, StepRun, TaskMapping, TraceView};
 
 pub use run::MAX_DIFF_BYTES;
 
@@ -219,82 +217,6 @@ fn finished(asked: &ReviewMeta, span_meta: &ReviewSpanMeta, span_id: Uuid) -> Fi
                 branches: asked.branches.clone(),
             }),
         )
-}
-
-/// An approval of `head` on `branch` by an earlier review of the trace.
-fn approved_before(view: &TraceView, branch: &str, head: &str) -> Option<TaskReview> {
-    view.spans
-        .iter()
-        .rev()
-        .filter_map(ReviewSpanMeta::of)
-        .flat_map(|m| m.reviews)
-        .find(|r| r.branch == branch && r.head == head && r.verdict == ReviewVerdict::Approve)
-}
-
-/// Whether the latest review of the trace after its last completed commit gave no verdict
-/// (failed or errored): a push the resolver decides then goes without another review.
-pub fn failed_since_last_commit(view: &TraceView) -> bool {
-    let last_commit = view
-        .spans
-        .iter()
-        .filter(|s| s.step == StepKind::Commit && s.status.is_final())
-        .filter_map(|s| s.completed)
-        .max();
-    latest_review(view)
-        .filter(|s| last_commit.is_none_or(|c| s.timestamp >= c))
-        .is_some_and(|s| {
-            matches!(
-                s.status,
-                crate::store::SpanStatus::Failed | crate::store::SpanStatus::Error
-            )
-        })
-}
-
-fn latest_review(view: &TraceView) -> Option<&Span> {
-    view.spans
-        .iter()
-        .rev()
-        .find(|s| s.step == StepKind::Review && s.status.is_final())
-}
-
-/// What the pull request body says of the self-review: each task the latest review approved,
-/// at which head, against what, and after how many rounds of changes. `None` without one.
-pub fn pr_section(view: &TraceView) -> Option<String> {
-    let latest = ReviewSpanMeta::of(latest_review(view)?)?;
-    if latest.reviews.is_empty() || latest.changes().is_some() {
-        return None;
-    }
-    let mut text = String::from("## Self-review\n\nrover's reviewer read each task's diff against its acceptance criteria before the push:\n\n");
-    for review in &latest.reviews {
-        let rounds = view
-            .spans
-            .iter()
-            .filter_map(ReviewSpanMeta::of)
-            .filter_map(|m| m.changes().cloned())
-            .filter(|c| c.branch == review.branch)
-            .count();
-        let after = match rounds {
-            0 => String::new(),
-            1 => " after one round of changes".to_owned(),
-            n => format!(" after {n} rounds of changes"),
-        };
-        let _ = std::fmt::Write::write_fmt(
-            &mut text,
-            format_args!(
-                "- **{}** (`{}`): approved{after}. {}\n",
-                review.title.trim(),
-                crate::git::short_sha(&review.head),
-                review.summary.trim()
-            ),
-        );
-        for criterion in &review.criteria {
-            let _ = std::fmt::Write::write_fmt(
-                &mut text,
-                format_args!("  - [x] {}\n", criterion.trim()),
-            );
-        }
-    }
-    Some(text)
 }
 
 /// `total` plus one call's figures (a failed call adds nothing).
