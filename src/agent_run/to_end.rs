@@ -47,11 +47,18 @@ impl AgentRuns {
             })?;
         }
         let started = self.start(prepared).await?;
+        // A step cut off while it waits (a cancel, a budget stop, shutdown) leaves no container
+        // running and no token working.
+        let mut guard = Leftover {
+            runs: self.clone(),
+            container: Some(container.clone()),
+        };
         let sandbox = self.sandbox.as_ref();
         let (logs, finished) = tokio::join!(
             sandbox.logs_to_file(&container, log, prepared.spec.limits.log_bytes),
             sandbox::wait_or_kill(sandbox, &container, limit),
         );
+        guard.container = None;
         // The token stops working now, whatever happened.
         let wire = self.end(&container).await;
         let removed = sandbox.remove(&container).await;
@@ -64,5 +71,32 @@ impl AgentRuns {
             logs,
             wire,
         })
+    }
+}
+
+/// A run whose wait was cut off: its grant revoked, its container removed and its network and
+/// files forgotten, in a task of their own (the waiting future is gone).
+struct Leftover {
+    runs: AgentRuns,
+    container: Option<String>,
+}
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        let Some(container) = self.container.take() else {
+            return;
+        };
+        let runs = self.runs.clone();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(run = %container, "a cut-off run cannot be removed here; the next start's sweep removes it");
+            return;
+        };
+        handle.spawn(async move {
+            let _ = runs.end(&container).await;
+            if let Err(e) = runs.sandbox.remove(&container).await {
+                tracing::warn!(run = %container, error = %e, "cannot remove a cut-off run's container; the next start's sweep removes it");
+            }
+            runs.forget(&container, |_| None).await;
+        });
     }
 }

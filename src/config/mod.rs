@@ -152,6 +152,10 @@ pub enum OnRedMain {
     /// request goes through the same mode's rules); a fix that leaves it red again is answered,
     /// not fixed again.
     Fix,
+    /// The same answer, and a new trace of rover's own that reverts the merge commit (no agent
+    /// writes it: git reverts it) in a pull request merged under the same mode's rules; a revert
+    /// that leaves it red again is answered, not reverted again.
+    Revert,
 }
 
 impl LifecycleConfig {

@@ -50,6 +50,9 @@ pub enum GitError {
         source_branch: String,
         files: Vec<String>,
     },
+    /// Reverting a commit conflicts with what the branch holds now; nothing was changed.
+    #[error("reverting {sha} conflicts with what the branch holds now in {} file(s): {}; a person must take it back by hand", files.len(), files.join(", "))]
+    RevertConflict { sha: String, files: Vec<String> },
     /// `git pull --rebase` after a rejected push stopped on conflicts (the rebase was aborted).
     #[error("push of `{branch}` was rejected and rebasing onto the remote conflicts; the branch diverged, resolve by hand")]
     RebaseConflict {

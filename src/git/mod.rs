@@ -21,6 +21,7 @@ mod merge;
 pub mod owner;
 mod push;
 mod read;
+mod revert;
 mod scan;
 mod snapshot;
 mod workspace;

@@ -38,15 +38,47 @@ pub struct EventMeta {
     /// branch its merge left red).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follows: Option<uuid::Uuid>,
+    /// What a revert trace reverts: rover's merge commit that left the base branch red
+    /// (`lifecycle.onRedMain: "revert"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverts: Option<Reverting>,
 }
 
-/// The `type` of the trace rover starts itself when its merge left the base branch red.
+/// The merge a revert trace takes back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reverting {
+    /// The merge commit on the base branch.
+    pub sha: String,
+    /// The pull request it merged.
+    pub pr_number: u64,
+    pub pr_url: String,
+    /// The base branch.
+    pub branch: String,
+}
+
+/// The `type` of the trace rover starts itself to fix the base branch its merge left red.
 pub const RED_MAIN_FIX: &str = "RedMainFix";
+/// The `type` of the trace rover starts itself to revert its merge that left the base branch
+/// red.
+pub const RED_MAIN_REVERT: &str = "RedMainRevert";
 
 impl EventMeta {
-    /// Whether this trace is rover's own fix of a base branch its merge left red.
+    /// Whether this trace is rover's own answer to a base branch its merge left red: a fix, or
+    /// a revert of the merge. Such a trace's own merge that leaves it red again is not answered
+    /// by another one.
     pub fn is_red_main_fix(&self) -> bool {
-        self.source == EventSource::Local && self.kind == RED_MAIN_FIX && self.follows.is_some()
+        self.source == EventSource::Local
+            && (self.kind == RED_MAIN_FIX || self.kind == RED_MAIN_REVERT)
+            && self.follows.is_some()
+    }
+
+    /// The merge this trace reverts, when it is rover's revert of a merge that left the base
+    /// branch red.
+    pub fn reverting(&self) -> Option<&Reverting> {
+        self.reverts
+            .as_ref()
+            .filter(|_| self.is_red_main_fix() && self.kind == RED_MAIN_REVERT)
     }
 }
 

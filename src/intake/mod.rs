@@ -37,7 +37,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use ci::{CiOutcome, Signal};
-pub use meta::{EventMeta, EventSource, RED_MAIN_FIX};
+pub use meta::{EventMeta, EventSource, Reverting, RED_MAIN_FIX, RED_MAIN_REVERT};
 pub use record::{event_record, ingested_record, local_record, skipped_delivery, skipped_record};
 pub use root::{github_trace, label, local_trace, red_main_trace};
 
@@ -82,6 +82,8 @@ pub enum Arrival<'a> {
         origin: Uuid,
         sha: &'a str,
         request: &'a str,
+        /// A revert of the merge rather than a fix (`lifecycle.onRedMain: "revert"`).
+        reverts: Option<&'a meta::Reverting>,
     },
 }
 
@@ -168,13 +170,19 @@ pub fn ingest_in(
             origin,
             sha,
             request,
+            reverts,
         } => {
-            let (root, first) = red_main_trace(project_id, origin, sha, request);
+            let kind = if reverts.is_some() {
+                meta::RED_MAIN_REVERT
+            } else {
+                meta::RED_MAIN_FIX
+            };
+            let (root, first) = red_main_trace(project_id, origin, sha, request, reverts.cloned());
             if !store.create_trace_in(txn, &root, Some(&first), &[])? {
                 return Ok(Ingested::Duplicate(root.id));
             }
             let mut record = local_record(root.id, "rover");
-            record.kind = Some(meta::RED_MAIN_FIX.to_owned());
+            record.kind = Some(kind.to_owned());
             txn.record_intake(record);
             tracing::info!(trace = %root.id, follows = %origin, "new trace: a fix of the base branch rover's merge left red");
             Ok(Ingested::New(root.id))

@@ -4,7 +4,7 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::meta::{EventMeta, EventSource, RED_MAIN_FIX};
+use super::meta::{EventMeta, EventSource, Reverting, RED_MAIN_FIX, RED_MAIN_REVERT};
 use crate::github::{Channel, NormalizedEvent, Visibility};
 use crate::store::{Action, Meta, Span, SpanStatus, StepKind};
 
@@ -44,6 +44,7 @@ pub fn github_trace(project_id: &str, event: &NormalizedEvent) -> (Span, Action)
         event: Some(event.clone()),
         request: None,
         follows: None,
+        reverts: None,
     };
     build(root_id, &meta, format!("new {} event", event.kind.as_str()))
 }
@@ -66,15 +67,23 @@ pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
         event: None,
         request: Some(request.to_owned()),
         follows: None,
+        reverts: None,
     };
     build(Uuid::new_v4(), &meta, "new local request".into())
 }
 
-/// The trace rover starts itself when its merge commit `sha` left the base branch red
-/// (`lifecycle.onRedMain: "fix"`), following trace `origin`: a request of rover's own,
-/// answered in the trace (its pull request says the rest). Its id derives from `origin` and
-/// `sha`, so a look that runs again after a crash starts no second one.
-pub fn red_main_trace(project_id: &str, origin: Uuid, sha: &str, request: &str) -> (Span, Action) {
+/// The trace rover starts itself when its merge commit `sha` left the base branch red,
+/// following trace `origin`: a request of rover's own to fix it (`lifecycle.onRedMain: "fix"`),
+/// or, with `reverts`, to revert the merge (`"revert"`); answered in the trace (its pull
+/// request says the rest). Its id derives from `origin` and `sha`, so a look that runs again
+/// after a crash starts no second one.
+pub fn red_main_trace(
+    project_id: &str,
+    origin: Uuid,
+    sha: &str,
+    request: &str,
+    reverts: Option<Reverting>,
+) -> (Span, Action) {
     let root_id = Uuid::new_v5(
         &Uuid::NAMESPACE_URL,
         format!("rover:{project_id}:red-main:{origin}:{sha}").as_bytes(),
@@ -82,11 +91,17 @@ pub fn red_main_trace(project_id: &str, origin: Uuid, sha: &str, request: &str) 
     let meta = EventMeta {
         source: EventSource::Local,
         label: format!(
-            "red main after rover's merge {}: fix (follows trace {})",
+            "red main after rover's merge {}: {} (follows trace {})",
             &sha[..sha.len().min(7)],
+            if reverts.is_some() { "revert" } else { "fix" },
             &origin.to_string()[..8]
         ),
-        kind: RED_MAIN_FIX.into(),
+        kind: if reverts.is_some() {
+            RED_MAIN_REVERT.into()
+        } else {
+            RED_MAIN_FIX.into()
+        },
+        reverts,
         action: None,
         channel: Channel::Local,
         visibility: Visibility::Private,

@@ -55,8 +55,8 @@ impl CommitStep {
             .and_then(|s| s.action_id)
     }
 
-    /// A message from the agent, else `title` + summary. Returns the message, its source, the
-    /// agent's error (when it fell back) and the agent call's usage. The agent runs in rover's
+    /// A message from the agent, else `title` + summary (a revert's by rule). Returns the
+    /// message, its source, and the agent call's usage or error (none without a call). The agent runs in rover's
     /// empty host dir with no tools: the change and recent subjects come in its prompt, marked
     /// as untrusted data.
     async fn message(
@@ -67,7 +67,18 @@ impl CommitStep {
         change: &Change,
         workflow: Option<&WorkflowMeta>,
         summary: Option<&str>,
-    ) -> (String, MessageSource, AgentMeta) {
+    ) -> (String, MessageSource, Option<AgentMeta>) {
+        // A revert's message says what it takes back; no agent is asked.
+        if let Some((sha, w)) = workflow.and_then(|w| w.revert.as_deref().map(|sha| (sha, w))) {
+            return (
+                format!(
+                    "{}\n\nThis reverts commit {sha}.\n\n{}",
+                    w.title, w.description
+                ),
+                MessageSource::Rule,
+                None,
+            );
+        }
         let title = workflow
             .map(|w| w.title.clone())
             .or_else(|| task.mapping.title.clone())
@@ -123,12 +134,12 @@ impl CommitStep {
             Ok(answer) => (
                 answer.value.message(),
                 MessageSource::Agent,
-                agent_call::usage_meta(&answer),
+                Some(agent_call::usage_meta(&answer)),
             ),
             Err(e) => (
                 fallback,
                 MessageSource::Fallback,
-                agent_call::failure_meta(&e),
+                Some(agent_call::failure_meta(&e)),
             ),
         }
     }
@@ -327,7 +338,7 @@ impl CommitStep {
                 .await
                 .map_err(|e| git_error("cannot tell where the git hooks run", &e))?;
         span_meta.message_source = Some(source);
-        span_meta.agent = Some(agent);
+        span_meta.agent = agent;
         span_meta.hooks = Some(plan.clone());
         if let HookPlan::Sandbox { location, .. } = &plan {
             match self.hooks(ctx, run, c, location.clone(), message).await? {

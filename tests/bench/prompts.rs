@@ -130,4 +130,42 @@ pub fn run() {
         "  all six host steps: {now_total} bytes now, {before_total} before: {:.1}x less (bar: 10x)",
         before_total as f64 / now_total.max(1) as f64
     );
+    // The sandboxed steps as their container runs the CLI (`sandbox_argv`): the workflow agent
+    // (every editing tool, Claude Code's coding prompt with rover's appended) and the
+    // self-review beside it (read-only tools, only them).
+    for step in [AgentStep::Workflow, AgentStep::Review] {
+        let vars: PromptVars = placeholders(step)
+            .into_iter()
+            .map(|name| (name.clone(), format!("(the {name} of a typical task)")))
+            .collect();
+        let mut req = step_request(
+            &settings,
+            step,
+            &cwd,
+            &vars,
+            false,
+            &CustomInstructions::default(),
+        )
+        .unwrap();
+        req.schema = Some(rover::agents::step_schema(step));
+        let argv = rover::agents::sandbox_argv(rover::agents::AgentKind::Claude, &req, None);
+        let mark = api.requests().len();
+        let _ = Command::new(&claude)
+            .args(&argv[1..])
+            .current_dir(&cwd)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        println!(
+            "  {:<10} first request {:>7} bytes (in its sandbox: {} tools)",
+            step.name(),
+            first_model_request(mark),
+            match step {
+                AgentStep::Review => "read-only",
+                _ => "editing",
+            }
+        );
+    }
 }

@@ -716,3 +716,77 @@ async fn a_worktree_left_with_the_sandbox_user_is_taken_back_and_reused() {
         .await
         .expect("the host commits it");
 }
+
+/// Commits `file` with `text` in the checkout on `main` and pushes it; returns the commit.
+fn commit_on_main(repo: &TestRepo, file: &str, text: &str, subject: &str) -> String {
+    write(&repo.checkout.join(file), text);
+    git(&repo.checkout, &["add", "-A"]);
+    git(&repo.checkout, &["commit", "-q", "-m", subject]);
+    git(&repo.checkout, &["push", "-q", "origin", "main"]);
+    git(&repo.checkout, &["rev-parse", "HEAD"])
+}
+
+#[tokio::test]
+async fn a_merge_commit_is_reverted_against_its_first_parent_and_a_conflicting_revert_changes_nothing(
+) {
+    let repo = TestRepo::new();
+    // A merge commit on main: a side branch's `side.txt`.
+    git(&repo.checkout, &["checkout", "-q", "-b", "side"]);
+    write(&repo.checkout.join("side.txt"), "from the side\n");
+    git(&repo.checkout, &["add", "-A"]);
+    git(&repo.checkout, &["commit", "-q", "-m", "side"]);
+    git(&repo.checkout, &["checkout", "-q", "main"]);
+    git(
+        &repo.checkout,
+        &["merge", "-q", "--no-ff", "-m", "Merge side", "side"],
+    );
+    git(&repo.checkout, &["push", "-q", "origin", "main"]);
+    let merge = git(&repo.checkout, &["rev-parse", "HEAD"]);
+    // Then a change of README's line, twice: reverting the first conflicts with the second.
+    let first = commit_on_main(&repo, "README.md", "one\n", "README one");
+    commit_on_main(&repo, "README.md", "two\n", "README two");
+    let ws = repo.workspace().await;
+
+    let path = repo.worktree_path("revert-merge");
+    ws.prepare_worktree("rover/revert-merge", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    let changed = ws
+        .revert_into(&path, &merge)
+        .await
+        .expect("revert the merge");
+    assert_eq!(changed, ["side.txt"]);
+    assert!(!path.join("side.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(path.join("README.md")).unwrap(),
+        "two\n"
+    );
+    // A plain staged change, no revert in progress: the commit step commits it as any change.
+    assert_eq!(git(&path, &["status", "--porcelain"]), "D  side.txt");
+    let git_dir = git(&path, &["rev-parse", "--git-dir"]);
+    assert!(!Path::new(&git_dir).join("REVERT_HEAD").exists());
+
+    let path = repo.worktree_path("revert-conflict");
+    ws.prepare_worktree("rover/revert-conflict", BranchBase::DefaultBranch, &path)
+        .await
+        .expect("prepare");
+    let err = ws.revert_into(&path, &first).await.expect_err("a conflict");
+    let GitError::RevertConflict { files, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(files, &["README.md"]);
+    assert!(
+        err.to_string()
+            .contains("a person must take it back by hand"),
+        "{err}"
+    );
+    assert_eq!(
+        git(&path, &["status", "--porcelain"]),
+        "",
+        "nothing changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(path.join("README.md")).unwrap(),
+        "two\n"
+    );
+}

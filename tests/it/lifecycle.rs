@@ -826,6 +826,121 @@ async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
     );
 }
 
+/// Issue 30 in `dev` with `onRedMain: "revert"`, CI answering `ci` on the new commits in turn,
+/// run until settled: the scenario and its two traces (the issue's, rover's revert).
+async fn reverted(ci: &[&str]) -> (Scenario, Vec<TraceView>) {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"onRedMain": "revert"}}}),
+    );
+    s.github.ci_on_new_commits(ci);
+    csv_issue(&mut s, 30);
+    s.run_until_settled(24).await;
+    let traces = s.traces();
+    assert_eq!(
+        traces.len(),
+        2,
+        "the issue's and rover's revert: {:?}",
+        traces.iter().map(chain).collect::<Vec<_>>()
+    );
+    (s, traces)
+}
+
+#[tokio::test]
+async fn a_red_main_after_rovers_merge_is_reverted_in_a_pull_request_merged_in_turn() {
+    // The issue's pull request green, its merge red on main; the revert green, its merge green.
+    let (s, traces) = reverted(&["success", "failure", "success", "success"]).await;
+    let (origin, revert) = (&traces[0], &traces[1]);
+    let look = after_merge_look(origin);
+    assert_eq!(look.meta["decision"], "flag");
+    assert_eq!(look.meta["startedTrace"], revert.trace_id().to_string());
+    let root = &revert.root().expect("the revert's root").meta;
+    assert_eq!(root["type"], "RedMainRevert");
+    assert_eq!(root["follows"], origin.trace_id().to_string());
+    let merged_first = s.github.merges()[0].clone();
+    assert_eq!(root["reverts"]["prNumber"], merged_first.0);
+    // Decided by rule and reverted by git: no agent wrote the change.
+    let coordinate = first_span(revert, "coordinate");
+    assert_eq!(coordinate.meta["decision"], "workflow");
+    assert_eq!(coordinate.meta["decidedBy"], "rule");
+    let workflow = first_span(revert, "workflow");
+    assert!(
+        workflow
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("no agent ran"),
+        "{:?}",
+        workflow.summary
+    );
+    assert!(workflow.meta.get("launched").is_none(), "no container");
+    let commit = first_span(revert, "commit");
+    assert_eq!(commit.meta["messageSource"], "rule");
+    assert_eq!(
+        s.github.merges().len(),
+        2,
+        "the revert went through the same mode"
+    );
+    assert!(
+        !main_has(&s, "csv.txt"),
+        "the merge's change is taken back on main"
+    );
+    let subjects = crate::support::gitrepo::git(&s.origin, &["log", "--format=%s", "main"]);
+    assert!(
+        subjects.contains(&format!("Revert pull request #{}", merged_first.0)),
+        "{subjects}"
+    );
+    let revert_pull = s
+        .github
+        .pulls()
+        .into_iter()
+        .find(|p| p.1.contains("revert-pull-request"))
+        .expect("the revert's pull request");
+    assert!(
+        revert_pull
+            .3
+            .contains("rover's own revert of a red base branch. Revert pull request #"),
+        "{}",
+        revert_pull.3
+    );
+    assert_eq!(
+        after_merge_look(revert).meta["decision"],
+        "notify",
+        "main is green again"
+    );
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("but its checks failed on `main`: ci / test")
+                && b.contains(&format!(
+                    "rover started trace {} to revert merge commit",
+                    &revert.trace_id().to_string()[..8]
+                ))),
+        "{said:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_revert_that_leaves_main_red_again_is_answered_not_reverted_again() {
+    let (s, traces) = reverted(&["success", "failure", "success", "failure"]).await;
+    let revert = &traces[1];
+    let look = after_merge_look(revert);
+    assert_eq!(look.meta["decision"], "flag");
+    assert!(look.meta.get("startedTrace").is_none());
+    assert!(
+        look.summary
+            .as_deref()
+            .unwrap()
+            .contains("it is not reverted again; a person should look"),
+        "{:?}",
+        look.summary
+    );
+    assert_eq!(s.github.merges().len(), 2);
+}
+
 #[tokio::test]
 async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new_checks() {
     let mut s = Scenario::new().await;

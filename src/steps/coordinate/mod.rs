@@ -58,6 +58,7 @@ mod after_merge;
 mod ci;
 pub mod command;
 mod gather;
+mod revert;
 mod routing;
 mod rover_pr;
 #[cfg(test)]
@@ -142,6 +143,9 @@ impl Step for CoordinateStep {
         let meta = event_meta(&view)?;
         if let Some((event, command)) = command::of_meta(&meta, &self.services) {
             return self.command(ctx, run, &meta, event, &command).await;
+        }
+        if let Some(reverting) = meta.reverting() {
+            return Ok(Outcome::Finished(revert::revert_rule(reverting)));
         }
         let mappings = task_mappings(ctx).await?;
         let mut gathered = match self.gather(&meta, &mappings, run.pending.attempts).await? {

@@ -13,6 +13,8 @@ use crate::store::{Span, StepKind};
 pub enum MessageSource {
     Agent,
     Fallback,
+    /// Written by rule, no agent asked (a revert's).
+    Rule,
 }
 
 /// What decided a `coordinate` run's outcome (`meta.decidedBy` of its span).

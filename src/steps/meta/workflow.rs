@@ -42,6 +42,10 @@ pub struct WorkflowMeta {
     /// files for the agent to resolve (the resolver's answer to a consolidation conflict).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merge_from: Option<String>,
+    /// The commit this task reverts (rover's merge that left the base branch red): git reverts
+    /// it in the task's worktree and no agent runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert: Option<String>,
 }
 
 /// How a workflow ended, as the committer is told.
@@ -70,5 +74,6 @@ pub fn workflow_meta(task: &TaskSpec, depends_on: Vec<Uuid>) -> WorkflowMeta {
         branch: None,
         instructions: None,
         merge_from: None,
+        revert: None,
     }
 }

@@ -218,7 +218,12 @@ fn pr_body(
     if event.is_red_main_fix() {
         // Why rover opened it of its own accord: the request's first line, rover's words.
         let why = event.request.as_deref().map(first_line).unwrap_or_default();
-        let _ = write!(body, "\nrover's own fix of a red base branch. {why}\n");
+        let what = if event.reverting().is_some() {
+            "revert"
+        } else {
+            "fix"
+        };
+        let _ = write!(body, "\nrover's own {what} of a red base branch. {why}\n");
     }
     body
 }
@@ -637,6 +642,7 @@ mod tests {
             event: Some(e),
             request: None,
             follows: None,
+            reverts: None,
         }
     }
 

@@ -134,6 +134,7 @@ pub(super) fn iterate_on_conflict(
         branch: Some(conflict.source_branch.clone()),
         instructions: Some(instructions),
         merge_from: Some(conflict.target.clone()),
+        revert: None,
         ..original
     };
     let finished = Finished::completed(format!("iterate: {reasoning}")).then(
@@ -212,6 +213,7 @@ pub(super) fn iterate_on_review(
         branch: Some(review.branch.clone()),
         instructions: Some(instructions.clone()),
         merge_from: None,
+        revert: None,
         ..original
     };
     let why = format!("the self-review asked for changes to {}", review.title);
@@ -327,6 +329,7 @@ pub(super) fn decide(
                 branch,
                 instructions: result.instructions.clone(),
                 merge_from: None,
+                revert: None,
                 ..original
             };
             let finished = Finished::completed(format!("iterate: {reasoning}")).then(

@@ -55,6 +55,10 @@ impl WorkflowStep {
         let ws = tasks::workspace(&self.services)
             .await
             .map_err(|e| git_error("cannot open the repository", &e))?;
+        // A revert needs no agent, no image and no container: git takes the commit back.
+        if let Some(sha) = &meta.revert {
+            return self.revert(ctx, run, &meta, &deps, &ws, sha).await;
+        }
         // The image comes first: a definition that does not build ends the task before any
         // worktree or agent.
         let environment = match self
@@ -202,7 +206,7 @@ impl WorkflowStep {
     /// A task whose worktree is ready but whose branches could not be merged: its mapping is
     /// kept (cleanup finds the worktree), the span fails and the commit step records the task
     /// as failed.
-    async fn not_started(
+    pub(super) async fn not_started(
         ctx: &StepContext,
         task: &Task,
         worktree: &Path,

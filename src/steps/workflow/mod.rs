@@ -11,6 +11,7 @@ mod judge;
 mod launch;
 mod monitor;
 mod orphans;
+mod revert;
 mod take_back;
 mod verdict;
 
