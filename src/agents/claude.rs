@@ -109,7 +109,7 @@ pub fn allowed_tools(policy: ToolPolicy) -> &'static str {
 /// only ones the model is offered (`--tools`), and rover's role prompt replaces Claude Code's
 /// coding prompt. In the sandbox the coding agent keeps its own prompt and gets rover's
 /// appended; a sandboxed step with fewer tools than the coding agent's (the reviewer) gets
-/// exactly its list, as on the host.
+/// exactly its list and rover's prompt alone, as on the host.
 fn common_args(req: &AgentRequest, host: bool) -> Vec<String> {
     let mut args = vec![
         "-p".to_owned(),
@@ -146,7 +146,9 @@ fn common_args(req: &AgentRequest, host: bool) -> Vec<String> {
     }
     if !req.system_prompt.is_empty() {
         // `=` form so a prompt starting with a dash can never be read as an option.
-        let flag = if host {
+        // Claude Code's coding prompt is for the agent that edits; every other step gets
+        // rover's role prompt alone.
+        let flag = if only_listed {
             "--system-prompt"
         } else {
             "--append-system-prompt"

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::types::{ErrorClass, ParseError, ToolPolicy};
+use super::types::{AgentStep, ErrorClass, ParseError, ToolPolicy};
 use super::{claude, codex, AgentRequest};
 
 fn fixture(path: &str) -> Vec<u8> {
@@ -214,6 +214,40 @@ fn host_calls_offer_no_tool_and_load_no_project_settings() {
             "{codex:?}"
         );
     }
+}
+
+#[test]
+fn the_sandboxed_reviewer_is_offered_its_read_only_list_alone_whatever_the_repository_says() {
+    let mut req = AgentRequest::new("/workspace", "p");
+    req.system_prompt = "Role: rover reviewer".into();
+    req.tools = AgentStep::Review.tools();
+    assert_eq!(req.tools, ToolPolicy::ReadOnly);
+    let inside = claude::sandbox_args(&req, "p".into());
+    for wanted in [
+        "--tools=Read,Glob,Grep",
+        "--allowedTools=Read,Glob,Grep",
+        "--setting-sources=user",
+        "--strict-mcp-config",
+        "--system-prompt=Role: rover reviewer",
+    ] {
+        assert!(
+            inside.contains(&wanted.to_owned()),
+            "{wanted} missing: {inside:?}"
+        );
+    }
+    assert!(!inside
+        .iter()
+        .any(|a| a.starts_with("--append-system-prompt")
+            || a == "--permission-mode"
+            || a.contains("Edit")
+            || a.contains("Write")
+            || a.contains("Bash")));
+    let codex = codex::sandbox_args(&req, "p".into());
+    assert_eq!(&codex[..4], ["exec", "--json", "-s", "read-only"]);
+    assert!(
+        !codex.iter().any(|a| a.contains("dangerously")),
+        "{codex:?}"
+    );
 }
 
 #[test]

@@ -50,10 +50,14 @@ pub use super::status::status;
 
 /// What became of a trace an event started, in a few words: its outcome, and the reason of the
 /// action that ended it when that reason says why (a `noop`'s: an untrusted author, a decision
-/// not to act).
+/// not to act), or what its pull request waits on (checks, an approval, the merge cap).
 fn trace_result(view: &crate::store::TraceView) -> String {
     let outcome = view.outcome();
     let label = outcome.label();
+    // A pull request waiting for its checks, an approval or the merge cap says so.
+    if let Some(waiting) = crate::steps::history::waiting_on(view) {
+        return format!("{label}: {waiting}");
+    }
     if let crate::store::TraceOutcome::Finished { step, .. } = &outcome {
         if crate::steps::kinds::reason_is_outcome(step) {
             if let Some(last) = view.actions.iter().rev().find(|a| a.action == *step) {

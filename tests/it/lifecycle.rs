@@ -199,6 +199,14 @@ async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
             && l.contains("a trusted person's approval")),
         "{shown}"
     );
+    // So does `events`, beside the issue that started it.
+    let events = crate::support::env::stdout(&s.env.rover(&["autopilot", "events"]));
+    assert!(
+        events.lines().any(|l| l.contains("IssuesEvent opened #30")
+            && l.contains("waiting to merge")
+            && l.contains("a trusted person's approval")),
+        "{events}"
+    );
 
     // A reader's approval of the head, and a writer's of an older head, do not count.
     s.github.set_permission("eve", "read");

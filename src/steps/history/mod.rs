@@ -37,7 +37,7 @@ pub use failures::{
 pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};
 pub use threads::{
     ended_at, intervention_marked, merge_approvals, merges_since, open_pull_request,
-    pushed_pull_request, refusal_answered_since, subject_of,
+    pushed_pull_request, refusal_answered_since, subject_of, waiting_on,
 };
 pub use work::{
     action_named, action_of, busy, committed_branches, has_review_workflow, image_of, latest_image,

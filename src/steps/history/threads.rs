@@ -25,6 +25,33 @@ pub fn pushed_pull_request(view: &TraceView, number: u64) -> bool {
         .any(|s| s.step == StepKind::Push && PushPullRequest::of(s).pr_number == Some(number))
 }
 
+/// What a trace that has not ended waits on, in its own words: its pull request waiting to be
+/// merged (a trusted approval, the hourly cap, GitHub's protection) or for its checks, when a
+/// look at that is queued and the latest such look said so; `None` otherwise.
+pub fn waiting_on(view: &TraceView) -> Option<String> {
+    let queued = |kind: StepKind| view.pending.iter().any(|p| p.action == kind);
+    let latest = |kind: StepKind| {
+        view.spans
+            .iter()
+            .filter(|s| s.step == kind && s.status.is_final())
+            .max_by_key(|s| s.completed)
+    };
+    if queued(StepKind::Merge) {
+        let last = latest(StepKind::Merge)?;
+        return (MergeSpanMeta::of(last).merge_outcome == Some(MergeOutcome::Waiting))
+            .then(|| last.summary.clone())
+            .flatten();
+    }
+    if queued(StepKind::Coordinate) {
+        let last = latest(StepKind::Coordinate)?;
+        let meta: CoordinateSpanMeta = crate::store::from_meta(&last.meta).unwrap_or_default();
+        let checks_running = meta.ci_status.is_some()
+            && meta.decided.decision == Some(crate::steps::meta::Decision::Wait);
+        return checks_running.then(|| last.summary.clone()).flatten();
+    }
+    None
+}
+
 /// The pull request the trace pushed and nothing cleaned up yet: `Some` with the last push's
 /// number (when it recorded one), `None` when it pushed none or a cleanup ran.
 pub fn open_pull_request(view: &TraceView) -> Option<Option<u64>> {
@@ -227,5 +254,37 @@ mod tests {
         let id = span.id;
         b.view.spans.push(span);
         assert_eq!(intervention_marked(&b.view, mark).map(|s| s.id), Some(id));
+    }
+
+    #[test]
+    fn a_trace_waiting_to_merge_or_for_checks_says_what_it_waits_on() {
+        let mut b = Builder::new();
+        let waiting = crate::store::to_meta(&MergeSpanMeta {
+            merge_outcome: Some(MergeOutcome::Waiting),
+            pr_number: Some(7),
+            ..MergeSpanMeta::default()
+        });
+        b.span(StepKind::Merge, SpanStatus::Completed, Meta::new(), waiting);
+        b.view.spans.last_mut().unwrap().summary =
+            Some("waiting to merge: a trusted approval of the head".into());
+        assert_eq!(waiting_on(&b.view), None, "nothing queued: it ended");
+        let next = b
+            .view
+            .actions
+            .last()
+            .unwrap()
+            .pending(b.view.trace_id(), b.clock);
+        b.view.pending.push(next);
+        assert_eq!(
+            waiting_on(&b.view).as_deref(),
+            Some("waiting to merge: a trusted approval of the head")
+        );
+        // A merge that went through waits on nothing.
+        let merged = crate::store::to_meta(&MergeSpanMeta {
+            merge_outcome: Some(MergeOutcome::Merged),
+            ..MergeSpanMeta::default()
+        });
+        b.span(StepKind::Merge, SpanStatus::Completed, Meta::new(), merged);
+        assert_eq!(waiting_on(&b.view), None);
     }
 }
