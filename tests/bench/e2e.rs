@@ -1,7 +1,7 @@
 //! End-to-end throughput: traces per minute from event to terminal step through the real daemon
 //! (`rover autopilot start --local`), with instant fake agents: the noop path
 //! (event → coordinate → noop) and the full workflow path with real containers
-//! (event → coordinate → plan → workflow → commit → resolve → push → notify).
+//! (event → coordinate → plan → workflow → commit → resolve → review → push → notify).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,10 +29,11 @@ pub fn run() {
         {"prompt_contains": "## Task: Write the file", "write": {"out.txt": "done\n"}, "structured": {"status": "completed", "summary": "wrote it", "files_changed": ["out.txt"]}},
         {"prompt_contains": "## Change summary", "structured": {"subject": "Write the file", "body": null}},
         {"prompt_contains": "## Error output of failed steps", "structured": {"decision": "push", "reasoning": "done", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}},
+        {"prompt_contains": "## Change under review", "structured": {"verdict": "approve", "summary": "done", "findings": []}},
         {"prompt_contains": "## What to communicate", "structured": {"message": "done"}}
     ]});
     measure(
-        "full workflow path (8 spans, a real container)",
+        "full workflow path (9 spans, the self-review's container beside the workflow's)",
         &full,
         10,
         true,
