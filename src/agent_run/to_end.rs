@@ -58,11 +58,11 @@ impl AgentRuns {
             sandbox.logs_to_file(&container, log, prepared.spec.limits.log_bytes),
             sandbox::wait_or_kill(sandbox, &container, limit),
         );
-        guard.container = None;
         // The token stops working now, whatever happened.
         let wire = self.end(&container).await;
         let removed = sandbox.remove(&container).await;
         self.forget(&container, recorded).await;
+        guard.container = None;
         let (logs, finished) = (logs.map_err(failed)?, finished.map_err(failed)?);
         removed.map_err(failed)?;
         Ok(RanToEnd {
