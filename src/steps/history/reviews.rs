@@ -63,7 +63,7 @@ pub fn self_review_section(view: &TraceView) -> Option<String> {
                 "- **{}** (`{}`): approved{after}. {}\n",
                 review.title.trim(),
                 crate::git::short_sha(&review.head),
-                review.summary.trim()
+                review.summary_line()
             ),
         );
         for criterion in &review.criteria {

@@ -39,7 +39,7 @@ pub fn waiting_on(view: &TraceView) -> Option<String> {
     if queued(StepKind::Merge) {
         let last = latest(StepKind::Merge)?;
         return (MergeSpanMeta::of(last).merge_outcome == Some(MergeOutcome::Waiting))
-            .then(|| last.summary.clone())
+            .then(|| said(last))
             .flatten();
     }
     if queued(StepKind::Coordinate) {
@@ -47,9 +47,23 @@ pub fn waiting_on(view: &TraceView) -> Option<String> {
         let meta: CoordinateSpanMeta = crate::store::from_meta(&last.meta).unwrap_or_default();
         let checks_running = meta.ci_status.is_some()
             && meta.decided.decision == Some(crate::steps::meta::Decision::Wait);
-        return checks_running.then(|| last.summary.clone()).flatten();
+        return checks_running.then(|| said(last)).flatten();
     }
     None
+}
+
+/// A span's summary as one line without control characters (it can quote GitHub's words).
+fn said(span: &Span) -> Option<String> {
+    let summary = span.summary.as_deref()?;
+    Some(
+        summary
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect(),
+    )
 }
 
 /// The pull request the trace pushed and nothing cleaned up yet: `Some` with the last push's
@@ -266,7 +280,7 @@ mod tests {
         });
         b.span(StepKind::Merge, SpanStatus::Completed, Meta::new(), waiting);
         b.view.spans.last_mut().unwrap().summary =
-            Some("waiting to merge: a trusted approval of the head".into());
+            Some("waiting to merge: a trusted \u{1b}[2Japproval of the head\nmore".into());
         assert_eq!(waiting_on(&b.view), None, "nothing queued: it ended");
         let next = b
             .view
@@ -277,7 +291,8 @@ mod tests {
         b.view.pending.push(next);
         assert_eq!(
             waiting_on(&b.view).as_deref(),
-            Some("waiting to merge: a trusted approval of the head")
+            Some("waiting to merge: a trusted [2Japproval of the head"),
+            "one line, no control characters"
         );
         // A merge that went through waits on nothing.
         let merged = crate::store::to_meta(&MergeSpanMeta {

@@ -47,19 +47,54 @@ pub struct TaskReview {
     pub carried: bool,
 }
 
+/// Most findings handed on from one review (the rest are counted): the reviewer's answer is
+/// model output, bounded before it reaches another prompt, a thread or a pull request.
+pub const MAX_FINDINGS_HANDED: usize = 20;
+/// Most characters of one field of a finding, or of a review's summary, handed on.
+pub const MAX_FIELD_CHARS: usize = 400;
+
 impl TaskReview {
-    /// The findings as the workflow agent's instructions and the trace's answer read them.
+    /// The findings as the workflow agent's instructions and the trace's answer read them: one
+    /// line each, at most [`MAX_FINDINGS_HANDED`], each field at most [`MAX_FIELD_CHARS`].
     pub fn findings_text(&self) -> String {
         let mut text = String::new();
-        for f in &self.findings {
+        for f in self.findings.iter().take(MAX_FINDINGS_HANDED) {
             let place = match f.line {
-                Some(line) => format!("{}:{line}", f.file),
-                None => f.file.clone(),
+                Some(line) => format!("{}:{line}", clip(&f.file)),
+                None => clip(&f.file),
             };
-            let _ = writeln!(text, "- {place}: {} ({})", f.what.trim(), f.why.trim());
+            let _ = writeln!(text, "- {place}: {} ({})", clip(&f.what), clip(&f.why));
+        }
+        if self.findings.len() > MAX_FINDINGS_HANDED {
+            let _ = writeln!(
+                text,
+                "- ... and {} more findings",
+                self.findings.len() - MAX_FINDINGS_HANDED
+            );
         }
         text
     }
+
+    /// The reviewer's summary on one bounded line.
+    pub fn summary_line(&self) -> String {
+        clip(&self.summary)
+    }
+}
+
+/// `text` on one line (line breaks and control characters as spaces), trimmed, at most
+/// [`MAX_FIELD_CHARS`] characters with `…` marking a cut.
+fn clip(text: &str) -> String {
+    let flat: String = text
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= MAX_FIELD_CHARS {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(MAX_FIELD_CHARS).collect();
+    cut.push('…');
+    cut
 }
 
 /// The `review` span's record.

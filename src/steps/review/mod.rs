@@ -175,7 +175,7 @@ fn finished(asked: &ReviewMeta, span_meta: &ReviewSpanMeta, span_id: Uuid) -> Fi
             "changes: {} ({count} finding{}): {}",
             changes.title,
             if count == 1 { "" } else { "s" },
-            changes.summary.trim()
+            changes.summary_line()
         );
         let handed = ReviewChanges {
             span_id,

@@ -109,3 +109,39 @@ fn trace_shows_each_verdict_and_finding_of_the_span_record_without_control_chara
          |   - src/main.rs:12: no test[31m for --json (criterion: has a test)\n"
     );
 }
+
+#[test]
+fn what_is_handed_on_of_a_reviewers_answer_is_bounded_and_on_one_line_per_finding() {
+    let mut long = review("rover/a", "aaaa", ReviewVerdict::Changes);
+    let finding = long.findings[0].clone();
+    long.findings = (0..25)
+        .map(|_| crate::agents::ReviewFinding {
+            what: format!("line one\nline two {}", "x".repeat(5000)),
+            ..finding.clone()
+        })
+        .collect();
+    long.summary = format!("first\n{}", "y".repeat(5000));
+    let text = long.findings_text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), crate::steps::meta::MAX_FINDINGS_HANDED + 1);
+    assert_eq!(lines.last().unwrap(), &"- ... and 5 more findings");
+    assert!(
+        lines[0].starts_with("- src/main.rs:12: line one line two xxx"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[0].chars().count() < 3 * crate::steps::meta::MAX_FIELD_CHARS,
+        "{}",
+        lines[0].len()
+    );
+    let summary = long.summary_line();
+    assert!(
+        summary.starts_with("first y") && summary.ends_with('…'),
+        "{summary}"
+    );
+    assert_eq!(
+        summary.chars().count(),
+        crate::steps::meta::MAX_FIELD_CHARS + 1
+    );
+}
