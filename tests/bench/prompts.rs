@@ -75,20 +75,7 @@ pub fn run() {
         AgentStep::Notify,
         AgentStep::Summarize,
     ] {
-        let vars: PromptVars = placeholders(step)
-            .into_iter()
-            .map(|name| (name.clone(), format!("(the {name} of a typical event)")))
-            .collect();
-        let mut req = step_request(
-            &settings,
-            step,
-            &cwd,
-            &vars,
-            false,
-            &CustomInstructions::default(),
-        )
-        .unwrap();
-        req.schema = Some(rover::agents::step_schema(step));
+        let req = typical_request(&settings, step, &cwd, "event");
         let mark = api.requests().len();
         let _ = rt.block_on(agent.run(req.clone()));
         let now = first_model_request(mark);
@@ -134,20 +121,7 @@ pub fn run() {
     // (every editing tool, Claude Code's coding prompt with rover's appended) and the
     // self-review beside it (read-only tools, only them).
     for step in [AgentStep::Workflow, AgentStep::Review] {
-        let vars: PromptVars = placeholders(step)
-            .into_iter()
-            .map(|name| (name.clone(), format!("(the {name} of a typical task)")))
-            .collect();
-        let mut req = step_request(
-            &settings,
-            step,
-            &cwd,
-            &vars,
-            false,
-            &CustomInstructions::default(),
-        )
-        .unwrap();
-        req.schema = Some(rover::agents::step_schema(step));
+        let req = typical_request(&settings, step, &cwd, "task");
         let argv = rover::agents::sandbox_argv(rover::agents::AgentKind::Claude, &req, None);
         let mark = api.requests().len();
         let _ = Command::new(&claude)
@@ -168,4 +142,29 @@ pub fn run() {
             }
         );
     }
+}
+
+/// `step`'s request as rover makes it, every placeholder filled with a stand-in (`the <name>
+/// of a typical <of>`), and its answer's schema.
+fn typical_request(
+    settings: &AgentSettings,
+    step: AgentStep,
+    cwd: &std::path::Path,
+    of: &str,
+) -> rover::agents::AgentRequest {
+    let vars: PromptVars = placeholders(step)
+        .into_iter()
+        .map(|name| (name.clone(), format!("(the {name} of a typical {of})")))
+        .collect();
+    let mut req = step_request(
+        settings,
+        step,
+        cwd,
+        &vars,
+        false,
+        &CustomInstructions::default(),
+    )
+    .unwrap();
+    req.schema = Some(rover::agents::step_schema(step));
+    req
 }

@@ -712,25 +712,28 @@ fn script_the_fix(s: &mut Scenario) {
     );
 }
 
-/// Issue 30 in `dev` with `onRedMain: "fix"`, CI answering `ci` on the new commits in turn,
-/// run until settled: the scenario and its two traces (the issue's, rover's fix).
-async fn fixed(ci: &[&str]) -> (Scenario, Vec<TraceView>) {
+/// Issue 30 in `dev` with `onRedMain` = `how` (`fix`: rover's fix scripted), CI answering `ci`
+/// on the new commits in turn, run until settled: the scenario and its two traces (the
+/// issue's, rover's fix or revert).
+async fn red_main(how: &str, ci: &[&str]) -> (Scenario, Vec<TraceView>) {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     lifecycle(&mut s, "dev");
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"onRedMain": "fix"}}}),
+        &json!({"autopilot": {"lifecycle": {"onRedMain": how}}}),
     );
     s.github.ci_on_new_commits(ci);
     csv_issue(&mut s, 30);
-    script_the_fix(&mut s);
+    if how == "fix" {
+        script_the_fix(&mut s);
+    }
     s.run_until_settled(24).await;
     let traces = s.traces();
     assert_eq!(
         traces.len(),
         2,
-        "the issue's and rover's fix: {:?}",
+        "the issue's and rover's {how}: {:?}",
         traces.iter().map(chain).collect::<Vec<_>>()
     );
     (s, traces)
@@ -747,7 +750,7 @@ fn after_merge_look(trace: &TraceView) -> &rover::store::Span {
 #[tokio::test]
 async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_turn() {
     // The issue's pull request green, its merge red on main; the fix green, its merge green.
-    let (s, traces) = fixed(&["success", "failure", "success", "success"]).await;
+    let (s, traces) = red_main("fix", &["success", "failure", "success", "success"]).await;
     let (origin, fix) = (&traces[0], &traces[1]);
     let look = after_merge_look(origin);
     assert_eq!(look.meta["decision"], "flag");
@@ -810,7 +813,7 @@ async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_
 #[tokio::test]
 async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
     // The fix's merge leaves main red again: no fix of the fix.
-    let (s, traces) = fixed(&["success", "failure", "success", "failure"]).await;
+    let (s, traces) = red_main("fix", &["success", "failure", "success", "failure"]).await;
     let fix = &traces[1];
     let look = after_merge_look(fix);
     assert_eq!(look.meta["decision"], "flag");
@@ -834,33 +837,10 @@ async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
     );
 }
 
-/// Issue 30 in `dev` with `onRedMain: "revert"`, CI answering `ci` on the new commits in turn,
-/// run until settled: the scenario and its two traces (the issue's, rover's revert).
-async fn reverted(ci: &[&str]) -> (Scenario, Vec<TraceView>) {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"onRedMain": "revert"}}}),
-    );
-    s.github.ci_on_new_commits(ci);
-    csv_issue(&mut s, 30);
-    s.run_until_settled(24).await;
-    let traces = s.traces();
-    assert_eq!(
-        traces.len(),
-        2,
-        "the issue's and rover's revert: {:?}",
-        traces.iter().map(chain).collect::<Vec<_>>()
-    );
-    (s, traces)
-}
-
 #[tokio::test]
 async fn a_red_main_after_rovers_merge_is_reverted_in_a_pull_request_merged_in_turn() {
     // The issue's pull request green, its merge red on main; the revert green, its merge green.
-    let (s, traces) = reverted(&["success", "failure", "success", "success"]).await;
+    let (s, traces) = red_main("revert", &["success", "failure", "success", "success"]).await;
     let (origin, revert) = (&traces[0], &traces[1]);
     let look = after_merge_look(origin);
     assert_eq!(look.meta["decision"], "flag");
@@ -933,7 +913,7 @@ async fn a_red_main_after_rovers_merge_is_reverted_in_a_pull_request_merged_in_t
 
 #[tokio::test]
 async fn a_revert_that_leaves_main_red_again_is_answered_not_reverted_again() {
-    let (s, traces) = reverted(&["success", "failure", "success", "failure"]).await;
+    let (s, traces) = red_main("revert", &["success", "failure", "success", "failure"]).await;
     let revert = &traces[1];
     let look = after_merge_look(revert);
     assert_eq!(look.meta["decision"], "flag");
