@@ -1005,8 +1005,14 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
     lifecycle(&mut s, "dev");
     merge(
         &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"release": {"tag": "v{major}.{minor}.{patch}"}}}}),
+        &json!({"autopilot": {
+            "lifecycle": {"release": {"tag": "v{major}.{minor}.{patch}"}},
+            "pipeline": {"selfReview": true}
+        }}),
     );
+    // The reviewer approves in its container, before the push.
+    s.rules.push(json!({"prompt_contains": "## Change under review: Add the csv flag",
+        "structured": {"verdict": "approve", "summary": "The flag is there.", "findings": []}}));
     csv_issue(&mut s, 30);
     s.run_daemon_until_settled(std::time::Duration::from_secs(240), || {})
         .await;
@@ -1021,6 +1027,7 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
         "workflow",
         "commit",
         "resolve",
+        "review",
         "push",
         "coordinate",
         "merge",
@@ -1030,7 +1037,16 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
     ] {
         assert!(order.any(|st| st == want), "`{want}` in order in {steps:?}");
     }
+    let review = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "review")
+        .expect("a review span");
+    assert_eq!(review.meta["reviews"][0]["verdict"], "approve", "{:?}", review.meta);
     let (number, _, _, merge_commit) = s.github.merges()[0].clone();
+    let pulls = s.github.pulls();
+    let pr_body = &pulls.iter().find(|p| p.0 == number).expect("the merged pull").3;
+    assert!(pr_body.contains("## Self-review"), "{pr_body}");
     let releases = s.github.releases();
     assert_eq!(releases.len(), 1, "{releases:?}");
     assert_eq!(releases[0].0, "v0.0.1");
