@@ -142,6 +142,46 @@ impl Workspace {
         .await
     }
 
+    /// The paths that conflict when `theirs` is merged into `ours` (any revision names),
+    /// computed in memory by libgit2: nothing is checked out, no merge driver, filter or hook
+    /// runs. Sorted; empty when the merge is clean; `None` when either commit is missing.
+    pub async fn conflicting_paths(
+        &self,
+        ours: &str,
+        theirs: &str,
+    ) -> Result<Option<Vec<String>>, GitError> {
+        let repo_path = self.repo_path().to_path_buf();
+        let (ours, theirs) = (ours.to_owned(), theirs.to_owned());
+        blocking(move || {
+            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
+            let find = |name: &str| {
+                repo.revparse_single(name)
+                    .and_then(|o| o.peel_to_commit())
+                    .ok()
+            };
+            let (Some(ours), Some(theirs)) = (find(&ours), find(&theirs)) else {
+                return Ok(None);
+            };
+            let index = repo
+                .merge_commits(&ours, &theirs, None)
+                .map_err(GitError::git2("merge the commits in memory", &repo_path))?;
+            if !index.has_conflicts() {
+                return Ok(Some(Vec::new()));
+            }
+            let mut files: Vec<String> = index
+                .conflicts()
+                .map_err(GitError::git2("list the merge's conflicts", &repo_path))?
+                .filter_map(Result::ok)
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            files.sort();
+            files.dedup();
+            Ok(Some(files))
+        })
+        .await?
+    }
+
     /// `read` of the tree diff `head` brings over its merge base with `base`; `None` when
     /// either commit is missing from the checkout.
     async fn over_fork<T: Send + 'static>(

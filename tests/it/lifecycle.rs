@@ -9,6 +9,7 @@
 use serde_json::{json, Value};
 
 use crate::support::fake_github::BOT;
+use crate::support::gitrepo::git;
 use crate::support::pipeline::first_span;
 use crate::support::scenario::{chain, csv_issue, merge, one_task_issue, Scenario, NOTIFY};
 use rover::store::TraceView;
@@ -995,6 +996,94 @@ async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new
     );
 }
 
+/// A branch behind its base that conflicts with it: GitHub cannot bring it up to date, so the
+/// merge hands the conflict (the files named by rover's own in-memory merge) to the resolver,
+/// which iterates on the task: rover merges the base into its worktree, the agent resolves the
+/// markers, the commit records the merge, the push goes on top (never forced), and the new
+/// head is merged after its checks.
+#[tokio::test]
+async fn a_branch_that_conflicts_with_its_moved_base_goes_to_the_resolver_and_is_merged_once_resolved(
+) {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "stage");
+    s.github.require_up_to_date();
+    s.github.refuse_next_merge("Waiting on code owner review");
+    csv_issue(&mut s, 30);
+    // Ahead of the issue's own script (first match wins): the resolver iterates on the
+    // conflict, the iteration keeps both sides, and the resolver pushes what it committed.
+    for rule in [
+        json!({"prompt_contains": "Resolve every conflict marker", "write": {"csv.txt": "Add the csv flag\ntheirs --csv\n"},
+            "structured": {"status": "completed", "summary": "kept both sides of csv.txt", "files_changed": ["csv.txt"]}}),
+        json!({"prompt_contains": "kept both sides", "structured": crate::support::scenario::resolve("push", json!({}))}),
+        json!({"prompt_contains": "merge conflict", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "Keep both."}))}),
+    ]
+    .into_iter()
+    .rev()
+    {
+        s.rules.insert(0, rule);
+    }
+    until_merge(&s, "waiting", 12).await;
+    let number = s.github.pulls()[0].0;
+    let passed = s.github.head_of(number);
+    let clone = s.clone_as("person", "Pat", "pat@example.com");
+    std::fs::write(clone.join("csv.txt"), "theirs --csv\n").unwrap();
+    git(&clone, &["add", "csv.txt"]);
+    git(&clone, &["commit", "-m", "theirs"]);
+    git(&clone, &["push", "origin", "HEAD:main"]);
+
+    look_now(&s);
+    let trace = until_merge(&s, "merged", 12).await;
+    let outcomes: Vec<Value> = merge_spans(&trace)
+        .iter()
+        .map(|m| m["mergeOutcome"].clone())
+        .collect();
+    assert_eq!(
+        outcomes,
+        [json!("waiting"), json!("conflict"), json!("merged")],
+        "{:?}",
+        chain(&trace)
+    );
+    let conflict = merge_spans(&trace)[1].clone();
+    assert_eq!(
+        conflict["conflict"],
+        json!({"sourceBranch": conflict["conflict"]["sourceBranch"], "target": "origin/main", "files": ["csv.txt"], "base": true}),
+        "{conflict:#?}"
+    );
+    assert!(
+        conflict["reason"].as_str().unwrap().contains(
+            "conflicts with it (GitHub's update-branch: merge conflict between base and head)"
+        ),
+        "{conflict:#?}"
+    );
+    let resolve = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "resolve" && sp.meta.get("conflict").is_some())
+        .expect("the resolver decided on the conflict");
+    assert_eq!(resolve.meta["decision"], "iterate", "{:?}", resolve.meta);
+    let iteration = trace
+        .actions
+        .iter()
+        .find(|a| a.action.as_str() == "workflow" && a.meta.get("mergeFrom").is_some())
+        .expect("an iteration that merges the base in");
+    assert_eq!(iteration.meta["mergeFrom"], "refs/remotes/origin/main");
+    let merges = s.github.merges();
+    assert_eq!(merges.len(), 1, "{merges:?}");
+    let merged_head = &merges[0].2;
+    assert_ne!(merged_head, &passed);
+    // The old head is in the new one's history: pushed on top, never forced.
+    git(
+        &s.origin,
+        &["merge-base", "--is-ancestor", &passed, merged_head],
+    );
+    let parents = git(&s.origin, &["log", "-1", "--format=%P", merged_head]);
+    assert_eq!(parents.split(' ').count(), 2, "a merge commit: {parents}");
+    let shipped = git(&s.origin, &["show", "main:csv.txt"]);
+    assert_eq!(shipped, "Add the csv flag\ntheirs --csv");
+    assert!(!shipped.contains("<<<<<<<"));
+}
+
 /// The whole lifecycle as a service runs it: `rover autopilot start` (not `--once`) takes the
 /// issue to a plan, a workflow in a container, a commit, a push, a green pull request, the merge,
 /// a green look at main and the release, each a span of the one trace, each answer on the thread.
@@ -1011,8 +1100,10 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
         }}),
     );
     // The reviewer approves in its container, before the push.
-    s.rules.push(json!({"prompt_contains": "## Change under review: Add the csv flag",
-        "structured": {"verdict": "approve", "summary": "The flag is there.", "findings": []}}));
+    s.rules.push(
+        json!({"prompt_contains": "## Change under review: Add the csv flag",
+        "structured": {"verdict": "approve", "summary": "The flag is there.", "findings": []}}),
+    );
     csv_issue(&mut s, 30);
     s.run_daemon_until_settled(std::time::Duration::from_secs(240), || {})
         .await;
@@ -1042,10 +1133,18 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
         .iter()
         .find(|sp| sp.step.as_str() == "review")
         .expect("a review span");
-    assert_eq!(review.meta["reviews"][0]["verdict"], "approve", "{:?}", review.meta);
+    assert_eq!(
+        review.meta["reviews"][0]["verdict"], "approve",
+        "{:?}",
+        review.meta
+    );
     let (number, _, _, merge_commit) = s.github.merges()[0].clone();
     let pulls = s.github.pulls();
-    let pr_body = &pulls.iter().find(|p| p.0 == number).expect("the merged pull").3;
+    let pr_body = &pulls
+        .iter()
+        .find(|p| p.0 == number)
+        .expect("the merged pull")
+        .3;
     assert!(pr_body.contains("## Self-review"), "{pr_body}");
     let releases = s.github.releases();
     assert_eq!(releases.len(), 1, "{releases:?}");

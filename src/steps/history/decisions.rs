@@ -4,9 +4,7 @@
 
 use uuid::Uuid;
 
-use crate::steps::meta::{
-    ConflictSpanMeta, Decision, DecisionSpanMeta, SecretsSpanMeta, WAIT_PREFIX,
-};
+use crate::steps::meta::{Decision, DecisionSpanMeta, SecretsSpanMeta, WAIT_PREFIX};
 use crate::store::{Span, SpanStatus, StepKind, TraceView};
 
 /// What `span` decided, if it is a deciding span that says.
@@ -74,7 +72,7 @@ pub fn recorded_waits(view: &TraceView) -> Vec<(chrono::DateTime<chrono::Utc>, S
 }
 
 /// A resolve of the trace (not `current`) that decided after the last commit finished, after
-/// the last red CI of a pushed pull request, after a consolidation conflict, after a push
+/// the last red CI of a pushed pull request, after a consolidation conflict or a conflict with the base, after a push
 /// refused for secrets, or after a self-review that did not approve (each calls for a new
 /// decision): the current resolve is superseded by it.
 pub fn superseding_resolve(view: &TraceView, current: Uuid) -> Option<Uuid> {
@@ -84,7 +82,7 @@ pub fn superseding_resolve(view: &TraceView, current: Uuid) -> Option<Uuid> {
         .filter(|s| {
             (s.step == StepKind::Commit && s.status.is_final())
                 || DecisionSpanMeta::is_red_ci(s)
-                || (s.step == StepKind::Push && ConflictSpanMeta::of(s).is_some())
+                || super::failures::is_conflict(s)
                 || (s.step == StepKind::Push && SecretsSpanMeta::of(s).is_some())
                 || (s.step == StepKind::Review && s.status.is_final())
         })

@@ -114,8 +114,14 @@ pub fn refused_for_secrets(view: &TraceView) -> Option<(&Span, String, SecretsFo
     Some((push, branch, found))
 }
 
+/// Whether `span` is a push that could not consolidate the task branches, or a merge whose
+/// branch conflicts with the base that moved on (both record a [`PushConflict`]).
+pub fn is_conflict(span: &Span) -> bool {
+    matches!(span.step, StepKind::Push | StepKind::Merge) && ConflictSpanMeta::of(span).is_some()
+}
+
 /// The conflict of the trace's latest failure, when that failure is a push that could not
-/// consolidate the task branches.
+/// consolidate the task branches or a merge that conflicts with its base.
 pub fn latest_conflict(view: &TraceView) -> Option<PushConflict> {
     let latest = failed_runs(view).max_by_key(|s| s.completed.unwrap_or(s.timestamp))?;
     ConflictSpanMeta::of(latest)
@@ -130,7 +136,7 @@ pub fn conflict_unchanged(view: &TraceView) -> bool {
     let conflict_at = view
         .spans
         .iter()
-        .filter(|s| s.step == StepKind::Push && ConflictSpanMeta::of(s).is_some())
+        .filter(|s| is_conflict(s))
         .filter_map(|s| s.completed)
         .max();
     !view.spans.iter().any(|s| {
@@ -320,6 +326,7 @@ mod tests {
                 source_branch: "rover/b".into(),
                 target: "rover/a".into(),
                 files: vec!["src/lib.rs".into()],
+                base: false,
             }),
             ..PushSpanMeta::default()
         });
@@ -335,5 +342,38 @@ mod tests {
         // A later failure that is no conflict: the conflict is no longer the latest failure.
         b.bare(StepKind::Workflow, SpanStatus::Failed);
         assert!(latest_conflict(&b.view).is_none());
+    }
+
+    #[test]
+    fn a_merge_that_conflicts_with_its_base_is_the_latest_conflict_until_a_commit() {
+        let mut b = Builder::new();
+        let conflict = PushConflict {
+            source_branch: "rover/a".into(),
+            target: "origin/main".into(),
+            files: vec!["csv.txt".into()],
+            base: true,
+        };
+        let merge = crate::store::to_meta(&crate::steps::meta::MergeSpanMeta {
+            conflict: Some(conflict.clone()),
+            ..Default::default()
+        });
+        b.span(StepKind::Merge, SpanStatus::Failed, Meta::new(), merge);
+        assert_eq!(latest_conflict(&b.view), Some(conflict.clone()));
+        assert!(conflict_unchanged(&b.view));
+        // A resolve span that repeats the conflict in its meta is not a conflict itself.
+        let resolve = crate::store::to_meta(&crate::steps::meta::ResolveSpanMeta {
+            conflict: Some(conflict),
+            ..Default::default()
+        });
+        b.span(
+            StepKind::Resolve,
+            SpanStatus::Completed,
+            Meta::new(),
+            resolve,
+        );
+        assert_eq!(b.view.spans.iter().filter(|s| is_conflict(s)).count(), 1);
+        let wf = b.bare(StepKind::Workflow, SpanStatus::Completed);
+        b.commit(wf, SpanStatus::Completed);
+        assert!(!conflict_unchanged(&b.view));
     }
 }

@@ -347,15 +347,26 @@ impl MergeStep {
                 )))
             }
             Err(e) if e.is_retryable() => Err(gh_error("bringing the branch up to date", &e)),
-            Err(GitHubError::Status {
-                status: 422,
-                message,
-                ..
-            }) if !message.to_ascii_lowercase().contains("conflict") => {
-                // Nothing to bring (GitHub's state was stale), or the head moved: the refusal
-                // stands and the next look sees.
-                tracing::info!(pr = pr.number, %message, "update-branch had nothing to do");
-                Ok(None)
+            // 422: a conflict with the base goes to the resolver; anything else (nothing to
+            // bring because GitHub's state was stale, or the head moved) leaves the refusal
+            // standing, and the next look sees.
+            Err(GitHubError::Validation {
+                message, errors, ..
+            }) => {
+                let said = std::iter::once(message.as_str())
+                    .chain(errors.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if !said.to_ascii_lowercase().contains("conflict") {
+                    tracing::info!(pr = pr.number, %said, "update-branch had nothing to do");
+                    return Ok(None);
+                }
+                let why = format!(
+                    "GitHub refused the merge (405: {refusal}): the branch is behind `{base}` and conflicts with it (GitHub's update-branch: {said})"
+                );
+                self.base_conflict(meta, &base, &why, record)
+                    .await
+                    .map(Some)
             }
             Err(e) => {
                 let why = format!(
@@ -365,6 +376,83 @@ impl MergeStep {
                 Ok(Some(refused(meta, record, &why)))
             }
         }
+    }
+
+    /// The branch conflicts with its base, which moved on: rover fetches the base, names the
+    /// conflicting files (an in-memory merge of the head that passed with the base: nothing
+    /// runs) and hands the decision to the resolver, as a consolidation conflict of the push
+    /// is. An iterate then merges the base into the task's worktree, the agent resolves the
+    /// markers, and the new head is pushed (never forced) and checked before a merge.
+    async fn base_conflict(
+        &self,
+        meta: &MergeMeta,
+        base: &str,
+        why: &str,
+        record: MergeSpanMeta,
+    ) -> Result<Finished, StepError> {
+        let git_error = |what: &str, e: &crate::git::GitError| {
+            super::tasks::git_error(what, e).detail("prNumber", meta.pr_number)
+        };
+        let ws = super::tasks::workspace(&self.services)
+            .await
+            .map_err(|e| git_error("open the repository", &e))?;
+        let token = self
+            .services
+            .git_token()
+            .await
+            .map_err(|e| StepError::from_error(&e, e.is_retryable()))?;
+        let remote = ws.remote().to_owned();
+        let target = format!("{remote}/{base}");
+        let mut refspecs = vec![format!("+refs/heads/{base}:refs/remotes/{target}")];
+        if ws.commit_id(&meta.sha).await.is_none() {
+            // A head rover does not have (GitHub's own update of the branch): its ref.
+            refspecs.push(format!(
+                "+refs/pull/{}/head:refs/remotes/{remote}/pr/{}",
+                meta.pr_number, meta.pr_number
+            ));
+        }
+        ws.fetch(&refspecs, token.as_deref())
+            .await
+            .map_err(|e| git_error(&format!("fetch `{base}` to name the conflicts"), &e))?;
+        let files = ws
+            .conflicting_paths(&meta.sha, &format!("refs/remotes/{target}"))
+            .await
+            .map_err(|e| git_error("merge the head with its base in memory", &e))?
+            .unwrap_or_default();
+        let conflict = super::meta::PushConflict {
+            source_branch: meta.branch.clone(),
+            target,
+            files,
+            base: true,
+        };
+        let summary = format!(
+            "merge conflict: `{}` conflicts with `{}` in {}",
+            conflict.source_branch,
+            conflict.target,
+            if conflict.files.is_empty() {
+                "files GitHub did not name".to_owned()
+            } else {
+                conflict.files.join(", ")
+            }
+        );
+        let mut finished =
+            Finished::failed(format!("not merged: {summary}")).with_meta_record(&MergeSpanMeta {
+                merge_outcome: Some(MergeOutcome::Conflict),
+                reason: Some(why.to_owned()),
+                conflict: Some(conflict.clone()),
+                ..record
+            });
+        StepError::fatal(why)
+            .detail("prNumber", meta.pr_number)
+            .detail("sha", &meta.sha)
+            .detail("sourceBranch", &conflict.source_branch)
+            .detail("conflicts", &conflict.files)
+            .to_meta()
+            .put_into(&mut finished.meta);
+        Ok(finished.then(
+            NextAction::new(StepKind::Resolve, format!("decide about the {summary}"))
+                .with_meta(&super::meta::ResolveMeta::default()),
+        ))
     }
 
     /// The head is not the one whose checks passed: its checks are followed again (a `merge`

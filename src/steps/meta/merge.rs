@@ -44,6 +44,9 @@ pub enum MergeOutcome {
     /// The branch was behind its base and GitHub was asked to bring it up to date: the new
     /// head's checks come first.
     Updated,
+    /// The branch is behind its base and conflicts with it (GitHub cannot bring it up to
+    /// date): the resolver decides, the conflict recorded as a push's is.
+    Conflict,
     /// Never merged by rover: not its pull request, or GitHub refused for good.
     Refused,
     /// The pull request is no longer open.
@@ -81,6 +84,10 @@ pub struct MergeSpanMeta {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_at: Option<DateTime<Utc>>,
+    /// The conflict with the base that moved on (outcome `conflict`), read back by the
+    /// resolver as a push's consolidation conflict is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<super::PushConflict>,
 }
 
 impl MergeSpanMeta {

@@ -60,6 +60,11 @@ pub struct PushConflict {
     pub target: String,
     #[serde(default)]
     pub files: Vec<String>,
+    /// `target` is the base branch the task's pull request merges into (its remote-tracking
+    /// name, e.g. `origin/main`), which moved on since the push: GitHub could not bring the
+    /// branch up to date. Otherwise `target` is the branch holding the other tasks' work.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub base: bool,
 }
 
 /// The `push` span's meta (its error, if any, is under `error`: `ErrorMeta`).

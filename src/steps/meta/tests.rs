@@ -131,12 +131,31 @@ fn the_push_span_meta_keeps_its_keys_and_a_null_pr_url() {
             source_branch: "rover/b".into(),
             target: "rover/a".into(),
             files: vec!["x.rs".into()],
+            base: false,
         }),
         ..PushSpanMeta::default()
     };
     let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&conflict));
     assert_eq!(span.meta["conflict"]["sourceBranch"], "rover/b");
+    assert!(
+        span.meta["conflict"].get("base").is_none(),
+        "written only when true"
+    );
     assert_eq!(ConflictSpanMeta::of(&span), conflict.conflict);
+    // A merge's conflict with its base reads back the same way.
+    let merge = crate::steps::meta::MergeSpanMeta {
+        merge_outcome: Some(crate::steps::meta::MergeOutcome::Conflict),
+        conflict: Some(PushConflict {
+            source_branch: "rover/a".into(),
+            target: "origin/main".into(),
+            files: vec!["x.rs".into()],
+            base: true,
+        }),
+        ..Default::default()
+    };
+    let span = Span::root(Uuid::nil(), chrono::Utc::now(), to_meta(&merge));
+    assert_eq!(span.meta["mergeOutcome"], "conflict");
+    assert_eq!(ConflictSpanMeta::of(&span), merge.conflict);
 }
 
 #[test]

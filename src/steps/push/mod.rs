@@ -454,6 +454,7 @@ impl PushStep {
                                 source_branch,
                                 target,
                                 files,
+                                base: false,
                             },
                             error,
                         })),

@@ -120,9 +120,14 @@ pub(super) fn iterate_on_conflict(
     if !instructions.is_empty() {
         instructions.push_str("\n\n");
     }
+    let holds = if conflict.base {
+        "the base branch its pull request merges into, which moved on since the push"
+    } else {
+        "which holds the other tasks' work"
+    };
     let _ = write!(
         instructions,
-        "This task's branch `{}` conflicts with `{}`, which holds the other tasks' work. rover has merged `{}` into this worktree; the conflicting files are: {}. Resolve every conflict marker so that both changes are kept, and make sure the result still does what this task asks.",
+        "This task's branch `{}` conflicts with `{}`, {holds}. rover has merged `{}` into this worktree; the conflicting files are: {}. Resolve every conflict marker so that both changes are kept, and make sure the result still does what this task asks.",
         conflict.source_branch,
         conflict.target,
         conflict.target,
@@ -133,7 +138,13 @@ pub(super) fn iterate_on_conflict(
         iterate_on: Some(id),
         branch: Some(conflict.source_branch.clone()),
         instructions: Some(instructions),
-        merge_from: Some(conflict.target.clone()),
+        // The base by its remote-tracking ref (the merge step fetched it); another task's
+        // branch by its local name.
+        merge_from: Some(if conflict.base {
+            format!("refs/remotes/{}", conflict.target)
+        } else {
+            conflict.target.clone()
+        }),
         revert: None,
         ..original
     };
