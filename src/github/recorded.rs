@@ -1,6 +1,7 @@
 //! The GitHub client as the daemon's steps use it: every read a step run makes is noted for
-//! replay (`store::replay_record`) with its answer; outside a step run, and for writes, it only
-//! passes the call on. [`error_of_record`] turns a recorded failure back into the error.
+//! replay (`store::replay_record`) with its answer, and so is GitHub's answer to the writes a
+//! step decides by (a merge, an update of a branch, a release); outside a step run, and for the
+//! other writes, it only passes the call on. [`error_of_record`] turns a recorded failure back into the error.
 
 use std::sync::Arc;
 
@@ -35,13 +36,35 @@ impl RecordingGitHub {
     }
 }
 
+/// The key a deciding write's answer is recorded under: the pull request and the head it was
+/// asked for, so a replay that would merge another head is not served the recorded answer.
+pub fn write_key(number: u64, sha: &str) -> String {
+    format!("{number}@{sha}")
+}
+
 /// A failed read as the record keeps it.
 pub fn record_of_error(e: &GitHubError) -> RecordedError {
+    let (status, said) = match e {
+        GitHubError::Status {
+            status, message, ..
+        } => (Some(*status), vec![message.clone()]),
+        GitHubError::Validation {
+            message, errors, ..
+        } => (
+            Some(422),
+            std::iter::once(message.clone())
+                .chain(errors.iter().cloned())
+                .collect(),
+        ),
+        _ => (None, Vec::new()),
+    };
     RecordedError {
         message: e.to_string(),
         not_found: matches!(e, GitHubError::NotFound { .. }),
         retryable: e.is_retryable(),
         retry_at: e.retry_at(),
+        status,
+        said,
     }
 }
 
@@ -55,6 +78,18 @@ pub fn error_of_record(call: &str, e: &RecordedError) -> GitHubError {
     } else if e.not_found {
         GitHubError::NotFound {
             what: format!("{call} (recorded: {})", e.message),
+        }
+    } else if let (Some(422), Some((message, errors))) = (e.status, e.said.split_first()) {
+        GitHubError::Validation {
+            what: format!("{call} (recorded)"),
+            message: message.clone(),
+            errors: errors.to_vec(),
+        }
+    } else if let (Some(status), false) = (e.status, e.retryable) {
+        GitHubError::Status {
+            what: format!("{call} (recorded)"),
+            status,
+            message: e.said.first().cloned().unwrap_or_else(|| e.message.clone()),
         }
     } else if e.retryable {
         GitHubError::Server {
@@ -97,8 +132,7 @@ fn note_with<T: Serialize>(
             .ok_or_else(|| RecordedError {
                 message: "the answer could not be recorded".to_owned(),
                 not_found: false,
-                retryable: false,
-                retry_at: None,
+                ..RecordedError::default()
             }),
         Err(e) => {
             let mut error = record_of_error(e);
@@ -178,16 +212,25 @@ impl GitHub for RecordingGitHub {
         number: u64,
         merge: &MergeRequest,
     ) -> Result<Merged, GitHubError> {
-        self.inner.merge_pull_request(number, merge).await
+        let r = self.inner.merge_pull_request(number, merge).await;
+        self.note("merge_pull_request", &write_key(number, &merge.sha), &r);
+        r
     }
     async fn update_pull_request_branch(
         &self,
         number: u64,
         expected_head_sha: &str,
     ) -> Result<String, GitHubError> {
-        self.inner
+        let r = self
+            .inner
             .update_pull_request_branch(number, expected_head_sha)
-            .await
+            .await;
+        self.note(
+            "update_pull_request_branch",
+            &write_key(number, expected_head_sha),
+            &r,
+        );
+        r
     }
     async fn list_releases(&self) -> Result<Vec<crate::github::Release>, GitHubError> {
         let r = self.inner.list_releases().await;
@@ -198,7 +241,9 @@ impl GitHub for RecordingGitHub {
         &self,
         new: &crate::github::NewRelease,
     ) -> Result<crate::github::Release, GitHubError> {
-        self.inner.create_release(new).await
+        let r = self.inner.create_release(new).await;
+        self.note("create_release", &new.tag_name, &r);
+        r
     }
     async fn merged_pull_requests(
         &self,
@@ -263,5 +308,70 @@ impl GitHub for RecordingGitHub {
         etag: Option<&str>,
     ) -> Result<ReactionsFetch, GitHubError> {
         self.inner.reactions(target, content, etag).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_refusal_comes_back_with_its_status_and_githubs_words() {
+        let refusals = [
+            GitHubError::Status {
+                what: "merge".into(),
+                status: 405,
+                message: "Head branch is out of date".into(),
+            },
+            GitHubError::Status {
+                what: "merge".into(),
+                status: 409,
+                message: "Head branch was modified".into(),
+            },
+            GitHubError::Validation {
+                what: "update-branch".into(),
+                message: "merge conflict between base and head".into(),
+                errors: vec!["one more".into()],
+            },
+        ];
+        for refusal in refusals {
+            let back = error_of_record("merge_pull_request", &record_of_error(&refusal));
+            match (&refusal, &back) {
+                (
+                    GitHubError::Status {
+                        status: a,
+                        message: m,
+                        ..
+                    },
+                    GitHubError::Status {
+                        status: b,
+                        message: n,
+                        ..
+                    },
+                ) => assert_eq!((a, m), (b, n)),
+                (
+                    GitHubError::Validation {
+                        message: m,
+                        errors: e,
+                        ..
+                    },
+                    GitHubError::Validation {
+                        message: n,
+                        errors: f,
+                        ..
+                    },
+                ) => assert_eq!((m, e), (n, f)),
+                _ => panic!("{refusal:?} came back as {back:?}"),
+            }
+        }
+        // A record of an older rover (no status): a plain non-retryable error, as before.
+        let old = RecordedError {
+            message: "gone".into(),
+            ..RecordedError::default()
+        };
+        assert!(matches!(
+            error_of_record("x", &old),
+            GitHubError::Status { status: 0, .. }
+        ));
     }
 }

@@ -1,12 +1,12 @@
 //! What a replay compares of one step run: how it ended (status), what it decided (the span's
-//! `decision`), and the actions it handed on, each as its step with the key fields of its meta
+//! `decision`, or a merge's or a release's outcome), and the actions it handed on, each as its step with the key fields of its meta
 //! ([`KEY_FIELDS`]). Free text (summaries, reasons, reasoning) and ids and times (they differ by
 //! construction in a replay) are not compared.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::steps::meta::{Decision, DecisionSpanMeta};
+use crate::steps::meta::{lifecycle_outcome, Decision, DecisionSpanMeta};
 use crate::store::{Action, Meta, RunSpanMeta, Span, SpanStatus, StepKind};
 
 /// The action meta keys compared: the notify's purpose, the workflow's type, the branch and task
@@ -35,6 +35,10 @@ pub struct StepDecision {
     /// An error the orchestrator retries: the action stays queued for another run.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub retried: bool,
+    /// What a step that decides without a `decision` did (a merge, a release): `merged`,
+    /// `waiting`, `released v1.2.3`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
 impl StepDecision {
@@ -45,6 +49,7 @@ impl StepDecision {
             decision: DecisionSpanMeta::of(span).decision,
             next: actions.map(|a| next_label(&a.action, &a.meta)).collect(),
             retried: RunSpanMeta::of(span).retry_at.is_some(),
+            outcome: lifecycle_outcome(&span.meta),
         }
     }
 
@@ -61,6 +66,7 @@ impl StepDecision {
                 .decision,
             next: actions.map(|(kind, meta)| next_label(kind, meta)).collect(),
             retried: false,
+            outcome: lifecycle_outcome(meta),
         }
     }
 
@@ -70,6 +76,10 @@ impl StepDecision {
         if let Some(d) = &self.decision {
             out.push_str(", decided ");
             out.push_str(d.as_str());
+        }
+        if let Some(outcome) = &self.outcome {
+            out.push_str(", ");
+            out.push_str(outcome);
         }
         if self.retried {
             out.push_str(" → retried later");
@@ -120,6 +130,14 @@ pub fn differences(recorded: &StepDecision, replayed: &StepDecision) -> Vec<Stri
             "decision: recorded {}, now {}",
             show(&recorded.decision),
             show(&replayed.decision)
+        ));
+    }
+    if recorded.outcome != replayed.outcome {
+        let show = |o: &Option<String>| o.clone().unwrap_or_else(|| "(none)".to_owned());
+        out.push(format!(
+            "outcome: recorded {}, now {}",
+            show(&recorded.outcome),
+            show(&replayed.outcome)
         ));
     }
     if recorded.retried != replayed.retried {

@@ -270,7 +270,8 @@ async fn run_step(
         return Err(format!("{} is not a deciding step", span.step));
     };
     let ctx = StepContext::standalone(world.store.clone());
-    let outcome = step.process(&ctx, &world.run).await;
+    let outcome =
+        crate::store::replay_record::serving(record.clone(), step.process(&ctx, &world.run)).await;
     let mut notes = Vec::new();
     let replayed = match outcome {
         Ok(Outcome::Finished(f)) => StepDecision::replayed(

@@ -1,5 +1,6 @@
 //! The world a replayed step sees: a GitHub client that serves the reads the original run
-//! recorded and refuses everything else (writes included), and an agent that serves the
+//! recorded, and GitHub's recorded answers to the writes a step decides by (a merge, an update
+//! of a branch, a release) without sending them, and refuses everything else, and an agent that serves the
 //! original run's answer without a model call, noting whether the prompt it is given is the
 //! one that answer was for.
 
@@ -12,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::agents::{Agent, AgentError, AgentKind, AgentRequest, AgentResponse};
 use crate::github::api::{ListedComment, ListedIssue, ListedReviewComment};
-use crate::github::recorded::error_of_record;
+use crate::github::recorded::{error_of_record, write_key};
 use crate::github::{
     CiStatus, Comment, EventsFetch, GitHub, GitHubError, Issue, NewPullRequest, Permission, Posted,
     PullRequest, ReactionTarget, ReactionsFetch, RepoRef, Review, ReviewComment, ReviewEvent,
@@ -56,6 +57,16 @@ impl ReplayGitHub {
             what: "replay".to_owned(),
             detail: format!("{what}: not in the trace's record, and a replay never calls GitHub"),
         })
+    }
+
+    /// GitHub's recorded answer to a write a step decides by (a merge, an update of a branch,
+    /// a release), asked with the same key: nothing is sent. Not recorded (another head,
+    /// another tag): refused.
+    fn serve_write<T: DeserializeOwned>(&self, call: &str, key: &str) -> Result<T, GitHubError> {
+        if !self.reads.iter().any(|r| r.call == call && r.key == key) {
+            return self.refuse(&format!("the write {call}({key})"));
+        }
+        self.serve(call, key)
     }
 
     fn serve<T: DeserializeOwned>(&self, call: &str, key: &str) -> Result<T, GitHubError> {
@@ -144,16 +155,19 @@ impl GitHub for ReplayGitHub {
     async fn merge_pull_request(
         &self,
         number: u64,
-        _: &crate::github::MergeRequest,
+        request: &crate::github::MergeRequest,
     ) -> Result<crate::github::Merged, GitHubError> {
-        self.refuse(&format!("the write merge_pull_request({number})"))
+        self.serve_write("merge_pull_request", &write_key(number, &request.sha))
     }
     async fn update_pull_request_branch(
         &self,
         number: u64,
-        _: &str,
+        expected_head_sha: &str,
     ) -> Result<String, GitHubError> {
-        self.refuse(&format!("the write update_pull_request_branch({number})"))
+        self.serve_write(
+            "update_pull_request_branch",
+            &write_key(number, expected_head_sha),
+        )
     }
     async fn list_releases(&self) -> Result<Vec<crate::github::Release>, GitHubError> {
         self.serve("list_releases", "")
@@ -162,7 +176,7 @@ impl GitHub for ReplayGitHub {
         &self,
         new: &crate::github::NewRelease,
     ) -> Result<crate::github::Release, GitHubError> {
-        self.refuse(&format!("the write create_release({})", new.tag_name))
+        self.serve_write("create_release", &new.tag_name)
     }
     async fn merged_pull_requests(
         &self,

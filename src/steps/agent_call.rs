@@ -154,7 +154,7 @@ pub(crate) async fn ask<T: StepResult + 'static>(
                 message: redactor.redact_held(&crate::error::error_chain(e)),
                 not_found: false,
                 retryable: e.is_retryable(),
-                retry_at: None,
+                ..crate::store::replay_record::RecordedError::default()
             }),
         };
         crate::store::replay_record::note_answer(step.name(), &system, &prompt, recorded);

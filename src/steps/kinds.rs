@@ -100,10 +100,23 @@ const TABLE: [(StepKind, StepTraits); 12] = [
             ..STEP
         },
     ),
-    // No agent: the merge rules decide (`steps::merge::rules`).
-    (StepKind::Merge, STEP),
+    // No agent: the merge rules decide (`steps::merge::rules`) from GitHub's answers, the
+    // clock and the store's recent merges, all in the replay record.
+    (
+        StepKind::Merge,
+        StepTraits {
+            always_recorded: true,
+            ..STEP
+        },
+    ),
     // No agent: the tag and the notes come from GitHub's lists (`steps::release`).
-    (StepKind::Release, STEP),
+    (
+        StepKind::Release,
+        StepTraits {
+            always_recorded: true,
+            ..STEP
+        },
+    ),
     (
         StepKind::Notify,
         StepTraits {

@@ -136,6 +136,8 @@ pub fn deciding_step(step: &StepKind, services: Arc<Services>) -> Option<Arc<dyn
         StepKind::Coordinate => Arc::new(CoordinateStep::new(services)),
         StepKind::Plan => Arc::new(PlanStep::new(services)),
         StepKind::Resolve => Arc::new(ResolveStep::new(services)),
+        StepKind::Merge => Arc::new(MergeStep::new(services)),
+        StepKind::Release => Arc::new(ReleaseStep::new(services)),
         _ => return None,
     })
 }

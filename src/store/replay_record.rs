@@ -51,6 +51,11 @@ pub struct ReplayRecord {
     /// Agent answers in the order they came.
     #[serde(default)]
     pub answers: Vec<RecordedAnswer>,
+    /// What the step read of the world besides GitHub and its agent, under names the step
+    /// chose (the clock, what other traces of the store hold, what git computed): a replay
+    /// serves them back instead of reading them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub world_reads: Vec<RecordedRead>,
     /// Something was left out for the bounds: the run cannot be replayed faithfully.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
@@ -72,7 +77,7 @@ pub struct RecordedRead {
 }
 
 /// A GitHub read that failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordedError {
     pub message: String,
@@ -84,6 +89,13 @@ pub struct RecordedError {
     /// When GitHub said to try again (a rate limit's reset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The HTTP status GitHub answered, when a step tells its refusals apart by it (405, 409,
+    /// 422 of a merge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// GitHub's own words (its `message`, then each of its `errors`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub said: Vec<String>,
 }
 
 /// One structured agent answer.
@@ -104,6 +116,13 @@ pub struct RecordedAnswer {
 
 tokio::task_local! {
     static RECORDER: Arc<Mutex<ReplayRecord>>;
+    static SERVING: Arc<Served>;
+}
+
+/// A record a replayed run is served from, with how often each world read was asked.
+struct Served {
+    record: ReplayRecord,
+    asked: Mutex<BTreeMap<(String, String), usize>>,
 }
 
 fn with_recorder(f: impl FnOnce(&mut ReplayRecord)) {
@@ -134,6 +153,7 @@ pub async fn recording<F: Future>(
         .clone();
     let empty = record.github_reads.is_empty()
         && record.answers.is_empty()
+        && record.world_reads.is_empty()
         && record.task_mappings.is_none()
         && !record.truncated;
     if empty && !always {
@@ -184,6 +204,98 @@ pub fn note_read(call: &str, key: &str, answer: std::result::Result<Value, Recor
 
 fn read_bytes(read: &RecordedRead) -> usize {
     serde_json::to_vec(read).map_or(0, |v| v.len())
+}
+
+/// Note a read of the world besides GitHub (`call(key)` and its answer; no-op outside a
+/// recording), for [`recalled`] to serve back in a replay.
+pub fn note_world_read<T: Serialize>(call: &str, key: &str, value: &T) {
+    with_recorder(|record| {
+        let Ok(value) = serde_json::to_value(value) else {
+            record.truncated = true;
+            return;
+        };
+        let read = RecordedRead {
+            call: call.to_owned(),
+            key: key.to_owned(),
+            ok: Some(value),
+            error: None,
+        };
+        let used: usize = record
+            .github_reads
+            .iter()
+            .chain(&record.world_reads)
+            .map(read_bytes)
+            .sum();
+        if used + read_bytes(&read) > MAX_READ_BYTES {
+            record.truncated = true;
+        } else {
+            record.world_reads.push(read);
+        }
+    });
+}
+
+/// Run `fut` (a replayed step's `process`) served from `record`: [`recalled`] answers from
+/// its world reads.
+pub async fn serving<F: Future>(record: ReplayRecord, fut: F) -> F::Output {
+    let served = Arc::new(Served {
+        record,
+        asked: Mutex::new(BTreeMap::new()),
+    });
+    SERVING.scope(served, fut).await
+}
+
+/// Whether this task is a replayed run ([`serving`]): it must not read the world itself.
+pub fn is_serving() -> bool {
+    SERVING.try_with(|_| ()).is_ok()
+}
+
+/// In a replayed run, the recorded answer of the world read `call(key)` (the n-th asking
+/// gets the n-th recorded answer, the last again past the end); `None` outside a replay or
+/// when the recording has none (a record of an older rover).
+pub fn recalled<T: serde::de::DeserializeOwned>(call: &str, key: &str) -> Option<T> {
+    SERVING
+        .try_with(|served| {
+            let matching: Vec<&RecordedRead> = served
+                .record
+                .world_reads
+                .iter()
+                .filter(|r| r.call == call && r.key == key)
+                .collect();
+            if matching.is_empty() {
+                return None;
+            }
+            let index = {
+                let mut asked = served
+                    .asked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let next = asked.entry((call.to_owned(), key.to_owned())).or_insert(0);
+                let index = (*next).min(matching.len() - 1);
+                *next += 1;
+                index
+            };
+            matching[index]
+                .ok
+                .clone()
+                .and_then(|v| serde_json::from_value(v).ok())
+        })
+        .ok()
+        .flatten()
+}
+
+/// The world read `call(key)`: its recorded answer in a replay, otherwise `live()`, noted for
+/// a later replay when recording.
+pub fn recall<T: Serialize + serde::de::DeserializeOwned>(
+    call: &str,
+    key: &str,
+    live: impl FnOnce() -> T,
+) -> T {
+    if let Some(value) = recalled(call, key) {
+        return value;
+    }
+    let value = live();
+    note_world_read(call, key, &value);
+    value
 }
 
 /// Note the task mappings the step read (the last note wins).
@@ -256,6 +368,38 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn world_reads_are_noted_when_recording_and_served_back_in_a_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        let span = Uuid::new_v4();
+        // Outside a recording and a replay: live, noted nowhere.
+        assert_eq!(recall("clock", "", || 1_u64), 1);
+        assert!(!is_serving());
+        recording(&store, span, false, async {
+            assert_eq!(recall("clock", "", || 7_u64), 7);
+            assert_eq!(recall("clock", "", || 8_u64), 8);
+            note_world_read("merges", "", &vec!["a".to_owned()]);
+        })
+        .await;
+        let record = read_record(&store, span).unwrap().unwrap();
+        assert_eq!(record.world_reads.len(), 3);
+        let served = serving(record, async {
+            assert!(is_serving());
+            // In order per call and key, the last again past the end; live only when absent.
+            let clocks = [
+                recall("clock", "", || 0_u64),
+                recall("clock", "", || 0_u64),
+                recall("clock", "", || 0_u64),
+            ];
+            let merges: Option<Vec<String>> = recalled("merges", "");
+            let other: Option<u64> = recalled("clock", "another key");
+            (clocks, merges, other)
+        })
+        .await;
+        assert_eq!(served, ([7, 8, 8], Some(vec!["a".to_owned()]), None));
+    }
+
+    #[tokio::test]
     async fn a_recording_keeps_reads_and_answers_and_bounds_them() {
         let dir = tempfile::tempdir().unwrap();
         let store = AutopilotStore::open(dir.path(), "p").unwrap();
@@ -268,8 +412,7 @@ mod tests {
                 Err(RecordedError {
                     message: "404".into(),
                     not_found: true,
-                    retryable: false,
-                    retry_at: None,
+                    ..RecordedError::default()
                 }),
             );
             note_answer(

@@ -634,6 +634,74 @@ async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_i
     );
 }
 
+/// The merge and the release replay like the deciding steps: GitHub's answers (the merge
+/// call's and the release's included), the clock, the store's recent merges and the repository
+/// come from the record, nothing is sent; a maintainer who switches the mode to `prod` sees the
+/// merge diverge (it would wait for an approval) and nothing after it replayed as if merged.
+#[tokio::test]
+async fn the_merge_and_the_release_replay_the_same_and_a_changed_mode_diverges_at_the_merge() {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, "dev");
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": {"release": {"tag": "v{major}.{minor}.{patch}"}}}}),
+    );
+    csv_issue(&mut s, 30);
+    s.run_until_settled(14).await;
+    assert_eq!(s.github.merges().len(), 1);
+    assert_eq!(s.github.releases().len(), 1);
+    let trace = s.the_trace();
+    let merge_span = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "merge")
+        .unwrap()
+        .id
+        .to_string();
+
+    let (folder, report) = crate::support::replay::assert_replays_clean(&s).await;
+    let steps = report["traces"][0]["replay"]["steps"].as_array().unwrap();
+    let replayed = |step: &str| {
+        steps
+            .iter()
+            .find(|st| st["step"] == step)
+            .unwrap_or_else(|| panic!("no {step} in {steps:#?}"))
+            .clone()
+    };
+    let merged = replayed("merge");
+    assert_eq!(merged["how"], "replayed", "{merged:#}");
+    assert_eq!(merged["replayed"]["outcome"], "merged", "{merged:#}");
+    let released = replayed("release");
+    assert_eq!(released["how"], "replayed", "{released:#}");
+    assert_eq!(
+        released["replayed"]["outcome"], "released v0.0.1",
+        "{released:#}"
+    );
+
+    let path = s.checkout.join("rover.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["autopilot"]["lifecycle"]["mode"] = json!("prod");
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let before = s.github.requests().len();
+    let (code, report) = crate::support::replay::replay_dir(&s, &folder, &[]).await;
+    assert_eq!(s.github.requests().len(), before, "nothing sent");
+    assert_eq!(code, 1, "{report:#}");
+    let t = &report["traces"][0]["replay"];
+    assert_eq!(t["firstDivergence"], merge_span.as_str(), "{t:#}");
+    let diverged = t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|st| st["spanId"] == merge_span.as_str())
+        .unwrap();
+    assert_eq!(diverged["recorded"]["outcome"], "merged", "{diverged:#}");
+    assert_eq!(diverged["replayed"]["outcome"], "waiting", "{diverged:#}");
+    // Put back, so the scenario's own replay check at the end holds.
+    config["autopilot"]["lifecycle"]["mode"] = json!("dev");
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+}
+
 #[tokio::test]
 async fn a_red_main_is_never_released() {
     let mut s = Scenario::new().await;

@@ -19,6 +19,7 @@ use crate::config::LifecycleConfig;
 use crate::git::short_sha;
 use crate::github::{GitHub, GitHubError, MergeRequest, PullRequest};
 use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
+use crate::store::replay_record::{is_serving, note_world_read, recall, recalled};
 use crate::store::{AutopilotStore, StepKind, StepRun};
 use rules::{decide, steering_files, Look, Verdict};
 
@@ -28,6 +29,14 @@ const CAP_LOOKBACK: usize = 200;
 
 /// The least time between two looks of a waiting merge, seconds.
 const MIN_LOOK_SECS: i64 = 60;
+
+/// The world reads a replay serves back (`store::replay_record`): the merges of the last hour
+/// across the store, the repository the run was bound to, the time of the look, the files a
+/// branch conflicts on with its base.
+const RECENT_MERGES: &str = "recent_merges";
+const REPOSITORY: &str = "repository";
+const CLOCK: &str = "clock";
+const CONFLICTING_PATHS: &str = "conflicting_paths";
 
 pub struct MergeStep {
     services: Arc<Services>,
@@ -120,14 +129,22 @@ impl MergeStep {
         } else {
             Vec::new()
         };
-        let recent_merges: Vec<DateTime<Utc>> =
-            crate::store::blocking(ctx.store.clone(), merges_since)
+        // What the store's other traces merged, and the clock: world reads a replay serves
+        // back, so a replayed look decides at the time, and against the cap, it saw.
+        let recent_merges: Vec<DateTime<Utc>> = if let Some(merges) = recalled(RECENT_MERGES, "") {
+            merges
+        } else {
+            let merges = crate::store::blocking(ctx.store.clone(), merges_since)
                 .await
                 .map_err(|e| {
                     StepError::from_error(&e, true).detail("what", "counting the recent merges")
                 })?;
-        let repo = github.repo().to_string();
-        let now = Utc::now();
+            note_world_read(RECENT_MERGES, "", &merges);
+            merges
+        };
+        // The repository the run was bound to: whose pull request it is is judged against it.
+        let repo = recall(REPOSITORY, "", || github.repo().to_string());
+        let now = recall(CLOCK, "", Utc::now);
         let verdict = decide(&Look {
             mode: lifecycle.mode,
             repo: &repo,
@@ -390,35 +407,21 @@ impl MergeStep {
         why: &str,
         record: MergeSpanMeta,
     ) -> Result<Finished, StepError> {
-        let git_error = |what: &str, e: &crate::git::GitError| {
-            super::tasks::git_error(what, e).detail("prNumber", meta.pr_number)
+        let key = format!("{}@{}..{base}", meta.pr_number, meta.sha);
+        let files = match recalled::<(String, Vec<String>)>(CONFLICTING_PATHS, &key) {
+            Some(found) => found,
+            None if is_serving() => {
+                return Err(StepError::fatal(
+                    "a replay does not fetch: the conflicting files were not recorded",
+                ))
+            }
+            None => {
+                let found = self.name_conflicts(meta, base).await?;
+                note_world_read(CONFLICTING_PATHS, &key, &found);
+                found
+            }
         };
-        let ws = super::tasks::workspace(&self.services)
-            .await
-            .map_err(|e| git_error("open the repository", &e))?;
-        let token = self
-            .services
-            .git_token()
-            .await
-            .map_err(|e| StepError::from_error(&e, e.is_retryable()))?;
-        let remote = ws.remote().to_owned();
-        let target = format!("{remote}/{base}");
-        let mut refspecs = vec![format!("+refs/heads/{base}:refs/remotes/{target}")];
-        if ws.commit_id(&meta.sha).await.is_none() {
-            // A head rover does not have (GitHub's own update of the branch): its ref.
-            refspecs.push(format!(
-                "+refs/pull/{}/head:refs/remotes/{remote}/pr/{}",
-                meta.pr_number, meta.pr_number
-            ));
-        }
-        ws.fetch(&refspecs, token.as_deref())
-            .await
-            .map_err(|e| git_error(&format!("fetch `{base}` to name the conflicts"), &e))?;
-        let files = ws
-            .conflicting_paths(&meta.sha, &format!("refs/remotes/{target}"))
-            .await
-            .map_err(|e| git_error("merge the head with its base in memory", &e))?
-            .unwrap_or_default();
+        let (target, files) = files;
         let conflict = super::meta::PushConflict {
             source_branch: meta.branch.clone(),
             target,
@@ -453,6 +456,45 @@ impl MergeStep {
             NextAction::new(StepKind::Resolve, format!("decide about the {summary}"))
                 .with_meta(&super::meta::ResolveMeta::default()),
         ))
+    }
+
+    /// Fetch `base` and merge the head that passed with it in memory: the base's
+    /// remote-tracking name and the paths that conflict.
+    async fn name_conflicts(
+        &self,
+        meta: &MergeMeta,
+        base: &str,
+    ) -> Result<(String, Vec<String>), StepError> {
+        let git_error = |what: &str, e: &crate::git::GitError| {
+            super::tasks::git_error(what, e).detail("prNumber", meta.pr_number)
+        };
+        let ws = super::tasks::workspace(&self.services)
+            .await
+            .map_err(|e| git_error("open the repository", &e))?;
+        let token = self
+            .services
+            .git_token()
+            .await
+            .map_err(|e| StepError::from_error(&e, e.is_retryable()))?;
+        let remote = ws.remote().to_owned();
+        let target = format!("{remote}/{base}");
+        let mut refspecs = vec![format!("+refs/heads/{base}:refs/remotes/{target}")];
+        if ws.commit_id(&meta.sha).await.is_none() {
+            // A head rover does not have (GitHub's own update of the branch): its ref.
+            refspecs.push(format!(
+                "+refs/pull/{}/head:refs/remotes/{remote}/pr/{}",
+                meta.pr_number, meta.pr_number
+            ));
+        }
+        ws.fetch(&refspecs, token.as_deref())
+            .await
+            .map_err(|e| git_error(&format!("fetch `{base}` to name the conflicts"), &e))?;
+        let files = ws
+            .conflicting_paths(&meta.sha, &format!("refs/remotes/{target}"))
+            .await
+            .map_err(|e| git_error("merge the head with its base in memory", &e))?
+            .unwrap_or_default();
+        Ok((target, files))
     }
 
     /// The head is not the one whose checks passed: its checks are followed again (a `merge`
@@ -608,6 +650,10 @@ fn merges_since(store: &AutopilotStore) -> Result<Vec<DateTime<Utc>>, crate::sto
 impl Step for MergeStep {
     fn kind(&self) -> StepKind {
         StepKind::Merge
+    }
+
+    fn always_recorded(&self) -> bool {
+        crate::steps::kinds::always_recorded(&self.kind())
     }
 
     fn max_parallel(&self) -> usize {

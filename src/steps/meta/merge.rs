@@ -111,3 +111,29 @@ pub fn merge_action(watch: &CiWatchMeta, reason: String) -> NextAction {
         not_before: None,
     })
 }
+
+/// What a `merge` or `release` span did, in a word and its object (`merged`, `waiting`,
+/// `released v1.2.3`): what a replay compares of a step that decides without a `decision`.
+/// `None` for a span of any other shape.
+pub fn lifecycle_outcome(meta: &crate::store::Meta) -> Option<String> {
+    if let Some(outcome) = crate::store::from_meta::<MergeSpanMeta>(meta)
+        .ok()
+        .and_then(|m| m.merge_outcome)
+    {
+        return Some(word(&outcome));
+    }
+    let release = crate::store::from_meta::<super::ReleaseSpanMeta>(meta).ok()?;
+    let outcome = word(&release.release_outcome?);
+    Some(match release.tag {
+        Some(tag) => format!("{outcome} {tag}"),
+        None => outcome,
+    })
+}
+
+/// A unit variant's serialized name.
+fn word<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}

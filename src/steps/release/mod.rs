@@ -173,6 +173,10 @@ impl Step for ReleaseStep {
         StepKind::Release
     }
 
+    fn always_recorded(&self) -> bool {
+        crate::steps::kinds::always_recorded(&self.kind())
+    }
+
     /// One release at a time across the repository: the next version is read from the last.
     fn max_parallel(&self) -> usize {
         1
