@@ -14,6 +14,7 @@
 mod agents;
 mod cold;
 mod e2e;
+mod merge;
 mod orchestrator;
 mod prompts;
 mod registry;
@@ -22,6 +23,17 @@ mod store;
 mod swarm;
 mod telemetry;
 mod workspace;
+
+/// The integration tests' helpers (the stateful fake GitHub, the scenario driver), for the
+/// figures only a whole scenario shows.
+#[path = "../it/support/mod.rs"]
+#[allow(
+    dead_code,
+    unused_imports,
+    clippy::many_single_char_names,
+    clippy::needless_pass_by_value
+)]
+mod support;
 
 fn main() {
     let filter: Vec<String> = std::env::args()
@@ -50,6 +62,9 @@ fn main() {
     }
     if wants("e2e") {
         e2e::run();
+    }
+    if wants("merge") {
+        merge::run();
     }
     if wants("prompts") {
         prompts::run();

@@ -13,12 +13,7 @@ use rover::agents::{
 };
 use serde_json::json;
 
-#[path = "../it/support/fake_anthropic.rs"]
-mod fake_anthropic;
-#[path = "../it/support/fake_server.rs"]
-mod fake_server;
-
-use fake_anthropic::FakeAnthropic;
+use crate::support::fake_anthropic::FakeAnthropic;
 
 fn real_claude() -> Option<PathBuf> {
     std::env::var_os("ROVER_TEST_CLAUDE_BIN")

@@ -37,8 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::percentiles;
 
-#[path = "../it/support/flood.rs"]
-mod flood;
+use crate::support::flood;
 
 /// Container starts per start-latency figure.
 const STARTS: usize = 30;

@@ -81,6 +81,8 @@ pub struct Recorded {
     pub headers: HashMap<String, String>,
     pub status: u16,
     pub known_route: bool,
+    /// When it arrived (the bench's green check → merge call figure reads it).
+    pub at: std::time::Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -987,6 +989,7 @@ async fn handle(
             headers: header_map.clone(),
             status: 0,
             known_route: true,
+            at: std::time::Instant::now(),
         });
         st.log.len() - 1
     };
