@@ -1,5 +1,5 @@
 //! `rover autopilot status`: the daemon, the queue (by step, running, being collected, later,
-//! dead letters), the task mappings, the swarm's placements, the budget and the telemetry
+//! what a pull request waits on, dead letters), the task mappings, the swarm's placements, the budget and the telemetry
 //! exporter, as text or `--json`.
 
 use std::collections::BTreeMap;
@@ -27,6 +27,9 @@ struct Queue<'a> {
     collecting: Vec<Span>,
     /// Actions that run later: backed off after an error, or a scheduled re-evaluation (a wait).
     later: Vec<&'a PendingAction>,
+    /// Traces whose pull request waits (its checks, a trusted approval, the merge cap,
+    /// GitHub's protection), with what it waits on in the trace's own words.
+    waiting: Vec<(uuid::Uuid, String)>,
 }
 
 pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, CliError> {
@@ -54,6 +57,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "collecting": queue.collecting.iter().map(|s| json!({"spanId": s.id, "runSpanId": s.parent_id, "traceId": s.trace_id, "since": s.timestamp, "summary": s.summary})).collect::<Vec<Value>>(),
             "deadLetters": queue.dead_letters,
             "later": queue.later.iter().map(|p| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "notBefore": p.not_before, "attempts": p.attempts, "reason": p.summary})).collect::<Vec<Value>>(),
+            "waiting": queue.waiting.iter().map(|(id, said)| json!({"traceId": id, "waitingOn": said})).collect::<Vec<Value>>(),
             "taskMappings": state.task_mappings,
             "budget": super::budget::standing_json(&standing),
             "placements": match &placements {
@@ -95,7 +99,25 @@ fn queue<'a>(store: &AutopilotStore, state: &'a State, now: DateTime<Utc>) -> Qu
             .iter()
             .filter(|p| p.running_span_id.is_none() && p.not_before.is_some_and(|t| t > now))
             .collect(),
+        waiting: Vec::new(),
     };
+    let mut waiting_traces: Vec<uuid::Uuid> = queue
+        .later
+        .iter()
+        .map(|p| p.trace_id)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    waiting_traces.truncate(LATER_SHOWN);
+    for trace_id in waiting_traces {
+        if let Some(said) = store
+            .load_trace(trace_id)
+            .ok()
+            .and_then(|view| crate::steps::history::waiting_on(&view))
+        {
+            queue.waiting.push((trace_id, said));
+        }
+    }
     for p in &state.pending {
         *queue.per_step.entry(p.action.to_string()).or_default() += 1;
         if super::is_dead_letter(p) {
@@ -163,6 +185,9 @@ fn queue_text(queue: &Queue<'_>, now: DateTime<Utc>, text: &mut String) {
         );
     }
     later_text(&queue.later, now, text);
+    for (trace_id, said) in &queue.waiting {
+        let _ = writeln!(text, "waiting  trace {}: {said}", short(*trace_id));
+    }
     for p in &queue.dead_letters {
         let _ = writeln!(
             text,

@@ -200,6 +200,22 @@ async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
             && l.contains("a trusted person's approval")),
         "{shown}"
     );
+    let id = trace.trace_id().to_string();
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with(&format!("waiting  trace {}", &id[..8]))
+                && l.contains("waiting to merge:")
+                && l.contains("a trusted person's approval")),
+        "{shown}"
+    );
+    let json: Value = serde_json::from_str(&crate::support::env::stdout(&s.env.rover(&[
+        "autopilot",
+        "status",
+        "--json",
+    ])))
+    .unwrap();
+    assert_eq!(json["waiting"][0]["traceId"], id.as_str(), "{json:#}");
     // So does `events`, beside the issue that started it.
     let events = crate::support::env::stdout(&s.env.rover(&["autopilot", "events"]));
     assert!(
