@@ -8,6 +8,7 @@ use chrono::Utc;
 use serde_json::{json, Value};
 
 use super::{CliError, Context, Output};
+use crate::steps::kinds::ends_trace;
 use crate::trace::{self, render_list, render_tree, short};
 
 pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<ExitCode, CliError> {
@@ -16,9 +17,9 @@ pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<Ex
     let mut view = store.load_trace(trace_id)?;
     trace::note_building(&mut view, |span| store.artifacts_dir(span));
     if json {
-        out.json(&trace::trace_json(&view))?;
+        out.json(&trace::trace_json(&view, ends_trace))?;
     } else {
-        out.print(&render_tree(&view, out.style(), Utc::now()))?;
+        out.print(&render_tree(&view, out.style(), Utc::now(), ends_trace))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -39,9 +40,9 @@ pub fn traces(
         })
         .collect();
     if json {
-        out.json(&trace::traces_json(&rows))?;
+        out.json(&trace::traces_json(&rows, ends_trace))?;
     } else {
-        out.print(&render_list(&rows, out.style(), Utc::now()))?;
+        out.print(&render_list(&rows, out.style(), Utc::now(), ends_trace))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -52,7 +53,7 @@ pub use super::status::status;
 /// action that ended it when that reason says why (a `noop`'s: an untrusted author, a decision
 /// not to act), or what its pull request waits on (checks, an approval, the merge cap).
 fn trace_result(view: &crate::store::TraceView) -> String {
-    let outcome = view.outcome();
+    let outcome = crate::steps::kinds::trace_outcome(view);
     let label = outcome.label();
     // A pull request waiting for its checks, an approval or the merge cap says so.
     if let Some(waiting) = crate::steps::history::waiting_on(view) {

@@ -155,6 +155,12 @@ pub fn ends_trace(step: &StepKind) -> bool {
     traits(step).is_some_and(|t| t.ends != Ends::No)
 }
 
+/// Where `view` stands, its end judged by this table: running, stalled, or finished by its
+/// latest span of a step that ends a trace.
+pub fn trace_outcome(view: &crate::store::TraceView) -> crate::store::TraceOutcome {
+    view.outcome_by(ends_trace)
+}
+
 /// Whether `step`'s span, ending its trace, is the trace's verdict for the circuit breaker.
 pub fn gives_verdict(step: &StepKind) -> bool {
     traits(step).is_some_and(|t| t.ends == Ends::WithVerdict)
@@ -213,8 +219,13 @@ mod tests {
     fn every_step_is_in_the_table_and_only_steps_are() {
         for kind in StepKind::ALL.iter().filter(|k| **k != StepKind::Event) {
             assert!(traits(kind).is_some(), "{kind} has no traits");
-            assert_eq!(ends_trace(kind), kind.is_terminal(), "{kind}");
         }
+        let ends: Vec<&StepKind> = StepKind::ALL.iter().filter(|k| ends_trace(k)).collect();
+        assert_eq!(
+            ends,
+            [&StepKind::Notify, &StepKind::Noop, &StepKind::Cleanup],
+            "the steps that hand over to no further step"
+        );
         assert!(traits(&StepKind::Event).is_none());
         assert!(traits(&StepKind::Other("cancel".into())).is_none());
         assert!(!ends_trace(&StepKind::Other("noop2".into())));

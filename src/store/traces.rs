@@ -67,13 +67,16 @@ impl TraceView {
         self.spans.iter().find(|s| s.id == self.index.trace_id)
     }
 
-    pub fn outcome(&self) -> TraceOutcome {
+    /// Where the trace stands: running while anything is queued or running; otherwise finished
+    /// by its latest span whose step `ends_trace` (the pipeline declares which steps end a trace:
+    /// `steps::kinds::trace_outcome`), or stalled without one.
+    pub fn outcome_by(&self, ends_trace: impl Fn(&StepKind) -> bool) -> TraceOutcome {
         if !self.pending.is_empty() || self.spans.iter().any(|s| s.status == SpanStatus::Running) {
             return TraceOutcome::Running;
         }
         self.spans
             .iter()
-            .filter(|s| s.step.is_terminal())
+            .filter(|s| ends_trace(&s.step))
             .max_by_key(|s| s.completed.unwrap_or(s.timestamp))
             .map_or(TraceOutcome::Stalled, |s| TraceOutcome::Finished {
                 step: s.step.clone(),

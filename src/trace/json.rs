@@ -8,11 +8,12 @@ fn iso(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+use super::EndsTrace;
 use crate::store::{TraceEntry, TraceView};
 
 /// One trace: `traceId`, `event`, `outcome`, `createdAt`, `updatedAt`, `spans` (as stored),
 /// `actions` (as stored, plus `pending: bool`), `pending` (queue entries), `missing` (ids).
-pub fn trace_json(view: &TraceView) -> Value {
+pub fn trace_json(view: &TraceView, ends: EndsTrace) -> Value {
     let actions: Vec<Value> = view
         .actions
         .iter()
@@ -25,7 +26,7 @@ pub fn trace_json(view: &TraceView) -> Value {
     json!({
         "traceId": view.trace_id(),
         "event": view.index.event,
-        "outcome": view.outcome(),
+        "outcome": view.outcome_by(ends),
         "createdAt": iso(view.index.created_at),
         "updatedAt": iso(view.index.updated_at),
         "spans": view.spans,
@@ -55,7 +56,7 @@ fn cost_json(view: &TraceView) -> Value {
 }
 
 /// The list: `traces: [{traceId, createdAt, event, outcome, spans, lastStep}]`, newest first.
-pub fn traces_json(rows: &[(TraceEntry, Option<TraceView>)]) -> Value {
+pub fn traces_json(rows: &[(TraceEntry, Option<TraceView>)], ends: EndsTrace) -> Value {
     let traces: Vec<Value> = rows
         .iter()
         .map(|(entry, view)| {
@@ -63,7 +64,7 @@ pub fn traces_json(rows: &[(TraceEntry, Option<TraceView>)]) -> Value {
                 "traceId": entry.trace_id,
                 "createdAt": iso(entry.created_at),
                 "event": entry.event,
-                "outcome": view.as_ref().map(TraceView::outcome),
+                "outcome": view.as_ref().map(|v| v.outcome_by(ends)),
                 "spans": view.as_ref().map(|v| v.spans.len()),
                 "lastStep": view.as_ref().and_then(|v| v.spans.last()).map(|s| s.step.to_string()),
             })

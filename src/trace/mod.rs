@@ -10,6 +10,10 @@ mod tree;
 
 pub use environment::{note_building, BUILDING_KEY};
 pub use json::{trace_json, traces_json};
+
+/// Which steps end a trace: the trace layer renders a pipeline it does not define, so whoever
+/// shows a trace says (`steps::kinds::ends_trace`).
+pub type EndsTrace = fn(&crate::store::StepKind) -> bool;
 pub use tree::{render_list, render_tree, Style};
 
 use chrono::{DateTime, Utc};

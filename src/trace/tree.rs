@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{human_age, human_duration, short};
+use super::{human_age, human_duration, short, EndsTrace};
 use crate::store::{
     Action, ErrorMeta, RunSpanMeta, Span, SpanStatus, TraceEntry, TraceOutcome, TraceView,
 };
@@ -46,9 +46,9 @@ impl Style {
 }
 
 /// Render one trace. `now` dates running spans.
-pub fn render_tree(view: &TraceView, style: Style, now: DateTime<Utc>) -> String {
+pub fn render_tree(view: &TraceView, style: Style, now: DateTime<Utc>, ends: EndsTrace) -> String {
     let mut out = String::new();
-    let outcome = view.outcome();
+    let outcome = view.outcome_by(ends);
     let _ = writeln!(out, "{} {}", style.bold("trace"), view.trace_id());
     let _ = writeln!(out, "  event    {}", view.index.event);
     let _ = writeln!(out, "  outcome  {}", outcome_text(&outcome, style));
@@ -354,6 +354,7 @@ pub fn render_list(
     rows: &[(TraceEntry, Option<TraceView>)],
     style: Style,
     now: DateTime<Utc>,
+    ends: EndsTrace,
 ) -> String {
     if rows.is_empty() {
         return "no traces yet\n".into();
@@ -366,10 +367,10 @@ pub fn render_list(
     );
     for (entry, view) in rows {
         let (outcome, spans) = match view {
-            Some(v) => (v.outcome().label(), v.spans.len().to_string()),
+            Some(v) => (v.outcome_by(ends).label(), v.spans.len().to_string()),
             None => ("unreadable".to_owned(), "?".to_owned()),
         };
-        let painted = match view.as_ref().map(TraceView::outcome) {
+        let painted = match view.as_ref().map(|v| v.outcome_by(ends)) {
             Some(TraceOutcome::Finished {
                 status: SpanStatus::Completed,
                 ..

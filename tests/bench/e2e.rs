@@ -131,7 +131,9 @@ fn measure(label: &str, script: &serde_json::Value, traces: usize, sandbox: bool
             .iter()
             .filter(|e| {
                 matches!(
-                    store.load_trace(e.trace_id).map(|v| v.outcome()),
+                    store
+                        .load_trace(e.trace_id)
+                        .map(|v| rover::steps::kinds::trace_outcome(&v)),
                     Ok(TraceOutcome::Finished { .. })
                 )
             })
@@ -155,7 +157,7 @@ fn measure(label: &str, script: &serde_json::Value, traces: usize, sandbox: bool
             .map(|s| format!("{}:{}", s.step, s.status))
             .collect();
         assert_eq!(
-            view.outcome(),
+            rover::steps::kinds::trace_outcome(&view),
             TraceOutcome::Finished {
                 step: terminal.parse().unwrap(),
                 status: rover::store::SpanStatus::Completed

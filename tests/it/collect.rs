@@ -220,6 +220,7 @@ async fn a_collection_that_fails_is_an_error_span_with_the_whole_error_and_the_r
         &store.load_trace(trace).unwrap(),
         rover::trace::Style { color: false },
         chrono::Utc::now(),
+        rover::steps::kinds::ends_trace,
     );
     let at = text.find("collect ").expect(&text);
     let below = &text[at..];

@@ -80,7 +80,7 @@ fn start_runs_until_sigterm_and_stops_cleanly() {
     wait_for("the traces to finish", Duration::from_secs(30), || {
         traces.iter().all(|t| {
             matches!(
-                store.load_trace(*t).unwrap().outcome(),
+                rover::steps::kinds::trace_outcome(&store.load_trace(*t).unwrap()),
                 TraceOutcome::Finished { .. }
             )
         })
@@ -202,7 +202,7 @@ fn once_drains_and_exits_when_the_queue_is_idle() {
     );
     for t in &traces {
         assert_eq!(
-            store.load_trace(*t).unwrap().outcome(),
+            rover::steps::kinds::trace_outcome(&store.load_trace(*t).unwrap()),
             TraceOutcome::Finished {
                 step: StepKind::Noop,
                 status: SpanStatus::Completed
@@ -330,7 +330,7 @@ fn sigkill_at_random_moments_loses_no_trace_and_runs_nothing_twice() {
     for t in &traces {
         let view = store.load_trace(*t).unwrap();
         assert_eq!(
-            view.outcome(),
+            rover::steps::kinds::trace_outcome(&view),
             TraceOutcome::Finished {
                 step: StepKind::Noop,
                 status: SpanStatus::Completed
@@ -387,9 +387,12 @@ fn once_exits_1_when_a_step_hit_an_internal_error() {
         .iter()
         .any(|s| s.step == StepKind::Coordinate && s.status == SpanStatus::Error));
     assert!(
-        matches!(view.outcome(), TraceOutcome::Finished { .. }),
+        matches!(
+            rover::steps::kinds::trace_outcome(&view),
+            TraceOutcome::Finished { .. }
+        ),
         "the trace still ends explicitly: {:?}",
-        view.outcome()
+        rover::steps::kinds::trace_outcome(&view)
     );
 }
 
@@ -464,7 +467,7 @@ fn an_overlapping_cron_run_exits_at_once_naming_the_running_one() {
     assert_eq!(code, Some(0), "{out}{err}");
     let trace = store.recent_traces(1).unwrap()[0].trace_id;
     assert_eq!(
-        store.load_trace(trace).unwrap().outcome(),
+        rover::steps::kinds::trace_outcome(&store.load_trace(trace).unwrap()),
         TraceOutcome::Finished {
             step: StepKind::Noop,
             status: SpanStatus::Completed

@@ -1098,6 +1098,37 @@ fn only_the_steps_and_the_orchestrator_name_a_step_by_its_kind() {
     );
 }
 
+/// The store's one place that names the steps, `store/records/span.rs`, names each exactly
+/// twice: in `StepKind::ALL` and in the name it is written as. Anything more is a step's
+/// behaviour (whether it ends a trace, ...), which the steps declare (`steps::kinds`).
+#[test]
+fn the_store_names_each_step_only_to_write_its_name() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/records/span.rs");
+    let text = std::fs::read_to_string(&path).expect("read span.rs");
+    let code = code_without_tests(&text);
+    let mut wrong = Vec::new();
+    for variant in STEP_VARIANTS {
+        let named = code.matches(&format!("StepKind::{variant}")).count();
+        let exact = code
+            .match_indices(&format!("StepKind::{variant}"))
+            .filter(|(at, whole)| {
+                !code[at + whole.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+            .count();
+        if exact != 2 || named != exact {
+            wrong.push(format!("StepKind::{variant} named {exact} times"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "src/store/records/span.rs names a step beyond its list and its name (declare it in `steps::kinds`):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_step_kind_check_sees_variants_and_not_the_root_or_other_names() {
     let code =

@@ -168,7 +168,7 @@ async fn a_cascade_runs_through_without_waiting_for_the_timer() {
     );
     let view = store.load_trace(trace).unwrap();
     assert_eq!(
-        view.outcome(),
+        rover::steps::kinds::trace_outcome(&view),
         TraceOutcome::Finished {
             step: StepKind::Noop,
             status: SpanStatus::Completed
@@ -308,7 +308,7 @@ async fn errors_and_panics_become_error_spans_and_fail_forward() {
         "fail forward to a notify saying why"
     );
     assert_eq!(
-        view.outcome(),
+        rover::steps::kinds::trace_outcome(&view),
         TraceOutcome::Finished {
             step: StepKind::Notify,
             status: SpanStatus::Completed

@@ -233,7 +233,10 @@ fn a_step_run_moves_the_queue_forward_and_the_trace_records_it() {
         SpanStatus::Running
     );
     let view = store.load_trace(root.id).unwrap();
-    assert_eq!(view.outcome(), TraceOutcome::Running);
+    assert_eq!(
+        rover::steps::kinds::trace_outcome(&view),
+        TraceOutcome::Running
+    );
     assert!(
         view.spans.iter().any(|s| s.id == run.span.id),
         "a running span shows in its trace"
@@ -276,7 +279,7 @@ fn a_step_run_moves_the_queue_forward_and_the_trace_records_it() {
     store.complete_step(&span, &[]).unwrap();
     let view = store.load_trace(root.id).unwrap();
     assert_eq!(
-        view.outcome(),
+        rover::steps::kinds::trace_outcome(&view),
         TraceOutcome::Finished {
             step: StepKind::Noop,
             status: SpanStatus::Completed
@@ -750,7 +753,7 @@ fn crash_safety_under_sigkill() {
                 let view = store
                     .load_trace(root_id)
                     .unwrap_or_else(|e| panic!("round {round}: trace {i}: {e}"));
-                if view.outcome() == TraceOutcome::Stalled {
+                if rover::steps::kinds::trace_outcome(&view) == TraceOutcome::Stalled {
                     let state = store.read_state().unwrap();
                     panic!("seed {seed} round {round}: trace {i} lost its work ({status})\nspans: {:#?}\nactions: {:#?}\nindex: {:#?}\npending: {:#?}", view.spans.iter().map(|s| (s.id, s.step.clone(), s.status, s.action_id)).collect::<Vec<_>>(), view.actions.iter().map(|a| (a.id, a.action.clone(), a.span_id)).collect::<Vec<_>>(), view.index, state.pending);
                 }
@@ -772,7 +775,7 @@ fn crash_safety_under_sigkill() {
         let (root_id, _, _) = event_ids(i);
         let view = store.load_trace(root_id).unwrap();
         assert_eq!(
-            view.outcome(),
+            rover::steps::kinds::trace_outcome(&view),
             TraceOutcome::Finished {
                 step: StepKind::Noop,
                 status: SpanStatus::Completed

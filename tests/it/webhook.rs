@@ -632,9 +632,12 @@ async fn sigkill_during_webhook_intake_and_reconcile_loses_nothing_and_duplicate
     wait_for("every event answered", || {
         let traces = s.traces();
         traces.len() >= issues.len()
-            && traces
-                .iter()
-                .all(|t| matches!(t.outcome(), rover::store::TraceOutcome::Finished { .. }))
+            && traces.iter().all(|t| {
+                matches!(
+                    rover::steps::kinds::trace_outcome(t),
+                    rover::store::TraceOutcome::Finished { .. }
+                )
+            })
             && s.store().read_state().unwrap().pending.is_empty()
     });
     let (code, _) = daemon.stop();

@@ -241,7 +241,7 @@ pub fn help_text() -> String {
 /// The state of a trace for `/rover status`.
 fn status_text(view: &TraceView) -> String {
     let id = crate::trace::short(view.trace_id());
-    let outcome = view.outcome();
+    let outcome = crate::steps::kinds::trace_outcome(view);
     let doing: Vec<String> = view
         .pending
         .iter()

@@ -68,11 +68,6 @@ impl StepKind {
             StepKind::Other(name) => name,
         }
     }
-
-    /// Terminal steps end a trace: they produce no action.
-    pub fn is_terminal(&self) -> bool {
-        matches!(self, StepKind::Notify | StepKind::Noop | StepKind::Cleanup)
-    }
 }
 
 impl fmt::Display for StepKind {

@@ -93,7 +93,10 @@ async fn malformed_agent_outputs_give_a_span_error_and_the_trace_still_ends() {
             .find(|s| s.step == StepKind::Coordinate)
             .unwrap_or_else(|| panic!("{case}: a coordinate span: {chain:?}"));
         assert!(
-            matches!(view.outcome(), TraceOutcome::Finished { .. }),
+            matches!(
+                rover::steps::kinds::trace_outcome(&view),
+                TraceOutcome::Finished { .. }
+            ),
             "{case}: the trace still ends explicitly: {chain:?}"
         );
         assert!(view.pending.is_empty(), "{case}: nothing left behind");
@@ -193,7 +196,7 @@ async fn github_error_responses_give_a_clear_span_error_and_lose_nothing() {
             "{case}"
         );
         assert_eq!(
-            view.outcome(),
+            rover::steps::kinds::trace_outcome(&view),
             TraceOutcome::Finished {
                 step: StepKind::Notify,
                 status: SpanStatus::Error
@@ -332,7 +335,7 @@ fn broken_rover_json_exits_1_naming_the_file_and_key_and_the_queue_keeps_the_wor
     let out = once(&world);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
-        world.store().load_trace(id).unwrap().outcome(),
+        rover::steps::kinds::trace_outcome(&world.store().load_trace(id).unwrap()),
         TraceOutcome::Finished {
             step: StepKind::Noop,
             status: SpanStatus::Completed
@@ -377,7 +380,11 @@ async fn a_sandboxed_agent_that_misbehaves_fails_its_workflow_and_the_trace_ends
         for _ in 0..10 {
             let _ = once(&world);
             let view = world.store().load_trace(id).unwrap();
-            if matches!(view.outcome(), TraceOutcome::Finished { .. }) && view.pending.is_empty() {
+            if matches!(
+                rover::steps::kinds::trace_outcome(&view),
+                TraceOutcome::Finished { .. }
+            ) && view.pending.is_empty()
+            {
                 settled = true;
                 break;
             }

@@ -110,7 +110,7 @@ async fn sigkill_chaos_with_workflows_in_containers_loses_nothing_and_runs_nothi
         let last = view
             .spans
             .iter()
-            .filter(|s| s.step.is_terminal())
+            .filter(|s| rover::steps::kinds::ends_trace(&s.step))
             .map(|s| s.step.clone())
             .next_back()
             .unwrap();

@@ -382,8 +382,10 @@ async fn a_token_echoed_by_a_failing_push_reaches_no_prompt_and_no_public_body()
     for _ in 0..12 {
         s.run_once_raw().await;
         let settled = s.traces().iter().all(|v| {
-            matches!(v.outcome(), rover::store::TraceOutcome::Finished { .. })
-                && v.pending.is_empty()
+            matches!(
+                rover::steps::kinds::trace_outcome(v),
+                rover::store::TraceOutcome::Finished { .. }
+            ) && v.pending.is_empty()
         });
         if settled {
             break;

@@ -165,7 +165,9 @@ impl LocalWorld {
         loop {
             let done = traces.iter().all(|t| {
                 matches!(
-                    store.load_trace(*t).map(|v| v.outcome()),
+                    store
+                        .load_trace(*t)
+                        .map(|v| rover::steps::kinds::trace_outcome(&v)),
                     Ok(TraceOutcome::Finished { .. })
                 )
             }) && store.read_state().is_ok_and(|s| s.pending.is_empty());
@@ -177,7 +179,10 @@ impl LocalWorld {
                     .iter()
                     .map(|t| {
                         let v = store.load_trace(*t).unwrap();
-                        (super::scenario::chain(&v), v.outcome())
+                        (
+                            super::scenario::chain(&v),
+                            rover::steps::kinds::trace_outcome(&v),
+                        )
                     })
                     .collect();
                 // What the unfinished ones are waiting on: their queue entries and the last
@@ -185,7 +190,12 @@ impl LocalWorld {
                 let stuck: Vec<String> = traces
                     .iter()
                     .filter_map(|t| store.load_trace(*t).ok())
-                    .filter(|v| !matches!(v.outcome(), TraceOutcome::Finished { .. }))
+                    .filter(|v| {
+                        !matches!(
+                            rover::steps::kinds::trace_outcome(v),
+                            TraceOutcome::Finished { .. }
+                        )
+                    })
                     .map(|v| {
                         let last_error = v
                             .spans
@@ -371,13 +381,16 @@ pub fn assert_trace_sound(view: &TraceView, exactly_once: bool) -> usize {
     let id = view.trace_id();
     let chain = super::scenario::chain(view);
     assert!(
-        matches!(view.outcome(), TraceOutcome::Finished { .. }),
+        matches!(
+            rover::steps::kinds::trace_outcome(view),
+            TraceOutcome::Finished { .. }
+        ),
         "trace {id} ended: {chain:?}"
     );
     let terminal = view
         .spans
         .iter()
-        .filter(|s| s.step.is_terminal() && s.status == SpanStatus::Completed)
+        .filter(|s| rover::steps::kinds::ends_trace(&s.step) && s.status == SpanStatus::Completed)
         .count();
     assert_eq!(
         terminal, 1,

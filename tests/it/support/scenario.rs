@@ -250,7 +250,13 @@ impl Scenario {
         let summary: Vec<_> = self
             .traces()
             .iter()
-            .map(|t| (t.index.event.clone(), chain(t), t.outcome()))
+            .map(|t| {
+                (
+                    t.index.event.clone(),
+                    chain(t),
+                    rover::steps::kinds::trace_outcome(t),
+                )
+            })
             .collect();
         panic!("not settled after {max} runs: {summary:#?}");
     }
@@ -275,10 +281,12 @@ impl Scenario {
 
     /// Whether every trace has ended and nothing is queued.
     pub fn settled(&self) -> bool {
-        self.traces()
-            .iter()
-            .all(|t| matches!(t.outcome(), TraceOutcome::Finished { .. }))
-            && self.store().read_state().unwrap().pending.is_empty()
+        self.traces().iter().all(|t| {
+            matches!(
+                rover::steps::kinds::trace_outcome(t),
+                TraceOutcome::Finished { .. }
+            )
+        }) && self.store().read_state().unwrap().pending.is_empty()
     }
 
     /// `rover autopilot start` as a daemon (not `--once`) until every trace has ended, then
@@ -332,7 +340,13 @@ impl Scenario {
                 let summary: Vec<_> = self
                     .traces()
                     .iter()
-                    .map(|t| (t.index.event.clone(), chain(t), t.outcome()))
+                    .map(|t| {
+                        (
+                            t.index.event.clone(),
+                            chain(t),
+                            rover::steps::kinds::trace_outcome(t),
+                        )
+                    })
                     .collect();
                 panic!("not settled within {limit:?}: {summary:#?}");
             }
