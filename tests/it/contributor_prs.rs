@@ -228,3 +228,38 @@ async fn a_forks_pull_request_gets_rovers_branch_and_no_pull_request() {
         "{reply}"
     );
 }
+
+/// In a lifecycle mode that merges, rover still never merges a person's pull request: neither
+/// theirs it pushed onto, nor its own proposal into their branch. The checks are followed and
+/// green is answered, as in `pr` mode; the person (or a maintainer) merges.
+#[tokio::test]
+async fn a_mode_that_merges_never_merges_a_persons_pull_request_or_a_proposal_into_it() {
+    for how in ["push", "propose"] {
+        let mut s = Scenario::new().await;
+        s.with_sandbox().await;
+        merge(
+            &mut s.extra_config,
+            &json!({"autopilot": {
+                "github": {"contributorPrs": how, "botLogin": crate::support::fake_github::BOT},
+                "lifecycle": {"mode": "dev"},
+                "pipeline": {"ciPollSecs": 0}
+            }}),
+        );
+        s.github.ci_on_new_commits(&["success"]);
+        let head = carols_pull_request(&s);
+        changes_requested(&mut s, 40, "feature/csv", &head, 950);
+        s.answer(NOTIFY, json!({"message": "Done."}));
+        s.run_until_settled(12).await;
+        let trace = s.the_trace();
+        let steps: Vec<String> = trace.spans.iter().map(|sp| sp.step.to_string()).collect();
+        assert!(s.github.merges().is_empty(), "{how}: {steps:?}");
+        assert!(!steps.iter().any(|st| st == "merge"), "{how}: {steps:?}");
+        let look = trace
+            .spans
+            .iter()
+            .find(|sp| sp.meta.get("ci").is_some())
+            .unwrap_or_else(|| panic!("{how}: the checks were followed: {steps:?}"));
+        assert_eq!(look.meta["ci"]["persons"], true, "{how}: {:?}", look.meta);
+        assert_eq!(look.meta["decision"], "notify", "{how}: {:?}", look.meta);
+    }
+}

@@ -62,8 +62,10 @@ impl CoordinateStep {
             .map_err(|e| gh_error("reading the CI status", &e))?;
         let lifecycle = &self.services.config.autopilot.lifecycle;
         let mut verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
-        // A mode that merges waits for the checks at most `lifecycle.ciTimeoutMins`.
-        let timed_out = lifecycle.mode.merges()
+        // A mode that merges waits for the checks at most `lifecycle.ciTimeoutMins`; a person's
+        // pull request is never rover's to merge, whatever the mode: green is answered.
+        let merges = lifecycle.mode.merges() && !watch.persons;
+        let timed_out = merges
             && watch.since.is_some_and(|since| {
                 chrono::Duration::from_std(lifecycle.ci_timeout())
                     .is_ok_and(|limit| Utc::now() - since >= limit)
@@ -88,7 +90,7 @@ impl CoordinateStep {
                 (Decision::Wait, done)
             }
             CiVerdict::TimedOut => (Decision::Notify, timed_out_look(&watch, lifecycle)),
-            CiVerdict::Green if lifecycle.mode.merges() => {
+            CiVerdict::Green if merges => {
                 (Decision::Merge, green_merges(&watch, &status, lifecycle))
             }
             CiVerdict::GiveUp => (Decision::Noop, Finished::completed(format!(

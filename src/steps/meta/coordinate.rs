@@ -46,6 +46,10 @@ pub struct CiWatchMeta {
     /// request `pr_number` (`lifecycle.postMergeCi`): green or red, the trace answers.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub after_merge: bool,
+    /// The pull request is a person's (rover pushed onto their branch) or rover's proposal
+    /// into a person's branch: green is answered, never merged, whatever the lifecycle mode.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub persons: bool,
 }
 
 /// A coordinator `wait`, scheduled as a later `coordinate` of the same trace: it runs at its
