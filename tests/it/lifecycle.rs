@@ -1152,6 +1152,13 @@ async fn a_branch_that_conflicts_with_its_moved_base_goes_to_the_resolver_and_is
         .find(|a| a.action.as_str() == "workflow" && a.meta.get("mergeFrom").is_some())
         .expect("an iteration that merges the base in");
     assert_eq!(iteration.meta["mergeFrom"], "refs/remotes/origin/main");
+    let instructions = iteration.meta["instructions"].as_str().unwrap();
+    assert!(
+        instructions
+            .contains("conflicts with `origin/main`, the base branch its pull request merges into")
+            && instructions.contains("the conflicting files are: \"csv.txt\""),
+        "{instructions}"
+    );
     let merges = s.github.merges();
     assert_eq!(merges.len(), 1, "{merges:?}");
     let merged_head = &merges[0].2;

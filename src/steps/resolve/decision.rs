@@ -131,7 +131,14 @@ pub(super) fn iterate_on_conflict(
         conflict.source_branch,
         conflict.target,
         conflict.target,
-        conflict.files.join(", ")
+        // Paths are the repository's: quoted, a newline in one cannot start a line of the
+        // prompt.
+        conflict
+            .files
+            .iter()
+            .map(|f| format!("{f:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let workflow = WorkflowMeta {
         depends_on: Vec::new(),
