@@ -259,7 +259,11 @@ async fn a_mode_that_merges_never_merges_a_persons_pull_request_or_a_proposal_in
             .iter()
             .find(|sp| sp.meta.get("ci").is_some())
             .unwrap_or_else(|| panic!("{how}: the checks were followed: {steps:?}"));
-        assert_eq!(look.meta["ci"]["persons"], true, "{how}: {:?}", look.meta);
+        assert_eq!(
+            look.meta["ci"]["personsPullRequest"], true,
+            "{how}: {:?}",
+            look.meta
+        );
         assert_eq!(look.meta["decision"], "notify", "{how}: {:?}", look.meta);
     }
 }

@@ -64,7 +64,7 @@ impl CoordinateStep {
         let mut verdict = ci_verdict(&status, watch.round, pipeline.ci_max_polls);
         // A mode that merges waits for the checks at most `lifecycle.ciTimeoutMins`; a person's
         // pull request is never rover's to merge, whatever the mode: green is answered.
-        let merges = lifecycle.mode.merges() && !watch.persons;
+        let merges = lifecycle.mode.merges() && !watch.persons_pull_request;
         let timed_out = merges
             && watch.since.is_some_and(|since| {
                 chrono::Duration::from_std(lifecycle.ci_timeout())

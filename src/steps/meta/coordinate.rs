@@ -49,7 +49,7 @@ pub struct CiWatchMeta {
     /// The pull request is a person's (rover pushed onto their branch) or rover's proposal
     /// into a person's branch: green is answered, never merged, whatever the lifecycle mode.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub persons: bool,
+    pub persons_pull_request: bool,
 }
 
 /// A coordinator `wait`, scheduled as a later `coordinate` of the same trace: it runs at its

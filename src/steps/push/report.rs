@@ -131,7 +131,7 @@ impl Landing<'_> {
                     round: 1,
                     since: Some(chrono::Utc::now()),
                     after_merge: false,
-                    persons: !matches!(self.delivery, Delivery::Own),
+                    persons_pull_request: !matches!(self.delivery, Delivery::Own),
                 });
         } else {
             finished = self.without_pull_request(finished);
