@@ -32,14 +32,17 @@ echo "build: $((SECONDS - started)) s"
 it_bin="$(sed -nE 's#^ *Executable tests/it/main.rs \((.*)\)$#\1#p' "$log" | tail -n 1)"
 # The swarm tests (cluster::) are one chain: they share the two-node test swarm one at a time.
 # They run in a process of their own beside the rest, on one thread, so none of the other
-# tests' threads waits on them; their output follows the rest's.
-bash tests/timed.sh "$it_bin" cluster:: --test-threads 1 >"$cluster_log" 2>&1 &
+# tests' threads waits on them; their output follows the rest's. The tests that sweep the whole
+# engine with a real `gc` (engine_gc::, soak::) take the engine exclusively across processes,
+# so they wait while a swarm test holds it shared: they run in the same one-thread process,
+# after the swarm's, instead of holding up to four of the other tests' threads while they wait.
+bash tests/timed.sh "$it_bin" cluster:: engine_gc:: soak:: --test-threads 1 >"$cluster_log" 2>&1 &
 cluster=$!
 cargo test --locked --config "target.'cfg(all())'.runner = ['bash', '$PWD/tests/timed.sh']" \
-  -- --skip cluster:: 2>&1 | tee "$log" || status=$?
+  -- --skip cluster:: --skip engine_gc:: --skip soak:: 2>&1 | tee "$log" || status=$?
 wait "$cluster" || status=1
 echo
-echo "the swarm tests (cluster::, beside the rest):"
+echo "the swarm and engine-sweep tests (cluster::, engine_gc::, soak::, beside the rest):"
 cat "$cluster_log"
 cat "$cluster_log" >>"$log"
 echo
