@@ -29,7 +29,8 @@ pub fn submit(ctx: &Context, out: &mut Output, text: Option<String>) -> Result<E
         request: &request,
         actor: &actor,
     };
-    let trace = crate::intake::ingest(&store, &project_id, arrival)?.trace();
+    let entry = crate::intake::Entry::new(project_id, crate::steps::kinds::FIRST_STEP);
+    let trace = crate::intake::ingest(&store, &entry, arrival)?.trace();
     out.print(&format!("submitted trace {trace}\n"))?;
     match super::wake_daemon(&store) {
         Some(pid) => {

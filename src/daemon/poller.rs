@@ -18,7 +18,7 @@ use super::topology::Topology;
 /// What each run of the poll loop is started with.
 pub(super) struct Poller {
     store: AutopilotStore,
-    project_id: String,
+    entry: crate::intake::Entry,
     github: Arc<dyn GitHub>,
     settings: PollSettings,
     normalize: NormalizeOptions,
@@ -33,7 +33,7 @@ impl Poller {
     pub(super) fn run(&self) -> impl Future<Output = PollEnd> + Send + 'static {
         poll::poll_loop(
             self.store.clone(),
-            self.project_id.clone(),
+            self.entry.clone(),
             self.github.clone(),
             self.settings.clone(),
             self.normalize.clone(),
@@ -52,7 +52,10 @@ impl Topology {
         let queue: Arc<dyn Queue> = Arc::new(self.orchestrator.clone());
         Some(Poller {
             store: self.store.clone(),
-            project_id: self.project.id.clone(),
+            entry: crate::intake::Entry::new(
+                self.project.id.clone(),
+                crate::steps::kinds::FIRST_STEP,
+            ),
             github: gh,
             settings: self.config.autopilot.github.poll.clone(),
             normalize: self.normalize.clone().unwrap_or_default(),

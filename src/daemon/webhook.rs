@@ -20,7 +20,10 @@ impl Topology {
         };
         let state = webhook::WebhookState {
             store: self.store.clone(),
-            project_id: self.project.id.clone(),
+            entry: crate::intake::Entry::new(
+                self.project.id.clone(),
+                crate::steps::kinds::FIRST_STEP,
+            ),
             repo: self.project.repo.as_ref().map(ToString::to_string),
             normalize: self.normalize.clone().unwrap_or_default(),
             secret: secret.into_bytes(),

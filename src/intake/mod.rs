@@ -4,7 +4,7 @@
 //! APIs for what those two missed (`reconcile`), and local requests (`rover autopilot submit`,
 //! [`Arrival::Local`]). Each hands what it took in to [`ingest`] (or [`ingest_in`], within a
 //! locked update the source makes anyway, as the poller does with its cursor): the one function
-//! that builds the trace's root `event` span and first `coordinate` action, dedups (the
+//! that builds the trace's root `event` span and first action (of the step [`Entry`] names), dedups (the
 //! event's id, and its content key for the same event by another path), enqueues, and records
 //! what became of it in `intake.jsonl`, all in one locked update. Who may trigger work is judged
 //! later, by the coordinate step (`steps::trust_check`); intake only drops rover's own events
@@ -42,7 +42,24 @@ pub use record::{event_record, ingested_record, local_record, skipped_delivery, 
 pub use root::{github_trace, label, local_trace, red_main_trace};
 
 use crate::github::{GitHubError, NormalizedEvent};
-use crate::store::{AutopilotStore, StoreError, TraceCreated, Txn};
+use crate::store::{AutopilotStore, StepKind, StoreError, TraceCreated, Txn};
+
+/// Where a new trace starts: the project its ids derive from, and the pipeline's first step
+/// (the steps declare it, `steps::kinds::FIRST_STEP`; intake names no step).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub project_id: String,
+    pub first_step: StepKind,
+}
+
+impl Entry {
+    pub fn new(project_id: impl Into<String>, first_step: StepKind) -> Entry {
+        Entry {
+            project_id: project_id.into(),
+            first_step,
+        }
+    }
+}
 
 /// The path an event came by (recorded with its content key and in `intake.jsonl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,10 +147,10 @@ pub trait Queue: Send + Sync {
 /// Ingest one arrival in its own locked update (see [`ingest_in`]). Blocking (store I/O).
 pub fn ingest(
     store: &AutopilotStore,
-    project_id: &str,
+    entry: &Entry,
     arrival: Arrival<'_>,
 ) -> Result<Ingested, StoreError> {
-    store.transact(|txn| ingest_in(store, txn, project_id, arrival))
+    store.transact(|txn| ingest_in(store, txn, entry, arrival))
 }
 
 /// The one path into the store: start the trace of an arrival (its root span and `coordinate`
@@ -148,19 +165,19 @@ pub fn ingest(
 pub fn ingest_in(
     store: &AutopilotStore,
     txn: &mut Txn<'_>,
-    project_id: &str,
+    entry: &Entry,
     arrival: Arrival<'_>,
 ) -> Result<Ingested, StoreError> {
     match arrival {
         Arrival::Github { event, via } => {
-            let ingested = ingest_event_in(store, txn, project_id, event, via)?;
+            let ingested = ingest_event_in(store, txn, entry, event, via)?;
             if !matches!((via, ingested), (Via::Reconcile, Ingested::Duplicate(_))) {
                 txn.record_intake(ingested_record(event, via, ingested));
             }
             Ok(ingested)
         }
         Arrival::Local { request, actor } => {
-            let (root, first) = local_trace(request, actor);
+            let (root, first) = local_trace(&entry.first_step, request, actor);
             store.create_new_trace_in(txn, &root, Some(&first))?;
             txn.record_intake(local_record(root.id, actor));
             tracing::info!(trace = %root.id, via = Via::Local.as_str(), "new trace");
@@ -177,7 +194,7 @@ pub fn ingest_in(
             } else {
                 meta::RED_MAIN_FIX
             };
-            let (root, first) = red_main_trace(project_id, origin, sha, request, reverts.cloned());
+            let (root, first) = red_main_trace(entry, origin, sha, request, reverts.cloned());
             if !store.create_trace_in(txn, &root, Some(&first), &[])? {
                 return Ok(Ingested::Duplicate(root.id));
             }
@@ -194,11 +211,11 @@ pub fn ingest_in(
 fn ingest_event_in(
     store: &AutopilotStore,
     txn: &mut Txn<'_>,
-    project_id: &str,
+    entry: &Entry,
     event: &NormalizedEvent,
     via: Via,
 ) -> Result<Ingested, StoreError> {
-    let (root, first) = github_trace(project_id, event);
+    let (root, first) = github_trace(entry, event);
     let created = store.create_event_trace_in(
         txn,
         &root,

@@ -21,7 +21,7 @@ use crate::store::{AutopilotStore, IntakeOutcome, IntakeRecord, StoreError};
 #[allow(clippy::too_many_arguments, reason = "the loop's parts, passed once")]
 pub async fn poll_loop(
     store: AutopilotStore,
-    project_id: String,
+    entry: super::Entry,
     github: Arc<dyn GitHub>,
     settings: crate::github::PollSettings,
     normalize: crate::github::NormalizeOptions,
@@ -69,7 +69,7 @@ pub async fn poll_loop(
     }
     let mut attempt = 0;
     loop {
-        match poll_github(&store, &project_id, github.as_ref(), &mut poller).await {
+        match poll_github(&store, &entry, github.as_ref(), &mut poller).await {
             Ok(report) => {
                 if report.backlog_skipped > 0 {
                     let notice = backlog_notice(report.backlog_skipped);
@@ -123,7 +123,7 @@ pub async fn poll_loop(
             }
         }
         if reconciler
-            .run_if_due(&store, &project_id, github.as_ref(), &normalize)
+            .run_if_due(&store, &entry, github.as_ref(), &normalize)
             .await
         {
             queue.wake();
@@ -213,7 +213,7 @@ pub fn resume_poller(
 /// acted on is recorded in `intake.jsonl` with its reason.
 pub async fn poll_github(
     store: &AutopilotStore,
-    project_id: &str,
+    entry: &super::Entry,
     github: &dyn GitHub,
     poller: &mut Poller,
 ) -> Result<IngestReport, IngestError> {
@@ -231,7 +231,7 @@ pub async fn poll_github(
     };
     let poll_cursor = poller.cursor().clone();
     let store = store.clone();
-    let project_id = project_id.to_owned();
+    let entry = entry.clone();
     report.new_traces = tokio::task::spawn_blocking(move || {
         let mut new = Vec::new();
         let mut records: Vec<IntakeRecord> = result
@@ -269,7 +269,7 @@ pub async fn poll_github(
                     event,
                     via: Via::Poll,
                 };
-                if let Ingested::New(trace) = ingest_in(&store, txn, &project_id, arrival)? {
+                if let Ingested::New(trace) = ingest_in(&store, txn, &entry, arrival)? {
                     new.push(trace);
                 }
             }

@@ -66,7 +66,7 @@ impl Reconciler {
     pub async fn run_if_due(
         &mut self,
         store: &AutopilotStore,
-        project_id: &str,
+        entry: &super::Entry,
         github: &dyn GitHub,
         normalize: &NormalizeOptions,
     ) -> bool {
@@ -76,7 +76,7 @@ impl Reconciler {
         let fallback =
             Utc::now() - chrono::TimeDelta::from_std(self.every).unwrap_or(chrono::TimeDelta::MAX);
         self.next = Instant::now() + self.every;
-        match reconcile_github(store, project_id, github, normalize, fallback, &why).await {
+        match reconcile_github(store, entry, github, normalize, fallback, &why).await {
             Ok(report) => {
                 tracing::info!(why = %why, since = %report.since, found = report.found, new = report.new_traces.len(), "reconciled with the list APIs");
                 if !report.new_traces.is_empty() {
@@ -145,7 +145,7 @@ pub struct ReconcileReport {
 /// every event found that no path ingested yet; then move the watermark. `why` is recorded.
 pub async fn reconcile_github(
     store: &AutopilotStore,
-    project_id: &str,
+    entry: &super::Entry,
     github: &dyn GitHub,
     options: &NormalizeOptions,
     fallback: chrono::DateTime<Utc>,
@@ -169,7 +169,7 @@ pub async fn reconcile_github(
     let sweep = crate::github::reconcile::sweep(github, since, options).await?;
     let found = sweep.events.len();
     let store = store.clone();
-    let project_id = project_id.to_owned();
+    let entry = entry.clone();
     let why = why.to_owned();
     let new_traces = tokio::task::spawn_blocking(move || {
         // Only what no path ingested: an event polled or delivered already is left alone.
@@ -190,7 +190,7 @@ pub async fn reconcile_github(
                 event,
                 via: Via::Reconcile,
             };
-            if let Ingested::New(trace) = ingest(&store, &project_id, arrival)? {
+            if let Ingested::New(trace) = ingest(&store, &entry, arrival)? {
                 new.push(trace);
             }
         }

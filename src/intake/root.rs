@@ -5,6 +5,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use super::meta::{EventMeta, EventSource, Reverting, RED_MAIN_FIX, RED_MAIN_REVERT};
+use super::Entry;
 use crate::github::{Channel, NormalizedEvent, Visibility};
 use crate::store::{Action, Meta, Span, SpanStatus, StepKind};
 
@@ -29,10 +30,10 @@ pub fn label(event: &NormalizedEvent) -> String {
 }
 
 /// The root span and first action of the trace for a GitHub event (deterministic ids).
-pub fn github_trace(project_id: &str, event: &NormalizedEvent) -> (Span, Action) {
+pub fn github_trace(entry: &Entry, event: &NormalizedEvent) -> (Span, Action) {
     let root_id = Uuid::new_v5(
         &Uuid::NAMESPACE_URL,
-        format!("rover:{project_id}:github-event:{}", event.id).as_bytes(),
+        format!("rover:{}:github-event:{}", entry.project_id, event.id).as_bytes(),
     );
     let meta = EventMeta {
         source: EventSource::Github,
@@ -46,12 +47,17 @@ pub fn github_trace(project_id: &str, event: &NormalizedEvent) -> (Span, Action)
         follows: None,
         reverts: None,
     };
-    build(root_id, &meta, format!("new {} event", event.kind.as_str()))
+    build(
+        root_id,
+        &meta,
+        format!("new {} event", event.kind.as_str()),
+        &entry.first_step,
+    )
 }
 
 /// The root span and first action of the trace for a local request (private, answered in the
 /// trace itself).
-pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
+pub fn local_trace(first_step: &StepKind, request: &str, actor: &str) -> (Span, Action) {
     let first_line = request
         .lines()
         .find(|l| !l.trim().is_empty())
@@ -69,7 +75,12 @@ pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
         follows: None,
         reverts: None,
     };
-    build(Uuid::new_v4(), &meta, "new local request".into())
+    build(
+        Uuid::new_v4(),
+        &meta,
+        "new local request".into(),
+        first_step,
+    )
 }
 
 /// The trace rover starts itself when its merge commit `sha` left the base branch red,
@@ -78,7 +89,7 @@ pub fn local_trace(request: &str, actor: &str) -> (Span, Action) {
 /// request says the rest). Its id derives from `origin` and `sha`, so a look that runs again
 /// after a crash starts no second one.
 pub fn red_main_trace(
-    project_id: &str,
+    entry: &Entry,
     origin: Uuid,
     sha: &str,
     request: &str,
@@ -86,7 +97,7 @@ pub fn red_main_trace(
 ) -> (Span, Action) {
     let root_id = Uuid::new_v5(
         &Uuid::NAMESPACE_URL,
-        format!("rover:{project_id}:red-main:{origin}:{sha}").as_bytes(),
+        format!("rover:{}:red-main:{origin}:{sha}", entry.project_id).as_bytes(),
     );
     let meta = EventMeta {
         source: EventSource::Local,
@@ -113,16 +124,18 @@ pub fn red_main_trace(
         root_id,
         &meta,
         "rover's merge left the base branch red".into(),
+        &entry.first_step,
     )
 }
 
-fn build(root_id: Uuid, meta: &EventMeta, reason: String) -> (Span, Action) {
+fn build(root_id: Uuid, meta: &EventMeta, reason: String, first_step: &StepKind) -> (Span, Action) {
     let now = Utc::now();
     let mut root = Span::root(root_id, now, meta.to_meta());
     root.finish(SpanStatus::Completed, meta.label.clone(), Meta::new(), now)
         .expect("a new span finishes");
-    let mut first = Action::new(StepKind::Coordinate, &root, reason, Meta::new(), now);
-    first.id = Uuid::new_v5(&root_id, b"coordinate");
+    let mut first = Action::new(first_step.clone(), &root, reason, Meta::new(), now);
+    // Derived from the trace and the step's name: the same first action on a rerun.
+    first.id = Uuid::new_v5(&root_id, first_step.as_str().as_bytes());
     (root, first)
 }
 
@@ -139,14 +152,18 @@ mod tests {
     /// reading intake's meta.
     #[test]
     fn the_store_lists_a_trace_by_the_label_intake_writes() {
-        let (root, _) = local_trace("\nfix the flaky test\nin ci", "alice");
+        let (root, _) = local_trace(
+            &StepKind::Other("first".into()),
+            "\nfix the flaky test\nin ci",
+            "alice",
+        );
         let label = "local request by alice: fix the flaky test";
         assert_eq!(EventMeta::of(&root).expect("its meta").label, label);
         assert_eq!(crate::store::event_label(&root), label);
 
         let mut event = NormalizedEvent::local("7", "bob", "x", Utc::now());
         event.number = Some(12);
-        let (root, _) = github_trace("p", &event);
+        let (root, _) = github_trace(&Entry::new("p", StepKind::Other("first".into())), &event);
         let label = EventMeta::of(&root).expect("its meta").label;
         assert!(label.ends_with("#12 by bob"), "{label}");
         assert_eq!(crate::store::event_label(&root), label);

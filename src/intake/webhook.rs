@@ -29,7 +29,8 @@ use crate::store::{AutopilotStore, IntakeRecord};
 /// What the handler needs; shared by every request.
 pub struct WebhookState {
     pub store: AutopilotStore,
-    pub project_id: String,
+    /// Where a delivery's trace starts.
+    pub entry: super::Entry,
     /// `owner/name` of the watched repository; deliveries for another one are skipped.
     pub repo: Option<String>,
     pub normalize: NormalizeOptions,
@@ -207,7 +208,7 @@ async fn github(
                 event: &normalized,
                 via: Via::Webhook,
             };
-            ingest(&st.store, &st.project_id, arrival)
+            ingest(&st.store, &st.entry, arrival)
         })
         .await
     };

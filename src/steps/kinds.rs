@@ -46,6 +46,9 @@ pub enum Ends {
     Quietly,
 }
 
+/// The step every trace starts with (intake enqueues it with the root span).
+pub const FIRST_STEP: StepKind = StepKind::Coordinate;
+
 /// The table: every step of the pipeline and what it is.
 const TABLE: [(StepKind, StepTraits); 12] = [
     (

@@ -182,7 +182,11 @@ fn instant_steps(started: &Arc<Mutex<HashMap<Uuid, Instant>>>) -> Vec<Arc<dyn St
 }
 
 async fn create_trace(store: &AutopilotStore, i: usize) -> Uuid {
-    let (root, first) = rover::intake::local_trace(&format!("bench {i}"), "bench");
+    let (root, first) = rover::intake::local_trace(
+        &rover::steps::kinds::FIRST_STEP,
+        &format!("bench {i}"),
+        "bench",
+    );
     let s = store.clone();
     let trace_id = root.id;
     tokio::task::spawn_blocking(move || s.create_trace(&root, Some(&first), &[]))
@@ -291,7 +295,11 @@ async fn claim_cost() -> (f64, IoStats) {
     let mut samples = Vec::new();
     let mut io = IoStats::default();
     for i in 0..50 {
-        let (root, first) = rover::intake::local_trace(&format!("claim {i}"), "bench");
+        let (root, first) = rover::intake::local_trace(
+            &rover::steps::kinds::FIRST_STEP,
+            &format!("claim {i}"),
+            "bench",
+        );
         let s = store.clone();
         let (t, delta) = tokio::task::spawn_blocking(move || {
             s.create_trace(&root, Some(&first), &[]).unwrap();

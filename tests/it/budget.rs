@@ -363,7 +363,8 @@ async fn the_prs_per_hour_cap_holds_pushes() {
     let w = StepsWorld::new(&json!({"caps": {"prsPerHour": 1}}));
     // A PR opened a minute ago (as the push step records it) fills the cap.
     Ledger::update(&w.p.store, |l| l.prs_opened.push(chrono::Utc::now())).unwrap();
-    let (root, _) = rover::intake::local_trace("push it", "tester");
+    let (root, _) =
+        rover::intake::local_trace(&rover::steps::kinds::FIRST_STEP, "push it", "tester");
     let push = Action::new(
         StepKind::Push,
         &root,

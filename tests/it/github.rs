@@ -811,9 +811,14 @@ async fn each_event_type_starts_a_trace_with_its_channel_and_a_coordinate_action
         ..PollSettings::default()
     };
     let mut poller = resume_poller(&store, poll.clone()).unwrap();
-    let report = poll_github(&store, "ingest", &gh, &mut poller)
-        .await
-        .expect("poll");
+    let report = poll_github(
+        &store,
+        &rover::intake::Entry::new("ingest", rover::steps::kinds::FIRST_STEP),
+        &gh,
+        &mut poller,
+    )
+    .await
+    .expect("poll");
     assert_eq!(report.new_traces.len(), 6, "{report:?}");
     let mut seen = Vec::new();
     for trace in &report.new_traces {
@@ -853,9 +858,14 @@ async fn each_event_type_starts_a_trace_with_its_channel_and_a_coordinate_action
 
     // The cursor records the ETag: a restarted poller asks with it and starts nothing.
     let mut again = resume_poller(&store, poll).unwrap();
-    let report = poll_github(&store, "ingest", &gh, &mut again)
-        .await
-        .expect("poll");
+    let report = poll_github(
+        &store,
+        &rover::intake::Entry::new("ingest", rover::steps::kinds::FIRST_STEP),
+        &gh,
+        &mut again,
+    )
+    .await
+    .expect("poll");
     assert!(
         report.new_traces.is_empty() && report.not_modified,
         "{report:?}"

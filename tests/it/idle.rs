@@ -161,7 +161,8 @@ fn a_store_handle_sees_every_queue_change_another_handle_makes() {
 
     let env = TestEnv::new();
     let handles = [env.store(), env.store()];
-    let (root, first) = rover::intake::local_trace("two handles", "tester");
+    let (root, first) =
+        rover::intake::local_trace(&rover::steps::kinds::FIRST_STEP, "two handles", "tester");
     handles[0].create_trace(&root, Some(&first), &[]).unwrap();
     let mut queued = vec![first.id];
     let view = |h: &rover::store::AutopilotStore| {

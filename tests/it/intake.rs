@@ -30,7 +30,14 @@ fn settings() -> PollSettings {
 /// interval is waited for).
 async fn poll(store: &AutopilotStore, gh: &OctoGitHub) -> rover::intake::poll::IngestReport {
     let mut poller = resume_poller(store, settings()).unwrap();
-    poll_github(store, "p", gh, &mut poller).await.unwrap()
+    poll_github(
+        store,
+        &rover::intake::Entry::new("p", rover::steps::kinds::FIRST_STEP),
+        gh,
+        &mut poller,
+    )
+    .await
+    .unwrap()
 }
 
 /// Seed `n` issue comments (comment ids `first..first+n`) as feed events.

@@ -81,7 +81,10 @@ fn event(
 
 /// Start a trace for a GitHub event (root span + its `coordinate` action).
 fn submit_github(p: &Pipeline, e: &NormalizedEvent) -> Uuid {
-    let (root, first) = rover::intake::github_trace(&p.project_id, e);
+    let (root, first) = rover::intake::github_trace(
+        &rover::intake::Entry::new(p.project_id.clone(), rover::steps::kinds::FIRST_STEP),
+        e,
+    );
     p.store
         .create_trace(&root, Some(&first), std::slice::from_ref(&e.id))
         .expect("create trace");
@@ -90,7 +93,10 @@ fn submit_github(p: &Pipeline, e: &NormalizedEvent) -> Uuid {
 
 /// Start a trace for a GitHub event whose first action is a `notify` with `notify` meta.
 fn submit_notify(p: &Pipeline, e: &NormalizedEvent, notify: &NotifyMeta) -> (Uuid, Uuid) {
-    let (root, _) = rover::intake::github_trace(&p.project_id, e);
+    let (root, _) = rover::intake::github_trace(
+        &rover::intake::Entry::new(p.project_id.clone(), rover::steps::kinds::FIRST_STEP),
+        e,
+    );
     let Value::Object(meta) = serde_json::to_value(notify).expect("meta") else {
         unreachable!("a struct serializes to an object")
     };

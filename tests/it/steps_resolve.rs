@@ -456,7 +456,10 @@ fn submit_issue(p: &Pipeline, number: u64) -> Uuid {
     event.body = None;
     event.channel = rover::github::Channel::IssueComment { number };
     event.visibility = Visibility::Public;
-    let (root, first) = rover::intake::github_trace(&p.project_id, &event);
+    let (root, first) = rover::intake::github_trace(
+        &rover::intake::Entry::new(p.project_id.clone(), rover::steps::kinds::FIRST_STEP),
+        &event,
+    );
     p.store
         .create_trace(&root, Some(&first), std::slice::from_ref(&event.id))
         .expect("create trace");

@@ -43,7 +43,11 @@ fn try_submit(env: &TestEnv) -> Result<Ingested, rover::store::StoreError> {
         request: "look at the flaky test",
         actor: "alice",
     };
-    rover::intake::ingest(&env.store(), &env.project_id, arrival)
+    rover::intake::ingest(
+        &env.store(),
+        &rover::intake::Entry::new(env.project_id.clone(), rover::steps::kinds::FIRST_STEP),
+        arrival,
+    )
 }
 
 fn queued(store: &AutopilotStore) -> Vec<Uuid> {

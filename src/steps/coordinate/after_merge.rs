@@ -212,12 +212,15 @@ impl CoordinateStep {
             pr_url: watch.pr_url.clone(),
             branch: watch.branch.clone(),
         });
-        let project = self.services.project_id.clone();
+        let entry = crate::intake::Entry::new(
+            self.services.project_id.clone(),
+            crate::steps::kinds::FIRST_STEP,
+        );
         let sha = watch.sha.clone();
         let started = crate::store::blocking(ctx.store.clone(), move |store| {
             crate::intake::ingest(
                 store,
-                &project,
+                &entry,
                 Arrival::RedMain {
                     origin,
                     sha: &sha,

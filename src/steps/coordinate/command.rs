@@ -641,7 +641,13 @@ mod tests {
             event: &event,
             via: crate::intake::Via::Poll,
         };
-        match crate::intake::ingest(store, "p", arrival).expect("ingest") {
+        match crate::intake::ingest(
+            store,
+            &crate::intake::Entry::new("p", crate::steps::kinds::FIRST_STEP),
+            arrival,
+        )
+        .expect("ingest")
+        {
             crate::intake::Ingested::New(t) => t,
             other => panic!("{other:?}"),
         }

@@ -32,7 +32,8 @@ pub fn orchestrator(
 
 /// Starts a trace from a local request by `tester`; returns its id.
 pub fn submit_local(store: &AutopilotStore, text: &str) -> Uuid {
-    let (root, first) = rover::intake::local_trace(text, "tester");
+    let (root, first) =
+        rover::intake::local_trace(&rover::steps::kinds::FIRST_STEP, text, "tester");
     store
         .create_trace(&root, Some(&first), &[])
         .expect("create trace");

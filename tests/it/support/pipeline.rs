@@ -160,7 +160,8 @@ impl Pipeline {
     /// Start a trace from the local request `request` whose first action is a `kind` action
     /// with `meta` (an object); returns the trace id and the action.
     pub fn trace_with(&self, request: &str, kind: StepKind, meta: &Value) -> (Uuid, Action) {
-        let (root, _) = rover::intake::local_trace(request, "tester");
+        let (root, _) =
+            rover::intake::local_trace(&rover::steps::kinds::FIRST_STEP, request, "tester");
         let action = action_on(&root, kind, meta);
         self.store
             .create_trace(&root, Some(&action), &[])
