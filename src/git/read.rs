@@ -150,36 +150,14 @@ impl Workspace {
         ours: &str,
         theirs: &str,
     ) -> Result<Option<Vec<String>>, GitError> {
-        let repo_path = self.repo_path().to_path_buf();
-        let (ours, theirs) = (ours.to_owned(), theirs.to_owned());
-        blocking(move || {
-            let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
-            let find = |name: &str| {
-                repo.revparse_single(name)
-                    .and_then(|o| o.peel_to_commit())
-                    .ok()
-            };
-            let (Some(ours), Some(theirs)) = (find(&ours), find(&theirs)) else {
-                return Ok(None);
-            };
+        self.with_commits(ours, theirs, |repo, repo_path, ours, theirs| {
             let index = repo
-                .merge_commits(&ours, &theirs, None)
-                .map_err(GitError::git2("merge the commits in memory", &repo_path))?;
-            if !index.has_conflicts() {
-                return Ok(Some(Vec::new()));
-            }
-            let mut files: Vec<String> = index
-                .conflicts()
-                .map_err(GitError::git2("list the merge's conflicts", &repo_path))?
-                .filter_map(Result::ok)
-                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-                .collect();
-            files.sort();
-            files.dedup();
-            Ok(Some(files))
+                .merge_commits(ours, theirs, None)
+                .map_err(GitError::git2("merge the commits in memory", repo_path))?;
+            conflicted_paths(&index)
+                .map_err(GitError::git2("list the merge's conflicts", repo_path))
         })
-        .await?
+        .await
     }
 
     /// `read` of the tree diff `head` brings over its merge base with `base`; `None` when
@@ -190,8 +168,35 @@ impl Workspace {
         head: &str,
         read: impl FnOnce(&git2::Diff<'_>) -> T + Send + 'static,
     ) -> Result<Option<T>, GitError> {
+        self.with_commits(base, head, move |repo, repo_path, base, head| {
+            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
+            let from = repo
+                .find_commit(fork)
+                .and_then(|c| c.tree())
+                .map_err(GitError::git2("read the merge base", repo_path))?;
+            let to = head
+                .tree()
+                .map_err(GitError::git2("read the head", repo_path))?;
+            let diff = repo
+                .diff_tree_to_tree(Some(&from), Some(&to), None)
+                .map_err(GitError::git2("diff the commits", repo_path))?;
+            Ok(read(&diff))
+        })
+        .await
+    }
+
+    /// `work` on the commits `a` and `b` name (any revision names) in the checkout, off the
+    /// async threads; `None` when either is missing.
+    async fn with_commits<T: Send + 'static>(
+        &self,
+        a: &str,
+        b: &str,
+        work: impl FnOnce(&Repository, &Path, &git2::Commit<'_>, &git2::Commit<'_>) -> Result<T, GitError>
+            + Send
+            + 'static,
+    ) -> Result<Option<T>, GitError> {
         let repo_path = self.repo_path().to_path_buf();
-        let (base, head) = (base.to_owned(), head.to_owned());
+        let (a, b) = (a.to_owned(), b.to_owned());
         blocking(move || {
             let repo = Repository::open(&repo_path).map_err(GitError::git2("open", &repo_path))?;
             let find = |name: &str| {
@@ -199,24 +204,29 @@ impl Workspace {
                     .and_then(|o| o.peel_to_commit())
                     .ok()
             };
-            let (Some(base), Some(head)) = (find(&base), find(&head)) else {
+            let (Some(a), Some(b)) = (find(&a), find(&b)) else {
                 return Ok(None);
             };
-            let fork = repo.merge_base(base.id(), head.id()).unwrap_or(base.id());
-            let from = repo
-                .find_commit(fork)
-                .and_then(|c| c.tree())
-                .map_err(GitError::git2("read the merge base", &repo_path))?;
-            let to = head
-                .tree()
-                .map_err(GitError::git2("read the head", &repo_path))?;
-            let diff = repo
-                .diff_tree_to_tree(Some(&from), Some(&to), None)
-                .map_err(GitError::git2("diff the commits", &repo_path))?;
-            Ok(Some(read(&diff)))
+            work(&repo, &repo_path, &a, &b).map(Some)
         })
         .await?
     }
+}
+
+/// The paths an in-memory merge or revert left conflicted, sorted, each once (empty: clean).
+pub(super) fn conflicted_paths(index: &git2::Index) -> Result<Vec<String>, git2::Error> {
+    if !index.has_conflicts() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<String> = index
+        .conflicts()?
+        .filter_map(Result::ok)
+        .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .collect();
+    files.sort();
+    files.dedup();
+    Ok(files)
 }
 
 /// A diff as unified text of at most `limit` bytes, the cut marked.

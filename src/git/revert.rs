@@ -37,16 +37,9 @@ impl Workspace {
             let preview = repo
                 .revert_commit(&commit, &head, mainline, None)
                 .map_err(failed("revert the commit"))?;
-            if preview.has_conflicts() {
-                let mut files: Vec<String> = preview
-                    .conflicts()
-                    .map_err(failed("list the revert's conflicts"))?
-                    .filter_map(Result::ok)
-                    .filter_map(|c| c.our.or(c.their).or(c.ancestor))
-                    .map(|e| String::from_utf8_lossy(&e.path).into_owned())
-                    .collect();
-                files.sort();
-                files.dedup();
+            let files = super::read::conflicted_paths(&preview)
+                .map_err(failed("list the revert's conflicts"))?;
+            if !files.is_empty() {
                 return Err(GitError::RevertConflict { sha, files });
             }
             let mut opts = RevertOptions::new();
