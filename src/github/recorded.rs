@@ -137,6 +137,7 @@ fn note_with<T: Serialize>(
         Err(e) => {
             let mut error = record_of_error(e);
             error.message = redact(error.message);
+            error.said = error.said.into_iter().map(&redact).collect();
             Err(error)
         }
     };
@@ -314,6 +315,31 @@ impl GitHub for RecordingGitHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn githubs_words_in_a_recorded_refusal_are_masked_like_its_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::AutopilotStore::open(dir.path(), "p").unwrap();
+        let span = uuid::Uuid::new_v4();
+        let redactor = Redactor::new(vec!["ghp_held_secret_value".to_owned()]);
+        crate::store::replay_record::recording(&store, span, false, async {
+            let refused: Result<Merged, GitHubError> = Err(GitHubError::Validation {
+                what: "merge".into(),
+                message: "ghp_held_secret_value is not allowed".into(),
+                errors: vec!["again ghp_held_secret_value".into()],
+            });
+            note_with(Some(&redactor), "merge_pull_request", "7@abc", &refused);
+        })
+        .await;
+        let record = crate::store::replay_record::read_record(&store, span)
+            .unwrap()
+            .unwrap();
+        let error = record.github_reads[0].error.clone().unwrap();
+        assert_eq!(error.status, Some(422));
+        assert_eq!(error.said.len(), 2);
+        let all = format!("{} {:?}", error.message, error.said);
+        assert!(!all.contains("ghp_held_secret_value"), "{all}");
+    }
 
     #[test]
     fn a_recorded_refusal_comes_back_with_its_status_and_githubs_words() {
