@@ -153,7 +153,7 @@ pub fn ingest(
     store.transact(|txn| ingest_in(store, txn, entry, arrival))
 }
 
-/// The one path into the store: start the trace of an arrival (its root span and `coordinate`
+/// The one path into the store: start the trace of an arrival (its root span and first
 /// action, enqueued) unless the same event already has one, and record what became of it in
 /// the intake log in the same locked update (so arrivals are listed in the order the store saw
 /// them), except a reconcile sweep finding its own event again, which the first sweep recorded.
