@@ -4,7 +4,6 @@
 //! original run's answer without a model call, noting whether the prompt it is given is the
 //! one that answer was for.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -18,14 +17,14 @@ use crate::github::{
     CiStatus, Comment, EventsFetch, GitHub, GitHubError, Issue, NewPullRequest, Permission, Posted,
     PullRequest, ReactionTarget, ReactionsFetch, RepoRef, Review, ReviewComment, ReviewEvent,
 };
-use crate::store::replay_record::{prompt_sha256, RecordedAnswer, RecordedRead};
+use crate::store::replay_record::{next_read, prompt_sha256, Asked, RecordedAnswer, RecordedRead};
 
 /// Serves recorded reads, in order per call and argument (the last answer again when a
 /// replay asks more often); anything not recorded is refused, so nothing reaches GitHub.
 pub struct ReplayGitHub {
     repo: RepoRef,
     reads: Vec<RecordedRead>,
-    served: Mutex<HashMap<(String, String), usize>>,
+    served: Asked,
     /// What the replayed run asked that was not recorded (or was a write), for the report.
     refused: Mutex<Vec<String>>,
 }
@@ -35,7 +34,7 @@ impl ReplayGitHub {
         ReplayGitHub {
             repo,
             reads,
-            served: Mutex::new(HashMap::new()),
+            served: Asked::default(),
             refused: Mutex::new(Vec::new()),
         }
     }
@@ -63,32 +62,24 @@ impl ReplayGitHub {
     /// a release), asked with the same key: nothing is sent. Not recorded (another head,
     /// another tag): refused.
     fn serve_write<T: DeserializeOwned>(&self, call: &str, key: &str) -> Result<T, GitHubError> {
-        if !self.reads.iter().any(|r| r.call == call && r.key == key) {
-            return self.refuse(&format!("the write {call}({key})"));
-        }
-        self.serve(call, key)
+        self.answer("write", call, key)
     }
 
     fn serve<T: DeserializeOwned>(&self, call: &str, key: &str) -> Result<T, GitHubError> {
-        let matching: Vec<&RecordedRead> = self
-            .reads
-            .iter()
-            .filter(|r| r.call == call && r.key == key)
-            .collect();
-        if matching.is_empty() {
-            return self.refuse(&format!("the read {call}({key})"));
-        }
-        let index = {
-            let mut served = self
-                .served
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let next = served.entry((call.to_owned(), key.to_owned())).or_insert(0);
-            let index = (*next).min(matching.len() - 1);
-            *next += 1;
-            index
+        self.answer("read", call, key)
+    }
+
+    /// The recorded answer of `call(key)` (a `kind`, read or write), in order per call and key;
+    /// refused when none was recorded.
+    fn answer<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        call: &str,
+        key: &str,
+    ) -> Result<T, GitHubError> {
+        let Some(read) = next_read(&self.reads, &self.served, call, key) else {
+            return self.refuse(&format!("the {kind} {call}({key})"));
         };
-        let read = matching[index];
         match (&read.ok, &read.error) {
             (_, Some(error)) => Err(error_of_record(call, error)),
             (Some(value), None) => {

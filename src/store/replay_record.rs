@@ -122,7 +122,7 @@ tokio::task_local! {
 /// A record a replayed run is served from, with how often each world read was asked.
 struct Served {
     record: ReplayRecord,
-    asked: Mutex<BTreeMap<(String, String), usize>>,
+    asked: Asked,
 }
 
 fn with_recorder(f: impl FnOnce(&mut ReplayRecord)) {
@@ -255,32 +255,40 @@ pub fn is_serving() -> bool {
 pub fn recalled<T: serde::de::DeserializeOwned>(call: &str, key: &str) -> Option<T> {
     SERVING
         .try_with(|served| {
-            let matching: Vec<&RecordedRead> = served
-                .record
-                .world_reads
-                .iter()
-                .filter(|r| r.call == call && r.key == key)
-                .collect();
-            if matching.is_empty() {
-                return None;
-            }
-            let index = {
-                let mut asked = served
-                    .asked
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let next = asked.entry((call.to_owned(), key.to_owned())).or_insert(0);
-                let index = (*next).min(matching.len() - 1);
-                *next += 1;
-                index
-            };
-            matching[index]
+            next_read(&served.record.world_reads, &served.asked, call, key)?
                 .ok
                 .clone()
                 .and_then(|v| serde_json::from_value(v).ok())
         })
         .ok()
         .flatten()
+}
+
+/// How often a replay asked each read, by call and key.
+pub type Asked = Mutex<BTreeMap<(String, String), usize>>;
+
+/// The recorded read a replay serves when it asks `call(key)` again: the n-th asking gets the
+/// n-th recorded answer, the last again past the end; `None` when none was recorded.
+pub fn next_read<'r>(
+    reads: &'r [RecordedRead],
+    asked: &Asked,
+    call: &str,
+    key: &str,
+) -> Option<&'r RecordedRead> {
+    let matching: Vec<&RecordedRead> = reads
+        .iter()
+        .filter(|r| r.call == call && r.key == key)
+        .collect();
+    if matching.is_empty() {
+        return None;
+    }
+    let mut asked = asked
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let next = asked.entry((call.to_owned(), key.to_owned())).or_insert(0);
+    let index = (*next).min(matching.len() - 1);
+    *next += 1;
+    Some(matching[index])
 }
 
 /// The world read `call(key)`: its recorded answer in a replay, otherwise `live()`, noted for
