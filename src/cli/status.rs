@@ -101,14 +101,18 @@ fn queue<'a>(store: &AutopilotStore, state: &'a State, now: DateTime<Utc>) -> Qu
             .collect(),
         waiting: Vec::new(),
     };
-    let mut waiting_traces: Vec<uuid::Uuid> = queue
-        .later
-        .iter()
-        .map(|p| p.trace_id)
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    waiting_traces.truncate(LATER_SHOWN);
+    // The traces of the soonest actions that run later, as many as `later` shows.
+    let mut soonest = queue.later.clone();
+    soonest.sort_by_key(|p| p.not_before);
+    let mut waiting_traces: Vec<uuid::Uuid> = Vec::new();
+    for p in soonest {
+        if waiting_traces.len() == LATER_SHOWN {
+            break;
+        }
+        if !waiting_traces.contains(&p.trace_id) {
+            waiting_traces.push(p.trace_id);
+        }
+    }
     for trace_id in waiting_traces {
         if let Some(said) = store
             .load_trace(trace_id)
