@@ -66,6 +66,23 @@ async fn until_merge(s: &Scenario, outcome: &str, max: usize) -> TraceView {
     );
 }
 
+/// What each merge span of `trace` decided, in order.
+fn merge_outcomes(trace: &TraceView) -> Vec<Value> {
+    merge_spans(trace)
+        .iter()
+        .map(|m| m["mergeOutcome"].clone())
+        .collect()
+}
+
+/// A person's commit of `file` with `content` lands on main (the base moves on).
+fn persons_commit_to_main(s: &Scenario, file: &str, content: &str) {
+    let clone = s.clone_as("person", "Pat", "pat@example.com");
+    std::fs::write(clone.join(file), content).unwrap();
+    git(&clone, &["add", file]);
+    git(&clone, &["commit", "-m", "theirs"]);
+    git(&clone, &["push", "origin", "HEAD:main"]);
+}
+
 /// The scheduled merge look of the trace made due now (the time it waits for has passed).
 fn look_now(s: &Scenario) {
     let store = s.store();
@@ -313,10 +330,7 @@ async fn a_head_that_moved_after_its_checks_is_followed_again_before_the_merge()
     s.github.add_review_on(number, "alice", "APPROVED", &moved);
     look_now(&s);
     let trace = until_merge(&s, "merged", 6).await;
-    let outcomes: Vec<Value> = merge_spans(&trace)
-        .iter()
-        .map(|m| m["mergeOutcome"].clone())
-        .collect();
+    let outcomes = merge_outcomes(&trace);
     assert_eq!(
         outcomes,
         [json!("waiting"), json!("head-moved"), json!("merged")],
@@ -1026,11 +1040,7 @@ async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new
     until_merge(&s, "waiting", 12).await;
     let number = s.github.pulls()[0].0;
     let passed = s.github.head_of(number);
-    let clone = s.clone_as("person", "Pat", "pat@example.com");
-    std::fs::write(clone.join("theirs.txt"), "theirs\n").unwrap();
-    crate::support::gitrepo::git(&clone, &["add", "theirs.txt"]);
-    crate::support::gitrepo::git(&clone, &["commit", "-m", "theirs"]);
-    crate::support::gitrepo::git(&clone, &["push", "origin", "HEAD:main"]);
+    persons_commit_to_main(&s, "theirs.txt", "theirs\n");
 
     // The next look: GitHub refuses a branch that is behind; rover brings it up to date.
     look_now(&s);
@@ -1050,10 +1060,7 @@ async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new
     // Its new head's checks first, then the merge of that head.
     look_now(&s);
     let trace = until_merge(&s, "merged", 6).await;
-    let outcomes: Vec<Value> = merge_spans(&trace)
-        .iter()
-        .map(|m| m["mergeOutcome"].clone())
-        .collect();
+    let outcomes = merge_outcomes(&trace);
     assert_eq!(
         outcomes,
         [
@@ -1110,18 +1117,11 @@ async fn a_branch_that_conflicts_with_its_moved_base_goes_to_the_resolver_and_is
     until_merge(&s, "waiting", 12).await;
     let number = s.github.pulls()[0].0;
     let passed = s.github.head_of(number);
-    let clone = s.clone_as("person", "Pat", "pat@example.com");
-    std::fs::write(clone.join("csv.txt"), "theirs --csv\n").unwrap();
-    git(&clone, &["add", "csv.txt"]);
-    git(&clone, &["commit", "-m", "theirs"]);
-    git(&clone, &["push", "origin", "HEAD:main"]);
+    persons_commit_to_main(&s, "csv.txt", "theirs --csv\n");
 
     look_now(&s);
     let trace = until_merge(&s, "merged", 12).await;
-    let outcomes: Vec<Value> = merge_spans(&trace)
-        .iter()
-        .map(|m| m["mergeOutcome"].clone())
-        .collect();
+    let outcomes = merge_outcomes(&trace);
     assert_eq!(
         outcomes,
         [json!("waiting"), json!("conflict"), json!("merged")],
