@@ -4,26 +4,33 @@
 //! run's token, the variables that point the CLI at rover's proxy, the agent's argv, the run's
 //! network (and the DNS of a closed one), starting or adopting the container, and at the end
 //! the revocation and the wire ledger; once the run is recorded, its network and files go.
+//! A run a step waits for runs to its end in one call (`to_end.rs`); one it leaves running is
+//! looked at again and again (`detached.rs`): its log followed, stopped past its limit or
+//! stuck, its log taken once it ended and the run released once the step's record is final.
 //!
 //! The egress setting is read once, when the service is made ([`AgentRuns::new`]); a step
 //! never sees a token, a grant or the proxy: it hands a [`RunPlan`] and gets a
 //! [`PreparedRun`], then a [`Started`] run.
 
+mod detached;
 mod error;
 mod network;
 mod record;
 mod returned;
 mod start;
 mod to_end;
+mod watch;
 
 /// What a shipped run's returned workspace changed in its worktree.
 pub use crate::sandbox::returned::Applied;
+pub use detached::{DetachedRun, LogNotKept, Look};
 pub use error::AgentRunError;
 pub use network::{agent_env, forget_files_except};
 pub use record::RunNetworkMeta;
 pub use returned::take_back;
 pub use start::Started;
 pub use to_end::RanToEnd;
+pub use watch::RunWatch;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -11,7 +11,6 @@ mod notify;
 mod policy;
 mod pull_request;
 mod settings;
-mod stuck;
 mod usage;
 
 use std::path::PathBuf;
@@ -23,7 +22,6 @@ pub use pull_request::PullRequestOpened;
 pub use settings::{
     BreakerSettings, BudgetAction, BudgetSettings, PeriodLimit, RateCaps, TraceLimits,
 };
-pub use stuck::{newest_change, StuckWatch};
 pub use usage::{trace_usage, usd, SpanUsage};
 
 use crate::store::StoreError;

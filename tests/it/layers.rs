@@ -809,6 +809,25 @@ fn the_egress_is_read_where_the_run_is_defined() {
     );
 }
 
+/// A run's container is watched by the agent run service alone: following its log, waiting on
+/// it, killing it at a limit or for a stop (the steps ask `AgentRuns::look`, `take_log`,
+/// `stop`, `release`). Removing leftovers (cleanup, the orphan sweep) stays where it is.
+#[test]
+fn only_the_agent_run_service_follows_waits_on_or_kills_a_run() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let watched = places_outside(&src, &["agent_run", "sandbox"], |code| {
+        lines_with(
+            code,
+            &["logs_to_file(", "wait_or_kill(", ".kill(", ".wait(&"],
+        )
+    });
+    assert!(
+        watched.is_empty(),
+        "a run's container followed, waited on or killed outside the agent run service (ask `crate::agent_run::AgentRuns`):\n{}",
+        watched.join("\n")
+    );
+}
+
 #[test]
 fn the_service_checks_see_a_planted_violation_and_skip_tests() {
     let planted = "use crate::proxy::Grant;\nfn f() { let k = AgentKind::Codex; }\n#[cfg(test)]\nmod tests { fn g() { AgentKind::Claude; } }\n";

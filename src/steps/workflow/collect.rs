@@ -3,15 +3,13 @@
 //! parsed result, the verification gates, the tamper check and the diff, into the run's outcome
 //! and the collection's own (its gates, and its error in full when it could not read the run).
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
 use super::judge::{collected, Collection, Judged};
 use super::{run_limit, verdict, RunEnd, WorkflowSpanMeta, WorkflowStep};
+use crate::agent_run::AgentRuns;
 use crate::agents::{self, WorkflowResult};
 use crate::orchestrator::{Collected, Completion, Finished, StepContext, StepError};
 use crate::sandbox::gates::GatesReport;
-use crate::sandbox::{self, ContainerStatus, Sandbox};
+use crate::sandbox::{self, ContainerStatus};
 use crate::steps::meta::{CollectSpanMeta, GatesMeta, TaskStatus};
 use crate::steps::tasks::{self, store_error, Task};
 use crate::store::{ErrorMeta, Meta, SpanStatus, StepRun};
@@ -81,13 +79,19 @@ impl WorkflowStep {
             closed_by_hand: record.closed_by_hand.as_deref(),
         };
         let (finished, end, logs_saved) = self
-            .collect(ctx, sandbox.as_ref(), &task, &run.span, ended)
+            .collect(
+                ctx,
+                &self.agent_runs(&ctx.store, sandbox),
+                &task,
+                &run.span,
+                ended,
+            )
             .await;
         let collected = Collected {
             collection: end.into_finished(record),
             run: finished,
         };
-        self.stuck.forget(task.action_id);
+        self.watch.forget(task.action_id);
         if logs_saved {
             let entry = super::CollectedContainer {
                 span_id: run.span.id,
@@ -110,15 +114,16 @@ impl WorkflowStep {
     async fn collect(
         &self,
         ctx: &StepContext,
-        sandbox: &dyn Sandbox,
+        runs: &AgentRuns,
         task: &Task,
         span: &crate::store::Span,
         ended: Ended<'_>,
     ) -> (Finished, CollectionEnd, bool) {
         let container = task.mapping.container_id.clone().unwrap_or_default();
         let artifacts = ctx.store.artifacts_dir(span.id);
+        let sandbox = runs.sandbox().as_ref();
         let mut read = self
-            .read_logs(sandbox, task, ended.status, &container, &artifacts)
+            .read_logs(runs, task, ended.status, &container, &artifacts)
             .await;
         let stderr = crate::sandbox::logcap::read_tail(&read.err_log, STDERR_TAIL_READ).await;
         let stderr_tail = tail(&String::from_utf8_lossy(&stderr), 2000);
@@ -131,10 +136,7 @@ impl WorkflowStep {
             .stats
             .and_then(|l| l.over_limit_summary("the sandbox", &read.log));
         // What the proxy saw; the run's token stops working now.
-        let wire = match self.runs(&ctx.store) {
-            Ok(runs) => runs.end(&container).await,
-            Err(_) => None,
-        };
+        let wire = runs.end(&container).await;
         let wire_stop = wire.as_ref().and_then(|l| l.stopped.clone());
         let (task_status, summary) = verdict(&RunEnd {
             container: &container,
@@ -167,7 +169,7 @@ impl WorkflowStep {
         }
         let tampered = self.tamper_check(task, &mut judged).await;
         // The run's scratch git (with the git file a shipped workspace comes back against) stays
-        // until the run's span is final (`remove_collected`): a collection cut off before its
+        // until the run's span is final (`release_collected`): a collection cut off before its
         // hand-over is done again, and takes the workspace back again.
         let diff = self.diff(task, tampered.is_some(), &mut read.notes).await;
         let agent = crate::steps::run_authority::wire_usage(
@@ -280,10 +282,6 @@ impl WorkflowStep {
     }
 }
 
-/// How long `collect` waits for the follower of an exited container to read what is left and
-/// put its files together.
-pub(super) const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
-
 /// How much of the end of the agent's stderr is read for the span's `stderrTail`.
 const STDERR_TAIL_READ: u64 = 8 * 1024;
 
@@ -296,24 +294,6 @@ pub(super) struct Ended<'a> {
     pub stuck: bool,
     /// A person closed the trace (who and why), which stopped the run.
     pub closed_by_hand: Option<&'a str>,
-}
-
-/// Makes written files durable (data and their directory entries).
-pub(super) async fn sync_files(paths: &[PathBuf]) -> std::io::Result<()> {
-    let paths = paths.to_vec();
-    tokio::task::spawn_blocking(move || {
-        for path in &paths {
-            std::fs::File::open(path)?.sync_all()?;
-        }
-        let mut dirs: Vec<&Path> = paths.iter().filter_map(|p| p.parent()).collect();
-        dirs.dedup();
-        for dir in dirs {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })
-    .await
-    .map_err(std::io::Error::other)?
 }
 
 pub(super) fn tail(text: &str, max: usize) -> String {

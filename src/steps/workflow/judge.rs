@@ -4,10 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::collect::{
-    container_error, failed_gate, sync_files, task_meta, CollectionEnd, Ended, FOLLOWER_GRACE,
-};
+use super::collect::{container_error, failed_gate, task_meta, CollectionEnd, Ended};
 use super::{WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
+use crate::agent_run::{AgentRuns, LogNotKept};
 use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::orchestrator::{Finished, StepError};
 use crate::sandbox::gates::run_gates;
@@ -85,11 +84,12 @@ pub(super) struct GatesRun {
 }
 
 impl WorkflowStep {
-    /// The container's logs into the artifacts: the follower's copy (see `stuck_for`), its true
-    /// head and tail, or without one that saw the container to its end the engine's, read now.
+    /// The container's logs into the artifacts, taken by the agent run service: the follower's
+    /// copy, its true head and tail, or without one that saw the container to its end the
+    /// engine's, read now.
     pub(super) async fn read_logs(
         &self,
-        sandbox: &dyn Sandbox,
+        runs: &AgentRuns,
         task: &Task,
         status: ContainerStatus,
         container: &str,
@@ -117,30 +117,27 @@ impl WorkflowStep {
             );
             return read;
         }
-        let followed = self
-            .stuck
-            .finish_following(task.action_id, FOLLOWER_GRACE)
-            .await;
-        let stats = match followed {
-            Some(stats) => Ok(stats),
-            None => {
-                sandbox
-                    .logs_to_file(container, &read.log, self.log_limit())
-                    .await
-            }
-        };
-        match stats {
+        match runs
+            .take_log(
+                &self.watch,
+                task.action_id,
+                container,
+                &read.log,
+                self.log_limit(),
+            )
+            .await
+        {
             Ok(stats) => {
                 read.stats = Some(stats);
-                match sync_files(&[read.log.clone(), read.err_log.clone()]).await {
-                    Ok(()) => read.saved = true,
-                    Err(e) => read
-                        .notes
-                        .push(format!("cannot make the container's logs durable: {e}")),
-                }
+                read.saved = true;
             }
-            Err(e) => {
-                let text = format!("cannot read the container's logs: {e}");
+            Err(LogNotKept::NotDurable { stats, error }) => {
+                read.stats = Some(stats);
+                read.notes
+                    .push(format!("cannot make the container's logs durable: {error}"));
+            }
+            Err(e @ LogNotKept::Unread(_)) => {
+                let text = e.to_string();
                 read.notes.push(text.clone());
                 read.error = Some(
                     StepError::fatal(format!("{text}; the agent's result is unread"))

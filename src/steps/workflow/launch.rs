@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::fork::{Deps, ForkedTask};
-use super::{WorkflowSpanMeta, WorkflowStep};
+use super::{WorkflowSpanMeta, WorkflowStep, AGENT_LOG};
 use crate::agent_run::RunPlan;
 use crate::agents::{self, AgentStep, WorkflowResult};
 use crate::environment::EnvironmentMeta;
@@ -152,11 +152,20 @@ impl WorkflowStep {
         tasks::save_task(&ctx.store, task)
             .await
             .map_err(|e| store_error("cannot record the task mapping", &e))?;
+        let log = ctx
+            .store
+            .artifacts_dir(task.mapping.workflow_span_id)
+            .join(AGENT_LOG);
         let started = runs
-            .start(&agent_run)
+            .start_detached(
+                &self.watch,
+                &agent_run,
+                task.action_id,
+                &log,
+                self.log_limit(),
+            )
             .await
             .map_err(|e| crate::steps::run_authority::run_error(e, &image))?;
-        self.follow_log(ctx, &sandbox, task, &container);
         Ok(Launched {
             container,
             image,

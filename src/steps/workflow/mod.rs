@@ -54,8 +54,9 @@ pub struct WorkflowStep {
     services: Arc<Services>,
     /// Fixed env pairs for every sandbox (names must be in `envAllow`; tests: the fake agent's script).
     fixed_env: Vec<(String, String)>,
-    /// Last activity (log output, file change) of each running container, for stuck detection.
-    stuck: crate::budget::StuckWatch,
+    /// What the agent run service watches of the detached runs between looks (log followers,
+    /// last activity).
+    watch: crate::agent_run::RunWatch,
     /// Containers collected into a span (logs durable in its artifacts) whose finish was not
     /// yet seen recorded: removed by a later `monitor` once their span is final, never before
     /// (a crash in between leaves the container for the restarted daemon to collect again).
@@ -74,7 +75,7 @@ impl WorkflowStep {
         WorkflowStep {
             services,
             fixed_env: Vec::new(),
-            stuck: crate::budget::StuckWatch::default(),
+            watch: crate::agent_run::RunWatch::default(),
             collected: Mutex::new(Vec::new()),
         }
     }
@@ -100,14 +101,6 @@ impl WorkflowStep {
         sandbox: Arc<dyn Sandbox>,
     ) -> crate::agent_run::AgentRuns {
         crate::steps::run_authority::agent_runs(&self.services, store, sandbox)
-    }
-
-    /// The agent run service, or the error of a step without a sandbox.
-    fn runs(
-        &self,
-        store: &crate::store::AutopilotStore,
-    ) -> Result<crate::agent_run::AgentRuns, StepError> {
-        Ok(self.agent_runs(store, self.sandbox()?))
     }
 
     fn labels(&self, trace_id: Uuid, action_id: Uuid) -> SandboxLabels {

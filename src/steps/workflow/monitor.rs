@@ -1,19 +1,17 @@
-//! Watching detached runs: their containers (limits, stuck agents), the runs that ended handed
-//! to the orchestrator to collect (`collect.rs`, in a run of its own under a `collect` span),
-//! the logs of containers stopped for their trace, and the removal of collected containers once
-//! their span is final.
+//! The workflow's detached runs, looked at through the agent run service: which of the
+//! step's tasks have a run to look at (the service follows its log and stops it past its limits),
+//! the runs that ended handed to the orchestrator to collect (`collect.rs`, in a run of its own
+//! under a `collect` span), the logs of runs stopped for their trace, and the release of
+//! collected runs once their span is final.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::collect::{sync_files, FOLLOWER_GRACE};
 use super::{run_limit, CollectedContainer, WorkflowStep, AGENT_LOG};
+use crate::agent_run::{AgentRuns, DetachedRun, Look};
 use crate::orchestrator::{Completion, StepContext, StepError};
-use crate::sandbox::{self, ContainerStatus, Sandbox};
 use crate::steps::meta::CollectSpanMeta;
 use crate::steps::tasks::{self, store_error, Task};
 use crate::store::blocking;
@@ -27,7 +25,8 @@ impl WorkflowStep {
         let Some(sandbox) = self.services.sandbox.clone() else {
             return Ok(Vec::new());
         };
-        self.remove_collected(ctx, &sandbox).await;
+        let runs = self.agent_runs(&ctx.store, sandbox);
+        self.release_collected(ctx, &runs).await;
         let state = blocking(ctx.store.clone(), AutopilotStore::read_state)
             .await
             .map_err(|e| store_error("cannot read the state", &e))?;
@@ -52,19 +51,26 @@ impl WorkflowStep {
             if span.status != SpanStatus::Running {
                 continue;
             }
-            let mut status = match sandbox.status(&container).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(container = %container, error = %e, "cannot check a workflow container");
-                    let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
-                    if elapsed < run_limit(&self.services) {
-                        continue;
-                    }
-                    // Past the run limit and still no engine: the collection ends the run
-                    // rather than wait forever.
+            let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
+            let log = ctx.store.artifacts_dir(span_id).join(AGENT_LOG);
+            let after = self.services.config.autopilot.budget.stuck_after_secs;
+            let run = DetachedRun {
+                id: task.action_id,
+                container: &container,
+                log: &log,
+                log_bytes: self.log_limit(),
+                elapsed,
+                limit: run_limit(&self.services),
+                stuck_after: (after > 0).then(|| Duration::from_secs(after)),
+                worktree: task.mapping.worktree_path.as_deref(),
+            };
+            let (status, timed_out, stuck) = match runs.look(&self.watch, &run).await {
+                Look::Running => continue,
+                Look::Unreachable { error } => {
+                    // The collection ends the run rather than wait forever.
                     let record = CollectSpanMeta {
                         container_id: container.clone(),
-                        unreachable: Some(e.to_string()),
+                        unreachable: Some(error),
                         ..CollectSpanMeta::default()
                     };
                     done.push(
@@ -72,44 +78,12 @@ impl WorkflowStep {
                     );
                     continue;
                 }
+                Look::Ended {
+                    status,
+                    timed_out,
+                    stuck,
+                } => (status, timed_out, stuck),
             };
-            let mut timed_out = false;
-            let mut stuck = false;
-            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
-                if let Some(idle) = self.stuck_for(ctx, &sandbox, &task, &container).await {
-                    tracing::warn!(container = %container, idle_secs = idle.as_secs(), "workflow agent is stuck; stopping it");
-                    if let Err(e) = sandbox.kill(&container).await {
-                        tracing::warn!(container = %container, error = %e, "cannot kill a stuck container");
-                        continue;
-                    }
-                    status = sandbox
-                        .wait(&container)
-                        .await
-                        .unwrap_or(ContainerStatus::Gone);
-                    stuck = true;
-                }
-            }
-            if matches!(status, ContainerStatus::Exited { .. }) {
-                // `wait` on an exited container answers at once and looks again for a late OOM flag.
-                status = sandbox.wait(&container).await.unwrap_or(status);
-            }
-            if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
-                let limit = run_limit(&self.services);
-                let elapsed = (Utc::now() - span.timestamp).to_std().unwrap_or_default();
-                if elapsed < limit {
-                    continue;
-                }
-                tracing::warn!(container = %container, ?limit, "workflow sandbox exceeded its limit; killing it");
-                if let Err(e) = sandbox.kill(&container).await {
-                    tracing::warn!(container = %container, error = %e, "cannot kill an overdue container");
-                    continue;
-                }
-                status = sandbox
-                    .wait(&container)
-                    .await
-                    .unwrap_or(ContainerStatus::Gone);
-                timed_out = true;
-            }
             // A trace a person closed: its run ends as stopped by hand, not as the agent's failure.
             let closed = state
                 .closed
@@ -133,6 +107,7 @@ impl WorkflowStep {
         let Some(sandbox) = self.services.sandbox.clone() else {
             return 0;
         };
+        let runs = self.agent_runs(&ctx.store, sandbox);
         let Ok(state) = blocking(ctx.store.clone(), AutopilotStore::read_state).await else {
             return 0;
         };
@@ -145,11 +120,10 @@ impl WorkflowStep {
                 continue;
             }
             if let Some(container) = &task.mapping.container_id {
-                match sandbox.kill(container).await {
+                match runs.stop(container).await {
                     Ok(()) => {
                         stopped += 1;
-                        self.keep_stopped_logs(ctx, sandbox.as_ref(), &task, container)
-                            .await;
+                        self.keep_stopped_logs(ctx, &runs, &task, container).await;
                     }
                     Err(e) => {
                         tracing::warn!(container = %container, error = %e, "cannot stop a workflow container for a budget");
@@ -167,34 +141,23 @@ impl WorkflowStep {
     async fn keep_stopped_logs(
         &self,
         ctx: &StepContext,
-        sandbox: &dyn Sandbox,
+        runs: &AgentRuns,
         task: &Task,
         container: &str,
     ) {
         let span_id = task.mapping.workflow_span_id;
-        let artifacts = ctx.store.artifacts_dir(span_id);
-        let log = artifacts.join(AGENT_LOG);
-        let _ = tokio::fs::create_dir_all(&artifacts).await;
-        let read = match self
-            .stuck
-            .finish_following(task.action_id, FOLLOWER_GRACE)
-            .await
-        {
-            Some(stats) => Ok(stats),
-            None => {
-                sandbox
-                    .logs_to_file(container, &log, self.log_limit())
-                    .await
-            }
-        };
-        let kept = match read {
-            Ok(_) => sync_files(&[log.clone(), sandbox::stderr_path(&log)])
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
+        let log = ctx.store.artifacts_dir(span_id).join(AGENT_LOG);
+        let kept = runs
+            .take_log(
+                &self.watch,
+                task.action_id,
+                container,
+                &log,
+                self.log_limit(),
+            )
+            .await;
         match kept {
-            Ok(()) => {
+            Ok(_) => {
                 let entry = CollectedContainer {
                     span_id,
                     container: container.to_owned(),
@@ -235,18 +198,15 @@ impl WorkflowStep {
         // so does a swarm task lost with its node (collected as lost: a failure the resolver
         // sees). A container created but never started (a kill between create and start) holds
         // nothing: the run starts over, and `start` replaces it.
-        matches!(
-            sandbox.status(&container).await,
-            Ok(ContainerStatus::Running
-                | ContainerStatus::Exited { .. }
-                | ContainerStatus::NodeLost)
-        )
+        self.agent_runs(&ctx.store, sandbox)
+            .holds_work(&container)
+            .await
     }
 
     /// Removes the containers collected earlier whose span is now recorded final (their logs
     /// are in the artifacts). One whose span still runs (its finish was not recorded) stays:
     /// `monitor` collects it again.
-    pub(super) async fn remove_collected(&self, ctx: &StepContext, sandbox: &Arc<dyn Sandbox>) {
+    pub(super) async fn release_collected(&self, ctx: &StepContext, runs: &AgentRuns) {
         let entries = self
             .collected
             .lock()
@@ -265,14 +225,14 @@ impl WorkflowStep {
                     continue;
                 }
             }
-            match sandbox.remove(&entry.container).await {
-                Ok(_) => {
-                    let store = ctx.store.clone();
-                    self.agent_runs(&ctx.store, sandbox.clone())
-                        .forget(&entry.container, move |trace| {
-                            crate::steps::run_authority::recorded_spend(&store, trace)
-                        })
-                        .await;
+            let store = ctx.store.clone();
+            let released = runs
+                .release(&entry.container, move |trace| {
+                    crate::steps::run_authority::recorded_spend(&store, trace)
+                })
+                .await;
+            match released {
+                Ok(()) => {
                     remove_scratch(&ctx.store, entry.span_id).await;
                     self.collected
                         .lock()
@@ -284,71 +244,6 @@ impl WorkflowStep {
                 }
             }
         }
-    }
-
-    /// How long a running container has shown no activity (log output, a changed file in its
-    /// worktree), when that is past `autopilot.budget.stuckAfterSecs`.
-    pub(super) async fn stuck_for(
-        &self,
-        ctx: &StepContext,
-        sandbox: &Arc<dyn Sandbox>,
-        task: &Task,
-        container: &str,
-    ) -> Option<Duration> {
-        let log = self.follow_log(ctx, sandbox, task, container);
-        let after = self.services.config.autopilot.budget.stuck_after_secs;
-        if after == 0 {
-            return None;
-        }
-        // Its size on disk is the output seen so far (the tail files change past the head).
-        let log_bytes = crate::sandbox::logcap::bytes_on_disk(&log).await
-            + crate::sandbox::logcap::bytes_on_disk(&crate::sandbox::stderr_path(&log)).await;
-        let newest = match task.mapping.worktree_path.clone() {
-            Some(dir) => {
-                tokio::task::spawn_blocking(move || crate::budget::newest_change(&dir, 50_000))
-                    .await
-                    .ok()
-                    .flatten()
-            }
-            None => None,
-        };
-        let idle = self.stuck.observe(task.action_id, log_bytes, newest);
-        (idle >= Duration::from_secs(after)).then_some(idle)
-    }
-
-    /// Starts the follower of a run's log unless one runs (or saw the log whole), and returns
-    /// the log's path. The follower writes the log into the span's artifacts as it comes,
-    /// capped, and stops a container whose output passes the limit at once; `collect` takes its
-    /// file when it saw the container to its end.
-    pub(super) fn follow_log(
-        &self,
-        ctx: &StepContext,
-        sandbox: &Arc<dyn Sandbox>,
-        task: &Task,
-        container: &str,
-    ) -> PathBuf {
-        let log = ctx
-            .store
-            .artifacts_dir(task.mapping.workflow_span_id)
-            .join(AGENT_LOG);
-        let sandbox = sandbox.clone();
-        let container = container.to_owned();
-        let path = log.clone();
-        let limit = self.log_limit();
-        self.stuck.follow(task.action_id, async move {
-            if let Some(dir) = path.parent() {
-                tokio::fs::create_dir_all(dir).await.ok()?;
-            }
-            let stats = sandbox.logs_to_file(&container, &path, limit).await.ok()?;
-            // A stream that broke off while the container still runs is not its whole log.
-            let ended = tokio::time::timeout(Duration::from_secs(10), sandbox.wait(&container));
-            matches!(
-                ended.await,
-                Ok(Ok(ContainerStatus::Exited { .. } | ContainerStatus::Gone))
-            )
-            .then_some(stats)
-        });
-        log
     }
 }
 

@@ -1,7 +1,7 @@
-//! Stuck detection: a workflow agent is stuck when its container's log does not grow and no file
-//! of its worktree changes for a configured time. [`StuckWatch`] remembers the last activity
-//! seen per run and holds the task that follows each run's log; [`newest_change`] finds the
-//! newest modification in a worktree.
+//! What is watched of detached runs between looks: the task that follows each run's log, and
+//! the last activity seen (for stuck detection: a run is stuck when its log does not grow and no
+//! file of its worktree changes for a configured time). [`newest_change`] finds the newest
+//! modification in a worktree.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,7 +14,7 @@ use crate::sandbox::LogStats;
 
 /// The newest modification time of a file under `dir` (`.git` skipped), walking at most
 /// `limit` entries. Blocking: call off the async runtime.
-pub fn newest_change(dir: &Path, limit: usize) -> Option<SystemTime> {
+pub(super) fn newest_change(dir: &Path, limit: usize) -> Option<SystemTime> {
     let mut newest: Option<SystemTime> = None;
     let mut stack = vec![dir.to_path_buf()];
     let mut seen = 0usize;
@@ -55,7 +55,7 @@ struct Seen {
 
 /// See the module documentation.
 #[derive(Debug, Default)]
-pub struct StuckWatch {
+pub struct RunWatch {
     seen: Mutex<HashMap<Uuid, Seen>>,
     /// Background tasks that copy a running container's log to a file (one per run).
     followers: Mutex<HashMap<Uuid, Follower>>,
@@ -69,7 +69,7 @@ struct Follower {
     whole: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl StuckWatch {
+impl RunWatch {
     /// Run `follow` (a log follower that ends when the container does, see [`Follower`]) for
     /// run `id`, unless one already runs or one saw the whole log (its file stands).
     pub fn follow<F>(&self, id: Uuid, follow: F)
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn activity_resets_the_idle_time() {
-        let w = StuckWatch::default();
+        let w = RunWatch::default();
         let id = Uuid::new_v4();
         assert_eq!(w.observe(id, 0, None), Duration::ZERO);
         std::thread::sleep(Duration::from_millis(20));
@@ -177,7 +177,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_that_saw_the_whole_log_stands_and_hands_over_its_figures() {
-        let w = StuckWatch::default();
+        let w = RunWatch::default();
         let id = Uuid::new_v4();
         let stats = LogStats {
             stdout_bytes: 7,
