@@ -51,6 +51,21 @@ fn request(env: &FakeAgentEnv, prompt: &str) -> AgentRequest {
 }
 
 /// The direct child was reaped by the runner: its pid is gone.
+/// The grandchild the fake agent started is dead (or a zombie of its group).
+fn assert_grandchild_gone(env: &FakeAgentEnv) {
+    let grandchild = env.grandchild(1).expect("grandchild recorded");
+    assert!(matches!(
+        wait_dead(grandchild, Duration::from_secs(10)),
+        None | Some('Z')
+    ));
+}
+
+/// The whole group is gone: the grandchild dead and every agent process reaped.
+fn assert_group_gone(env: &FakeAgentEnv) {
+    assert_grandchild_gone(env);
+    assert_reaped(env);
+}
+
 fn assert_reaped(env: &FakeAgentEnv) {
     for call in env.calls() {
         let pid = i32::try_from(call["pid"].as_i64().expect("pid recorded")).expect("pid");
@@ -254,12 +269,7 @@ async fn result_then_hang_stops_waiting(kind: AgentKind) {
         .expect("does not wait for the hung process")
         .expect("the result counts");
     assert_eq!(response.text, "done");
-    let grandchild = env.grandchild(1).expect("grandchild recorded");
-    assert!(matches!(
-        wait_dead(grandchild, Duration::from_secs(10)),
-        None | Some('Z')
-    ));
-    assert_reaped(&env);
+    assert_group_gone(&env);
 }
 both!(result_then_hang_stops_waiting);
 
@@ -295,12 +305,7 @@ async fn hang_hits_the_inactivity_timeout_and_kills_the_group(kind: AgentKind) {
     assert!(err.is_retryable());
     assert!(started.elapsed() >= Duration::from_secs(1));
     // SIGTERM was blocked: only the SIGKILL after the grace ended it, grandchild included.
-    let grandchild = env.grandchild(1).expect("grandchild recorded");
-    assert!(matches!(
-        wait_dead(grandchild, Duration::from_secs(10)),
-        None | Some('Z')
-    ));
-    assert_reaped(&env);
+    assert_group_gone(&env);
 }
 both!(hang_hits_the_inactivity_timeout_and_kills_the_group);
 
@@ -429,11 +434,7 @@ async fn cancellation_stops_the_group(kind: AgentKind) {
         std::fs::read_to_string(format!("/proc/{pid}/stat")),
         std::process::id()
     );
-    let grandchild = env.grandchild(1).expect("grandchild recorded");
-    assert!(matches!(
-        wait_dead(grandchild, Duration::from_secs(10)),
-        None | Some('Z')
-    ));
+    assert_grandchild_gone(&env);
 }
 both!(cancellation_stops_the_group);
 

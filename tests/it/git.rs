@@ -4,11 +4,18 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use rover::git::{
-    branch_name, commit_message, BranchBase, CommitOutcome, GitError, Removal, SecretScan,
-    SecretWhat, Workspace,
+    branch_name, commit_message, BranchBase, CommitOutcome, GitError, PreparedWorktree, Removal,
+    SecretScan, SecretWhat, Workspace,
 };
 
 use crate::support::gitrepo::{git, TestRepo};
+
+/// `branch`'s worktree at `path`, forked from the default branch.
+async fn worktree_at(ws: &Workspace, branch: &str, path: &Path) -> PreparedWorktree {
+    ws.prepare_worktree(branch, BranchBase::DefaultBranch, path)
+        .await
+        .expect("prepare a worktree")
+}
 
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write file");
@@ -28,10 +35,7 @@ async fn task_branch_forks_from_default_and_commits_through_the_cli() {
 
     let branch = branch_name("3f2a91bc-0000", "Add a greeting");
     let path = repo.worktree_path("task-a");
-    let wt = ws
-        .prepare_worktree(&branch, BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare worktree");
+    let wt = worktree_at(&ws, &branch, &path).await;
     assert!(wt.created_branch && wt.created_worktree);
     assert_eq!(wt.fork_point, main_sha);
     assert_eq!(git(&path, &["rev-parse", "--abbrev-ref", "HEAD"]), branch);
@@ -90,10 +94,7 @@ async fn task_branch_forks_from_default_and_commits_through_the_cli() {
     );
 
     // Preparing again (a restart) reuses branch and worktree.
-    let again = ws
-        .prepare_worktree(&branch, BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare again");
+    let again = worktree_at(&ws, &branch, &path).await;
     assert!(!again.created_branch && !again.created_worktree);
     assert_eq!(again.fork_point, main_sha);
 }
@@ -105,17 +106,12 @@ async fn an_interrupted_worktree_add_is_made_again_and_a_foreign_directory_is_re
     let repo = TestRepo::new();
     let ws = repo.workspace().await;
     let path = repo.worktree_path("cut");
-    ws.prepare_worktree("rover/cut-off", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/cut-off", &path).await;
     // The kill came after the gitfile and some files, before the registration was complete.
     let registration = repo.checkout.join(".git/worktrees/rover-cut-off");
     std::fs::remove_dir_all(&registration).unwrap();
     assert!(path.join(".git").is_file());
-    let again = ws
-        .prepare_worktree("rover/cut-off", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("made again");
+    let again = worktree_at(&ws, "rover/cut-off", &path).await;
     assert!(again.created_worktree);
     assert!(registration.is_dir());
     assert!(path.join("README.md").exists() || std::fs::read_dir(&path).unwrap().count() > 1);
@@ -146,9 +142,7 @@ async fn a_worktree_add_cut_off_during_checkout_or_registration_is_made_again() 
     let repo = TestRepo::new();
     let ws = repo.workspace().await;
     let path = repo.worktree_path("half");
-    ws.prepare_worktree("rover/half", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/half", &path).await;
     let registration = repo.checkout.join(".git/worktrees/rover-half");
     assert!(
         registration.join("index").is_file(),
@@ -157,10 +151,7 @@ async fn a_worktree_add_cut_off_during_checkout_or_registration_is_made_again() 
     // Cut off during the checkout: README.md not out yet, no index.
     std::fs::remove_file(registration.join("index")).unwrap();
     std::fs::remove_file(path.join("README.md")).unwrap();
-    let again = ws
-        .prepare_worktree("rover/half", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("made again");
+    let again = worktree_at(&ws, "rover/half", &path).await;
     assert!(again.created_worktree);
     assert!(path.join("README.md").is_file(), "the checkout is whole");
     assert_eq!(git(&path, &["status", "--porcelain"]), "");
@@ -173,10 +164,7 @@ async fn a_worktree_add_cut_off_during_checkout_or_registration_is_made_again() 
         &early.join("gitdir"),
         &format!("{}\n", path.join(".git").display()),
     );
-    let made = ws
-        .prepare_worktree("rover/early", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("an add after registration debris");
+    let made = worktree_at(&ws, "rover/early", &path).await;
     assert!(made.created_worktree);
     assert!(path.join("README.md").is_file());
     assert!(early.join("HEAD").is_file());
@@ -187,9 +175,7 @@ async fn dependent_branch_forks_from_the_dependency_branch() {
     let repo = TestRepo::new();
     let ws = repo.workspace().await;
     let a_path = repo.worktree_path("a");
-    ws.prepare_worktree("rover/a-first", BranchBase::DefaultBranch, &a_path)
-        .await
-        .expect("prepare a");
+    worktree_at(&ws, "rover/a-first", &a_path).await;
     write(&a_path.join("a.txt"), "from a\n");
     let CommitOutcome::Committed { sha: a_sha } =
         ws.commit_all(&a_path, "A").await.expect("commit a")
@@ -290,9 +276,7 @@ async fn pre_commit_hook_failure_is_captured_until_the_tool_exists() {
         ),
     );
     let path = repo.worktree_path("hooked");
-    ws.prepare_worktree("rover/hooked", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/hooked", &path).await;
     write(&path.join("x.txt"), "x\n");
 
     // By default the hook is the sandbox's to run: the host's git refuses to run it.
@@ -349,9 +333,7 @@ async fn signing_failure_is_captured() {
     std::fs::set_permissions(&gnupg, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let ws = ws.with_env("GNUPGHOME", &gnupg);
     let path = repo.worktree_path("signed");
-    ws.prepare_worktree("rover/signed", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/signed", &path).await;
     write(&path.join("y.txt"), "y\n");
     let err = ws
         .commit_all(&path, "Add y")
@@ -380,9 +362,7 @@ async fn push_rebases_and_retries_instead_of_forcing() {
     let ws = repo.workspace().await;
     let path = repo.worktree_path("pushed");
     let branch = "rover/pushed-task";
-    ws.prepare_worktree(branch, BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, branch, &path).await;
     write(&path.join("ours.txt"), "1\n");
     ws.commit_all(&path, "Ours 1").await.expect("commit 1");
     let first = ws
@@ -447,9 +427,7 @@ async fn push_failure_keeps_the_token_out_of_argv_and_output() {
         &["remote", "add", "nowhere", "/nonexistent/repo.git"],
     );
     let path = repo.worktree_path("tok");
-    ws.prepare_worktree("rover/tok", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/tok", &path).await;
     let err = ws
         .push_branch(
             &path,
@@ -481,9 +459,7 @@ async fn a_push_carrying_a_held_secret_sends_nothing() {
     let ws = repo.workspace().await;
     let path = repo.worktree_path("leaky");
     let branch = "rover/leaky-task";
-    ws.prepare_worktree(branch, BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, branch, &path).await;
     let secret = "sk-live-held-value-for-the-test";
     write(&path.join("config.env"), &format!("KEY={secret}\n"));
     ws.commit_all(&path, "Add the config")
@@ -537,9 +513,7 @@ async fn merge_conflict_is_aborted_and_listed() {
         ("three", "three\n", "three.txt"),
     ] {
         let path = repo.worktree_path(name);
-        ws.prepare_worktree(&format!("rover/{name}"), BranchBase::DefaultBranch, &path)
-            .await
-            .expect("prepare");
+        worktree_at(&ws, &format!("rover/{name}"), &path).await;
         write(&path.join(extra), text);
         if name != "two" {
             write(&path.join("README.md"), text);
@@ -548,9 +522,7 @@ async fn merge_conflict_is_aborted_and_listed() {
         paths.push(path);
     }
     let target = repo.worktree_path("target");
-    ws.prepare_worktree("rover/target", BranchBase::DefaultBranch, &target)
-        .await
-        .expect("prepare target");
+    worktree_at(&ws, "rover/target", &target).await;
     let ok = ws
         .merge_branches(&target, &["rover/one".to_string(), "rover/two".to_string()])
         .await
@@ -580,9 +552,7 @@ async fn cleanup_tolerates_each_piece_already_gone() {
     let repo = TestRepo::new();
     let ws = repo.workspace().await;
     let path = repo.worktree_path("clean");
-    ws.prepare_worktree("rover/clean", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/clean", &path).await;
     write(&path.join("dirty.txt"), "uncommitted\n");
 
     let report = ws.cleanup(&path, "rover/clean").await.expect("cleanup");
@@ -613,9 +583,7 @@ async fn cleanup_tolerates_each_piece_already_gone() {
 
     // Directory deleted by hand: the stale registration is still pruned, then the branch goes.
     let path2 = repo.worktree_path("clean2");
-    ws.prepare_worktree("rover/clean2", BranchBase::DefaultBranch, &path2)
-        .await
-        .expect("prepare 2");
+    worktree_at(&ws, "rover/clean2", &path2).await;
     std::fs::remove_dir_all(&path2).expect("rm worktree by hand");
     assert_eq!(
         ws.remove_worktree(&path2).await.expect("remove"),
@@ -632,9 +600,7 @@ async fn cleanup_tolerates_each_piece_already_gone() {
         Removal::Absent
     );
     // The same branch and path can be prepared again afterwards.
-    ws.prepare_worktree("rover/clean2", BranchBase::DefaultBranch, &path2)
-        .await
-        .expect("prepare after cleanup");
+    worktree_at(&ws, "rover/clean2", &path2).await;
 }
 
 #[tokio::test]
@@ -692,10 +658,7 @@ async fn a_worktree_left_with_the_sandbox_user_is_taken_back_and_reused() {
     let repo = TestRepo::new();
     let ws = repo.workspace().await;
     let path = repo.worktree_path("handed");
-    let first = ws
-        .prepare_worktree("rover/handed", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    let first = worktree_at(&ws, "rover/handed", &path).await;
     write(&path.join("agent.txt"), "agent\n");
     let (uid, gid) = rover::git::owner::owner(&path).expect("owner");
     let run_as = rover::git::owner::RunAs {
@@ -704,10 +667,7 @@ async fn a_worktree_left_with_the_sandbox_user_is_taken_back_and_reused() {
         hand_over: true,
     };
     rover::git::owner::hand_over(&path, run_as).expect("hand over");
-    let again = ws
-        .prepare_worktree("rover/handed", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("reused after a crash");
+    let again = worktree_at(&ws, "rover/handed", &path).await;
     assert!(!again.created_worktree);
     assert_eq!(again.fork_point, first.fork_point);
     let meta = std::fs::symlink_metadata(path.join("agent.txt")).expect("stat");
@@ -748,9 +708,7 @@ async fn a_merge_commit_is_reverted_against_its_first_parent_and_a_conflicting_r
     let ws = repo.workspace().await;
 
     let path = repo.worktree_path("revert-merge");
-    ws.prepare_worktree("rover/revert-merge", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/revert-merge", &path).await;
     let changed = ws
         .revert_into(&path, &merge)
         .await
@@ -767,9 +725,7 @@ async fn a_merge_commit_is_reverted_against_its_first_parent_and_a_conflicting_r
     assert!(!Path::new(&git_dir).join("REVERT_HEAD").exists());
 
     let path = repo.worktree_path("revert-conflict");
-    ws.prepare_worktree("rover/revert-conflict", BranchBase::DefaultBranch, &path)
-        .await
-        .expect("prepare");
+    worktree_at(&ws, "rover/revert-conflict", &path).await;
     let err = ws.revert_into(&path, &first).await.expect_err("a conflict");
     let GitError::RevertConflict { files, .. } = &err else {
         panic!("{err:?}");

@@ -84,6 +84,28 @@ fn ingested_comment_ids(store: &AutopilotStore) -> Vec<u64> {
         .collect()
 }
 
+/// `rover autopilot start` with `args`, run to its end: it exits 0 (its stderr in the failure).
+async fn start_ok(s: &Scenario, args: &[&str]) -> std::process::Output {
+    let mut cmd = s.start_command(args);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    out
+}
+
+/// The comment ids of the events the traces started from.
+fn comment_ids(s: &Scenario) -> std::collections::BTreeSet<u64> {
+    s.traces()
+        .iter()
+        .map(|t| {
+            t.root().unwrap().meta["event"]["commentId"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_pages_are_followed_and_250_new_events_ingested_once_oldest_first() {
     let fake = FakeGitHub::start().await;
@@ -350,23 +372,11 @@ async fn the_first_start_says_how_much_backlog_it_skipped_and_backlog_n_processe
             && r["reason"].as_str().unwrap().contains("skipped 5 backlog")));
 
     // Restarted with `--backlog 2`: the two most recent are processed, nothing else.
-    let mut cmd = s.start_command(&["--once", "--backlog", "2"]);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    start_ok(&s, &["--once", "--backlog", "2"]).await;
     let mut events: Vec<String> = s.traces().iter().map(|t| t.index.event.clone()).collect();
     events.sort();
     assert_eq!(events.len(), 2);
-    let comment_ids: std::collections::BTreeSet<u64> = s
-        .traces()
-        .iter()
-        .map(|t| {
-            t.root().unwrap().meta["event"]["commentId"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
+    let comment_ids = comment_ids(&s);
     assert_eq!(comment_ids, [4, 5].into());
     // And only once: a plain restart processes nothing more.
     s.run_once().await;
@@ -387,25 +397,13 @@ async fn backlog_2_on_a_first_start_processes_the_two_most_recent() {
                    "comment": {"id": id, "body": format!("comment {id}")}}),
         );
     }
-    let mut cmd = s.start_command(&["--once", "--backlog", "2"]);
-    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = start_ok(&s, &["--once", "--backlog", "2"]).await;
     assert!(
         stdout(&out).contains("first start: skipped 2 backlog event(s)"),
         "{}",
         stdout(&out)
     );
-    let comment_ids: std::collections::BTreeSet<u64> = s
-        .traces()
-        .iter()
-        .map(|t| {
-            t.root().unwrap().meta["event"]["commentId"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
+    let comment_ids = comment_ids(&s);
     assert_eq!(comment_ids, [3, 4].into());
     assert!(s
         .traces()

@@ -62,6 +62,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The `.rs` files under `dir`, sorted.
+fn sorted_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    files.sort();
+    files
+}
+
 /// The top-level module a file belongs to (`None` for the crate root and the extra binaries).
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).expect("under src");
@@ -96,9 +104,7 @@ fn mentions(text: &str) -> Vec<(String, usize)> {
 
 /// Edges between top-level modules, each with the places (`file:line`) that make it.
 fn edges(src: &Path) -> BTreeMap<(String, String), Vec<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
+    let files = sorted_files(&src);
     let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for file in files {
         let Some(from) = module_of(src, &file) else {
@@ -187,7 +193,7 @@ fn shortest_loop(edges: &BTreeSet<(String, String)>, set: &BTreeSet<String>) -> 
 
 #[test]
 fn no_module_imports_a_higher_layer_and_no_modules_import_each_other() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let layer_of: BTreeMap<&str, usize> = LAYERS
         .iter()
         .enumerate()
@@ -385,11 +391,9 @@ fn steps_named(rel: &Path, text: &str) -> Vec<(String, usize)> {
 
 #[test]
 fn no_step_names_another_step() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let steps_dir = src.join("steps");
-    let mut files = Vec::new();
-    rust_files(&steps_dir, &mut files);
-    files.sort();
+    let files = sorted_files(&steps_dir);
     let mut wrong = Vec::new();
     for file in files {
         let rel = file.strip_prefix(&steps_dir).expect("under steps");
@@ -411,10 +415,9 @@ fn no_step_names_another_step() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "a step names another step (share it through a module of steps instead):\n{}",
-        wrong.join("\n")
+    none_of(
+        &wrong,
+        "a step names another step (share it through a module of steps instead)",
     );
 }
 
@@ -473,11 +476,9 @@ fn span_walks(code: &str) -> Vec<usize> {
 
 #[test]
 fn only_the_history_walks_a_traces_spans() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let steps_dir = src.join("steps");
-    let mut files = Vec::new();
-    rust_files(&steps_dir, &mut files);
-    files.sort();
+    let files = sorted_files(&steps_dir);
     let mut wrong = Vec::new();
     let mut listed_used = BTreeSet::new();
     for file in files {
@@ -501,11 +502,7 @@ fn only_the_history_walks_a_traces_spans() {
             wrong.push(format!("src/steps/{name}:{line}"));
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "a step walks its trace's spans itself: ask `steps::history` (add a named query there, with its test):\n{}",
-        wrong.join("\n")
-    );
+    none_of(&wrong, "a step walks its trace's spans itself: ask `steps::history` (add a named query there, with its test)");
     for (file, why) in SPAN_LISTINGS {
         assert!(
             listed_used.contains(*file),
@@ -557,10 +554,8 @@ fn declared_types(code: &str) -> Vec<(String, usize)> {
 
 #[test]
 fn the_store_declares_no_step_shaped_type() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src.join("store"), &mut files);
-    files.sort();
+    let src = src_dir();
+    let files = sorted_files(&src.join("store"));
     let mut wrong = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("read a source file");
@@ -573,11 +568,7 @@ fn the_store_declares_no_step_shaped_type() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "the store declares a step's record: move it to `steps::meta` (or beside its producer) and keep the JSON as it is:\n{}",
-        wrong.join("\n")
-    );
+    none_of(&wrong, "the store declares a step's record: move it to `steps::meta` (or beside its producer) and keep the JSON as it is");
 }
 
 #[test]
@@ -596,10 +587,8 @@ fn the_store_check_sees_each_kind_of_type() {
 /// builds the deciding steps, through the assembly's re-exports (`crate::steps::CoordinateStep`).
 #[test]
 fn no_module_outside_steps_names_a_step() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+    let src = src_dir();
+    let files = sorted_files(&src);
     let mut wrong = Vec::new();
     for file in files {
         let rel = file.strip_prefix(&src).expect("under src");
@@ -618,10 +607,9 @@ fn no_module_outside_steps_names_a_step() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "a module outside steps names a step (hand it work through the store or the orchestrator):\n{}",
-        wrong.join("\n")
+    none_of(
+        &wrong,
+        "a module outside steps names a step (hand it work through the store or the orchestrator)",
     );
 }
 
@@ -631,10 +619,8 @@ const MAX_LINES: usize = 800;
 
 #[test]
 fn no_file_in_src_is_over_800_lines() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+    let src = src_dir();
+    let files = sorted_files(&src);
     let long: Vec<String> = files
         .iter()
         .filter_map(|file| {
@@ -648,10 +634,9 @@ fn no_file_in_src_is_over_800_lines() {
             })
         })
         .collect();
-    assert!(
-        long.is_empty(),
-        "files over {MAX_LINES} lines (split them by what their parts do):\n{}",
-        long.join("\n")
+    none_of(
+        &long,
+        &format!("files over {MAX_LINES} lines (split them by what their parts do)"),
     );
 }
 
@@ -668,9 +653,7 @@ fn code_without_tests(text: &str) -> String {
 /// The places (`src/<file>:<line>`) in the files of `src` outside the `allowed` folders and
 /// files where `code_without_tests` has a match of `find`.
 fn places_outside(src: &Path, allowed: &[&str], find: impl Fn(&str) -> Vec<usize>) -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
+    let files = sorted_files(&src);
     let mut wrong = Vec::new();
     for file in files {
         let rel = file.strip_prefix(src).expect("under src");
@@ -697,6 +680,17 @@ fn is_test_file(rel: &Path) -> bool {
         || rel.components().any(|c| c.as_os_str() == "tests")
 }
 
+/// The crate's `src/`.
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Fails with `what` and the places, one a line, when there are any.
+#[track_caller]
+fn none_of(places: &[String], what: &str) {
+    assert!(places.is_empty(), "{what}:\n{}", places.join("\n"));
+}
+
 /// The lines of `code` that hold one of `needles`.
 fn lines_with(code: &str, needles: &[&str]) -> Vec<usize> {
     code.lines()
@@ -710,7 +704,7 @@ fn lines_with(code: &str, needles: &[&str]) -> Vec<usize> {
 /// grant, the run's token and the proxy are its business, never a step's.
 #[test]
 fn no_step_reaches_the_proxy_but_through_the_agent_run_service() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let in_steps = places_outside(
         &src,
         &[
@@ -747,10 +741,9 @@ fn no_step_reaches_the_proxy_but_through_the_agent_run_service() {
                 .collect()
         },
     );
-    assert!(
-        in_steps.is_empty(),
-        "a step names the proxy (ask `crate::agent_run` for what the run needs):\n{}",
-        in_steps.join("\n")
+    none_of(
+        &in_steps,
+        "a step names the proxy (ask `crate::agent_run` for what the run needs)",
     );
     let tokens = places_outside(&src, &["proxy", "agent_run"], |code| {
         let made = |l: &str| {
@@ -764,10 +757,9 @@ fn no_step_reaches_the_proxy_but_through_the_agent_run_service() {
             .map(|(i, _)| i + 1)
             .collect()
     });
-    assert!(
-        tokens.is_empty(),
-        "a run's grant or token made outside the proxy and the agent run service:\n{}",
-        tokens.join("\n")
+    none_of(
+        &tokens,
+        "a run's grant or token made outside the proxy and the agent run service",
     );
 }
 
@@ -775,7 +767,7 @@ fn no_step_reaches_the_proxy_but_through_the_agent_run_service() {
 /// one CLI (a third CLI is one file there, not a new arm in every `match`).
 #[test]
 fn no_module_outside_agents_names_an_agent_cli() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let named = places_outside(&src, &["agents", "bin"], |code| {
         lines_with(
             code,
@@ -787,10 +779,9 @@ fn no_module_outside_agents_names_an_agent_cli() {
             ],
         )
     });
-    assert!(
-        named.is_empty(),
-        "a module outside src/agents names one agent CLI (ask its `AgentCli`):\n{}",
-        named.join("\n")
+    none_of(
+        &named,
+        "a module outside src/agents names one agent CLI (ask its `AgentCli`)",
     );
 }
 
@@ -798,15 +789,11 @@ fn no_module_outside_agents_names_an_agent_cli() {
 /// sandbox's own spec and settings) and at start (the daemon's warning), nowhere else.
 #[test]
 fn the_egress_is_read_where_the_run_is_defined() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let reads = places_outside(&src, &["agent_run", "sandbox", "daemon"], |code| {
         lines_with(code, &[".egress()"])
     });
-    assert!(
-        reads.is_empty(),
-        "the egress setting read outside the agent run service (ask `AgentRuns::egress` or the run's record):\n{}",
-        reads.join("\n")
-    );
+    none_of(&reads, "the egress setting read outside the agent run service (ask `AgentRuns::egress` or the run's record)");
 }
 
 /// A run's container is watched by the agent run service alone: following its log, waiting on
@@ -814,18 +801,14 @@ fn the_egress_is_read_where_the_run_is_defined() {
 /// `stop`, `release`). Removing leftovers (cleanup, the orphan sweep) stays where it is.
 #[test]
 fn only_the_agent_run_service_follows_waits_on_or_kills_a_run() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let watched = places_outside(&src, &["agent_run", "sandbox"], |code| {
         lines_with(
             code,
             &["logs_to_file(", "wait_or_kill(", ".kill(", ".wait(&"],
         )
     });
-    assert!(
-        watched.is_empty(),
-        "a run's container followed, waited on or killed outside the agent run service (ask `crate::agent_run::AgentRuns`):\n{}",
-        watched.join("\n")
-    );
+    none_of(&watched, "a run's container followed, waited on or killed outside the agent run service (ask `crate::agent_run::AgentRuns`)");
 }
 
 #[test]
@@ -958,10 +941,8 @@ fn without_literals(line: &str) -> String {
 
 #[test]
 fn no_function_in_src_is_over_150_lines() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+    let src = src_dir();
+    let files = sorted_files(&src);
     let mut long = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("read a source file");
@@ -974,10 +955,9 @@ fn no_function_in_src_is_over_150_lines() {
             long.push(format!("src/{rel}:{line} `{name}`: {length} lines"));
         }
     }
-    assert!(
-        long.is_empty(),
-        "functions over {MAX_FN_LINES} lines (name their parts):\n{}",
-        long.join("\n")
+    none_of(
+        &long,
+        &format!("functions over {MAX_FN_LINES} lines (name their parts)"),
     );
 }
 
@@ -1042,12 +1022,11 @@ const META_RECORDS: &[&str] = &[
 /// records the writers use, never by a key of their own.
 #[test]
 fn meta_is_read_by_key_only_in_its_records() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let reads = places_outside(&src, META_RECORDS, meta_reads);
-    assert!(
-        reads.is_empty(),
-        "a meta read by key outside its typed record (read it with the record's `of`):\n{}",
-        reads.join("\n")
+    none_of(
+        &reads,
+        "a meta read by key outside its typed record (read it with the record's `of`)",
     );
 }
 
@@ -1091,15 +1070,11 @@ fn step_variants(code: &str) -> Vec<usize> {
 /// telemetry role, ...) is declared by the steps (`steps::kinds`), and no other module names one.
 #[test]
 fn only_the_steps_and_the_orchestrator_name_a_step_by_its_kind() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let mut allowed: Vec<&str> = vec!["steps", "orchestrator", "store/records/span.rs"];
     allowed.extend(KNOWN_STEP_NAMES.iter().map(|(file, _)| *file));
     let named = places_outside(&src, &allowed, step_variants);
-    assert!(
-        named.is_empty(),
-        "a module outside the steps and the orchestrator names a step (ask `steps::kinds`, or a typed record):\n{}",
-        named.join("\n")
-    );
+    none_of(&named, "a module outside the steps and the orchestrator names a step (ask `steps::kinds`, or a typed record)");
     let gone: Vec<&str> = KNOWN_STEP_NAMES
         .iter()
         .filter(|(file, _)| {
@@ -1138,11 +1113,7 @@ fn the_store_names_each_step_only_to_write_its_name() {
             wrong.push(format!("StepKind::{variant} named {exact} times"));
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "src/store/records/span.rs names a step beyond its list and its name (declare it in `steps::kinds`):\n{}",
-        wrong.join("\n")
-    );
+    none_of(&wrong, "src/store/records/span.rs names a step beyond its list and its name (declare it in `steps::kinds`)");
 }
 
 #[test]
@@ -1249,7 +1220,7 @@ fn the_where_new_code_goes_table_names_what_is_there() {
 /// second signal's 130).
 #[test]
 fn exit_codes_come_from_error_kinds() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src_dir();
     let picked = places_outside(
         &src,
         &[
@@ -1271,10 +1242,9 @@ fn exit_codes_come_from_error_kinds() {
             )
         },
     );
-    assert!(
-        picked.is_empty(),
-        "an exit code picked outside the error kinds (return a kinded error instead):\n{}",
-        picked.join("\n")
+    none_of(
+        &picked,
+        "an exit code picked outside the error kinds (return a kinded error instead)",
     );
     // And no error of the command line is a bare "refused" string: each says its kind.
     let cli = std::fs::read_to_string(src.join("cli/mod.rs")).unwrap();
@@ -1311,10 +1281,8 @@ const ENV_READERS: &[&str] = &[
 /// without setting a variable of its process.
 #[test]
 fn the_environment_is_read_only_where_rover_starts() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+    let src = src_dir();
+    let files = sorted_files(&src);
     let mut reads = Vec::new();
     for file in files {
         let rel = file.strip_prefix(&src).expect("under src");
@@ -1326,11 +1294,7 @@ fn the_environment_is_read_only_where_rover_starts() {
             reads.push(format!("src/{}:{line}", rel.display()));
         }
     }
-    assert!(
-        reads.is_empty(),
-        "the process environment read below the command line and the daemon (take a `HostEnv` from the caller):\n{}",
-        reads.join("\n")
-    );
+    none_of(&reads, "the process environment read below the command line and the daemon (take a `HostEnv` from the caller)");
 }
 
 #[test]

@@ -1,14 +1,15 @@
 //! Integration tests for `sandbox`: a real Docker engine, a locally built image, real git.
 
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Duration;
 
 use rover::git::{BranchBase, CommitOutcome};
 use rover::sandbox::gates::{run_gates, GateOutcome, GatesReport, LABEL_GATE};
 use rover::sandbox::returned::take_back;
 use rover::sandbox::{
-    stderr_path, wait_or_kill, ContainerStatus, DockerSandbox, GateSettings, Sandbox, SandboxError,
-    WorkspaceMode, LABEL_ACTION,
+    stderr_path, wait_or_kill, ContainerStatus, DockerSandbox, GateSettings, LogStats, Sandbox,
+    SandboxError, SandboxSpec, WorkspaceMode, LABEL_ACTION,
 };
 
 use crate::support::docker::{sandbox, test_image, TestContainers};
@@ -16,6 +17,43 @@ use crate::support::gitrepo::TestRepo;
 
 /// Far above what these containers print.
 const LOG_LIMIT: u64 = 64 << 20;
+
+/// A container run to its end: its id, how it ended, what it printed and the figures of its log.
+struct Ran {
+    id: String,
+    status: ContainerStatus,
+    stdout: String,
+    stderr: String,
+    stats: LogStats,
+}
+
+impl Ran {
+    /// It exited with `code`, not killed for its memory (its stderr in the failure).
+    fn exited(&self, code: i64) {
+        assert_eq!(
+            self.status,
+            ContainerStatus::Exited {
+                code,
+                oom_killed: false
+            },
+            "{}",
+            self.stderr
+        );
+    }
+}
+
+/// Runs `spec` to its end, its stdout into `log` (stderr beside it).
+async fn run_to_end(docker: &DockerSandbox, spec: &SandboxSpec, log: &Path) -> Ran {
+    let id = docker.run(spec).await.expect("run");
+    let (logs, status) = tokio::join!(docker.logs_to_file(&id, log, LOG_LIMIT), docker.wait(&id));
+    Ran {
+        stats: logs.expect("logs"),
+        status: status.expect("wait"),
+        stdout: std::fs::read_to_string(log).expect("stdout log"),
+        stderr: std::fs::read_to_string(stderr_path(log)).unwrap_or_default(),
+        id,
+    }
+}
 
 #[tokio::test]
 async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
@@ -46,29 +84,17 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
     docker.ensure_image(&image).await.expect("image present");
     // Never root inside: the worktree's owner, or the sandbox uid for a root-owned one.
     let run_as = rover::git::owner::run_as(&wt.path).expect("owner").uid;
-    let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("write.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
-    let stats = logs.expect("logs");
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 0,
-            oom_killed: false
-        }
-    );
+    let ran = run_to_end(&docker, &spec, &log).await;
+    ran.exited(0);
     // Shipped (the default): what the agent wrote comes back, checked; mounted: it is there.
-    let applied = take_back(&docker, &id, &spec).await.expect("take back");
+    let applied = take_back(&docker, &ran.id, &spec).await.expect("take back");
     assert_eq!(applied.is_some(), spec.shipped());
-    let stdout = std::fs::read_to_string(&log).expect("stdout log");
     let owner = std::fs::metadata(&wt.path).expect("worktree meta").uid();
-    assert_eq!(stdout, format!("input-read-only\nout-line\n{run_as}\n"));
+    assert_eq!(ran.stdout, format!("input-read-only\nout-line\n{run_as}\n"));
     assert!(!input.join("nope").exists());
-    assert_eq!(
-        std::fs::read_to_string(stderr_path(&log)).expect("stderr log"),
-        "err-line\n"
-    );
-    assert_eq!(stats.stderr_bytes, 9);
+    assert_eq!(ran.stderr, "err-line\n");
+    assert_eq!(ran.stats.stderr_bytes, 9);
 
     let written = wt.path.join("agent.txt");
     assert_eq!(
@@ -88,10 +114,10 @@ async fn agent_writes_into_the_workspace_and_the_host_commits_it() {
         "{outcome:?}"
     );
 
-    assert!(docker.remove(&id).await.expect("remove"));
-    assert!(!docker.remove(&id).await.expect("remove again"));
+    assert!(docker.remove(&ran.id).await.expect("remove"));
+    assert!(!docker.remove(&ran.id).await.expect("remove again"));
     assert_eq!(
-        docker.status(&id).await.expect("status"),
+        docker.status(&ran.id).await.expect("status"),
         ContainerStatus::Gone
     );
 }
@@ -113,19 +139,11 @@ async fn runs_as_the_worktree_owner_and_cannot_write_what_it_does_not_own() {
         "owner",
         "id -u && id -g && touch /workspace/made-inside",
     );
-    let id = docker.run(&spec).await.expect("run");
     let log = dir.path().join("owner.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
-    logs.expect("logs");
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 0,
-            oom_killed: false
-        }
-    );
-    assert_eq!(std::fs::read_to_string(&log).expect("log"), "1000\n1000\n");
-    take_back(&docker, &id, &spec).await.expect("take back");
+    let ran = run_to_end(&docker, &spec, &log).await;
+    ran.exited(0);
+    assert_eq!(ran.stdout, "1000\n1000\n");
+    take_back(&docker, &ran.id, &spec).await.expect("take back");
     let made = std::fs::metadata(owned.join("made-inside")).expect("file made inside");
     assert_eq!((made.uid(), made.gid()), (1000, 1000));
 
@@ -134,17 +152,9 @@ async fn runs_as_the_worktree_owner_and_cannot_write_what_it_does_not_own() {
     std::fs::create_dir(&root_owned).expect("mkdir");
     let mut spec = tc.spec(&image, &root_owned, "denied", "touch /workspace/x; exit 3");
     spec.user = Some("1000:1000".into());
-    let id = docker.run(&spec).await.expect("run");
     let log = dir.path().join("denied.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
-    logs.expect("logs");
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 3,
-            oom_killed: false
-        }
-    );
+    let ran = run_to_end(&docker, &spec, &log).await;
+    ran.exited(3);
     assert!(std::fs::read_to_string(stderr_path(&log))
         .expect("stderr")
         .contains("Permission denied"));
@@ -396,25 +406,10 @@ async fn image_from_a_rootfs_tar_runs_a_dynamic_host_binary() {
     );
     let tc = TestContainers::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let id = docker
-        .run(&tc.spec(&image, dir.path(), "git", "git --version"))
-        .await
-        .expect("run");
-    let log = dir.path().join("git.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
-    logs.expect("logs");
-    let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
-    assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 0,
-            oom_killed: false
-        },
-        "{stderr}"
-    );
-    assert!(std::fs::read_to_string(&log)
-        .expect("log")
-        .starts_with("git version "));
+    let spec = tc.spec(&image, dir.path(), "git", "git --version");
+    let ran = run_to_end(&docker, &spec, &dir.path().join("git.log")).await;
+    ran.exited(0);
+    assert!(ran.stdout.starts_with("git version "));
 }
 
 #[tokio::test]
@@ -639,24 +634,14 @@ async fn git_metadata_is_readable_inside_without_secrets_or_write_access() {
     // `shipped::a_shipped_run_can_replace_its_git_file_inside_but_never_the_hosts`.
     spec.workspace = WorkspaceMode::Mounted;
     spec.mount_git(&git);
-    let id = docker.run(&spec).await.expect("run");
     let log = repo.data.join("gitinside.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
-    logs.expect("logs");
-    let stderr = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    let ran = run_to_end(&docker, &spec, &log).await;
+    ran.exited(0);
     assert_eq!(
-        status.expect("wait"),
-        ContainerStatus::Exited {
-            code: 0,
-            oom_killed: false
-        },
-        "{stderr}"
-    );
-    let stdout = std::fs::read_to_string(&log).expect("log");
-    assert_eq!(
-        stdout,
+        ran.stdout,
         "?? new.txt\nInitial commit\nno-remote-url\n0\ncommitted-inside\ngitfile-readonly\ngitfile-kept\ngitfile-not-moved\n/rover-git\n",
-        "{stderr}"
+        "{}",
+        ran.stderr
     );
     // The commit made inside went to the scratch repository: the real branch did not move.
     assert_eq!(
@@ -702,23 +687,14 @@ async fn a_writable_root_runs_on_an_engine_that_cannot_size_its_layer() {
     spec.user = Some("0:0".into());
     spec.limits.writable_mb = 64;
     spec.limits.file_bytes = 4 * 1024 * 1024;
-    let id = docker
-        .run(&spec)
-        .await
-        .expect("runs, with or without the layer limit");
     let log = dir.path().join("layer.log");
-    let (logs, status) = tokio::join!(docker.logs_to_file(&id, &log, LOG_LIMIT), docker.wait(&id));
-    logs.expect("logs");
-    assert!(matches!(
-        status.expect("wait"),
-        ContainerStatus::Exited { .. }
-    ));
-    let out = std::fs::read_to_string(&log).expect("log");
-    let err = std::fs::read_to_string(stderr_path(&log)).unwrap_or_default();
+    let ran = run_to_end(&docker, &spec, &log).await;
+    assert!(matches!(ran.status, ContainerStatus::Exited { .. }));
+    let (out, err) = (&ran.stdout, &ran.stderr);
     assert!(out.starts_with("x\n"), "{out}{err}");
     assert!(
         out.contains("big-refused"),
         "the file size limit holds: {out}"
     );
-    docker.remove(&id).await.expect("remove");
+    docker.remove(&ran.id).await.expect("remove");
 }

@@ -11,7 +11,8 @@ use rover::store::{SpanStatus, StepKind};
 use serde_json::{json, Value};
 
 use crate::steps_workflow::{
-    agent_image, chain_of, commit_rule, config, docker, settle, task, writes, World,
+    agent_image, chain_of, commit_rule, config, docker, on_docker, settle, task, writes, World,
+    COMMITTED,
 };
 use crate::support::docker::{Around, Wrapped};
 use crate::support::gitrepo::git;
@@ -77,18 +78,9 @@ async fn a_shipped_agent_run_mounts_nothing_of_the_host_and_its_work_comes_back(
         ],
         3000
     )]);
-    let orch = w.p.orchestrator(World::steps(&services, &script));
-    let (trace, _wf) = w.trace_with(StepKind::Workflow, &task("Shipped", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, _wf, _orch) = w.run_task(&services, &script, "Shipped").await;
 
-    assert_eq!(
-        chain_of(&w.p, trace),
-        [
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed"
-        ]
-    );
+    assert_eq!(chain_of(&w.p, trace), COMMITTED);
     let view = w.p.trace(trace);
     let span = last_span(&view, "workflow");
     let worktree = PathBuf::from(span.meta["worktreePath"].as_str().expect("worktree"));
@@ -241,14 +233,7 @@ async fn hostile_entries_in_a_returned_workspace_fail_the_run_naming_each_and_ch
 /// target's text), a hard link is a copy of the container's file, nothing of the host's is read.
 #[tokio::test]
 async fn links_to_host_paths_beside_hard_links_come_back_as_the_container_made_them() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, _docker, services) = on_docker(300).await;
     let script = json!([runs(
         "Links",
         &[
@@ -258,18 +243,9 @@ async fn links_to_host_paths_beside_hard_links_come_back_as_the_container_made_t
         ],
         0
     )]);
-    let orch = w.p.orchestrator(World::steps(&services, &script));
-    let (trace, _wf) = w.trace_with(StepKind::Workflow, &task("Links", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, _wf, _orch) = w.run_task(&services, &script, "Links").await;
 
-    assert_eq!(
-        chain_of(&w.p, trace),
-        [
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed"
-        ]
-    );
+    assert_eq!(chain_of(&w.p, trace), COMMITTED);
     let view = w.p.trace(trace);
     let span = last_span(&view, "workflow");
     let branch = span.meta["branchName"].as_str().expect("branch").to_owned();
@@ -309,14 +285,7 @@ async fn links_to_host_paths_beside_hard_links_come_back_as_the_container_made_t
 async fn a_shipped_run_collected_again_after_a_cut_off_collection_keeps_its_work() {
     use rover::orchestrator::{Step, StepContext};
 
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, docker, services) = on_docker(300).await;
     let script = json!([writes(
         "Again",
         &[("hello.txt", "hello from the sandbox\n")]

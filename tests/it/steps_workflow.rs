@@ -140,9 +140,38 @@ impl World {
         self.p.trace_with("workflow test", kind, meta)
     }
 
+    /// Runs one task titled `title` through the workflow's steps, the agent in the sandbox
+    /// scripted by `script`, until the pipeline settles: its trace, its action, and the
+    /// orchestrator (for more).
+    pub(crate) async fn run_task(
+        &self,
+        services: &Arc<Services>,
+        script: &Value,
+        title: &str,
+    ) -> (Uuid, Action, StepOrchestrator) {
+        let orch = self.p.orchestrator(World::steps(services, script));
+        let (trace, action) = self.trace_with(StepKind::Workflow, &task(title, &[]));
+        settle(&self.p, &orch).await;
+        (trace, action, orch)
+    }
+
     fn enqueue(&self, trace: Uuid, kind: StepKind, meta: &Value) -> Action {
         self.p.enqueue(trace, kind, meta)
     }
+}
+
+/// A world on the real engine: the engine (the fake agent's image built) and the services of a
+/// workflow whose runs may take `timeout_secs`, committed by `commit_rule`.
+pub(crate) async fn on_docker(timeout_secs: u64) -> (World, Arc<DockerSandbox>, Arc<Services>) {
+    let w = World::new();
+    let docker = docker().await;
+    let image = agent_image(&docker).await;
+    let services = w.services(
+        &commit_rule(),
+        config(&image, timeout_secs, Vec::new()),
+        Some(docker.clone()),
+    );
+    (w, docker, services)
 }
 
 pub(crate) fn task(title: &str, depends_on: &[Uuid]) -> Value {
@@ -166,6 +195,13 @@ pub(crate) fn writes(title: &str, files: &[(&str, &str)]) -> Value {
         "structured": {"status": "completed", "summary": format!("{title} done"),
             "files_changed": files.iter().map(|(k, _)| *k).collect::<Vec<_>>()}})
 }
+
+/// The chain of a task whose work was committed (after its first span).
+pub(crate) const COMMITTED: [&str; 3] = [
+    "workflow:completed",
+    "commit:completed",
+    "resolve:completed",
+];
 
 pub(crate) fn commit_rule() -> Value {
     json!([{"prompt_contains": "", "structured": {"subject": "Add the greeting", "body": "Written by the task."}}])
@@ -242,18 +278,9 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
         "Greeting",
         &[("hello.txt", "hello from the sandbox\n")]
     )]);
-    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
-    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Greeting", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, wf, orch) = w.run_task(&services, &sandbox_script, "Greeting").await;
 
-    assert_eq!(
-        chain_of(&w.p, trace),
-        [
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed"
-        ]
-    );
+    assert_eq!(chain_of(&w.p, trace), COMMITTED);
     let view = w.p.trace(trace);
     let wf_span = last_span(&view, "workflow");
     let branch = wf_span.meta["branchName"]
@@ -375,14 +402,7 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
 
 #[tokio::test]
 async fn a_dependent_task_forks_from_its_dependency_after_it_is_committed() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, _docker, services) = on_docker(300).await;
     let sandbox_script = json!([
         writes("Alpha", &[("a.txt", "alpha\n")]),
         writes("Beta", &[("b.txt", "beta\n")]),
@@ -433,14 +453,7 @@ async fn a_dependent_task_forks_from_its_dependency_after_it_is_committed() {
 
 #[tokio::test]
 async fn a_failed_dependency_fails_the_dependent_task_with_a_reason() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, docker, services) = on_docker(300).await;
     let sandbox_script = json!([
         {"prompt_contains": "## Task: Alpha", "mode": "crash", "exit": 3, "text": "alpha cannot run"},
         writes("Beta", &[("b.txt", "beta\n")]),
@@ -483,18 +496,9 @@ async fn a_failed_dependency_fails_the_dependent_task_with_a_reason() {
 
 #[tokio::test]
 async fn an_overdue_agent_is_killed_and_the_task_fails() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 2, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, _docker, services) = on_docker(2).await;
     let sandbox_script = json!([{"prompt_contains": "## Task: Slow", "mode": "hang"}]);
-    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
-    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Slow", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, wf, _orch) = w.run_task(&services, &sandbox_script, "Slow").await;
 
     assert_eq!(
         chain_of(&w.p, trace),
@@ -533,9 +537,7 @@ async fn a_required_gate_that_fails_fails_the_task_with_its_output() {
         Some(docker.clone()),
     );
     let sandbox_script = json!([writes("Gated", &[("hello.txt", "hi\n")])]);
-    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
-    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Gated", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, wf, _orch) = w.run_task(&services, &sandbox_script, "Gated").await;
 
     assert_eq!(
         chain_of(&w.p, trace),
@@ -653,14 +655,7 @@ async fn a_container_that_exited_while_rover_was_down_is_collected_not_rerun() {
 }
 
 async fn restart_with_container(exited_while_down: bool) {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, docker, services) = on_docker(300).await;
     let mut rule = writes("Long", &[("long.txt", "done\n")]);
     if !exited_while_down {
         rule["delay_ms"] = json!(4000);
@@ -713,14 +708,7 @@ async fn restart_with_container(exited_while_down: bool) {
     assert_eq!(recovered, vec![Recovery::StillRunning { span: running }]);
     settle(&w.p, &second).await;
 
-    assert_eq!(
-        chain_of(&w.p, trace),
-        [
-            "workflow:completed",
-            "commit:completed",
-            "resolve:completed"
-        ]
-    );
+    assert_eq!(chain_of(&w.p, trace), COMMITTED);
     let span = span_of(&w.p, trace, wf.id);
     assert_eq!(span.id, running);
     assert_eq!(span.meta["diff"]["files"], json!(["long.txt"]));
@@ -736,18 +724,9 @@ async fn restart_with_container(exited_while_down: bool) {
 async fn a_collected_container_left_behind_is_removed_by_the_start_sweep() {
     // A crash after the result was recorded but before the container was removed (or a store
     // of an older version, which kept every container): the start sweep removes it.
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, docker, services) = on_docker(300).await;
     let sandbox_script = json!([writes("Left", &[("left.txt", "x\n")])]);
-    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
-    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Left", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, wf, _orch) = w.run_task(&services, &sandbox_script, "Left").await;
     assert_eq!(span_of(&w.p, trace, wf.id).status, SpanStatus::Completed);
     assert!(w.containers(&docker, wf.id).await.is_empty());
     // Its container as a crash or an older version leaves it: exited, still there.
@@ -780,14 +759,7 @@ async fn a_collected_container_left_behind_is_removed_by_the_start_sweep() {
 
 #[tokio::test]
 async fn a_killed_or_vanished_container_ends_the_task_and_still_reaches_resolve() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, docker, services) = on_docker(300).await;
     let sandbox_script = json!([
         {"prompt_contains": "## Task: Killed", "mode": "killed"},
         {"prompt_contains": "## Task: Vanished", "mode": "hang"},
@@ -851,22 +823,13 @@ async fn a_killed_or_vanished_container_ends_the_task_and_still_reaches_resolve(
 
 #[tokio::test]
 async fn an_iteration_reuses_the_task_branch_and_worktree() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, _docker, services) = on_docker(300).await;
     let sandbox_script = json!([
         {"prompt_contains": "also add second.txt", "write": {"second.txt": "two\n"},
          "structured": {"status": "completed", "summary": "added second", "files_changed": ["second.txt"]}},
         writes("First", &[("first.txt", "one\n")]),
     ]);
-    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
-    let (trace, first) = w.trace_with(StepKind::Workflow, &task("First", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, first, orch) = w.run_task(&services, &sandbox_script, "First").await;
     let mut again: WorkflowMeta = serde_json::from_value(task("First", &[])).expect("meta");
     again.iterate_on = Some(first.id);
     again.instructions = Some("also add second.txt".into());
@@ -1071,14 +1034,7 @@ async fn commit_uses_the_fallback_message_and_the_trailer_only_with_attribution(
 
 #[tokio::test]
 async fn sweep_removes_unmapped_containers_and_worktrees_only() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, docker, services) = on_docker(300).await;
     // A mapped task (kept) and an orphan container and worktree (removed).
     let (_trace, _commit, kept) = seeded_commit(&w).await;
     let orphan_dir = Services::worktrees_dir(&w.p.store).join("orphan-worktree");
@@ -1115,14 +1071,7 @@ async fn sweep_removes_unmapped_containers_and_worktrees_only() {
 
 #[tokio::test]
 async fn at_most_three_sandboxes_run_at_once() {
-    let w = World::new();
-    let docker = docker().await;
-    let image = agent_image(&docker).await;
-    let services = w.services(
-        &commit_rule(),
-        config(&image, 300, Vec::new()),
-        Some(docker.clone()),
-    );
+    let (w, _docker, services) = on_docker(300).await;
     let titles = ["One", "Two", "Three", "Four"];
     let rules: Vec<Value> = titles
         .iter()
@@ -1177,9 +1126,7 @@ async fn an_agent_out_of_memory_fails_the_task_saying_so() {
     let services = w.services(&commit_rule(), config, Some(docker.clone()));
     let sandbox_script =
         json!([{"prompt_contains": "## Task: Hungry", "mode": "huge_line", "bytes": 200_000_000}]);
-    let orch = w.p.orchestrator(World::steps(&services, &sandbox_script));
-    let (trace, wf) = w.trace_with(StepKind::Workflow, &task("Hungry", &[]));
-    settle(&w.p, &orch).await;
+    let (trace, wf, _orch) = w.run_task(&services, &sandbox_script, "Hungry").await;
 
     assert_eq!(
         chain_of(&w.p, trace),

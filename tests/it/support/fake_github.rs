@@ -386,6 +386,22 @@ impl FakeGitHub {
 
     /// Add a review (no event); returns its id.
     pub fn add_review(&self, number: u64, author: &str, state: &str, body: &str) -> u64 {
+        self.push_review(number, author, state, body, None)
+    }
+
+    /// Add a review of `author` on the head `commit_id` (no event); returns its id.
+    pub fn add_review_on(&self, number: u64, author: &str, state: &str, commit_id: &str) -> u64 {
+        self.push_review(number, author, state, "", Some(commit_id))
+    }
+
+    fn push_review(
+        &self,
+        number: u64,
+        author: &str,
+        state: &str,
+        body: &str,
+        commit_id: Option<&str>,
+    ) -> u64 {
         let mut st = self.st();
         let id = st.id();
         st.reviews.push(ReviewRec {
@@ -395,24 +411,7 @@ impl FakeGitHub {
             body: body.into(),
             state: state.into(),
             submitted_at: now(),
-            commit_id: None,
-        });
-        touch(&mut st, number);
-        id
-    }
-
-    /// Add a review of `author` on the head `commit_id` (no event); returns its id.
-    pub fn add_review_on(&self, number: u64, author: &str, state: &str, commit_id: &str) -> u64 {
-        let mut st = self.st();
-        let id = st.id();
-        st.reviews.push(ReviewRec {
-            id,
-            number,
-            author: author.into(),
-            body: String::new(),
-            state: state.into(),
-            submitted_at: now(),
-            commit_id: Some(commit_id.into()),
+            commit_id: commit_id.map(String::from),
         });
         touch(&mut st, number);
         id
@@ -711,44 +710,36 @@ impl FakeGitHub {
 
     /// Bodies of the comments on issue/PR `number`.
     pub fn comment_bodies(&self, number: u64) -> Vec<String> {
-        self.st()
-            .comments
-            .iter()
-            .filter(|c| c.number == number)
-            .map(|c| c.body.clone())
-            .collect()
+        bodies(&self.st().comments, |c| c.number == number, |c| &c.body)
     }
 
     pub fn review_bodies(&self, number: u64) -> Vec<String> {
-        self.st()
-            .reviews
-            .iter()
-            .filter(|c| c.number == number)
-            .map(|c| c.body.clone())
-            .collect()
+        bodies(&self.st().reviews, |c| c.number == number, |c| &c.body)
     }
 
     pub fn review_comment_bodies(&self, number: u64) -> Vec<String> {
-        self.st()
-            .review_comments
-            .iter()
-            .filter(|c| c.number == number)
-            .map(|c| c.body.clone())
-            .collect()
+        bodies(
+            &self.st().review_comments,
+            |c| c.number == number,
+            |c| &c.body,
+        )
     }
 
     pub fn commit_comment_bodies(&self, sha: &str) -> Vec<String> {
-        self.st()
-            .commit_comments
-            .iter()
-            .filter(|c| c.sha == sha)
-            .map(|c| c.body.clone())
-            .collect()
+        bodies(&self.st().commit_comments, |c| c.sha == sha, |c| &c.body)
     }
 
     pub fn rate_remaining(&self) -> u64 {
         self.st().rate_remaining
     }
+}
+
+/// The bodies of the records of `list` that `keep` keeps, in order.
+fn bodies<T>(list: &[T], keep: impl Fn(&T) -> bool, body: impl Fn(&T) -> &String) -> Vec<String> {
+    list.iter()
+        .filter(|r| keep(r))
+        .map(|r| body(r).clone())
+        .collect()
 }
 
 /// A comment or review bumps its issue's `updated_at`.
