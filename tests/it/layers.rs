@@ -104,7 +104,7 @@ fn mentions(text: &str) -> Vec<(String, usize)> {
 
 /// Edges between top-level modules, each with the places (`file:line`) that make it.
 fn edges(src: &Path) -> BTreeMap<(String, String), Vec<String>> {
-    let files = sorted_files(&src);
+    let files = sorted_files(src);
     let mut edges: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for file in files {
         let Some(from) = module_of(src, &file) else {
@@ -653,7 +653,7 @@ fn code_without_tests(text: &str) -> String {
 /// The places (`src/<file>:<line>`) in the files of `src` outside the `allowed` folders and
 /// files where `code_without_tests` has a match of `find`.
 fn places_outside(src: &Path, allowed: &[&str], find: impl Fn(&str) -> Vec<usize>) -> Vec<String> {
-    let files = sorted_files(&src);
+    let files = sorted_files(src);
     let mut wrong = Vec::new();
     for file in files {
         let rel = file.strip_prefix(src).expect("under src");
