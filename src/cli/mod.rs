@@ -3,6 +3,7 @@
 //! 2 usage, 65 corrupt, 66 not found, 70 internal, 75 unavailable, 77 refused, 78 config).
 
 mod budget;
+mod fleet_status;
 mod gc;
 mod inspect;
 mod intervene;
@@ -94,6 +95,9 @@ pub enum AutopilotCommand {
         /// Process the N most recent events already in the feed (the first start skips the backlog)
         #[arg(long, value_name = "N", conflicts_with = "local")]
         backlog: Option<usize>,
+        /// Serve every repository the daemon file FILE lists (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// List recent events and what became of each: a trace started, a duplicate, or skipped and why
     Events {
@@ -207,6 +211,9 @@ pub enum AutopilotCommand {
         /// Print the status as JSON
         #[arg(long)]
         json: bool,
+        /// The repositories of the daemon file FILE, one line each (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// rover's sandbox proxy and relays (run by rover in its own containers, not by hand)
     #[command(subcommand, hide = true)]
@@ -237,6 +244,8 @@ pub enum ProxyCommand {
 pub enum CliError {
     #[error(transparent)]
     Project(#[from] ProjectError),
+    #[error(transparent)]
+    DaemonFile(#[from] crate::config::DaemonFileError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -270,6 +279,7 @@ impl Kinded for CliError {
             CliError::Project(e) => e.kind(),
             CliError::Store(e) => e.kind(),
             CliError::Start(e) => e.kind(),
+            CliError::DaemonFile(e) => e.kind(),
             CliError::Intervene(e) => e.kind(),
             CliError::Bundle(e) => e.kind(),
             CliError::Output(_) | CliError::Internal(_) => ErrorKind::Internal,
@@ -344,7 +354,7 @@ impl Args {
             | AutopilotCommand::Traces { json, .. }
             | AutopilotCommand::Gc { json, .. }
             | AutopilotCommand::DeadLetters { json, .. }
-            | AutopilotCommand::Status { json } => *json,
+            | AutopilotCommand::Status { json, .. } => *json,
             AutopilotCommand::Start { .. }
             | AutopilotCommand::Submit { .. }
             | AutopilotCommand::Resume
@@ -387,8 +397,10 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 local,
                 webhook,
                 backlog,
+                config,
             } => start::start(
                 &ctx,
+                ctx.daemon_file(config),
                 crate::daemon::StartOptions {
                     once,
                     local,
@@ -419,7 +431,10 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                     json,
                 },
             ),
-            AutopilotCommand::Status { json } => inspect::status(&ctx, out, json),
+            AutopilotCommand::Status { json, config } => match ctx.daemon_file(config) {
+                Some(path) => fleet_status::fleet_status(&ctx, out, json, &path),
+                None => inspect::status(&ctx, out, json),
+            },
             AutopilotCommand::Resume => budget::resume(&ctx, out),
             AutopilotCommand::Cancel { id, reason, by } => {
                 intervene::close(&ctx, out, &id, CloseCommand::Cancel, reason, by)
@@ -472,6 +487,21 @@ impl Context {
             project.id.clone_from(id);
         }
         Ok(project)
+    }
+
+    /// The daemon file a command serves or reads: `given` (`--config`), else outside a checkout
+    /// with no project named, the one at the default place when there is one.
+    pub fn daemon_file(&self, given: Option<PathBuf>) -> Option<PathBuf> {
+        if given.is_some() {
+            return given;
+        }
+        if self.global.repo.is_some()
+            || self.global.project_id.is_some()
+            || Project::discover(&self.project_dir()).is_ok()
+        {
+            return None;
+        }
+        crate::config::DaemonFile::default_path(&self.host).filter(|p| p.is_file())
     }
 
     /// The project id: `--project-id`, else derived from the repository.

@@ -13,8 +13,10 @@ use crate::github::GitHubSettings;
 use crate::orchestrator::OrchestratorSettings;
 use crate::sandbox::SandboxSettings;
 
+mod daemon_file;
 mod release;
 
+pub use daemon_file::{DaemonFile, DaemonFileError, ServedRepo};
 pub use release::{Bump, ReleaseConfig, TagTemplate, Version};
 
 /// The file name, at the repository root.

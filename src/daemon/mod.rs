@@ -12,10 +12,14 @@
 //! drain (`drain`), the stop-reaction watch (`reactions`), reclaim (`reclaim`), the wake on
 //! SIGUSR1 and the signal handler (`signals`), the console (`console`), the OpenTelemetry
 //! exporter (`export`), rover's sandbox proxy (`proxy`), and `--once` (`once`).
+//!
+//! Outside a checkout, `start` serves every repository of a daemon file (`fleet`): the same
+//! table for each, side by side in one process, a failing one retried while the others go on.
 
 mod console;
 mod drain;
 mod export;
+mod fleet;
 mod github;
 mod once;
 mod poller;
@@ -41,6 +45,7 @@ use crate::config::RoverConfig;
 use crate::host_env::HostEnv;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
+pub use fleet::{start_fleet, status_path, FleetStatus, RepoState, RepoStatus};
 use topology::Topology;
 
 /// How `start` runs.
@@ -80,6 +85,13 @@ pub enum StartError {
     /// Something rover needs cannot be had now (an address taken); nothing was changed.
     #[error("{0}")]
     Unavailable(String),
+    /// One repository of a daemon file could not be served (with `--once`: the run's failure).
+    #[error("{repo} is not served: {source}")]
+    Repository {
+        repo: String,
+        #[source]
+        source: Box<StartError>,
+    },
     /// The daemon could not start or stopped on a failure of its own (a runtime, the log, a
     /// component that panicked); what was running is recovered at the next start.
     #[error("{0}")]
@@ -98,6 +110,7 @@ impl crate::error::Kinded for StartError {
             StartError::Sandbox(e) => e.kind(),
             StartError::Unavailable(_) => ErrorKind::Unavailable,
             StartError::Internal(_) => ErrorKind::Internal,
+            StartError::Repository { source, .. } => source.kind(),
         }
     }
 }

@@ -20,6 +20,7 @@ mod daemon;
 mod demo;
 mod engine_gc;
 mod environments;
+mod fleet;
 mod follow_through;
 mod git;
 mod github;

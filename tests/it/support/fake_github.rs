@@ -157,6 +157,8 @@ struct CommitCommentRec {
 
 #[derive(Debug, Default)]
 struct FakeState {
+    /// The repository served, when not [`REPO`].
+    repo: Option<String>,
     issues: HashMap<u64, IssueRec>,
     comments: Vec<CommentRec>,
     reviews: Vec<ReviewRec>,
@@ -196,6 +198,11 @@ struct FakeState {
 }
 
 impl FakeState {
+    /// `owner/name` of the repository served.
+    fn repo_name(&self) -> String {
+        self.repo.clone().unwrap_or_else(|| REPO.to_owned())
+    }
+
     /// Who the token posts as: the machine user [`BOT`], or an app's bot.
     fn poster(&self) -> String {
         self.app_slug
@@ -279,6 +286,14 @@ impl FakeGitHub {
             state,
             _served: served,
         }
+    }
+
+    /// A fake serving the repository `repo` (`owner/name`) instead of [`REPO`]: one of the
+    /// repositories of a daemon that serves several.
+    pub async fn start_for(repo: &str) -> Self {
+        let fake = Self::start().await;
+        fake.st().repo = Some(repo.to_owned());
+        fake
     }
 
     fn st(&self) -> MutexGuard<'_, FakeState> {
@@ -770,7 +785,7 @@ fn push_event(st: &mut FakeState, kind: &str, actor: &str, payload: Value) -> St
         "id": id, "type": kind,
         "actor": {"id": u["id"], "login": actor, "display_login": actor, "gravatar_id": "",
                   "url": u["url"], "avatar_url": u["avatar_url"]},
-        "repo": {"id": 316_335_970, "name": REPO, "url": format!("https://api.github.com/repos/{REPO}")},
+        "repo": {"id": 316_335_970, "name": st.repo_name(), "url": format!("https://api.github.com/repos/{}", st.repo_name())},
         "payload": payload, "public": true, "created_at": now(),
     }));
     id
@@ -1122,7 +1137,7 @@ fn route(
     }
     // Who rover's writes are authored by (the token's user or app).
     let me = st.poster();
-    let prefix = format!("/repos/{REPO}");
+    let prefix = format!("/repos/{}", st.repo_name());
     let Some(rest) = path.strip_prefix(&prefix) else {
         return unknown();
     };

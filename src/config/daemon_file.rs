@@ -1,0 +1,383 @@
+//! The daemon file: the repositories one `rover autopilot start` serves, when it runs outside a
+//! checkout (`--config FILE`, default `~/.config/rover/daemon.json`, or under
+//! `$XDG_CONFIG_HOME`):
+//!
+//! ```json
+//! {
+//!   "repositories": [
+//!     "octo-org/api",
+//!     {"repo": "octo-org/web", "checkout": "/srv/checkouts/web"},
+//!     {"repo": "tools/lint", "apiUrl": "https://ghe.example.com/api/v3"}
+//!   ]
+//! }
+//! ```
+//!
+//! An entry is `owner/name`, or an object with `repo` and, optionally, `checkout` (the clone
+//! rover works in; relative to the file's folder; default `<data dir>/checkouts/<owner>/<name>`)
+//! and `apiUrl` (the REST API of a repository on GitHub Enterprise Server; default rover's
+//! `ROVER_GITHUB_API_URL`). Each repository keeps its own `rover.json`, store and budgets. An
+//! unknown key, a malformed name, a repository listed twice or an empty list is an error that
+//! names the line and what to do: nothing is served from a file that does not say what it means.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use crate::host_env::HostEnv;
+use crate::project::RepoSlug;
+
+/// Where the daemon file's format is explained.
+const SEE: &str = "see docs/configuration.md, \"The daemon file\"";
+
+/// The daemon file, read and checked.
+#[derive(Debug, Clone)]
+pub struct DaemonFile {
+    pub path: PathBuf,
+    pub repositories: Vec<ServedRepo>,
+}
+
+/// One repository the daemon serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedRepo {
+    pub slug: RepoSlug,
+    /// The clone rover works in (`None`: `<data dir>/checkouts/<owner>/<name>`).
+    pub checkout: Option<PathBuf>,
+    /// The REST API it is served by (`None`: rover's own).
+    pub api_url: Option<String>,
+}
+
+impl ServedRepo {
+    /// `owner/name`.
+    pub fn full_name(&self) -> String {
+        format!("{}/{}", self.slug.owner, self.slug.name)
+    }
+
+    /// The clone rover works in: the entry's `checkout`, else under `data_dir`.
+    pub fn checkout_in(&self, data_dir: &Path) -> PathBuf {
+        self.checkout.clone().unwrap_or_else(|| {
+            data_dir
+                .join("checkouts")
+                .join(&self.slug.owner)
+                .join(&self.slug.name)
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonFileError {
+    #[error("cannot read the daemon file {path}: {source} (outside a checkout, rover serves the repositories it lists: write it, or pass --config FILE; {SEE})")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {reason} ({SEE})")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        reason: String,
+    },
+}
+
+impl crate::error::Kinded for DaemonFileError {
+    fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            DaemonFileError::Read { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                crate::error::ErrorKind::NotFound
+            }
+            _ => crate::error::ErrorKind::Config,
+        }
+    }
+}
+
+impl DaemonFile {
+    /// The default place: `$XDG_CONFIG_HOME/rover/daemon.json`, else
+    /// `$HOME/.config/rover/daemon.json`; `None` without either.
+    pub fn default_path(host: &HostEnv) -> Option<PathBuf> {
+        let config = host
+            .var("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| host.var("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(config.join("rover").join("daemon.json"))
+    }
+
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<DaemonFile, DaemonFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DaemonFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        DaemonFile::parse(path, &text)
+    }
+
+    /// Checks `text`, the file at `path` (relative checkouts are resolved against its folder).
+    pub fn parse(path: &Path, text: &str) -> Result<DaemonFile, DaemonFileError> {
+        let raw: Raw = serde_json::from_str(text).map_err(|e| {
+            let full = e.to_string();
+            let reason = full
+                .rfind(" at line ")
+                .map_or(full.as_str(), |at| &full[..at])
+                .to_owned();
+            DaemonFileError::Invalid {
+                path: path.to_path_buf(),
+                line: e.line(),
+                column: e.column(),
+                reason,
+            }
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let repositories = raw
+            .repositories
+            .0
+            .into_iter()
+            .map(|mut repo| {
+                repo.checkout = repo.checkout.map(|c| base.join(c));
+                repo
+            })
+            .collect();
+        Ok(DaemonFile {
+            path: path.to_path_buf(),
+            repositories,
+        })
+    }
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    repositories: Repositories,
+}
+
+/// The list: each entry checked as it is read, so an error has its line.
+struct Repositories(Vec<ServedRepo>);
+
+impl<'de> Deserialize<'de> for Repositories {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RepositoriesVisitor)
+    }
+}
+
+struct RepositoriesVisitor;
+
+impl<'de> Visitor<'de> for RepositoriesVisitor {
+    type Value = Repositories;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of repositories (\"owner/name\" or {\"repo\": \"owner/name\", ...})")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Repositories, E> {
+        Err(E::custom(if value == "installed" {
+            "\"repositories\": \"installed\" (every repository a GitHub App is installed on) is not supported yet: list the repositories".to_owned()
+        } else {
+            format!("\"repositories\" is {value:?}: it takes a list of repositories")
+        }))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Repositories, A::Error> {
+        let mut repos: Vec<ServedRepo> = Vec::new();
+        // Each entry is checked against those before it while it is read, so a repository
+        // listed twice is refused on its own line.
+        while let Some(Entry(repo)) = seq.next_element_seed(EntryVisitor { before: &repos })? {
+            repos.push(repo);
+        }
+        if repos.is_empty() {
+            return Err(de::Error::custom(
+                "\"repositories\" lists no repository: name at least one (\"owner/name\")",
+            ));
+        }
+        Ok(Repositories(repos))
+    }
+}
+
+/// GitHub's names are not case-sensitive.
+fn same_repo(a: &RepoSlug, b: &RepoSlug) -> bool {
+    a.owner.eq_ignore_ascii_case(&b.owner) && a.name.eq_ignore_ascii_case(&b.name)
+}
+
+/// One entry: `"owner/name"` or an object.
+struct Entry(ServedRepo);
+
+/// The object form of an entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EntryFields {
+    repo: String,
+    #[serde(default)]
+    checkout: Option<PathBuf>,
+    #[serde(default)]
+    api_url: Option<String>,
+}
+
+/// Reads one entry, refusing one listed `before`.
+struct EntryVisitor<'a> {
+    before: &'a [ServedRepo],
+}
+
+impl<'de> de::DeserializeSeed<'de> for EntryVisitor<'_> {
+    type Value = Entry;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Entry, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl EntryVisitor<'_> {
+    fn entry<E: de::Error>(&self, repo: ServedRepo) -> Result<Entry, E> {
+        if self.before.iter().any(|r| same_repo(&r.slug, &repo.slug)) {
+            return Err(E::custom(format!(
+                "{} is listed twice: list each repository once",
+                repo.full_name()
+            )));
+        }
+        Ok(Entry(repo))
+    }
+}
+
+fn slug<E: de::Error>(value: &str) -> Result<RepoSlug, E> {
+    RepoSlug::parse(value).map_err(|_| {
+        E::custom(format!(
+            "{value:?} is not a repository: write it as \"owner/name\""
+        ))
+    })
+}
+
+impl<'de> Visitor<'de> for EntryVisitor<'_> {
+    type Value = Entry;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(
+            "a repository: \"owner/name\" or {\"repo\": \"owner/name\", \"checkout\": \"/path\"}",
+        )
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Entry, E> {
+        self.entry(ServedRepo {
+            slug: slug(value)?,
+            checkout: None,
+            api_url: None,
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Entry, A::Error> {
+        let fields = EntryFields::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        if let Some(url) = &fields.api_url {
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return Err(de::Error::custom(format!(
+                    "\"apiUrl\" {url:?} is not an http(s) URL: write the REST API's base, such as https://ghe.example.com/api/v3"
+                )));
+            }
+        }
+        self.entry(ServedRepo {
+            slug: slug(&fields.repo)?,
+            checkout: fields.checkout,
+            api_url: fields.api_url.map(|u| u.trim_end_matches('/').to_owned()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<DaemonFile, DaemonFileError> {
+        DaemonFile::parse(Path::new("/etc/rover/daemon.json"), text)
+    }
+
+    fn invalid(text: &str) -> (usize, String) {
+        match parse(text).expect_err("refused") {
+            DaemonFileError::Invalid { line, reason, .. } => (line, reason),
+            other @ DaemonFileError::Read { .. } => panic!("not an invalid file: {other}"),
+        }
+    }
+
+    #[test]
+    fn names_and_objects_are_served_with_their_settings() {
+        let file = parse(
+            r#"{"repositories": [
+                "octo-org/api",
+                {"repo": "octo-org/web", "checkout": "web"},
+                {"repo": "tools/lint", "apiUrl": "https://ghe.example.com/api/v3/"}
+            ]}"#,
+        )
+        .expect("valid");
+        let names: Vec<String> = file
+            .repositories
+            .iter()
+            .map(ServedRepo::full_name)
+            .collect();
+        assert_eq!(names, ["octo-org/api", "octo-org/web", "tools/lint"]);
+        assert_eq!(
+            file.repositories[1].checkout.as_deref(),
+            Some(Path::new("/etc/rover/web"))
+        );
+        assert_eq!(
+            file.repositories[0].checkout_in(Path::new("/data")),
+            Path::new("/data/checkouts/octo-org/api")
+        );
+        assert_eq!(
+            file.repositories[2].api_url.as_deref(),
+            Some("https://ghe.example.com/api/v3")
+        );
+    }
+
+    #[test]
+    fn each_mistake_names_its_line_and_what_to_do() {
+        let (line, reason) = invalid("{\"repositories\": [\n  \"a/b\",\n  \"a/b\"\n]}");
+        assert_eq!(line, 3);
+        assert!(reason.contains("a/b is listed twice"), "{reason}");
+        let (line, reason) = invalid("{\"repositories\": [\n  \"a/b\",\n  \"A/B\"\n]}");
+        assert_eq!(line, 3, "names are not case-sensitive: {reason}");
+        let (line, reason) = invalid("{\"repositories\": [\n  \"a/b\",\n  \"not a name\"\n]}");
+        assert_eq!(line, 3);
+        assert!(reason.contains("\"owner/name\""), "{reason}");
+        let (line, reason) = invalid(
+            "{\"repositories\": [\n  \"a/b\",\n  {\"repo\": \"c/d\", \"chekout\": \"x\"}\n]}",
+        );
+        assert_eq!(line, 3);
+        assert!(reason.contains("unknown field `chekout`"), "{reason}");
+        let (line, reason) = invalid("{\n  \"repositories\": [\"a/b\"],\n  \"maxRunz\": 2\n}");
+        assert_eq!(line, 3);
+        assert!(reason.contains("unknown field `maxRunz`"), "{reason}");
+        let (_, reason) = invalid("{\"repositories\": []}");
+        assert!(reason.contains("lists no repository"), "{reason}");
+        let (_, reason) = invalid("{\"repositories\": \"installed\"}");
+        assert!(reason.contains("not supported yet"), "{reason}");
+        let (_, reason) = invalid("{}");
+        assert!(reason.contains("missing field `repositories`"), "{reason}");
+        let (_, reason) = invalid(r#"{"repositories": [{"repo": "a/b", "apiUrl": "ghe"}]}"#);
+        assert!(reason.contains("not an http(s) URL"), "{reason}");
+        let shown = parse("{\"repositories\": [\"a/b\", \"a/b\"]}")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            shown.starts_with("/etc/rover/daemon.json:1:"),
+            "the path and line lead: {shown}"
+        );
+    }
+
+    #[test]
+    fn the_default_place_follows_xdg_then_home() {
+        let host = HostEnv::from_pairs([("HOME", "/home/ops")]);
+        assert_eq!(
+            DaemonFile::default_path(&host),
+            Some(PathBuf::from("/home/ops/.config/rover/daemon.json"))
+        );
+        let host = HostEnv::from_pairs([("HOME", "/home/ops"), ("XDG_CONFIG_HOME", "/cfg")]);
+        assert_eq!(
+            DaemonFile::default_path(&host),
+            Some(PathBuf::from("/cfg/rover/daemon.json"))
+        );
+        assert_eq!(
+            DaemonFile::default_path(&HostEnv::from_pairs::<&str, &str>([])),
+            None
+        );
+    }
+}

@@ -1,0 +1,430 @@
+//! `rover autopilot start` outside a checkout: one daemon for every repository the daemon file
+//! lists (`config::DaemonFile`). Each repository stays its own: its checkout, its `rover.json`,
+//! its store (the layout of a one-repository daemon, so `rover autopilot trace` in its checkout
+//! reads it as before) and its lock, run by the same table of components as a one-repository
+//! daemon (`super::run`), side by side in one process. A repository whose set-up or run fails
+//! (no checkout, a bad `rover.json`, no access, another daemon holding it) is recorded in
+//! `<data dir>/daemon/repositories.json` with the reason and tried again with a growing delay;
+//! the others go on. One signal stops them all; SIGUSR1 wakes them all.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::{StartError, StartOptions};
+use crate::config::{DaemonFile, RoverConfig, ServedRepo};
+use crate::error::Kinded;
+use crate::host_env::HostEnv;
+use crate::project::{Project, ProjectError};
+use crate::store::{AutopilotStore, DaemonLock};
+
+/// The first delay before a failed repository is tried again; it doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+/// The longest delay between two tries of a failed repository.
+const MAX_RETRY: Duration = Duration::from_secs(600);
+
+/// Where the daemon records how each repository it serves stands.
+pub fn status_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("daemon").join("repositories.json")
+}
+
+/// How each served repository stands, as `status` reads it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// The daemon file it serves.
+    pub file: PathBuf,
+    pub pid: u32,
+    pub repositories: Vec<RepoStatus>,
+}
+
+/// One repository's standing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RepoStatus {
+    /// `owner/name`.
+    pub repo: String,
+    /// Its store's project id, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    pub state: RepoState,
+    /// Why it is not served, with what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The error kind of that reason (`docs/cli.md`, Exit codes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// When it is tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<DateTime<Utc>>,
+    /// How many tries failed in a row.
+    #[serde(default)]
+    pub failures: u32,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RepoState {
+    /// Being set up (its checkout, `rover.json`, store).
+    Starting,
+    /// Served: its poller and drain run.
+    Serving,
+    /// Its set-up or run failed; tried again at `retryAt`.
+    Failing,
+    /// Stopped with the daemon (or done, with `--once`).
+    Stopped,
+}
+
+impl RepoState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RepoState::Starting => "starting",
+            RepoState::Serving => "serving",
+            RepoState::Failing => "failing",
+            RepoState::Stopped => "stopped",
+        }
+    }
+}
+
+/// The status file, written whole after each change (atomic).
+#[derive(Clone)]
+struct Board {
+    path: PathBuf,
+    status: Arc<std::sync::Mutex<FleetStatus>>,
+}
+
+impl Board {
+    fn new(data_dir: &Path, file: &DaemonFile) -> Board {
+        let now = Utc::now();
+        let status = FleetStatus {
+            file: file.path.clone(),
+            pid: std::process::id(),
+            repositories: file
+                .repositories
+                .iter()
+                .map(|r| RepoStatus {
+                    repo: r.full_name(),
+                    project_id: None,
+                    state: RepoState::Starting,
+                    reason: None,
+                    kind: None,
+                    retry_at: None,
+                    failures: 0,
+                    since: now,
+                })
+                .collect(),
+        };
+        let board = Board {
+            path: status_path(data_dir),
+            status: Arc::new(std::sync::Mutex::new(status)),
+        };
+        board.write();
+        board
+    }
+
+    fn update(&self, index: usize, change: impl FnOnce(&mut RepoStatus)) {
+        {
+            let mut status = self
+                .status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = &mut status.repositories[index];
+            let before = entry.state;
+            change(entry);
+            if entry.state != before {
+                entry.since = Utc::now();
+            }
+        }
+        self.write();
+    }
+
+    fn write(&self) {
+        let status = self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let written = self
+            .path
+            .parent()
+            .map_or(Ok(()), crate::store::fsio::ensure_dir)
+            .and_then(|()| crate::store::fsio::write_json_atomic(&self.path, &status));
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "cannot record how the served repositories stand");
+        }
+    }
+}
+
+/// Serves every repository of `file` until stopped (or once each, with `--once`).
+pub fn start_fleet(
+    file: &DaemonFile,
+    options: StartOptions,
+    host: &HostEnv,
+) -> Result<ExitCode, StartError> {
+    if options.webhook.is_some() {
+        return Err(StartError::Setting(
+            "--webhook serves one repository: run it in that repository's checkout (one endpoint for every repository of a daemon file is not built yet)".into(),
+        ));
+    }
+    if options.local {
+        return Err(StartError::Setting(
+            "--local serves one checkout's local requests: run it in that checkout".into(),
+        ));
+    }
+    let data_dir = crate::project::data_dir(host)?;
+    let daemon_dir = data_dir.join("daemon");
+    crate::store::fsio::ensure_dir(&daemon_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| StartError::Internal(format!("cannot start the async runtime: {e}")))?;
+    let shutdown = CancellationToken::new();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let signal_failure = Arc::new(std::sync::Mutex::new(None));
+    let signals = runtime.block_on(async {
+        super::signals::spawn_signals(shutdown.clone(), wake.clone(), signal_failure.clone())
+    });
+    // One daemon file, one daemon: a second start is refused with the first one's pid.
+    let lock = DaemonLock::try_acquire(&daemon_dir.join("daemon.lock"))?;
+    let log_path = daemon_dir.join("log.jsonl");
+    let log = crate::logging::init(&log_path, host).map_err(|e| {
+        StartError::Internal(format!("cannot open the log {}: {e}", log_path.display()))
+    })?;
+    println!(
+        "rover: serving {} repositories of {} (their standing: rover autopilot status --config {})",
+        file.repositories.len(),
+        file.path.display(),
+        file.path.display()
+    );
+    let board = Board::new(&data_dir, file);
+    let ended = runtime.block_on(serve_all(
+        file, &data_dir, options, host, &shutdown, &wake, &board,
+    ));
+    if let Some(signals) = signals {
+        signals.abort();
+        let _ = runtime.block_on(signals);
+    }
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    drop(log);
+    drop(lock);
+    let failed = signal_failure
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(why) = failed {
+        return Err(StartError::Internal(format!(
+            "rover stopped: {why}; what was running is recovered at the next start"
+        )));
+    }
+    // With `--once`, cron sees a repository that failed: the first failure, by its kind.
+    let mut code = ExitCode::SUCCESS;
+    for end in ended {
+        match end {
+            Ok(c) if c == ExitCode::SUCCESS => {}
+            Ok(c) => code = c,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(code)
+}
+
+/// Each repository in a task of its own; a SIGUSR1 wakes every one.
+async fn serve_all(
+    file: &DaemonFile,
+    data_dir: &Path,
+    options: StartOptions,
+    host: &HostEnv,
+    shutdown: &CancellationToken,
+    wake: &Arc<tokio::sync::Notify>,
+    board: &Board,
+) -> Vec<Result<ExitCode, StartError>> {
+    let wakes: Vec<Arc<tokio::sync::Notify>> = file
+        .repositories
+        .iter()
+        .map(|_| Arc::new(tokio::sync::Notify::new()))
+        .collect();
+    let fan_out = {
+        let (wake, wakes, shutdown) = (wake.clone(), wakes.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = wake.notified() => wakes.iter().for_each(|w| w.notify_one()),
+                    () = shutdown.cancelled() => return,
+                }
+            }
+        })
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, repo) in file.repositories.iter().enumerate() {
+        let served = Served {
+            index,
+            repo: repo.clone(),
+            data_dir: data_dir.to_path_buf(),
+            options,
+            host: host_for(host, repo),
+            shutdown: shutdown.clone(),
+            wake: wakes[index].clone(),
+            board: board.clone(),
+        };
+        tasks.spawn(served.serve());
+    }
+    let mut codes = Vec::new();
+    while let Some(ended) = tasks.join_next().await {
+        codes.push(ended.unwrap_or_else(|e| {
+            Err(StartError::Internal(format!(
+                "a served repository's task ended abnormally: {e}"
+            )))
+        }));
+    }
+    fan_out.abort();
+    codes
+}
+
+/// rover's environment for `repo`: its own API when the daemon file names one.
+fn host_for(host: &HostEnv, repo: &ServedRepo) -> HostEnv {
+    match &repo.api_url {
+        Some(url) => host.with(crate::github::API_URL_ENV, url),
+        None => host.clone(),
+    }
+}
+
+/// One served repository and what it runs with.
+struct Served {
+    index: usize,
+    repo: ServedRepo,
+    data_dir: PathBuf,
+    options: StartOptions,
+    host: HostEnv,
+    shutdown: CancellationToken,
+    wake: Arc<tokio::sync::Notify>,
+    board: Board,
+}
+
+impl Served {
+    /// Serves the repository until the daemon stops; a failure is recorded and tried again
+    /// after a delay that doubles (with `--once`, it is this run's exit code).
+    async fn serve(self) -> Result<ExitCode, StartError> {
+        let mut delay = FIRST_RETRY;
+        let mut failures = 0u32;
+        loop {
+            match self.serve_once().await {
+                Ok(code) => {
+                    self.board.update(self.index, |s| {
+                        s.state = RepoState::Stopped;
+                        s.reason = None;
+                        s.kind = None;
+                        s.retry_at = None;
+                    });
+                    return Ok(code);
+                }
+                Err(e) => {
+                    failures += 1;
+                    let kind = e.kind();
+                    let why = e.to_string();
+                    let retry = !self.options.once && !self.shutdown.is_cancelled();
+                    let retry_at = retry.then(|| {
+                        Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default()
+                    });
+                    tracing::error!(repo = %self.repo.full_name(), error = %why, failures, "a served repository failed; the others go on");
+                    println!(
+                        "rover: {} is not served: {why}{}",
+                        self.repo.full_name(),
+                        if retry {
+                            format!(" (tried again in {} s)", delay.as_secs())
+                        } else {
+                            String::new()
+                        }
+                    );
+                    self.board.update(self.index, |s| {
+                        s.state = RepoState::Failing;
+                        s.reason = Some(why);
+                        s.kind = Some(kind.as_str().to_owned());
+                        s.retry_at = retry_at;
+                        s.failures = failures;
+                    });
+                    if !retry {
+                        return Err(StartError::Repository {
+                            repo: self.repo.full_name(),
+                            source: Box::new(e),
+                        });
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.shutdown.cancelled() => {
+                            self.board.update(self.index, |s| s.retry_at = None);
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                    }
+                    delay = (delay * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    }
+
+    /// One try: the checkout, its `rover.json`, its store and lock, then the daemon's table of
+    /// components until it stops.
+    async fn serve_once(&self) -> Result<ExitCode, StartError> {
+        let project = self.project()?;
+        let config = RoverConfig::load(&project.root)?;
+        let store = AutopilotStore::open(&self.data_dir, &project.id)?;
+        let lock_path = store.daemon_lock_path();
+        let lock = tokio::task::spawn_blocking(move || DaemonLock::try_acquire(&lock_path))
+            .await
+            .map_err(|e| StartError::Internal(format!("cannot take the store's lock: {e}")))??;
+        let id = project.id.clone();
+        self.board.update(self.index, |s| {
+            s.project_id = Some(id);
+            s.state = RepoState::Serving;
+            s.reason = None;
+            s.kind = None;
+            s.retry_at = None;
+        });
+        let code = super::run(
+            project,
+            config,
+            store.clone(),
+            self.options,
+            self.host.clone(),
+            self.shutdown.clone(),
+            self.wake.clone(),
+        )
+        .await;
+        if let Err(e) = store.compact_state() {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot fold the queue journal into state.json"
+            );
+        }
+        drop(lock);
+        code
+    }
+
+    /// The repository's checkout, as rover's project, named as the daemon file names it.
+    fn project(&self) -> Result<Project, StartError> {
+        let checkout = self.repo.checkout_in(&self.data_dir);
+        if !checkout.is_dir() {
+            return Err(StartError::Setting(format!(
+                "{} has no checkout at {}: clone it there (git clone), or name its clone with \"checkout\" in the daemon file",
+                self.repo.full_name(),
+                checkout.display()
+            )));
+        }
+        let mut project = Project::discover(&checkout).map_err(|e| match e {
+            ProjectError::NotARepository { dir } => StartError::Setting(format!(
+                "{} is not a git checkout: clone {} there, or name its clone with \"checkout\" in the daemon file",
+                dir.display(),
+                self.repo.full_name()
+            )),
+            other => StartError::Project(other),
+        })?;
+        project.repo = Some(self.repo.slug.clone());
+        Ok(project)
+    }
+}
