@@ -88,6 +88,48 @@ pub fn fleet_status(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The store of the repository of the daemon file at `path` that holds trace `id` (a trace,
+/// span or action id, or a prefix), and the trace's id: `trace <ID>` outside a checkout.
+pub fn store_with_trace(
+    ctx: &Context,
+    path: &Path,
+    id: &str,
+) -> Result<(AutopilotStore, uuid::Uuid), CliError> {
+    let file = DaemonFile::load(path)?;
+    let data_dir = crate::project::data_dir(&ctx.host)?;
+    let mut found = Vec::new();
+    for repo in &file.repositories {
+        let Ok(project) = Project::discover(&repo.checkout_in(&data_dir)) else {
+            continue;
+        };
+        let Ok(store) = AutopilotStore::open_existing(&data_dir, &project.id) else {
+            continue;
+        };
+        if let Ok(trace) = store.resolve_trace_id(id) {
+            found.push((repo.full_name(), store, trace));
+        }
+    }
+    match found.len() {
+        0 => Err(CliError::NotFound(format!(
+            "no trace {id} in the {} repositories of {}",
+            file.repositories.len(),
+            file.path.display()
+        ))),
+        1 => {
+            let (_, store, trace) = found.remove(0);
+            Ok((store, trace))
+        }
+        _ => Err(CliError::Usage(format!(
+            "{id} names a trace in {}: give more of the id",
+            found
+                .iter()
+                .map(|(repo, _, _)| repo.as_str())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ))),
+    }
+}
+
 fn line(data_dir: &Path, repo: &ServedRepo, recorded: Option<&FleetStatus>) -> Line {
     let name = repo.full_name();
     let standing = recorded.and_then(|s| s.repositories.iter().find(|r| r.repo == name).cloned());

@@ -1,5 +1,5 @@
-//! The read-only commands: `trace`, `traces`, `status`. They work on any store, also while a
-//! daemon writes to it (files are replaced atomically, so a read never sees a torn file).
+//! The read-only commands: `trace`, `traces`, `status`. They work on any store (`trace`
+//! outside a checkout: in any repository of the daemon file), also while a daemon writes to it (files are replaced atomically, so a read never sees a torn file).
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -12,8 +12,15 @@ use crate::steps::kinds::ends_trace;
 use crate::trace::{self, render_list, render_tree, short};
 
 pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<ExitCode, CliError> {
-    let store = ctx.existing_store()?;
-    let trace_id = store.resolve_trace_id(id)?;
+    // Outside a checkout with a daemon file: found in whichever repository holds it.
+    let (store, trace_id) = match ctx.daemon_file(None) {
+        Some(path) => super::fleet_status::store_with_trace(ctx, &path, id)?,
+        None => {
+            let store = ctx.existing_store()?;
+            let trace_id = store.resolve_trace_id(id)?;
+            (store, trace_id)
+        }
+    };
     let mut view = store.load_trace(trace_id)?;
     trace::note_building(&mut view, |span| store.artifacts_dir(span));
     if json {
