@@ -9,8 +9,9 @@
 use serde_json::{json, Value};
 
 use crate::support::gitrepo::git;
-use crate::support::pipeline::first_span;
-use crate::support::scenario::{csv_issue, merge, prompts, Scenario, NOTIFY};
+use crate::support::pipeline::{first_span, last_span};
+use crate::support::scenario::{csv_issue, merge, Scenario, NOTIFY};
+use crate::support::script::{prompts_with, spans_of, workflow_actions};
 
 /// The reviewer's prompt heading for the csv task.
 const REVIEW_CSV: &str = "## Change under review: Add the csv flag";
@@ -19,8 +20,8 @@ const REVIEW_CSV: &str = "## Change under review: Add the csv flag";
 /// containers with the self-review on, `maxRetries` = `max_retries`. The reviewer asks for a
 /// test of the flag until the diff has `csv_test.txt`, and writes into its own copy of the
 /// worktree each time (nothing of that may come back); an iterate with its findings writes
-/// the test.
-async fn reviewed_csv(max_retries: u32, approves_a_test: bool) -> Scenario {
+/// the test. The answer at the end is `answer`.
+async fn reviewed_csv(max_retries: u32, approves_a_test: bool, answer: &str) -> Scenario {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     merge(
@@ -40,14 +41,14 @@ async fn reviewed_csv(max_retries: u32, approves_a_test: bool) -> Scenario {
         "write": {"csv_test.txt": "test --csv\n"},
         "structured": {"status": "completed", "summary": "Added a test of --csv.", "files_changed": ["csv_test.txt"]}}));
     csv_issue(&mut s, 30);
+    s.answer_notify(answer);
     s
 }
 
+/// The meta of each of the trace's review spans, in order.
 fn reviews(trace: &rover::store::TraceView) -> Vec<Value> {
-    trace
-        .spans
-        .iter()
-        .filter(|sp| sp.step.as_str() == "review")
+    spans_of(trace, "review")
+        .into_iter()
         .map(|sp| Value::Object(sp.meta.clone().into_iter().collect()))
         .collect()
 }
@@ -55,8 +56,7 @@ fn reviews(trace: &rover::store::TraceView) -> Vec<Value> {
 #[tokio::test]
 async fn a_change_missing_a_criterion_gets_changes_the_iterate_fixes_it_and_the_second_review_approves(
 ) {
-    let mut s = reviewed_csv(3, true).await;
-    s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
+    let s = reviewed_csv(3, true, "Opened a PR for --csv.").await;
     let trace = s
         .settle_as(
             16,
@@ -77,19 +77,11 @@ async fn a_change_missing_a_criterion_gets_changes_the_iterate_fixes_it_and_the_
         "the second review read the new head"
     );
     // The resolver iterated on the findings without asking its agent.
-    let resolves: Vec<_> = trace
-        .spans
-        .iter()
-        .filter(|sp| sp.step.as_str() == "resolve")
-        .collect();
+    let resolves = spans_of(&trace, "resolve");
     assert_eq!(resolves[1].meta["quickExit"], "reviewChanges");
     assert_eq!(resolves[1].meta["decision"], "iterate");
-    let iterate = trace
-        .actions
-        .iter()
-        .filter(|a| a.action.as_str() == "workflow")
-        .nth(1)
-        .expect("the iterate");
+    let workflows = workflow_actions(&trace);
+    let iterate = workflows.get(1).expect("the iterate");
     let instructions = iterate.meta["instructions"].as_str().unwrap();
     assert!(
         instructions.contains(
@@ -136,8 +128,7 @@ async fn a_change_missing_a_criterion_gets_changes_the_iterate_fixes_it_and_the_
 #[tokio::test]
 async fn a_review_that_asks_for_changes_past_max_retries_gives_up_with_the_findings_in_the_answer()
 {
-    let mut s = reviewed_csv(1, false).await;
-    s.answer(NOTIFY, json!({"message": "I could not finish --csv."}));
+    let s = reviewed_csv(1, false, "I could not finish --csv.").await;
     let trace = s
         .settle_as(
             16,
@@ -145,12 +136,7 @@ async fn a_review_that_asks_for_changes_past_max_retries_gives_up_with_the_findi
         )
         .await;
     assert!(s.github.pulls().is_empty(), "nothing was pushed");
-    let last_resolve = trace
-        .spans
-        .iter()
-        .rev()
-        .find(|sp| sp.step.as_str() == "resolve")
-        .unwrap();
+    let last_resolve = last_span(&trace, "resolve");
     assert_eq!(last_resolve.meta["decision"], "fail");
     let reasoning = last_resolve.meta["reasoning"].as_str().unwrap();
     assert!(
@@ -158,11 +144,7 @@ async fn a_review_that_asks_for_changes_past_max_retries_gives_up_with_the_findi
         "{reasoning}"
     );
     // The notifier is told the findings, and the answer is posted.
-    let notify_prompt = prompts(&s)
-        .into_iter()
-        .map(|(p, _)| p)
-        .rfind(|p| p.contains(NOTIFY))
-        .unwrap();
+    let notify_prompt = prompts_with(&s, NOTIFY).pop().unwrap();
     assert!(
         notify_prompt.contains("csv.txt:1: nothing tests --csv"),
         "{notify_prompt}"
@@ -179,12 +161,11 @@ async fn a_review_that_asks_for_changes_past_max_retries_gives_up_with_the_findi
 #[tokio::test]
 async fn a_mounted_worktree_is_read_only_to_the_reviewer_and_a_review_without_verdict_lets_the_push_go(
 ) {
-    let mut s = reviewed_csv(3, false).await;
+    let mut s = reviewed_csv(3, false, "Opened a PR for --csv.").await;
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {"sandbox": {"workspace": "mounted"}}}),
     );
-    s.answer(NOTIFY, json!({"message": "Opened a PR for --csv."}));
     let trace = s
         .settle_as(
             12,

@@ -7,16 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rover::store::otel::{span_id_hex, trace_id_hex};
-use rover::store::{AgentMeta, Span, TraceView};
+use rover::store::{AgentMeta, TraceView};
 use serde_json::{json, Value};
 
 use crate::support::env::stdout;
 use crate::support::fake_github::{REPO, TOKEN};
 use crate::support::otlp::{dead_port, OtlpReceiver, Received};
-use crate::support::scenario::{
-    chain, coordinate, push_once_committed, task, workflow_rule, Scenario, COMMIT, COORDINATE,
-    NOTIFY, PLAN,
-};
+use crate::support::pipeline::first_span;
+use crate::support::scenario::{chain, coordinate, Scenario, COORDINATE};
+use crate::support::script::{assert_answered, ISSUE_5_COMMENT};
 
 /// Secrets planted in rover's environment: none may reach the collector.
 const MODEL_KEY: &str = "sk-ant-api03-PLANTEDmodelkey0123456789abcdefghijklmnopqrstuv";
@@ -45,12 +44,33 @@ fn by_span_id(received: &[Received]) -> BTreeMap<String, Received> {
     map
 }
 
-fn step<'v>(trace: &'v TraceView, name: &str) -> &'v Span {
-    trace
-        .spans
-        .iter()
-        .find(|s| s.step.as_str() == name)
-        .unwrap_or_else(|| panic!("no {name} span"))
+/// The `telemetry` part of `status --json`.
+fn telemetry(s: &Scenario) -> Value {
+    status_json(s)["telemetry"].clone()
+}
+
+/// Asserts that the spans `got` are the trace's, one for one, each in the trace's OpenTelemetry
+/// trace and under its parent as the store has it.
+#[track_caller]
+fn assert_exported_tree(trace: &TraceView, got: &BTreeMap<String, Received>) {
+    let want: BTreeSet<String> = trace.spans.iter().map(|sp| span_id_hex(sp.id)).collect();
+    assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
+    for sp in &trace.spans {
+        let r = &got[&span_id_hex(sp.id)];
+        assert_eq!(r.trace_id, trace_id_hex(trace.trace_id()), "{}", sp.step);
+        assert_eq!(
+            r.parent_span_id,
+            sp.parent_id.map(span_id_hex).unwrap_or_default(),
+            "parent of {}",
+            sp.step
+        );
+    }
+}
+
+/// Exports to the collector at `url` (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+fn export_to(s: &mut Scenario, url: &str) {
+    s.env_vars
+        .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), url.to_owned()));
 }
 
 #[tokio::test]
@@ -61,24 +81,15 @@ async fn an_issue_to_pr_trace_is_exported_span_for_span_with_genai_attributes_an
     // The issue quotes secrets rover holds; they reach the agents' prompts, never the collector.
     let title = format!("Add a --json flag (my key is {MODEL_KEY})");
     let body = format!("Please add --json. Token: {DEPLOY_TOKEN}");
-    s.github.add_issue(12, &title, &body, "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 12, "title": title, "body": body, "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a --json flag"})),
-    );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Implement the json flag", &[], "swe")]}));
-    s.rules.push(workflow_rule(
+    s.open_issue(12, &title, &body);
+    s.plan_one_task("Add a --json flag", ("t1", "Implement the json flag"));
+    s.task_does(
         "Implement the json flag",
         json!({"export.txt": "json\n"}),
         "completed",
-    ));
-    s.answer(
-        COMMIT,
-        json!({"subject": "Add a --json flag", "body": null}),
     );
-    push_once_committed(&mut s);
-    s.answer(NOTIFY, json!({"message": "I opened a pull request."}));
+    s.commit_then_push("Add a --json flag");
+    s.answer_notify("I opened a pull request.");
     merge_telemetry(&mut s, json!({"content": true}));
     s.env_vars.extend([
         ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), receiver.url.clone()),
@@ -92,25 +103,16 @@ async fn an_issue_to_pr_trace_is_exported_span_for_span_with_genai_attributes_an
     s.run_until_settled(12).await;
 
     let trace = s.the_trace();
-    let steps = chain(&trace);
-    assert_eq!(steps.last().unwrap(), "notify:completed", "{steps:?}");
+    assert_answered(&trace);
     let tid = trace_id_hex(trace.trace_id());
     let received = receiver.spans();
     let got = by_span_id(&received);
 
     // One OpenTelemetry span per rover span, all in the trace of the rover trace's id, each
     // under its parent as the store has it, the event at the root.
-    let want: BTreeSet<String> = trace.spans.iter().map(|sp| span_id_hex(sp.id)).collect();
-    assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
+    assert_exported_tree(&trace, &got);
     for sp in &trace.spans {
         let r = &got[&span_id_hex(sp.id)];
-        assert_eq!(r.trace_id, tid, "{}", sp.step);
-        assert_eq!(
-            r.parent_span_id,
-            sp.parent_id.map(span_id_hex).unwrap_or_default(),
-            "parent of {}",
-            sp.step
-        );
         assert_eq!(r.attr("rover.span_id"), Some(sp.id.to_string().as_str()));
         assert_eq!(
             r.attr("rover.trace_id"),
@@ -136,7 +138,7 @@ async fn an_issue_to_pr_trace_is_exported_span_for_span_with_genai_attributes_an
     assert_eq!(root.attr("rover.event.type"), Some("IssuesEvent"));
 
     // GenAI conventions on the agent calls, figures as the store recorded them.
-    let coord_span = step(&trace, "coordinate");
+    let coord_span = first_span(&trace, "coordinate");
     let coord = &got[&span_id_hex(coord_span.id)];
     assert_eq!(coord.name, "invoke_agent coordinator");
     assert_eq!(coord.attr("gen_ai.operation.name"), Some("invoke_agent"));
@@ -165,14 +167,14 @@ async fn an_issue_to_pr_trace_is_exported_span_for_span_with_genai_attributes_an
     );
     // Content is on: the coordinator's reasoning is there.
     assert_eq!(coord.attr("rover.reason"), Some("decided plan"));
-    let plan = &got[&span_id_hex(step(&trace, "plan").id)];
+    let plan = &got[&span_id_hex(first_span(&trace, "plan").id)];
     assert_eq!(plan.name, "plan planner");
     assert_eq!(plan.attr("gen_ai.operation.name"), Some("plan"));
     assert_eq!(plan.attr("gen_ai.request.model"), Some("opus"));
-    let wf_span = step(&trace, "workflow");
+    let wf_span = first_span(&trace, "workflow");
     let wf = &got[&span_id_hex(wf_span.id)];
     assert_eq!(wf.attr("rover.branch"), wf_span.meta["branchName"].as_str());
-    let push = &got[&span_id_hex(step(&trace, "push").id)];
+    let push = &got[&span_id_hex(first_span(&trace, "push").id)];
     let pulls = s.github.pulls();
     assert_eq!(pulls.len(), 1);
     assert_eq!(
@@ -215,8 +217,7 @@ async fn an_issue_to_pr_trace_is_exported_span_for_span_with_genai_attributes_an
     );
 
     // Every span exported exactly once over all the runs, nothing dropped, nothing waiting.
-    let status = status_json(&s);
-    let t = &status["telemetry"];
+    let t = &telemetry(&s);
     assert_eq!(t["enabled"], true, "{t}");
     assert_eq!(t["exported"], trace.spans.len(), "{t}");
     assert_eq!(t["dropped"], 0, "{t}");
@@ -242,36 +243,16 @@ async fn answered_question_with(
 ) -> (Scenario, Vec<String>, Vec<String>) {
     let mut s = Scenario::new().await;
     setup(&mut s);
-    s.github.add_issue(
-        5,
-        "Is the export bug fixed?",
-        "It crashed in v2.0.",
-        "alice",
-        &[],
-    );
-    s.github
-        .add_comment(5, "alice", "Is this still a problem in v2.1?");
-    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created", "issue": {"number": 5}, "comment": {"id": 77, "body": "Is this still a problem in v2.1?", "html_url": "https://github.com/octo-org/widgets/issues/5#issuecomment-77"}}));
-    s.answer(
-        COORDINATE,
-        coordinate(
-            "notify",
-            json!({"message": "Fixed in v2.1.", "reasoning": reasoning}),
-        ),
-    );
-    s.answer(
-        NOTIFY,
-        json!({"message": "This was resolved in v2.1; please upgrade."}),
-    );
-    s.env_vars
-        .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.to_owned()));
+    s.export_question();
+    let answer = json!({"message": "Fixed in v2.1.", "reasoning": reasoning});
+    s.answer(COORDINATE, coordinate("notify", answer));
+    s.answer_notify("This was resolved in v2.1; please upgrade.");
+    export_to(&mut s, endpoint);
     s.run_once().await;
     let trace = s.the_trace();
     let posted: Vec<String> = s
-        .github
-        .comment_bodies(5)
+        .rover_comments(5)
         .into_iter()
-        .filter(|b| b.contains("Generated by Rover"))
         // Ids differ from world to world: the marker naming them is left out.
         .map(|b| {
             b.replace(&trace.trace_id().to_string(), "<trace>")
@@ -319,13 +300,13 @@ async fn a_dead_collector_changes_nothing_but_the_drop_counter() {
         }
         assert!(!format!("{:?}", r.attrs).contains("Fixed in v2.1"), "{r:?}");
     }
-    let l = status_json(&live)["telemetry"].clone();
+    let l = telemetry(&live);
     assert_eq!(
         (l["exported"].as_u64(), l["dropped"].as_u64()),
         (Some(spans as u64), Some(0)),
         "{l}"
     );
-    let d = status_json(&dead)["telemetry"].clone();
+    let d = telemetry(&dead);
     assert_eq!(d["exported"], 0, "{d}");
     assert_eq!(d["dropped"], spans, "{d}");
     assert_eq!(d["droppedBy"]["failed"], spans, "{d}");
@@ -347,7 +328,7 @@ async fn a_dead_collector_changes_nothing_but_the_drop_counter() {
     // Turned off again: the next start disarms the store and drops the outbox; counts stay.
     dead.env_vars.clear();
     dead.run_once().await;
-    let off = status_json(&dead)["telemetry"].clone();
+    let off = telemetry(&dead);
     assert_eq!(off["enabled"], false, "{off}");
     assert_eq!(off["dropped"], spans, "{off}");
     assert!(!rover::store::outbox::is_armed(&dead.store()));
@@ -360,7 +341,7 @@ async fn export_is_off_by_default_and_nothing_is_recorded_for_it() {
     let (s, chain, _) = answered_question("").await;
     assert_eq!(chain.len(), 3);
     assert_eq!(receiver.requests(), 0);
-    let t = status_json(&s)["telemetry"].clone();
+    let t = telemetry(&s);
     assert_eq!(t["enabled"], false, "{t}");
     assert!(
         !rover::store::outbox::path(&s.store()).exists(),
@@ -382,7 +363,7 @@ async fn with_content_on_text_is_exported_redacted_as_public_comments_are() {
     assert_eq!(chain.len(), 3);
     let trace = s.the_trace();
     let received = by_span_id(&receiver.spans());
-    let coord = &received[&span_id_hex(step(&trace, "coordinate").id)];
+    let coord = &received[&span_id_hex(first_span(&trace, "coordinate").id)];
     let reason = coord
         .attr("rover.reason")
         .expect("the reason, with content on");
@@ -407,21 +388,14 @@ async fn with_content_on_text_is_exported_redacted_as_public_comments_are() {
 async fn a_span_open_when_rover_is_killed_is_exported_once_when_the_next_run_closes_it() {
     let receiver = OtlpReceiver::start().await;
     let mut s = Scenario::new().await;
-    s.github.add_issue(
-        5,
-        "Is the export bug fixed?",
-        "It crashed in v2.0.",
-        "alice",
-        &[],
-    );
-    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created", "issue": {"number": 5}, "comment": {"id": 77, "body": "Still broken?", "html_url": "https://github.com/octo-org/widgets/issues/5#issuecomment-77"}}));
+    s.export_bug_issue();
+    s.seed_comment(5, 77, "Still broken?", ISSUE_5_COMMENT);
     // The coordinator takes its time: rover is killed while its span is open.
     s.rules.push(
         json!({"prompt_contains": COORDINATE, "mode": "slow", "lines": 1, "delay_ms": 20_000,
         "structured": coordinate("notify", json!({"message": "Fixed."}))}),
     );
-    s.env_vars
-        .push(("OTEL_EXPORTER_OTLP_ENDPOINT".into(), receiver.url.clone()));
+    export_to(&mut s, &receiver.url);
     let mut daemon = s
         .start_command(&[])
         .stdout(std::process::Stdio::null())
@@ -449,7 +423,7 @@ async fn a_span_open_when_rover_is_killed_is_exported_once_when_the_next_run_clo
     // batch and recording it sends that batch again (docs/observability.md), which is not what
     // this test is about.
     loop {
-        let t = status_json(&s)["telemetry"].clone();
+        let t = telemetry(&s);
         if t["waiting"] == 0 && t["exported"].as_u64().unwrap_or(0) >= 1 {
             break;
         }
@@ -474,16 +448,15 @@ async fn a_span_open_when_rover_is_killed_is_exported_once_when_the_next_run_clo
         COORDINATE,
         coordinate("notify", json!({"message": "Fixed."})),
     );
-    s.answer(NOTIFY, json!({"message": "This was fixed in v2.1."}));
+    s.answer_notify("This was fixed in v2.1.");
     let trace = s.once_as("event coordinate:error coordinate notify").await;
     let got = by_span_id(&receiver.spans());
-    let want: BTreeSet<String> = trace.spans.iter().map(|sp| span_id_hex(sp.id)).collect();
-    assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want);
+    assert_exported_tree(&trace, &got);
     let closed = &got[&span_id_hex(open.id)];
     assert_eq!(closed.status.0, 2, "closed as an error: STATUS_CODE_ERROR");
     assert_eq!(closed.attr("rover.interrupted"), Some("true"));
     assert_eq!(closed.attr("rover.status"), Some("error"));
-    let t = status_json(&s)["telemetry"].clone();
+    let t = telemetry(&s);
     assert_eq!(t["exported"], trace.spans.len(), "{t}");
 }
 
@@ -499,17 +472,10 @@ async fn over_grpc_the_collector_gets_the_same_spans() {
     let trace = s.the_trace();
     let got = by_span_id(&receiver.spans());
     assert_eq!(got.len(), trace.spans.len());
-    for sp in &trace.spans {
-        let r = &got[&span_id_hex(sp.id)];
-        assert_eq!(r.trace_id, trace_id_hex(trace.trace_id()));
-        assert_eq!(
-            r.parent_span_id,
-            sp.parent_id.map(span_id_hex).unwrap_or_default()
-        );
-    }
-    let coord = &got[&span_id_hex(step(&trace, "coordinate").id)];
+    assert_exported_tree(&trace, &got);
+    let coord = &got[&span_id_hex(first_span(&trace, "coordinate").id)];
     assert_eq!(coord.name, "invoke_agent coordinator");
-    let t = status_json(&s)["telemetry"].clone();
+    let t = telemetry(&s);
     assert_eq!(t["protocol"], "grpc", "{t}");
     assert_eq!(t["exported"], trace.spans.len(), "{t}");
 }

@@ -11,9 +11,10 @@ use crate::support::fake_github::TOKEN;
 use crate::support::gitrepo::git;
 use crate::support::pipeline::first_span;
 use crate::support::scenario::{
-    chain, changes_requested, coordinate, merge, one_task_issue, pr_payload, push_once_committed,
-    resolve, rover_pr, task, workflow_rule, Scenario, COMMIT, COORDINATE, NOTIFY, PLAN, RESOLVE,
+    chain, changes_requested, merge, one_task_issue, pr_payload, push_once_committed, rover_pr,
+    task, Scenario,
 };
+use crate::support::script::{assert_answered, commit_and_push, executable, is_ancestor};
 
 /// The model key rover's environment holds (allowed into the sandbox, never into a public body).
 const MODEL_KEY: &str = "sk-ant-api03-proofmodelkey0123456789abcdef";
@@ -43,6 +44,16 @@ fn public_bodies(s: &Scenario, issues: &[u64], shas: &[String]) -> Vec<String> {
     all
 }
 
+/// The record file of every agent call run on the host (`*.json` in the agent log).
+fn agent_calls(s: &Scenario) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(s.agent_log())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect()
+}
+
 /// The bare remote logs every ref update it is asked for, forced or not, and denies
 /// non-fast-forwards.
 fn guard_remote(origin: &Path) -> std::path::PathBuf {
@@ -50,15 +61,13 @@ fn guard_remote(origin: &Path) -> std::path::PathBuf {
     git(origin, &["config", "receive.denyDeletes", "false"]);
     let log = origin.join("ref-updates.log");
     let hook = origin.join("hooks/pre-receive");
-    std::fs::write(
+    executable(
         &hook,
-        format!(
+        &format!(
             "#!/bin/sh\nwhile read old new ref; do\n  kind=update\n  if [ \"$old\" != 0000000000000000000000000000000000000000 ] && [ \"$new\" != 0000000000000000000000000000000000000000 ] && ! git merge-base --is-ancestor \"$old\" \"$new\"; then kind=FORCED; fi\n  echo \"$kind $ref $old $new\" >> '{}'\ndone\nexit 0\n",
             log.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    );
     log
 }
 
@@ -104,13 +113,10 @@ async fn untrusted_authors_trigger_no_agent_and_no_container() {
         s.github.seed_event(kind, actor, payload);
     }
     // Whatever an agent would say, it must never be asked.
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "do what they ask"})),
-    );
-    s.answer(
-        PLAN,
-        json!({"analysis": "x", "clarification": null, "tasks": [task("t", "Do it", &[], "swe")]}),
+    s.plan(
+        "do what they ask",
+        "x",
+        vec![task("t", "Do it", &[], "swe")],
     );
     s.run_until_settled(4).await;
     let traces = s.traces();
@@ -158,20 +164,18 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
         .push(("ANTHROPIC_API_KEY".into(), MODEL_KEY.into()));
     s.env_vars
         .push(("CARRIES_THE_KEY".into(), format!("prefix-{MODEL_KEY}")));
+    let body = "Please add --yaml.";
     one_task_issue(
         &mut s,
         50,
         "Add a --yaml flag",
-        "Please add --yaml.",
+        body,
         "Add the yaml flag",
         "yaml.txt",
     );
     // A model that tries to publish the keys it has seen: rover redacts them.
-    s.answer(
-        NOTIFY,
-        json!({"message": format!("Done. For the record, ANTHROPIC_API_KEY={MODEL_KEY} and my token is ghp_lookalike0123456789abcdefghijkl; also sk-proj-abcdefghijklmnop0123.")}),
-    );
-    s.answer(RESOLVE, resolve("push", json!({})));
+    s.answer_notify(&format!("Done. For the record, ANTHROPIC_API_KEY={MODEL_KEY} and my token is ghp_lookalike0123456789abcdefghijkl; also sk-proj-abcdefghijklmnop0123."));
+    s.answer_resolve("push", json!({}));
     // The agent takes two seconds, so its container (removed once collected) is seen running.
     for rule in &mut s.rules {
         if rule["prompt_contains"]
@@ -185,12 +189,7 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
     s.run_until_settled(12).await;
     let envs = watcher.stop();
     let trace = s.the_trace();
-    assert_eq!(
-        chain(&trace).last().unwrap(),
-        "notify:completed",
-        "{:?}",
-        chain(&trace)
-    );
+    assert_answered(&trace);
 
     // The sandbox: never a GitHub credential nor a model key, by name or value.
     assert_eq!(envs.len(), 1, "one container: {envs:?}");
@@ -220,11 +219,8 @@ async fn no_secret_reaches_a_sandbox_a_prompt_or_a_public_body() {
 
     // The prompts and the env of every host agent call.
     let mut prompts = 0;
-    for entry in std::fs::read_dir(s.agent_log()).unwrap().flatten() {
-        if entry.path().extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        let call: Value = serde_json::from_slice(&std::fs::read(entry.path()).unwrap()).unwrap();
+    for path in agent_calls(&s) {
+        let call: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let text = format!("{} {}", call["prompt"], call["systemPrompt"]);
         assert!(
             !text.contains(TOKEN) && !text.contains(MODEL_KEY),
@@ -295,17 +291,12 @@ async fn rover_never_force_pushes_even_when_its_branch_moved_on_the_remote() {
     git(&other, &["config", "user.name", "Bob"]);
     git(&other, &["config", "user.email", "bob@example.com"]);
     std::fs::write(other.join("bob.txt"), "bob's fix\n").unwrap();
-    git(&other, &["add", "-A"]);
-    git(&other, &["commit", "-q", "-m", "Bob's fix"]);
-    git(&other, &["push", "-q", "origin", &branch]);
+    commit_and_push(&other, "Bob's fix", &branch);
     let bobs = git(&other, &["rev-parse", "HEAD"]);
 
     changes_requested(&mut s, number, &branch, &bobs, 903);
-    s.answer(
-        RESOLVE,
-        resolve("fail", json!({"message": "could not push"})),
-    );
-    s.answer(NOTIFY, json!({"message": "I handled quoting."}));
+    s.answer_resolve("fail", json!({"message": "could not push"}));
+    s.answer_notify("I handled quoting.");
     s.run_until_settled(12).await;
 
     let updates = std::fs::read_to_string(&log).unwrap_or_default();
@@ -316,19 +307,8 @@ async fn rover_never_force_pushes_even_when_its_branch_moved_on_the_remote() {
         "no forced update was attempted: {updates}"
     );
     // Bob's commit survived on the branch.
-    let ancestor = std::process::Command::new("git")
-        .args([
-            "-C",
-            s.origin.to_str().unwrap(),
-            "merge-base",
-            "--is-ancestor",
-            &bobs,
-            &branch,
-        ])
-        .status()
-        .unwrap();
     assert!(
-        ancestor.success(),
+        is_ancestor(&s.origin, &bobs, &branch),
         "the foreign commit is still on {branch}"
     );
     eprintln!(
@@ -347,51 +327,25 @@ async fn a_token_echoed_by_a_failing_push_reaches_no_prompt_and_no_public_body()
     );
     // A remote that rejects every push and echoes the credential it was given (as a broken
     // proxy or a verbose hook might).
-    let hook = s.origin.join("hooks/pre-receive");
-    std::fs::write(
-        &hook,
+    executable(
+        &s.origin.join("hooks/pre-receive"),
         "#!/bin/sh\necho \"rejected: credential ${ROVER_GIT_TOKEN:-none} GITHUB_TOKEN=${GITHUB_TOKEN:-none}\" >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    s.github
-        .add_issue(60, "Add a --toml flag", "Please add --toml.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 60, "title": "Add a --toml flag", "body": "Please add --toml.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Add a --toml flag"})),
     );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("toml", "Add the toml flag", &[], "swe")]}));
-    s.rules.push(workflow_rule(
+    let issue = ("Add a --toml flag", "Please add --toml.");
+    s.issue_with_one_task(60, issue, ("toml", "Add the toml flag"));
+    s.task_does(
         "Add the toml flag",
         json!({"toml.txt": "export --toml\n"}),
         "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Add --toml", "body": null}));
-    s.rules.push(json!({"prompt_contains": "rejected: credential", "structured": resolve("fail", json!({"message": "The push was rejected by the remote."}))}));
+    );
+    s.answer_commit("Add --toml");
+    let rejected = json!({"message": "The push was rejected by the remote."});
+    s.resolve_on("rejected: credential", "fail", rejected);
     push_once_committed(&mut s);
-    s.answer(
-        RESOLVE,
-        resolve("fail", json!({"message": "Could not push."})),
-    );
-    s.answer(
-        NOTIFY,
-        json!({"message": "I could not push the change: the remote rejected it."}),
-    );
+    s.answer_resolve("fail", json!({"message": "Could not push."}));
+    s.answer_notify("I could not push the change: the remote rejected it.");
     // A step error makes `--once` exit 1: run until settled whatever the exit code.
-    for _ in 0..12 {
-        s.run_once_raw().await;
-        let settled = s.traces().iter().all(|v| {
-            matches!(
-                rover::steps::kinds::trace_outcome(v),
-                rover::store::TraceOutcome::Finished { .. }
-            ) && v.pending.is_empty()
-        });
-        if settled {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    }
+    s.settle_whatever_the_exit(12).await;
     let trace = s.the_trace();
     let chain = chain(&trace);
     assert!(
@@ -430,15 +384,12 @@ async fn a_token_echoed_by_a_failing_push_reaches_no_prompt_and_no_public_body()
         }
     }
     let mut prompts = 0;
-    for entry in std::fs::read_dir(s.agent_log()).unwrap().flatten() {
-        if entry.path().extension().is_none_or(|x| x != "json") {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).unwrap();
+    for path in agent_calls(&s) {
+        let text = std::fs::read_to_string(&path).unwrap();
         assert!(
             !text.contains(TOKEN),
             "the token reached an agent call: {}",
-            entry.path().display()
+            path.display()
         );
         prompts += 1;
     }

@@ -26,5 +26,6 @@ pub mod otlp;
 pub mod pipeline;
 pub mod replay;
 pub mod scenario;
+pub mod script;
 pub mod storegen;
 pub mod swarm;

@@ -247,18 +247,7 @@ impl Scenario {
             }
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         }
-        let summary: Vec<_> = self
-            .traces()
-            .iter()
-            .map(|t| {
-                (
-                    t.index.event.clone(),
-                    chain(t),
-                    rover::steps::kinds::trace_outcome(t),
-                )
-            })
-            .collect();
-        panic!("not settled after {max} runs: {summary:#?}");
+        panic!("not settled after {max} runs: {:#?}", self.summary());
     }
 
     /// Runs `--once` until settled (`max` runs at most) and checks the one trace's chain of
@@ -277,6 +266,20 @@ impl Scenario {
         let trace = self.the_trace();
         assert_chain(&trace, short);
         trace
+    }
+
+    /// Each trace's event, chain of steps and outcome: what a test that did not settle shows.
+    fn summary(&self) -> Vec<(String, Vec<String>, TraceOutcome)> {
+        self.traces()
+            .iter()
+            .map(|t| {
+                (
+                    t.index.event.clone(),
+                    chain(t),
+                    rover::steps::kinds::trace_outcome(t),
+                )
+            })
+            .collect()
     }
 
     /// Whether every trace has ended and nothing is queued.
@@ -337,18 +340,7 @@ impl Scenario {
             if start.elapsed() > limit {
                 let _ = child.kill();
                 let _ = child.wait();
-                let summary: Vec<_> = self
-                    .traces()
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.index.event.clone(),
-                            chain(t),
-                            rover::steps::kinds::trace_outcome(t),
-                        )
-                    })
-                    .collect();
-                panic!("not settled within {limit:?}: {summary:#?}");
+                panic!("not settled within {limit:?}: {:#?}", self.summary());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -511,17 +503,13 @@ pub fn one_task_issue(
     task_title: &str,
     file: &str,
 ) {
-    s.github.add_issue(number, title, body, "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": number, "title": title, "body": body, "user": {"login": "alice"}}}));
-    s.answer(COORDINATE, coordinate("plan", json!({"directive": title})));
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", task_title, &[], "swe")]}));
-    s.rules.push(workflow_rule(
+    s.issue_with_one_task(number, (title, body), ("t1", task_title));
+    s.task_does(
         task_title,
         json!({file: format!("{task_title}\n")}),
         "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": title, "body": null}));
-    push_once_committed(s);
+    );
+    s.commit_then_push(title);
 }
 
 /// A reviewer requests changes on rover PR `number` at `sha`: the script that plans one task
@@ -533,21 +521,17 @@ pub fn changes_requested(s: &mut Scenario, number: u64, branch: &str, sha: &str,
         .add_review(number, "bob", "CHANGES_REQUESTED", body);
     s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "created", "pull_request": pr_payload(number, branch, sha),
         "review": {"id": review_id, "body": body, "state": "changes_requested", "commit_id": sha, "html_url": "h"}}));
-    s.answer(
-        COORDINATE,
-        coordinate(
-            "plan",
-            json!({"directive": "Handle quoting in CSV fields, as the review asks"}),
-        ),
+    s.plan(
+        "Handle quoting in CSV fields, as the review asks",
+        "Follow the review.",
+        vec![task("quote", "Quote CSV fields", &[], "swe")],
     );
-    s.answer(PLAN, json!({"analysis": "Follow the review.", "clarification": null, "tasks": [task("quote", "Quote CSV fields", &[], "swe")]}));
-    s.rules.push(workflow_rule(
+    s.task_does(
         "Quote CSV fields",
         json!({"csv.txt": "export --csv with quoting\n"}),
         "completed",
-    ));
-    s.answer(COMMIT, json!({"subject": "Quote CSV fields", "body": null}));
-    push_once_committed(s);
+    );
+    s.commit_then_push("Quote CSV fields");
 }
 
 /// Issue `number`, "Add a --csv flag": one task that writes `csv.txt`, committed and pushed
@@ -573,20 +557,14 @@ pub async fn failing_port(max_retries: u32, message: &str) -> Scenario {
         &mut s.extra_config,
         &json!({"autopilot": {"pipeline": {"maxRetries": max_retries}}}),
     );
-    s.github
-        .add_issue(23, "Port to Windows", "Please.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 23, "title": "Port to Windows", "body": "Please.", "user": {"login": "alice"}}}));
-    s.answer(
-        COORDINATE,
-        coordinate("plan", json!({"directive": "Port to Windows"})),
+    s.issue_with_one_task(
+        23,
+        ("Port to Windows", "Please."),
+        ("port", "Port to Windows"),
     );
-    s.answer(PLAN, json!({"analysis": "One task.", "clarification": null, "tasks": [task("port", "Port to Windows", &[], "swe")]}));
     s.rules.push(json!({"prompt_contains": "## Task: Port to Windows", "structured": {"status": "failed", "summary": "cannot build without a Windows toolchain", "files_changed": []}}));
-    s.answer(
-        RESOLVE,
-        resolve("iterate", json!({"instructions": "Try cross-compiling."})),
-    );
-    s.answer(NOTIFY, json!({"message": message}));
+    s.answer_resolve("iterate", json!({"instructions": "Try cross-compiling."}));
+    s.answer_notify(message);
     s
 }
 
@@ -629,22 +607,12 @@ pub fn prompts(s: &Scenario) -> Vec<(String, Value)> {
 /// before it answers: a workflow run that is still running when a test acts on it.
 pub fn slow_task_issue(s: &mut Scenario, number: u64, secs: u64) {
     let title = "Add a slow feature";
-    s.github.add_issue(number, title, "Please.", "alice", &[]);
-    s.github.seed_event(
-        "IssuesEvent",
-        "alice",
-        json!({"action": "opened", "issue": {"number": number, "title": title, "body": "Please.", "user": {"login": "alice"}}}),
-    );
-    s.answer(COORDINATE, coordinate("plan", json!({"directive": title})));
-    s.answer(
-        PLAN,
-        json!({"analysis": "One task.", "clarification": null, "tasks": [task("t1", "Add the slow feature", &[], "swe")]}),
-    );
+    s.issue_with_one_task(number, (title, "Please."), ("t1", "Add the slow feature"));
     s.rules.push(
         json!({"prompt_contains": "## Task: Add the slow feature", "run": [format!("sleep {secs}")],
         "structured": {"status": "completed", "summary": "done", "files_changed": []}}),
     );
-    s.answer(NOTIFY, json!({"message": "Stopped."}));
+    s.answer_notify("Stopped.");
 }
 
 /// The trace's workflow span, checked to be an `error` closed by hand whose summary says so
