@@ -13,13 +13,12 @@ use crate::trace::{self, render_list, render_tree, short};
 
 pub fn trace(ctx: &Context, out: &mut Output, id: &str, json: bool) -> Result<ExitCode, CliError> {
     // Outside a checkout with a daemon file: found in whichever repository holds it.
-    let (store, trace_id) = match ctx.daemon_file(None) {
-        Some(path) => super::fleet_status::store_with_trace(ctx, &path, id)?,
-        None => {
-            let store = ctx.existing_store()?;
-            let trace_id = store.resolve_trace_id(id)?;
-            (store, trace_id)
-        }
+    let (store, trace_id) = if let Some(path) = ctx.daemon_file(None) {
+        super::fleet_status::store_with_trace(ctx, &path, id)?
+    } else {
+        let store = ctx.existing_store()?;
+        let trace_id = store.resolve_trace_id(id)?;
+        (store, trace_id)
     };
     let mut view = store.load_trace(trace_id)?;
     trace::note_building(&mut view, |span| store.artifacts_dir(span));
