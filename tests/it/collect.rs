@@ -147,6 +147,29 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// Runs `orch`'s loop in a task of its own until the first collection has started: the
+    /// token that stops the loop, and its task.
+    async fn run_until_collecting(
+        &self,
+        orch: &StepOrchestrator,
+    ) -> (
+        CancellationToken,
+        tokio::task::JoinHandle<Result<(), rover::store::StoreError>>,
+    ) {
+        let stop = CancellationToken::new();
+        let running = tokio::spawn({
+            let (orch, stop) = (orch.clone(), stop.clone());
+            async move { orch.run(stop).await }
+        });
+        wait_until(30, 10, "the collection starts", || {
+            self.calls.load(Ordering::SeqCst) != 0
+        })
+        .await;
+        (stop, running)
+    }
+}
+
 async fn settle(orch: &StepOrchestrator) {
     run_until_idle(orch, 30, "settles").await;
 }
@@ -304,16 +327,8 @@ async fn the_drain_goes_on_while_a_collection_runs() {
     setup.gate = Some(gate.clone());
     let orch = setup.orchestrator(&store);
     let first = submit(&store, "slow collection");
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (orch, stop) = (orch.clone(), stop.clone());
-        async move { orch.run(stop).await }
-    });
     // The first trace's run detaches and its collection starts, then blocks.
-    wait_until(30, 10, "the collection starts", || {
-        setup.calls.load(Ordering::SeqCst) != 0
-    })
-    .await;
+    let (stop, running) = setup.run_until_collecting(&orch).await;
     let collect = one(&store, first, "collect").remove(0);
     assert_eq!(collect.status, SpanStatus::Running, "listed while it runs");
     assert_eq!(
@@ -382,15 +397,7 @@ async fn a_collection_cut_off_by_a_shutdown_is_closed_and_collected_again() {
     setup.gate = Some(Arc::new(Semaphore::new(0))); // never lets the first collection finish
     let orch = setup.orchestrator(&store);
     let trace = submit(&store, "task");
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (orch, stop) = (orch.clone(), stop.clone());
-        async move { orch.run(stop).await }
-    });
-    wait_until(30, 10, "the collection starts", || {
-        setup.calls.load(Ordering::SeqCst) != 0
-    })
-    .await;
+    let (stop, running) = setup.run_until_collecting(&orch).await;
     stop.cancel();
     running.await.unwrap().unwrap();
     let cut = one(&store, trace, "collect").remove(0);
