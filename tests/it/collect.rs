@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::env::TestEnv;
+use crate::support::common::env_and_store;
 use crate::support::orch::{orchestrator, run_until_idle, submit_local as submit, wait_until};
 
 /// Turns the event's first action (coordinate) into a workflow, and a commit into nothing.
@@ -147,6 +147,29 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// Runs `orch`'s loop in a task of its own until the first collection has started: the
+    /// token that stops the loop, and its task.
+    async fn run_until_collecting(
+        &self,
+        orch: &StepOrchestrator,
+    ) -> (
+        CancellationToken,
+        tokio::task::JoinHandle<Result<(), rover::store::StoreError>>,
+    ) {
+        let stop = CancellationToken::new();
+        let running = tokio::spawn({
+            let (orch, stop) = (orch.clone(), stop.clone());
+            async move { orch.run(stop).await }
+        });
+        wait_until(30, 10, "the collection starts", || {
+            self.calls.load(Ordering::SeqCst) != 0
+        })
+        .await;
+        (stop, running)
+    }
+}
+
 async fn settle(orch: &StepOrchestrator) {
     run_until_idle(orch, 30, "settles").await;
 }
@@ -168,8 +191,7 @@ fn done(summary: &str) -> Collected {
 
 #[tokio::test]
 async fn a_collection_that_fails_is_an_error_span_with_the_whole_error_and_the_run_fails_forward() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let setup = Setup::new(|_| {
         Err(StepError::fatal("cannot read the agent's result")
             .detail("command", ["docker", "logs", "rover-c"])
@@ -238,8 +260,7 @@ async fn a_collection_that_fails_is_an_error_span_with_the_whole_error_and_the_r
 
 #[tokio::test]
 async fn a_collection_that_panics_is_an_error_span_and_the_run_fails_forward() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let setup = Setup::new(|_| panic!("the log parser fell over"));
     let orch = setup.orchestrator(&store);
     let trace = submit(&store, "task");
@@ -262,8 +283,7 @@ async fn a_collection_that_panics_is_an_error_span_and_the_run_fails_forward() {
 
 #[tokio::test]
 async fn a_retryable_collection_failure_is_collected_again_within_the_attempts() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let setup = Setup::new(|n| {
         if n == 1 {
             Err(StepError::retryable("the engine did not answer"))
@@ -301,23 +321,14 @@ async fn a_retryable_collection_failure_is_collected_again_within_the_attempts()
 
 #[tokio::test]
 async fn the_drain_goes_on_while_a_collection_runs() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (env, store) = env_and_store();
     let mut setup = Setup::new(|_| Ok(done("the agent finished")));
     let gate = Arc::new(Semaphore::new(0));
     setup.gate = Some(gate.clone());
     let orch = setup.orchestrator(&store);
     let first = submit(&store, "slow collection");
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (orch, stop) = (orch.clone(), stop.clone());
-        async move { orch.run(stop).await }
-    });
     // The first trace's run detaches and its collection starts, then blocks.
-    wait_until(30, 10, "the collection starts", || {
-        setup.calls.load(Ordering::SeqCst) != 0
-    })
-    .await;
+    let (stop, running) = setup.run_until_collecting(&orch).await;
     let collect = one(&store, first, "collect").remove(0);
     assert_eq!(collect.status, SpanStatus::Running, "listed while it runs");
     assert_eq!(
@@ -381,21 +392,12 @@ async fn the_drain_goes_on_while_a_collection_runs() {
 
 #[tokio::test]
 async fn a_collection_cut_off_by_a_shutdown_is_closed_and_collected_again() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let mut setup = Setup::new(|_| Ok(done("the agent finished")));
     setup.gate = Some(Arc::new(Semaphore::new(0))); // never lets the first collection finish
     let orch = setup.orchestrator(&store);
     let trace = submit(&store, "task");
-    let stop = CancellationToken::new();
-    let running = tokio::spawn({
-        let (orch, stop) = (orch.clone(), stop.clone());
-        async move { orch.run(stop).await }
-    });
-    wait_until(30, 10, "the collection starts", || {
-        setup.calls.load(Ordering::SeqCst) != 0
-    })
-    .await;
+    let (stop, running) = setup.run_until_collecting(&orch).await;
     stop.cancel();
     running.await.unwrap().unwrap();
     let cut = one(&store, trace, "collect").remove(0);
@@ -443,8 +445,7 @@ fn a_collection_whose_span_a_crash_left_unlisted_is_found_closed_and_listed_at_t
 }
 
 fn crash_mid_collection(unlisted: bool) {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let trace = submit(&store, "task");
     let mut setup = Setup::new(|_| Ok(done("the agent finished")));
     setup.gate = Some(Arc::new(Semaphore::new(0)));

@@ -26,6 +26,32 @@ fn lifecycle(s: &mut Scenario, mode: &str) {
     s.answer(NOTIFY, json!({"message": "Done."}));
 }
 
+/// A sandboxed scenario where rover merges in `mode` (`lifecycle`), with `extra` merged into
+/// `autopilot.lifecycle`.
+async fn in_mode(mode: &str, extra: Value) -> Scenario {
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    lifecycle(&mut s, mode);
+    merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"lifecycle": extra}}),
+    );
+    s
+}
+
+/// Issue 30 (`csv_issue`) run until settled (`max` runs at most): its trace.
+async fn settled_csv(s: &mut Scenario, max: usize) -> TraceView {
+    csv_issue(s, 30);
+    s.run_until_settled(max).await;
+    s.the_trace()
+}
+
+/// The number and branch of the first pull request.
+fn first_pull(s: &Scenario) -> (u64, String) {
+    let pulls = s.github.pulls();
+    (pulls[0].0, pulls[0].1.clone())
+}
+
 fn merge_spans(trace: &TraceView) -> Vec<Value> {
     trace
         .spans
@@ -74,13 +100,18 @@ fn merge_outcomes(trace: &TraceView) -> Vec<Value> {
         .collect()
 }
 
-/// A person's commit of `file` with `content` lands on main (the base moves on).
-fn persons_commit_to_main(s: &Scenario, file: &str, content: &str) {
+/// A person's commit of `file` with `content` lands on `branch` of the origin (on `main`: the
+/// base moves on).
+fn persons_commit(s: &Scenario, branch: &str, file: &str, content: &str) {
     let clone = s.clone_as("person", "Pat", "pat@example.com");
+    if branch != "main" {
+        git(&clone, &["fetch", "origin", branch]);
+        git(&clone, &["checkout", "-B", branch, "FETCH_HEAD"]);
+    }
     std::fs::write(clone.join(file), content).unwrap();
     git(&clone, &["add", file]);
     git(&clone, &["commit", "-m", "theirs"]);
-    git(&clone, &["push", "origin", "HEAD:main"]);
+    git(&clone, &["push", "origin", &format!("HEAD:{branch}")]);
 }
 
 /// The scheduled merge look of the trace made due now (the time it waits for has passed).
@@ -108,13 +139,8 @@ fn main_has(s: &Scenario, file: &str) -> bool {
 
 #[tokio::test]
 async fn dev_merges_rovers_green_pull_request_at_the_head_that_passed() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    csv_issue(&mut s, 30);
-    s.run_until_settled(12).await;
-
-    let trace = s.the_trace();
+    let mut s = in_mode("dev", json!({})).await;
+    let trace = settled_csv(&mut s, 12).await;
     let steps = chain(&trace);
     let push = first_span(&trace, "push");
     let merges = s.github.merges();
@@ -171,16 +197,12 @@ async fn dev_merges_rovers_green_pull_request_at_the_head_that_passed() {
 
 #[tokio::test]
 async fn pr_mode_leaves_the_merge_to_a_person() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "pr");
+    let mut s = in_mode("pr", json!({})).await;
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {"pipeline": {"followCi": true}}}),
     );
-    csv_issue(&mut s, 30);
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
+    let trace = settled_csv(&mut s, 12).await;
     assert!(s.github.merges().is_empty());
     assert!(merge_spans(&trace).is_empty());
     assert_eq!(purposes(&trace), ["pushed", "ready"]);
@@ -188,14 +210,8 @@ async fn pr_mode_leaves_the_merge_to_a_person() {
 
 #[tokio::test]
 async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "prod");
     // Said on the thread at the first look that waits (and only then).
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"approvalTimeoutMins": 0}}}),
-    );
+    let mut s = in_mode("prod", json!({"approvalTimeoutMins": 0})).await;
     csv_issue(&mut s, 30);
     let trace = until_merge(&s, "waiting", 12).await;
     let number = s.github.pulls()[0].0;
@@ -275,9 +291,7 @@ async fn prod_merges_only_on_a_trusted_approval_of_the_current_head() {
 
 #[tokio::test]
 async fn a_change_to_what_steers_rover_waits_for_a_trusted_approval_in_dev_too() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
+    let mut s = in_mode("dev", json!({})).await;
     one_task_issue(
         &mut s,
         31,
@@ -307,24 +321,13 @@ async fn a_change_to_what_steers_rover_waits_for_a_trusted_approval_in_dev_too()
 
 #[tokio::test]
 async fn a_head_that_moved_after_its_checks_is_followed_again_before_the_merge() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "prod");
+    let mut s = in_mode("prod", json!({})).await;
     csv_issue(&mut s, 30);
     until_merge(&s, "waiting", 12).await;
-    let (number, branch) = {
-        let pulls = s.github.pulls();
-        (pulls[0].0, pulls[0].1.clone())
-    };
+    let (number, branch) = first_pull(&s);
     let passed = s.github.head_of(number);
     // Someone pushes to the branch after its checks passed, and approves the new head.
-    let clone = s.clone_as("pusher", "Pat", "pat@example.com");
-    crate::support::gitrepo::git(&clone, &["fetch", "origin", &branch]);
-    crate::support::gitrepo::git(&clone, &["checkout", "-B", &branch, "FETCH_HEAD"]);
-    std::fs::write(clone.join("more.txt"), "more\n").unwrap();
-    crate::support::gitrepo::git(&clone, &["add", "more.txt"]);
-    crate::support::gitrepo::git(&clone, &["commit", "-m", "more"]);
-    crate::support::gitrepo::git(&clone, &["push", "origin", &branch]);
+    persons_commit(&s, &branch, "more.txt", "more\n");
     let moved = s.github.head_of(number);
     assert_ne!(moved, passed);
     s.github.add_review_on(number, "alice", "APPROVED", &moved);
@@ -344,9 +347,7 @@ async fn a_head_that_moved_after_its_checks_is_followed_again_before_the_merge()
 
 #[tokio::test]
 async fn a_merge_github_refuses_is_said_in_its_words_and_waited_on() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "stage");
+    let mut s = in_mode("stage", json!({})).await;
     s.github.refuse_next_merge(
         "At least 1 approving review is required by reviewers with write access.",
     );
@@ -369,23 +370,15 @@ async fn a_merge_github_refuses_is_said_in_its_words_and_waited_on() {
 
 #[tokio::test]
 async fn a_trusted_comment_on_the_pull_request_makes_a_waiting_merge_look_at_once() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "prod");
+    let mut s = in_mode("prod", json!({})).await;
     csv_issue(&mut s, 30);
     until_merge(&s, "waiting", 12).await;
-    let (number, branch) = {
-        let pulls = s.github.pulls();
-        (pulls[0].0, pulls[0].1.clone())
-    };
+    let (number, branch) = first_pull(&s);
     let head = s.github.head_of(number);
     s.github.add_review_on(number, "alice", "APPROVED", &head);
     // The merge's next look is a minute away; alice's comment makes it look now.
     let body = "LGTM, approved: merge it";
-    s.github.add_comment(number, "alice", body);
-    s.github.seed_event("IssueCommentEvent", "alice", json!({"action": "created",
-        "issue": {"number": number, "pull_request": {"url": "u"}, "title": "t", "user": {"login": BOT}},
-        "comment": {"id": 9001, "body": body, "html_url": "h", "user": {"login": "alice"}}}));
+    comment_on_pull(&mut s, number, "alice", 9001, body);
     s.rules.insert(
         0,
         json!({"prompt_contains": body, "structured": crate::support::scenario::coordinate("noop", json!({}))}),
@@ -398,13 +391,7 @@ async fn a_trusted_comment_on_the_pull_request_makes_a_waiting_merge_look_at_onc
 
 #[tokio::test]
 async fn the_hourly_merge_cap_holds_across_pull_requests() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"maxMergesPerHour": 1}}}),
-    );
+    let mut s = in_mode("dev", json!({"maxMergesPerHour": 1})).await;
     csv_issue(&mut s, 30);
     one_task_issue(
         &mut s,
@@ -439,7 +426,11 @@ async fn the_hourly_merge_cap_holds_across_pull_requests() {
 
 /// `/rover merge` by `who` on pull request `number`, as a feed event.
 fn rover_merge(s: &mut Scenario, number: u64, who: &str, id: u64) {
-    let body = "/rover merge";
+    comment_on_pull(s, number, who, id, "/rover merge");
+}
+
+/// `who`'s comment `id` saying `body` on rover's pull request `number`, as a feed event.
+fn comment_on_pull(s: &mut Scenario, number: u64, who: &str, id: u64, body: &str) {
     s.github.add_comment(number, who, body);
     s.github.seed_event("IssueCommentEvent", who, json!({"action": "created",
         "issue": {"number": number, "pull_request": {"url": "u"}, "title": "t", "user": {"login": BOT}},
@@ -448,9 +439,7 @@ fn rover_merge(s: &mut Scenario, number: u64, who: &str, id: u64) {
 
 #[tokio::test]
 async fn rover_merge_by_a_trusted_person_approves_the_head_and_a_strangers_is_refused() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "prod");
+    let mut s = in_mode("prod", json!({})).await;
     csv_issue(&mut s, 30);
     until_merge(&s, "waiting", 12).await;
     let number = s.github.pulls()[0].0;
@@ -497,21 +486,13 @@ async fn rover_merge_by_a_trusted_person_approves_the_head_and_a_strangers_is_re
 
 #[tokio::test]
 async fn a_red_main_after_rovers_merge_is_said_on_the_thread_with_the_failing_checks() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
+    let mut s = in_mode("dev", json!({})).await;
     // Green on the pull request's head, red on the merge commit on main.
     s.github.ci_on_new_commits(&["success", "failure"]);
-    csv_issue(&mut s, 30);
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
+    let trace = settled_csv(&mut s, 12).await;
     assert_eq!(s.github.merges().len(), 1);
     let merge_commit = s.github.merges()[0].3.clone();
-    let look = trace
-        .spans
-        .iter()
-        .rfind(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true))
-        .expect("a look at main after the merge");
+    let look = after_merge_look(&trace);
     assert_eq!(look.meta["ci"]["sha"], merge_commit.as_str());
     assert_eq!(look.meta["ci"]["branch"], "main");
     assert_eq!(look.meta["decision"], "flag");
@@ -545,16 +526,8 @@ async fn a_red_main_after_rovers_merge_is_said_on_the_thread_with_the_failing_ch
 
 #[tokio::test]
 async fn without_the_post_merge_watch_the_merge_is_answered_at_once() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"postMergeCi": false}}}),
-    );
-    csv_issue(&mut s, 30);
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
+    let mut s = in_mode("dev", json!({"postMergeCi": false})).await;
+    let trace = settled_csv(&mut s, 12).await;
     assert_eq!(s.github.merges().len(), 1);
     assert!(!trace
         .spans
@@ -590,13 +563,7 @@ fn tag_commit(s: &Scenario, tag: &str) -> Option<String> {
 
 #[tokio::test]
 async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_its_notes() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"release": {"bump": "minor"}}}}),
-    );
+    let mut s = in_mode("dev", json!({"release": {"bump": "minor"}})).await;
     // Releases made by people before: the highest version the template makes counts, not the
     // newest release, nor a tag of another shape.
     s.github
@@ -605,10 +572,7 @@ async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_i
         .add_release("v1.3.9", "main", "2019-06-01T00:00:00Z");
     s.github
         .add_release("nightly-2020", "main", "2020-02-01T00:00:00Z");
-    csv_issue(&mut s, 30);
-    s.run_until_settled(14).await;
-
-    let trace = s.the_trace();
+    let trace = settled_csv(&mut s, 14).await;
     let merges = s.github.merges();
     assert_eq!(merges.len(), 1, "{:?}", chain(&trace));
     let (number, _, _, merge_commit) = &merges[0];
@@ -640,11 +604,7 @@ async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_i
     assert_eq!(spans[0]["previousTag"], "v1.4.2");
     assert_eq!(spans[0]["sha"], merge_commit.as_str());
     assert_eq!(spans[0]["pulls"], json!([number]));
-    let look = trace
-        .spans
-        .iter()
-        .rfind(|sp| sp.meta.get("ci").is_some_and(|c| c["afterMerge"] == true))
-        .expect("a look at main after the merge");
+    let look = after_merge_look(&trace);
     assert_eq!(look.meta["decision"], "release");
     assert_eq!(purposes(&trace), ["merged", "pushed"]);
     let said = s.github.comment_bodies(30);
@@ -670,13 +630,11 @@ async fn a_green_main_after_rovers_merge_is_released_with_the_next_version_and_i
 /// merge diverge (it would wait for an approval) and nothing after it replayed as if merged.
 #[tokio::test]
 async fn the_merge_and_the_release_replay_the_same_and_a_changed_mode_diverges_at_the_merge() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"release": {"tag": "v{major}.{minor}.{patch}"}}}}),
-    );
+    let mut s = in_mode(
+        "dev",
+        json!({"release": {"tag": "v{major}.{minor}.{patch}"}}),
+    )
+    .await;
     csv_issue(&mut s, 30);
     s.run_until_settled(14).await;
     assert_eq!(s.github.merges().len(), 1);
@@ -734,17 +692,9 @@ async fn the_merge_and_the_release_replay_the_same_and_a_changed_mode_diverges_a
 
 #[tokio::test]
 async fn a_red_main_is_never_released() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"release": {}}}}),
-    );
+    let mut s = in_mode("dev", json!({"release": {}})).await;
     s.github.ci_on_new_commits(&["success", "failure"]);
-    csv_issue(&mut s, 30);
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
+    let trace = settled_csv(&mut s, 12).await;
     assert_eq!(s.github.merges().len(), 1);
     assert!(s.github.releases().is_empty(), "{:?}", s.github.releases());
     assert!(release_spans(&trace).is_empty());
@@ -753,13 +703,11 @@ async fn a_red_main_is_never_released() {
 
 #[tokio::test]
 async fn a_release_github_refuses_is_said_and_the_merge_still_answered() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"release": {"tag": "rel-{major}.{minor}.{patch}"}}}}),
-    );
+    let mut s = in_mode(
+        "dev",
+        json!({"release": {"tag": "rel-{major}.{minor}.{patch}"}}),
+    )
+    .await;
     // A tag of the next version exists in the repository without a release.
     let tagged = std::process::Command::new("git")
         .args(["tag", "rel-0.0.1", "main"])
@@ -767,9 +715,7 @@ async fn a_release_github_refuses_is_said_and_the_merge_still_answered() {
         .status()
         .unwrap();
     assert!(tagged.success());
-    csv_issue(&mut s, 30);
-    s.run_until_settled(14).await;
-    let trace = s.the_trace();
+    let trace = settled_csv(&mut s, 14).await;
     assert_eq!(s.github.merges().len(), 1);
     assert!(s.github.releases().is_empty());
     let spans = release_spans(&trace);
@@ -815,13 +761,7 @@ fn script_the_fix(s: &mut Scenario) {
 /// on the new commits in turn, run until settled: the scenario and its two traces (the
 /// issue's, rover's fix or revert).
 async fn red_main(how: &str, ci: &[&str]) -> (Scenario, Vec<TraceView>) {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"onRedMain": how}}}),
-    );
+    let mut s = in_mode("dev", json!({"onRedMain": how})).await;
     s.github.ci_on_new_commits(ci);
     csv_issue(&mut s, 30);
     if how == "fix" {
@@ -838,6 +778,7 @@ async fn red_main(how: &str, ci: &[&str]) -> (Scenario, Vec<TraceView>) {
     (s, traces)
 }
 
+/// The trace's last look at main after a merge.
 fn after_merge_look(trace: &TraceView) -> &rover::store::Span {
     trace
         .spans
@@ -846,21 +787,76 @@ fn after_merge_look(trace: &TraceView) -> &rover::store::Span {
         .expect("a look at main after the merge")
 }
 
+/// Checks that `origin`'s look at main after its merge flagged main red and started
+/// `follow_up`, whose root is of `kind` and follows `origin`; returns that root's meta.
+fn assert_started<'a>(
+    origin: &TraceView,
+    follow_up: &'a TraceView,
+    kind: &str,
+) -> &'a rover::store::Meta {
+    let look = after_merge_look(origin);
+    assert_eq!(look.meta["decision"], "flag");
+    assert_eq!(
+        look.meta["startedTrace"],
+        follow_up.trace_id().to_string(),
+        "the red look links the {kind}"
+    );
+    let root = &follow_up.root().expect("the follow-up's root").meta;
+    assert_eq!(root["type"], kind);
+    assert_eq!(root["follows"], origin.trace_id().to_string());
+    root
+}
+
+/// Checks that the pull request whose branch has `branch_part` in its name says `body`.
+fn assert_pull_body(s: &Scenario, branch_part: &str, body: &str) {
+    let pulls = s.github.pulls();
+    let pull = pulls
+        .iter()
+        .find(|p| p.1.contains(branch_part))
+        .unwrap_or_else(|| panic!("the pull request of `{branch_part}`"));
+    assert!(pull.3.contains(body), "{}", pull.3);
+}
+
+/// Checks that `follow_up`'s look at main after its merge found main green again, and that
+/// issue 30 was told main's checks failed and that rover started `follow_up` to `what`.
+fn assert_green_again(s: &Scenario, follow_up: &TraceView, what: &str) {
+    assert_eq!(
+        after_merge_look(follow_up).meta["decision"],
+        "notify",
+        "main is green again"
+    );
+    let said = s.github.comment_bodies(30);
+    assert!(
+        said.iter()
+            .any(|b| b.contains("but its checks failed on `main`: ci / test")
+                && b.contains(&format!(
+                    "rover started trace {} to {what}",
+                    &follow_up.trace_id().to_string()[..8]
+                ))),
+        "{said:?}"
+    );
+}
+
+/// Checks that `follow_up`'s look at main after its merge, red again, flagged it saying
+/// `not_again` and started nothing, with two merges in all.
+fn assert_not_again(s: &Scenario, follow_up: &TraceView, not_again: &str) {
+    let look = after_merge_look(follow_up);
+    assert_eq!(look.meta["decision"], "flag");
+    assert!(look.meta.get("startedTrace").is_none());
+    assert!(
+        look.summary.as_deref().unwrap().contains(not_again),
+        "{:?}",
+        look.summary
+    );
+    assert_eq!(s.github.merges().len(), 2);
+}
+
 #[tokio::test]
 async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_turn() {
     // The issue's pull request green, its merge red on main; the fix green, its merge green.
     let (s, traces) = red_main("fix", &["success", "failure", "success", "success"]).await;
     let (origin, fix) = (&traces[0], &traces[1]);
-    let look = after_merge_look(origin);
-    assert_eq!(look.meta["decision"], "flag");
-    assert_eq!(
-        look.meta["startedTrace"],
-        fix.trace_id().to_string(),
-        "the red look links the fix"
-    );
-    let root = &fix.root().expect("the fix's root").meta;
-    assert_eq!(root["type"], "RedMainFix");
-    assert_eq!(root["follows"], origin.trace_id().to_string());
+    let root = assert_started(origin, fix, "RedMainFix");
     assert!(
         root["request"].as_str().unwrap().contains("ci / test"),
         "{root:?}"
@@ -876,37 +872,16 @@ async fn a_red_main_after_rovers_merge_starts_rovers_own_fix_which_is_merged_in_
             .collect::<Vec<_>>()
     );
     assert!(main_has(&s, "main-fixed.txt"), "the fix is on main");
-    let pulls = s.github.pulls();
-    let fix_pull = pulls
-        .iter()
-        .find(|p| p.1.contains("restore-the-main-checks"))
-        .expect("the fix's pull request");
-    assert!(
-        fix_pull.3.contains(
-            "rover's own fix of a red base branch. Fix `main`: rover merged pull request #31"
-        ),
-        "{}",
-        fix_pull.3
+    assert_pull_body(
+        &s,
+        "restore-the-main-checks",
+        "rover's own fix of a red base branch. Fix `main`: rover merged pull request #31",
     );
     let steps = chain(fix);
     for step in ["workflow", "push", "merge"] {
         assert!(steps.iter().any(|s| s.starts_with(step)), "{steps:?}");
     }
-    assert_eq!(
-        after_merge_look(fix).meta["decision"],
-        "notify",
-        "main is green again"
-    );
-    let said = s.github.comment_bodies(30);
-    assert!(
-        said.iter()
-            .any(|b| b.contains("but its checks failed on `main`: ci / test")
-                && b.contains(&format!(
-                    "rover started trace {} to fix `main`",
-                    &fix.trace_id().to_string()[..8]
-                ))),
-        "{said:?}"
-    );
+    assert_green_again(&s, fix, "fix `main`");
 }
 
 #[tokio::test]
@@ -914,18 +889,7 @@ async fn a_fix_that_leaves_main_red_again_is_answered_not_fixed_again() {
     // The fix's merge leaves main red again: no fix of the fix.
     let (s, traces) = red_main("fix", &["success", "failure", "success", "failure"]).await;
     let fix = &traces[1];
-    let look = after_merge_look(fix);
-    assert_eq!(look.meta["decision"], "flag");
-    assert!(look.meta.get("startedTrace").is_none());
-    assert!(
-        look.summary
-            .as_deref()
-            .unwrap()
-            .contains("it is not fixed again; a person should look"),
-        "{:?}",
-        look.summary
-    );
-    assert_eq!(s.github.merges().len(), 2);
+    assert_not_again(&s, fix, "it is not fixed again; a person should look");
     // The fix's trace is local, its merged pull request is not: the answer goes there too.
     let fix_pull = s.github.merges()[1].0;
     let said = s.github.comment_bodies(fix_pull);
@@ -941,12 +905,7 @@ async fn a_red_main_after_rovers_merge_is_reverted_in_a_pull_request_merged_in_t
     // The issue's pull request green, its merge red on main; the revert green, its merge green.
     let (s, traces) = red_main("revert", &["success", "failure", "success", "success"]).await;
     let (origin, revert) = (&traces[0], &traces[1]);
-    let look = after_merge_look(origin);
-    assert_eq!(look.meta["decision"], "flag");
-    assert_eq!(look.meta["startedTrace"], revert.trace_id().to_string());
-    let root = &revert.root().expect("the revert's root").meta;
-    assert_eq!(root["type"], "RedMainRevert");
-    assert_eq!(root["follows"], origin.trace_id().to_string());
+    let root = assert_started(origin, revert, "RedMainRevert");
     let merged_first = s.github.merges()[0].clone();
     assert_eq!(root["reverts"]["prNumber"], merged_first.0);
     // Decided by rule and reverted by git: no agent wrote the change.
@@ -980,59 +939,24 @@ async fn a_red_main_after_rovers_merge_is_reverted_in_a_pull_request_merged_in_t
         subjects.contains(&format!("Revert pull request #{}", merged_first.0)),
         "{subjects}"
     );
-    let revert_pull = s
-        .github
-        .pulls()
-        .into_iter()
-        .find(|p| p.1.contains("revert-pull-request"))
-        .expect("the revert's pull request");
-    assert!(
-        revert_pull
-            .3
-            .contains("rover's own revert of a red base branch. Revert pull request #"),
-        "{}",
-        revert_pull.3
+    assert_pull_body(
+        &s,
+        "revert-pull-request",
+        "rover's own revert of a red base branch. Revert pull request #",
     );
-    assert_eq!(
-        after_merge_look(revert).meta["decision"],
-        "notify",
-        "main is green again"
-    );
-    let said = s.github.comment_bodies(30);
-    assert!(
-        said.iter()
-            .any(|b| b.contains("but its checks failed on `main`: ci / test")
-                && b.contains(&format!(
-                    "rover started trace {} to revert merge commit",
-                    &revert.trace_id().to_string()[..8]
-                ))),
-        "{said:?}"
-    );
+    assert_green_again(&s, revert, "revert merge commit");
 }
 
 #[tokio::test]
 async fn a_revert_that_leaves_main_red_again_is_answered_not_reverted_again() {
     let (s, traces) = red_main("revert", &["success", "failure", "success", "failure"]).await;
     let revert = &traces[1];
-    let look = after_merge_look(revert);
-    assert_eq!(look.meta["decision"], "flag");
-    assert!(look.meta.get("startedTrace").is_none());
-    assert!(
-        look.summary
-            .as_deref()
-            .unwrap()
-            .contains("it is not reverted again; a person should look"),
-        "{:?}",
-        look.summary
-    );
-    assert_eq!(s.github.merges().len(), 2);
+    assert_not_again(&s, revert, "it is not reverted again; a person should look");
 }
 
 #[tokio::test]
 async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new_checks() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "stage");
+    let mut s = in_mode("stage", json!({})).await;
     s.github.require_up_to_date();
     // Held once by the protection, while a person's commit lands on main.
     s.github.refuse_next_merge("Waiting on code owner review");
@@ -1040,7 +964,7 @@ async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new
     until_merge(&s, "waiting", 12).await;
     let number = s.github.pulls()[0].0;
     let passed = s.github.head_of(number);
-    persons_commit_to_main(&s, "theirs.txt", "theirs\n");
+    persons_commit(&s, "main", "theirs.txt", "theirs\n");
 
     // The next look: GitHub refuses a branch that is behind; rover brings it up to date.
     look_now(&s);
@@ -1095,9 +1019,7 @@ async fn a_branch_behind_its_base_is_brought_up_to_date_and_merged_after_its_new
 #[tokio::test]
 async fn a_branch_that_conflicts_with_its_moved_base_goes_to_the_resolver_and_is_merged_once_resolved(
 ) {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "stage");
+    let mut s = in_mode("stage", json!({})).await;
     s.github.require_up_to_date();
     s.github.refuse_next_merge("Waiting on code owner review");
     csv_issue(&mut s, 30);
@@ -1117,7 +1039,7 @@ async fn a_branch_that_conflicts_with_its_moved_base_goes_to_the_resolver_and_is
     until_merge(&s, "waiting", 12).await;
     let number = s.github.pulls()[0].0;
     let passed = s.github.head_of(number);
-    persons_commit_to_main(&s, "csv.txt", "theirs --csv\n");
+    persons_commit(&s, "main", "csv.txt", "theirs --csv\n");
 
     look_now(&s);
     let trace = until_merge(&s, "merged", 12).await;
@@ -1180,9 +1102,7 @@ async fn a_branch_that_conflicts_with_its_moved_base_goes_to_the_resolver_and_is
 /// a green look at main and the release, each a span of the one trace, each answer on the thread.
 #[tokio::test]
 async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
+    let mut s = in_mode("dev", json!({})).await;
     merge(
         &mut s.extra_config,
         &json!({"autopilot": {
@@ -1255,17 +1175,9 @@ async fn through_the_daemon_an_issue_is_merged_green_on_main_and_released() {
 
 #[tokio::test]
 async fn checks_that_do_not_finish_within_the_ci_timeout_are_said_and_not_merged() {
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    lifecycle(&mut s, "dev");
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"lifecycle": {"ciTimeoutMins": 0}}}),
-    );
+    let mut s = in_mode("dev", json!({"ciTimeoutMins": 0})).await;
     s.github.ci_on_new_commits(&["in_progress"]);
-    csv_issue(&mut s, 30);
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
+    let trace = settled_csv(&mut s, 12).await;
     assert!(s.github.merges().is_empty(), "{:?}", chain(&trace));
     assert!(merge_spans(&trace).is_empty());
     let look = trace

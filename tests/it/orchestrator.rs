@@ -18,7 +18,8 @@ use rover::store::{
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::support::env::TestEnv;
+use crate::support::chain::steps as expected;
+use crate::support::common::env_and_store;
 use crate::support::orch::{run_until_idle, submit_local as submit, wait_until};
 
 type Behaviour = Arc<dyn Fn(&StepRun, usize) -> Result<Outcome, StepError> + Send + Sync>;
@@ -35,6 +36,10 @@ struct TestStep {
     peak: AtomicUsize,
     per_trace: Mutex<HashMap<Uuid, usize>>,
     trace_peak: AtomicUsize,
+    /// When set, `ready` keeps the step's actions waiting until it holds true.
+    open: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Which scheduled actions a signal makes due (`Step::woken_by`); none when unset.
+    woken_by: Option<fn(&rover::store::Action, &rover::intake::Signal) -> bool>,
 }
 
 impl TestStep {
@@ -50,7 +55,18 @@ impl TestStep {
             peak: AtomicUsize::new(0),
             per_trace: Mutex::new(HashMap::new()),
             trace_peak: AtomicUsize::new(0),
+            open: None,
+            woken_by: None,
         }
+    }
+
+    /// Finishes completed with `summary`, producing nothing.
+    fn finishing(kind: StepKind, max: usize, summary: &'static str) -> TestStep {
+        TestStep::new(
+            kind,
+            max,
+            Arc::new(move |_run, _n| Ok(Outcome::Finished(Finished::completed(summary)))),
+        )
     }
 
     /// Finishes completed, producing the given next steps.
@@ -79,6 +95,17 @@ impl Step for TestStep {
     }
     fn exclusive_per_trace(&self) -> bool {
         self.exclusive
+    }
+    fn woken_by(&self, action: &rover::store::Action, signal: &rover::intake::Signal) -> bool {
+        self.woken_by.is_some_and(|woken| woken(action, signal))
+    }
+    async fn ready(&self, _ctx: &StepContext, _p: &PendingAction) -> Result<Readiness, StepError> {
+        Ok(match &self.open {
+            Some(open) if !open.load(Ordering::SeqCst) => {
+                Readiness::Wait("the other task is still running".into())
+            }
+            _ => Readiness::Ready,
+        })
     }
     async fn process(&self, _ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         let n = self.runs.fetch_add(1, Ordering::SeqCst);
@@ -116,10 +143,28 @@ fn orchestrator(
     )
 }
 
+/// An orchestrator over `steps` whose fallback timer is an hour: only eager drains move it.
+fn hourly(store: &AutopilotStore, steps: Vec<Arc<dyn Step>>) -> StepOrchestrator {
+    orchestrator(store, steps, Duration::from_secs(3600))
+}
+
+/// A `TestStep::passing` of `kind` (at most `max` at once) producing `next`, to hand the
+/// orchestrator.
+fn passing(kind: StepKind, max: usize, next: &[StepKind]) -> Arc<dyn Step> {
+    Arc::new(TestStep::passing(kind, max, next.to_vec()))
+}
+
 async fn settle(orch: &StepOrchestrator) {
     run_until_idle(orch, 30, "settles without waiting for the fallback timer").await;
 }
 
+/// Asserts that `trace`'s chain (collections included) is `short` (see `chain::steps`).
+#[track_caller]
+fn assert_steps(store: &AutopilotStore, trace: Uuid, short: &str) {
+    assert_eq!(chain(store, trace), expected(short));
+}
+
+/// `step:status` of every span of `trace`, collections included, in creation order.
 fn chain(store: &AutopilotStore, trace: Uuid) -> Vec<String> {
     store
         .load_trace(trace)
@@ -132,40 +177,18 @@ fn chain(store: &AutopilotStore, trace: Uuid) -> Vec<String> {
 
 #[tokio::test]
 async fn a_cascade_runs_through_without_waiting_for_the_timer() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let steps: Vec<Arc<dyn Step>> = vec![
-        Arc::new(TestStep::passing(
-            StepKind::Coordinate,
-            3,
-            vec![StepKind::Plan],
-        )),
-        Arc::new(TestStep::passing(
-            StepKind::Plan,
-            2,
-            vec![StepKind::Workflow],
-        )),
-        Arc::new(TestStep::passing(
-            StepKind::Workflow,
-            3,
-            vec![StepKind::Noop],
-        )),
+        passing(StepKind::Coordinate, 3, &[StepKind::Plan]),
+        passing(StepKind::Plan, 2, &[StepKind::Workflow]),
+        passing(StepKind::Workflow, 3, &[StepKind::Noop]),
         Arc::new(rover::steps::NoopStep),
     ];
     // A fallback timer of an hour: only eager drains can finish this within the timeout.
-    let orch = orchestrator(&store, steps, Duration::from_secs(3600));
+    let orch = hourly(&store, steps);
     let trace = submit(&store, "cascade");
     settle(&orch).await;
-    assert_eq!(
-        chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "plan:completed",
-            "workflow:completed",
-            "noop:completed"
-        ]
-    );
+    assert_steps(&store, trace, "event coordinate plan workflow noop");
     let view = store.load_trace(trace).unwrap();
     assert_eq!(
         rover::steps::kinds::trace_outcome(&view),
@@ -187,15 +210,13 @@ async fn a_cascade_runs_through_without_waiting_for_the_timer() {
 
 #[tokio::test]
 async fn max_parallel_is_never_exceeded_and_is_used() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let mut coordinate = TestStep::passing(StepKind::Coordinate, 2, vec![StepKind::Noop]);
     coordinate.delay = Duration::from_millis(60);
     let coordinate = Arc::new(coordinate);
-    let orch = orchestrator(
+    let orch = hourly(
         &store,
         vec![coordinate.clone(), Arc::new(rover::steps::NoopStep)],
-        Duration::from_secs(3600),
     );
     let traces: Vec<Uuid> = (0..8)
         .map(|i| submit(&store, &format!("request {i}")))
@@ -214,8 +235,7 @@ async fn max_parallel_is_never_exceeded_and_is_used() {
 
 #[tokio::test]
 async fn an_exclusive_step_runs_once_per_trace_at_a_time() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let fan_out = TestStep::passing(
         StepKind::Coordinate,
         3,
@@ -225,11 +245,7 @@ async fn an_exclusive_step_runs_once_per_trace_at_a_time() {
     resolve.exclusive = true;
     resolve.delay = Duration::from_millis(40);
     let resolve = Arc::new(resolve);
-    let orch = orchestrator(
-        &store,
-        vec![Arc::new(fan_out), resolve.clone()],
-        Duration::from_secs(3600),
-    );
+    let orch = hourly(&store, vec![Arc::new(fan_out), resolve.clone()]);
     submit(&store, "a");
     submit(&store, "b");
     settle(&orch).await;
@@ -248,8 +264,7 @@ async fn an_exclusive_step_runs_once_per_trace_at_a_time() {
 
 #[tokio::test]
 async fn errors_and_panics_become_error_spans_and_fail_forward() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let panicking = submit(&store, "please panic");
     let erroring = submit(&store, "fine");
     let coordinate = TestStep::new(
@@ -278,7 +293,7 @@ async fn errors_and_panics_become_error_spans_and_fail_forward() {
     );
     let commit = TestStep::passing(StepKind::Commit, 3, vec![StepKind::Notify]);
     let notify = TestStep::passing(StepKind::Notify, 3, vec![]);
-    let orch = orchestrator(
+    let orch = hourly(
         &store,
         vec![
             Arc::new(coordinate),
@@ -286,14 +301,10 @@ async fn errors_and_panics_become_error_spans_and_fail_forward() {
             Arc::new(commit),
             Arc::new(notify),
         ],
-        Duration::from_secs(3600),
     );
     settle(&orch).await;
 
-    assert_eq!(
-        chain(&store, panicking),
-        ["event:completed", "coordinate:error", "notify:completed"]
-    );
+    assert_steps(&store, panicking, "event coordinate:error notify");
     let view = store.load_trace(panicking).unwrap();
     let span = &view.spans[1];
     assert!(span
@@ -315,15 +326,10 @@ async fn errors_and_panics_become_error_spans_and_fail_forward() {
         }
     );
 
-    assert_eq!(
-        chain(&store, erroring),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "workflow:error",
-            "commit:completed",
-            "notify:completed"
-        ]
+    assert_steps(
+        &store,
+        erroring,
+        "event coordinate workflow:error commit notify",
     );
     let view = store.load_trace(erroring).unwrap();
     let error = &view.spans[2].meta["error"];
@@ -336,18 +342,13 @@ async fn errors_and_panics_become_error_spans_and_fail_forward() {
 
 #[tokio::test]
 async fn unknown_action_types_are_dead_letters_that_stay_queued() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (env, store) = env_and_store();
     let coordinate = TestStep::passing(
         StepKind::Coordinate,
         3,
         vec![StepKind::Other("deploy".into())],
     );
-    let orch = orchestrator(
-        &store,
-        vec![Arc::new(coordinate)],
-        Duration::from_secs(3600),
-    );
+    let orch = hourly(&store, vec![Arc::new(coordinate)]);
     let mut progress = orch.subscribe();
     let trace = submit(&store, "deploy it");
     settle(&orch).await;
@@ -376,8 +377,7 @@ async fn unknown_action_types_are_dead_letters_that_stay_queued() {
 
 #[tokio::test]
 async fn a_retryable_error_is_retried_with_backoff_then_given_up_with_a_reason() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     // Fails twice with a retryable error, then succeeds.
     let flaky = TestStep::new(
         StepKind::Coordinate,
@@ -393,21 +393,16 @@ async fn a_retryable_error_is_retried_with_backoff_then_given_up_with_a_reason()
     let orch = orchestrator(&store, vec![Arc::new(flaky)], Duration::from_millis(50));
     let trace = submit(&store, "flaky");
     settle_with_backoff(&orch).await;
-    assert_eq!(
-        chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:error",
-            "coordinate:completed"
-        ]
+    assert_steps(
+        &store,
+        trace,
+        "event coordinate:error coordinate:error coordinate",
     );
     let view = store.load_trace(trace).unwrap();
     assert!(view.spans[1].meta["retryAt"].is_string());
 
     // Always failing: three attempts, then the action is given up and the trace fails forward.
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let broken = TestStep::new(
         StepKind::Coordinate,
         3,
@@ -421,15 +416,10 @@ async fn a_retryable_error_is_retried_with_backoff_then_given_up_with_a_reason()
     );
     let trace = submit(&store, "always broken");
     settle_with_backoff(&orch).await;
-    assert_eq!(
-        chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:error",
-            "coordinate:error",
-            "notify:completed"
-        ]
+    assert_steps(
+        &store,
+        trace,
+        "event coordinate:error coordinate:error coordinate:error notify",
     );
 }
 
@@ -455,66 +445,31 @@ async fn settle_with_backoff(orch: &StepOrchestrator) {
     task.await.unwrap().unwrap();
 }
 
-struct WaitingStep {
-    open: Arc<std::sync::atomic::AtomicBool>,
-}
-
-#[async_trait]
-impl Step for WaitingStep {
-    fn kind(&self) -> StepKind {
-        StepKind::Resolve
-    }
-    fn max_parallel(&self) -> usize {
-        3
-    }
-    async fn ready(&self, _ctx: &StepContext, _p: &PendingAction) -> Result<Readiness, StepError> {
-        Ok(if self.open.load(Ordering::SeqCst) {
-            Readiness::Ready
-        } else {
-            Readiness::Wait("the other task is still running".into())
-        })
-    }
-    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
-        Ok(Outcome::Finished(Finished::completed("resolved")))
-    }
-}
-
 #[tokio::test]
 async fn a_step_that_is_not_ready_keeps_its_action_without_a_span() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let orch = orchestrator(
+    let mut resolve = TestStep::finishing(StepKind::Resolve, 3, "resolved");
+    resolve.open = Some(open.clone());
+    let orch = hourly(
         &store,
         vec![
-            Arc::new(TestStep::passing(
-                StepKind::Coordinate,
-                3,
-                vec![StepKind::Resolve],
-            )),
-            Arc::new(WaitingStep { open: open.clone() }),
+            passing(StepKind::Coordinate, 3, &[StepKind::Resolve]),
+            Arc::new(resolve),
         ],
-        Duration::from_secs(3600),
     );
     let trace = submit(&store, "wait for it");
     settle(&orch).await;
     assert_eq!(
         chain(&store, trace),
-        ["event:completed", "coordinate:completed"],
+        expected("event coordinate"),
         "no span while waiting"
     );
     assert_eq!(store.load_trace(trace).unwrap().pending.len(), 1);
     assert!(orch.waiting().values().any(|r| r.contains("still running")));
     open.store(true, Ordering::SeqCst);
     settle(&orch).await;
-    assert_eq!(
-        chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "resolve:completed"
-        ]
-    );
+    assert_steps(&store, trace, "event coordinate resolve");
 }
 
 /// Detached work: `process` starts it, `monitor` finishes it once "the container" exits.
@@ -568,16 +523,11 @@ impl Step for DetachedStep {
 
 #[tokio::test]
 async fn detached_work_is_finished_by_monitor_and_survives_a_restart() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let steps = |alive: bool| -> Vec<Arc<dyn Step>> {
         vec![
-            Arc::new(TestStep::passing(
-                StepKind::Coordinate,
-                3,
-                vec![StepKind::Workflow],
-            )),
+            passing(StepKind::Coordinate, 3, &[StepKind::Workflow]),
             Arc::new(DetachedStep {
                 done: done.clone(),
                 alive,
@@ -585,21 +535,17 @@ async fn detached_work_is_finished_by_monitor_and_survives_a_restart() {
             Arc::new(rover::steps::NoopStep),
         ]
     };
-    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let orch = hourly(&store, steps(true));
     let trace = submit(&store, "long task");
     settle(&orch).await;
     assert_eq!(
         chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "workflow:running"
-        ],
+        expected("event coordinate workflow:running"),
         "--once leaves detached work running"
     );
 
     // A restart while the container runs: recovery leaves the span alone (re-attached).
-    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let orch = hourly(&store, steps(true));
     let recovered = orch.recover().await.unwrap();
     assert!(
         matches!(
@@ -610,16 +556,7 @@ async fn detached_work_is_finished_by_monitor_and_survives_a_restart() {
     );
     done.store(true, Ordering::SeqCst);
     settle(&orch).await;
-    assert_eq!(
-        chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:completed",
-            "workflow:completed",
-            "collect:completed",
-            "noop:completed"
-        ]
-    );
+    assert_steps(&store, trace, "event coordinate workflow collect noop");
     let view = store.load_trace(trace).unwrap();
     let (workflow, collect) = (&view.spans[2], &view.spans[3]);
     assert_eq!(
@@ -711,17 +648,12 @@ fn workflow_runs(store: &AutopilotStore) -> (usize, usize) {
 
 #[tokio::test]
 async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let release = Arc::new(AtomicUsize::new(0));
     let seen_in_process = Arc::new(AtomicUsize::new(0));
     let steps = |holds: bool| -> Vec<Arc<dyn Step>> {
         vec![
-            Arc::new(TestStep::passing(
-                StepKind::Coordinate,
-                5,
-                vec![StepKind::Workflow],
-            )),
+            passing(StepKind::Coordinate, 5, &[StepKind::Workflow]),
             Arc::new(SlotStep {
                 holds,
                 release: release.clone(),
@@ -732,7 +664,7 @@ async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
     for i in 0..5 {
         submit(&store, &format!("task {i}"));
     }
-    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let orch = hourly(&store, steps(true));
     settle(&orch).await;
     assert_eq!(
         workflow_runs(&store),
@@ -749,7 +681,7 @@ async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
     );
 
     // A restart while both run: they still hold their slots.
-    let orch = orchestrator(&store, steps(true), Duration::from_secs(3600));
+    let orch = hourly(&store, steps(true));
     let recovered = orch.recover().await.unwrap();
     assert_eq!(recovered.len(), 2, "{recovered:?}");
     let report = orch.drain().await.unwrap();
@@ -783,15 +715,14 @@ async fn detached_runs_hold_their_steps_slots_until_monitor_collects_them() {
     for i in 0..3 {
         submit(&store, &format!("more {i}"));
     }
-    let orch = orchestrator(&store, steps(false), Duration::from_secs(3600));
+    let orch = hourly(&store, steps(false));
     settle(&orch).await;
     assert_eq!(workflow_runs(&store), (3, 3));
 }
 
 #[tokio::test]
 async fn shutdown_cuts_off_slow_steps_and_their_actions_run_again_next_time() {
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let mut slow = TestStep::passing(StepKind::Coordinate, 3, vec![]);
     slow.delay = Duration::from_secs(30);
     let orch = StepOrchestrator::new(
@@ -820,10 +751,7 @@ async fn shutdown_cuts_off_slow_steps_and_their_actions_run_again_next_time() {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert_eq!(
-        chain(&store, trace),
-        ["event:completed", "coordinate:error"]
-    );
+    assert_steps(&store, trace, "event coordinate:error");
     let view = store.load_trace(trace).unwrap();
     assert_eq!(view.spans[1].meta["interrupted"], true);
     assert_eq!(
@@ -834,20 +762,9 @@ async fn shutdown_cuts_off_slow_steps_and_their_actions_run_again_next_time() {
     assert_eq!(view.pending[0].running_span_id, None);
 
     // The next run picks it up.
-    let orch = orchestrator(
-        &store,
-        vec![Arc::new(TestStep::passing(StepKind::Coordinate, 3, vec![]))],
-        Duration::from_secs(3600),
-    );
+    let orch = hourly(&store, vec![passing(StepKind::Coordinate, 3, &[])]);
     settle(&orch).await;
-    assert_eq!(
-        chain(&store, trace),
-        [
-            "event:completed",
-            "coordinate:error",
-            "coordinate:completed"
-        ]
-    );
+    assert_steps(&store, trace, "event coordinate:error coordinate");
 }
 
 #[test]
@@ -888,30 +805,14 @@ fn every_step_is_registered_exactly_once() {
     assert_eq!(noop.max_parallel(), 5);
 }
 
-/// A step whose scheduled actions wait on the commit their reason names (`watch <sha>`).
-struct Watching {
-    runs: AtomicUsize,
-}
-
-#[async_trait]
-impl Step for Watching {
-    fn kind(&self) -> StepKind {
-        StepKind::Notify
-    }
-    fn max_parallel(&self) -> usize {
-        1
-    }
-    fn woken_by(&self, action: &rover::store::Action, signal: &rover::intake::Signal) -> bool {
-        let rover::intake::Signal::Ci(outcome) = signal;
-        action
-            .reason
-            .strip_prefix("watch ")
-            .is_some_and(|sha| outcome.is_for(sha))
-    }
-    async fn process(&self, _ctx: &StepContext, _run: &StepRun) -> Result<Outcome, StepError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(Outcome::Finished(Finished::completed("looked")))
-    }
+/// Whether `action` waits on the CI outcome `signal`: its reason names the commit
+/// (`watch <sha>`).
+fn watches(action: &rover::store::Action, signal: &rover::intake::Signal) -> bool {
+    let rover::intake::Signal::Ci(outcome) = signal;
+    action
+        .reason
+        .strip_prefix("watch ")
+        .is_some_and(|sha| outcome.is_for(sha))
 }
 
 /// Intake hands a CI outcome to the orchestrator as a signal: of the queued actions, only those
@@ -920,8 +821,7 @@ impl Step for Watching {
 #[tokio::test]
 async fn a_ci_signal_makes_due_only_the_scheduled_runs_whose_step_waits_on_it() {
     use rover::intake::{CiOutcome, Queue, Signal};
-    let env = TestEnv::new();
-    let store = env.store();
+    let (_env, store) = env_and_store();
     let root = Span::root(
         Uuid::new_v4(),
         chrono::Utc::now(),
@@ -946,10 +846,10 @@ async fn a_ci_signal_makes_due_only_the_scheduled_runs_whose_step_waits_on_it() 
     let waiting = action(format!("watch {ours}"), &scheduled);
     let elsewhere = action(format!("watch {other}"), &scheduled);
     let due = action(format!("watch {ours}"), &rover::store::Meta::new());
-    let watching = Arc::new(Watching {
-        runs: AtomicUsize::new(0),
-    });
-    let orch = orchestrator(&store, vec![watching.clone()], Duration::from_secs(3600));
+    let mut watching = TestStep::finishing(StepKind::Notify, 1, "looked");
+    watching.woken_by = Some(watches);
+    let watching = Arc::new(watching);
+    let orch = hourly(&store, vec![watching.clone()]);
     let not_before = |id: Uuid| {
         store
             .read_state()

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use crate::proof::escape::real_claude;
 use crate::support::chain::assert_chain;
+use crate::support::common::issue_opened;
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::fake_openai::{FakeOpenAi, Reply as FakeReply};
 use crate::support::pipeline::first_span;
@@ -36,10 +37,7 @@ pub(crate) fn cli_env(api: &FakeAnthropic, home: &std::path::Path) -> Vec<(Strin
 async fn the_real_claude_answers_a_host_step_in_structured_form_with_a_lean_request() {
     let claude = real_claude();
     let api = FakeAnthropic::start(json!({"summary": "Nothing to do: CI is green."})).await;
-    let root = tempfile::tempdir().unwrap();
-    let (dir, home) = (root.path().join("cwd"), root.path().join("home"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
+    let (_root, dir, home) = cwd_and("home");
     let env = cli_env(&api, &home);
 
     // rover's summarize step, as the daemon sends it.
@@ -138,6 +136,175 @@ async fn the_real_claude_answers_a_host_step_in_structured_form_with_a_lean_requ
     );
 }
 
+/// A tempdir with a working dir `cwd` and a dir `other` (the CLI's home) in it: the tempdir
+/// (keep it), and the two paths.
+fn cwd_and(other: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, home) = (root.path().join("cwd"), root.path().join(other));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    (root, dir, home)
+}
+
+/// The daemon of scenario `s` with the real claude against `api` (`cli_env`, a home of its own).
+fn real_claude_env(api: &FakeAnthropic, s: &mut crate::support::scenario::Scenario) {
+    let home = s.env.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    s.env_vars.extend(cli_env(api, &home));
+    s.env_vars.push((
+        "ROVER_CLAUDE_BIN".into(),
+        real_claude().display().to_string(),
+    ));
+}
+
+/// The daemon of scenario `s` with `agent: codex`, the real codex against `api` on the host
+/// (`real_codex_env`), its workflow containers let through to the model only.
+fn codex_in_the_sandbox(api: &FakeOpenAi, s: &mut crate::support::scenario::Scenario) {
+    crate::support::scenario::merge(
+        &mut s.extra_config,
+        &json!({"autopilot": {"agent": {"agent": "codex"},
+            "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT"], "egress": "model-only"}}}),
+    );
+    real_codex_env(api, s);
+}
+
+/// Checks that the branch rover pushed has `json.txt` saying `--json prints JSON`.
+fn assert_json_shipped(s: &crate::support::scenario::Scenario, trace: &rover::store::TraceView) {
+    let push = first_span(trace, "push");
+    let branch = push.meta["branch"].as_str().unwrap();
+    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
+    assert_eq!(shipped, "--json prints JSON");
+}
+
+/// Runs `--once` until settled (`max` runs at most) and checks that the workflow completed
+/// and the trace shipped (plan, workflow, commit, push, answer): the trace and its workflow span.
+async fn shipped(
+    s: &crate::support::scenario::Scenario,
+    max: usize,
+) -> (rover::store::TraceView, rover::store::Span) {
+    s.run_until_settled(max).await;
+    let trace = s.the_trace();
+    let workflow = first_span(&trace, "workflow").clone();
+    assert_eq!(
+        workflow.status.to_string(),
+        "completed",
+        "{:?}",
+        workflow.meta
+    );
+    assert_chain(
+        &trace,
+        "event coordinate plan workflow commit resolve push notify",
+    );
+    (trace, workflow)
+}
+
+/// What the model answers for a vague issue: the coordinator plans, the planner asks which
+/// format the export should use, the notifier asks it.
+fn export_clarification_answers() -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        (
+            "Role: rover coordinator",
+            json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null}),
+        ),
+        (
+            "Role: rover planner",
+            json!({"analysis": "The format is unclear.", "clarification": "Which format should the export use: CSV or JSON?", "tasks": []}),
+        ),
+        (
+            "Role: rover notifier",
+            json!({"message": "Which format should the export use: CSV or JSON?"}),
+        ),
+    ]
+}
+
+/// Issue `number`, "Add an export", opened by alice: runs until settled and checks that rover
+/// asked on it which format (the model answering `export_clarification_answers`).
+async fn asks_which_format(s: &crate::support::scenario::Scenario, number: u64) {
+    issue_opened(s, number, "Add an export", "We need an export.", "alice");
+    s.settle_as(8, "event coordinate plan notify").await;
+    assert!(s
+        .github
+        .comment_bodies(number)
+        .iter()
+        .any(|c| c.contains("CSV or JSON")));
+}
+
+/// The daemon with a real CLI deciding on the host: `api` starts a fake model API answering by
+/// role and `hook` points a scenario's rover at it. A vague issue (`numbers.0`, not sandboxed)
+/// is answered with a question (`asks_which_format`); then, in a sandboxed scenario, a failed
+/// task is iterated by the resolver (`iterates_json_flag` on issue `numbers.1`). Returns the
+/// second API.
+async fn clarifies_then_iterates<A, F>(
+    api: impl Fn(Vec<(&'static str, serde_json::Value)>) -> F,
+    hook: fn(&A, &mut crate::support::scenario::Scenario),
+    numbers: (u64, u64),
+) -> A
+where
+    F: std::future::Future<Output = A>,
+{
+    use crate::support::scenario::Scenario;
+    // A vague issue: the planner asks which format.
+    let first = api(export_clarification_answers()).await;
+    let mut s = Scenario::new().await;
+    hook(&first, &mut s);
+    asks_which_format(&s, numbers.0).await;
+
+    // A task that fails, then succeeds once the resolver iterates with new instructions.
+    let second = api(iterated_json_flag_answers()).await;
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    hook(&second, &mut s);
+    iterates_json_flag(&mut s, numbers.1).await;
+    second
+}
+
+/// `json_flag_answers(None)` with a resolver that iterates once (with new instructions), then
+/// pushes.
+fn iterated_json_flag_answers() -> Vec<(&'static str, serde_json::Value)> {
+    let mut answers = json_flag_answers(None);
+    for (role, answer) in &mut answers {
+        if *role == "Role: rover resolver" {
+            *answer = json!({"__sequence": [
+                {"decision": "iterate", "reasoning": "The approach was wrong.", "instructions": "write json.txt with the flag's help text", "retry_step": null, "message": null, "corrective_commands": []},
+                {"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}
+            ]});
+        }
+    }
+    answers
+}
+
+/// Issue `number`, "Add a --json flag", opened by alice: its task fails, then succeeds once the
+/// resolver iterates with new instructions (`iterated_json_flag_answers`); runs until settled
+/// and checks the chain and that the first resolve iterated.
+async fn iterates_json_flag(s: &mut crate::support::scenario::Scenario, number: u64) {
+    use crate::support::scenario::workflow_rule;
+    issue_opened(
+        s,
+        number,
+        "Add a --json flag",
+        "Please add --json.",
+        "alice",
+    );
+    s.rules.push(json!({"prompt_contains": "write json.txt with the flag's help text", "write": {"json.txt": "--json\n"},
+        "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
+    s.rules
+        .push(workflow_rule("Add the json flag", json!({}), "failed"));
+    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
+    let resolve = first_span(&trace, "resolve");
+    assert_eq!(resolve.meta["decision"], json!("iterate"));
+}
+
+/// Runs rover's summarize step on `agent` in `dir` and checks that its answer, rejected once
+/// (an empty summary), was repaired by the one retry.
+async fn assert_repaired(agent: &rover::agents::CliAgent, dir: &std::path::Path) {
+    let answer = run_structured::<SummarizeResult>(agent, summarize_request(dir))
+        .await
+        .expect("repaired");
+    assert_eq!(answer.value.summary, "CI is green; nothing to do.");
+    assert_eq!(answer.attempts, 2);
+    assert!(answer.first_error.is_some());
+}
+
 /// A host-side request of rover's summarize step, for `dir`.
 fn summarize_request(dir: &std::path::Path) -> rover::agents::AgentRequest {
     let step = AgentStep::Summarize;
@@ -167,10 +334,7 @@ fn real_agent(env: &[(String, String)]) -> rover::agents::CliAgent {
 
 #[tokio::test]
 async fn model_api_errors_through_the_real_claude_are_classified_and_only_transient_ones_retried() {
-    let root = tempfile::tempdir().unwrap();
-    let (dir, home) = (root.path().join("cwd"), root.path().join("home"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
+    let (_root, dir, home) = cwd_and("home");
     let cases = [
         (
             401,
@@ -211,17 +375,9 @@ async fn a_rejected_answer_from_the_real_claude_is_repaired_by_the_one_retry() {
         Reply::Answer(json!({"summary": "CI is green; nothing to do."})),
     ])
     .await;
-    let root = tempfile::tempdir().unwrap();
-    let (dir, home) = (root.path().join("cwd"), root.path().join("home"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
+    let (_root, dir, home) = cwd_and("home");
     let agent = real_agent(&cli_env(&api, &home));
-    let answer = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
-        .await
-        .expect("repaired");
-    assert_eq!(answer.value.summary, "CI is green; nothing to do.");
-    assert_eq!(answer.attempts, 2);
-    assert!(answer.first_error.is_some());
+    assert_repaired(&agent, &dir).await;
 }
 
 /// The whole pipeline through the real daemon with the real claude for every host-side step
@@ -233,22 +389,14 @@ async fn the_daemon_with_the_real_claude_plans_ships_a_pr_and_answers() {
     let api = FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
-    let home = s.env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    s.github
-        .add_issue(70, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 70, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    issue_opened(&s, 70, "Add a --json flag", "Please add --json.", "alice");
     // Only the workflow agent (in its container) is the fake agent.
     s.rules.push(workflow_rule(
         "Add the json flag",
         json!({"json.txt": "--json\n"}),
         "completed",
     ));
-    s.env_vars.extend(cli_env(&api, &home));
-    s.env_vars.push((
-        "ROVER_CLAUDE_BIN".into(),
-        real_claude().display().to_string(),
-    ));
+    real_claude_env(&api, &mut s);
     let trace = s
         .settle_as(
             12,
@@ -313,8 +461,6 @@ pub(crate) async fn json_flag_in_a_real_sandbox(
     let api =
         FakeAnthropic::scripted(vec![Reply::BySystem(json_flag_answers(Some(workflow)))]).await;
     let mut s = Scenario::new().await;
-    let home = s.env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
     let cli_names = [
         "CLAUDE_CODE_MAX_RETRIES",
         "DISABLE_AUTOUPDATER",
@@ -333,14 +479,8 @@ pub(crate) async fn json_flag_in_a_real_sandbox(
         &mut s.extra_config,
         &json!({"autopilot": {"sandbox": sandbox}}),
     );
-    s.github
-        .add_issue(71, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 71, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
-    s.env_vars.extend(cli_env(&api, &home));
-    s.env_vars.push((
-        "ROVER_CLAUDE_BIN".into(),
-        real_claude().display().to_string(),
-    ));
+    issue_opened(&s, 71, "Add a --json flag", "Please add --json.", "alice");
+    real_claude_env(&api, &mut s);
     (s, api)
 }
 
@@ -354,10 +494,7 @@ async fn the_real_claude_in_the_real_sandbox_image_makes_the_change_that_ships()
             "event coordinate plan workflow commit resolve push notify",
         )
         .await;
-    let push = first_span(&trace, "push");
-    let branch = push.meta["branch"].as_str().unwrap();
-    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
-    assert_eq!(shipped, "--json prints JSON");
+    assert_json_shipped(&s, &trace);
     let workflow_requests = api
         .requests()
         .into_iter()
@@ -468,10 +605,7 @@ async fn the_real_claude_reviews_in_the_sandbox_with_read_only_tools_and_its_edi
             .any(|r| r.starts_with("true") && r.contains("No such tool available: Write")),
         "the Write was not refused as an unavailable tool: {results:?}"
     );
-    let push = first_span(&trace, "push");
-    let branch = push.meta["branch"].as_str().unwrap();
-    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
-    assert_eq!(shipped, "--json prints JSON");
+    assert_json_shipped(&s, &trace);
     eprintln!(
         "real claude as the reviewer in {image}: {} model requests, tools offered: read-only; the Write was refused",
         reviewer.len()
@@ -567,10 +701,7 @@ async fn the_real_codex_answers_a_host_step_in_structured_form_without_shell_too
         json!({"summary": "Nothing to do: CI is green."}),
     )])
     .await;
-    let root = tempfile::tempdir().unwrap();
-    let (dir, codex_home) = (root.path().join("cwd"), root.path().join("codex-home"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&codex_home).unwrap();
+    let (_root, dir, codex_home) = cwd_and("codex-home");
     let agent = real_codex_agent(&api, &codex_home);
     let answer = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
         .await
@@ -619,10 +750,7 @@ async fn the_real_codex_answers_a_host_step_in_structured_form_without_shell_too
 
 #[tokio::test]
 async fn model_api_errors_through_the_real_codex_are_classified() {
-    let root = tempfile::tempdir().unwrap();
-    let (dir, codex_home) = (root.path().join("cwd"), root.path().join("codex-home"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&codex_home).unwrap();
+    let (_root, dir, codex_home) = cwd_and("codex-home");
     let mut seen = Vec::new();
     for (status, message, class) in [
         (
@@ -663,17 +791,9 @@ async fn a_rejected_answer_from_the_real_codex_is_repaired_by_the_one_retry() {
         FakeReply::Answer(json!({"summary": "CI is green; nothing to do."})),
     ])
     .await;
-    let root = tempfile::tempdir().unwrap();
-    let (dir, codex_home) = (root.path().join("cwd"), root.path().join("codex-home"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&codex_home).unwrap();
+    let (_root, dir, codex_home) = cwd_and("codex-home");
     let agent = real_codex_agent(&api, &codex_home);
-    let answer = run_structured::<SummarizeResult>(&agent, summarize_request(&dir))
-        .await
-        .expect("repaired");
-    assert_eq!(answer.value.summary, "CI is green; nothing to do.");
-    assert_eq!(answer.attempts, 2);
-    assert!(answer.first_error.is_some());
+    assert_repaired(&agent, &dir).await;
     let requests = api.responses_requests();
     assert_eq!(requests.len(), 2, "one call, then the one retry");
     let retry = requests[1].body.to_string();
@@ -691,62 +811,12 @@ async fn a_rejected_answer_from_the_real_codex_is_repaired_by_the_one_retry() {
 /// claude deciding on the host (the workflow agent is the fake agent in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::support::scenario::{workflow_rule, Scenario};
-    // A vague issue: the planner asks which format.
-    let api = FakeAnthropic::scripted(vec![Reply::BySystem(vec![
-        ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
-        ("Role: rover planner", json!({"analysis": "The format is unclear.", "clarification": "Which format should the export use: CSV or JSON?", "tasks": []})),
-        ("Role: rover notifier", json!({"message": "Which format should the export use: CSV or JSON?"})),
-    ])])
+    clarifies_then_iterates(
+        |answers| FakeAnthropic::scripted(vec![Reply::BySystem(answers)]),
+        real_claude_env,
+        (72, 73),
+    )
     .await;
-    let mut s = Scenario::new().await;
-    let home = s.env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    s.github
-        .add_issue(72, "Add an export", "We need an export.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 72, "title": "Add an export", "body": "We need an export.", "user": {"login": "alice"}}}));
-    s.env_vars.extend(cli_env(&api, &home));
-    s.env_vars.push((
-        "ROVER_CLAUDE_BIN".into(),
-        real_claude().display().to_string(),
-    ));
-    s.settle_as(8, "event coordinate plan notify").await;
-    assert!(s
-        .github
-        .comment_bodies(72)
-        .iter()
-        .any(|c| c.contains("CSV or JSON")));
-
-    // A task that fails, then succeeds once the resolver iterates with new instructions.
-    let mut answers = json_flag_answers(None);
-    for (role, answer) in &mut answers {
-        if *role == "Role: rover resolver" {
-            *answer = json!({"__sequence": [
-                {"decision": "iterate", "reasoning": "The approach was wrong.", "instructions": "write json.txt with the flag's help text", "retry_step": null, "message": null, "corrective_commands": []},
-                {"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}
-            ]});
-        }
-    }
-    let api = FakeAnthropic::scripted(vec![Reply::BySystem(answers)]).await;
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    let home = s.env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    s.github
-        .add_issue(73, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 73, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
-    s.rules.push(json!({"prompt_contains": "write json.txt with the flag's help text", "write": {"json.txt": "--json\n"},
-        "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
-    s.rules
-        .push(workflow_rule("Add the json flag", json!({}), "failed"));
-    s.env_vars.extend(cli_env(&api, &home));
-    s.env_vars.push((
-        "ROVER_CLAUDE_BIN".into(),
-        real_claude().display().to_string(),
-    ));
-    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
-    let resolve = first_span(&trace, "resolve");
-    assert_eq!(resolve.meta["decision"], json!("iterate"));
 }
 
 /// The whole pipeline through the real daemon with `agent: codex`: the real codex CLI answers
@@ -754,37 +824,18 @@ async fn the_daemon_with_the_real_claude_asks_for_clarification_and_iterates_a_f
 /// alone; the workflow agent is the fake codex in a container.
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_plans_ships_a_pr_and_answers() {
-    use crate::support::scenario::{merge, workflow_rule, Scenario};
+    use crate::support::scenario::{workflow_rule, Scenario};
     let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(json_flag_answers(None))]).await;
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
-    merge(
-        &mut s.extra_config,
-        &json!({"autopilot": {"agent": {"agent": "codex"},
-            "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT"], "egress": "model-only"}}}),
-    );
-    s.github
-        .add_issue(74, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 74, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    codex_in_the_sandbox(&api, &mut s);
+    issue_opened(&s, 74, "Add a --json flag", "Please add --json.", "alice");
     s.rules.push(workflow_rule(
         "Add the json flag",
         json!({"json.txt": "--json\n"}),
         "completed",
     ));
-    real_codex_env(&api, &mut s);
-    s.run_until_settled(12).await;
-    let trace = s.the_trace();
-    let workflow = first_span(&trace, "workflow");
-    assert_eq!(
-        workflow.status.to_string(),
-        "completed",
-        "{:?}",
-        workflow.meta
-    );
-    assert_chain(
-        &trace,
-        "event coordinate plan workflow commit resolve push notify",
-    );
+    let (trace, _) = shipped(&s, 12).await;
     let commit = first_span(&trace, "commit");
     assert_eq!(
         commit.meta["messageSource"],
@@ -822,27 +873,10 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
             "sandbox": {"image": image, "memoryMb": 2048, "cpus": 1.0, "timeoutSecs": 300,
                 "envAllow": ["IS_SANDBOX"]}}}),
     );
-    s.github
-        .add_issue(75, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 75, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
+    issue_opened(&s, 75, "Add a --json flag", "Please add --json.", "alice");
     real_codex_env(&api, &mut s);
-    s.run_until_settled(20).await;
-    let trace = s.the_trace();
-    let workflow = first_span(&trace, "workflow");
-    assert_eq!(
-        workflow.status.to_string(),
-        "completed",
-        "{:?}",
-        workflow.meta
-    );
-    assert_chain(
-        &trace,
-        "event coordinate plan workflow commit resolve push notify",
-    );
-    let push = first_span(&trace, "push");
-    let branch = push.meta["branch"].as_str().unwrap();
-    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
-    assert_eq!(shipped, "--json prints JSON");
+    let (trace, workflow) = shipped(&s, 20).await;
+    assert_json_shipped(&s, &trace);
     let from_container = api
         .responses_requests()
         .iter()
@@ -882,57 +916,11 @@ async fn the_real_codex_in_the_real_sandbox_image_makes_the_change_that_ships() 
 /// codex deciding on the host (the workflow agent is the fake codex in a container).
 #[tokio::test]
 async fn the_daemon_with_the_real_codex_asks_for_clarification_and_iterates_a_failed_task() {
-    use crate::support::scenario::{merge, workflow_rule, Scenario};
-    let codex_scenario = |api: &FakeOpenAi, s: &mut Scenario| {
-        merge(
-            &mut s.extra_config,
-            &json!({"autopilot": {"agent": {"agent": "codex"},
-                "sandbox": {"envAllow": ["ROVER_FAKE_AGENT_SCRIPT"], "egress": "model-only"}}}),
-        );
-        real_codex_env(api, s);
-    };
-    // A vague issue: the planner asks which format.
-    let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(vec![
-        ("Role: rover coordinator", json!({"decision": "plan", "confidence": 0.8, "reasoning": "A feature request.", "directive": "Add an export", "task": null, "message": null, "condition": null, "task_id": null})),
-        ("Role: rover planner", json!({"analysis": "The format is unclear.", "clarification": "Which format should the export use: CSV or JSON?", "tasks": []})),
-        ("Role: rover notifier", json!({"message": "Which format should the export use: CSV or JSON?"})),
-    ])])
+    let api = clarifies_then_iterates(
+        |answers| FakeOpenAi::start(vec![FakeReply::ByPrompt(answers)]),
+        codex_in_the_sandbox,
+        (76, 77),
+    )
     .await;
-    let mut s = Scenario::new().await;
-    codex_scenario(&api, &mut s);
-    s.github
-        .add_issue(76, "Add an export", "We need an export.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 76, "title": "Add an export", "body": "We need an export.", "user": {"login": "alice"}}}));
-    s.settle_as(8, "event coordinate plan notify").await;
-    assert!(s
-        .github
-        .comment_bodies(76)
-        .iter()
-        .any(|c| c.contains("CSV or JSON")));
-
-    // A task that fails, then succeeds once the resolver iterates with new instructions.
-    let mut answers = json_flag_answers(None);
-    for (role, answer) in &mut answers {
-        if *role == "Role: rover resolver" {
-            *answer = json!({"__sequence": [
-                {"decision": "iterate", "reasoning": "The approach was wrong.", "instructions": "write json.txt with the flag's help text", "retry_step": null, "message": null, "corrective_commands": []},
-                {"decision": "push", "reasoning": "The task is committed.", "instructions": null, "retry_step": null, "message": null, "corrective_commands": []}
-            ]});
-        }
-    }
-    let api = FakeOpenAi::start(vec![FakeReply::ByPrompt(answers)]).await;
-    let mut s = Scenario::new().await;
-    s.with_sandbox().await;
-    codex_scenario(&api, &mut s);
-    s.github
-        .add_issue(77, "Add a --json flag", "Please add --json.", "alice", &[]);
-    s.github.seed_event("IssuesEvent", "alice", json!({"action": "opened", "issue": {"number": 77, "title": "Add a --json flag", "body": "Please add --json.", "user": {"login": "alice"}}}));
-    s.rules.push(json!({"prompt_contains": "write json.txt with the flag's help text", "write": {"json.txt": "--json\n"},
-        "structured": {"status": "completed", "summary": "Added json.txt.", "files_changed": ["json.txt"]}}));
-    s.rules
-        .push(workflow_rule("Add the json flag", json!({}), "failed"));
-    let trace = s.settle_as(14, "event coordinate plan workflow:failed commit resolve workflow commit resolve push notify").await;
-    let resolve = first_span(&trace, "resolve");
-    assert_eq!(resolve.meta["decision"], json!("iterate"));
     assert!(api.responses_requests().iter().all(|r| r.authorized));
 }

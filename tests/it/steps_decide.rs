@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use rover::config::RoverConfig;
 use rover::github::{compose, Channel, EventAction, EventKind, NormalizedEvent, Visibility};
-use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError};
+use rover::orchestrator::{Finished, Outcome, Step, StepContext, StepError, StepOrchestrator};
 use rover::steps::meta::{
     self, CleanupMeta, NotifyMeta, NotifyPurpose, PlanMeta, WorkflowMeta, WorkflowType,
 };
@@ -79,6 +79,29 @@ fn event(
     e
 }
 
+/// A `kind`/`action` event about issue `number` by `actor`, answered on the issue.
+fn on_issue(kind: EventKind, action: EventAction, number: u64, actor: &str) -> NormalizedEvent {
+    event(
+        kind,
+        Some(action),
+        Some(number),
+        actor,
+        Channel::IssueComment { number },
+    )
+}
+
+/// A `kind`/`action` event about pull request `number` by `actor`, answered on its
+/// conversation.
+fn on_pr(kind: EventKind, action: EventAction, number: u64, actor: &str) -> NormalizedEvent {
+    event(
+        kind,
+        Some(action),
+        Some(number),
+        actor,
+        Channel::PrComment { number },
+    )
+}
+
 /// Start a trace for a GitHub event (root span + its `coordinate` action).
 fn submit_github(p: &Pipeline, e: &NormalizedEvent) -> Uuid {
     let (root, first) = rover::intake::github_trace(
@@ -120,6 +143,78 @@ fn add_mapping(p: &Pipeline, branch: &str) -> Uuid {
         })
         .expect("write mapping");
     key
+}
+
+/// The meta of the first action the span of `step` produced.
+fn first_produced<T: serde::de::DeserializeOwned>(view: &TraceView, step: &str) -> T {
+    meta::read(&produced(view, step)[0]).expect("meta")
+}
+
+/// The prompt of the `n`-th agent call (from 0).
+fn prompt_of(calls: &[Value], n: usize) -> &str {
+    calls[n]["prompt"].as_str().expect("prompt")
+}
+
+/// Alice's pull request #12 titled `title` (`feature/fast` at `SHA` into `main`) on `fake`,
+/// alice a writer.
+fn alices_pr(fake: &FakeGitHub, title: &str) {
+    fake.add_pull(12, title, "alice", "feature/fast", SHA, "main");
+    fake.set_permission("alice", "write");
+}
+
+/// A trace for alice opening pull request #12.
+fn pr_opened(p: &Pipeline) -> Uuid {
+    submit_github(
+        p,
+        &on_pr(EventKind::PullRequest, EventAction::Opened, 12, "alice"),
+    )
+}
+
+/// The coordinator waits for "CI to finish"; re-evaluating the wait, it answers that CI is
+/// green, which the notifier says.
+fn wait_then_green() -> Value {
+    json!([
+        {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
+        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
+        {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
+    ])
+}
+
+/// The decision steps on `p` with `config()`, the fake agent answering `script`, GitHub the
+/// real client against `fake`: the pipeline and its orchestrator.
+fn on_fake(p: Pipeline, script: &Value, fake: &FakeGitHub) -> (Pipeline, StepOrchestrator) {
+    Case::on(p, script)
+        .config(config())
+        .github(fake)
+        .build(steps)
+}
+
+/// `on_fake` on a new pipeline whose store maps task `task-fix-login` to `ROVER_BRANCH`
+/// (`add_mapping`): the pipeline, its orchestrator and the mapping's key.
+fn mapped(script: &Value, fake: &FakeGitHub) -> (Pipeline, StepOrchestrator, Uuid) {
+    let p = Pipeline::new();
+    let key = add_mapping(&p, ROVER_BRANCH);
+    let (p, orch) = on_fake(p, script, fake);
+    (p, orch, key)
+}
+
+/// Rover's pull request #7 on `ROVER_BRANCH` (on `fake`) closed by alice, an admin, `merged`
+/// or not: runs its trace to a cleanup and returns the trace and the cleanup's meta.
+async fn rovers_pr_closed(
+    fake: &FakeGitHub,
+    p: &Pipeline,
+    orch: &StepOrchestrator,
+    merged: bool,
+) -> (TraceView, CleanupMeta) {
+    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
+    fake.set_permission("alice", "admin");
+    let mut e = on_pr(EventKind::PullRequest, EventAction::Closed, 7, "alice");
+    e.merged = Some(merged);
+    e.head_branch = Some(ROVER_BRANCH.into());
+    let trace = submit_github(p, &e);
+    let view = p.run_as(orch, trace, "event coordinate cleanup").await;
+    let cleanup = first_produced(&view, "coordinate");
+    (view, cleanup)
 }
 
 /// The actions the span of `step` produced.
@@ -169,13 +264,7 @@ async fn untrusted_author_ends_in_noop_without_the_agent() {
     fake.set_permission("mallory", "read");
     let script = json!([{"structured": coordinate_answer("plan", &json!({"directive": "x"}))}]);
     let (p, orch) = case(&script).github(&fake).build(steps);
-    let e = event(
-        EventKind::Issues,
-        Some(EventAction::Opened),
-        Some(5),
-        "mallory",
-        Channel::IssueComment { number: 5 },
-    );
+    let e = on_issue(EventKind::Issues, EventAction::Opened, 5, "mallory");
     let trace = submit_github(&p, &e);
     let view = p.run_as(&orch, trace, "event coordinate noop").await;
     let noop = produced(&view, "coordinate");
@@ -212,15 +301,20 @@ async fn coordinate_local(answer: Value, more: Vec<Value>) -> (Pipeline, Uuid) {
     (p, trace)
 }
 
+/// `coordinate_local`, then checks the trace's chain of steps (`short`); returns the pipeline
+/// and the trace.
+async fn decided_local(answer: Value, more: Vec<Value>, short: &str) -> (Pipeline, TraceView) {
+    let (p, trace) = coordinate_local(answer, more).await;
+    let view = p.trace(trace);
+    assert_chain(&view, short);
+    (p, view)
+}
+
 #[tokio::test]
 async fn coordinator_noop_ends_with_an_ai_summary() {
-    let (p, trace) = coordinate_local(
+    let (p, view) = decided_local(
         coordinate_answer("noop", &json!({})),
-        vec![json!({"prompt_contains": SUMMARIZE, "structured": {"summary": "Nothing to do: the request was already handled."}})],
-    )
-    .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate noop");
+        vec![json!({"prompt_contains": SUMMARIZE, "structured": {"summary": "Nothing to do: the request was already handled."}})], "event coordinate noop").await;
     let coordinate = last_span(&view, "coordinate");
     assert_eq!(coordinate.meta["decision"], "noop");
     assert_eq!(coordinate.meta["decidedBy"], "agent");
@@ -235,7 +329,7 @@ async fn coordinator_noop_ends_with_an_ai_summary() {
     assert_eq!(noop.meta["summarySource"], "agent");
     // The local request reached the coordinator's prompt as trusted text.
     let calls = p.agents.calls();
-    let prompt = calls[0]["prompt"].as_str().expect("prompt");
+    let prompt = prompt_of(&calls, 0);
     assert!(prompt.contains("Make the login page remember the user"));
     assert!(prompt.contains("(trusted)"));
 }
@@ -260,35 +354,24 @@ async fn noop_falls_back_to_span_summaries_when_the_agent_fails() {
 
 #[tokio::test]
 async fn coordinator_plan_carries_the_directive() {
-    let (p, trace) = coordinate_local(
+    let (p, view) = decided_local(
         coordinate_answer("plan", &json!({"directive": "Persist the session cookie"})),
-        vec![json!({"prompt_contains": PLAN, "structured": {"analysis": "small", "tasks": [task("a", &[])], "clarification": null}})],
-    )
-    .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate plan workflow");
+        vec![json!({"prompt_contains": PLAN, "structured": {"analysis": "small", "tasks": [task("a", &[])], "clarification": null}})], "event coordinate plan workflow").await;
     let plan = produced(&view, "coordinate");
     let meta: PlanMeta = meta::read(&plan[0]).expect("plan meta");
     assert_eq!(meta.directive, "Persist the session cookie");
     assert_eq!(meta.existing_task, None);
     // The directive reached the planner.
     let calls = p.agents.calls();
-    assert!(calls[1]["prompt"]
-        .as_str()
-        .expect("prompt")
-        .contains("Persist the session cookie"));
+    assert!(prompt_of(&calls, 1).contains("Persist the session cookie"));
 }
 
 #[tokio::test]
 async fn coordinator_notify_answers_in_the_local_trace() {
-    let (p, trace) = coordinate_local(
+    let (p, view) = decided_local(
         coordinate_answer("notify", &json!({"message": "This was fixed in v2.1."})),
-        vec![json!({"prompt_contains": NOTIFY, "structured": {"message": "Already fixed in v2.1 — upgrade and it works."}})],
-    )
-    .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate notify");
-    let action: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+        vec![json!({"prompt_contains": NOTIFY, "structured": {"message": "Already fixed in v2.1 — upgrade and it works."}})], "event coordinate notify").await;
+    let action: NotifyMeta = first_produced(&view, "coordinate");
     assert_eq!(action.purpose, NotifyPurpose::Answer);
     assert_eq!(action.message.as_deref(), Some("This was fixed in v2.1."));
     let notify = last_span(&view, "notify");
@@ -304,22 +387,18 @@ async fn coordinator_notify_answers_in_the_local_trace() {
     );
     // The drafted message reached the notifier's prompt.
     let calls = p.agents.calls();
-    assert!(calls[1]["prompt"]
-        .as_str()
-        .expect("prompt")
-        .contains("This was fixed in v2.1."));
+    assert!(prompt_of(&calls, 1).contains("This was fixed in v2.1."));
 }
 
 #[tokio::test]
 async fn coordinator_flag_becomes_a_notify_asking_a_human() {
-    let (p, trace) = coordinate_local(
+    let (_p, view) = decided_local(
         coordinate_answer("flag", &json!({"condition": "it touches the billing code"})),
         vec![json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401})],
+        "event coordinate notify",
     )
     .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate notify");
-    let action: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    let action: NotifyMeta = first_produced(&view, "coordinate");
     assert_eq!(action.purpose, NotifyPurpose::Flag);
     let notify = last_span(&view, "notify");
     // The agent failed: the deterministic message still asks a human to look.
@@ -335,16 +414,8 @@ async fn coordinator_flag_becomes_a_notify_asking_a_human() {
 #[tokio::test]
 async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(
-        12,
-        "Speed up the build",
-        "alice",
-        "feature/fast",
-        SHA,
-        "main",
-    );
+    alices_pr(&fake, "Speed up the build");
     fake.add_check_run(SHA, "ci / test", "in_progress", None);
-    fake.set_permission("alice", "write");
     let script = json!([
         {"invocation": 1, "structured": coordinate_answer("wait", &json!({"condition": "CI on the PR to finish"}))},
         {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waiting for CI."}},
@@ -352,16 +423,7 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("notify", &json!({"message": "CI passed, merging is up to you."}))},
     ]);
     let (p, orch) = case(&script).github(&fake).build(steps);
-    let first = submit_github(
-        &p,
-        &event(
-            EventKind::PullRequest,
-            Some(EventAction::Opened),
-            Some(12),
-            "alice",
-            Channel::PrComment { number: 12 },
-        ),
-    );
+    let first = pr_opened(&p);
     let before = Utc::now();
     p.run(&orch).await;
     // The wait is a `coordinate` of the same trace, queued for its deadline (30 minutes).
@@ -394,13 +456,7 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
     // waits, and the waiting action ends saying which trace took over.
     let second = submit_github(
         &p,
-        &event(
-            EventKind::IssueComment,
-            Some(EventAction::Created),
-            Some(12),
-            "alice",
-            Channel::PrComment { number: 12 },
-        ),
+        &on_pr(EventKind::IssueComment, EventAction::Created, 12, "alice"),
     );
     p.run(&orch).await;
     let coordinate = last_span(&p.trace(second), "coordinate");
@@ -432,13 +488,7 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
     // Settled: the next event sees no open wait.
     let third = submit_github(
         &p,
-        &event(
-            EventKind::IssueComment,
-            Some(EventAction::Created),
-            Some(12),
-            "alice",
-            Channel::PrComment { number: 12 },
-        ),
+        &on_pr(EventKind::IssueComment, EventAction::Created, 12, "alice"),
     );
     p.run(&orch).await;
     assert_eq!(
@@ -450,22 +500,13 @@ async fn coordinator_wait_is_scheduled_and_the_next_event_takes_it_over() {
 #[tokio::test]
 async fn an_untrusted_event_does_not_take_over_a_wait() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
-    fake.set_permission("alice", "write");
+    alices_pr(&fake, "Speed up");
     fake.set_permission("mallory", "read");
     let script = json!([
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
     ]);
     let (p, orch) = case(&script).github(&fake).build(steps);
-    let pr = |who: &str| {
-        event(
-            EventKind::IssueComment,
-            Some(EventAction::Created),
-            Some(12),
-            who,
-            Channel::PrComment { number: 12 },
-        )
-    };
+    let pr = |who: &str| on_pr(EventKind::IssueComment, EventAction::Created, 12, who);
     let first = submit_github(&p, &pr("alice"));
     p.run(&orch).await;
     let mallory = submit_github(&p, &pr("mallory"));
@@ -480,26 +521,12 @@ async fn an_untrusted_event_does_not_take_over_a_wait() {
 #[tokio::test]
 async fn a_ci_outcome_for_the_prs_head_wakes_its_wait_before_the_deadline() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
+    alices_pr(&fake, "Speed up");
     fake.add_check_run(SHA, "ci / test", "in_progress", None);
-    fake.set_permission("alice", "write");
-    let script = json!([
-        {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
-        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
-        {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
-    ]);
+    let script = wait_then_green();
     // The wait lasts 30 minutes (the default).
     let (p, orch) = case(&script).github(&fake).build(steps);
-    let trace = submit_github(
-        &p,
-        &event(
-            EventKind::PullRequest,
-            Some(EventAction::Opened),
-            Some(12),
-            "alice",
-            Channel::PrComment { number: 12 },
-        ),
-    );
+    let trace = pr_opened(&p);
     p.run_as(&orch, trace, "event coordinate").await;
     let wait = &produced(&p.trace(trace), "coordinate")[0];
     assert_eq!(wait.meta["wait"]["headSha"], SHA);
@@ -546,27 +573,13 @@ fn waiting_config(max_waits: u32) -> RoverConfig {
 #[tokio::test]
 async fn a_wait_is_re_evaluated_at_its_deadline_with_what_it_waited_for() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
-    fake.set_permission("alice", "write");
-    let script = json!([
-        {"prompt_contains": rover::steps::coordinate::REEVALUATION_HEADING, "structured": coordinate_answer("notify", &json!({"message": "CI is green now."}))},
-        {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
-        {"prompt_contains": NOTIFY, "structured": {"message": "CI is green now."}},
-    ]);
+    alices_pr(&fake, "Speed up");
+    let script = wait_then_green();
     let (p, orch) = Case::new(&script)
         .config(waiting_config(3))
         .github(&fake)
         .build(steps);
-    let trace = submit_github(
-        &p,
-        &event(
-            EventKind::PullRequest,
-            Some(EventAction::Opened),
-            Some(12),
-            "alice",
-            Channel::PrComment { number: 12 },
-        ),
-    );
+    let trace = pr_opened(&p);
     let view = p
         .run_as(&orch, trace, "event coordinate coordinate notify")
         .await;
@@ -590,8 +603,7 @@ async fn a_wait_is_re_evaluated_at_its_deadline_with_what_it_waited_for() {
 #[tokio::test]
 async fn waits_stop_at_max_waits_with_a_noop_that_says_so() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(12, "Speed up", "alice", "feature/fast", SHA, "main");
-    fake.set_permission("alice", "write");
+    alices_pr(&fake, "Speed up");
     let script = json!([
         {"prompt_contains": COORDINATE, "structured": coordinate_answer("wait", &json!({"condition": "CI to finish"}))},
         {"prompt_contains": SUMMARIZE, "structured": {"summary": "Waited twice for CI."}},
@@ -600,16 +612,7 @@ async fn waits_stop_at_max_waits_with_a_noop_that_says_so() {
         .config(waiting_config(2))
         .github(&fake)
         .build(steps);
-    let trace = submit_github(
-        &p,
-        &event(
-            EventKind::PullRequest,
-            Some(EventAction::Opened),
-            Some(12),
-            "alice",
-            Channel::PrComment { number: 12 },
-        ),
-    );
+    let trace = pr_opened(&p);
     let view = p
         .run_as(&orch, trace, "event coordinate coordinate coordinate noop")
         .await;
@@ -625,7 +628,7 @@ async fn waits_stop_at_max_waits_with_a_noop_that_says_so() {
 
 #[tokio::test]
 async fn coordinator_workflow_decision_carries_the_task() {
-    let (p, trace) = coordinate_local(
+    let (_p, view) = decided_local(
         coordinate_answer(
             "workflow",
             &json!({"task": {"id": "t1", "title": "Review the auth module",
@@ -633,11 +636,10 @@ async fn coordinator_workflow_decision_carries_the_task() {
                 "workflow_type": "security-analyst", "depends_on": []}}),
         ),
         vec![],
+        "event coordinate workflow",
     )
     .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate workflow");
-    let workflow: WorkflowMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    let workflow: WorkflowMeta = first_produced(&view, "coordinate");
     assert_eq!(workflow.title, "Review the auth module");
     assert_eq!(workflow.description, "Look for injection");
     assert_eq!(workflow.workflow_type, WorkflowType::SecurityAnalyst);
@@ -649,26 +651,8 @@ async fn coordinator_workflow_decision_carries_the_task() {
 #[tokio::test]
 async fn merged_rover_pr_is_cleaned_up_without_the_agent() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
-    fake.set_permission("alice", "admin");
-    let p = Pipeline::new();
-    let key = add_mapping(&p, ROVER_BRANCH);
-    let (p, orch) = Case::on(p, &json!([]))
-        .config(config())
-        .github(&fake)
-        .build(steps);
-    let mut e = event(
-        EventKind::PullRequest,
-        Some(EventAction::Closed),
-        Some(7),
-        "alice",
-        Channel::PrComment { number: 7 },
-    );
-    e.merged = Some(true);
-    e.head_branch = Some(ROVER_BRANCH.into());
-    let trace = submit_github(&p, &e);
-    let view = p.run_as(&orch, trace, "event coordinate cleanup").await;
-    let cleanup: CleanupMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    let (p, orch, key) = mapped(&json!([]), &fake);
+    let (view, cleanup) = rovers_pr_closed(&fake, &p, &orch, true).await;
     assert_eq!(cleanup.tasks, vec![key]);
     assert_eq!(cleanup.branch.as_deref(), Some(ROVER_BRANCH));
     assert_eq!(last_span(&view, "coordinate").meta["decidedBy"], "rule");
@@ -678,8 +662,6 @@ async fn merged_rover_pr_is_cleaned_up_without_the_agent() {
 #[tokio::test]
 async fn a_rover_pr_closed_without_merging_frees_every_task_of_its_trace() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(7, "Fix login", BOT, ROVER_BRANCH, SHA, "main");
-    fake.set_permission("alice", "admin");
     let p = Pipeline::new();
     // A consolidated pull request: two tasks of one trace, each on its own branch.
     let trace = Uuid::new_v4();
@@ -695,22 +677,8 @@ async fn a_rover_pr_closed_without_merging_frees_every_task_of_its_trace() {
         })
         .expect("write mappings");
     let unrelated = add_mapping(&p, "rover/elsewhere");
-    let (p, orch) = Case::on(p, &json!([]))
-        .config(config())
-        .github(&fake)
-        .build(steps);
-    let mut e = event(
-        EventKind::PullRequest,
-        Some(EventAction::Closed),
-        Some(7),
-        "alice",
-        Channel::PrComment { number: 7 },
-    );
-    e.merged = Some(false);
-    e.head_branch = Some(ROVER_BRANCH.into());
-    let closed = submit_github(&p, &e);
-    let view = p.run_as(&orch, closed, "event coordinate cleanup").await;
-    let cleanup: CleanupMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    let (p, orch) = on_fake(p, &json!([]), &fake);
+    let (view, cleanup) = rovers_pr_closed(&fake, &p, &orch, false).await;
     assert_eq!(cleanup.tasks, vec![head, other]);
     let reasoning = last_span(&view, "coordinate").meta["reasoning"].to_string();
     assert!(reasoning.contains("closed without merging"), "{reasoning}");
@@ -726,32 +694,20 @@ async fn coordinator_cleanup_decision_names_the_mapped_task() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(3, "Done with the login fix", "", "alice", &[]);
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
-    let key = add_mapping(&p, ROVER_BRANCH);
     let script = json!([{"prompt_contains": COORDINATE,
         "structured": coordinate_answer("cleanup", &json!({"task_id": "task-fix-login"}))}]);
-    let (p, orch) = Case::on(p, &script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch, key) = mapped(&script, &fake);
     let trace = submit_github(
         &p,
-        &event(
-            EventKind::IssueComment,
-            Some(EventAction::Created),
-            Some(3),
-            "alice",
-            Channel::IssueComment { number: 3 },
-        ),
+        &on_issue(EventKind::IssueComment, EventAction::Created, 3, "alice"),
     );
     p.run_as(&orch, trace, "event coordinate cleanup").await;
-    let cleanup: CleanupMeta =
-        meta::read(&produced(&p.trace(trace), "coordinate")[0]).expect("meta");
+    let cleanup: CleanupMeta = first_produced(&p.trace(trace), "coordinate");
     assert_eq!(cleanup.tasks, vec![key]);
     assert_eq!(cleanup.branch.as_deref(), Some(ROVER_BRANCH));
     // The mappings were in the prompt.
     let calls = p.agents.calls();
-    let prompt = calls[0]["prompt"].as_str().expect("prompt");
+    let prompt = prompt_of(&calls, 0);
     assert!(
         prompt.contains("task `task-fix-login`: branch `rover/task-fix-login`"),
         "{prompt}"
@@ -769,17 +725,12 @@ async fn feedback_on_a_rover_pr_plans_an_iteration_of_its_task() {
         "Please also handle logout.",
     );
     fake.set_permission("alice", "write");
-    let p = Pipeline::new();
-    let key = add_mapping(&p, ROVER_BRANCH);
     let script = json!([
         {"prompt_contains": COORDINATE,
          "structured": coordinate_answer("plan", &json!({"directive": "Handle logout as the review asks"}))},
         {"prompt_contains": PLAN, "structured": {"analysis": "one change", "tasks": [task("logout", &[])], "clarification": null}},
     ]);
-    let (p, orch) = Case::on(p, &script)
-        .config(config())
-        .github(&fake)
-        .build(steps);
+    let (p, orch, key) = mapped(&script, &fake);
     let trace = submit_github(
         &p,
         &event(
@@ -793,34 +744,27 @@ async fn feedback_on_a_rover_pr_plans_an_iteration_of_its_task() {
     let view = p
         .run_as(&orch, trace, "event coordinate plan workflow")
         .await;
-    let plan: PlanMeta = meta::read(&produced(&view, "coordinate")[0]).expect("plan meta");
+    let plan: PlanMeta = first_produced(&view, "coordinate");
     assert_eq!(plan.existing_task, Some(key));
     assert_eq!(plan.branch.as_deref(), Some(ROVER_BRANCH));
-    let workflow: WorkflowMeta = meta::read(&produced(&view, "plan")[0]).expect("workflow meta");
+    let workflow: WorkflowMeta = first_produced(&view, "plan");
     assert_eq!(workflow.iterate_on, Some(key));
     assert_eq!(workflow.branch.as_deref(), Some(ROVER_BRANCH));
     let calls = p.agents.calls();
-    assert!(calls[0]["prompt"]
-        .as_str()
-        .expect("prompt")
-        .contains("a pull request rover opened"));
-    let plan_prompt = calls[1]["prompt"].as_str().expect("prompt");
+    assert!(prompt_of(&calls, 0).contains("a pull request rover opened"));
+    let plan_prompt = prompt_of(&calls, 1);
     assert!(plan_prompt.contains("Iterate on the rover task below"));
     assert!(plan_prompt.contains("task: task-fix-login"));
 }
 
 #[tokio::test]
 async fn planner_wires_a_dependency_between_two_tasks() {
-    let (p, trace) = coordinate_local(
+    let (_p, view) = decided_local(
         coordinate_answer("plan", &json!({"directive": "Add remember-me with tests"})),
         vec![json!({"prompt_contains": PLAN, "structured": {"analysis": "two steps",
             "tasks": [task("impl", &[]), {"id": "tests", "title": "Add tests", "description": "Test it",
                 "acceptance_criteria": ["tests pass"], "workflow_type": "bug-finder", "depends_on": ["impl"]}],
-            "clarification": null}})],
-    )
-    .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate plan workflow workflow");
+            "clarification": null}})], "event coordinate plan workflow workflow").await;
     let actions = produced(&view, "plan");
     assert_eq!(actions.len(), 2);
     let first: WorkflowMeta = meta::read(&actions[0]).expect("meta");
@@ -843,17 +787,16 @@ async fn planner_wires_a_dependency_between_two_tasks() {
 async fn planner_cycle_is_rejected_and_reported() {
     let cyclic = json!({"analysis": "loops", "clarification": null,
         "tasks": [task("a", &["b"]), task("b", &["a"])]});
-    let (p, trace) = coordinate_local(
+    let (_p, view) = decided_local(
         coordinate_answer("plan", &json!({"directive": "Do a and b"})),
         vec![
             json!({"prompt_contains": PLAN, "structured": cyclic}),
             json!({"prompt_contains": "rejected", "structured": cyclic}),
             json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401}),
         ],
+        "event coordinate plan:error notify",
     )
     .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate plan:error notify");
     let plan = last_span(&view, "plan");
     let message = plan.meta["error"]["message"].as_str().expect("message");
     assert!(message.contains("cycle"), "{message}");
@@ -877,18 +820,17 @@ async fn planner_cycle_is_rejected_and_reported() {
 
 #[tokio::test]
 async fn planner_clarification_becomes_a_notify_with_the_question() {
-    let (p, trace) = coordinate_local(
+    let (_p, view) = decided_local(
         coordinate_answer("plan", &json!({"directive": "Improve the login"})),
         vec![
             json!({"prompt_contains": PLAN, "structured": {"analysis": "vague", "tasks": [],
                 "clarification": "Should remember-me last 7 or 30 days?"}}),
             json!({"prompt_contains": NOTIFY, "mode": "api_error", "status": 401}),
         ],
+        "event coordinate plan notify",
     )
     .await;
-    let view = p.trace(trace);
-    assert_chain(&view, "event coordinate plan notify");
-    let ask: NotifyMeta = meta::read(&produced(&view, "plan")[0]).expect("meta");
+    let ask: NotifyMeta = first_produced(&view, "plan");
     assert_eq!(ask.purpose, NotifyPurpose::Clarify);
     assert_eq!(
         ask.message.as_deref(),
@@ -932,13 +874,7 @@ async fn notify_posts_on_each_github_channel() {
         pr_url: Some("https://github.com/octo-org/widgets/pull/7".into()),
         ..NotifyMeta::default()
     };
-    let issue = event(
-        EventKind::Issues,
-        Some(EventAction::Opened),
-        Some(5),
-        "alice",
-        Channel::IssueComment { number: 5 },
-    );
+    let issue = on_issue(EventKind::Issues, EventAction::Opened, 5, "alice");
     let (p, trace, _) = notify_on(
         &fake,
         &issue,
@@ -955,10 +891,7 @@ async fn notify_posts_on_each_github_channel() {
     assert!(span.meta["url"].as_str().expect("url").contains("issues/5"));
     assert_eq!(span.meta["alreadyPosted"], false);
     // The notifier was told about the PR.
-    let prompt = p.agents.calls()[0]["prompt"]
-        .as_str()
-        .expect("prompt")
-        .to_owned();
+    let prompt = prompt_of(&p.agents.calls(), 0).to_owned();
     assert!(prompt.contains("pull request: https://github.com/octo-org/widgets/pull/7"));
 
     // Review findings on a PR conversation go out as a PR review.
@@ -967,12 +900,11 @@ async fn notify_posts_on_each_github_channel() {
         message: Some("Two findings.".into()),
         ..NotifyMeta::default()
     };
-    let pr = event(
+    let pr = on_pr(
         EventKind::PullRequest,
-        Some(EventAction::ReviewRequested),
-        Some(7),
+        EventAction::ReviewRequested,
+        7,
         "alice",
-        Channel::PrComment { number: 7 },
     );
     let (p, trace, _) =
         notify_on(&fake, &pr, &review, answer_notify("1. null check\n2. typo")).await;
@@ -1037,13 +969,7 @@ async fn notify_after_a_crash_finds_its_post_and_does_not_post_twice() {
     let (p, orch) = case(&answer_notify("Fixed in #7."))
         .github(&fake)
         .build(|s| vec![Arc::new(NotifyStep::new(s.clone()))]);
-    let e = event(
-        EventKind::Issues,
-        Some(EventAction::Opened),
-        Some(5),
-        "alice",
-        Channel::IssueComment { number: 5 },
-    );
+    let e = on_issue(EventKind::Issues, EventAction::Opened, 5, "alice");
     let answer = NotifyMeta {
         message: Some("Fixed in #7.".into()),
         ..NotifyMeta::default()
@@ -1070,13 +996,7 @@ async fn notify_after_a_crash_finds_its_post_and_does_not_post_twice() {
 async fn public_failure_messages_carry_no_paths_and_no_token() {
     let fake = FakeGitHub::start().await;
     fake.add_issue(5, "Login broken", "It fails", "alice", &[]);
-    let e = event(
-        EventKind::Issues,
-        Some(EventAction::Opened),
-        Some(5),
-        "alice",
-        Channel::IssueComment { number: 5 },
-    );
+    let e = on_issue(EventKind::Issues, EventAction::Opened, 5, "alice");
     let error = format!(
         "git push failed in /home/rover/.local/share/rover/worktrees/abc: remote said token {TOKEN} is invalid"
     );
@@ -1087,10 +1007,7 @@ async fn public_failure_messages_carry_no_paths_and_no_token() {
         format!("Push failed at /home/rover/.local/share/rover/worktrees/abc using {TOKEN}.");
     let (p, _, _) = notify_on(&fake, &e, &failure, answer_notify(&leaky)).await;
     // The token never reached the notifier's prompt either.
-    let prompt = p.agents.calls()[0]["prompt"]
-        .as_str()
-        .expect("prompt")
-        .to_owned();
+    let prompt = prompt_of(&p.agents.calls(), 0).to_owned();
     assert!(!prompt.contains(TOKEN));
     // The agent fails: the deterministic message names the step only.
     notify_on(
@@ -1123,18 +1040,10 @@ async fn public_failure_messages_carry_no_paths_and_no_token() {
 #[tokio::test]
 async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() {
     let fake = FakeGitHub::start().await;
-    fake.add_pull(
-        12,
-        "Speed up the build",
-        "alice",
-        "feature/fast",
-        SHA,
-        "main",
-    );
+    alices_pr(&fake, "Speed up the build");
     fake.add_comment(12, "bob", "The cache key looks wrong to me.");
     fake.add_comment(12, "carol", &format!("here is my token {TOKEN}, try it"));
     fake.add_check_run(SHA, "ci / lint", "completed", Some("failure"));
-    fake.set_permission("alice", "write");
     let script = json!([{"prompt_contains": COORDINATE, "structured": coordinate_answer("noop", &json!({}))}]);
     let (p, services) = case(&script)
         .github(&fake)
@@ -1147,20 +1056,14 @@ async fn coordinator_prompt_has_event_thread_ci_and_trace_but_never_the_token() 
         Arc::new(CoordinateStep::new(services.clone())),
         Arc::new(NoopStep),
     ]);
-    let mut e = event(
-        EventKind::IssueComment,
-        Some(EventAction::Created),
-        Some(12),
-        "alice",
-        Channel::PrComment { number: 12 },
-    );
+    let mut e = on_pr(EventKind::IssueComment, EventAction::Created, 12, "alice");
     e.body = Some("@rover please fix the lint failure".into());
     let trace = submit_github(&p, &e);
     p.run_as(&orch, trace, "event coordinate noop").await;
 
     let calls = p.agents.calls();
     assert_eq!(calls.len(), 1);
-    let prompt = calls[0]["prompt"].as_str().expect("prompt");
+    let prompt = prompt_of(&calls, 0);
     let system = calls[0]["systemPrompt"].as_str().unwrap_or_default();
     // The event.
     assert!(
@@ -1214,7 +1117,7 @@ async fn coordinator_agent_failure_fails_forward_to_notify() {
     assert_eq!(coordinate.meta["error"]["errorClass"], "auth");
     assert_eq!(coordinate.meta["error"]["agentStep"], "coordinate");
     assert_eq!(coordinate.meta["error"]["retryable"], false);
-    let failure: NotifyMeta = meta::read(&produced(&view, "coordinate")[0]).expect("meta");
+    let failure: NotifyMeta = first_produced(&view, "coordinate");
     assert_eq!(failure.purpose, NotifyPurpose::Failure);
     assert_eq!(failure.failed_step.as_deref(), Some("coordinate"));
     assert_eq!(
@@ -1238,13 +1141,7 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
     let (p, orch) = case(&script).github(&fake).build(steps);
     let opened = submit_github(
         &p,
-        &event(
-            EventKind::Issues,
-            Some(EventAction::Opened),
-            Some(20),
-            "alice",
-            Channel::IssueComment { number: 20 },
-        ),
+        &on_issue(EventKind::Issues, EventAction::Opened, 20, "alice"),
     );
     p.run_as(&orch, opened, "event coordinate plan notify")
         .await;
@@ -1253,20 +1150,14 @@ async fn clarification_is_asked_on_the_issue_and_the_reply_proceeds() {
     assert!(asked[0].starts_with("Which part should I improve"));
 
     fake.add_comment(20, "alice", "Remember-me, please.");
-    let mut reply = event(
-        EventKind::IssueComment,
-        Some(EventAction::Created),
-        Some(20),
-        "alice",
-        Channel::IssueComment { number: 20 },
-    );
+    let mut reply = on_issue(EventKind::IssueComment, EventAction::Created, 20, "alice");
     reply.body = Some("Remember-me, please.".into());
     let replied = submit_github(&p, &reply);
     p.run_as(&orch, replied, "event coordinate plan workflow")
         .await;
     // The second coordinator saw rover's question (marked as rover's) and the answer.
     let calls = p.agents.calls();
-    let prompt = calls[3]["prompt"].as_str().expect("prompt");
+    let prompt = prompt_of(&calls, 3);
     assert!(prompt.contains(COORDINATE), "{prompt}");
     assert!(prompt.contains("(rover, earlier)"), "{prompt}");
     assert!(prompt.contains("Which part should I improve"), "{prompt}");

@@ -10,6 +10,7 @@
 
 pub mod chain;
 pub mod child;
+pub mod common;
 pub mod docker;
 pub mod env;
 pub mod fake_agent;
