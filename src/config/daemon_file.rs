@@ -113,7 +113,9 @@ impl DaemonFile {
             path: path.to_path_buf(),
             source,
         })?;
-        DaemonFile::parse(path, &text)
+        // One name for one file, however it was given (`status` finds the daemon serving it).
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        DaemonFile::parse(&path, &text)
     }
 
     /// Checks `text`, the file at `path` (relative checkouts are resolved against its folder).
