@@ -180,17 +180,7 @@ pub fn start_fleet(
     let data_dir = crate::project::data_dir(host)?;
     let daemon_dir = data_dir.join("daemon");
     crate::store::fsio::ensure_dir(&daemon_dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| StartError::Internal(format!("cannot start the async runtime: {e}")))?;
-    let shutdown = CancellationToken::new();
-    let wake = Arc::new(tokio::sync::Notify::new());
-    let signal_failure = Arc::new(std::sync::Mutex::new(None));
-    let signals = runtime.block_on(async {
-        super::signals::spawn_signals(shutdown.clone(), wake.clone(), signal_failure.clone())
-    });
+    let process = super::process::Process::start()?;
     // One daemon file, one daemon: a second start is refused with the first one's pid.
     let lock = DaemonLock::try_acquire(&daemon_dir.join("daemon.lock"))?;
     let log_path = daemon_dir.join("log.jsonl");
@@ -204,35 +194,23 @@ pub fn start_fleet(
         file.path.display()
     );
     let board = Board::new(&data_dir, file);
-    let ended = runtime.block_on(serve_all(
-        file, &data_dir, options, host, &shutdown, &wake, &board,
+    let ended = process.runtime.block_on(serve_all(
+        file,
+        &data_dir,
+        options,
+        host,
+        &process.shutdown,
+        &process.wake,
+        &board,
     ));
-    if let Some(signals) = signals {
-        signals.abort();
-        let _ = runtime.block_on(signals);
-    }
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    // With `--once`, cron sees a repository that failed: the first failure, by its kind.
+    let code = ended.into_iter().try_fold(ExitCode::SUCCESS, |code, end| {
+        end.map(|c| if c == ExitCode::SUCCESS { code } else { c })
+    });
+    let code = process.stop(code);
     drop(log);
     drop(lock);
-    let failed = signal_failure
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take();
-    if let Some(why) = failed {
-        return Err(StartError::Internal(format!(
-            "rover stopped: {why}; what was running is recovered at the next start"
-        )));
-    }
-    // With `--once`, cron sees a repository that failed: the first failure, by its kind.
-    let mut code = ExitCode::SUCCESS;
-    for end in ended {
-        match end {
-            Ok(c) if c == ExitCode::SUCCESS => {}
-            Ok(c) => code = c,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(code)
+    code
 }
 
 /// Each repository in a task of its own; a SIGUSR1 wakes every one.

@@ -24,6 +24,7 @@ mod github;
 mod once;
 mod poller;
 mod preflight;
+mod process;
 mod proxy;
 mod reactions;
 mod reclaim;
@@ -37,7 +38,6 @@ mod webhook;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -132,18 +132,8 @@ pub fn start(
     let config = RoverConfig::load(&project.root)?;
     let data_dir = crate::project::data_dir(&host)?;
     let store = AutopilotStore::open(&data_dir, &project.id)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| StartError::Internal(format!("cannot start the async runtime: {e}")))?;
     // Signals before the lock: once the lock names this pid, a SIGTERM is a graceful stop.
-    let shutdown = CancellationToken::new();
-    let wake = Arc::new(tokio::sync::Notify::new());
-    let signal_failure = Arc::new(std::sync::Mutex::new(None));
-    let signals = runtime.block_on(async {
-        signals::spawn_signals(shutdown.clone(), wake.clone(), signal_failure.clone())
-    });
+    let process = process::Process::start()?;
     let lock = DaemonLock::try_acquire(&store.daemon_lock_path())?;
     let log = crate::logging::init(&store.log_path(), &host).map_err(|e| {
         StartError::Internal(format!(
@@ -151,34 +141,16 @@ pub fn start(
             store.log_path().display()
         ))
     })?;
-    let mut code = runtime.block_on(run(
+    let code = process.runtime.block_on(run(
         project,
         config,
         store.clone(),
         options,
         host,
-        shutdown,
-        wake,
+        process.shutdown.clone(),
+        process.wake.clone(),
     ));
-    // The signal handler lives as long as the daemon: ended here, its end seen.
-    if let Some(signals) = signals {
-        signals.abort();
-        if let Err(e) = runtime.block_on(signals) {
-            if !e.is_cancelled() {
-                tracing::error!(error = %e, "the signal handler ended abnormally");
-            }
-        }
-    }
-    let failed = signal_failure
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take();
-    if let (Some(why), Ok(_)) = (failed, &code) {
-        code = Err(StartError::Internal(format!(
-            "rover stopped: {why}; what was running is recovered at the next start"
-        )));
-    }
-    runtime.shutdown_timeout(Duration::from_secs(2));
+    let code = process.stop(code);
     // `state.json` whole for whoever reads it alone while the daemon is stopped.
     if let Err(e) = store.compact_state() {
         tracing::warn!(
