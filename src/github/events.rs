@@ -159,6 +159,10 @@ pub struct NormalizedEvent {
     pub merged: Option<bool>,
     /// The label added (labeled actions).
     pub label: Option<String>,
+    /// The labels the issue or pull request carried when the event was sent (the scheduler's
+    /// `critical`, `quick-win`): at most [`MAX_LABELS`], each at most 50 characters as on GitHub.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
     /// The text of the comment or review, when the payload carries one.
     pub body: Option<String>,
     /// Where a human sees the thing the event is about.
@@ -195,6 +199,7 @@ impl NormalizedEvent {
             base_branch: None,
             merged: None,
             label: None,
+            labels: Vec::new(),
             body: Some(request.to_owned()),
             html_url: None,
             created_at: Some(created_at),
@@ -336,6 +341,33 @@ fn bool_at(v: &Value, path: &[&str]) -> Option<bool> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_bool()
 }
 
+/// The most labels an event keeps (GitHub allows 100 per issue; the scheduler reads a few).
+pub const MAX_LABELS: usize = 20;
+
+/// The names in `payload[object].labels` (an issue's or a pull request's), bounded: untrusted
+/// text that the scheduler matches and `status` prints.
+fn labels_at(payload: &Value, object: &str) -> Vec<String> {
+    let Some(labels) = payload
+        .get(object)
+        .and_then(|o| o.get("labels"))
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    labels
+        .iter()
+        .filter_map(|l| l.get("name").and_then(Value::as_str))
+        .map(|name| {
+            name.chars()
+                .filter(|c| !c.is_control())
+                .take(50)
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .take(MAX_LABELS)
+        .collect()
+}
+
 fn owned(s: Option<&str>) -> Option<String> {
     s.map(str::to_owned)
 }
@@ -424,6 +456,7 @@ fn blank_event(
         base_branch: None,
         merged: None,
         label: None,
+        labels: Vec::new(),
         body: None,
         html_url: None,
         created_at,
@@ -447,6 +480,7 @@ fn issue_fields(ev: &mut NormalizedEvent, payload: &Value, web: &str) -> Result<
         .and_then(|i| i.get("pull_request"))
         .is_some();
     ev.label = owned(str_at(payload, &["label", "name"]));
+    ev.labels = labels_at(payload, "issue");
     ev.body = owned(str_at(payload, &["issue", "body"]));
     ev.html_url = owned(str_at(payload, &["issue", "html_url"]))
         .or_else(|| Some(format!("{web}/{}/issues/{number}", ev.repo)));
@@ -474,6 +508,7 @@ fn pull_request_fields(
     ev.base_branch = owned(str_at(payload, &["pull_request", "base", "ref"]));
     ev.commit_sha = owned(str_at(payload, &["pull_request", "head", "sha"]));
     ev.label = owned(str_at(payload, &["label", "name"]));
+    ev.labels = labels_at(payload, "pull_request");
     ev.merged =
         bool_at(payload, &["pull_request", "merged"]).or((raw_action == "merged").then_some(true));
     ev.html_url = owned(str_at(payload, &["pull_request", "html_url"]))
@@ -493,6 +528,7 @@ fn issue_comment_fields(ev: &mut NormalizedEvent, payload: &Value) -> Result<(),
         .and_then(|i| i.get("pull_request"))
         .is_some();
     ev.comment_id = Some(comment_id);
+    ev.labels = labels_at(payload, "issue");
     ev.body = owned(str_at(payload, &["comment", "body"]));
     ev.html_url = owned(str_at(payload, &["comment", "html_url"]));
     ev.channel = if ev.is_pull_request {
@@ -624,173 +660,5 @@ fn match_action(kind: EventKind, raw: &str) -> Result<Option<EventAction>, SkipR
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[allow(
-        clippy::needless_pass_by_value,
-        reason = "call sites build the payload inline"
-    )]
-    fn envelope(kind: &str, payload: Value) -> Value {
-        json!({"id": "1001", "type": kind, "actor": {"id": 1, "login": "alice"},
-               "repo": {"id": 2, "name": "o/r"}, "payload": payload, "public": true,
-               "created_at": "2026-01-02T03:04:05Z"})
-    }
-
-    #[test]
-    fn unknown_type_and_action_are_skipped_not_the_page() {
-        let page = json!([
-            envelope("WatchEvent", json!({"action": "started"})),
-            envelope(
-                "PullRequestEvent",
-                json!({"action": "synchronize", "number": 3, "pull_request": {"number": 3}})
-            ),
-            envelope(
-                "IssuesEvent",
-                json!({"action": "opened", "issue": {"number": 7, "body": "hi"}})
-            ),
-            json!(42),
-        ]);
-        let page =
-            parse_events_page(&page.to_string(), &NormalizeOptions::default()).expect("page");
-        assert_eq!(page.events.len(), 1);
-        assert_eq!(page.events[0].channel, Channel::IssueComment { number: 7 });
-        assert_eq!(page.skipped.len(), 3);
-        assert_eq!(
-            page.skipped[0].reason,
-            SkipReason::UnknownType("WatchEvent".into())
-        );
-        assert_eq!(
-            page.skipped[1].reason,
-            SkipReason::IgnoredAction("synchronize".into())
-        );
-    }
-
-    #[test]
-    fn merged_action_is_closed_and_merged() {
-        let item = envelope(
-            "PullRequestEvent",
-            json!({"action": "merged", "number": 3, "pull_request": {"number": 3, "head": {"ref": "feat"}}}),
-        );
-        let ev = normalize_event(&item, &NormalizeOptions::default()).expect("kept");
-        assert_eq!(ev.action, Some(EventAction::Closed));
-        assert_eq!(ev.merged, Some(true));
-        assert_eq!(ev.head_branch.as_deref(), Some("feat"));
-        assert_eq!(
-            ev.html_url.as_deref(),
-            Some("https://github.com/o/r/pull/3")
-        );
-    }
-
-    #[test]
-    fn own_events_are_skipped_by_login_and_marker() {
-        let opts = NormalizeOptions {
-            bot_login: Some("rover-bot".into()),
-            ..NormalizeOptions::default()
-        };
-        let mut item = envelope(
-            "IssueCommentEvent",
-            json!({"action": "created", "issue": {"number": 1}, "comment": {"id": 9, "body": "x"}}),
-        );
-        item["actor"]["login"] = json!("rover-bot[bot]");
-        assert_eq!(normalize_event(&item, &opts), Err(SkipReason::Own));
-        item["actor"]["login"] = json!("alice");
-        item["payload"]["comment"]["body"] = json!("done\n<!-- rover:trace=t action=a -->");
-        assert_eq!(normalize_event(&item, &opts), Err(SkipReason::Own));
-    }
-
-    #[test]
-    fn channel_serializes_camel_case() {
-        let c = Channel::ReviewThreadReply {
-            number: 2,
-            comment_id: 5,
-        };
-        assert_eq!(
-            serde_json::to_value(&c).expect("json"),
-            json!({"kind": "reviewThreadReply", "number": 2, "commentId": 5})
-        );
-    }
-
-    #[test]
-    fn fixture_page_keeps_the_six_types_and_skips_the_rest() {
-        let body = include_str!("../../tests/fixtures/github/events_page.json");
-        let opts = NormalizeOptions {
-            bot_login: Some("rover-bot".into()),
-            ..NormalizeOptions::default()
-        };
-        let page = parse_events_page(body, &opts).expect("fixture parses");
-        let kinds: Vec<_> = page
-            .events
-            .iter()
-            .map(|e| (e.id.as_str(), e.kind, e.channel.clone()))
-            .collect();
-        assert_eq!(
-            kinds,
-            vec![
-                (
-                    "50000000010",
-                    EventKind::Push,
-                    Channel::CommitComment {
-                        sha: "eb1a60c03544dcea290f2d57bb66ae188ce25778".into()
-                    }
-                ),
-                (
-                    "50000000008",
-                    EventKind::PullRequestReviewComment,
-                    Channel::ReviewThreadReply {
-                        number: 8,
-                        comment_id: 1000
-                    }
-                ),
-                (
-                    "50000000007",
-                    EventKind::PullRequestReview,
-                    Channel::PrReview { number: 8 }
-                ),
-                (
-                    "50000000005",
-                    EventKind::PullRequest,
-                    Channel::PrComment { number: 8 }
-                ),
-                (
-                    "50000000004",
-                    EventKind::IssueComment,
-                    Channel::PrComment { number: 8 }
-                ),
-                (
-                    "50000000002",
-                    EventKind::Issues,
-                    Channel::IssueComment { number: 7 }
-                ),
-                (
-                    "50000000001",
-                    EventKind::Issues,
-                    Channel::IssueComment { number: 7 }
-                ),
-            ]
-        );
-        let reasons: Vec<_> = page.skipped.iter().map(|s| s.reason.clone()).collect();
-        assert_eq!(
-            reasons,
-            vec![
-                SkipReason::UnknownType("DiscussionEvent".into()),
-                SkipReason::IgnoredAction("synchronize".into()),
-                SkipReason::Own,
-            ]
-        );
-        assert!(page
-            .events
-            .iter()
-            .all(|e| e.visibility == Visibility::Public));
-        assert_eq!(page.events[1].review_comment_id, Some(1001));
-        assert_eq!(page.events[5].label.as_deref(), Some("bug"));
-    }
-
-    #[test]
-    fn not_an_array_is_malformed() {
-        let err = parse_events_page("{\"message\":\"x\"}", &NormalizeOptions::default())
-            .expect_err("must fail");
-        assert!(matches!(err, GitHubError::Malformed { .. }));
-    }
-}
+#[path = "events_tests.rs"]
+mod tests;

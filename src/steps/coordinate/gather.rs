@@ -148,6 +148,8 @@ impl<'a> PromptEvent<'a> {
             base_branch,
             merged,
             label,
+            // In the context already (the labels, fetched for the prompt).
+            labels: _,
             body: _,
             html_url,
             created_at,
