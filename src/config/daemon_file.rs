@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::DaemonConfig;
 use crate::host_env::HostEnv;
+use crate::orchestrator::SlotSettings;
 use crate::project::RepoSlug;
 
 /// Where the daemon file's format is explained.
@@ -36,6 +38,8 @@ const SEE: &str = "see docs/configuration.md, \"The daemon file\"";
 pub struct DaemonFile {
     pub path: PathBuf,
     pub repositories: Vec<ServedRepo>,
+    /// The agent slots shared by every repository served, and the scheduler's score.
+    pub slots: SlotSettings,
 }
 
 /// One repository the daemon serves.
@@ -73,6 +77,8 @@ pub enum DaemonFileError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: {reason} ({SEE})")]
+    Setting { path: PathBuf, reason: String },
     #[error("{path}:{line}:{column}: {reason} ({SEE})")]
     Invalid {
         path: PathBuf,
@@ -143,9 +149,17 @@ impl DaemonFile {
                 repo
             })
             .collect();
+        let slots = raw
+            .daemon
+            .slots("daemon")
+            .map_err(|reason| DaemonFileError::Setting {
+                path: path.to_path_buf(),
+                reason,
+            })?;
         Ok(DaemonFile {
             path: path.to_path_buf(),
             repositories,
+            slots,
         })
     }
 }
@@ -155,6 +169,8 @@ impl DaemonFile {
 #[serde(deny_unknown_fields)]
 struct Raw {
     repositories: Repositories,
+    #[serde(default)]
+    daemon: DaemonConfig,
 }
 
 /// The list: each entry checked as it is read, so an error has its line.
@@ -296,7 +312,9 @@ mod tests {
     fn invalid(text: &str) -> (usize, String) {
         match parse(text).expect_err("refused") {
             DaemonFileError::Invalid { line, reason, .. } => (line, reason),
-            other @ DaemonFileError::Read { .. } => panic!("not an invalid file: {other}"),
+            other @ (DaemonFileError::Read { .. } | DaemonFileError::Setting { .. }) => {
+                panic!("not an invalid file: {other}")
+            }
         }
     }
 
@@ -381,5 +399,25 @@ mod tests {
             DaemonFile::default_path(&HostEnv::from_pairs::<&str, &str>([])),
             None
         );
+    }
+
+    #[test]
+    fn the_daemon_section_sets_the_slots_shared_by_every_repository() {
+        let file = parse(
+            r#"{"repositories": ["a/b"], "daemon": {"maxRuns": 3, "maxRunsPerRepository": 1,
+                "score": {"labels": {"urgent": 400}}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(file.slots.max_runs, 3);
+        assert_eq!(file.slots.max_runs_per_repository, 1);
+        assert_eq!(file.slots.weights.labels["urgent"], 400);
+        let shown = parse(r#"{"repositories": ["a/b"], "daemon": {"maxRuns": 0}}"#)
+            .expect_err("refused")
+            .to_string();
+        assert!(shown.contains("daemon.maxRuns is 0"), "{shown}");
+        let (line, reason) =
+            invalid("{\"repositories\": [\"a/b\"],\n \"daemon\": {\"maxRun\": 2}}");
+        assert_eq!(line, 2);
+        assert!(reason.contains("unknown field `maxRun`"), "{reason}");
     }
 }

@@ -14,9 +14,11 @@ use crate::orchestrator::OrchestratorSettings;
 use crate::sandbox::SandboxSettings;
 
 mod daemon_file;
+mod daemon_section;
 mod release;
 
 pub use daemon_file::{DaemonFile, DaemonFileError, ServedRepo};
+pub use daemon_section::{DaemonConfig, ScoreConfig};
 pub use release::{Bump, ReleaseConfig, TagTemplate, Version};
 
 /// The file name, at the repository root.
@@ -62,6 +64,9 @@ pub struct AutopilotConfig {
     /// What happens after rover's pull request is green: a person merges (`pr`), or rover
     /// merges within the mode's rules (`dev`, `stage`, `prod`).
     pub lifecycle: LifecycleConfig,
+    /// The daemon's agent slots and the scheduler's score (read only by a daemon serving this
+    /// checkout alone; a daemon file has its own).
+    pub daemon: DaemonConfig,
 }
 
 /// `autopilot.lifecycle.mode`: how far rover carries its own pull request.
@@ -355,6 +360,7 @@ impl RoverConfig {
         de.end().map_err(|e| e.to_string())?;
         config.autopilot.sandbox.validate()?;
         config.autopilot.lifecycle.validate()?;
+        config.autopilot.daemon.slots("autopilot.daemon")?;
         Ok(config)
     }
 }

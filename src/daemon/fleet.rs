@@ -20,6 +20,7 @@ use super::{StartError, StartOptions};
 use crate::config::{DaemonFile, RoverConfig, ServedRepo};
 use crate::error::Kinded;
 use crate::host_env::HostEnv;
+use crate::orchestrator::SlotBoard;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock};
 
@@ -239,6 +240,7 @@ async fn serve_all(
             }
         })
     };
+    let slots = SlotBoard::new(file.slots.clone());
     let mut tasks = tokio::task::JoinSet::new();
     for (index, repo) in file.repositories.iter().enumerate() {
         let served = Served {
@@ -250,6 +252,7 @@ async fn serve_all(
             shutdown: shutdown.clone(),
             wake: wakes[index].clone(),
             board: board.clone(),
+            slots: slots.clone(),
         };
         tasks.spawn(served.serve());
     }
@@ -283,6 +286,8 @@ struct Served {
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
     board: Board,
+    /// The agent slots every repository shares (the daemon file's `"daemon"`).
+    slots: Arc<SlotBoard>,
 }
 
 impl Served {
@@ -370,8 +375,11 @@ impl Served {
             store.clone(),
             self.options,
             self.host.clone(),
-            self.shutdown.clone(),
-            self.wake.clone(),
+            super::Shared {
+                shutdown: self.shutdown.clone(),
+                wake: self.wake.clone(),
+                slots: self.slots.clone(),
+            },
         )
         .await;
         if let Err(e) = store.compact_state() {

@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::RoverConfig;
 use crate::host_env::HostEnv;
+use crate::orchestrator::SlotBoard;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
 pub use fleet::{start_fleet, status_path, FleetStatus, RepoState, RepoStatus};
@@ -115,6 +116,14 @@ impl crate::error::Kinded for StartError {
     }
 }
 
+/// What the repositories of one daemon process share: its stop, its wake (SIGUSR1) and its
+/// agent slots.
+struct Shared {
+    shutdown: CancellationToken,
+    wake: Arc<tokio::sync::Notify>,
+    slots: Arc<SlotBoard>,
+}
+
 /// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`, the
 /// code of every "try again later" (`ErrorKind::Unavailable`).
 pub const EX_TEMPFAIL: u8 = 75;
@@ -141,14 +150,22 @@ pub fn start(
             store.log_path().display()
         ))
     })?;
+    let slots = config
+        .autopilot
+        .daemon
+        .slots("autopilot.daemon")
+        .map_err(StartError::Setting)?;
     let code = process.runtime.block_on(run(
         project,
         config,
         store.clone(),
         options,
         host,
-        process.shutdown.clone(),
-        process.wake.clone(),
+        Shared {
+            shutdown: process.shutdown.clone(),
+            wake: process.wake.clone(),
+            slots: SlotBoard::new(slots),
+        },
     ));
     let code = process.stop(code);
     // `state.json` whole for whoever reads it alone while the daemon is stopped.
@@ -173,12 +190,21 @@ async fn run(
     store: AutopilotStore,
     options: StartOptions,
     host: HostEnv,
-    shutdown: CancellationToken,
-    wake: Arc<tokio::sync::Notify>,
+    shared: Shared,
 ) -> Result<ExitCode, StartError> {
+    let Shared {
+        shutdown,
+        wake,
+        slots,
+    } = shared;
     let ready = preflight::check(&project, &mut config, &store, options, host).await?;
     let telemetry = export::start(&config, &store, &ready.services).await?;
-    let orchestrator = drain::orchestrator(&store, &ready.services, &config);
+    let bidder = project
+        .repo
+        .as_ref()
+        .map_or_else(|| project.id.clone(), ToString::to_string);
+    let orchestrator =
+        drain::orchestrator(&store, &ready.services, &config).with_slots(slots, &bidder);
     let console = console::spawn(&orchestrator, &store);
     console::started(&project, &store, options);
     recovery::recover(&store, &config, &orchestrator, &ready.services).await?;

@@ -14,12 +14,14 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::budget::Gate;
+use super::slots::{Bid, SlotSeat};
 use super::step::{Readiness, Step};
 use super::{placeholder_span, DrainReport, InFlight, Inner, Running, StepOrchestrator};
 use crate::budget::Ledger;
 use crate::store::blocking;
 use crate::store::{
-    AutopilotStore, ClosedTrace, PendingAction, Recovery, SpanStatus, State, StepKind, StoreError,
+    AutopilotStore, ClosedTrace, PendingAction, Recovery, ScheduledMeta, SpanStatus, State,
+    StepKind, StoreError,
 };
 
 impl StepOrchestrator {
@@ -72,6 +74,7 @@ impl StepOrchestrator {
         let now = Utc::now();
         let mut ledger = inner.begin_drain(&state, now).await;
         let detached = inner.detached_runs(&state);
+        let mut candidates = Vec::new();
         for pending in inner.fair_order(&state) {
             if let Some(at) = pending.not_before.filter(|t| *t > now) {
                 report.next_due = Some(report.next_due.map_or(at, |d| d.min(at)));
@@ -96,16 +99,102 @@ impl StepOrchestrator {
                 report.deferred += 1;
                 continue;
             }
-            if !inner.ready(&step, pending, skip.is_some()).await
-                || !inner.claim(&step, pending, key, &mut report)
-            {
+            if !inner.ready(&step, pending, skip.is_some()).await {
+                continue;
+            }
+            if skip.is_none() && step.takes_agent_slot() && inner.slots.is_some() {
+                candidates.push(Candidate {
+                    step,
+                    pending: pending.clone(),
+                    key,
+                    permit,
+                });
+                continue;
+            }
+            if !inner.claim(&step, pending, key, &mut report) {
                 continue;
             }
             report.started += 1;
-            inner.spawn_run(step, pending.clone(), skip, permit);
+            inner.spawn_run(step, pending.clone(), skip, permit, None);
         }
+        self.schedule(candidates, &detached, &mut report).await;
         Ok(report)
     }
+
+    /// The daemon's agent slots for the ready `candidates` of slot-taking steps: the board
+    /// decides which start now (recording why on their spans) and which wait (saying why).
+    /// Asked also without candidates, so that the runs this repository no longer holds free
+    /// their slots for the others.
+    async fn schedule(
+        &self,
+        candidates: Vec<Candidate>,
+        detached: &HashMap<Uuid, StepKind>,
+        report: &mut DrainReport,
+    ) {
+        let inner = &self.inner;
+        let Some(seat) = self.seat() else {
+            return;
+        };
+        let held = inner.agent_slots_held(detached);
+        let now = Utc::now();
+        let mut bids = Vec::with_capacity(candidates.len());
+        for c in &candidates {
+            let facts = c.step.slot_facts(&inner.ctx, &c.pending).await;
+            let (score, why) = seat
+                .settings()
+                .weights
+                .score(&facts, c.pending.created_at, now);
+            bids.push(Bid {
+                action_id: c.pending.action_id,
+                queued_at: c.pending.created_at,
+                score,
+                why,
+            });
+        }
+        let decision = seat.decide(held, bids);
+        for (action_id, why) in decision.waiting {
+            inner.set_waiting(action_id, Some(why));
+            report.deferred += 1;
+        }
+        let mut granted: HashMap<Uuid, ScheduledMeta> = decision.granted.into_iter().collect();
+        for c in candidates {
+            // Not granted: its step's slot (`permit`) is given back here.
+            let Some(scheduled) = granted.remove(&c.pending.action_id) else {
+                continue;
+            };
+            if !inner.claim(&c.step, &c.pending, c.key, report) {
+                continue;
+            }
+            inner.set_waiting(c.pending.action_id, None);
+            report.started += 1;
+            inner.spawn_run(c.step, c.pending, None, c.permit, Some(scheduled));
+        }
+    }
+
+    /// This orchestrator's seat at the daemon's slot board, taken at the first drain (its
+    /// waker holds the orchestrator weakly: a dropped orchestrator leaves the board).
+    fn seat(&self) -> Option<&SlotSeat> {
+        let (board, repository) = self.inner.slots.as_ref()?;
+        Some(self.inner.seat.get_or_init(|| {
+            let inner = Arc::downgrade(&self.inner);
+            board.join(
+                repository,
+                Arc::new(move || {
+                    if let Some(inner) = inner.upgrade() {
+                        inner.wake.notify_one();
+                    }
+                }),
+            )
+        }))
+    }
+}
+
+/// A ready action of a slot-taking step, holding its step's slot, waiting for the board.
+struct Candidate {
+    step: Arc<dyn Step>,
+    pending: PendingAction,
+    key: (StepKind, Uuid),
+    permit: OwnedSemaphorePermit,
 }
 
 /// What the budget and a person's close say of a queued action.
@@ -307,11 +396,14 @@ impl Inner {
         pending: PendingAction,
         skip: Option<String>,
         permit: OwnedSemaphorePermit,
+        scheduled: Option<ScheduledMeta>,
     ) {
         let task_inner = self.clone();
         let action_id = pending.action_id;
         let handle = self.tracker.spawn(async move {
-            let run = task_inner.clone().run_action(step, pending, skip);
+            let run = task_inner
+                .clone()
+                .run_action(step, pending, skip, scheduled);
             // Its message only: the payload is not `Sync`, so it is not held across an await.
             let panicked = AssertUnwindSafe(run).catch_unwind().await.err();
             if let Some(text) = panicked.map(|p| super::run::panic_text(&*p)) {
@@ -366,6 +458,27 @@ impl Inner {
             })
             .map(|p| (p.action_id, p.action.clone()))
             .collect()
+    }
+
+    /// The agent slots this repository holds: runs here (and collections) of slot-taking
+    /// steps, and their detached runs.
+    fn agent_slots_held(&self, detached: &HashMap<Uuid, StepKind>) -> usize {
+        let takes = |kind: &StepKind| self.steps.get(kind).is_some_and(|s| s.takes_agent_slot());
+        let flight = self.flight();
+        let mut held: HashSet<Uuid> = flight
+            .runs
+            .iter()
+            .filter(|(_, run)| takes(&run.step))
+            .map(|(id, _)| *id)
+            .collect();
+        held.extend(
+            detached
+                .iter()
+                .chain(&flight.detached)
+                .filter(|(_, kind)| takes(kind))
+                .map(|(id, _)| *id),
+        );
+        held.len()
     }
 
     fn set_waiting(&self, action_id: Uuid, reason: Option<String>) {

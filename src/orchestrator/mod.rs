@@ -18,6 +18,7 @@ mod pipeline;
 mod progress;
 mod run;
 mod signal;
+mod slots;
 mod step;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -36,6 +37,7 @@ use budget::{BudgetGate, Halt};
 pub use collect::{collect_kind, is_collection, COLLECT};
 pub use pipeline::{NoPipeline, Pipeline};
 pub use progress::Progress;
+pub use slots::{Bid, Decision, ScoreWeights, SlotBoard, SlotFacts, SlotSeat, SlotSettings, Waker};
 pub use step::{
     Collected, Completion, Finished, NextAction, Outcome, Readiness, Step, StepContext, StepError,
 };
@@ -114,6 +116,10 @@ struct Inner {
     gate: BudgetGate,
     /// Detached runs whose collection failed with a retryable error: not collected again before.
     recollect: Mutex<HashMap<Uuid, DateTime<Utc>>>,
+    /// The daemon's agent slots and the name this orchestrator's repository bids under; its
+    /// seat is taken at the first drain and left when the orchestrator is dropped.
+    slots: Option<(Arc<SlotBoard>, String)>,
+    seat: std::sync::OnceLock<SlotSeat>,
 }
 
 /// See the module documentation.
@@ -178,12 +184,23 @@ impl StepOrchestrator {
                 pipeline: pipeline.clone(),
                 gate: BudgetGate::new(store, pipeline, progress),
                 recollect: Mutex::new(HashMap::new()),
+                slots: None,
+                seat: std::sync::OnceLock::new(),
             }),
         }
     }
 
     fn inner_mut(&mut self) -> &mut Inner {
         Arc::get_mut(&mut self.inner).expect("configured before the orchestrator is shared")
+    }
+
+    /// Start the runs of the steps that take an agent slot only with one of `board`'s, bidding
+    /// as `repository` (see `slots`); call before the first drain. Without it, those runs are
+    /// bound by their step's `maxParallel` alone.
+    #[must_use]
+    pub fn with_slots(mut self, board: Arc<SlotBoard>, repository: &str) -> StepOrchestrator {
+        self.inner_mut().slots = Some((board, repository.to_owned()));
+        self
     }
 
     /// Enforce `budget` (limits, circuit breaker, caps); call before the first drain.

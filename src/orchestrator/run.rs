@@ -14,7 +14,9 @@ use super::progress::Progress;
 use super::step::{Finished, Outcome, Step, StepError};
 use super::Inner;
 use crate::store::blocking;
-use crate::store::{Meta, PendingAction, RunSpanMeta, Span, SpanStatus, StepRun, StoreError};
+use crate::store::{
+    Meta, PendingAction, RunSpanMeta, ScheduledMeta, Span, SpanStatus, StepRun, StoreError,
+};
 
 impl Inner {
     pub(super) async fn run_action(
@@ -22,6 +24,7 @@ impl Inner {
         step: Arc<dyn Step>,
         pending: PendingAction,
         skip: Option<String>,
+        scheduled: Option<ScheduledMeta>,
     ) {
         let kind = step.kind();
         let store = self.ctx.store.clone();
@@ -53,6 +56,9 @@ impl Inner {
         if let Some(reason) = skip {
             self.finish_stopped(&run, &reason).await;
             return;
+        }
+        if let Some(scheduled) = scheduled {
+            self.record_scheduled(&mut run, scheduled).await;
         }
         self.gate.on_start(&mut run).await;
 
@@ -143,6 +149,28 @@ impl Inner {
             }
             Err(error) => self.handle_error(&run, error).await,
         }
+    }
+
+    /// `meta.scheduled` on the run's span, written now: a person sees why it got its agent
+    /// slot while it runs, and it stays when the step finishes the span.
+    async fn record_scheduled(&self, run: &mut StepRun, scheduled: ScheduledMeta) {
+        let summary = format!(
+            "agent slot {} of {}, score {}",
+            scheduled.slots_taken, scheduled.max_runs, scheduled.score
+        );
+        RunSpanMeta {
+            scheduled: Some(scheduled),
+            ..RunSpanMeta::default()
+        }
+        .put_into(&mut run.span.meta);
+        let span = run.span.clone();
+        if let Err(e) = blocking(self.ctx.store.clone(), move |s| s.write_span(&span)).await {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot record why the run got its agent slot"
+            );
+        }
+        tracing::info!(trace = %run.pending.trace_id, step = %run.pending.action, "{summary}");
     }
 
     async fn handle_error(&self, run: &StepRun, error: StepError) {

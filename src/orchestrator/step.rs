@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::slots::SlotFacts;
 use super::InFlight;
 use crate::intake::Signal;
 use crate::store::{
@@ -327,6 +328,19 @@ pub trait Step: Send + Sync + 'static {
     /// `max_parallel`, and says why the others wait. Off by default.
     fn detached_holds_slot(&self) -> bool {
         false
+    }
+
+    /// Whether a run takes one of the daemon's agent slots (`autopilot.daemon.maxRuns`,
+    /// shared by every repository it serves; see `slots`). A detached run keeps it until
+    /// collected when [`Step::detached_holds_slot`] says so. Host-side steps take none.
+    fn takes_agent_slot(&self) -> bool {
+        false
+    }
+
+    /// What the scheduler scores `pending` by (asked only of steps that take a slot, for a
+    /// ready action).
+    async fn slot_facts(&self, _ctx: &StepContext, _pending: &PendingAction) -> SlotFacts {
+        SlotFacts::default()
     }
 
     /// Whether `action`, queued for this step and scheduled for later (`notBefore`), waits on

@@ -251,6 +251,18 @@ pub(crate) async fn task_mappings(ctx: &StepContext) -> Result<Vec<MappedTask>, 
         .collect())
 }
 
+/// The labels the issue or pull request of trace `trace_id` carried when its event came (none
+/// for a trace that cannot be read, or not about one): what the scheduler's score reads.
+pub(crate) fn trace_labels(store: &AutopilotStore, trace_id: Uuid) -> Vec<String> {
+    store
+        .load_trace(trace_id)
+        .ok()
+        .and_then(|view| event_meta(&view).ok())
+        .and_then(|e| e.event)
+        .map(|e| e.labels)
+        .unwrap_or_default()
+}
+
 /// The root span's event meta.
 pub(crate) fn event_meta(view: &TraceView) -> Result<EventMeta, StepError> {
     let root = view.root().ok_or_else(|| {

@@ -43,8 +43,8 @@ pub use lock::{DaemonLock, StoreLock};
 pub use records::{
     from_meta, to_meta, Action, AgentFailure, AgentMeta, AgentUsage, CloseCommand, ClosedTrace,
     Cursor, ErrorMeta, EventKeyEntry, KeyMatch, LogEntry, Meta, PendingAction, PollCursor,
-    ReconcileCursor, RunSpanMeta, Span, SpanStatus, State, StepKind, TaskMapping, TraceEntry,
-    TraceIndex, TracesCache,
+    ReconcileCursor, RunSpanMeta, ScheduledMeta, Span, SpanStatus, State, StepKind, TaskMapping,
+    TraceEntry, TraceIndex, TracesCache,
 };
 pub use trace_start::{event_label, TraceCreated};
 pub use traces::{TraceOutcome, TraceView};

@@ -41,6 +41,7 @@ mod sandbox_shipped;
 mod scenarios;
 mod self_review;
 mod setup_steps;
+mod slots;
 mod soak;
 mod steps_decide;
 mod steps_resolve;

@@ -566,7 +566,12 @@ async fn an_ended_traces_worktree_branch_container_and_mapping_are_reclaimed_by_
 async fn a_dependent_task_waits_while_the_resolver_iterates_its_failed_dependency() {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
-    s.open_issue(23, "Add a --json flag", "Please add --json.");
+    s.open_labelled_issue(
+        "alice",
+        23,
+        ("Add a --json flag", "Please add --json."),
+        &["critical"],
+    );
     plan_json_flag_and_its_tests(&mut s, "Add a --json flag");
     // The iteration's prompt carries the resolver's instructions: that run succeeds.
     s.rules.push(json!({"prompt_contains": "serialize with serde_json", "write": {"export.txt": "export --json\n"},
@@ -608,6 +613,20 @@ async fn a_dependent_task_waits_while_the_resolver_iterates_its_failed_dependenc
         .find(|sp| sp.action_id == Some(iteration.id))
         .unwrap();
     assert!(dependent.timestamp >= iterated.completed.unwrap());
+    // Each agent run says why it got its slot: the issue's label, the task the first run
+    // unblocked, the iteration's retry.
+    let why = |span: &rover::store::Span| {
+        rover::store::RunSpanMeta::of(span)
+            .scheduled
+            .unwrap_or_else(|| panic!("no meta.scheduled on {}", span.id))
+            .why
+    };
+    assert_eq!(
+        why(runs[0]),
+        ["unblocks 1 queued task(s): +100", "label critical: +300"]
+    );
+    assert_eq!(why(iterated), ["label critical: +300", "retry 1: -50"]);
+    assert_eq!(why(dependent), ["label critical: +300"]);
     let pulls = s.github.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:?}");
     let files = git(&s.origin, &["ls-tree", "--name-only", "-r", &pulls[0].1]);

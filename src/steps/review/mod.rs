@@ -28,8 +28,10 @@ use super::meta::{
 };
 use super::Services;
 use crate::agents::ReviewVerdict;
-use crate::orchestrator::{Finished, NextAction, Outcome, Step, StepContext, StepError};
-use crate::store::{blocking, AgentMeta, AgentUsage, StepKind, StepRun, TaskMapping, TraceView};
+use crate::orchestrator::{Finished, NextAction, Outcome, SlotFacts, Step, StepContext, StepError};
+use crate::store::{
+    blocking, AgentMeta, AgentUsage, PendingAction, StepKind, StepRun, TaskMapping, TraceView,
+};
 
 pub use run::MAX_DIFF_BYTES;
 
@@ -66,6 +68,24 @@ impl Step for ReviewStep {
 
     fn exclusive_per_trace(&self) -> bool {
         true
+    }
+
+    /// The reviewer agent runs in a sandbox: one of the daemon's agent slots.
+    fn takes_agent_slot(&self) -> bool {
+        true
+    }
+
+    async fn slot_facts(&self, ctx: &StepContext, pending: &PendingAction) -> SlotFacts {
+        let trace_id = pending.trace_id;
+        let labels = blocking(ctx.store.clone(), move |s| {
+            Ok(crate::steps::agent_call::trace_labels(s, trace_id))
+        })
+        .await
+        .unwrap_or_default();
+        SlotFacts {
+            labels,
+            ..SlotFacts::default()
+        }
     }
 
     async fn process(&self, ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {

@@ -12,6 +12,7 @@ mod launch;
 mod monitor;
 mod orphans;
 mod revert;
+mod slot_facts;
 mod take_back;
 mod verdict;
 
@@ -34,7 +35,7 @@ use super::tasks::{short, store_error};
 use super::Services;
 
 use crate::orchestrator::{
-    self, Completion, NextAction, Outcome, Readiness, Step, StepContext, StepError,
+    self, Completion, NextAction, Outcome, Readiness, SlotFacts, Step, StepContext, StepError,
 };
 use crate::sandbox::{Sandbox, SandboxLabels};
 use crate::store::blocking;
@@ -154,6 +155,22 @@ impl Step for WorkflowStep {
     /// A detached run's container holds its sandbox slot until `monitor` collects it.
     fn detached_holds_slot(&self) -> bool {
         true
+    }
+
+    /// The coding agent runs in a sandbox: one of the daemon's agent slots.
+    fn takes_agent_slot(&self) -> bool {
+        true
+    }
+
+    async fn slot_facts(&self, ctx: &StepContext, pending: &PendingAction) -> SlotFacts {
+        let p = pending.clone();
+        blocking(ctx.store.clone(), move |s| slot_facts::slot_facts(s, &p))
+            .await
+            .unwrap_or_else(|e| {
+                // Scored as a plain task: a store it cannot read now fails the run itself.
+                tracing::warn!(action = %pending.action_id, error = &e as &dyn std::error::Error, "cannot read what the scheduler scores a task by");
+                SlotFacts::default()
+            })
     }
 
     async fn ready(

@@ -160,6 +160,14 @@ mod run_span_meta_tests {
             closed_by_hand: false,
             circuit_breaker_tripped: true,
             action_ids: Some(vec![Uuid::new_v4()]),
+            scheduled: Some(ScheduledMeta {
+                score: 250,
+                why: vec!["label critical: +300".into(), "retry 1: -50".into()],
+                repository: "o/r".into(),
+                slots_taken: 2,
+                max_runs: 2,
+                passed_over: 3,
+            }),
         };
         let mut meta = Meta::new();
         meta.insert("stepKey".into(), json!("kept"));
@@ -176,6 +184,7 @@ mod run_span_meta_tests {
         let Value::Object(meta) = json!({
             "interrupted": "yes", "attempt": -1, "retryAt": "soon", "budgetWarnings": ["w", 4],
             "budgetStopped": 1, "closedByHand": true, "actionIds": ["not an id"],
+            "scheduled": {"score": "high"},
         }) else {
             unreachable!()
         };

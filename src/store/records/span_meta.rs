@@ -176,6 +176,36 @@ pub struct RunSpanMeta {
     /// maybe empty) once the hand-over started. Its key is [`crate::store::PRODUCED_KEY`].
     #[serde(deserialize_with = "uuids", skip_serializing_if = "Option::is_none")]
     pub action_ids: Option<Vec<Uuid>>,
+    /// How the run got its agent slot (`autopilot.daemon.maxRuns`): written by the scheduler
+    /// on the runs of the steps that take one.
+    #[serde(
+        deserialize_with = "scheduled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scheduled: Option<ScheduledMeta>,
+}
+
+/// `meta.scheduled`: why the scheduler gave a run an agent slot when it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledMeta {
+    /// Its score when it was chosen (docs/configuration.md, "The scheduler's score").
+    pub score: i64,
+    /// Each part of the score: `label critical: +300`, `retry 1: -50`.
+    pub why: Vec<String>,
+    /// The repository it ran for (`owner/name`, or the project id for a local checkout).
+    pub repository: String,
+    /// Agent slots taken across the daemon once it started, itself included.
+    pub slots_taken: usize,
+    /// The daemon's `maxRuns`.
+    pub max_runs: usize,
+    /// Runs that were waiting for a slot when it was chosen, itself excluded.
+    pub passed_over: usize,
+}
+
+/// A scheduling record, or none for a value of another shape.
+fn scheduled<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ScheduledMeta>, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(d)?).ok())
 }
 
 /// A count that fits a `u32`, or none for a value of any other type.

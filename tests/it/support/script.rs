@@ -26,11 +26,23 @@ impl Scenario {
 
     /// `author` opens issue `number` (see [`Scenario::open_issue`]).
     pub fn open_issue_as(&self, author: &str, number: u64, title: &str, body: &str) {
-        self.github.add_issue(number, title, body, author, &[]);
+        self.open_labelled_issue(author, number, (title, body), &[]);
+    }
+
+    /// `author` opens issue `number` with `labels`, as the feed's `IssuesEvent` carries them.
+    pub fn open_labelled_issue(
+        &self,
+        author: &str,
+        number: u64,
+        (title, body): (&str, &str),
+        labels: &[&str],
+    ) {
+        self.github.add_issue(number, title, body, author, labels);
+        let labels: Vec<serde_json::Value> = labels.iter().map(|l| json!({"name": l})).collect();
         self.github.seed_event(
             "IssuesEvent",
             author,
-            json!({"action": "opened", "issue": {"number": number, "title": title, "body": body, "user": {"login": author}}}),
+            json!({"action": "opened", "issue": {"number": number, "title": title, "body": body, "user": {"login": author}, "labels": labels}}),
         );
     }
 
