@@ -30,14 +30,29 @@ struct Queue<'a> {
     /// Traces whose pull request waits (its checks, a trusted approval, the merge cap,
     /// GitHub's protection), with what it waits on in the trace's own words.
     waiting: Vec<(uuid::Uuid, String)>,
+    /// Queued actions the daemon could not start yet, with why it said (`waiting.json`: an
+    /// agent slot, a step's slots, a budget, unmet dependencies).
+    held_back: Vec<(&'a PendingAction, String)>,
 }
+
+/// The most held-back actions `status` lists by line (`--json` has them all).
+const HELD_BACK_SHOWN: usize = 10;
 
 pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, CliError> {
     let store = ctx.existing_store()?;
     let pid = store.daemon_pid();
     let state = store.read_state()?;
     let now = Utc::now();
-    let queue = queue(&store, &state, now);
+    let mut queue = queue(&store, &state, now);
+    let reasons = store.read_waiting()?;
+    queue.held_back = state
+        .pending
+        .iter()
+        .filter(|p| {
+            p.running_span_id.is_none() && !queue.later.iter().any(|l| l.action_id == p.action_id)
+        })
+        .filter_map(|p| reasons.get(&p.action_id).map(|r| (p, r.clone())))
+        .collect();
     let standing = super::budget::standing(ctx, &store)?;
     // On the swarm backend: which node runs which sandbox, as the swarm's manager says.
     let project_id = store
@@ -58,6 +73,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
             "deadLetters": queue.dead_letters,
             "later": queue.later.iter().map(|p| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "notBefore": p.not_before, "attempts": p.attempts, "reason": p.summary})).collect::<Vec<Value>>(),
             "waiting": queue.waiting.iter().map(|(id, said)| json!({"traceId": id, "waitingOn": said})).collect::<Vec<Value>>(),
+            "heldBack": queue.held_back.iter().map(|(p, why)| json!({"actionId": p.action_id, "step": p.action, "traceId": p.trace_id, "reason": why})).collect::<Vec<Value>>(),
             "taskMappings": state.task_mappings,
             "budget": super::budget::standing_json(&standing),
             "placements": match &placements {
@@ -100,6 +116,7 @@ fn queue<'a>(store: &AutopilotStore, state: &'a State, now: DateTime<Utc>) -> Qu
             .filter(|p| p.running_span_id.is_none() && p.not_before.is_some_and(|t| t > now))
             .collect(),
         waiting: Vec::new(),
+        held_back: Vec::new(),
     };
     // The traces of the soonest actions that run later, as many as `later` shows.
     let mut soonest = queue.later.clone();
@@ -191,6 +208,22 @@ fn queue_text(queue: &Queue<'_>, now: DateTime<Utc>, text: &mut String) {
     later_text(&queue.later, now, text);
     for (trace_id, said) in &queue.waiting {
         let _ = writeln!(text, "waiting  trace {}: {said}", short(*trace_id));
+    }
+    for (p, why) in queue.held_back.iter().take(HELD_BACK_SHOWN) {
+        let _ = writeln!(
+            text,
+            "queued   {} {} of trace {}: {why}",
+            p.action,
+            short(p.action_id),
+            short(p.trace_id)
+        );
+    }
+    if queue.held_back.len() > HELD_BACK_SHOWN {
+        let _ = writeln!(
+            text,
+            "queued   and {} more held back (--json lists them all)",
+            queue.held_back.len() - HELD_BACK_SHOWN
+        );
     }
     for p in &queue.dead_letters {
         let _ = writeln!(

@@ -146,16 +146,18 @@ impl Board {
     }
 
     fn write(&self) {
+        // Written under the lock: two repositories' changes written in the other order would
+        // leave the older standing in the file.
         let status = self
             .status
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let written = self
             .path
             .parent()
             .map_or(Ok(()), crate::store::fsio::ensure_dir)
-            .and_then(|()| crate::store::fsio::write_json_atomic(&self.path, &status));
+            .and_then(|()| crate::store::fsio::write_json_atomic(&self.path, &*status));
+        drop(status);
         if let Err(e) = written {
             tracing::warn!(error = %e, "cannot record how the served repositories stand");
         }

@@ -118,6 +118,7 @@ impl StepOrchestrator {
             inner.spawn_run(step, pending.clone(), skip, permit, None);
         }
         self.schedule(candidates, &detached, &mut report).await;
+        inner.publish_waiting(&state).await;
         Ok(report)
     }
 
@@ -479,6 +480,49 @@ impl Inner {
                 .map(|(id, _)| *id),
         );
         held.len()
+    }
+
+    /// Writes why queued actions wait (`waiting.json`, for `status`) when it changed: only
+    /// actions still queued and not running are said.
+    async fn publish_waiting(&self, state: &State) {
+        let queued: HashSet<Uuid> = state
+            .pending
+            .iter()
+            .filter(|p| p.running_span_id.is_none())
+            .map(|p| p.action_id)
+            .collect();
+        let now: std::collections::BTreeMap<Uuid, String> = {
+            let mut waiting = self
+                .waiting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            waiting.retain(|id, _| queued.contains(id));
+            waiting.iter().map(|(k, v)| (*k, v.clone())).collect()
+        };
+        {
+            let mut published = self
+                .published_waiting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if published.as_ref() == Some(&now) {
+                return;
+            }
+            *published = Some(now.clone());
+        }
+        let store = self.ctx.store.clone();
+        // No reasons and no file: nothing to write (a store whose actions never waited has none).
+        let write = move |s: &AutopilotStore| {
+            if now.is_empty() && !s.waiting_path().exists() {
+                return Ok(());
+            }
+            s.write_waiting(&now)
+        };
+        if let Err(e) = blocking(store, write).await {
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "cannot record why queued actions wait"
+            );
+        }
     }
 
     fn set_waiting(&self, action_id: Uuid, reason: Option<String>) {

@@ -111,6 +111,8 @@ struct Inner {
     progress: broadcast::Sender<Progress>,
     reported_dead: Mutex<HashSet<Uuid>>,
     waiting: Mutex<HashMap<Uuid, String>>,
+    /// What `waiting.json` holds, as this process last wrote it.
+    published_waiting: Mutex<Option<std::collections::BTreeMap<Uuid, String>>>,
     internal_errors: AtomicUsize,
     pipeline: Arc<dyn Pipeline>,
     gate: BudgetGate,
@@ -180,6 +182,7 @@ impl StepOrchestrator {
                 progress: progress.clone(),
                 reported_dead: Mutex::new(HashSet::new()),
                 waiting: Mutex::new(HashMap::new()),
+                published_waiting: Mutex::new(None),
                 internal_errors: AtomicUsize::new(0),
                 pipeline: pipeline.clone(),
                 gate: BudgetGate::new(store, pipeline, progress),

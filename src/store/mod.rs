@@ -27,6 +27,7 @@ mod trace_start;
 mod traces;
 mod traces_log;
 mod txn;
+mod waiting;
 
 use std::fs;
 use std::path::{Path, PathBuf};

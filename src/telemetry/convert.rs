@@ -31,6 +31,9 @@ pub struct Convert {
     pub content: bool,
     pub redactor: Redactor,
     pub scope: InstrumentationScope,
+    /// The repository the spans are of (`owner/name`), on every span as `rover.repo`: one
+    /// daemon serving many repositories exports them all under one service.
+    pub repo: Option<String>,
 }
 
 /// The GenAI role of a step that called an agent: its operation and the agent's name (the
@@ -102,6 +105,9 @@ pub fn to_span_data(span: &Span, convert: &Convert) -> Option<SpanData> {
     }
     a.str("rover.step", span.step.as_str());
     a.push("rover.status", span.status.as_str());
+    if let Some(repo) = &convert.repo {
+        a.str("rover.repo", repo);
+    }
     let (name, kind) = if span.step == StepKind::Event && span.parent_id.is_none() {
         (root_attrs(span, &mut a), SpanKind::Consumer)
     } else {

@@ -118,6 +118,7 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
         agent,
         content: settings.content,
         redactor,
+        repo: repo.clone(),
         scope: InstrumentationScope::builder("rover")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),

@@ -89,6 +89,7 @@ pub fn run() {
         content: false,
         redactor: rover::github::Redactor::default(),
         scope: opentelemetry::InstrumentationScope::builder("rover").build(),
+        repo: Some("octo-org/api".into()),
     };
     let span = closed_span(Uuid::new_v4());
     let n = 20_000;

@@ -141,7 +141,7 @@ impl Step for Agent {
 
 /// One served repository: its store, its orchestrator at the shared board.
 struct Repo {
-    _env: TestEnv,
+    env: TestEnv,
     store: AutopilotStore,
     orch: StepOrchestrator,
 }
@@ -171,11 +171,7 @@ fn repo(
         ),
     )
     .with_slots(board.clone(), name);
-    Repo {
-        _env: env,
-        store,
-        orch,
-    }
+    Repo { env, store, orch }
 }
 
 /// The `meta.scheduled` of every workflow span of `store`, by task name.
@@ -244,6 +240,20 @@ async fn six_tasks_of_three_repositories_start_in_the_order_of_the_score_two_at_
             .values()
             .all(|w| w.starts_with("waiting for an agent slot: 2 of 2 taken")),
         "{waiting:?}"
+    );
+    // `status`, another process, says it too.
+    let status = a.env.rover(&["autopilot", "status"]);
+    let text = crate::support::env::stdout(&status);
+    let held: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("queued   workflow "))
+        .collect();
+    assert_eq!(held.len(), 2, "{text}");
+    assert!(
+        held.iter()
+            .all(|l| l
+                .contains(": waiting for an agent slot: 2 of 2 taken (autopilot.daemon.maxRuns)")),
+        "{text}"
     );
 
     // Each released run frees one slot; the next start is the best score across repositories.
