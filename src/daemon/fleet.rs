@@ -5,7 +5,9 @@
 //! daemon (`super::run`), side by side in one process. A repository whose set-up or run fails
 //! (no checkout, a bad `rover.json`, no access, another daemon holding it) is recorded in
 //! `<data dir>/daemon/repositories.json` with the reason and tried again with a growing delay;
-//! the others go on. One signal stops them all; SIGUSR1 wakes them all.
+//! the others go on. One signal stops them all; SIGUSR1 wakes them all. With `--webhook ADDR`,
+//! one endpoint takes the deliveries of every repository, routed to each served one
+//! (`fleet_webhook`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,6 +22,7 @@ use super::{StartError, StartOptions};
 use crate::config::{DaemonFile, RoverConfig, ServedRepo};
 use crate::error::Kinded;
 use crate::host_env::HostEnv;
+use crate::intake::webhook_routes::Routes;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock};
 
@@ -167,11 +170,7 @@ pub fn start_fleet(
     options: StartOptions,
     host: &HostEnv,
 ) -> Result<ExitCode, StartError> {
-    if options.webhook.is_some() {
-        return Err(StartError::Setting(
-            "--webhook serves one repository: run it in that repository's checkout (one endpoint for every repository of a daemon file is not built yet)".into(),
-        ));
-    }
+    let secret = super::fleet_webhook::secret(options.webhook, host)?;
     if options.local {
         return Err(StartError::Setting(
             "--local serves one checkout's local requests: run it in that checkout".into(),
@@ -193,6 +192,12 @@ pub fn start_fleet(
         file.path.display(),
         file.path.display()
     );
+    let webhook = match (options.webhook, secret) {
+        (Some(addr), Some(secret)) => Some(process.runtime.block_on(
+            super::fleet_webhook::start(addr, secret, &data_dir, None, &process.shutdown),
+        )?),
+        _ => None,
+    };
     let board = Board::new(&data_dir, file);
     let ended = process.runtime.block_on(serve_all(
         file,
@@ -202,11 +207,14 @@ pub fn start_fleet(
         &process.shutdown,
         &process.wake,
         &board,
+        webhook.as_ref().map(|w| &w.routes),
     ));
     // With `--once`, cron sees a repository that failed: the first failure, by its kind.
     let code = ended.into_iter().try_fold(ExitCode::SUCCESS, |code, end| {
         end.map(|c| if c == ExitCode::SUCCESS { code } else { c })
     });
+    let served = webhook.map_or(Ok(()), |w| process.runtime.block_on(w.end()));
+    let code = code.and_then(|code| served.map(|()| code));
     let code = process.stop(code);
     drop(log);
     drop(lock);
@@ -222,6 +230,7 @@ async fn serve_all(
     shutdown: &CancellationToken,
     wake: &Arc<tokio::sync::Notify>,
     board: &Board,
+    routes: Option<&Routes>,
 ) -> Vec<Result<ExitCode, StartError>> {
     let wakes: Vec<Arc<tokio::sync::Notify>> = file
         .repositories
@@ -245,7 +254,12 @@ async fn serve_all(
             index,
             repo: repo.clone(),
             data_dir: data_dir.to_path_buf(),
-            options,
+            // The daemon's one endpoint takes the deliveries: no repository binds its own.
+            options: StartOptions {
+                webhook: None,
+                ..options
+            },
+            routes: routes.cloned(),
             host: host_for(host, repo),
             shutdown: shutdown.clone(),
             wake: wakes[index].clone(),
@@ -279,6 +293,8 @@ struct Served {
     repo: ServedRepo,
     data_dir: PathBuf,
     options: StartOptions,
+    /// The daemon's one webhook endpoint, when it serves one.
+    routes: Option<Routes>,
     host: HostEnv,
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
@@ -291,9 +307,13 @@ impl Served {
     async fn serve(self) -> Result<ExitCode, StartError> {
         let mut delay = FIRST_RETRY;
         let mut failures = 0u32;
+        self.route_failing("starting (not served yet)");
         loop {
             match self.serve_once().await {
                 Ok(code) => {
+                    if let Some(routes) = &self.routes {
+                        routes.remove(&self.repo.full_name());
+                    }
                     self.board.update(self.index, |s| {
                         s.state = RepoState::Stopped;
                         s.reason = None;
@@ -320,6 +340,7 @@ impl Served {
                             String::new()
                         }
                     );
+                    self.route_failing(&why);
                     self.board.update(self.index, |s| {
                         s.state = RepoState::Failing;
                         s.reason = Some(why);
@@ -372,6 +393,7 @@ impl Served {
             self.host.clone(),
             self.shutdown.clone(),
             self.wake.clone(),
+            self.routes.clone(),
         )
         .await;
         if let Err(e) = store.compact_state() {
@@ -382,6 +404,13 @@ impl Served {
         }
         drop(lock);
         code
+    }
+
+    /// Its webhook deliveries refused, saying `why`, until it is served (again).
+    fn route_failing(&self, why: &str) {
+        if let Some(routes) = &self.routes {
+            routes.failing(&self.repo.full_name(), why);
+        }
     }
 
     /// The repository's checkout, as rover's project, named as the daemon file names it.

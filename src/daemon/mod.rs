@@ -20,6 +20,7 @@ mod console;
 mod drain;
 mod export;
 mod fleet;
+mod fleet_webhook;
 mod github;
 mod once;
 mod poller;
@@ -149,6 +150,7 @@ pub fn start(
         host,
         process.shutdown.clone(),
         process.wake.clone(),
+        None,
     ));
     let code = process.stop(code);
     // `state.json` whole for whoever reads it alone while the daemon is stopped.
@@ -166,7 +168,9 @@ pub fn start(
 /// The daemon as a table of what runs, in the order it starts: the checks, the exporter, the
 /// orchestrator and its console, the recovery, then the supervised components (reclaim, the
 /// wake on SIGUSR1, the webhook server, the stop-reaction watch, the poller, the drain) until
-/// the shutdown, or each once with `--once`; then the shutdown, in order.
+/// the shutdown, or each once with `--once`; then the shutdown, in order. A repository of a
+/// daemon file served with one webhook endpoint adds itself to its `routes` instead of binding
+/// a server.
 async fn run(
     project: Project,
     mut config: RoverConfig,
@@ -175,6 +179,7 @@ async fn run(
     host: HostEnv,
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
+    routes: Option<crate::intake::webhook_routes::Routes>,
 ) -> Result<ExitCode, StartError> {
     let ready = preflight::check(&project, &mut config, &store, options, host).await?;
     let telemetry = export::start(&config, &store, &ready.services).await?;
@@ -192,6 +197,7 @@ async fn run(
         ready,
         orchestrator,
     );
+    daemon.routes = routes;
     daemon.reclaim().await;
     daemon.wake_loop(wake);
     daemon.webhook_server().await?;
