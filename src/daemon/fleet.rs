@@ -2,8 +2,9 @@
 //! lists (`config::DaemonFile`). Each repository stays its own: its checkout, its `rover.json`,
 //! its store (the layout of a one-repository daemon, so `rover autopilot trace` in its checkout
 //! reads it as before) and its lock, run by the same table of components as a one-repository
-//! daemon (`super::run`), side by side in one process. A repository whose set-up or run fails
-//! (no checkout, a bad `rover.json`, no access, another daemon holding it) is recorded in
+//! daemon (`super::run`), side by side in one process. A repository with nothing at its
+//! checkout's path is cloned there first. A repository whose set-up or run fails (a clone that
+//! fails, a bad `rover.json`, no access, another daemon holding it) is recorded in
 //! `<data dir>/daemon/repositories.json` with the reason and tried again with a growing delay;
 //! the others go on. One signal stops them all; SIGUSR1 wakes them all. With `--webhook ADDR`,
 //! one endpoint takes the deliveries of every repository, routed to each served one
@@ -370,6 +371,7 @@ impl Served {
     /// One try: the checkout, its `rover.json`, its store and lock, then the daemon's table of
     /// components until it stops.
     async fn serve_once(&self) -> Result<ExitCode, StartError> {
+        self.clone_if_missing().await?;
         let project = self.project()?;
         let config = RoverConfig::load(&project.root)?;
         let store = AutopilotStore::open(&self.data_dir, &project.id)?;
@@ -413,14 +415,55 @@ impl Served {
         }
     }
 
+    /// A repository with nothing at its checkout's path is cloned there first (its `cloneUrl`,
+    /// else its GitHub URL, with rover's token as a fetch has it); a path that exists is never
+    /// cloned over.
+    async fn clone_if_missing(&self) -> Result<(), StartError> {
+        let checkout = self.repo.checkout_in(&self.data_dir);
+        if std::fs::symlink_metadata(&checkout).is_ok() {
+            return Ok(());
+        }
+        let url = self
+            .repo
+            .clone_source(&crate::github::octo::api_url_from_env(&self.host));
+        let shown = crate::git::shown_url(&url);
+        let name = self.repo.full_name();
+        println!(
+            "rover: cloning {name} from {shown} into {}",
+            checkout.display()
+        );
+        let token = crate::github::token_from_env(&self.host).ok();
+        crate::git::clone_checkout(&url, &checkout, token.as_deref())
+            .await
+            .map_err(|e| {
+                let why = match &e {
+                    crate::git::GitError::Command(failure) => failure
+                        .stderr
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                        .chars()
+                        .take(500)
+                        .collect(),
+                    other => crate::error::error_chain(other),
+                };
+                StartError::Unavailable(format!(
+                    "cannot clone {name} from {shown} into {}: {why} (check \"cloneUrl\" in the daemon file and that rover's token can read the repository, or clone it there yourself)",
+                    checkout.display()
+                ))
+            })
+    }
+
     /// The repository's checkout, as rover's project, named as the daemon file names it.
     fn project(&self) -> Result<Project, StartError> {
         let checkout = self.repo.checkout_in(&self.data_dir);
         if !checkout.is_dir() {
             return Err(StartError::Setting(format!(
-                "{} has no checkout at {}: clone it there (git clone), or name its clone with \"checkout\" in the daemon file",
-                self.repo.full_name(),
-                checkout.display()
+                "{} is not a checkout of {}: move it away (rover clones the repository where nothing is), or name its clone with \"checkout\" in the daemon file",
+                checkout.display(),
+                self.repo.full_name()
             )));
         }
         let mut project = Project::discover(&checkout).map_err(|e| match e {
@@ -431,6 +474,16 @@ impl Served {
             )),
             other => StartError::Project(other),
         })?;
+        // A folder inside another repository's checkout is not this repository's checkout.
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if canonical(&project.root) != canonical(&checkout) {
+            return Err(StartError::Setting(format!(
+                "{} is not a git checkout (it is inside {}): clone {} there, or name its clone with \"checkout\" in the daemon file",
+                checkout.display(),
+                project.root.display(),
+                self.repo.full_name()
+            )));
+        }
         project.repo = Some(self.repo.slug.clone());
         Ok(project)
     }
