@@ -1,5 +1,6 @@
 //! rover clones a served repository that has no checkout: from its `cloneUrl` (here its bare
-//! origin) to the default `<data dir>/checkouts/<owner>/<name>`, then serves it as any other (an
+//! origin served over HTTP as GitHub serves a private repository, asking for the token) to the
+//! default `<data dir>/checkouts/<owner>/<name>`, then serves it as any other (an
 //! issue answered on its own fake GitHub). A clone that fails is a `failing` repository naming
 //! the URL and git's words, and a path that holds something else is never cloned over.
 
@@ -8,6 +9,7 @@ use serde_json::{json, Value};
 use super::{answers, good_config, open_issue, output, repo, rover, script, standing};
 use crate::support::env::{stderr, stdout, TestEnv};
 use crate::support::fake_github::TOKEN;
+use crate::support::git_http::GitHttp;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repository_without_a_checkout_is_cloned_and_served_and_a_failed_clone_is_reported() {
@@ -19,7 +21,8 @@ async fn a_repository_without_a_checkout_is_cloned_and_served_and_a_failed_clone
     let gamma = repo(env.path(), "octo-org/gamma", &good).await;
     // Its origin holds everything; its checkout is gone.
     std::fs::remove_dir_all(&gamma.checkout).unwrap();
-    let origin = env.path().join("gamma.git");
+    let server = GitHttp::start(env.path().to_owned(), gamma.github.token_checker()).await;
+    let origin = format!("{}/gamma.git", server.url);
     // Something that is not a checkout, where a checkout is named: kept as it is.
     let occupied = env.path().join("occupied");
     std::fs::create_dir_all(&occupied).unwrap();
@@ -56,8 +59,17 @@ async fn a_repository_without_a_checkout_is_cloned_and_served_and_a_failed_clone
     let clone = env.path().join("data/checkouts/octo-org/gamma");
     assert!(clone.join("rover.json").is_file(), "{said}");
     let config = std::fs::read_to_string(clone.join(".git/config")).unwrap();
-    assert!(config.contains(origin.to_str().unwrap()), "{config}");
+    assert!(config.contains(&origin), "{config}");
     assert!(!config.contains(TOKEN), "{config}");
+    // With rover's token, handed to git's credential helper.
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.accepted == Some(true) && r.password.as_deref() == Some(TOKEN)),
+        "{:?}",
+        server.requests()
+    );
     assert!(!env
         .path()
         .join("data/checkouts/octo-org/.gamma.rover-clone")
