@@ -393,7 +393,9 @@ impl Served {
             store.clone(),
             self.options,
             self.host.clone(),
-            self.shutdown.clone(),
+            // Its own stop, under the daemon's: a `--once` pass that ends, or a component that
+            // stops this repository, cancels it and never the others' runs.
+            self.shutdown.child_token(),
             self.wake.clone(),
             self.routes.clone(),
         )
