@@ -7,7 +7,8 @@
 //!   "repositories": [
 //!     "octo-org/api",
 //!     {"repo": "octo-org/web", "checkout": "/srv/checkouts/web"},
-//!     {"repo": "tools/lint", "apiUrl": "https://ghe.example.com/api/v3"}
+//!     {"repo": "tools/lint", "apiUrl": "https://ghe.example.com/api/v3"},
+//!     {"repo": "octo-org/docs", "cloneUrl": "/srv/mirrors/docs.git"}
 //!   ]
 //! }
 //! ```
@@ -15,7 +16,8 @@
 //! An entry is `owner/name`, or an object with `repo` and, optionally, `checkout` (the clone
 //! rover works in; relative to the file's folder; default `<data dir>/checkouts/<owner>/<name>`)
 //! and `apiUrl` (the REST API of a repository on GitHub Enterprise Server; default rover's
-//! `ROVER_GITHUB_API_URL`). Each repository keeps its own `rover.json`, store and budgets. An
+//! `ROVER_GITHUB_API_URL`), and `cloneUrl` (where rover clones a repository that has no checkout
+//! yet; default its GitHub URL). Each repository keeps its own `rover.json`, store and budgets. An
 //! unknown key, a malformed name, a repository listed twice or an empty list is an error that
 //! names the line and what to do: nothing is served from a file that does not say what it means.
 
@@ -50,6 +52,8 @@ pub struct ServedRepo {
     pub checkout: Option<PathBuf>,
     /// The REST API it is served by (`None`: rover's own).
     pub api_url: Option<String>,
+    /// Where it is cloned from when it has no checkout (`None`: its GitHub URL).
+    pub clone_url: Option<String>,
 }
 
 impl ServedRepo {
@@ -65,6 +69,20 @@ impl ServedRepo {
                 .join("checkouts")
                 .join(&self.slug.owner)
                 .join(&self.slug.name)
+        })
+    }
+
+    /// Where rover clones it from when it has no checkout: its `cloneUrl`, else its URL on the
+    /// GitHub whose REST API is `api_url` (`https://github.com/<owner>/<name>.git`, or
+    /// `https://HOST/<owner>/<name>.git` for GitHub Enterprise's `https://HOST/api/v3`).
+    pub fn clone_source(&self, api_url: &str) -> String {
+        self.clone_url.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}/{}.git",
+                crate::github::octo::web_url_for(api_url),
+                self.slug.owner,
+                self.slug.name
+            )
         })
     }
 }
@@ -232,6 +250,8 @@ struct EntryFields {
     checkout: Option<PathBuf>,
     #[serde(default)]
     api_url: Option<String>,
+    #[serde(default)]
+    clone_url: Option<String>,
 }
 
 /// Reads one entry, refusing one listed `before`.
@@ -281,6 +301,7 @@ impl<'de> Visitor<'de> for EntryVisitor<'_> {
             slug: slug(value)?,
             checkout: None,
             api_url: None,
+            clone_url: None,
         })
     }
 
@@ -293,10 +314,20 @@ impl<'de> Visitor<'de> for EntryVisitor<'_> {
                 )));
             }
         }
+        if fields
+            .clone_url
+            .as_ref()
+            .is_some_and(|u| u.trim().is_empty())
+        {
+            return Err(de::Error::custom(
+                "\"cloneUrl\" is empty: write where to clone the repository from (a URL or a path), or leave the key out to clone it from GitHub",
+            ));
+        }
         self.entry(ServedRepo {
             slug: slug(&fields.repo)?,
             checkout: fields.checkout,
             api_url: fields.api_url.map(|u| u.trim_end_matches('/').to_owned()),
+            clone_url: fields.clone_url.map(|u| u.trim().to_owned()),
         })
     }
 }
@@ -374,12 +405,48 @@ mod tests {
         assert!(reason.contains("missing field `repositories`"), "{reason}");
         let (_, reason) = invalid(r#"{"repositories": [{"repo": "a/b", "apiUrl": "ghe"}]}"#);
         assert!(reason.contains("not an http(s) URL"), "{reason}");
+        let (line, reason) =
+            invalid("{\"repositories\": [\n  {\"repo\": \"a/b\", \"cloneUrl\": \" \"}\n]}");
+        assert_eq!(line, 2);
+        assert!(reason.contains("\"cloneUrl\" is empty"), "{reason}");
+        let (_, reason) = invalid(r#"{"repositories": [{"repo": "a/b", "cloneUrl": 7}]}"#);
+        assert!(reason.contains("expected a string"), "{reason}");
+        let (_, reason) = invalid(r#"{"repositories": [{"repo": "a/b", "cloneURL": "x"}]}"#);
+        assert!(reason.contains("unknown field `cloneURL`"), "{reason}");
         let shown = parse("{\"repositories\": [\"a/b\", \"a/b\"]}")
             .expect_err("refused")
             .to_string();
         assert!(
             shown.starts_with("/etc/rover/daemon.json:1:"),
             "the path and line lead: {shown}"
+        );
+    }
+
+    #[test]
+    fn a_repository_is_cloned_from_its_clone_url_else_from_its_github() {
+        let file = parse(
+            r#"{"repositories": [
+                "octo-org/api",
+                {"repo": "tools/lint", "apiUrl": "https://ghe.example.com/api/v3"},
+                {"repo": "octo-org/docs", "cloneUrl": " file:///srv/mirrors/docs.git "}
+            ]}"#,
+        )
+        .expect("valid");
+        let [api, lint, docs] = &file.repositories[..] else {
+            panic!("three repositories");
+        };
+        assert_eq!(
+            api.clone_source("https://api.github.com"),
+            "https://github.com/octo-org/api.git"
+        );
+        let ghe = lint.api_url.as_deref().expect("its API");
+        assert_eq!(
+            lint.clone_source(ghe),
+            "https://ghe.example.com/tools/lint.git"
+        );
+        assert_eq!(
+            docs.clone_source("https://api.github.com"),
+            "file:///srv/mirrors/docs.git"
         );
     }
 

@@ -2,10 +2,13 @@
 //! lists (`config::DaemonFile`). Each repository stays its own: its checkout, its `rover.json`,
 //! its store (the layout of a one-repository daemon, so `rover autopilot trace` in its checkout
 //! reads it as before) and its lock, run by the same table of components as a one-repository
-//! daemon (`super::run`), side by side in one process. A repository whose set-up or run fails
-//! (no checkout, a bad `rover.json`, no access, another daemon holding it) is recorded in
+//! daemon (`super::run`), side by side in one process. A repository with nothing at its
+//! checkout's path is cloned there first. A repository whose set-up or run fails (a clone that
+//! fails, a bad `rover.json`, no access, another daemon holding it) is recorded in
 //! `<data dir>/daemon/repositories.json` with the reason and tried again with a growing delay;
-//! the others go on. One signal stops them all; SIGUSR1 wakes them all.
+//! the others go on. One signal stops them all; SIGUSR1 wakes them all. With `--webhook ADDR`,
+//! one endpoint takes the deliveries of every repository, routed to each served one
+//! (`fleet_webhook`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,6 +23,7 @@ use super::{StartError, StartOptions};
 use crate::config::{DaemonFile, RoverConfig, ServedRepo};
 use crate::error::Kinded;
 use crate::host_env::HostEnv;
+use crate::intake::webhook_routes::Routes;
 use crate::orchestrator::SlotBoard;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock};
@@ -170,11 +174,7 @@ pub fn start_fleet(
     options: StartOptions,
     host: &HostEnv,
 ) -> Result<ExitCode, StartError> {
-    if options.webhook.is_some() {
-        return Err(StartError::Setting(
-            "--webhook serves one repository: run it in that repository's checkout (one endpoint for every repository of a daemon file is not built yet)".into(),
-        ));
-    }
+    let secret = super::fleet_webhook::secret(options.webhook, host)?;
     if options.local {
         return Err(StartError::Setting(
             "--local serves one checkout's local requests: run it in that checkout".into(),
@@ -196,6 +196,12 @@ pub fn start_fleet(
         file.path.display(),
         file.path.display()
     );
+    let webhook = match (options.webhook, secret) {
+        (Some(addr), Some(secret)) => Some(process.runtime.block_on(
+            super::fleet_webhook::start(addr, secret, &data_dir, None, &process.shutdown),
+        )?),
+        _ => None,
+    };
     let board = Board::new(&data_dir, file);
     let ended = process.runtime.block_on(serve_all(
         file,
@@ -205,11 +211,14 @@ pub fn start_fleet(
         &process.shutdown,
         &process.wake,
         &board,
+        webhook.as_ref().map(|w| &w.routes),
     ));
     // With `--once`, cron sees a repository that failed: the first failure, by its kind.
     let code = ended.into_iter().try_fold(ExitCode::SUCCESS, |code, end| {
         end.map(|c| if c == ExitCode::SUCCESS { code } else { c })
     });
+    let served = webhook.map_or(Ok(()), |w| process.runtime.block_on(w.end()));
+    let code = code.and_then(|code| served.map(|()| code));
     let code = process.stop(code);
     drop(log);
     drop(lock);
@@ -225,6 +234,7 @@ async fn serve_all(
     shutdown: &CancellationToken,
     wake: &Arc<tokio::sync::Notify>,
     board: &Board,
+    routes: Option<&Routes>,
 ) -> Vec<Result<ExitCode, StartError>> {
     let wakes: Vec<Arc<tokio::sync::Notify>> = file
         .repositories
@@ -249,7 +259,12 @@ async fn serve_all(
             index,
             repo: repo.clone(),
             data_dir: data_dir.to_path_buf(),
-            options,
+            // The daemon's one endpoint takes the deliveries: no repository binds its own.
+            options: StartOptions {
+                webhook: None,
+                ..options
+            },
+            routes: routes.cloned(),
             host: host_for(host, repo),
             shutdown: shutdown.clone(),
             wake: wakes[index].clone(),
@@ -284,6 +299,8 @@ struct Served {
     repo: ServedRepo,
     data_dir: PathBuf,
     options: StartOptions,
+    /// The daemon's one webhook endpoint, when it serves one.
+    routes: Option<Routes>,
     host: HostEnv,
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
@@ -298,9 +315,13 @@ impl Served {
     async fn serve(self) -> Result<ExitCode, StartError> {
         let mut delay = FIRST_RETRY;
         let mut failures = 0u32;
+        self.route_failing("starting (not served yet)");
         loop {
             match self.serve_once().await {
                 Ok(code) => {
+                    if let Some(routes) = &self.routes {
+                        routes.remove(&self.repo.full_name());
+                    }
                     self.board.update(self.index, |s| {
                         s.state = RepoState::Stopped;
                         s.reason = None;
@@ -327,6 +348,7 @@ impl Served {
                             String::new()
                         }
                     );
+                    self.route_failing(&why);
                     self.board.update(self.index, |s| {
                         s.state = RepoState::Failing;
                         s.reason = Some(why);
@@ -356,6 +378,7 @@ impl Served {
     /// One try: the checkout, its `rover.json`, its store and lock, then the daemon's table of
     /// components until it stops.
     async fn serve_once(&self) -> Result<ExitCode, StartError> {
+        self.clone_if_missing().await?;
         let project = self.project()?;
         let config = RoverConfig::load(&project.root)?;
         let store = AutopilotStore::open(&self.data_dir, &project.id)?;
@@ -378,9 +401,12 @@ impl Served {
             self.options,
             self.host.clone(),
             super::Shared {
-                shutdown: self.shutdown.clone(),
+                // Its own stop, under the daemon's: a `--once` pass that ends, or a component
+                // that stops this repository, cancels it and never the others' runs.
+                shutdown: self.shutdown.child_token(),
                 wake: self.wake.clone(),
                 slots: self.slots.clone(),
+                routes: self.routes.clone(),
             },
         )
         .await;
@@ -394,14 +420,62 @@ impl Served {
         code
     }
 
+    /// Its webhook deliveries refused, saying `why`, until it is served (again).
+    fn route_failing(&self, why: &str) {
+        if let Some(routes) = &self.routes {
+            routes.failing(&self.repo.full_name(), why);
+        }
+    }
+
+    /// A repository with nothing at its checkout's path is cloned there first (its `cloneUrl`,
+    /// else its GitHub URL, with rover's token as a fetch has it); a path that exists is never
+    /// cloned over.
+    async fn clone_if_missing(&self) -> Result<(), StartError> {
+        let checkout = self.repo.checkout_in(&self.data_dir);
+        if std::fs::symlink_metadata(&checkout).is_ok() {
+            return Ok(());
+        }
+        let url = self
+            .repo
+            .clone_source(&crate::github::octo::api_url_from_env(&self.host));
+        let shown = crate::git::shown_url(&url);
+        let name = self.repo.full_name();
+        println!(
+            "rover: cloning {name} from {shown} into {}",
+            checkout.display()
+        );
+        let token = crate::github::token_from_env(&self.host).ok();
+        crate::git::clone_checkout(&url, &checkout, token.as_deref())
+            .await
+            .map_err(|e| {
+                let why = match &e {
+                    crate::git::GitError::Command(failure) => failure
+                        .stderr
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                        .chars()
+                        .take(500)
+                        .collect(),
+                    other => crate::error::error_chain(other),
+                };
+                StartError::Unavailable(format!(
+                    "cannot clone {name} from {shown} into {}: {why} (check \"cloneUrl\" in the daemon file and that rover's token can read the repository, or clone it there yourself)",
+                    checkout.display()
+                ))
+            })
+    }
+
     /// The repository's checkout, as rover's project, named as the daemon file names it.
     fn project(&self) -> Result<Project, StartError> {
         let checkout = self.repo.checkout_in(&self.data_dir);
         if !checkout.is_dir() {
             return Err(StartError::Setting(format!(
-                "{} has no checkout at {}: clone it there (git clone), or name its clone with \"checkout\" in the daemon file",
-                self.repo.full_name(),
-                checkout.display()
+                "{} is not a checkout of {}: move it away (rover clones the repository where nothing is), or name its clone with \"checkout\" in the daemon file",
+                checkout.display(),
+                self.repo.full_name()
             )));
         }
         let mut project = Project::discover(&checkout).map_err(|e| match e {
@@ -412,6 +486,16 @@ impl Served {
             )),
             other => StartError::Project(other),
         })?;
+        // A folder inside another repository's checkout is not this repository's checkout.
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if canonical(&project.root) != canonical(&checkout) {
+            return Err(StartError::Setting(format!(
+                "{} is not a git checkout (it is inside {}): clone {} there, or name its clone with \"checkout\" in the daemon file",
+                checkout.display(),
+                project.root.display(),
+                self.repo.full_name()
+            )));
+        }
         project.repo = Some(self.repo.slug.clone());
         Ok(project)
     }

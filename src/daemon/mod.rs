@@ -20,6 +20,7 @@ mod console;
 mod drain;
 mod export;
 mod fleet;
+mod fleet_webhook;
 mod github;
 mod once;
 mod poller;
@@ -116,12 +117,14 @@ impl crate::error::Kinded for StartError {
     }
 }
 
-/// What the repositories of one daemon process share: its stop, its wake (SIGUSR1) and its
-/// agent slots.
+/// What a repository's table runs with from the daemon process: its stop, its wake (SIGUSR1),
+/// the agent slots every repository shares, and the one webhook endpoint's routes (a daemon
+/// file's; `None`: a repository serves its own `--webhook`).
 struct Shared {
     shutdown: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
     slots: Arc<SlotBoard>,
+    routes: Option<crate::intake::webhook_routes::Routes>,
 }
 
 /// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`, the
@@ -165,6 +168,7 @@ pub fn start(
             shutdown: process.shutdown.clone(),
             wake: process.wake.clone(),
             slots: SlotBoard::new(slots),
+            routes: None,
         },
     ));
     let code = process.stop(code);
@@ -183,7 +187,9 @@ pub fn start(
 /// The daemon as a table of what runs, in the order it starts: the checks, the exporter, the
 /// orchestrator and its console, the recovery, then the supervised components (reclaim, the
 /// wake on SIGUSR1, the webhook server, the stop-reaction watch, the poller, the drain) until
-/// the shutdown, or each once with `--once`; then the shutdown, in order.
+/// the shutdown, or each once with `--once`; then the shutdown, in order. A repository of a
+/// daemon file served with one webhook endpoint adds itself to its `routes` instead of binding
+/// a server.
 async fn run(
     project: Project,
     mut config: RoverConfig,
@@ -196,6 +202,7 @@ async fn run(
         shutdown,
         wake,
         slots,
+        routes,
     } = shared;
     let ready = preflight::check(&project, &mut config, &store, options, host).await?;
     let telemetry = export::start(&config, &store, &ready.services).await?;
@@ -218,6 +225,7 @@ async fn run(
         ready,
         orchestrator,
     );
+    daemon.routes = routes;
     daemon.reclaim().await;
     daemon.wake_loop(wake);
     daemon.webhook_server().await?;

@@ -34,6 +34,9 @@ pub(super) struct Topology {
     pub normalize: Option<NormalizeOptions>,
     /// The webhook's secret, when webhooks are served; taken by the webhook server.
     pub webhook_secret: Option<String>,
+    /// A daemon file's one webhook endpoint, which this repository's deliveries are routed
+    /// from (it then binds no server of its own).
+    pub routes: Option<crate::intake::webhook_routes::Routes>,
     /// The long-lived tasks, supervised: a failure or panic is said and the task restarted, or
     /// the daemon stopped with it; never silently gone.
     pub supervisor: Supervisor,
@@ -71,6 +74,7 @@ impl Topology {
             github: ready.github,
             normalize: ready.normalize,
             webhook_secret: ready.webhook_secret,
+            routes: None,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The webhook server as a component (`--webhook ADDR`): intake's server, bound at start and
-//! served until the shutdown.
+//! served until the shutdown. A repository of a daemon file binds none: it adds its intake to
+//! the daemon's one routed endpoint (`fleet_webhook`).
 
 use std::sync::Arc;
 
@@ -15,21 +16,18 @@ impl Topology {
     /// daemon (a daemon that silently stopped hearing webhooks would miss events until the next
     /// poll).
     pub(super) async fn webhook_server(&mut self) -> Result<(), StartError> {
+        if let (Some(routes), Some(repo)) = (&self.routes, &self.project.repo) {
+            routes.serve(&repo.to_string(), self.webhook_state());
+            return Ok(());
+        }
         let (Some(addr), Some(secret)) = (self.options.webhook, self.webhook_secret.take()) else {
             return Ok(());
         };
-        let state = webhook::WebhookState {
-            store: self.store.clone(),
-            entry: crate::intake::Entry::new(
-                self.project.id.clone(),
-                crate::steps::kinds::FIRST_STEP,
-            ),
-            repo: self.project.repo.as_ref().map(ToString::to_string),
-            normalize: self.normalize.clone().unwrap_or_default(),
+        let endpoint = webhook::Endpoint {
             secret: secret.into_bytes(),
-            queue: Arc::new(self.orchestrator.clone()),
+            state: Arc::new(self.webhook_state()),
         };
-        let server = webhook::WebhookServer::bind(addr, state)
+        let server = webhook::WebhookServer::bind(addr, endpoint)
             .await
             .map_err(|e| {
                 StartError::Unavailable(format!("cannot listen for webhooks on {addr}: {e}"))
@@ -50,5 +48,19 @@ impl Topology {
                 }
             });
         Ok(())
+    }
+
+    /// What a delivery for this repository is handed to: its store, trust and queue.
+    fn webhook_state(&self) -> webhook::WebhookState {
+        webhook::WebhookState {
+            store: self.store.clone(),
+            entry: crate::intake::Entry::new(
+                self.project.id.clone(),
+                crate::steps::kinds::FIRST_STEP,
+            ),
+            repo: self.project.repo.as_ref().map(ToString::to_string),
+            normalize: self.normalize.clone().unwrap_or_default(),
+            queue: Arc::new(self.orchestrator.clone()),
+        }
     }
 }

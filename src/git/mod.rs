@@ -1,5 +1,6 @@
-//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI), and the
-//! secret scan of what a push would send (`scan`).
+//! Git workspaces: branches and worktrees (git2), commit, push and merge (the `git` CLI), the
+//! secret scan of what a push would send (`scan`), and the clone of a served repository that has
+//! no checkout (`clone`).
 //!
 //! git2 handles repository state (default branch, branches, worktrees, diffs) because it needs no
 //! process; the `git` CLI handles everything where the user's hooks, signing and credentials must
@@ -9,6 +10,7 @@
 mod boundary;
 mod branch;
 mod cleanup;
+mod clone;
 mod command;
 mod commit;
 mod container;
@@ -29,6 +31,7 @@ mod workspace;
 pub use boundary::{WorktreeGit, NO_HOOKS};
 pub use branch::{branch_name, is_branch_name, slugify, BRANCH_PREFIX};
 pub use cleanup::{CleanupReport, Removal, WorktreeInfo};
+pub use clone::{clone_checkout, shown_url};
 pub use command::{bounded_text as bounded_output, CommandFailure, OUTPUT_LIMIT_BYTES};
 pub use commit::{commit_message, CommitOutcome, Staged, ROVER_TRAILER};
 pub use container::{SandboxGit, SANDBOX_GIT_DIR, SANDBOX_OBJECTS_DIR};

@@ -1,6 +1,7 @@
 //! Intake: everything that brings work to rover, and the one path it takes into the store.
 //!
-//! Four sources: the events feed (`poll`), webhook deliveries (`webhook`), sweeps of the list
+//! Four sources: the events feed (`poll`), webhook deliveries (`webhook`; for every repository
+//! of a daemon file at one endpoint, routed by repository: `webhook_routes`), sweeps of the list
 //! APIs for what those two missed (`reconcile`), and local requests (`rover autopilot submit`,
 //! [`Arrival::Local`]). Each hands what it took in to [`ingest`] (or [`ingest_in`], within a
 //! locked update the source makes anyway, as the poller does with its cursor): the one function
@@ -32,6 +33,7 @@ pub mod reconcile;
 mod record;
 mod root;
 pub mod webhook;
+pub mod webhook_routes;
 
 use async_trait::async_trait;
 use uuid::Uuid;

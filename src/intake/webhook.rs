@@ -34,25 +34,33 @@ pub struct WebhookState {
     /// `owner/name` of the watched repository; deliveries for another one are skipped.
     pub repo: Option<String>,
     pub normalize: NormalizeOptions,
-    pub secret: Vec<u8>,
     /// Where what came in goes on: woken after an event is stored, handed CI outcomes.
     pub queue: Arc<dyn Queue>,
 }
 
-/// A bound webhook listener, not serving yet.
+/// One repository's endpoint: deliveries verified with `secret`, then handed to `state`.
+pub struct Endpoint {
+    pub secret: Vec<u8>,
+    pub state: Arc<WebhookState>,
+}
+
+/// A bound webhook listener, not serving yet: one repository's endpoint, or the daemon file's
+/// routed one (`super::webhook_routes`).
 pub struct WebhookServer {
     listener: TcpListener,
-    state: Arc<WebhookState>,
+    app: Router,
 }
 
 impl WebhookServer {
-    /// Bind `addr` (port 0: the OS picks one).
-    pub async fn bind(addr: SocketAddr, state: WebhookState) -> std::io::Result<Self> {
+    /// Bind `addr` (port 0: the OS picks one) for one repository.
+    pub async fn bind(addr: SocketAddr, endpoint: Endpoint) -> std::io::Result<Self> {
+        Self::bind_app(addr, router(Arc::new(endpoint))).await
+    }
+
+    /// Bind `addr` to serve `app`'s routes.
+    pub(super) async fn bind_app(addr: SocketAddr, app: Router) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(Self {
-            listener,
-            state: Arc::new(state),
-        })
+        Ok(Self { listener, app })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -61,19 +69,19 @@ impl WebhookServer {
 
     /// Serve until `shutdown`: then stop accepting and finish the requests in flight.
     pub async fn serve(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        axum::serve(self.listener, router(self.state))
+        axum::serve(self.listener, self.app)
             .with_graceful_shutdown(shutdown.cancelled_owned())
             .await
     }
 }
 
 /// The routes: `POST /github`, bodies up to GitHub's 25 MB (larger: 413).
-pub fn router(state: Arc<WebhookState>) -> Router {
+pub fn router(endpoint: Arc<Endpoint>) -> Router {
     Router::new()
         .route("/github", post(github))
         // The body is read (and limited) by the handler itself.
         .layer(DefaultBodyLimit::disable())
-        .with_state(state)
+        .with_state(endpoint)
 }
 
 /// Read the body, up to `limit` bytes: `Err(413)` past it (by `Content-Length` before reading,
@@ -110,30 +118,66 @@ async fn read_body(
     Ok(out)
 }
 
-fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(super) fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// A delivery whose body was read and whose signature matches: its headers as sent (empty when
+/// missing) and its body, not parsed yet.
+pub(super) struct Verified {
+    pub delivery: String,
+    pub event: String,
+    pub body: Vec<u8>,
+}
+
+/// Read the body (bounded) and check its signature with `secret`, before anything is parsed:
+/// a refusal is the answer to send.
+pub(super) async fn verified(
+    secret: &[u8],
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Verified, (StatusCode, String)> {
+    let body = match read_body(headers, body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(refusal) => {
+            tracing::warn!(delivery = header(headers, "x-github-delivery").unwrap_or(""), status = %refusal.0, "webhook delivery refused");
+            return Err(refusal);
+        }
+    };
+    let delivery = header(headers, "x-github-delivery")
+        .unwrap_or("")
+        .to_owned();
+    let event = header(headers, "x-github-event").unwrap_or("").to_owned();
+    if let Err(e) = verify_signature(secret, &body, header(headers, "x-hub-signature-256")) {
+        tracing::warn!(delivery = %delivery, event = %event, bytes = body.len(), error = &e as &dyn std::error::Error, "webhook delivery refused");
+        return Err((StatusCode::UNAUTHORIZED, format!("{e}\n")));
+    }
+    Ok(Verified {
+        delivery,
+        event,
+        body,
+    })
+}
+
 async fn github(
-    State(st): State<Arc<WebhookState>>,
+    State(endpoint): State<Arc<Endpoint>>,
     headers: HeaderMap,
     body: Body,
 ) -> (StatusCode, String) {
-    let body = match read_body(&headers, body, MAX_BODY_BYTES).await {
-        Ok(body) => body,
-        Err(refusal) => {
-            tracing::warn!(delivery = header(&headers, "x-github-delivery").unwrap_or(""), status = %refusal.0, "webhook delivery refused");
-            return refusal;
-        }
-    };
-    let delivery = header(&headers, "x-github-delivery")
-        .unwrap_or("")
-        .to_owned();
-    let event = header(&headers, "x-github-event").unwrap_or("").to_owned();
-    if let Err(e) = verify_signature(&st.secret, &body, header(&headers, "x-hub-signature-256")) {
-        tracing::warn!(delivery = %delivery, event = %event, bytes = body.len(), error = &e as &dyn std::error::Error, "webhook delivery refused");
-        return (StatusCode::UNAUTHORIZED, format!("{e}\n"));
+    match verified(&endpoint.secret, &headers, body).await {
+        Ok(delivery) => handle(&endpoint.state, delivery).await,
+        Err(refusal) => refusal,
     }
+}
+
+/// What becomes of a verified delivery for the repository of `st`: answered, skipped (and
+/// recorded in its intake log), or stored as a trace before the answer.
+pub(super) async fn handle(st: &Arc<WebhookState>, verified: Verified) -> (StatusCode, String) {
+    let Verified {
+        delivery,
+        event,
+        body,
+    } = verified;
     if delivery.is_empty() || event.is_empty() {
         tracing::warn!(delivery = %delivery, event = %event, "webhook delivery without X-GitHub-Delivery or X-GitHub-Event");
         return (
@@ -153,7 +197,7 @@ async fn github(
         Ok(Delivery::Ping) => {
             tracing::info!(delivery = %delivery, "webhook ping");
             record(
-                &st,
+                st,
                 skipped_delivery(&event, &delivery, &body, "ping: the webhook says hello"),
             )
             .await;
@@ -161,13 +205,13 @@ async fn github(
         }
         Ok(Delivery::Skipped(why)) => {
             tracing::info!(delivery = %delivery, event = %event, reason = %why, "webhook delivery skipped");
-            record(&st, skipped_delivery(&event, &delivery, &body, &why)).await;
+            record(st, skipped_delivery(&event, &delivery, &body, &why)).await;
             return (StatusCode::ACCEPTED, format!("skipped: {why}\n"));
         }
         Err(why) => {
             tracing::warn!(delivery = %delivery, event = %event, reason = %why, "malformed webhook delivery");
             record(
-                &st,
+                st,
                 skipped_delivery(
                     &event,
                     &delivery,

@@ -15,6 +15,9 @@ use crate::support::fake_github::{FakeGitHub, BOT, TOKEN};
 use crate::support::gitrepo::git;
 use crate::support::scenario::{COORDINATE, NOTIFY};
 
+mod clone;
+mod webhook;
+
 /// One served repository: its fake GitHub and its checkout.
 struct Repo {
     name: &'static str,

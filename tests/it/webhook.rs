@@ -125,7 +125,7 @@ impl Drop for Daemon {
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: status code and body.
-fn http(addr: SocketAddr, head: &[u8], body: &[u8]) -> (u16, String) {
+pub(crate) fn http(addr: SocketAddr, head: &[u8], body: &[u8]) -> (u16, String) {
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
