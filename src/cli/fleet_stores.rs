@@ -260,10 +260,10 @@ pub fn store_with_trace(
         match store.resolve_trace_id(id) {
             Ok(trace) => found.push((served.name.clone(), store, trace)),
             Err(StoreError::UnknownId { .. }) => {}
-            // Too short, or two traces of this one repository: said as is.
-            Err(e @ (StoreError::ShortId { .. } | StoreError::AmbiguousId { .. })) => {
-                return Err(in_repo(&served.name, e.into()))
-            }
+            // Too short: the same in every repository.
+            Err(e @ StoreError::ShortId { .. }) => return Err(e.into()),
+            // Two traces of this one repository.
+            Err(e @ StoreError::AmbiguousId { .. }) => return Err(in_repo(&served.name, e.into())),
             Err(e) => errors.push(in_repo(&served.name, e.into())),
         }
     }

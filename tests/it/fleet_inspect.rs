@@ -469,6 +469,10 @@ fn trace_finds_a_trace_in_any_repository_and_a_prefix_in_two_is_an_error_naming_
     let said = stderr(&out);
     assert!(said.contains(&format!("octo-org/api ({a})")), "{said}");
     assert!(said.contains(&format!("octo-org/web ({b})")), "{said}");
+    let out = w.rover(&["trace", "abcd"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("too short"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("octo-org"), "{}", stderr(&out));
     let out = w.rover(&["trace", "abcdef01", "--repo", "octo-org/web", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let view: Value = serde_json::from_slice(&out.stdout).unwrap();
