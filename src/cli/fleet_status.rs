@@ -1,7 +1,8 @@
 //! `rover autopilot status` for a daemon file (`--config FILE`, or outside a checkout with one at
 //! the default place): the daemon serving it, and one line per repository: how it stands
 //! (`serving`, `failing` with the reason and when it is tried again, `stopped`, `not started`)
-//! and its queue, read from its own store as `status` in its checkout reads it.
+//! and its queue, read from its own store as `status` in its checkout reads it (`--repo` narrows
+//! to some). A store that cannot be read is said on its line, and the exit code is its kind's.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -10,11 +11,11 @@ use std::process::ExitCode;
 use chrono::Utc;
 use serde_json::{json, Value};
 
+use super::fleet_stores::{Fleet, Served};
 use super::{CliError, Context, Output};
-use crate::config::{DaemonFile, ServedRepo};
-use crate::daemon::{status_path, FleetStatus, RepoStatus};
-use crate::project::Project;
-use crate::store::{AutopilotStore, DaemonLock};
+use crate::daemon::RepoStatus;
+use crate::error::{error_chain, Kinded};
+use crate::store::DaemonLock;
 
 /// One repository's line.
 struct Line {
@@ -24,7 +25,7 @@ struct Line {
     /// Its queue, when its store exists: (pending, running, dead letters).
     queue: Option<(usize, usize, usize)>,
     /// Its store cannot be read: why.
-    unreadable: Option<String>,
+    unreadable: Option<CliError>,
 }
 
 pub fn fleet_status(
@@ -33,24 +34,20 @@ pub fn fleet_status(
     json: bool,
     path: &Path,
 ) -> Result<ExitCode, CliError> {
-    let file = DaemonFile::load(path)?;
-    let data_dir = crate::project::data_dir(&ctx.host)?;
-    let status_file = status_path(&data_dir);
-    let recorded: Option<FleetStatus> = crate::store::fsio::read_json(&status_file)?;
-    let pid = DaemonLock::holder(&data_dir.join("daemon").join("daemon.lock"));
-    // The standing is the daemon's of this file only.
-    let recorded = recorded.filter(|s| s.file == file.path);
-    let lines: Vec<Line> = file
-        .repositories
+    let fleet = Fleet::load(ctx, path)?;
+    let file = &fleet.file;
+    let pid = DaemonLock::holder(&fleet.data_dir.join("daemon").join("daemon.lock"));
+    let lines: Vec<Line> = fleet
+        .repos
         .iter()
-        .map(|repo| line(&data_dir, repo, recorded.as_ref()))
+        .map(|served| line(&fleet.data_dir, served))
         .collect();
     if json {
         out.json(&json!({
             "daemon": {"running": pid.is_some(), "pid": pid, "file": file.path},
             "repositories": lines.iter().map(line_json).collect::<Vec<Value>>(),
         }))?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(exit_code(&lines));
     }
     let mut text = String::new();
     match &pid {
@@ -85,76 +82,35 @@ pub fn fleet_status(
         );
     }
     out.print(&text)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_code(&lines))
 }
 
-/// The store of the repository of the daemon file at `path` that holds trace `id` (a trace,
-/// span or action id, or a prefix), and the trace's id: `trace <ID>` outside a checkout.
-pub fn store_with_trace(
-    ctx: &Context,
-    path: &Path,
-    id: &str,
-) -> Result<(AutopilotStore, uuid::Uuid), CliError> {
-    let file = DaemonFile::load(path)?;
-    let data_dir = crate::project::data_dir(&ctx.host)?;
-    let mut found = Vec::new();
-    for repo in &file.repositories {
-        let Ok(project) = Project::discover(&repo.checkout_in(&data_dir)) else {
-            continue;
-        };
-        let Ok(store) = AutopilotStore::open_existing(&data_dir, &project.id) else {
-            continue;
-        };
-        if let Ok(trace) = store.resolve_trace_id(id) {
-            found.push((repo.full_name(), store, trace));
+/// Each store that cannot be read said on stderr; the exit code of the first one's kind, or 0.
+fn exit_code(lines: &[Line]) -> ExitCode {
+    let mut code = None;
+    for l in lines {
+        if let Some(e) = &l.unreadable {
+            eprintln!("error: {}: {}", l.repo, error_chain(e));
+            code.get_or_insert(super::exit_code_of(e.kind()));
         }
     }
-    match found.len() {
-        0 => Err(CliError::NotFound(format!(
-            "no trace {id} in the {} repositories of {}",
-            file.repositories.len(),
-            file.path.display()
-        ))),
-        1 => {
-            let (_, store, trace) = found.remove(0);
-            Ok((store, trace))
-        }
-        _ => Err(CliError::Usage(format!(
-            "{id} names a trace in {}: give more of the id",
-            found
-                .iter()
-                .map(|(repo, _, _)| repo.as_str())
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ))),
-    }
+    code.unwrap_or(ExitCode::SUCCESS)
 }
 
-fn line(data_dir: &Path, repo: &ServedRepo, recorded: Option<&FleetStatus>) -> Line {
-    let name = repo.full_name();
-    let standing = recorded.and_then(|s| s.repositories.iter().find(|r| r.repo == name).cloned());
-    let project_id = standing
-        .as_ref()
-        .and_then(|s| s.project_id.clone())
-        .or_else(|| {
-            Project::discover(&repo.checkout_in(data_dir))
-                .ok()
-                .map(|p| p.id)
-        });
+fn line(data_dir: &Path, served: &Served) -> Line {
     let mut line = Line {
-        repo: name,
-        project_id,
-        standing,
+        repo: served.name.clone(),
+        project_id: served.project_id.clone(),
+        standing: served.standing.clone(),
         queue: None,
         unreadable: None,
     };
-    let Some(id) = &line.project_id else {
-        return line;
+    let state = match served.open(data_dir) {
+        Ok(Some(store)) => store.read_state().map_err(CliError::from),
+        Ok(None) => return line,
+        Err(e) => Err(e),
     };
-    let Ok(store) = AutopilotStore::open_existing(data_dir, id) else {
-        return line;
-    };
-    match store.read_state() {
+    match state {
         Ok(state) => {
             let running = state
                 .pending
@@ -168,7 +124,7 @@ fn line(data_dir: &Path, repo: &ServedRepo, recorded: Option<&FleetStatus>) -> L
                 .count();
             line.queue = Some((state.pending.len(), running, dead));
         }
-        Err(e) => line.unreadable = Some(e.to_string()),
+        Err(e) => line.unreadable = Some(e),
     }
     line
 }
@@ -181,7 +137,7 @@ fn state_of(l: &Line) -> &'static str {
 
 fn why(l: &Line) -> String {
     if let Some(e) = &l.unreadable {
-        return format!("its store cannot be read: {e}");
+        return format!("its store cannot be read: {}", error_chain(e));
     }
     let Some(s) = &l.standing else {
         return String::new();
@@ -207,6 +163,6 @@ fn line_json(l: &Line) -> Value {
         "pending": l.queue.map(|q| q.0),
         "running": l.queue.map(|q| q.1),
         "deadLetters": l.queue.map(|q| q.2),
-        "storeError": l.unreadable,
+        "storeError": l.unreadable.as_ref().map(|e| error_chain(e)),
     })
 }

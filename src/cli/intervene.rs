@@ -2,6 +2,7 @@
 //! writes a span in the trace saying who did what, through the store lock, so they work with the
 //! daemon running (it is woken and stops the trace's running agents and containers) or stopped.
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use chrono::Utc;
@@ -9,7 +10,7 @@ use uuid::Uuid;
 
 use super::{CliError, Context, Output};
 use crate::steps::meta::{Intervention, InterventionSpanMeta};
-use crate::store::{AutopilotStore, Span};
+use crate::store::{AutopilotStore, PendingAction, Span};
 
 fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
     let project_id = ctx.project_id()?;
@@ -20,14 +21,18 @@ fn open_store(ctx: &Context) -> Result<AutopilotStore, CliError> {
 }
 
 /// Who is acting: `--by`, else the login name.
-fn actor(by: Option<String>) -> String {
+pub(super) fn actor(by: Option<String>) -> String {
     by.filter(|b| !b.trim().is_empty())
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "someone".into())
 }
 
 /// Wake a running daemon so it acts on the change now; says what happens otherwise.
-fn wake_daemon(store: &AutopilotStore, out: &mut Output, then: &str) -> Result<(), CliError> {
+pub(super) fn wake_daemon(
+    store: &AutopilotStore,
+    out: &mut Output,
+    then: &str,
+) -> Result<(), CliError> {
     match super::wake_daemon(store) {
         Some(pid) => out.print(&format!("the daemon (pid {pid}) {then} now\n")),
         None => out.print(&format!(
@@ -98,40 +103,78 @@ pub fn retry(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dead-letters [--json]`: queued actions no step of this rover handles.
-pub fn dead_letters(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, CliError> {
+/// `dead-letters [--json]`: queued actions no step of this rover handles; outside a checkout,
+/// every repository's of the daemon file, oldest first.
+pub fn dead_letters(
+    ctx: &Context,
+    out: &mut Output,
+    json: bool,
+    config: Option<std::path::PathBuf>,
+) -> Result<ExitCode, CliError> {
+    if let Some(path) = super::fleet_stores::daemon_file(ctx, config) {
+        let fleet = super::fleet_stores::Fleet::load(ctx, &path)?;
+        let mut got = fleet.gather(|_, store| letters(store));
+        let mut rows = std::mem::take(&mut got.rows);
+        rows.sort_by_key(|(_, p)| p.created_at);
+        let (repos, letters): (Vec<String>, Vec<PendingAction>) = rows.into_iter().unzip();
+        print_letters(out, &letters, json, Some(&repos))?;
+        return got.finish(out, json);
+    }
     let store = open_store(ctx)?;
-    let letters: Vec<_> = store
+    print_letters(out, &letters(&store)?, json, None)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn letters(store: &AutopilotStore) -> Result<Vec<PendingAction>, CliError> {
+    Ok(store
         .read_state()?
         .pending
         .into_iter()
         .filter(super::is_dead_letter)
-        .collect();
+        .collect())
+}
+
+/// The list (or JSON) of `dead-letters`; with `repos`, each one's repository first.
+fn print_letters(
+    out: &mut Output,
+    letters: &[PendingAction],
+    json: bool,
+    repos: Option<&[String]>,
+) -> Result<(), CliError> {
     if json {
-        out.print(&format!(
+        let mut list = serde_json::json!(letters);
+        if let Some(repos) = repos {
+            super::fleet_stores::add_repo_field(
+                &mut list,
+                repos.iter().map(|r| serde_json::json!(r)),
+            );
+        }
+        return out.print(&format!(
             "{}\n",
-            serde_json::to_string_pretty(&serde_json::json!({"deadLetters": letters}))
+            serde_json::to_string_pretty(&serde_json::json!({"deadLetters": list}))
                 .expect("records serialize")
-        ))?;
-        return Ok(ExitCode::SUCCESS);
+        ));
     }
     if letters.is_empty() {
-        out.print("no dead letters\n")?;
+        return out.print("no dead letters\n");
     }
-    for p in &letters {
-        out.print(&format!(
-            "{}  {:?} in trace {} since {}: {}\n",
+    let mut text = String::new();
+    for p in letters {
+        let _ = writeln!(
+            text,
+            "{}  {:?} in trace {} since {}: {}",
             crate::trace::short(p.action_id),
             p.action.as_str(),
             crate::trace::short(p.trace_id),
             p.created_at.format("%Y-%m-%d %H:%M"),
             p.summary
-        ))?;
+        );
     }
-    if !letters.is_empty() {
-        out.print("`rover autopilot dead-letters drop <action>` removes one (recorded in its trace); `requeue <action>` puts it back in line once a rover that handles its type runs\n")?;
+    match repos {
+        Some(repos) => out.print(&super::fleet_stores::with_repo_column(&text, false, repos))?,
+        None => out.print(&text)?,
     }
-    Ok(ExitCode::SUCCESS)
+    out.print("`rover autopilot dead-letters drop <action>` removes one (recorded in its trace); `requeue <action>` puts it back in line once a rover that handles its type runs\n")
 }
 
 /// `dead-letters drop|requeue <action>`.
@@ -193,140 +236,5 @@ pub fn dead_letter(
         )?;
     }
     out.print(&format!("{summary}\n"))?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `gc [--dry-run] [--json] [--retain-days N]`: what ended traces hold and when it is freed;
-/// without `--dry-run`, queue the cleanup of what is due (the daemon runs it). Then rover's
-/// containers, networks and volumes of stores gone or whose daemon is dead (`cli::gc`): swept
-/// even without a store for this project.
-pub fn gc(
-    ctx: &Context,
-    out: &mut Output,
-    dry_run: bool,
-    json: bool,
-    retain_days: Option<u64>,
-) -> Result<ExitCode, CliError> {
-    let store = match open_store(ctx) {
-        Ok(store) => store,
-        Err(CliError::Store(crate::store::StoreError::MissingStore { path })) => {
-            let leftovers = super::gc::sweep(dry_run, &ctx.host)?;
-            if json {
-                out.print(&format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&serde_json::json!({
-                        "dryRun": dry_run, "store": null, "leftovers": leftovers,
-                    }))
-                    .expect("records serialize")
-                ))?;
-            } else {
-                out.print(&format!(
-                    "no rover store at {}: no traces to reclaim\n",
-                    path.display()
-                ))?;
-                super::gc::print(out, &leftovers, dry_run)?;
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        Err(e) => return Err(e),
-    };
-    let retain_days = retain_days.unwrap_or_else(|| {
-        ctx.project()
-            .ok()
-            .and_then(|p| crate::config::RoverConfig::load(&p.root).ok())
-            .map_or(7, |c| c.autopilot.pipeline.retain_days)
-    });
-    let (plan, queued) = if dry_run {
-        (
-            crate::steps::gc::plan(&store, crate::steps::gc::retention(retain_days), Utc::now())?,
-            Vec::new(),
-        )
-    } else {
-        crate::steps::gc::run(&store, retain_days, &actor(None))?
-    };
-    // Environment images: all of the project's but the newest and those of traces that keep
-    // their tasks.
-    let live: Vec<uuid::Uuid> = plan
-        .live
-        .iter()
-        .copied()
-        .chain(plan.later.iter().chain(&plan.open_prs).map(|r| r.trace_id))
-        .collect();
-    let images = crate::environment::gc::sweep(
-        &store,
-        &ctx.project_id()?,
-        &live,
-        crate::steps::history::image_of,
-        dry_run,
-    );
-    let leftovers = super::gc::sweep(dry_run, &ctx.host)?;
-    if json {
-        out.print(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "retainDays": retain_days, "dryRun": dry_run, "plan": plan, "environmentImages": images,
-                "queued": queued.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                "leftovers": leftovers,
-            }))
-            .expect("records serialize")
-        ))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let line = |r: &crate::steps::gc::Reclaim| {
-        format!(
-            "{}  {} task(s) [{}]  ended {}  {}",
-            crate::trace::short(r.trace_id),
-            r.tasks.len(),
-            r.branches.join(", "),
-            r.ended_at.format("%Y-%m-%d %H:%M"),
-            r.label
-        )
-    };
-    let verb = if dry_run { "due now" } else { "reclaiming" };
-    out.print(&format!(
-        "{verb} (ended more than {retain_days} day(s) ago):\n"
-    ))?;
-    if plan.due.is_empty() {
-        out.print("  nothing\n")?;
-    }
-    for r in &plan.due {
-        out.print(&format!("  {}\n", line(r)))?;
-    }
-    for r in &plan.later {
-        out.print(&format!(
-            "kept until {}: {}\n",
-            r.due_at.format("%Y-%m-%d %H:%M"),
-            line(r)
-        ))?;
-    }
-    for r in &plan.open_prs {
-        out.print(&format!(
-            "kept while its pull request is open: {}\n",
-            line(r)
-        ))?;
-    }
-    if !plan.live.is_empty() {
-        out.print(&format!(
-            "{} trace(s) with work queued or running keep theirs\n",
-            plan.live.len()
-        ))?;
-    }
-    for image in &images.removed {
-        out.print(&format!(
-            "environment image {}: {image}\n",
-            if dry_run { "unused" } else { "removed" }
-        ))?;
-    }
-    for error in &images.errors {
-        out.print(&format!("environment images: {error}\n"))?;
-    }
-    super::gc::print(out, &leftovers, dry_run)?;
-    if !dry_run && !queued.is_empty() {
-        wake_daemon(
-            &store,
-            out,
-            "removes their worktrees, branches, containers and task mappings",
-        )?;
-    }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,12 +4,14 @@
 
 mod budget;
 mod fleet_status;
+mod fleet_stores;
 mod gc;
 mod inspect;
 mod intervene;
 mod output;
 mod placements;
 mod proxy;
+mod refused;
 mod replay;
 mod start;
 mod status;
@@ -44,9 +46,10 @@ pub struct GlobalArgs {
     /// Use the store of this project id instead of deriving it from the repository
     #[arg(long, global = true, value_name = "ID")]
     pub project_id: Option<String>,
-    /// The GitHub repository, OWNER/NAME (default: the `origin` remote)
-    #[arg(long, global = true, value_name = "OWNER/NAME")]
-    pub repo: Option<String>,
+    /// The GitHub repository, OWNER/NAME (default: the `origin` remote); outside a checkout,
+    /// the repositories of the daemon file to look at (repeatable)
+    #[arg(long, global = true, value_name = "OWNER/NAME", value_delimiter = ',')]
+    pub repo: Vec<String>,
     /// The repository's directory (default: the current directory)
     #[arg(long, global = true, value_name = "DIR")]
     pub project_dir: Option<PathBuf>,
@@ -107,6 +110,9 @@ pub enum AutopilotCommand {
         /// Print the list as JSON (one array of records, format in docs/cli.md)
         #[arg(long)]
         json: bool,
+        /// Every repository of the daemon file FILE, a REPO column first (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Submit a local request; it runs through the same pipeline as a GitHub event
     Submit {
@@ -120,6 +126,9 @@ pub enum AutopilotCommand {
         /// Print the trace as JSON (format in docs/cli.md)
         #[arg(long)]
         json: bool,
+        /// Look in every repository of the daemon file FILE (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Run recorded traces again through this build's deciding steps, with the recorded model
     /// answers and GitHub reads (nothing is sent anywhere), and report where it decides
@@ -153,6 +162,9 @@ pub enum AutopilotCommand {
         /// Print the list as JSON
         #[arg(long)]
         json: bool,
+        /// Every repository of the daemon file FILE, a REPO column first (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Close the circuit breaker so rover takes new work again
     Resume,
@@ -197,6 +209,9 @@ pub enum AutopilotCommand {
         /// Keep ended traces' resources this many days (default: pipeline.retainDays, 7)
         #[arg(long, value_name = "DAYS")]
         retain_days: Option<u64>,
+        /// Every repository of the daemon file FILE, a REPO column first (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// List queued actions no step handles, or drop or requeue one
     DeadLetters {
@@ -205,6 +220,9 @@ pub enum AutopilotCommand {
         /// Print the list as JSON
         #[arg(long)]
         json: bool,
+        /// Every repository of the daemon file FILE, a REPO column first (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Show whether a daemon runs, the queue, running steps, task mappings, spend and pauses
     Status {
@@ -256,6 +274,13 @@ pub enum CliError {
     Bundle(#[from] crate::replay::BundleError),
     #[error("cannot write the output")]
     Output(#[source] std::io::Error),
+    /// A failure about one repository of the daemon file.
+    #[error("{repo}")]
+    InRepo {
+        repo: String,
+        #[source]
+        source: Box<CliError>,
+    },
     /// The command line asks for something that cannot be done as asked.
     #[error("{0}")]
     Usage(String),
@@ -282,6 +307,7 @@ impl Kinded for CliError {
             CliError::DaemonFile(e) => e.kind(),
             CliError::Intervene(e) => e.kind(),
             CliError::Bundle(e) => e.kind(),
+            CliError::InRepo { source, .. } => source.kind(),
             CliError::Output(_) | CliError::Internal(_) => ErrorKind::Internal,
             CliError::Usage(_) => ErrorKind::Usage,
             CliError::NotFound(_) => ErrorKind::NotFound,
@@ -377,6 +403,12 @@ pub(crate) fn wake_daemon(store: &crate::store::AutopilotStore) -> Option<i32> {
     Some(pid)
 }
 
+/// The exit code of a command that printed what it could and met an error of `kind` on the way
+/// (a repository of the daemon file whose store cannot be read).
+pub(crate) fn exit_code_of(kind: ErrorKind) -> ExitCode {
+    ExitCode::from(kind.exit_code())
+}
+
 /// A queued action no step of this rover handles: a dead letter (`status`, `dead-letters`).
 pub(crate) fn is_dead_letter(p: &crate::store::PendingAction) -> bool {
     use crate::store::StepKind;
@@ -408,10 +440,20 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                     backlog,
                 },
             ),
-            AutopilotCommand::Events { limit, json } => inspect::events(&ctx, out, limit, json),
+            AutopilotCommand::Events {
+                limit,
+                json,
+                config,
+            } => inspect::events(&ctx, out, limit, json, config),
             AutopilotCommand::Submit { text } => submit::submit(&ctx, out, text),
-            AutopilotCommand::Trace { id, json } => inspect::trace(&ctx, out, &id, json),
-            AutopilotCommand::Traces { limit, json } => inspect::traces(&ctx, out, limit, json),
+            AutopilotCommand::Trace { id, json, config } => {
+                inspect::trace(&ctx, out, &id, json, config)
+            }
+            AutopilotCommand::Traces {
+                limit,
+                json,
+                config,
+            } => inspect::traces(&ctx, out, limit, json, config),
             AutopilotCommand::Replay {
                 trace,
                 dir,
@@ -431,7 +473,7 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                     json,
                 },
             ),
-            AutopilotCommand::Status { json, config } => match ctx.daemon_file(config) {
+            AutopilotCommand::Status { json, config } => match fleet_stores::daemon_file(&ctx, config) {
                 Some(path) => fleet_status::fleet_status(&ctx, out, json, &path),
                 None => inspect::status(&ctx, out, json),
             },
@@ -447,10 +489,18 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 dry_run,
                 json,
                 retain_days,
-            } => intervene::gc(&ctx, out, dry_run, json, retain_days),
+                config,
+            } => gc::gc(&ctx, out, &gc::GcArgs { dry_run, json, retain_days }, config),
             AutopilotCommand::Proxy(command) => proxy::run(command),
-            AutopilotCommand::DeadLetters { command, json } => match command {
-                None => intervene::dead_letters(&ctx, out, json),
+            AutopilotCommand::DeadLetters {
+                command,
+                json,
+                config,
+            } => match command {
+                None => intervene::dead_letters(&ctx, out, json, config),
+                Some(_) if config.is_some() => Err(CliError::Usage(
+                    "dead-letters drop and requeue act on one repository's store: run them in its checkout (or with --project-id), without --config".into(),
+                )),
                 Some(DeadLetterCommand::Drop { id, by }) => {
                     intervene::dead_letter(&ctx, out, &id, true, by)
                 }
@@ -480,8 +530,14 @@ impl Context {
     /// The repository in the project directory (needed by commands that act on it).
     pub fn project(&self) -> Result<Project, CliError> {
         let mut project = Project::discover(&self.project_dir())?;
-        if let Some(repo) = &self.global.repo {
-            project.repo = Some(RepoSlug::parse(repo)?);
+        match self.global.repo.as_slice() {
+            [] => {}
+            [repo] => project.repo = Some(RepoSlug::parse(repo)?),
+            _ => {
+                return Err(CliError::Usage(
+                    "--repo names more than one repository: in a checkout, give one".into(),
+                ))
+            }
         }
         if let Some(id) = &self.global.project_id {
             project.id.clone_from(id);
@@ -495,7 +551,7 @@ impl Context {
         if given.is_some() {
             return given;
         }
-        if self.global.repo.is_some()
+        if !self.global.repo.is_empty()
             || self.global.project_id.is_some()
             || Project::discover(&self.project_dir()).is_ok()
         {
