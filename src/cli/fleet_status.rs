@@ -1,7 +1,9 @@
 //! `rover autopilot status` for a daemon file (`--config FILE`, or outside a checkout with one at
 //! the default place): the daemon serving it, and one line per repository: how it stands
-//! (`serving`, `failing` with the reason and when it is tried again, `stopped`, `not started`)
-//! and its queue, read from its own store as `status` in its checkout reads it.
+//! (`serving`, `failing` with the reason and when it is tried again, `stopped`, `removed`,
+//! `skipped`, `not started`) and its queue, read from its own store as `status` in its checkout
+//! reads it. With `"repositories": "installed"`, the repositories are those the daemon found
+//! installed, and how its latest listing went.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -40,14 +42,15 @@ pub fn fleet_status(
     let pid = DaemonLock::holder(&data_dir.join("daemon").join("daemon.lock"));
     // The standing is the daemon's of this file only.
     let recorded = recorded.filter(|s| s.file == file.path);
-    let lines: Vec<Line> = file
-        .repositories
+    let lines: Vec<Line> = served(&file, recorded.as_ref())
         .iter()
         .map(|repo| line(&data_dir, repo, recorded.as_ref()))
         .collect();
+    let listing = recorded.as_ref().and_then(|s| s.last_listing.clone());
     if json {
         out.json(&json!({
             "daemon": {"running": pid.is_some(), "pid": pid, "file": file.path},
+            "lastListing": listing,
             "repositories": lines.iter().map(line_json).collect::<Vec<Value>>(),
         }))?;
         return Ok(ExitCode::SUCCESS);
@@ -65,6 +68,21 @@ pub fn fleet_status(
         file.path.display(),
         lines.len()
     );
+    if let Some(l) = &listing {
+        let _ = match &l.error {
+            Some(e) => writeln!(
+                text,
+                "listing  failed {} s ago: {e} (the repositories served stay served)",
+                (Utc::now() - l.at).num_seconds().max(0)
+            ),
+            None => writeln!(
+                text,
+                "listing  {} repositories installed on, {} s ago",
+                l.repositories,
+                (Utc::now() - l.at).num_seconds().max(0)
+            ),
+        };
+    }
     let width = lines.iter().map(|l| l.repo.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(
         text,
@@ -97,8 +115,11 @@ pub fn store_with_trace(
 ) -> Result<(AutopilotStore, uuid::Uuid), CliError> {
     let file = DaemonFile::load(path)?;
     let data_dir = crate::project::data_dir(&ctx.host)?;
+    let recorded: Option<FleetStatus> =
+        crate::store::fsio::read_json(&status_path(&data_dir)).unwrap_or_default();
+    let repositories = served(&file, recorded.as_ref());
     let mut found = Vec::new();
-    for repo in &file.repositories {
+    for repo in &repositories {
         let Ok(project) = Project::discover(&repo.checkout_in(&data_dir)) else {
             continue;
         };
@@ -112,7 +133,7 @@ pub fn store_with_trace(
     match found.len() {
         0 => Err(CliError::NotFound(format!(
             "no trace {id} in the {} repositories of {}",
-            file.repositories.len(),
+            repositories.len(),
             file.path.display()
         ))),
         1 => {
@@ -128,6 +149,30 @@ pub fn store_with_trace(
                 .join(" and ")
         ))),
     }
+}
+
+/// The repositories of `file`: those it lists, or with `"repositories": "installed"` those
+/// the daemon serving it recorded (at their default checkouts).
+fn served(file: &DaemonFile, recorded: Option<&FleetStatus>) -> Vec<ServedRepo> {
+    if file.installed.is_none() {
+        return file.repositories.clone();
+    }
+    recorded
+        .filter(|s| s.file == file.path)
+        .map(|s| {
+            s.repositories
+                .iter()
+                .filter_map(|r| crate::project::RepoSlug::parse(&r.repo).ok())
+                .map(|slug| ServedRepo {
+                    slug,
+                    checkout: None,
+                    api_url: None,
+                    clone_url: None,
+                    app: None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn line(data_dir: &Path, repo: &ServedRepo, recorded: Option<&FleetStatus>) -> Line {

@@ -16,7 +16,7 @@ use crate::sandbox::SandboxSettings;
 mod daemon_file;
 mod release;
 
-pub use daemon_file::{DaemonFile, DaemonFileError, ServedRepo};
+pub use daemon_file::{DaemonFile, DaemonFileError, InstalledConfig, ServedAsApp, ServedRepo};
 pub use release::{Bump, ReleaseConfig, TagTemplate, Version};
 
 /// The file name, at the repository root.

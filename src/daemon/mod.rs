@@ -21,6 +21,7 @@ mod drain;
 mod export;
 mod fleet;
 mod github;
+mod installed;
 mod once;
 mod poller;
 mod preflight;
@@ -45,7 +46,7 @@ use crate::config::RoverConfig;
 use crate::host_env::HostEnv;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
-pub use fleet::{start_fleet, status_path, FleetStatus, RepoState, RepoStatus};
+pub use fleet::{start_fleet, status_path, FleetStatus, ListingStatus, RepoState, RepoStatus};
 use topology::Topology;
 
 /// How `start` runs.
