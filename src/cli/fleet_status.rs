@@ -1,8 +1,10 @@
 //! `rover autopilot status` for a daemon file (`--config FILE`, or outside a checkout with one at
 //! the default place): the daemon serving it, and one line per repository: how it stands
-//! (`serving`, `failing` with the reason and when it is tried again, `stopped`, `not started`)
-//! and its queue, read from its own store as `status` in its checkout reads it (`--repo` narrows
-//! to some). A store that cannot be read is said on its line, and the exit code is its kind's.
+//! (`serving`, `failing` with the reason and when it is tried again, `stopped`, `removed`,
+//! `skipped`, `not started`) and its queue, read from its own store as `status` in its checkout
+//! reads it (`--repo` narrows to some). A store that cannot be read is said on its line, and the
+//! exit code is its kind's. With `"repositories": "installed"`, the repositories are those the
+//! daemon found installed, and how its latest listing went.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -42,9 +44,11 @@ pub fn fleet_status(
         .iter()
         .map(|served| line(&fleet.data_dir, served))
         .collect();
+    let listing = fleet.last_listing.clone();
     if json {
         out.json(&json!({
             "daemon": {"running": pid.is_some(), "pid": pid, "file": file.path},
+            "lastListing": listing,
             "repositories": lines.iter().map(line_json).collect::<Vec<Value>>(),
         }))?;
         return Ok(exit_code(&lines));
@@ -62,6 +66,21 @@ pub fn fleet_status(
         file.path.display(),
         lines.len()
     );
+    if let Some(l) = &listing {
+        let _ = match &l.error {
+            Some(e) => writeln!(
+                text,
+                "listing  failed {} s ago: {e} (the repositories served stay served)",
+                (Utc::now() - l.at).num_seconds().max(0)
+            ),
+            None => writeln!(
+                text,
+                "listing  {} repositories installed on, {} s ago",
+                l.repositories,
+                (Utc::now() - l.at).num_seconds().max(0)
+            ),
+        };
+    }
     let width = lines.iter().map(|l| l.repo.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(
         text,

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use super::{CliError, Context, Output};
 use crate::config::{DaemonFile, ServedRepo};
-use crate::daemon::{status_path, FleetStatus, RepoStatus};
+use crate::daemon::{status_path, FleetStatus, ListingStatus, RepoStatus};
 use crate::error::{error_chain, Kinded};
 use crate::project::{Project, RepoSlug};
 use crate::store::{AutopilotStore, StoreError};
@@ -30,6 +30,8 @@ pub fn daemon_file(ctx: &Context, given: Option<PathBuf>) -> Option<PathBuf> {
 pub struct Fleet {
     pub file: DaemonFile,
     pub data_dir: PathBuf,
+    /// With `"repositories": "installed"`: how the daemon's latest listing went.
+    pub last_listing: Option<ListingStatus>,
     /// Those asked about (every one, or those `--repo` names), in the file's order.
     pub repos: Vec<Served>,
 }
@@ -54,9 +56,9 @@ impl Fleet {
         let recorded: Option<FleetStatus> = crate::store::fsio::read_json(&status_path(&data_dir))?;
         // The standing is the daemon's of this file only.
         let recorded = recorded.filter(|s| s.file == file.path);
-        let wanted = narrowing(&ctx.global.repo, &file)?;
-        let repos = file
-            .repositories
+        let entries = served(&file, recorded.as_ref());
+        let wanted = narrowing(&ctx.global.repo, &file, &entries)?;
+        let repos = entries
             .iter()
             .filter(|r| wanted.is_empty() || wanted.contains(&r.full_name()))
             .map(|entry| {
@@ -81,6 +83,7 @@ impl Fleet {
             })
             .collect();
         Ok(Fleet {
+            last_listing: recorded.and_then(|s| s.last_listing),
             file,
             data_dir,
             repos,
@@ -179,12 +182,35 @@ pub fn in_repo(repo: &str, e: CliError) -> CliError {
 }
 
 /// The `owner/name`s `--repo` names, as the daemon file spells them (empty: every repository).
-fn narrowing(given: &[String], file: &DaemonFile) -> Result<Vec<String>, CliError> {
-    let served: Vec<String> = file
-        .repositories
-        .iter()
-        .map(ServedRepo::full_name)
-        .collect();
+/// The repositories of `file`: those it lists, or with `"repositories": "installed"` those
+/// the daemon serving it recorded (at their default checkouts).
+fn served(file: &DaemonFile, recorded: Option<&FleetStatus>) -> Vec<ServedRepo> {
+    if file.installed.is_none() {
+        return file.repositories.clone();
+    }
+    recorded
+        .map(|s| {
+            s.repositories
+                .iter()
+                .filter_map(|r| RepoSlug::parse(&r.repo).ok())
+                .map(|slug| ServedRepo {
+                    slug,
+                    checkout: None,
+                    api_url: None,
+                    clone_url: None,
+                    app: None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn narrowing(
+    given: &[String],
+    file: &DaemonFile,
+    entries: &[ServedRepo],
+) -> Result<Vec<String>, CliError> {
+    let served: Vec<String> = entries.iter().map(ServedRepo::full_name).collect();
     given
         .iter()
         .map(|value| {
@@ -316,16 +342,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            narrowing(&["octo-org/API".to_owned()], &file).unwrap(),
+            narrowing(&["octo-org/API".to_owned()], &file, &file.repositories).unwrap(),
             vec!["Octo-Org/api".to_owned()]
         );
-        let err = narrowing(&["octo-org/gone".to_owned()], &file).unwrap_err();
+        let err = narrowing(&["octo-org/gone".to_owned()], &file, &file.repositories).unwrap_err();
         assert_eq!(err.kind(), crate::error::ErrorKind::NotFound);
         assert_eq!(
             err.to_string(),
             "/etc/rover/daemon.json does not list octo-org/gone: it serves Octo-Org/api, octo-org/web"
         );
-        let err = narrowing(&["not a repo".to_owned()], &file).unwrap_err();
+        let err = narrowing(&["not a repo".to_owned()], &file, &file.repositories).unwrap_err();
         assert_eq!(err.kind(), crate::error::ErrorKind::Usage);
     }
 }

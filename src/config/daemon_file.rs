@@ -15,14 +15,29 @@
 //!
 //! An entry is `owner/name`, or an object with `repo` and, optionally, `checkout` (the clone
 //! rover works in; relative to the file's folder; default `<data dir>/checkouts/<owner>/<name>`)
-//! and `apiUrl` (the REST API of a repository on GitHub Enterprise Server; default rover's
-//! `ROVER_GITHUB_API_URL`), and `cloneUrl` (where rover clones a repository that has no checkout
-//! yet; default its GitHub URL). Each repository keeps its own `rover.json`, store and budgets. An
-//! unknown key, a malformed name, a repository listed twice or an empty list is an error that
-//! names the line and what to do: nothing is served from a file that does not say what it means.
+//! and `apiUrl` (the REST API of a repository on GitHub Enterprise Server; default the file's
+//! own `apiUrl`, else rover's `ROVER_GITHUB_API_URL`), and `cloneUrl` (where rover clones a
+//! repository that has no checkout yet; default its GitHub URL). Each repository keeps its own
+//! `rover.json`, store and budgets; a top-level `"daemon"` sets the agent slots they share.
+//!
+//! Or, as a GitHub App, every repository the app is installed on:
+//!
+//! ```json
+//! {
+//!   "repositories": "installed",
+//!   "app": {"id": 123456, "privateKeyFile": "rover-app.pem"},
+//!   "exclude": ["octo-org/sandbox"],
+//!   "relistIntervalSecs": 600
+//! }
+//! ```
+//!
+//! An unknown key, a malformed name, a repository listed twice, an empty list, or keys that do
+//! not go together (`app` with a list, `"installed"` without `app`) is an error that names the
+//! line and what to do: nothing is served from a file that does not say what it means.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -35,13 +50,43 @@ use crate::project::RepoSlug;
 /// Where the daemon file's format is explained.
 const SEE: &str = "see docs/configuration.md, \"The daemon file\"";
 
+/// The shortest time between two listings of an app's installations.
+pub const MIN_RELIST_SECS: u64 = 30;
+/// The time between two listings when the file does not say.
+pub const DEFAULT_RELIST_SECS: u64 = 600;
+
 /// The daemon file, read and checked.
 #[derive(Debug, Clone)]
 pub struct DaemonFile {
     pub path: PathBuf,
+    /// The repositories listed (none with `"repositories": "installed"`).
     pub repositories: Vec<ServedRepo>,
     /// The agent slots shared by every repository served, and the scheduler's score.
     pub slots: SlotSettings,
+    /// With `"repositories": "installed"`: the app whose installations are served.
+    pub installed: Option<InstalledConfig>,
+}
+
+/// `"repositories": "installed"`: every repository a GitHub App is installed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledConfig {
+    pub app_id: u64,
+    /// The app's private key (`app.privateKeyFile`, resolved against the file's folder);
+    /// `None`: the file `ROVER_GITHUB_APP_KEY_FILE` names.
+    pub private_key_file: Option<PathBuf>,
+    /// The REST API of the app's GitHub (`None`: rover's own).
+    pub api_url: Option<String>,
+    /// Repositories not served even though the app is installed on them.
+    pub exclude: Vec<RepoSlug>,
+    /// How often the installations are listed again.
+    pub relist_interval: Duration,
+}
+
+impl InstalledConfig {
+    /// Whether `slug` is excluded (names are not case-sensitive).
+    pub fn excludes(&self, slug: &RepoSlug) -> bool {
+        self.exclude.iter().any(|e| same_repo(e, slug))
+    }
 }
 
 /// One repository the daemon serves.
@@ -52,8 +97,20 @@ pub struct ServedRepo {
     pub checkout: Option<PathBuf>,
     /// The REST API it is served by (`None`: rover's own).
     pub api_url: Option<String>,
-    /// Where it is cloned from when it has no checkout (`None`: its GitHub URL).
+    /// Where it is cloned from when it has no checkout (`cloneUrl`, or an app's listing; `None`:
+    /// its GitHub URL).
     pub clone_url: Option<String>,
+    /// Served as this installation of a GitHub App (`"repositories": "installed"`).
+    pub app: Option<ServedAsApp>,
+}
+
+/// The app installation a repository is served as: its tokens are minted for that
+/// installation and scoped to the repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedAsApp {
+    pub app_id: u64,
+    pub installation_id: u64,
+    pub private_key_file: PathBuf,
 }
 
 impl ServedRepo {
@@ -158,15 +215,15 @@ impl DaemonFile {
             }
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        let repositories = raw
-            .repositories
-            .0
-            .into_iter()
-            .map(|mut repo| {
-                repo.checkout = repo.checkout.map(|c| base.join(c));
-                repo
-            })
-            .collect();
+        let invalid_at = |key: &str, reason: String| {
+            let (line, column) = position_of(text, key);
+            DaemonFileError::Invalid {
+                path: path.to_path_buf(),
+                line,
+                column,
+                reason,
+            }
+        };
         let slots = raw
             .daemon
             .slots("daemon")
@@ -174,25 +231,136 @@ impl DaemonFile {
                 path: path.to_path_buf(),
                 reason,
             })?;
+        if let Some(url) = &raw.api_url {
+            check_api_url(url).map_err(|reason| invalid_at("apiUrl", reason))?;
+        }
+        let api_url = raw.api_url.map(|u| u.trim_end_matches('/').to_owned());
+        let Repositories::Listed(listed) = raw.repositories else {
+            let Some(app) = raw.app else {
+                return Err(invalid_at("repositories", "\"repositories\": \"installed\" serves a GitHub App's installations: name the app, \"app\": {\"id\": APP_ID, \"privateKeyFile\": \"/path/to/key.pem\"}".into()));
+            };
+            let relist = raw.relist_interval_secs.unwrap_or(DEFAULT_RELIST_SECS);
+            if relist < MIN_RELIST_SECS {
+                return Err(invalid_at("relistIntervalSecs", format!("\"relistIntervalSecs\" is {relist}: list at most every {MIN_RELIST_SECS} s (a SIGUSR1 or an installation webhook lists at once)")));
+            }
+            return Ok(DaemonFile {
+                path: path.to_path_buf(),
+                repositories: Vec::new(),
+                slots,
+                installed: Some(InstalledConfig {
+                    app_id: app.id,
+                    private_key_file: app.private_key_file.map(|k| base.join(k)),
+                    api_url,
+                    exclude: raw
+                        .exclude
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(RepoSlug::from)
+                        .collect(),
+                    relist_interval: Duration::from_secs(relist),
+                }),
+            });
+        };
+        for (key, given) in [
+            ("app", raw.app.is_some()),
+            ("exclude", raw.exclude.is_some()),
+            ("relistIntervalSecs", raw.relist_interval_secs.is_some()),
+        ] {
+            if given {
+                return Err(invalid_at(key, format!("\"{key}\" goes with \"repositories\": \"installed\" only: remove it, or serve every repository the app is installed on with \"repositories\": \"installed\"")));
+            }
+        }
+        let repositories = listed
+            .into_iter()
+            .map(|mut repo| {
+                repo.checkout = repo.checkout.map(|c| base.join(c));
+                repo.api_url = repo.api_url.or_else(|| api_url.clone());
+                repo
+            })
+            .collect();
         Ok(DaemonFile {
             path: path.to_path_buf(),
             repositories,
             slots,
+            installed: None,
         })
+    }
+}
+
+/// Line and column (1-based) of the first `"key":` in `text`, else of its start: a check of
+/// keys that go together points at the key to change.
+fn position_of(text: &str, key: &str) -> (usize, usize) {
+    let quoted = format!("\"{key}\"");
+    let mut from = 0;
+    while let Some(found) = text[from..].find(&quoted) {
+        let at = from + found;
+        let after = text[at + quoted.len()..].trim_start();
+        if after.starts_with(':') {
+            let before = &text[..at];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |n| n + 1) + 1;
+            return (line, column);
+        }
+        from = at + quoted.len();
+    }
+    (1, 1)
+}
+
+fn check_api_url(url: &str) -> Result<(), String> {
+    if url.starts_with("https://") || url.starts_with("http://") {
+        Ok(())
+    } else {
+        Err(format!("\"apiUrl\" {url:?} is not an http(s) URL: write the REST API's base, such as https://ghe.example.com/api/v3"))
     }
 }
 
 /// The file as written.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Raw {
     repositories: Repositories,
     #[serde(default)]
     daemon: DaemonConfig,
+    #[serde(default)]
+    app: Option<RawApp>,
+    #[serde(default)]
+    api_url: Option<String>,
+    #[serde(default)]
+    exclude: Option<Vec<Excluded>>,
+    #[serde(default)]
+    relist_interval_secs: Option<u64>,
 }
 
-/// The list: each entry checked as it is read, so an error has its line.
-struct Repositories(Vec<ServedRepo>);
+/// `"app"`: the GitHub App whose installations are served.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawApp {
+    id: u64,
+    #[serde(default)]
+    private_key_file: Option<PathBuf>,
+}
+
+/// One name of `"exclude"`, checked as it is read.
+struct Excluded(RepoSlug);
+
+impl<'de> Deserialize<'de> for Excluded {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        slug(&name).map(Excluded)
+    }
+}
+
+impl From<Excluded> for RepoSlug {
+    fn from(e: Excluded) -> RepoSlug {
+        e.0
+    }
+}
+
+/// The list, each entry checked as it is read so an error has its line; or `"installed"`.
+enum Repositories {
+    Listed(Vec<ServedRepo>),
+    Installed,
+}
 
 impl<'de> Deserialize<'de> for Repositories {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -210,11 +378,12 @@ impl<'de> Visitor<'de> for RepositoriesVisitor {
     }
 
     fn visit_str<E: de::Error>(self, value: &str) -> Result<Repositories, E> {
-        Err(E::custom(if value == "installed" {
-            "\"repositories\": \"installed\" (every repository a GitHub App is installed on) is not supported yet: list the repositories".to_owned()
-        } else {
-            format!("\"repositories\" is {value:?}: it takes a list of repositories")
-        }))
+        if value == "installed" {
+            return Ok(Repositories::Installed);
+        }
+        Err(E::custom(format!(
+            "\"repositories\" is {value:?}: it takes a list of repositories, or \"installed\" (every repository a GitHub App is installed on)"
+        )))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Repositories, A::Error> {
@@ -229,7 +398,7 @@ impl<'de> Visitor<'de> for RepositoriesVisitor {
                 "\"repositories\" lists no repository: name at least one (\"owner/name\")",
             ));
         }
-        Ok(Repositories(repos))
+        Ok(Repositories::Listed(repos))
     }
 }
 
@@ -302,17 +471,14 @@ impl<'de> Visitor<'de> for EntryVisitor<'_> {
             checkout: None,
             api_url: None,
             clone_url: None,
+            app: None,
         })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Entry, A::Error> {
         let fields = EntryFields::deserialize(de::value::MapAccessDeserializer::new(map))?;
         if let Some(url) = &fields.api_url {
-            if !(url.starts_with("https://") || url.starts_with("http://")) {
-                return Err(de::Error::custom(format!(
-                    "\"apiUrl\" {url:?} is not an http(s) URL: write the REST API's base, such as https://ghe.example.com/api/v3"
-                )));
-            }
+            check_api_url(url).map_err(de::Error::custom)?;
         }
         if fields
             .clone_url
@@ -328,6 +494,7 @@ impl<'de> Visitor<'de> for EntryVisitor<'_> {
             checkout: fields.checkout,
             api_url: fields.api_url.map(|u| u.trim_end_matches('/').to_owned()),
             clone_url: fields.clone_url.map(|u| u.trim().to_owned()),
+            app: None,
         })
     }
 }
@@ -399,8 +566,8 @@ mod tests {
         assert!(reason.contains("unknown field `maxRunz`"), "{reason}");
         let (_, reason) = invalid("{\"repositories\": []}");
         assert!(reason.contains("lists no repository"), "{reason}");
-        let (_, reason) = invalid("{\"repositories\": \"installed\"}");
-        assert!(reason.contains("not supported yet"), "{reason}");
+        let (_, reason) = invalid("{\"repositories\": \"every\"}");
+        assert!(reason.contains("or \"installed\""), "{reason}");
         let (_, reason) = invalid("{}");
         assert!(reason.contains("missing field `repositories`"), "{reason}");
         let (_, reason) = invalid(r#"{"repositories": [{"repo": "a/b", "apiUrl": "ghe"}]}"#);
@@ -447,6 +614,95 @@ mod tests {
         assert_eq!(
             docs.clone_source("https://api.github.com"),
             "file:///srv/mirrors/docs.git"
+        );
+    }
+
+    #[test]
+    fn installed_serves_an_apps_installations_with_its_key_beside_the_file() {
+        let file = parse(
+            r#"{"repositories": "installed",
+                "app": {"id": 42, "privateKeyFile": "keys/app.pem"},
+                "apiUrl": "https://ghe.example.com/api/v3/",
+                "exclude": ["octo-org/sandbox"],
+                "relistIntervalSecs": 120}"#,
+        )
+        .expect("valid");
+        assert!(file.repositories.is_empty());
+        let installed = file.installed.expect("installed");
+        assert_eq!(installed.app_id, 42);
+        assert_eq!(
+            installed.private_key_file.as_deref(),
+            Some(Path::new("/etc/rover/keys/app.pem"))
+        );
+        assert_eq!(
+            installed.api_url.as_deref(),
+            Some("https://ghe.example.com/api/v3")
+        );
+        assert!(installed.excludes(&RepoSlug::parse("Octo-Org/Sandbox").unwrap()));
+        assert!(!installed.excludes(&RepoSlug::parse("octo-org/api").unwrap()));
+        assert_eq!(installed.relist_interval, Duration::from_secs(120));
+        let file = parse(r#"{"repositories": "installed", "app": {"id": 7}}"#).expect("valid");
+        let installed = file.installed.expect("installed");
+        assert_eq!(installed.private_key_file, None, "the env var's, at start");
+        assert_eq!(
+            installed.relist_interval,
+            Duration::from_secs(DEFAULT_RELIST_SECS)
+        );
+        // The file's apiUrl is the default of a listed repository too.
+        let file = parse(
+            r#"{"apiUrl": "https://ghe.example.com/api/v3", "repositories": ["a/b", {"repo": "c/d", "apiUrl": "http://other/api"}]}"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            file.repositories[0].api_url.as_deref(),
+            Some("https://ghe.example.com/api/v3")
+        );
+        assert_eq!(
+            file.repositories[1].api_url.as_deref(),
+            Some("http://other/api")
+        );
+    }
+
+    #[test]
+    fn installed_keys_that_do_not_go_together_are_refused_at_their_line() {
+        let (line, reason) = invalid("{\n  \"repositories\": \"installed\"\n}");
+        assert_eq!(line, 2);
+        assert!(reason.contains("name the app"), "{reason}");
+        let (line, reason) =
+            invalid("{\n  \"repositories\": [\"a/b\"],\n  \"app\": {\"id\": 1}\n}");
+        assert_eq!(line, 3);
+        assert!(
+            reason.contains("\"app\" goes with \"repositories\": \"installed\" only"),
+            "{reason}"
+        );
+        let (line, reason) = invalid("{\"repositories\": [\"a/b\"],\n\"exclude\": [\"a/b\"]}");
+        assert_eq!(line, 2);
+        assert!(reason.contains("\"exclude\" goes with"), "{reason}");
+        let (line, reason) = invalid(
+            "{\"repositories\": \"installed\",\n \"app\": {\"id\": 1},\n \"relistIntervalSecs\": 5}",
+        );
+        assert_eq!(line, 3);
+        assert!(reason.contains("at most every 30 s"), "{reason}");
+        let (line, reason) = invalid(
+            "{\"repositories\": \"installed\",\n \"app\": {\"id\": 1, \"keyFile\": \"k.pem\"}}",
+        );
+        assert_eq!(line, 2);
+        assert!(reason.contains("unknown field `keyFile`"), "{reason}");
+        let (line, reason) = invalid(
+            "{\"repositories\": \"installed\", \"app\": {\"id\": 1},\n \"exclude\": [\"nope\"]}",
+        );
+        assert_eq!(line, 2);
+        assert!(reason.contains("\"owner/name\""), "{reason}");
+        let (_, reason) =
+            invalid(r#"{"repositories": "installed", "app": {"id": 1}, "apiUrl": "ghe"}"#);
+        assert!(reason.contains("not an http(s) URL"), "{reason}");
+        // A list and "installed" at once: the key appears twice.
+        let (line, reason) =
+            invalid("{\"repositories\": \"installed\",\n \"repositories\": [\"a/b\"]}");
+        assert_eq!(line, 2);
+        assert!(
+            reason.contains("duplicate field `repositories`"),
+            "{reason}"
         );
     }
 

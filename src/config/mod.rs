@@ -17,7 +17,7 @@ mod daemon_file;
 mod daemon_section;
 mod release;
 
-pub use daemon_file::{DaemonFile, DaemonFileError, ServedRepo};
+pub use daemon_file::{DaemonFile, DaemonFileError, InstalledConfig, ServedAsApp, ServedRepo};
 pub use daemon_section::{DaemonConfig, ScoreConfig};
 pub use release::{Bump, ReleaseConfig, TagTemplate, Version};
 

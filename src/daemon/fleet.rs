@@ -8,11 +8,13 @@
 //! `<data dir>/daemon/repositories.json` with the reason and tried again with a growing delay;
 //! the others go on. One signal stops them all; SIGUSR1 wakes them all. With `--webhook ADDR`,
 //! one endpoint takes the deliveries of every repository, routed to each served one
-//! (`fleet_webhook`).
+//! (`fleet_webhook`). With `"repositories": "installed"` the set follows a GitHub App's
+//! installations (`super::installed`). The agent slots are shared by all (`orchestrator::slots`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -46,6 +48,22 @@ pub struct FleetStatus {
     pub file: PathBuf,
     pub pid: u32,
     pub repositories: Vec<RepoStatus>,
+    /// With `"repositories": "installed"`: the latest listing of the app's installations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_listing: Option<ListingStatus>,
+}
+
+/// How the latest listing of the app's installations went.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListingStatus {
+    pub at: DateTime<Utc>,
+    /// Why it failed (the repositories served stay as they were), with what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How many repositories it found to serve.
+    #[serde(default)]
+    pub repositories: usize,
 }
 
 /// One repository's standing.
@@ -84,6 +102,10 @@ pub enum RepoState {
     Failing,
     /// Stopped with the daemon (or done, with `--once`).
     Stopped,
+    /// No longer one the app is installed on: stopped, its store kept.
+    Removed,
+    /// One the app is installed on that is not served (archived, disabled): `reason` says.
+    Skipped,
 }
 
 impl RepoState {
@@ -93,13 +115,15 @@ impl RepoState {
             RepoState::Serving => "serving",
             RepoState::Failing => "failing",
             RepoState::Stopped => "stopped",
+            RepoState::Removed => "removed",
+            RepoState::Skipped => "skipped",
         }
     }
 }
 
 /// The status file, written whole after each change (atomic).
 #[derive(Clone)]
-struct Board {
+pub(super) struct Board {
     path: PathBuf,
     status: Arc<std::sync::Mutex<FleetStatus>>,
 }
@@ -124,6 +148,7 @@ impl Board {
                     since: now,
                 })
                 .collect(),
+            last_listing: None,
         };
         let board = Board {
             path: status_path(data_dir),
@@ -133,12 +158,51 @@ impl Board {
         board
     }
 
-    fn update(&self, index: usize, change: impl FnOnce(&mut RepoStatus)) {
+    /// The entry of `repo`, added (or made new again) as starting.
+    pub(super) fn entry(&self, repo: &str) -> usize {
+        let index = {
+            let mut status = self.lock();
+            let fresh = RepoStatus {
+                repo: repo.to_owned(),
+                project_id: None,
+                state: RepoState::Starting,
+                reason: None,
+                kind: None,
+                retry_at: None,
+                failures: 0,
+                since: Utc::now(),
+            };
+            if let Some(at) = status.repositories.iter().position(|r| r.repo == repo) {
+                let project_id = status.repositories[at].project_id.take();
+                status.repositories[at] = RepoStatus {
+                    project_id,
+                    ..fresh
+                };
+                at
+            } else {
+                status.repositories.push(fresh);
+                status.repositories.len() - 1
+            }
+        };
+        self.write();
+        index
+    }
+
+    /// Records how a listing of the app's installations went.
+    pub(super) fn listed(&self, listing: ListingStatus) {
+        self.lock().last_listing = Some(listing);
+        self.write();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FleetStatus> {
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn update(&self, index: usize, change: impl FnOnce(&mut RepoStatus)) {
         {
-            let mut status = self
-                .status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut status = self.lock();
             let entry = &mut status.repositories[index];
             let before = entry.state;
             change(entry);
@@ -149,19 +213,15 @@ impl Board {
         self.write();
     }
 
+    /// Written under the lock: two tasks changing their entries at once must not write their
+    /// copies in the other order (the older one last).
     fn write(&self) {
-        // Written under the lock: two repositories' changes written in the other order would
-        // leave the older standing in the file.
-        let status = self
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let status = self.lock();
         let written = self
             .path
             .parent()
             .map_or(Ok(()), crate::store::fsio::ensure_dir)
             .and_then(|()| crate::store::fsio::write_json_atomic(&self.path, &*status));
-        drop(status);
         if let Err(e) = written {
             tracing::warn!(error = %e, "cannot record how the served repositories stand");
         }
@@ -190,29 +250,43 @@ pub fn start_fleet(
     let log = crate::logging::init(&log_path, host).map_err(|e| {
         StartError::Internal(format!("cannot open the log {}: {e}", log_path.display()))
     })?;
+    let what = match &file.installed {
+        Some(app) => format!("every repository GitHub App {} is installed on", app.app_id),
+        None => format!("{} repositories", file.repositories.len()),
+    };
     println!(
-        "rover: serving {} repositories of {} (their standing: rover autopilot status --config {})",
-        file.repositories.len(),
+        "rover: serving {what} of {} (their standing: rover autopilot status --config {})",
         file.path.display(),
         file.path.display()
     );
+    // Lists an app's installations again; the endpoint's installation deliveries notify it.
+    let relist = Arc::new(tokio::sync::Notify::new());
     let webhook = match (options.webhook, secret) {
-        (Some(addr), Some(secret)) => Some(process.runtime.block_on(
-            super::fleet_webhook::start(addr, secret, &data_dir, None, &process.shutdown),
-        )?),
+        (Some(addr), Some(secret)) => {
+            Some(process.runtime.block_on(super::fleet_webhook::start(
+                addr,
+                secret,
+                &data_dir,
+                Some(relist.clone()),
+                &process.shutdown,
+            ))?)
+        }
         _ => None,
     };
-    let board = Board::new(&data_dir, file);
-    let ended = process.runtime.block_on(serve_all(
-        file,
-        &data_dir,
+    let fleet = Fleet {
+        data_dir: data_dir.clone(),
         options,
-        host,
-        &process.shutdown,
-        &process.wake,
-        &board,
-        webhook.as_ref().map(|w| &w.routes),
-    ));
+        host: host.clone(),
+        shutdown: process.shutdown.clone(),
+        board: Board::new(&data_dir, file),
+        wakes: Arc::default(),
+        relist,
+        routes: webhook.as_ref().map(|w| w.routes.clone()),
+        slots: SlotBoard::new(file.slots.clone()),
+    };
+    let ended = process
+        .runtime
+        .block_on(serve_all(file, &fleet, &process.wake));
     // With `--once`, cron sees a repository that failed: the first failure, by its kind.
     let code = ended.into_iter().try_fold(ExitCode::SUCCESS, |code, end| {
         end.map(|c| if c == ExitCode::SUCCESS { code } else { c })
@@ -225,54 +299,42 @@ pub fn start_fleet(
     code
 }
 
-/// Each repository in a task of its own; a SIGUSR1 wakes every one.
+/// How a served repository's task ended.
+pub(super) type Ended = Result<ExitCode, StartError>;
+
+/// Each repository in a task of its own; a SIGUSR1 wakes every one (and lists an app's
+/// installations again).
 async fn serve_all(
     file: &DaemonFile,
-    data_dir: &Path,
-    options: StartOptions,
-    host: &HostEnv,
-    shutdown: &CancellationToken,
+    fleet: &Fleet,
     wake: &Arc<tokio::sync::Notify>,
-    board: &Board,
-    routes: Option<&Routes>,
-) -> Vec<Result<ExitCode, StartError>> {
-    let wakes: Vec<Arc<tokio::sync::Notify>> = file
-        .repositories
-        .iter()
-        .map(|_| Arc::new(tokio::sync::Notify::new()))
-        .collect();
+) -> Vec<Ended> {
     let fan_out = {
-        let (wake, wakes, shutdown) = (wake.clone(), wakes.clone(), shutdown.clone());
+        let (wake, fleet) = (wake.clone(), fleet.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    () = wake.notified() => wakes.iter().for_each(|w| w.notify_one()),
-                    () = shutdown.cancelled() => return,
+                    () = wake.notified() => fleet.wake_all(),
+                    () = fleet.shutdown.cancelled() => return,
                 }
             }
         })
     };
-    let slots = SlotBoard::new(file.slots.clone());
-    let mut tasks = tokio::task::JoinSet::new();
-    for (index, repo) in file.repositories.iter().enumerate() {
-        let served = Served {
-            index,
-            repo: repo.clone(),
-            data_dir: data_dir.to_path_buf(),
-            // The daemon's one endpoint takes the deliveries: no repository binds its own.
-            options: StartOptions {
-                webhook: None,
-                ..options
-            },
-            routes: routes.cloned(),
-            host: host_for(host, repo),
-            shutdown: shutdown.clone(),
-            wake: wakes[index].clone(),
-            board: board.clone(),
-            slots: slots.clone(),
-        };
-        tasks.spawn(served.serve());
-    }
+    let codes = if let Some(app) = &file.installed {
+        super::installed::serve_installed(app, fleet).await
+    } else {
+        let mut tasks = tokio::task::JoinSet::new();
+        for repo in &file.repositories {
+            fleet.spawn(&mut tasks, repo.clone(), fleet.shutdown.clone());
+        }
+        join_all(tasks).await
+    };
+    fan_out.abort();
+    codes
+}
+
+/// Waits for every task of `tasks`.
+pub(super) async fn join_all(mut tasks: tokio::task::JoinSet<Ended>) -> Vec<Ended> {
     let mut codes = Vec::new();
     while let Some(ended) = tasks.join_next().await {
         codes.push(ended.unwrap_or_else(|e| {
@@ -281,15 +343,81 @@ async fn serve_all(
             )))
         }));
     }
-    fan_out.abort();
     codes
+}
+
+/// What every served repository runs with, and the set of them.
+#[derive(Clone)]
+pub(super) struct Fleet {
+    pub data_dir: PathBuf,
+    pub options: StartOptions,
+    pub host: HostEnv,
+    pub shutdown: CancellationToken,
+    pub board: Board,
+    /// Each served repository's wake, by name.
+    wakes: Arc<Mutex<HashMap<String, Arc<tokio::sync::Notify>>>>,
+    /// Lists the app's installations again: notified by SIGUSR1 and (for the webhook endpoint)
+    /// by the `installation` and `installation_repositories` deliveries.
+    pub relist: Arc<tokio::sync::Notify>,
+    /// The daemon's one webhook endpoint, when it serves one.
+    routes: Option<Routes>,
+    /// The agent slots every repository shares (the daemon file's `"daemon"`).
+    slots: Arc<SlotBoard>,
+}
+
+impl Fleet {
+    /// Serves `repo` in a task of `tasks` until `stop` (the shutdown, or a child of it) is
+    /// cancelled.
+    pub(super) fn spawn(
+        &self,
+        tasks: &mut tokio::task::JoinSet<Ended>,
+        repo: ServedRepo,
+        stop: CancellationToken,
+    ) {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        self.wakes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(repo.full_name(), wake.clone());
+        let served = Served {
+            index: self.board.entry(&repo.full_name()),
+            host: host_for(&self.host, &repo),
+            repo,
+            data_dir: self.data_dir.clone(),
+            // The daemon's one endpoint takes the deliveries: no repository binds its own.
+            options: StartOptions {
+                webhook: None,
+                ..self.options
+            },
+            routes: self.routes.clone(),
+            shutdown: self.shutdown.clone(),
+            stop,
+            wake,
+            board: self.board.clone(),
+            slots: self.slots.clone(),
+        };
+        tasks.spawn(served.serve());
+    }
+
+    fn wake_all(&self) {
+        let wakes = self
+            .wakes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        wakes.values().for_each(|w| w.notify_one());
+        self.relist.notify_one();
+    }
 }
 
 /// rover's environment for `repo`: its own API when the daemon file names one.
 fn host_for(host: &HostEnv, repo: &ServedRepo) -> HostEnv {
-    match &repo.api_url {
+    let host = match &repo.api_url {
         Some(url) => host.with(crate::github::API_URL_ENV, url),
         None => host.clone(),
+    };
+    match &repo.app {
+        Some(app) => host.with(crate::github::app::APP_KEY_ENV, &app.private_key_file),
+        None => host,
     }
 }
 
@@ -303,6 +431,8 @@ struct Served {
     routes: Option<Routes>,
     host: HostEnv,
     shutdown: CancellationToken,
+    /// Stops this repository alone (the shutdown, or a child of it).
+    stop: CancellationToken,
     wake: Arc<tokio::sync::Notify>,
     board: Board,
     /// The agent slots every repository shares (the daemon file's `"daemon"`).
@@ -319,22 +449,14 @@ impl Served {
         loop {
             match self.serve_once().await {
                 Ok(code) => {
-                    if let Some(routes) = &self.routes {
-                        routes.remove(&self.repo.full_name());
-                    }
-                    self.board.update(self.index, |s| {
-                        s.state = RepoState::Stopped;
-                        s.reason = None;
-                        s.kind = None;
-                        s.retry_at = None;
-                    });
+                    self.stopped();
                     return Ok(code);
                 }
                 Err(e) => {
                     failures += 1;
                     let kind = e.kind();
                     let why = e.to_string();
-                    let retry = !self.options.once && !self.shutdown.is_cancelled();
+                    let retry = !self.options.once && !self.stop.is_cancelled();
                     let retry_at = retry.then(|| {
                         Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default()
                     });
@@ -364,8 +486,8 @@ impl Served {
                     }
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
-                        () = self.shutdown.cancelled() => {
-                            self.board.update(self.index, |s| s.retry_at = None);
+                        () = self.stop.cancelled() => {
+                            self.stopped();
                             return Ok(ExitCode::SUCCESS);
                         }
                     }
@@ -375,12 +497,33 @@ impl Served {
         }
     }
 
+    /// Stopped with the daemon, or removed alone (no longer installed on).
+    fn stopped(&self) {
+        if let Some(routes) = &self.routes {
+            routes.remove(&self.repo.full_name());
+        }
+        let removed = !self.shutdown.is_cancelled() && self.stop.is_cancelled();
+        self.board.update(self.index, |s| {
+            s.state = if removed {
+                RepoState::Removed
+            } else {
+                RepoState::Stopped
+            };
+            s.reason = removed.then(|| {
+                "no longer one of the repositories the GitHub App is installed on (its store is kept)".to_owned()
+            });
+            s.kind = None;
+            s.retry_at = None;
+        });
+    }
+
     /// One try: the checkout, its `rover.json`, its store and lock, then the daemon's table of
     /// components until it stops.
     async fn serve_once(&self) -> Result<ExitCode, StartError> {
         self.clone_if_missing().await?;
         let project = self.project()?;
-        let config = RoverConfig::load(&project.root)?;
+        let mut config = RoverConfig::load(&project.root)?;
+        super::installed::serve_as_app(&self.repo, &mut config);
         let store = AutopilotStore::open(&self.data_dir, &project.id)?;
         let lock_path = store.daemon_lock_path();
         let lock = tokio::task::spawn_blocking(move || DaemonLock::try_acquire(&lock_path))
@@ -401,9 +544,9 @@ impl Served {
             self.options,
             self.host.clone(),
             super::Shared {
-                // Its own stop, under the daemon's: a `--once` pass that ends, or a component
-                // that stops this repository, cancels it and never the others' runs.
-                shutdown: self.shutdown.child_token(),
+                // Its own stop, under the repository's: a `--once` pass that ends, or a
+                // component that stops this repository, cancels it and never the others' runs.
+                shutdown: self.stop.child_token(),
                 wake: self.wake.clone(),
                 slots: self.slots.clone(),
                 routes: self.routes.clone(),

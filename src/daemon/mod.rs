@@ -22,6 +22,7 @@ mod export;
 mod fleet;
 mod fleet_webhook;
 mod github;
+mod installed;
 mod once;
 mod poller;
 mod preflight;
@@ -47,7 +48,7 @@ use crate::host_env::HostEnv;
 use crate::orchestrator::SlotBoard;
 use crate::project::{Project, ProjectError};
 use crate::store::{AutopilotStore, DaemonLock, StoreError};
-pub use fleet::{start_fleet, status_path, FleetStatus, RepoState, RepoStatus};
+pub use fleet::{start_fleet, status_path, FleetStatus, ListingStatus, RepoState, RepoStatus};
 use topology::Topology;
 
 /// How `start` runs.

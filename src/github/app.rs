@@ -66,6 +66,17 @@ pub fn hold_key(secrets: &LiveSecrets, pem: &str) {
     }
 }
 
+/// The app's signing key, from the PEM text of the file at `key_path`.
+pub(super) fn encoding_key(
+    key_path: &Path,
+    pem: &str,
+) -> Result<octocrab::EncodingKey, GitHubError> {
+    octocrab::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| GitHubError::AppKey {
+        path: key_path.to_owned(),
+        detail: format!("not an RSA private key in PEM form ({e})"),
+    })
+}
+
 /// `GET /app`, as much as rover reads.
 #[derive(Deserialize)]
 struct RawApp {
@@ -157,29 +168,12 @@ impl AppTokens {
         pem: &str,
         secrets: LiveSecrets,
     ) -> Result<AppTokens, GitHubError> {
-        let key = octocrab::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
-            GitHubError::AppKey {
-                path: key_path.to_owned(),
-                detail: format!("not an RSA private key in PEM form ({e})"),
-            }
-        })?;
-        let config_err = |detail: String| GitHubError::Config {
-            what: format!("api url {}", settings.api_url),
-            detail,
-        };
-        let app = Octocrab::builder()
-            .base_uri(settings.api_url.trim_end_matches('/'))
-            .map_err(|e| config_err(format!("not a url: {e}")))?
-            .app(octocrab::models::AppId(settings.app_id), key)
-            .add_retry_config(octocrab::service::middleware::retry::RetryConfig::None)
-            .set_connect_timeout(Some(settings.timeout * 2))
-            .set_read_timeout(Some(settings.timeout * 2))
-            .add_header(
-                http::header::ACCEPT,
-                "application/vnd.github+json".to_owned(),
-            )
-            .build()
-            .map_err(|e| config_err(format!("could not build the http client: {e}")))?;
+        let key = encoding_key(key_path, pem)?;
+        let app = client(
+            settings.api_url,
+            settings.timeout,
+            Auth::App(settings.app_id, key),
+        )?;
         let mut tokens = AppTokens {
             app,
             app_id: settings.app_id,
@@ -333,14 +327,77 @@ impl AppTokens {
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, GitHubError> {
+        let call = Call {
+            client: &self.app,
+            app_id: self.app_id,
+            timeout: self.timeout,
+        };
+        call.send(what, method, path, body).await.map(|(v, _)| v)
+    }
+}
+
+/// How a client made by [`client`] authenticates.
+pub(super) enum Auth {
+    /// As the app `id`, with a JWT signed by its key.
+    App(u64, octocrab::EncodingKey),
+    /// With an installation token.
+    Installation(String),
+}
+
+/// A client for the REST API at `api_url` that never retries on its own.
+pub(super) fn client(
+    api_url: &str,
+    timeout: Duration,
+    auth: Auth,
+) -> Result<Octocrab, GitHubError> {
+    let config_err = |detail: String| GitHubError::Config {
+        what: format!("api url {api_url}"),
+        detail,
+    };
+    let builder = Octocrab::builder()
+        .base_uri(api_url.trim_end_matches('/'))
+        .map_err(|e| config_err(format!("not a url: {e}")))?;
+    let builder = match auth {
+        Auth::App(id, key) => builder.app(octocrab::models::AppId(id), key),
+        Auth::Installation(token) => builder.personal_token(token),
+    };
+    builder
+        .add_retry_config(octocrab::service::middleware::retry::RetryConfig::None)
+        .set_connect_timeout(Some(timeout * 2))
+        .set_read_timeout(Some(timeout * 2))
+        .add_header(
+            http::header::ACCEPT,
+            "application/vnd.github+json".to_owned(),
+        )
+        .build()
+        .map_err(|e| config_err(format!("could not build the http client: {e}")))
+}
+
+/// One request of the app's (with its JWT, or with a token it minted): a 401 means GitHub
+/// refused the app's credentials.
+pub(super) struct Call<'a> {
+    pub client: &'a Octocrab,
+    pub app_id: u64,
+    pub timeout: Duration,
+}
+
+impl Call<'_> {
+    /// The answer, read as `T`, and its headers (the `Link` of a page).
+    pub(super) async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(T, ResponseMeta), GitHubError> {
         let request = async {
             let response = if method == Method::POST {
-                self.app._post(path, body).await
+                self.client._post(path, body).await
             } else {
-                self.app._get(path).await
+                self.client._get(path).await
             }?;
             let meta = ResponseMeta::from_headers(response.status().as_u16(), response.headers());
-            let text = self.app.body_to_string(response).await?;
+            let text = self.client.body_to_string(response).await?;
             Ok::<_, octocrab::Error>((meta, text))
         };
         let (meta, text) = match tokio::time::timeout(self.timeout, request).await {
@@ -365,10 +422,11 @@ impl AppTokens {
             });
         }
         check_status(what, &meta, &text, Utc::now())?;
-        serde_json::from_str(&text).map_err(|e| GitHubError::Malformed {
+        let value = serde_json::from_str(&text).map_err(|e| GitHubError::Malformed {
             what: what.to_owned(),
             detail: e.to_string(),
-        })
+        })?;
+        Ok((value, meta))
     }
 }
 

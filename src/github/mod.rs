@@ -20,6 +20,7 @@ pub mod deliver;
 pub mod error;
 pub mod events;
 pub mod identity;
+pub mod installations;
 pub mod octo;
 pub mod poll;
 pub mod reactions;

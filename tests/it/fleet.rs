@@ -19,14 +19,14 @@ mod clone;
 mod webhook;
 
 /// One served repository: its fake GitHub and its checkout.
-struct Repo {
-    name: &'static str,
-    github: FakeGitHub,
-    checkout: PathBuf,
+pub(crate) struct Repo {
+    pub name: &'static str,
+    pub github: FakeGitHub,
+    pub checkout: PathBuf,
 }
 
 /// The `rover.json` of a served repository, as the scenarios write it.
-fn good_config() -> Value {
+pub(crate) fn good_config() -> Value {
     json!({
         "autopilot": {
             "agent": {"extraEnv": ["ROVER_FAKE_AGENT_SCRIPT", "ROVER_FAKE_AGENT_LOG"]},
@@ -38,7 +38,7 @@ fn good_config() -> Value {
 
 /// A repository `name` (`owner/name`) with a checkout of its own under `root` and `config` as
 /// its `rover.json` (written as is: it may be broken on purpose).
-async fn repo(root: &Path, name: &'static str, config: &str) -> Repo {
+pub(crate) async fn repo(root: &Path, name: &'static str, config: &str) -> Repo {
     let short = name.split('/').nth(1).expect("owner/name");
     let origin = root.join(format!("{short}.git"));
     let checkout = root.join(short);
@@ -85,7 +85,7 @@ async fn repo(root: &Path, name: &'static str, config: &str) -> Repo {
 }
 
 /// What rover said on thread `number` of `repo`, each answer without its trace footer.
-fn answers(repo: &Repo, number: u64) -> Vec<String> {
+pub(crate) fn answers(repo: &Repo, number: u64) -> Vec<String> {
     repo.github
         .comment_bodies(number)
         .iter()
@@ -94,7 +94,7 @@ fn answers(repo: &Repo, number: u64) -> Vec<String> {
 }
 
 /// An issue `number` titled `title` opened by alice, and its event in the feed.
-fn open_issue(repo: &Repo, number: u64, title: &str) {
+pub(crate) fn open_issue(repo: &Repo, number: u64, title: &str) {
     repo.github
         .add_issue(number, title, "Please answer.", "alice", &[]);
     repo.github.seed_event(
@@ -105,7 +105,7 @@ fn open_issue(repo: &Repo, number: u64, title: &str) {
 }
 
 /// The fake agent's script: each repository's question answered in its own words.
-fn script(repos: &[&str]) -> Value {
+pub(crate) fn script(repos: &[&str]) -> Value {
     let mut rules = Vec::new();
     for short in repos {
         rules.push(json!({"prompt_contains": [COORDINATE, format!("Question for {short}")],
@@ -121,7 +121,7 @@ fn script(repos: &[&str]) -> Value {
 
 /// `rover autopilot <args>` outside any checkout, hermetic, with rover's environment for the
 /// fake GitHubs and the fake agent.
-fn rover(env: &TestEnv, home: &Path, args: &[&str], script: &Value) -> Command {
+pub(crate) fn rover(env: &TestEnv, home: &Path, args: &[&str], script: &Value) -> Command {
     let mut cmd = Command::new(rover_bin());
     cmd.arg("autopilot")
         .args(args)
@@ -143,7 +143,7 @@ fn rover(env: &TestEnv, home: &Path, args: &[&str], script: &Value) -> Command {
     cmd
 }
 
-fn output(mut cmd: Command) -> Output {
+pub(crate) fn output(mut cmd: Command) -> Output {
     cmd.output().expect("run rover")
 }
 
@@ -162,7 +162,7 @@ fn daemon_file(path: &Path, repos: &[&Repo]) {
 }
 
 /// `status --json` of the daemon file at the default place: each repository's line by name.
-fn standing(env: &TestEnv, home: &Path) -> Value {
+pub(crate) fn standing(env: &TestEnv, home: &Path) -> Value {
     let out = output(rover(env, home, &["status", "--json"], &json!({})));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let all: Value = serde_json::from_str(&stdout(&out)).expect("status json");
@@ -171,10 +171,11 @@ fn standing(env: &TestEnv, home: &Path) -> Value {
         by_name.insert(r["repo"].as_str().unwrap().to_owned(), r.clone());
     }
     by_name.insert("daemon".into(), all["daemon"].clone());
+    by_name.insert("lastListing".into(), all["lastListing"].clone());
     Value::Object(by_name)
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(90);
     while !done() {
         assert!(Instant::now() < deadline, "waited for {what}");
@@ -183,7 +184,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// The daemon, stopped with SIGTERM when the test ends either way.
-struct Daemon(Child);
+pub(crate) struct Daemon(pub Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {

@@ -32,7 +32,7 @@ fn openssl(args: &[&str], more: &[&Path]) {
 
 /// A 2048-bit RSA key pair made with `openssl` (PKCS#1, as GitHub hands out): the private
 /// key's path and the public key's PEM.
-fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
+pub(crate) fn key_pair(dir: &Path, name: &str) -> (PathBuf, String) {
     let key = dir.join(format!("{name}.pem"));
     let public = dir.join(format!("{name}.pub.pem"));
     openssl(

@@ -22,6 +22,7 @@ mod engine_gc;
 mod environments;
 mod fleet;
 mod fleet_inspect;
+mod fleet_installed;
 mod follow_through;
 mod git;
 mod github;

@@ -68,7 +68,7 @@ impl FakeApp {
             .any(|(t, until)| t == token && SystemTime::now() < *until)
     }
 
-    fn check_jwt(&self, jwt: &str) -> Result<(), String> {
+    pub fn check_jwt(&self, jwt: &str) -> Result<(), String> {
         let header = decode_header(jwt).map_err(|e| format!("not a JWT: {e}"))?;
         if header.alg != Algorithm::RS256 {
             return Err(format!("alg {:?}, not RS256", header.alg));

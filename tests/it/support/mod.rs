@@ -15,6 +15,7 @@ pub mod docker;
 pub mod env;
 pub mod fake_agent;
 pub mod fake_anthropic;
+pub mod fake_app_front;
 pub mod fake_github;
 pub mod fake_openai;
 pub mod fake_server;
