@@ -16,7 +16,7 @@ use crate::support::gitrepo::git;
 use crate::support::scenario::{COORDINATE, NOTIFY};
 
 mod clone;
-mod webhook;
+pub(crate) mod webhook;
 
 /// One served repository: its fake GitHub and its checkout.
 pub(crate) struct Repo {

@@ -1,12 +1,12 @@
 //! One daemon for every repository a GitHub App is installed on: the real `rover` binary started
 //! outside any checkout with a daemon file saying `"repositories": "installed"`, against one
 //! GitHub API (`FakeAppFront`) that lists the app's installations and forwards each repository's
-//! routes to that repository's own fake. Repositories the installation gains are served without
-//! a restart; those it loses are stopped and said `removed`; each repository's tokens are scoped
-//! to it alone.
+//! routes to that repository's own fake. Repositories the installation gains (told by an
+//! `installation_repositories` delivery to the one webhook endpoint) are served without a
+//! restart; those it loses (a SIGUSR1 lists again) are stopped and said `removed`; each
+//! repository's tokens are scoped to it alone.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -91,13 +91,8 @@ async fn one_daemon_serves_every_repository_the_app_is_installed_on_and_follows_
     open_issue(&alpha, 1, "Question for alpha");
     open_issue(&beta, 1, "Question for beta");
 
-    let daemon = Daemon(
-        rover(&env, &home, &["start"], &script)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the daemon"),
-    );
+    // With the one webhook endpoint: an installation delivery lists the installations again.
+    let (daemon, addr) = crate::fleet::webhook::start(&env, &home, &script);
     wait_for("both installed repositories answered", || {
         answers(&alpha, 1) == ["Here is the answer for alpha."]
             && answers(&beta, 1) == ["Here is the answer for beta."]
@@ -119,11 +114,22 @@ async fn one_daemon_serves_every_repository_the_app_is_installed_on_and_follows_
     // rover answered as the app, on each repository's own thread.
     assert_eq!(alpha.github.comments_of(1)[0].1, format!("{SLUG}[bot]"));
 
-    // A third repository added to the installation: picked up at the next listing (SIGUSR1
-    // lists at once) and its first issue answered without a restart.
+    // A third repository added to the installation: GitHub's `installation_repositories`
+    // delivery to the endpoint lists at once, and its first issue is answered without a restart.
     front.install(ORG, gamma.name, &gamma.github.url);
     open_issue(&gamma, 1, "Question for gamma");
-    signal(&daemon, nix::sys::signal::Signal::SIGUSR1);
+    let (status, body) = crate::fleet::webhook::deliver(
+        addr,
+        "installation_repositories",
+        "delivery-added-gamma",
+        &json!({"action": "added", "installation": {"id": ORG},
+                "repository_selection": "selected",
+                "repositories_added": [{"id": 3, "full_name": gamma.name, "private": false}],
+                "repositories_removed": [],
+                "sender": {"login": "octo-admin", "id": 9, "type": "User"}}),
+        crate::fleet::webhook::SECRET,
+    );
+    assert_eq!(status, 202, "{body}");
     wait_for("the added repository served and answered", || {
         answers(&gamma, 1) == ["Here is the answer for gamma."]
     });

@@ -21,10 +21,10 @@ use super::{
 use crate::support::env::{stderr, TestEnv};
 use crate::webhook::http;
 
-const SECRET: &str = "one-secret-for-every-repository";
+pub(crate) const SECRET: &str = "one-secret-for-every-repository";
 
 /// A delivery as GitHub sends it, signed with `secret`: status and body.
-fn deliver(
+pub(crate) fn deliver(
     addr: SocketAddr,
     event: &str,
     delivery: &str,
@@ -71,7 +71,7 @@ fn refused(env: &TestEnv) -> Vec<Value> {
 }
 
 /// The daemon started with `--webhook 127.0.0.1:0`, and the address it says it listens on.
-fn start(env: &TestEnv, home: &std::path::Path, script: &Value) -> (Daemon, SocketAddr) {
+pub(crate) fn start(env: &TestEnv, home: &std::path::Path, script: &Value) -> (Daemon, SocketAddr) {
     let mut child = rover(env, home, &["start", "--webhook", "127.0.0.1:0"], script)
         .env("ROVER_WEBHOOK_SECRET", SECRET)
         .stdout(Stdio::piped())
