@@ -14,6 +14,7 @@
 mod agents;
 mod cold;
 mod e2e;
+mod fleet;
 mod merge;
 mod orchestrator;
 mod prompts;
@@ -65,6 +66,9 @@ fn main() {
     }
     if wants("merge") {
         merge::run();
+    }
+    if wants("fleet") {
+        fleet::run();
     }
     if wants("prompts") {
         prompts::run();

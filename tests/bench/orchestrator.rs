@@ -371,7 +371,7 @@ fn idle_daemon() {
     println!("idle daemon over {secs}s: cpu {:.3}s ({:.3}% of one core), resident memory {:.1} MiB (bar: near 0 CPU, under 20 MB)", cpu, cpu / secs as f64 * 100.0, rss as f64 / 1024.0);
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
+pub fn cpu_ticks(pid: u32) -> u64 {
     let stat =
         std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).unwrap();
     let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
@@ -379,7 +379,7 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
-fn rss_kib(pid: u32) -> u64 {
+pub fn rss_kib(pid: u32) -> u64 {
     let status =
         std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status")).unwrap();
     status
