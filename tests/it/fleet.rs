@@ -198,10 +198,11 @@ impl Drop for Daemon {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_daemon_serves_each_repository_of_its_file_and_a_broken_one_never_stops_the_others() {
-    let env = TestEnv::new();
-    env.repo(); // the fake agent as `claude`
+/// Two good repositories and one whose `rover.json` is broken, with the fake agent as `claude`,
+/// listed in the daemon file at its default place under the returned home (`start` and
+/// `status` outside a checkout find it).
+pub(crate) async fn alpha_beta_broken(env: &TestEnv) -> (PathBuf, Repo, Repo, Repo) {
+    env.repo();
     let home = env.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let good = serde_json::to_string_pretty(&good_config()).unwrap();
@@ -213,11 +214,17 @@ async fn one_daemon_serves_each_repository_of_its_file_and_a_broken_one_never_st
         r#"{"autopilot": {"pipline": {}}}"#,
     )
     .await;
-    // At the default place: `start` and `status` outside a checkout find it.
     daemon_file(
         &home.join(".config/rover/daemon.json"),
         &[&alpha, &beta, &broken],
     );
+    (home, alpha, beta, broken)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_daemon_serves_each_repository_of_its_file_and_a_broken_one_never_stops_the_others() {
+    let env = TestEnv::new();
+    let (home, alpha, beta, broken) = alpha_beta_broken(&env).await;
     let script = script(&["alpha", "beta", "broken"]);
     open_issue(&alpha, 1, "Question for alpha");
     open_issue(&beta, 1, "Question for beta");
@@ -293,6 +300,7 @@ async fn one_daemon_serves_each_repository_of_its_file_and_a_broken_one_never_st
         stderr(&second)
     );
 
+    let good = serde_json::to_string_pretty(&good_config()).unwrap();
     std::fs::write(broken.checkout.join("rover.json"), &good).unwrap();
     open_issue(&broken, 1, "Question for broken");
     wait_for("the fixed repository served and answered", || {

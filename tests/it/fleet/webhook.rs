@@ -14,10 +14,7 @@ use rover::github::webhook::sign;
 use rover::store::AutopilotStore;
 use serde_json::{json, Value};
 
-use super::{
-    answers, daemon_file, good_config, output, repo, rover, script, standing, wait_for, Daemon,
-    Repo,
-};
+use super::{answers, output, rover, script, standing, wait_for, Daemon, Repo};
 use crate::support::env::{stderr, TestEnv};
 use crate::webhook::http;
 
@@ -103,22 +100,7 @@ fn routed(repo: &Repo) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_endpoint_routes_each_delivery_to_its_repository_and_records_what_it_refuses() {
     let env = TestEnv::new();
-    env.repo(); // the fake agent as `claude`
-    let home = env.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let good = serde_json::to_string_pretty(&good_config()).unwrap();
-    let alpha = repo(env.path(), "octo-org/alpha", &good).await;
-    let beta = repo(env.path(), "octo-org/beta", &good).await;
-    let broken = repo(
-        env.path(),
-        "octo-org/broken",
-        r#"{"autopilot": {"pipline": {}}}"#,
-    )
-    .await;
-    daemon_file(
-        &home.join(".config/rover/daemon.json"),
-        &[&alpha, &beta, &broken],
-    );
+    let (home, alpha, beta, _broken) = super::alpha_beta_broken(&env).await;
     // The issues exist on GitHub; only the deliveries tell rover (the feeds stay empty).
     for r in [&alpha, &beta] {
         let short = r.name.split('/').nth(1).unwrap();
