@@ -6,6 +6,7 @@
 //! may a new trace start ([`Budget::gate_new_trace`]), may a push run ([`Budget::gate_push`]),
 //! and what a finished span means ([`Budget::after_span`]).
 
+mod daemon_wide;
 mod ledger;
 mod notify;
 mod policy;
@@ -15,6 +16,10 @@ mod usage;
 
 use std::path::PathBuf;
 
+pub use daemon_wide::{
+    breaker_open, over_limits, recorded_sum, DaemonBreakerSettings, DaemonBudgetSettings,
+    DaemonOver, DaemonPeriodLimit,
+};
 pub use ledger::{day_key, BreakerState, Ledger, TraceSpend, Tripped};
 pub use notify::{NotifyHeader, NotifyPurpose};
 pub use policy::{breaker_message, Budget, Limit, SpanVerdict, Standing};

@@ -49,6 +49,7 @@ pub fn fleet_status(
         out.json(&json!({
             "daemon": {"running": pid.is_some(), "pid": pid, "file": file.path},
             "lastListing": listing,
+            "paused": fleet.paused,
             "repositories": lines.iter().map(line_json).collect::<Vec<Value>>(),
         }))?;
         return Ok(exit_code(&lines));
@@ -66,6 +67,9 @@ pub fn fleet_status(
         file.path.display(),
         lines.len()
     );
+    if let Some(why) = &fleet.paused {
+        let _ = writeln!(text, "paused   new agent runs in every repository: {why}");
+    }
     if let Some(l) = &listing {
         let _ = match &l.error {
             Some(e) => writeln!(

@@ -32,6 +32,8 @@ pub struct Fleet {
     pub data_dir: PathBuf,
     /// With `"repositories": "installed"`: how the daemon's latest listing went.
     pub last_listing: Option<ListingStatus>,
+    /// Why the daemon holds every repository's new agent runs (its budget, its breaker).
+    pub paused: Option<String>,
     /// Those asked about (every one, or those `--repo` names), in the file's order.
     pub repos: Vec<Served>,
 }
@@ -82,7 +84,9 @@ impl Fleet {
                 }
             })
             .collect();
+        let paused = recorded.as_ref().and_then(|s| s.paused.clone());
         Ok(Fleet {
+            paused,
             last_listing: recorded.and_then(|s| s.last_listing),
             file,
             data_dir,

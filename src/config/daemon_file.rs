@@ -43,6 +43,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::DaemonConfig;
+use crate::budget::DaemonBudgetSettings;
 use crate::host_env::HostEnv;
 use crate::orchestrator::SlotSettings;
 use crate::project::RepoSlug;
@@ -63,6 +64,8 @@ pub struct DaemonFile {
     pub repositories: Vec<ServedRepo>,
     /// The agent slots shared by every repository served, and the scheduler's score.
     pub slots: SlotSettings,
+    /// The daemon-wide budget (`"daemon": {"budget": ...}`), above each repository's own.
+    pub budget: DaemonBudgetSettings,
     /// With `"repositories": "installed"`: the app whose installations are served.
     pub installed: Option<InstalledConfig>,
 }
@@ -231,6 +234,14 @@ impl DaemonFile {
                 path: path.to_path_buf(),
                 reason,
             })?;
+        raw.daemon
+            .budget
+            .check("daemon")
+            .map_err(|reason| DaemonFileError::Setting {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+        let budget = raw.daemon.budget.clone();
         if let Some(url) = &raw.api_url {
             check_api_url(url).map_err(|reason| invalid_at("apiUrl", reason))?;
         }
@@ -247,6 +258,7 @@ impl DaemonFile {
                 path: path.to_path_buf(),
                 repositories: Vec::new(),
                 slots,
+                budget,
                 installed: Some(InstalledConfig {
                     app_id: app.id,
                     private_key_file: app.private_key_file.map(|k| base.join(k)),
@@ -282,6 +294,7 @@ impl DaemonFile {
             path: path.to_path_buf(),
             repositories,
             slots,
+            budget,
             installed: None,
         })
     }

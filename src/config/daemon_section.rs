@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::budget::DaemonBudgetSettings;
 use crate::orchestrator::{ScoreWeights, SlotSettings};
 
 /// The most a weight may be, either way (a score is a sum of a few of them).
 const MAX_WEIGHT: i64 = 1_000_000;
 
 /// `autopilot.daemon` / the daemon file's `"daemon"`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct DaemonConfig {
     /// Agent runs at once across every repository (default: what the machine holds, a run per
@@ -26,6 +27,9 @@ pub struct DaemonConfig {
     /// Agent runs at once for one repository (default: `maxRuns`).
     pub max_runs_per_repository: Option<usize>,
     pub score: ScoreConfig,
+    /// The daemon-wide budget (the daemon file only: a daemon of one checkout has its
+    /// `autopilot.budget`).
+    pub budget: DaemonBudgetSettings,
 }
 
 /// The weights of the scheduler's score; each left out keeps its default.
@@ -157,5 +161,48 @@ mod tests {
             assert!(err.contains(says), "{text}: {err}");
         }
         assert!(serde_json::from_str::<DaemonConfig>(r#"{"maxRun": 2}"#).is_err());
+    }
+
+    #[test]
+    fn the_daemon_budget_is_read_from_the_daemon_file_and_a_mistake_named() {
+        use crate::budget::BudgetAction;
+        use crate::config::{DaemonFile, DaemonFileError};
+        let path = std::path::Path::new("/etc/rover/daemon.json");
+        let file = DaemonFile::parse(
+            path,
+            r#"{"repositories": ["a/b", "a/c"], "daemon": {"budget": {
+                "day": {"usd": 5, "tokens": 2000000, "action": "stop"},
+                "month": {"usd": 80, "action": "pause"},
+                "circuitBreaker": {"maxTrippedRepositories": 2}}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(file.budget.day.usd, Some(5.0));
+        assert_eq!(file.budget.day.tokens, Some(2_000_000));
+        assert_eq!(file.budget.month.action, BudgetAction::Pause);
+        assert_eq!(file.budget.circuit_breaker.max_tripped_repositories, 2);
+        let stops = file.budget.wire_stops();
+        assert_eq!((stops.day_usd, stops.month_usd), (Some(5.0), None));
+        // An unknown key: its line.
+        let text = "{\"repositories\": [\"a/b\"],\n \"daemon\": {\"budget\":\n {\"day\": {\"usd\": 5, \"action\": \"stop\", \"token\": 1}}}}";
+        match DaemonFile::parse(path, text) {
+            Err(DaemonFileError::Invalid { line, reason, .. }) => {
+                assert_eq!(line, 3);
+                assert!(reason.contains("unknown field `token`"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let shown = DaemonFile::parse(
+            path,
+            r#"{"repositories": ["a/b"], "daemon": {"budget": {"month": {"usd": -1}}}}"#,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(shown.contains("daemon.budget.month.usd is -1"), "{shown}");
+        // In a repository's rover.json there is no daemon-wide budget.
+        let err = crate::config::RoverConfig::parse(
+            r#"{"autopilot": {"daemon": {"budget": {"day": {"usd": 1}}}}}"#,
+        )
+        .expect_err("refused");
+        assert!(err.contains("autopilot.daemon.budget"), "{err}");
     }
 }

@@ -361,6 +361,9 @@ impl RoverConfig {
         config.autopilot.sandbox.validate()?;
         config.autopilot.lifecycle.validate()?;
         config.autopilot.daemon.slots("autopilot.daemon")?;
+        if config.autopilot.daemon.budget != crate::budget::DaemonBudgetSettings::default() {
+            return Err("autopilot.daemon.budget: a daemon serving one checkout has its budget in autopilot.budget; a daemon-wide budget goes in the daemon file's \"daemon\" (docs/configuration.md, \"The daemon file\")".into());
+        }
         Ok(config)
     }
 }

@@ -51,6 +51,10 @@ pub struct FleetStatus {
     /// With `"repositories": "installed"`: the latest listing of the app's installations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_listing: Option<ListingStatus>,
+    /// Why new agent runs are held in every repository (the daemon's budget or circuit
+    /// breaker, `super::fleet_budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
 }
 
 /// How the latest listing of the app's installations went.
@@ -149,6 +153,7 @@ impl Board {
                 })
                 .collect(),
             last_listing: None,
+            paused: None,
         };
         let board = Board {
             path: status_path(data_dir),
@@ -192,6 +197,21 @@ impl Board {
     pub(super) fn listed(&self, listing: ListingStatus) {
         self.lock().last_listing = Some(listing);
         self.write();
+    }
+
+    /// Why new agent runs are held in every repository (`None`: they are not).
+    pub(super) fn paused(&self, why: Option<String>) {
+        self.lock().paused = why;
+        self.write();
+    }
+
+    /// The served repositories whose store is known: (`owner/name`, project id).
+    pub(super) fn projects(&self) -> Vec<(String, String)> {
+        self.lock()
+            .repositories
+            .iter()
+            .filter_map(|r| Some((r.repo.clone(), r.project_id.clone()?)))
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FleetStatus> {
@@ -273,20 +293,37 @@ pub fn start_fleet(
         }
         _ => None,
     };
+    let slots = SlotBoard::new(file.slots.clone());
+    let board = Board::new(&data_dir, file);
+    // The daemon-wide budget: its stop limits in the wire file before any proxy reads it.
+    let mut budget = super::fleet_budget::FleetBudget::new(
+        file.budget.clone(),
+        data_dir.clone(),
+        board.clone(),
+        slots.clone(),
+    );
+    budget.look();
+    let watching = process
+        .runtime
+        .spawn(super::fleet_budget::watch(budget, process.shutdown.clone()));
+    let wire =
+        (!file.budget.wire_stops().is_empty()).then(|| super::fleet_budget::wire_dir(&data_dir));
     let fleet = Fleet {
+        wire,
         data_dir: data_dir.clone(),
         options,
         host: host.clone(),
         shutdown: process.shutdown.clone(),
-        board: Board::new(&data_dir, file),
+        board,
         wakes: Arc::default(),
         relist,
         routes: webhook.as_ref().map(|w| w.routes.clone()),
-        slots: SlotBoard::new(file.slots.clone()),
+        slots,
     };
     let ended = process
         .runtime
         .block_on(serve_all(file, &fleet, &process.wake));
+    watching.abort();
     // With `--once`, cron sees a repository that failed: the first failure, by its kind.
     let code = ended.into_iter().try_fold(ExitCode::SUCCESS, |code, end| {
         end.map(|c| if c == ExitCode::SUCCESS { code } else { c })
@@ -350,6 +387,9 @@ pub(super) async fn join_all(mut tasks: tokio::task::JoinSet<Ended>) -> Vec<Ende
 #[derive(Clone)]
 pub(super) struct Fleet {
     pub data_dir: PathBuf,
+    /// The wire dir of the daemon's budget, when it has stop limits: each repository's proxy
+    /// is given it.
+    wire: Option<PathBuf>,
     pub options: StartOptions,
     pub host: HostEnv,
     pub shutdown: CancellationToken,
@@ -381,7 +421,7 @@ impl Fleet {
             .insert(repo.full_name(), wake.clone());
         let served = Served {
             index: self.board.entry(&repo.full_name()),
-            host: host_for(&self.host, &repo),
+            host: host_for(&self.host, &repo, self.wire.as_deref()),
             repo,
             data_dir: self.data_dir.clone(),
             // The daemon's one endpoint takes the deliveries: no repository binds its own.
@@ -409,11 +449,16 @@ impl Fleet {
     }
 }
 
-/// rover's environment for `repo`: its own API when the daemon file names one.
-fn host_for(host: &HostEnv, repo: &ServedRepo) -> HostEnv {
+/// rover's environment for `repo`: its own API when the daemon file names one, and the wire
+/// dir of the daemon's budget for its proxy.
+fn host_for(host: &HostEnv, repo: &ServedRepo, wire: Option<&Path>) -> HostEnv {
+    let host = match wire {
+        Some(dir) => host.with(crate::proxy::env::DAEMON_DIR, dir),
+        None => host.clone(),
+    };
     let host = match &repo.api_url {
         Some(url) => host.with(crate::github::API_URL_ENV, url),
-        None => host.clone(),
+        None => host,
     };
     match &repo.app {
         Some(app) => host.with(crate::github::app::APP_KEY_ENV, &app.private_key_file),

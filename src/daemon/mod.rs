@@ -20,6 +20,7 @@ mod console;
 mod drain;
 mod export;
 mod fleet;
+mod fleet_budget;
 mod fleet_webhook;
 mod github;
 mod installed;

@@ -60,7 +60,7 @@ pub(super) struct BudgetGate {
 }
 
 /// The first action of a trace (produced by its root event span): running it starts the trace.
-fn is_new_trace(pending: &PendingAction) -> bool {
+pub(super) fn is_new_trace(pending: &PendingAction) -> bool {
     pending.action == StepKind::Coordinate && pending.span_id == pending.trace_id
 }
 

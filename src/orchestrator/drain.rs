@@ -281,6 +281,17 @@ impl Inner {
             .get(&pending.trace_id)
             .filter(|_| !self.pipeline.ends_trace(&pending.action))
             .map(ClosedTrace::describe);
+        // The daemon holds every repository's new work (its budget or circuit breaker): a new
+        // trace waits as it does for its own repository's pause.
+        let paused = self.slots.as_ref().and_then(|(board, _)| board.paused());
+        if let Some(why) = paused.filter(|_| skip.is_none() && super::budget::is_new_trace(pending))
+        {
+            self.set_waiting(
+                pending.action_id,
+                Some(format!("new work is paused in every repository: {why}")),
+            );
+            return Admission::Wait;
+        }
         if let (None, Some(ledger)) = (&skip, ledger) {
             let (gate, halt) = self.gate.admit(ledger, pending, now).await;
             self.halt(halt).await;

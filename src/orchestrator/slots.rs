@@ -202,6 +202,8 @@ struct BoardState {
 pub struct SlotBoard {
     settings: SlotSettings,
     state: Mutex<BoardState>,
+    /// Why no agent run starts in any repository (the daemon's budget or circuit breaker).
+    paused: Mutex<Option<String>>,
 }
 
 /// One ranked pick: the repository and its bid's index, its score with the share.
@@ -218,7 +220,42 @@ impl SlotBoard {
         Arc::new(SlotBoard {
             settings,
             state: Mutex::new(BoardState::default()),
+            paused: Mutex::new(None),
         })
+    }
+
+    /// Hold every repository's new agent runs, saying `why` (`None`: let them start again;
+    /// the repositories with bids are woken).
+    pub fn pause(&self, why: Option<String>) {
+        let lifted = {
+            let mut paused = self
+                .paused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let lifted = paused.is_some() && why.is_none();
+            *paused = why;
+            lifted
+        };
+        if lifted {
+            let woken: Vec<Waker> = self
+                .lock()
+                .seats
+                .values()
+                .filter(|s| !s.bids.is_empty())
+                .map(|s| s.wake.clone())
+                .collect();
+            for wake in woken {
+                wake();
+            }
+        }
+    }
+
+    /// Why new agent runs are held, if they are.
+    pub fn paused(&self) -> Option<String> {
+        self.paused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn settings(&self) -> &SlotSettings {
@@ -355,6 +392,7 @@ impl SlotSeat {
     /// This repository holds `held` agent runs and offers `bids`: which start now, which wait
     /// and why. Other repositories a free slot is left for are woken.
     pub fn decide(&self, held: usize, bids: Vec<Bid>) -> Decision {
+        let paused = self.board.paused();
         let mut wake = Vec::new();
         let decision = {
             let mut state = self.board.lock();
@@ -364,6 +402,21 @@ impl SlotSeat {
             seat.held = held;
             seat.bids = bids;
             seat.offered = Instant::now();
+            if let Some(why) = paused {
+                return Decision {
+                    granted: Vec::new(),
+                    waiting: seat
+                        .bids
+                        .iter()
+                        .map(|b| {
+                            (
+                                b.action_id,
+                                format!("new agent runs are paused in every repository: {why}"),
+                            )
+                        })
+                        .collect(),
+                };
+            }
             let settings = &self.board.settings;
             let taken: usize = state.seats.values().map(|s| s.held).sum();
             let free = settings.max_runs.saturating_sub(taken);

@@ -187,3 +187,31 @@ fn a_left_seat_frees_its_slots_and_wakes_those_waiting() {
     assert!(new.decide(0, vec![]).granted.is_empty());
     assert_eq!(board.lock().seats.len(), 2);
 }
+
+#[test]
+fn a_paused_board_starts_nothing_in_any_repository_and_wakes_them_when_lifted() {
+    let board = SlotBoard::new(settings(4, 4));
+    let (a_woken, a_wake) = counter();
+    let (_, b_wake) = counter();
+    let a = board.join("o/a", a_wake);
+    let b = board.join("o/b", b_wake);
+    board.pause(Some("the daemon's daily budget is spent".into()));
+    let waiting = bid(500, 10);
+    for seat in [&a, &b] {
+        let d = seat.decide(0, vec![waiting.clone()]);
+        assert!(d.granted.is_empty());
+        assert!(
+            d.waiting[0]
+                .1
+                .contains("paused in every repository: the daemon's daily budget"),
+            "{:?}",
+            d.waiting
+        );
+    }
+    board.pause(None);
+    assert_eq!(a_woken.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        ids(&a.decide(0, vec![waiting.clone()])),
+        [waiting.action_id]
+    );
+}

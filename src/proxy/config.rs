@@ -23,6 +23,10 @@ pub struct ProxyConfig {
     /// The OpenAI API; none refuses `/openai/...` requests.
     pub openai: Option<Upstream>,
     pub prices: ProxyPrices,
+    /// The daemon's wire dir, shared by the proxies of every repository a daemon file serves
+    /// (its day's and month's stop limits, [`super::daemon_wide`]); none for a daemon serving
+    /// one checkout.
+    pub daemon_dir: Option<PathBuf>,
 }
 
 /// One real model API.

@@ -19,6 +19,12 @@ pub const OPENAI_URL: &str = "ROVER_PROXY_OPENAI_URL";
 pub const OPENAI_KEY: &str = "ROVER_PROXY_OPENAI_KEY";
 /// `autopilot.agent.codexPrices` as JSON (the proxy has no `rover.json`).
 pub const CODEX_PRICES: &str = "ROVER_PROXY_CODEX_PRICES";
+/// The daemon's wire dir (`<data dir>/daemon/wire`), shared by the proxies of every repository
+/// a daemon file serves: set by the daemon in each repository's environment; the sandbox mounts
+/// it into the proxy's container at [`DAEMON_DIR_MOUNT`] and names that here.
+pub const DAEMON_DIR: &str = "ROVER_PROXY_DAEMON_DIR";
+/// Where the proxy's container sees the daemon's wire dir.
+pub const DAEMON_DIR_MOUNT: &str = "/rover-daemon";
 
 pub const ANTHROPIC_DEFAULT: &str = "https://api.anthropic.com";
 pub const OPENAI_DEFAULT: &str = "https://api.openai.com/v1";
@@ -52,6 +58,9 @@ pub fn server_env(
     }
     if let Some(key) = get("CODEX_API_KEY").or_else(|| get("OPENAI_API_KEY")) {
         env.push((OPENAI_KEY.to_owned(), key));
+    }
+    if let Some(dir) = get(DAEMON_DIR) {
+        env.push((DAEMON_DIR.to_owned(), dir));
     }
     env
 }
@@ -90,6 +99,7 @@ impl ProxyConfig {
             anthropic,
             openai,
             prices,
+            daemon_dir: get(DAEMON_DIR).map(std::path::PathBuf::from),
         };
         config.validate()?;
         Ok(config)

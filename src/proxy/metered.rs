@@ -13,6 +13,7 @@ use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 
+use super::daemon_wide::DaemonHold;
 use super::grant::{Grant, Provider};
 use super::ledger::Ledger;
 use super::reserve::Reservation;
@@ -31,6 +32,9 @@ pub(crate) struct Exchange {
     /// The run's request slot and the request's reservation: given back once the ledger holds
     /// the answer's real usage (both count meanwhile: never neither).
     pub held: Option<(OwnedSemaphorePermit, Option<Reservation>)>,
+    /// The request's reservation of the daemon's budget ([`super::daemon_wide`]): replaced by
+    /// the answer's real spend once the run's ledger holds it.
+    pub daemon: Option<DaemonHold>,
 }
 
 pub(crate) struct MeteredBody {
@@ -74,12 +78,20 @@ impl MeteredBody {
         let grant = exchange.grant;
         let bytes_up = exchange.bytes_up;
         let held = exchange.held;
+        let daemon = exchange.daemon;
         Some(handle.spawn(async move {
             let run = grant.run.clone();
             let written = off_runtime(move || {
-                Ledger::update(&dir, &grant, |ledger| {
+                let tokens = seen.usage.total();
+                let written = Ledger::update(&dir, &grant, |ledger| {
                     ledger.record_response(bytes_up, bytes_down, &seen.usage, usd);
-                })
+                });
+                if let Some(daemon) = daemon {
+                    if let Err(e) = daemon.settle(usd, tokens) {
+                        tracing::error!(run = %grant.run, error = %e, "cannot count a model response in the daemon's spend");
+                    }
+                }
+                written
             })
             .await;
             if let Err(e) = written {

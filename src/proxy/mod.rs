@@ -16,6 +16,7 @@
 
 mod bookkeeping;
 mod config;
+mod daemon_wide;
 mod egress;
 pub mod env;
 mod error;
@@ -42,6 +43,9 @@ pub use bookkeeping::{
     end_run, forget_run, run_trace, runs_with_files, PeriodSpend, RecordedSpend,
 };
 pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
+pub use daemon_wide::{
+    periods, DaemonSpend, Held as DaemonHeld, Tally, WireStops, HOLD_TTL_SECS, SPEND_FILE,
+};
 pub use error::ProxyError;
 pub use grant::{
     is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, PeriodBudget, Provider,

@@ -14,11 +14,12 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::config::{Credential, Upstream};
+use super::daemon_wide::{self, DaemonHold, DaemonRefusal};
 use super::grant::{Grant, Provider, DEFAULT_MAX_REQUESTS};
 use super::ledger::Ledger;
 use super::limits::{read_body, BodyRefusal, BodyRoom, OutBody, RunSlots};
 use super::metered::{Exchange, MeteredBody};
-use super::reserve::{admit, worst_case, Refused, Reservation, Worst};
+use super::reserve::{admit, worst_case, OverLimit, Refused, Reservation, Worst};
 use super::respond::{model_error, ModelRefusal, ProxyBody};
 use super::routes::{route, Route};
 use super::server::{off_runtime, Shared};
@@ -88,6 +89,11 @@ async fn forward_granted(
         Worst::default()
     };
     let reservation = reserve(&shared, &grant, run, provider, worst).await?;
+    let daemon = if route.metered {
+        reserve_daemon_wide(&shared, &grant, run, provider, worst).await?
+    } else {
+        None
+    };
 
     let bytes_up = read.0.len() as u64;
     let outgoing =
@@ -107,6 +113,7 @@ async fn forward_granted(
         model,
         bytes_up,
         held: Some((slot, reservation)),
+        daemon,
     };
     let body = MeteredBody::new(body, parser, exchange);
     Ok(Response::from_parts(parts, BodyExt::boxed_unsync(body)))
@@ -217,32 +224,69 @@ async fn reserve(
             }
             Ok(reservation)
         }
-        Err(Refused::Over(over)) => {
-            let dir = shared.dir().to_owned();
-            let noted = {
-                let (grant, over) = (grant.clone(), over.clone());
-                off_runtime(move || {
-                    Ledger::update(&dir, &grant, |ledger| {
-                        ledger.record_refusal(&over.reason);
-                        ledger.record_stop(over.stopped);
-                    })
-                })
-                .await
-            };
-            if let Err(e) = noted {
-                tracing::error!(run, error = %e, "cannot record a budget stop in the run's ledger");
-            }
-            tracing::warn!(
-                run,
-                reason = %over.reason,
-                "a model request was refused at a budget stop limit"
-            );
-            Err(model_error(provider, ModelRefusal::Budget, &over.reason))
-        }
+        Err(Refused::Over(over)) => Err(refuse_over(shared, grant, run, provider, over).await),
         Err(Refused::Unreadable(e)) => {
             // Without the spend the cap cannot be checked: refuse rather than overspend.
             tracing::error!(run, error = %e, "cannot read the spend");
             let reason = "rover's proxy cannot read the trace's spend, so the request was not sent; see the proxy's log";
+            refuse(shared, grant, reason).await;
+            Err(model_error(provider, ModelRefusal::Upstream, reason))
+        }
+    }
+}
+
+/// A request refused at a budget stop limit: the stop recorded in the run's ledger.
+async fn refuse_over(
+    shared: &Arc<Shared>,
+    grant: &Grant,
+    run: &str,
+    provider: Provider,
+    over: OverLimit,
+) -> Refusal {
+    let dir = shared.dir().to_owned();
+    let noted = {
+        let (grant, over) = (grant.clone(), over.clone());
+        off_runtime(move || {
+            Ledger::update(&dir, &grant, |ledger| {
+                ledger.record_refusal(&over.reason);
+                ledger.record_stop(over.stopped);
+            })
+        })
+        .await
+    };
+    if let Err(e) = noted {
+        tracing::error!(run, error = %e, "cannot record a budget stop in the run's ledger");
+    }
+    tracing::warn!(
+        run,
+        reason = %over.reason,
+        "a model request was refused at a budget stop limit"
+    );
+    model_error(provider, ModelRefusal::Budget, &over.reason)
+}
+
+/// Reserve the request's worst case against the daemon's day and month stop limits, shared
+/// with the proxies of every repository the daemon serves (none when this proxy serves a
+/// daemon of one checkout); a limit reached is recorded in the run's ledger as a per-store
+/// stop limit is.
+async fn reserve_daemon_wide(
+    shared: &Arc<Shared>,
+    grant: &Grant,
+    run: &str,
+    provider: Provider,
+    worst: Worst,
+) -> Result<Option<DaemonHold>, Refusal> {
+    let Some(dir) = shared.config.daemon_dir.clone() else {
+        return Ok(None);
+    };
+    match off_runtime(move || Ok(daemon_wide::admit(&dir, worst))).await {
+        Ok(Ok(held)) => Ok(held),
+        Ok(Err(DaemonRefusal::Over(over))) => {
+            Err(refuse_over(shared, grant, run, provider, over).await)
+        }
+        Ok(Err(DaemonRefusal::Unreadable(e))) | Err(e) => {
+            tracing::error!(run, error = %e, "cannot read the daemon's spend");
+            let reason = "rover's proxy cannot read the daemon's spend across its repositories, so the request was not sent; see the proxy's log";
             refuse(shared, grant, reason).await;
             Err(model_error(provider, ModelRefusal::Upstream, reason))
         }

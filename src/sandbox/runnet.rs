@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use super::docker::DockerSandbox;
 use super::error::{status_of, SandboxError};
 use super::image::RootfsImage;
+use crate::proxy::env as proxy_env;
 
 /// The name agent containers reach the relay by, on their run's network.
 pub const PROXY_ALIAS: &str = "rover-proxy";
@@ -315,6 +316,20 @@ impl DockerSandbox {
         if Path::new("/etc/ssl/certs").is_dir() {
             mounts.push(bind(Path::new("/etc/ssl/certs"), "/etc/ssl/certs", true));
         }
+        // A daemon serving many repositories: its wire dir, shared by the proxies of all of them
+        // (the daemon's budget), at a path of the container's own.
+        let mut env = server.env.clone();
+        if let Some((_, dir)) = env.iter_mut().find(|(k, _)| k == proxy_env::DAEMON_DIR) {
+            let host_dir = PathBuf::from(std::mem::replace(
+                dir,
+                proxy_env::DAEMON_DIR_MOUNT.to_owned(),
+            ));
+            std::fs::create_dir_all(&host_dir).map_err(|source| SandboxError::File {
+                path: host_dir.clone(),
+                source,
+            })?;
+            mounts.push(bind(&host_dir, proxy_env::DAEMON_DIR_MOUNT, false));
+        }
         let body = ContainerCreateBody {
             image: Some(server.image.clone()),
             cmd: Some(
@@ -329,7 +344,7 @@ impl DockerSandbox {
                 .map(String::from)
                 .to_vec(),
             ),
-            env: Some(server.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             user: Some(own_user()),
             labels: Some(with_owner(
                 &server.dir,

@@ -249,6 +249,7 @@ async fn proxy_latency() {
         }),
         openai: None,
         prices: ProxyPrices::default(),
+        daemon_dir: None,
     };
     let shutdown = CancellationToken::new();
     let socket = dir.path().join(SOCKET_FILE);

@@ -233,6 +233,7 @@ impl Harness {
                 credential: Credential::ApiKey(OPENAI_KEY.into()),
             }),
             prices: ProxyPrices::default(),
+            daemon_dir: None,
         };
         let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).expect("bind the socket");
         let shutdown = CancellationToken::new();

@@ -311,6 +311,7 @@ async fn an_https_upstream_starts_with_the_system_roots() {
         }),
         openai: None,
         prices: ProxyPrices::default(),
+        daemon_dir: None,
     };
     let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).expect("bind");
     let shutdown = CancellationToken::new();
