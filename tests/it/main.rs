@@ -21,6 +21,7 @@ mod demo;
 mod engine_gc;
 mod environments;
 mod fleet;
+mod fleet_budget;
 mod fleet_inspect;
 mod fleet_installed;
 mod follow_through;
