@@ -135,6 +135,20 @@ pub(super) struct Board {
 impl Board {
     fn new(data_dir: &Path, file: &DaemonFile) -> Board {
         let now = Utc::now();
+        // The stores already known (a project id does not change): the daemon's budget counts
+        // them from the start, before each repository is set up again.
+        let known: HashMap<String, String> =
+            crate::store::fsio::read_json::<FleetStatus>(&status_path(data_dir))
+                .ok()
+                .flatten()
+                .filter(|s| s.file == file.path)
+                .map(|s| {
+                    s.repositories
+                        .into_iter()
+                        .filter_map(|r| Some((r.repo, r.project_id?)))
+                        .collect()
+                })
+                .unwrap_or_default();
         let status = FleetStatus {
             file: file.path.clone(),
             pid: std::process::id(),
@@ -143,7 +157,7 @@ impl Board {
                 .iter()
                 .map(|r| RepoStatus {
                     repo: r.full_name(),
-                    project_id: None,
+                    project_id: known.get(&r.full_name()).cloned(),
                     state: RepoState::Starting,
                     reason: None,
                     kind: None,
@@ -303,13 +317,16 @@ pub fn start_fleet(
         slots.clone(),
     );
     budget.look();
-    let watching = process
-        .runtime
-        .spawn(super::fleet_budget::watch(budget, process.shutdown.clone()));
+    let budget = Arc::new(std::sync::Mutex::new(budget));
+    let watching = process.runtime.spawn(super::fleet_budget::watch(
+        budget.clone(),
+        process.shutdown.clone(),
+    ));
     let wire =
         (!file.budget.wire_stops().is_empty()).then(|| super::fleet_budget::wire_dir(&data_dir));
     let fleet = Fleet {
         wire,
+        budget,
         data_dir: data_dir.clone(),
         options,
         host: host.clone(),
@@ -390,6 +407,8 @@ pub(super) struct Fleet {
     /// The wire dir of the daemon's budget, when it has stop limits: each repository's proxy
     /// is given it.
     wire: Option<PathBuf>,
+    /// The daemon-wide budget and breaker, looked at by each repository once set up.
+    budget: super::fleet_budget::SharedBudget,
     pub options: StartOptions,
     pub host: HostEnv,
     pub shutdown: CancellationToken,
@@ -435,6 +454,7 @@ impl Fleet {
             wake,
             board: self.board.clone(),
             slots: self.slots.clone(),
+            budget: self.budget.clone(),
         };
         tasks.spawn(served.serve());
     }
@@ -482,6 +502,7 @@ struct Served {
     board: Board,
     /// The agent slots every repository shares (the daemon file's `"daemon"`).
     slots: Arc<SlotBoard>,
+    budget: super::fleet_budget::SharedBudget,
 }
 
 impl Served {
@@ -582,6 +603,8 @@ impl Served {
             s.kind = None;
             s.retry_at = None;
         });
+        // Its spend and breaker count before its first drain.
+        super::fleet_budget::look(&self.budget).await;
         let code = super::run(
             project,
             config,

@@ -167,18 +167,26 @@ impl FleetBudget {
     }
 }
 
+/// The watcher, shared by the loop and the repositories (each looks once it is set up, before
+/// its first drain).
+pub(super) type SharedBudget = Arc<std::sync::Mutex<FleetBudget>>;
+
+/// Looks once, off the runtime.
+pub(super) async fn look(budget: &SharedBudget) {
+    let looking = budget.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        looking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .look();
+    })
+    .await;
+}
+
 /// Looks every [`EVERY`] until `shutdown`.
-pub(super) async fn watch(budget: FleetBudget, shutdown: CancellationToken) {
-    let budget = Arc::new(std::sync::Mutex::new(budget));
+pub(super) async fn watch(budget: SharedBudget, shutdown: CancellationToken) {
     loop {
-        let looking = budget.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            looking
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .look();
-        })
-        .await;
+        look(&budget).await;
         tokio::select! {
             () = tokio::time::sleep(EVERY) => {}
             () = shutdown.cancelled() => return,

@@ -198,3 +198,106 @@ async fn a_daemon_wide_stop_crossed_by_one_repositorys_agent_refuses_its_next_re
         said()
     );
 }
+
+/// `repo`'s store, opened where the daemon keeps it (its project id from its checkout).
+fn store_at(env: &TestEnv, repo: &Repo) -> AutopilotStore {
+    let project = rover::project::Project::discover(&repo.checkout).expect("a checkout");
+    AutopilotStore::open(&env.path().join("data"), &project.id).expect("open the store")
+}
+
+/// Why `store`'s queued actions wait.
+fn waiting(store: &AutopilotStore) -> Vec<String> {
+    store
+        .read_waiting()
+        .unwrap_or_default()
+        .into_values()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repositorys_breaker_holds_that_repository_only_and_the_daemons_breaker_holds_them_all() {
+    let env = TestEnv::new();
+    let (home, alpha, beta, _broken) = alpha_beta_broken(&env).await;
+    let script = crate::fleet::script(&["alpha", "beta"]);
+    let file = home.join(".config/rover/daemon.json");
+    let served = |daemon: Value| {
+        let list: Vec<Value> = [&alpha, &beta]
+            .iter()
+            .map(|r| json!({"repo": r.name, "checkout": r.checkout, "apiUrl": r.github.url}))
+            .collect();
+        std::fs::write(
+            &file,
+            serde_json::to_string_pretty(&json!({"repositories": list, "daemon": daemon})).unwrap(),
+        )
+        .unwrap();
+    };
+    served(json!({}));
+    // Alpha's own breaker is open: three failed traces in a row (the default).
+    let alpha_store = store_at(&env, &alpha);
+    rover::budget::Ledger::update(&alpha_store, |l| {
+        for _ in 0..3 {
+            l.trace_ended(uuid::Uuid::new_v4(), true, 3, chrono::Utc::now());
+        }
+    })
+    .unwrap();
+    open_issue(&alpha, 1, "Question for alpha");
+    open_issue(&beta, 1, "Question for beta");
+    let once = || {
+        let out = output(rover(&env, &home, &["start", "--once"], &script));
+        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+        stdout(&out)
+    };
+    once();
+    // Beta goes on; alpha holds its new work, saying why.
+    assert_eq!(
+        crate::fleet::answers(&beta, 1),
+        ["Here is the answer for beta."]
+    );
+    assert!(crate::fleet::answers(&alpha, 1).is_empty());
+    assert!(
+        waiting(&alpha_store)
+            .iter()
+            .any(|w| w.contains("the circuit breaker is open")),
+        "{:?}",
+        waiting(&alpha_store)
+    );
+
+    // The daemon's breaker, at one repository tripped: every repository holds its new work.
+    served(json!({"budget": {"circuitBreaker": {"maxTrippedRepositories": 1}}}));
+    open_issue(&beta, 2, "Question for beta");
+    let said = once();
+    assert!(
+        said.contains("new agent runs are paused in every repository: the daemon's circuit breaker is open: 1 repositories have their own breaker open (octo-org/alpha"),
+        "{said}"
+    );
+    assert!(crate::fleet::answers(&beta, 2).is_empty());
+    let beta_store = store_at(&env, &beta);
+    assert!(
+        waiting(&beta_store)
+            .iter()
+            .any(|w| w.contains("paused in every repository: the daemon's circuit breaker is open")),
+        "{:?}",
+        waiting(&beta_store)
+    );
+
+    // Alpha resumed: both go on.
+    let resumed = output({
+        let mut cmd = rover(&env, &home, &["resume"], &script);
+        cmd.current_dir(&alpha.checkout);
+        cmd
+    });
+    assert!(
+        stdout(&resumed).contains("circuit breaker closed"),
+        "{}",
+        stdout(&resumed)
+    );
+    once();
+    assert_eq!(
+        crate::fleet::answers(&beta, 2),
+        ["Here is the answer for beta."]
+    );
+    assert_eq!(
+        crate::fleet::answers(&alpha, 1),
+        ["Here is the answer for alpha."]
+    );
+}
