@@ -140,6 +140,22 @@ impl AgentRuns {
         container: &str,
         recorded: impl FnOnce(Uuid) -> Option<RecordedSpend> + Send + 'static,
     ) {
+        // Its span is final, so its spend is in its repository's budget: the daemon's wire
+        // file (a daemon file's budget) stops counting it as live once the daemon's sum has it.
+        let daemon_dir = self
+            .server_env
+            .iter()
+            .find(|(k, _)| k == proxy::env::DAEMON_DIR)
+            .map(|(_, v)| std::path::PathBuf::from(v));
+        if let Some(daemon_dir) = daemon_dir {
+            let run = container.to_owned();
+            let marked =
+                tokio::task::spawn_blocking(move || proxy::daemon_run_recorded(&daemon_dir, &run))
+                    .await;
+            if let Ok(Err(e)) = marked {
+                tracing::warn!(run = %container, error = %e, "cannot mark a run recorded in the daemon's spend (it lapses in 6 hours)");
+            }
+        }
         if let Err(e) = self.sandbox.disconnect_run(container).await {
             tracing::warn!(run = %container, error = %e, "cannot remove a run's network; gc removes it later");
             return;

@@ -11,9 +11,9 @@
 //! }
 //! ```
 //!
-//! A period's spend is the larger of what the repositories' budgets recorded (the sum of their
-//! `autopilot/budget.json`) and what their proxies saw answered (the daemon's wire file,
-//! [`crate::proxy::DaemonSpend`]). Over a limit, `warn` logs it once; `pause` and `stop` hold
+//! A period's spend is what the repositories' budgets recorded (the sum of their
+//! `autopilot/budget.json`) plus what their proxies saw answered for the runs not recorded yet
+//! (the daemon's wire file, [`crate::proxy::DaemonSpend`]). Over a limit, `warn` logs it once; `pause` and `stop` hold
 //! every repository's new agent runs (the shared slots say why); `stop` also refuses model
 //! requests at the wire, in every repository, running ones included.
 

@@ -4,7 +4,7 @@
 //! Every [`EVERY`] the daemon sums what each served repository's budget recorded for the day
 //! and the month, writes the sums and the `stop` limits into the wire file its proxies share
 //! (`<data dir>/daemon/wire/spend.json`, `crate::proxy::DaemonSpend`), and reads back what the
-//! proxies saw answered. Over a `pause` or `stop` limit, or with the daemon-wide breaker open,
+//! proxies saw answered for the runs not recorded yet. Over a `pause` or `stop` limit, or with the daemon-wide breaker open,
 //! the shared agent slots hold every repository's new agent runs with the reason (each queued
 //! run's `status` says it); a `warn` limit is logged once a period. The `stop` limits are also
 //! enforced by each proxy on every model request, so a run crossing one is refused its next
@@ -96,6 +96,7 @@ impl FleetBudget {
     }
 
     fn standing(&mut self) -> Standing {
+        // Before the ledgers are read: a run recorded after it stays live in the wire file.
         let now = Utc::now();
         let mut ledgers = Vec::new();
         let mut tripped = Vec::new();
@@ -127,17 +128,16 @@ impl FleetBudget {
         let (day_key, month_key) = periods(now);
         let stops = self.settings.wire_stops();
         let wire = wire_dir(&self.data_dir);
-        let spend = DaemonSpend::update(&wire, now, |spend| {
+        let spend = DaemonSpend::update(&wire, Utc::now(), |spend| {
             spend.stops = stops;
-            spend.recorded.insert(day_key.clone(), day);
-            spend.recorded.insert(month_key.clone(), month);
+            spend.set_recorded((day_key.clone(), day), (month_key.clone(), month), now);
             spend.clone()
         });
         let (day, month) = match spend {
             Ok(spend) => (spend.spent(&day_key), spend.spent(&month_key)),
             Err(e) => {
-                // The recorded sums still hold the limits here; the proxies refuse what they
-                // cannot count.
+                // The recorded sums still hold the limits here (the live runs left out); the
+                // proxies refuse what they cannot count.
                 tracing::error!(error = %e, "cannot read or write the daemon's wire spend");
                 (day, month)
             }

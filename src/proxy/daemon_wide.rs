@@ -6,18 +6,23 @@
 //!
 //! - `stops`: the limits whose action is `stop`, written by the daemon;
 //! - `recorded`: by period (`YYYY-MM-DD`, `YYYY-MM`, UTC), the spend every served repository's
-//!   budget has recorded (`autopilot/budget.json`), summed by the daemon;
-//! - `wire`: by period, what the proxies saw answered (each response's USD and tokens, the
-//!   figures written to the run's ledger in its repository's store);
+//!   budget has recorded (`autopilot/budget.json`), summed by the daemon: what each store's own
+//!   period limits count as their baseline;
+//! - `live`: by run, what the proxies saw answered for the runs whose spend is not recorded yet
+//!   (each response's USD and tokens, the figures written to the run's ledger in its
+//!   repository's store): what each store's limits count from the live runs' ledgers;
 //! - `held`: the worst cases reserved by requests in flight, in any repository.
 //!
-//! A period's spend is the larger of `recorded` and `wire` (each counts the same requests, one
-//! once they are recorded, the other as they are answered; the larger never counts one twice)
-//! plus what is held. Before a request is forwarded its worst case is reserved as
-//! [`super::reserve`] does for one store: a limit with nothing left refuses it, what is left of
-//! a limit goes to one request at a time, and once its answer is in its run's ledger the
-//! reservation is replaced by the real spend in one write. A reservation whose proxy died
-//! with it is dropped after [`HOLD_TTL_SECS`].
+//! A period's spend is `recorded` plus every `live` run plus what is `held`: the per-store
+//! count, summed over the stores. A run's entry is marked once its repository has recorded its
+//! spend ([`run_recorded`], when its files are forgotten) and dropped once a sum of the daemon
+//! read [`RECORD_GRACE_SECS`] after the mark holds it, so a run is counted twice for a minute,
+//! never nowhere. Before
+//! a request is forwarded its worst case is reserved as [`super::reserve`] does for one store: a
+//! limit with nothing left refuses it, what is left of a limit goes to one request at a time,
+//! and once its answer is in its run's ledger the reservation is replaced by the real spend in
+//! one write. A reservation whose proxy died with it is dropped after [`HOLD_TTL_SECS`], a run's
+//! entry nothing updated for [`LIVE_TTL_SECS`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,7 +42,13 @@ pub const SPEND_FILE: &str = "spend.json";
 const LOCK_FILE: &str = "spend.lock";
 /// A reservation older than this is taken for one whose proxy stopped before releasing it.
 pub const HOLD_TTL_SECS: i64 = 3600;
-/// Days of `wire` and `recorded` kept (months: 2).
+/// A run's entry nothing updated (no answer, not forgotten) for this long is taken for one
+/// whose daemon stopped before forgetting it.
+pub const LIVE_TTL_SECS: i64 = 6 * 3600;
+/// A run is forgotten as its step ends, a moment before its span (and its spend) is recorded:
+/// its entry stays this long after, counted twice meanwhile rather than nowhere.
+pub const RECORD_GRACE_SECS: i64 = 60;
+/// Days of `recorded` kept (months: 2).
 const DAYS_KEPT: usize = 3;
 
 /// USD and tokens.
@@ -49,15 +60,6 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// The larger of each.
-    #[must_use]
-    pub fn max(self, other: Tally) -> Tally {
-        Tally {
-            usd: self.usd.max(other.usd),
-            tokens: self.tokens.max(other.tokens),
-        }
-    }
-
     pub fn add(&mut self, usd: f64, tokens: u64) {
         self.usd += usd;
         self.tokens = self.tokens.saturating_add(tokens);
@@ -95,13 +97,25 @@ pub struct Held {
     pub at: DateTime<Utc>,
 }
 
+/// A live run's spend as its proxy saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveRun {
+    pub usd: f64,
+    pub tokens: u64,
+    pub updated: DateTime<Utc>,
+    /// When its repository recorded its spend (its entry goes once the daemon's sum is newer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_at: Option<DateTime<Utc>>,
+}
+
 /// `spend.json` (see the module documentation).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct DaemonSpend {
     pub stops: WireStops,
     pub recorded: BTreeMap<String, Tally>,
-    pub wire: BTreeMap<String, Tally>,
+    pub live: BTreeMap<String, LiveRun>,
     pub held: BTreeMap<String, Held>,
 }
 
@@ -152,7 +166,10 @@ impl DaemonSpend {
     fn prune(&mut self, now: DateTime<Utc>) {
         self.held
             .retain(|_, h| (now - h.at).num_seconds() < HOLD_TTL_SECS);
-        for map in [&mut self.recorded, &mut self.wire] {
+        self.live
+            .retain(|_, l| (now - l.updated).num_seconds() < LIVE_TTL_SECS);
+        {
+            let map = &mut self.recorded;
             let mut days: Vec<String> = map.keys().filter(|k| k.len() == 10).cloned().collect();
             let mut months: Vec<String> = map.keys().filter(|k| k.len() == 7).cloned().collect();
             days.sort();
@@ -169,10 +186,28 @@ impl DaemonSpend {
         }
     }
 
-    /// What `period` has spent: the larger of the recorded and the wire spend.
+    /// What the current `period` has spent: its recorded spend and every live run's.
     pub fn spent(&self, period: &str) -> Tally {
-        let get = |map: &BTreeMap<String, Tally>| map.get(period).copied().unwrap_or_default();
-        get(&self.recorded).max(get(&self.wire))
+        let mut sum = self.recorded.get(period).copied().unwrap_or_default();
+        for run in self.live.values() {
+            sum.add(run.usd, run.tokens);
+        }
+        sum
+    }
+
+    /// The repositories' recorded spend of the day and the month (`day`, `month`: their
+    /// keys), summed from ledgers read at `read_at`: the runs recorded before it leave `live`.
+    pub fn set_recorded(
+        &mut self,
+        (day, day_spent): (String, Tally),
+        (month, month_spent): (String, Tally),
+        read_at: DateTime<Utc>,
+    ) {
+        self.recorded.insert(day, day_spent);
+        self.recorded.insert(month, month_spent);
+        let grace = chrono::Duration::seconds(RECORD_GRACE_SECS);
+        self.live
+            .retain(|_, l| l.recorded_at.is_none_or(|at| at + grace >= read_at));
     }
 
     /// What requests in flight hold, and how many of them hold less than their worst case.
@@ -310,12 +345,17 @@ impl DaemonSpend {
 pub(crate) struct DaemonHold {
     dir: PathBuf,
     id: String,
+    run: String,
     done: bool,
 }
 
 /// Reserve `worst` against the daemon's stop limits in `dir` (blocking). `Ok(None)`: the
 /// daemon sets no stop limit.
-pub(crate) fn admit(dir: &Path, worst: Worst) -> Result<Option<DaemonHold>, DaemonRefusal> {
+pub(crate) fn admit(
+    dir: &Path,
+    run: &str,
+    worst: Worst,
+) -> Result<Option<DaemonHold>, DaemonRefusal> {
     let id = Uuid::new_v4().to_string();
     let now = Utc::now();
     let admitted = DaemonSpend::update(dir, now, |spend| {
@@ -329,6 +369,7 @@ pub(crate) fn admit(dir: &Path, worst: Worst) -> Result<Option<DaemonHold>, Daem
         Ok(true) => Ok(Some(DaemonHold {
             dir: dir.to_owned(),
             id,
+            run: run.to_owned(),
             done: false,
         })),
         Ok(false) => Ok(None),
@@ -349,12 +390,17 @@ impl DaemonHold {
     pub(crate) fn settle(mut self, usd: f64, tokens: u64) -> Result<(), ProxyError> {
         self.done = true;
         let now = Utc::now();
-        let (day, month) = periods(now);
         DaemonSpend::update(&self.dir, now, |spend| {
             spend.held.remove(&self.id);
-            for period in [day, month] {
-                spend.wire.entry(period).or_default().add(usd, tokens);
-            }
+            let run = spend.live.entry(self.run.clone()).or_insert(LiveRun {
+                usd: 0.0,
+                tokens: 0,
+                updated: now,
+                recorded_at: None,
+            });
+            run.usd += usd;
+            run.tokens = run.tokens.saturating_add(tokens);
+            run.updated = now;
         })
     }
 
@@ -365,6 +411,18 @@ impl DaemonHold {
             tracing::warn!(error = %e, "cannot release a reservation of the daemon's budget (it lapses in an hour)");
         }
     }
+}
+
+/// Run `run`'s spend is recorded in its repository's budget (blocking): its entry goes once the
+/// daemon's sum holds it.
+pub fn run_recorded(dir: &Path, run: &str) -> Result<(), ProxyError> {
+    let now = Utc::now();
+    DaemonSpend::update(dir, now, |spend| {
+        if let Some(live) = spend.live.get_mut(run) {
+            live.recorded_at = Some(now);
+            live.updated = now;
+        }
+    })
 }
 
 impl Drop for DaemonHold {
@@ -390,8 +448,17 @@ mod tests {
         Worst { usd, tokens }
     }
 
+    fn live(usd: f64, tokens: u64) -> LiveRun {
+        LiveRun {
+            usd,
+            tokens,
+            updated: Utc::now(),
+            recorded_at: None,
+        }
+    }
+
     #[test]
-    fn a_period_counts_the_larger_of_recorded_and_wire_spend_and_what_is_held() {
+    fn a_period_counts_the_recorded_spend_the_live_runs_and_what_is_held() {
         let now = Utc::now();
         let (day, month) = periods(now);
         let mut spend = DaemonSpend {
@@ -405,29 +472,23 @@ mod tests {
         spend.recorded.insert(
             day.clone(),
             Tally {
-                usd: 0.5,
+                usd: 0.25,
                 tokens: 10,
             },
         );
-        spend.wire.insert(
-            day.clone(),
-            Tally {
-                usd: 0.25,
-                tokens: 4000,
-            },
-        );
-        spend.wire.insert(
+        spend.recorded.insert(
             month.clone(),
             Tally {
                 usd: 0.25,
-                tokens: 4000,
+                tokens: 3990,
             },
         );
+        spend.live.insert("run-a".into(), live(0.25, 10));
         assert_eq!(
             spend.spent(&day),
             Tally {
                 usd: 0.5,
-                tokens: 4000
+                tokens: 20
             }
         );
         // Room: $0.50 of the day, 6000 tokens of the month.
@@ -450,13 +511,7 @@ mod tests {
         // The month's tokens once the day has room again.
         spend.held.clear();
         spend.stops.day_usd = None;
-        spend.wire.insert(
-            month,
-            Tally {
-                usd: 0.25,
-                tokens: 10_000,
-            },
-        );
+        spend.live.insert("run-b".into(), live(0.0, 6000));
         let over = spend.reserve("d", worst(0.01, 10), now).expect_err("spent");
         assert_eq!(
             over.stopped.limit.as_deref(),
@@ -465,57 +520,88 @@ mod tests {
     }
 
     #[test]
-    fn holds_settle_into_the_wire_spend_or_are_released_and_lapse() {
+    fn a_recorded_run_leaves_the_live_ones_once_the_daemons_sum_holds_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert!(admit(dir.path(), worst(1.0, 1))
+        let now = Utc::now();
+        let (day, month) = periods(now);
+        DaemonSpend::update(dir.path(), now, |s| {
+            s.live.insert("run-a".into(), live(0.5, 50));
+            s.live.insert("run-b".into(), live(0.25, 5));
+        })
+        .expect("written");
+        // Read right after run-a was recorded: it stays (its span may not be in the sum yet).
+        run_recorded(dir.path(), "run-a").expect("marked");
+        let read_before = Utc::now();
+        let sums = |usd| {
+            (
+                (day.clone(), Tally { usd, tokens: 0 }),
+                (month.clone(), Tally { usd, tokens: 0 }),
+            )
+        };
+        DaemonSpend::update(dir.path(), Utc::now(), |s| {
+            let (d, m) = sums(0.5);
+            s.set_recorded(d, m, read_before);
+        })
+        .expect("written");
+        let spend = DaemonSpend::load(dir.path()).expect("read");
+        assert!(spend.live.contains_key("run-a"));
+        assert!((spend.spent(&day).usd - 1.25).abs() < 1e-9);
+        // Read a minute after: it goes, the other live run stays.
+        let read_after = Utc::now() + chrono::Duration::seconds(RECORD_GRACE_SECS + 1);
+        DaemonSpend::update(dir.path(), Utc::now(), |s| {
+            let (d, m) = sums(0.5);
+            s.set_recorded(d, m, read_after);
+        })
+        .expect("written");
+        let spend = DaemonSpend::load(dir.path()).expect("read");
+        assert_eq!(spend.live.keys().collect::<Vec<_>>(), ["run-b"]);
+        assert!((spend.spent(&month).usd - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn holds_settle_into_the_runs_spend_or_are_released_and_lapse() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(admit(dir.path(), "run-a", worst(1.0, 1))
             .expect("admitted")
             .is_none());
         DaemonSpend::update(dir.path(), Utc::now(), |s| {
             s.stops.day_usd = Some(2.0);
         })
         .expect("written");
-        let hold = admit(dir.path(), worst(1.5, 100))
+        let hold = admit(dir.path(), "run-a", worst(1.5, 100))
             .expect("admitted")
             .expect("held");
-        let second = admit(dir.path(), worst(1.0, 100))
+        let second = admit(dir.path(), "run-b", worst(1.0, 100))
             .expect("admitted")
             .expect("held");
         assert!(matches!(
-            admit(dir.path(), worst(0.1, 1)),
+            admit(dir.path(), "run-c", worst(0.1, 1)),
             Err(DaemonRefusal::Over(_))
         ));
         hold.settle(0.75, 50).expect("settled");
         drop(second);
         let spend = DaemonSpend::load(dir.path()).expect("read");
         assert!(spend.held.is_empty(), "{spend:?}");
-        let (day, month) = periods(Utc::now());
         assert_eq!(
-            spend.wire[&day],
-            Tally {
-                usd: 0.75,
-                tokens: 50
-            }
+            (spend.live["run-a"].usd, spend.live["run-a"].tokens),
+            (0.75, 50)
         );
-        assert_eq!(
-            spend.wire[&month],
-            Tally {
-                usd: 0.75,
-                tokens: 50
-            }
-        );
-        // A reservation of a proxy that died lapses.
+        assert!(!spend.live.contains_key("run-b"));
+        // A reservation of a proxy that died lapses, and so does a run nothing updated.
         let mut spend = spend;
+        let long_ago = Utc::now() - chrono::Duration::seconds(LIVE_TTL_SECS + 1);
         spend.held.insert(
             "old".into(),
             Held {
                 usd: 5.0,
                 tokens: 0,
                 partial: false,
-                at: Utc::now() - chrono::Duration::seconds(HOLD_TTL_SECS + 1),
+                at: long_ago,
             },
         );
+        spend.live.get_mut("run-a").unwrap().updated = long_ago;
         spend.prune(Utc::now());
-        assert!(spend.held.is_empty());
+        assert!(spend.held.is_empty() && spend.live.is_empty());
         // A corrupt file is an error naming it.
         std::fs::write(DaemonSpend::path(dir.path()), "{").expect("write");
         let err = DaemonSpend::load(dir.path()).expect_err("corrupt");

@@ -44,7 +44,8 @@ pub use bookkeeping::{
 };
 pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
 pub use daemon_wide::{
-    periods, DaemonSpend, Held as DaemonHeld, Tally, WireStops, HOLD_TTL_SECS, SPEND_FILE,
+    periods, run_recorded as daemon_run_recorded, DaemonSpend, Held as DaemonHeld, LiveRun, Tally,
+    WireStops, HOLD_TTL_SECS, LIVE_TTL_SECS, SPEND_FILE,
 };
 pub use error::ProxyError;
 pub use grant::{

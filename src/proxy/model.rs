@@ -279,7 +279,8 @@ async fn reserve_daemon_wide(
     let Some(dir) = shared.config.daemon_dir.clone() else {
         return Ok(None);
     };
-    match off_runtime(move || Ok(daemon_wide::admit(&dir, worst))).await {
+    let owned = run.to_owned();
+    match off_runtime(move || Ok(daemon_wide::admit(&dir, &owned, worst))).await {
         Ok(Ok(held)) => Ok(held),
         Ok(Err(DaemonRefusal::Over(over))) => {
             Err(refuse_over(shared, grant, run, provider, over).await)
