@@ -604,7 +604,7 @@ impl Served {
             s.retry_at = None;
         });
         // Its spend and breaker count before its first drain.
-        super::fleet_budget::look(&self.budget).await;
+        super::fleet_budget::look(&self.budget, Some(project.id.clone())).await;
         let code = super::run(
             project,
             config,

@@ -171,14 +171,17 @@ impl FleetBudget {
 /// its first drain).
 pub(super) type SharedBudget = Arc<std::sync::Mutex<FleetBudget>>;
 
-/// Looks once, off the runtime.
-pub(super) async fn look(budget: &SharedBudget) {
+/// Looks once, off the runtime (with `project_id`, only when that store is not counted yet: a
+/// repository set up for the first time).
+pub(super) async fn look(budget: &SharedBudget, project_id: Option<String>) {
     let looking = budget.clone();
     let _ = tokio::task::spawn_blocking(move || {
-        looking
+        let mut budget = looking
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .look();
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if project_id.is_none_or(|id| !budget.stores.contains_key(&id)) {
+            budget.look();
+        }
     })
     .await;
 }
@@ -186,7 +189,7 @@ pub(super) async fn look(budget: &SharedBudget) {
 /// Looks every [`EVERY`] until `shutdown`.
 pub(super) async fn watch(budget: SharedBudget, shutdown: CancellationToken) {
     loop {
-        look(&budget).await;
+        look(&budget, None).await;
         tokio::select! {
             () = tokio::time::sleep(EVERY) => {}
             () = shutdown.cancelled() => return,
