@@ -5,6 +5,7 @@
 mod egress;
 mod model;
 mod seal;
+mod seal_daemon;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -219,6 +220,11 @@ struct Harness {
 
 impl Harness {
     async fn start() -> Harness {
+        Harness::start_with(None).await
+    }
+
+    /// A proxy server sharing the daemon's wire dir `daemon_dir` (a daemon file's budget).
+    async fn start_with(daemon_dir: Option<PathBuf>) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let anthropic = start_fake(Provider::Anthropic).await;
         let openai = start_fake(Provider::Openai).await;
@@ -233,7 +239,7 @@ impl Harness {
                 credential: Credential::ApiKey(OPENAI_KEY.into()),
             }),
             prices: ProxyPrices::default(),
-            daemon_dir: None,
+            daemon_dir,
         };
         let listener = UnixListener::bind(dir.path().join(SOCKET_FILE)).expect("bind the socket");
         let shutdown = CancellationToken::new();
