@@ -550,6 +550,7 @@ impl Served {
                 wake: self.wake.clone(),
                 slots: self.slots.clone(),
                 routes: self.routes.clone(),
+                one_of_many: true,
             },
         )
         .await;
