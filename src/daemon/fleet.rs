@@ -579,16 +579,15 @@ impl Served {
         if std::fs::symlink_metadata(&checkout).is_ok() {
             return Ok(());
         }
-        let url = self
-            .repo
-            .clone_source(&crate::github::octo::api_url_from_env(&self.host));
+        let api_url = crate::github::octo::api_url_from_env(&self.host);
+        let url = self.repo.clone_source(&api_url);
         let shown = crate::git::shown_url(&url);
         let name = self.repo.full_name();
         println!(
             "rover: cloning {name} from {shown} into {}",
             checkout.display()
         );
-        let token = crate::github::token_from_env(&self.host).ok();
+        let token = super::installed::clone_token(&self.repo, &api_url, &self.host).await?;
         crate::git::clone_checkout(&url, &checkout, token.as_deref())
             .await
             .map_err(|e| {
