@@ -323,6 +323,12 @@ async fn serve_all(
     let codes = if let Some(app) = &file.installed {
         super::installed::serve_installed(app, fleet).await
     } else {
+        fleet.expect_at_start(
+            file.repositories
+                .iter()
+                .map(ServedRepo::full_name)
+                .collect(),
+        );
         let mut tasks = tokio::task::JoinSet::new();
         for repo in &file.repositories {
             fleet.spawn(&mut tasks, repo.clone(), fleet.shutdown.clone());
@@ -331,6 +337,26 @@ async fn serve_all(
     };
     fan_out.abort();
     codes
+}
+
+/// How long, at most, the agent slots wait after a start for every repository to offer its work
+/// before giving any out.
+const START_GRACE: Duration = Duration::from_secs(15);
+
+impl Fleet {
+    /// The agent slots wait (at most [`START_GRACE`]) for `repos` to offer their work once, so
+    /// the repositories that come up first do not take every slot; the board is woken when the
+    /// grace has passed.
+    pub(super) fn expect_at_start(&self, repos: Vec<String>) {
+        self.slots.expect(repos, START_GRACE);
+        let (slots, stop) = (self.slots.clone(), self.shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(START_GRACE) => slots.wake_all(),
+                () = stop.cancelled() => {}
+            }
+        });
+    }
 }
 
 /// Waits for every task of `tasks`.
@@ -471,6 +497,7 @@ impl Served {
                         }
                     );
                     self.route_failing(&why);
+                    self.slots.not_coming(&self.repo.full_name());
                     self.board.update(self.index, |s| {
                         s.state = RepoState::Failing;
                         s.reason = Some(why);
@@ -502,6 +529,7 @@ impl Served {
         if let Some(routes) = &self.routes {
             routes.remove(&self.repo.full_name());
         }
+        self.slots.not_coming(&self.repo.full_name());
         let removed = !self.shutdown.is_cancelled() && self.stop.is_cancelled();
         self.board.update(self.index, |s| {
             s.state = if removed {

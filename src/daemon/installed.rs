@@ -45,7 +45,12 @@ pub(super) async fn serve_installed(config: &InstalledConfig, fleet: &Fleet) -> 
     let mut first = true;
     loop {
         match lister.list().await {
-            Ok(found) => set.follow(found),
+            Ok(found) => {
+                set.follow(found);
+                if first {
+                    fleet.expect_at_start(set.running.keys().cloned().collect());
+                }
+            }
             Err(e) => {
                 let why = crate::error::error_chain(&e);
                 tracing::error!(error = %why, "cannot list the repositories the GitHub App is installed on; those served stay served");
