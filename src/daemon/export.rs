@@ -12,6 +12,7 @@ pub(super) async fn start(
     config: &RoverConfig,
     store: &AutopilotStore,
     services: &Services,
+    one_of_many: bool,
 ) -> Result<Option<Telemetry>, StartError> {
     let settings = TelemetrySettings::resolve(&config.autopilot.telemetry, &services.host)
         .map_err(StartError::Setting)?;
@@ -33,6 +34,7 @@ pub(super) async fn start(
         project_id: services.project_id.clone(),
         repo: services.repo.as_ref().map(ToString::to_string),
         host: services.host.clone(),
+        one_of_many,
     })
     .await
     .map_err(StartError::Setting)?;

@@ -377,6 +377,12 @@ async fn serve_all(
     let codes = if let Some(app) = &file.installed {
         super::installed::serve_installed(app, fleet).await
     } else {
+        fleet.expect_at_start(
+            file.repositories
+                .iter()
+                .map(ServedRepo::full_name)
+                .collect(),
+        );
         let mut tasks = tokio::task::JoinSet::new();
         for repo in &file.repositories {
             fleet.spawn(&mut tasks, repo.clone(), fleet.shutdown.clone());
@@ -385,6 +391,26 @@ async fn serve_all(
     };
     fan_out.abort();
     codes
+}
+
+/// How long, at most, the agent slots wait after a start for every repository to offer its work
+/// before giving any out.
+const START_GRACE: Duration = Duration::from_secs(15);
+
+impl Fleet {
+    /// The agent slots wait (at most [`START_GRACE`]) for `repos` to offer their work once, so
+    /// the repositories that come up first do not take every slot; the board is woken when the
+    /// grace has passed.
+    pub(super) fn expect_at_start(&self, repos: Vec<String>) {
+        self.slots.expect(repos, START_GRACE);
+        let (slots, stop) = (self.slots.clone(), self.shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(START_GRACE) => slots.wake_all(),
+                () = stop.cancelled() => {}
+            }
+        });
+    }
 }
 
 /// Waits for every task of `tasks`.
@@ -537,6 +563,7 @@ impl Served {
                         }
                     );
                     self.route_failing(&why);
+                    self.slots.not_coming(&self.repo.full_name());
                     self.board.update(self.index, |s| {
                         s.state = RepoState::Failing;
                         s.reason = Some(why);
@@ -568,6 +595,7 @@ impl Served {
         if let Some(routes) = &self.routes {
             routes.remove(&self.repo.full_name());
         }
+        self.slots.not_coming(&self.repo.full_name());
         let removed = !self.shutdown.is_cancelled() && self.stop.is_cancelled();
         self.board.update(self.index, |s| {
             s.state = if removed {
@@ -618,6 +646,7 @@ impl Served {
                 wake: self.wake.clone(),
                 slots: self.slots.clone(),
                 routes: self.routes.clone(),
+                one_of_many: true,
             },
         )
         .await;
@@ -646,16 +675,15 @@ impl Served {
         if std::fs::symlink_metadata(&checkout).is_ok() {
             return Ok(());
         }
-        let url = self
-            .repo
-            .clone_source(&crate::github::octo::api_url_from_env(&self.host));
+        let api_url = crate::github::octo::api_url_from_env(&self.host);
+        let url = self.repo.clone_source(&api_url);
         let shown = crate::git::shown_url(&url);
         let name = self.repo.full_name();
         println!(
             "rover: cloning {name} from {shown} into {}",
             checkout.display()
         );
-        let token = crate::github::token_from_env(&self.host).ok();
+        let token = super::installed::clone_token(&self.repo, &api_url, &self.host).await?;
         crate::git::clone_checkout(&url, &checkout, token.as_deref())
             .await
             .map_err(|e| {

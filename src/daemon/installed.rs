@@ -45,7 +45,12 @@ pub(super) async fn serve_installed(config: &InstalledConfig, fleet: &Fleet) -> 
     let mut first = true;
     loop {
         match lister.list().await {
-            Ok(found) => set.follow(found),
+            Ok(found) => {
+                set.follow(found);
+                if first {
+                    fleet.expect_at_start(set.running.keys().cloned().collect());
+                }
+            }
             Err(e) => {
                 let why = crate::error::error_chain(&e);
                 tracing::error!(error = %why, "cannot list the repositories the GitHub App is installed on; those served stay served");
@@ -262,4 +267,34 @@ fn not_served(repo: &InstalledRepo) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The token a clone of `repo` is made with: as the app it is served as, an installation token
+/// minted for that installation and scoped to the repository (a private repository of an app
+/// with no `GITHUB_TOKEN` is cloned too); otherwise rover's token, if it has one.
+pub(super) async fn clone_token(
+    repo: &ServedRepo,
+    api_url: &str,
+    host: &crate::host_env::HostEnv,
+) -> Result<Option<String>, StartError> {
+    let Some(served) = &repo.app else {
+        return Ok(crate::github::token_from_env(host).ok());
+    };
+    let pem = app::read_key(&served.private_key_file)?;
+    let secrets = crate::secrets::LiveSecrets::default();
+    app::hold_key(&secrets, &pem);
+    let slug = &repo.slug;
+    let settings = app::AppSettings {
+        api_url,
+        app_id: served.app_id,
+        installation_id: Some(served.installation_id),
+        repo: &crate::github::RepoRef {
+            owner: slug.owner.clone(),
+            name: slug.name.clone(),
+        },
+        timeout: REQUEST_TIMEOUT,
+    };
+    let tokens =
+        app::AppTokens::connect(&settings, &served.private_key_file, &pem, secrets).await?;
+    Ok(Some(tokens.token().await?))
 }

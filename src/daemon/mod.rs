@@ -127,6 +127,8 @@ struct Shared {
     wake: Arc<tokio::sync::Notify>,
     slots: Arc<SlotBoard>,
     routes: Option<crate::intake::webhook_routes::Routes>,
+    /// Served with other repositories from a daemon file.
+    one_of_many: bool,
 }
 
 /// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`, the
@@ -171,6 +173,7 @@ pub fn start(
             wake: process.wake.clone(),
             slots: SlotBoard::new(slots),
             routes: None,
+            one_of_many: false,
         },
     ));
     let code = process.stop(code);
@@ -205,9 +208,10 @@ async fn run(
         wake,
         slots,
         routes,
+        one_of_many,
     } = shared;
     let ready = preflight::check(&project, &mut config, &store, options, host).await?;
-    let telemetry = export::start(&config, &store, &ready.services).await?;
+    let telemetry = export::start(&config, &store, &ready.services, one_of_many).await?;
     let bidder = project
         .repo
         .as_ref()

@@ -11,6 +11,10 @@
 //! ranked to another repository is left for it (it is woken to take it). What a run got its
 //! slot by is recorded on its span (`meta.scheduled`); a bid that waits says why.
 //!
+//! Right after a start, the board gives out no slot until every repository it was told to
+//! expect ([`SlotBoard::expect`]) has offered its work once, or a grace has passed: the
+//! repositories that come up first do not take every slot before the others have bid.
+//!
 //! The score (docs/configuration.md, "The scheduler's score"): `+perUnblockedTask` for each
 //! queued task that waits on it, the weight of each of its labels, `+perMinuteWaited` for each
 //! minute it has been queued (so nothing starves), `-perRetry` for each earlier failed run of
@@ -189,6 +193,8 @@ struct Seat {
     /// When it was last given a slot (the board's count of grants), for the round-robin.
     last_grant: u64,
     wake: Waker,
+    /// Whether it has offered its work once.
+    offered_once: bool,
 }
 
 #[derive(Default)]
@@ -196,6 +202,32 @@ struct BoardState {
     seats: BTreeMap<String, Seat>,
     grants: u64,
     seat_ids: u64,
+    /// The repositories expected at the start that have not offered their work yet, and until
+    /// when the board waits for them.
+    expected: Vec<String>,
+    expect_until: Option<Instant>,
+}
+
+impl BoardState {
+    /// How many expected repositories are still awaited (none once the grace has passed).
+    fn awaited(&self) -> usize {
+        match self.expect_until {
+            Some(until) if Instant::now() < until => self.expected.len(),
+            _ => 0,
+        }
+    }
+
+    /// `repo` offered its work, or will never (it failed to start): the wakers of those
+    /// waiting when it was the last one awaited.
+    fn arrived(&mut self, repo: &str) -> Vec<Waker> {
+        let before = self.expected.len();
+        self.expected.retain(|r| !r.eq_ignore_ascii_case(repo));
+        if before > 0 && self.expected.is_empty() {
+            self.seats.values().map(|s| s.wake.clone()).collect()
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// See the module documentation.
@@ -262,6 +294,37 @@ impl SlotBoard {
         &self.settings
     }
 
+    /// The board waits, at most `grace`, for each of `repos` to offer its work once before it
+    /// gives out a slot (a daemon file's repositories at the start).
+    pub fn expect(&self, mut repos: Vec<String>, grace: Duration) {
+        let mut state = self.lock();
+        repos.retain(|r| {
+            !state
+                .seats
+                .iter()
+                .any(|(k, s)| k.eq_ignore_ascii_case(r) && s.offered_once)
+        });
+        state.expected = repos;
+        state.expect_until = Some(Instant::now() + grace);
+    }
+
+    /// `repo` will not offer its work (it could not be started): the board stops waiting for
+    /// it.
+    pub fn not_coming(&self, repo: &str) {
+        let woken = self.lock().arrived(repo);
+        for wake in woken {
+            wake();
+        }
+    }
+
+    /// Every seat looks again (the start's grace has passed).
+    pub fn wake_all(&self) {
+        let woken: Vec<Waker> = self.lock().seats.values().map(|s| s.wake.clone()).collect();
+        for wake in woken {
+            wake();
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, BoardState> {
         self.state
             .lock()
@@ -283,6 +346,7 @@ impl SlotBoard {
                 offered: Instant::now(),
                 last_grant: 0,
                 wake,
+                offered_once: false,
             },
         );
         SlotSeat {
@@ -402,18 +466,28 @@ impl SlotSeat {
             seat.held = held;
             seat.bids = bids;
             seat.offered = Instant::now();
-            if let Some(why) = paused {
+            seat.offered_once = true;
+            let own = seat.wake.clone();
+            wake.extend(
+                state
+                    .arrived(&self.repo)
+                    .into_iter()
+                    .filter(|w| !Arc::ptr_eq(w, &own)),
+            );
+            let awaited = state.awaited();
+            let why = match paused {
+                Some(why) => Some(format!("new agent runs are paused in every repository: {why}")),
+                None if awaited > 0 => Some(format!("waiting for an agent slot: {awaited} repositories of the daemon have not offered their work since the start (the board waits for them a few seconds)")),
+                None => None,
+            };
+            if let Some(why) = why {
+                let seat = state.seats.get(&self.repo).expect("its seat");
                 return Decision {
                     granted: Vec::new(),
                     waiting: seat
                         .bids
                         .iter()
-                        .map(|b| {
-                            (
-                                b.action_id,
-                                format!("new agent runs are paused in every repository: {why}"),
-                            )
-                        })
+                        .map(|b| (b.action_id, why.clone()))
                         .collect(),
                 };
             }
@@ -481,7 +555,13 @@ impl SlotSeat {
             }
             decision
         };
-        for wake in wake {
+        let mut once: Vec<Waker> = Vec::with_capacity(wake.len());
+        for w in wake {
+            if !once.iter().any(|o| Arc::ptr_eq(o, &w)) {
+                once.push(w);
+            }
+        }
+        for wake in once {
             wake();
         }
         decision

@@ -215,3 +215,69 @@ fn a_paused_board_starts_nothing_in_any_repository_and_wakes_them_when_lifted() 
         [waiting.action_id]
     );
 }
+
+#[test]
+fn right_after_a_start_no_slot_is_given_until_every_expected_repository_has_offered() {
+    let board = SlotBoard::new(settings(2, 2));
+    board.expect(vec!["o/a".into(), "O/B".into()], Duration::from_secs(600));
+    let (a_woken, a_wake) = counter();
+    let (_, b_wake) = counter();
+    let a = board.join("o/a", a_wake);
+    // a is up first with two tasks: both wait for b, saying why.
+    let mine = [bid(0, 1), bid(0, 0)];
+    let d = a.decide(0, mine.to_vec());
+    assert!(d.granted.is_empty(), "{d:?}");
+    assert_eq!(d.waiting.len(), 2);
+    assert!(
+        d.waiting[0]
+            .1
+            .contains("1 repositories of the daemon have not offered"),
+        "{}",
+        d.waiting[0].1
+    );
+    // b comes up (its name in another case) with a critical task: it ranks first, and a is
+    // woken to take the other slot.
+    let b = board.join("o/b", b_wake);
+    let critical = bid(300, 0);
+    let d = b.decide(0, vec![critical.clone()]);
+    assert_eq!(ids(&d), [critical.action_id]);
+    assert_eq!(a_woken.load(Ordering::SeqCst), 1);
+    let d = a.decide(0, mine.to_vec());
+    assert_eq!(ids(&d), [mine[0].action_id]);
+}
+
+#[test]
+fn a_repository_that_does_not_come_is_waited_for_until_it_fails_or_the_grace_ends() {
+    let board = SlotBoard::new(settings(2, 2));
+    board.expect(
+        vec!["o/a".into(), "o/broken".into()],
+        Duration::from_secs(600),
+    );
+    let (a_woken, a_wake) = counter();
+    let a = board.join("o/a", a_wake);
+    let first = bid(0, 0);
+    assert!(a.decide(0, vec![first.clone()]).granted.is_empty());
+    // Its start failed: the board waits no more, and a is woken.
+    board.not_coming("o/broken");
+    assert_eq!(a_woken.load(Ordering::SeqCst), 1);
+    assert_eq!(ids(&a.decide(0, vec![first.clone()])), [first.action_id]);
+
+    // A repository that never says anything is waited for only as long as the grace.
+    let board = SlotBoard::new(settings(2, 2));
+    board.expect(
+        vec!["o/a".into(), "o/silent".into()],
+        Duration::from_millis(50),
+    );
+    let (_, a_wake) = counter();
+    let a = board.join("o/a", a_wake);
+    assert!(a.decide(0, vec![first.clone()]).granted.is_empty());
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(ids(&a.decide(0, vec![first.clone()])), [first.action_id]);
+    // A repository that had offered before the board was told to expect it is not awaited.
+    let board = SlotBoard::new(settings(2, 2));
+    let (_, a_wake) = counter();
+    let a = board.join("o/a", a_wake);
+    assert!(a.decide(0, vec![]).granted.is_empty());
+    board.expect(vec!["o/a".into()], Duration::from_secs(600));
+    assert_eq!(ids(&a.decide(0, vec![first.clone()])), [first.action_id]);
+}

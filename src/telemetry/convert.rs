@@ -34,6 +34,8 @@ pub struct Convert {
     /// The repository the spans are of (`owner/name`), on every span as `rover.repo`: one
     /// daemon serving many repositories exports them all under one service.
     pub repo: Option<String>,
+    /// The project's id (its store), on every span as `rover.project_id`.
+    pub project_id: String,
 }
 
 /// The GenAI role of a step that called an agent: its operation and the agent's name (the
@@ -108,6 +110,7 @@ pub fn to_span_data(span: &Span, convert: &Convert) -> Option<SpanData> {
     if let Some(repo) = &convert.repo {
         a.str("rover.repo", repo);
     }
+    a.str("rover.project_id", &convert.project_id);
     let (name, kind) = if span.step == StepKind::Event && span.parent_id.is_none() {
         (root_attrs(span, &mut a), SpanKind::Consumer)
     } else {

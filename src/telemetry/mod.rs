@@ -64,6 +64,10 @@ pub struct ExportSetup {
     pub repo: Option<String>,
     /// rover's environment: the variables that name the service (read by the crate too).
     pub host: HostEnv,
+    /// Served by a daemon with other repositories (a daemon file): the resource is the
+    /// daemon's, the same for every repository, which each span names instead
+    /// (`rover.repo`, `rover.project_id`).
+    pub one_of_many: bool,
 }
 
 /// Start exporting (armed: closed spans are recorded) when the settings say so; otherwise
@@ -77,6 +81,7 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
         project_id,
         repo,
         host,
+        one_of_many,
     } = setup;
     let enabled = settings.enabled;
     let shown = settings.shown_endpoint.clone();
@@ -113,12 +118,14 @@ pub async fn start(setup: ExportSetup) -> Result<Option<Telemetry>, String> {
         return Ok(None);
     }
     let mut exporter = build_exporter(&settings)?;
-    exporter.set_resource(&resource(&settings, &host, &project_id, repo.as_deref()));
+    let of = (!one_of_many).then_some((project_id.as_str(), repo.as_deref()));
+    exporter.set_resource(&resource(&settings, &host, of));
     let convert = Convert {
         agent,
         content: settings.content,
         redactor,
         repo: repo.clone(),
+        project_id,
         scope: InstrumentationScope::builder("rover")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
@@ -178,12 +185,12 @@ fn build_exporter(
 }
 
 /// `service.name` (`OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` win, then the file, then
-/// `rover`), the version, and which project and repository the traces are of.
+/// `rover`), the version, and which project and repository the traces are of (`of`; `None` for
+/// a daemon serving many repositories: one resource for them all).
 fn resource(
     settings: &TelemetrySettings,
     host: &HostEnv,
-    project_id: &str,
-    repo: Option<&str>,
+    of: Option<(&str, Option<&str>)>,
 ) -> opentelemetry_sdk::Resource {
     let mut builder = opentelemetry_sdk::Resource::builder();
     let env_names = host
@@ -200,12 +207,12 @@ fn resource(
                 .unwrap_or_else(|| "rover".into()),
         );
     }
-    let mut attrs = vec![
-        KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-        KeyValue::new("rover.project_id", project_id.to_owned()),
-    ];
-    if let Some(repo) = repo {
-        attrs.push(KeyValue::new("rover.repo", repo.to_owned()));
+    let mut attrs = vec![KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))];
+    if let Some((project_id, repo)) = of {
+        attrs.push(KeyValue::new("rover.project_id", project_id.to_owned()));
+        if let Some(repo) = repo {
+            attrs.push(KeyValue::new("rover.repo", repo.to_owned()));
+        }
     }
     builder.with_attributes(attrs).build()
 }

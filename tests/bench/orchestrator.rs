@@ -36,6 +36,8 @@ struct Instant0 {
     kind: StepKind,
     next: Option<StepKind>,
     started: Arc<Mutex<HashMap<Uuid, Instant>>>,
+    /// Whether its runs take one of the daemon's agent slots (bid on the shared board).
+    slot: bool,
 }
 
 #[async_trait]
@@ -45,6 +47,9 @@ impl Step for Instant0 {
     }
     fn max_parallel(&self) -> usize {
         5
+    }
+    fn takes_agent_slot(&self) -> bool {
+        self.slot
     }
     async fn process(&self, _ctx: &StepContext, run: &StepRun) -> Result<Outcome, StepError> {
         self.started
@@ -115,6 +120,7 @@ pub fn run(floor_us: f64) {
         "  per transition, trace creation included: {}",
         per_transition(io, transitions)
     );
+    fleet_dispatch(&rt);
 
     // Saturated: a trace every 2 ms, far above capacity; the latency is queueing.
     let mut p50s = Vec::new();
@@ -167,16 +173,23 @@ struct Drive {
 }
 
 fn instant_steps(started: &Arc<Mutex<HashMap<Uuid, Instant>>>) -> Vec<Arc<dyn Step>> {
+    slotted_steps(started, false)
+}
+
+/// The two instant steps; with `slot`, the first one's runs take an agent slot.
+fn slotted_steps(started: &Arc<Mutex<HashMap<Uuid, Instant>>>, slot: bool) -> Vec<Arc<dyn Step>> {
     vec![
         Arc::new(Instant0 {
             kind: StepKind::Coordinate,
             next: Some(StepKind::Noop),
             started: started.clone(),
+            slot,
         }),
         Arc::new(Instant0 {
             kind: StepKind::Noop,
             next: None,
             started: Arc::new(Mutex::new(HashMap::new())),
+            slot: false,
         }),
     ]
 }
@@ -388,4 +401,86 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// Repositories of the many-repository dispatch figure.
+const FLEET_REPOS: usize = 100;
+
+/// Dispatch latency with one daemon serving [`FLEET_REPOS`] repositories, beside the
+/// one-repository figure: an orchestrator and a store per repository on one runtime, all
+/// bidding on one slot board as the daemon's do; a trace every 25 ms to the next repository in
+/// turn. Taken with host-side first steps, then with first steps that take an agent slot.
+fn fleet_dispatch(rt: &tokio::runtime::Runtime) {
+    for slot in [false, true] {
+        let mut p50s = Vec::new();
+        let mut p99s = Vec::new();
+        for _ in 0..rounds() {
+            let samples = rt.block_on(drive_fleet(Duration::from_millis(25), TRACES / 4, slot));
+            let (p50, p99) = percentiles(samples);
+            p50s.push(p50 / 1e3);
+            p99s.push(p99 / 1e3);
+        }
+        let (p50, lo, hi) = spread(p50s);
+        let (p99, _, _) = spread(p99s);
+        let what = if slot {
+            "first step takes an agent slot"
+        } else {
+            "host-side first step"
+        };
+        println!("dispatch latency, {FLEET_REPOS} repositories, {what}  p50 {p50:>6.2} ms [{lo:.2}–{hi:.2}]  p99 {p99:>6.2} ms");
+    }
+}
+
+/// `traces` traces, one every `every`, each to the next of [`FLEET_REPOS`] repositories;
+/// returns each trace's enqueue → first step start, in microseconds.
+async fn drive_fleet(every: Duration, traces: usize, slot: bool) -> Vec<f64> {
+    let dir = tempfile::tempdir().unwrap();
+    let board = rover::orchestrator::SlotBoard::new(rover::orchestrator::SlotSettings {
+        max_runs: 4,
+        max_runs_per_repository: 2,
+        weights: rover::orchestrator::ScoreWeights::default(),
+    });
+    let started = Arc::new(Mutex::new(HashMap::new()));
+    let token = CancellationToken::new();
+    let mut repos = Vec::with_capacity(FLEET_REPOS);
+    let mut tasks = Vec::with_capacity(FLEET_REPOS);
+    for r in 0..FLEET_REPOS {
+        let name = format!("bench-org/r{r:03}");
+        let id = format!("r{r:03}");
+        let store = AutopilotStore::open(&dir.path().join(&id), &id).unwrap();
+        let orch = StepOrchestrator::new(
+            store.clone(),
+            slotted_steps(&started, slot),
+            OrchestratorSettings::default(),
+        )
+        .with_slots(board.clone(), &name);
+        let runner = orch.clone();
+        let t = token.clone();
+        tasks.push(tokio::spawn(async move { runner.run(t).await }));
+        repos.push((store, orch));
+    }
+    let mut enqueued = HashMap::new();
+    for i in 0..traces {
+        let (store, orch) = &repos[i % FLEET_REPOS];
+        let trace_id = create_trace(store, i).await;
+        enqueued.insert(trace_id, Instant::now());
+        orch.wake();
+        tokio::time::sleep(every).await;
+    }
+    for (store, orch) in &repos {
+        until_empty(store, orch).await;
+    }
+    token.cancel();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let started = started.lock().unwrap();
+    enqueued
+        .iter()
+        .filter_map(|(t, at)| {
+            started
+                .get(t)
+                .map(|s| s.duration_since(*at).as_secs_f64() * 1e6)
+        })
+        .collect()
 }

@@ -90,6 +90,7 @@ pub fn run() {
         redactor: rover::github::Redactor::default(),
         scope: opentelemetry::InstrumentationScope::builder("rover").build(),
         repo: Some("octo-org/api".into()),
+        project_id: "bench-export".into(),
     };
     let span = closed_span(Uuid::new_v4());
     let n = 20_000;
@@ -139,6 +140,7 @@ async fn throughput(dir: &std::path::Path) {
         project_id: "bench-export".into(),
         repo: None,
         host: rover::host_env::HostEnv::from_process(),
+        one_of_many: false,
     })
     .await
     .unwrap()

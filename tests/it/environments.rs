@@ -642,6 +642,43 @@ async fn issue_ships(s: &Scenario, number: u64) -> TraceView {
     trace
 }
 
+/// The first trace's agent ran the project's tests in its built image (what they `printed`
+/// reached the model), the gate passed, the network was closed, and `cmd` passes in that image
+/// offline, as rover's sandboxes run.
+fn assert_tests_ran_in_image(
+    s: &Scenario,
+    api: &FakeAnthropic,
+    first: &TraceView,
+    printed: &str,
+    cmd: &[&str],
+) {
+    let image = environment(first)["image"].as_str().unwrap().to_owned();
+    assert!(
+        model_saw(api, printed),
+        "the agent ran the project's tests in the image"
+    );
+    let gates = &workflow_span(first).meta["gates"]["results"][0];
+    assert_eq!(gates["outcome"], "passed", "{gates:#}");
+    assert_closed_network(workflow_span(first));
+    let offline = run_offline(s, &image, cmd);
+    assert!(
+        offline.status.success(),
+        "offline ({}): {}{}",
+        offline.status,
+        String::from_utf8_lossy(&offline.stdout),
+        String::from_utf8_lossy(&offline.stderr)
+    );
+}
+
+/// Issue `number` ships with the environment's `image` found cached: nothing was built.
+async fn assert_cached(s: &Scenario, number: u64, image: &str) {
+    let second = issue_ships(s, number).await;
+    let cached = environment(&second);
+    assert_eq!(cached["built"], false, "{cached:#}");
+    assert_eq!(cached["image"].as_str(), Some(image));
+    assert!(cached.get("log").is_none(), "nothing was built: {cached:#}");
+}
+
 /// A tool result the workflow agent sent back to the model holds `text` (what it ran printed).
 fn model_saw(api: &FakeAnthropic, text: &str) -> bool {
     api.requests()
@@ -786,27 +823,14 @@ async fn a_python_devcontainer_is_built_once_tested_offline_and_rebuilt_when_its
         log.contains("Successfully installed iniconfig-2.0.0"),
         "{log}"
     );
-    assert!(
-        model_saw(&api, "Ran 1 test"),
-        "the agent ran the project's tests in the image"
+    assert_tests_ran_in_image(
+        &s,
+        &api,
+        &first,
+        "Ran 1 test",
+        &["python", "-B", "-m", "unittest", "-v"],
     );
-    let gates = &workflow_span(&first).meta["gates"]["results"][0];
-    assert_eq!(gates["outcome"], "passed", "{gates:#}");
-    assert_closed_network(workflow_span(&first));
-    let offline = run_offline(&s, &image, &["python", "-B", "-m", "unittest", "-v"]);
-    assert!(
-        offline.status.success(),
-        "offline ({}): {}{}",
-        offline.status,
-        String::from_utf8_lossy(&offline.stdout),
-        String::from_utf8_lossy(&offline.stderr)
-    );
-
-    let second = issue_ships(&s, 82).await;
-    let cached = environment(&second);
-    assert_eq!(cached["built"], false, "{cached:#}");
-    assert_eq!(cached["image"].as_str(), Some(image.as_str()));
-    assert!(cached.get("log").is_none(), "nothing was built: {cached:#}");
+    assert_cached(&s, 82, &image).await;
 
     commit_on_main(
         &s,
@@ -907,26 +931,14 @@ async fn a_rust_devcontainer_is_built_once_and_its_tests_run_offline() {
         log.contains("Downloaded") && log.contains("itoa v1.0.11"),
         "{log}"
     );
-    assert!(
-        model_saw(&api, "test result: ok. 1 passed"),
-        "the agent ran cargo test in the image"
+    assert_tests_ran_in_image(
+        &s,
+        &api,
+        &first,
+        "test result: ok. 1 passed",
+        &["cargo", "test", "--offline", "--locked"],
     );
-    let gates = &workflow_span(&first).meta["gates"]["results"][0];
-    assert_eq!(gates["outcome"], "passed", "{gates:#}");
-    assert_closed_network(workflow_span(&first));
-    let offline = run_offline(&s, &image, &["cargo", "test", "--offline", "--locked"]);
-    assert!(
-        offline.status.success(),
-        "offline ({}): {}{}",
-        offline.status,
-        String::from_utf8_lossy(&offline.stdout),
-        String::from_utf8_lossy(&offline.stderr)
-    );
-
-    let second = issue_ships(&s, 92).await;
-    let cached = environment(&second);
-    assert_eq!(cached["built"], false, "{cached:#}");
-    assert_eq!(cached["image"].as_str(), Some(image.as_str()));
+    assert_cached(&s, 92, &image).await;
     eprintln!(
         "rust environment: built in {} ms, then cached",
         env["durationMs"]

@@ -354,3 +354,63 @@ fn a_daemon_file_that_does_not_say_what_it_means_is_refused_at_start_naming_the_
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("daemon file"), "{}", stderr(&out));
 }
+
+/// One OpenTelemetry resource for every repository of a daemon file: the spans of both
+/// repositories' traces reach the one collector under the same resource (the daemon's), and
+/// each span names its repository and project.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_repository_of_a_daemon_file_exports_under_one_resource_and_each_span_names_its_repository(
+) {
+    let receiver = crate::support::otlp::OtlpReceiver::start().await;
+    let env = TestEnv::new();
+    let (home, alpha, beta, _broken) = alpha_beta_broken(&env).await;
+    let script = script(&["alpha", "beta"]);
+    open_issue(&alpha, 1, "Question for alpha");
+    open_issue(&beta, 1, "Question for beta");
+    let mut once = rover(&env, &home, &["start", "--once"], &script);
+    once.env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url);
+    let once = output(once);
+    assert_eq!(
+        answers(&alpha, 1),
+        ["Here is the answer for alpha."],
+        "{}",
+        stderr(&once)
+    );
+    assert_eq!(answers(&beta, 1), ["Here is the answer for beta."]);
+
+    let spans = receiver.spans();
+    let now = standing(&env, &home);
+    for name in ["octo-org/alpha", "octo-org/beta"] {
+        let of: Vec<_> = spans
+            .iter()
+            .filter(|s| s.attr("rover.repo") == Some(name))
+            .collect();
+        let steps: Vec<_> = of.iter().filter_map(|s| s.attr("rover.step")).collect();
+        for step in ["event", "coordinate", "notify"] {
+            assert!(steps.contains(&step), "{name}'s {step} exported: {steps:?}");
+        }
+        for s in &of {
+            assert_eq!(
+                s.attr("rover.project_id"),
+                now[name]["projectId"].as_str(),
+                "{name}: {s:?}"
+            );
+        }
+    }
+    assert!(
+        spans.iter().all(|s| s.attr("rover.repo").is_some()),
+        "every span names its repository"
+    );
+    let resources: std::collections::BTreeSet<_> =
+        spans.iter().map(|s| s.resource.clone()).collect();
+    assert_eq!(resources.len(), 1, "one resource: {resources:#?}");
+    let resource = resources.first().unwrap();
+    assert_eq!(
+        resource.get("service.name").map(String::as_str),
+        Some("rover")
+    );
+    assert!(
+        !resource.contains_key("rover.repo") && !resource.contains_key("rover.project_id"),
+        "the resource is the daemon's, not one repository's: {resource:?}"
+    );
+}

@@ -292,3 +292,74 @@ async fn the_listing_reads_every_page_of_installations_and_repositories() {
     assert_eq!(minted.len(), 2);
     assert!(minted.iter().all(|m| m.scope.is_none()), "{minted:?}");
 }
+
+/// A repository the app is installed on, with no checkout and no `GITHUB_TOKEN` in rover's
+/// environment: rover clones it over HTTP as GitHub serves a private repository, with an
+/// installation token minted for that repository alone, then serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_repository_without_a_checkout_is_cloned_with_an_installation_token() {
+    let env = TestEnv::new();
+    env.repo(); // the fake agent as `claude`
+    let home = env.path().join("home");
+    let config_dir = home.join(".config/rover");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let (_key, public) = key_pair(&config_dir, "app");
+    let front = FakeAppFront::start(APP_ID, SLUG, &public, Duration::from_secs(3600)).await;
+    let delta = installed_repo(&env, "octo-org/delta").await;
+    // Its origin holds everything; its checkout is gone.
+    std::fs::remove_dir_all(&delta.checkout).unwrap();
+    let root = delta.checkout.parent().unwrap().to_owned();
+    let server =
+        crate::support::git_http::GitHttp::start(root, front.token_checker(delta.name)).await;
+    let origin = format!("{}/delta.git", server.url);
+    front.add_installation(ORG, "octo-org");
+    front.install(ORG, delta.name, &delta.github.url);
+    front.clone_from(delta.name, &origin);
+    std::fs::write(
+        config_dir.join("daemon.json"),
+        json!({"repositories": "installed", "app": {"id": APP_ID, "privateKeyFile": "app.pem"},
+            "apiUrl": front.url})
+        .to_string(),
+    )
+    .unwrap();
+    open_issue(&delta, 1, "Question for delta");
+
+    let mut once = rover(&env, &home, &["start", "--once"], &script(&["delta"]));
+    once.env_remove("GITHUB_TOKEN");
+    let once = crate::fleet::output(once);
+    let said = format!(
+        "{}\n{}",
+        crate::support::env::stdout(&once),
+        crate::support::env::stderr(&once)
+    );
+    assert_eq!(once.status.code(), Some(0), "{said}");
+    assert_eq!(
+        answers(&delta, 1),
+        ["Here is the answer for delta."],
+        "{said}"
+    );
+    assert!(
+        delta.checkout.join("rover.json").is_file(),
+        "cloned: {said}"
+    );
+    let config = std::fs::read_to_string(delta.checkout.join(".git/config")).unwrap();
+    assert!(config.contains(&origin), "{config}");
+    // Fetched with a token minted for delta alone, which lands nowhere on disk or in the output.
+    let scoped: Vec<String> = front
+        .minted()
+        .into_iter()
+        .filter(|m| m.scope.as_deref() == Some(&["delta".to_owned()][..]))
+        .map(|m| m.token)
+        .collect();
+    let fetched: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.accepted == Some(true))
+        .collect();
+    assert!(!fetched.is_empty(), "{:?}", server.requests());
+    for r in &fetched {
+        let token = r.password.clone().unwrap_or_default();
+        assert!(scoped.contains(&token), "a token scoped to delta: {r:?}");
+        assert!(!config.contains(&token) && !said.contains(&token));
+    }
+}

@@ -475,7 +475,7 @@ async fn red_ci_on_a_rover_pr_is_iterated_on_the_same_branch_until_green() {
 }
 
 fn git_show(s: &Scenario, branch: &str, file: &str) -> String {
-    crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:{file}")])
+    crate::support::gitrepo::show(&s.origin, branch, file)
 }
 
 #[tokio::test]

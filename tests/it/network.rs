@@ -383,9 +383,7 @@ async fn probe_the_closed_network(codex: bool) {
     );
     let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
-    let shipped = |file: &str| {
-        crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:{file}")])
-    };
+    let shipped = |file: &str| crate::support::gitrepo::show(&s.origin, branch, file);
     let probe = shipped("probe.txt");
     eprintln!("what the sandbox saw:\n{probe}");
     assert!(probe.ends_with("done"), "{probe}");

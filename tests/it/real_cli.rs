@@ -172,7 +172,7 @@ fn codex_in_the_sandbox(api: &FakeOpenAi, s: &mut crate::support::scenario::Scen
 fn assert_json_shipped(s: &crate::support::scenario::Scenario, trace: &rover::store::TraceView) {
     let push = first_span(trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
-    let shipped = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:json.txt")]);
+    let shipped = crate::support::gitrepo::show(&s.origin, branch, "json.txt");
     assert_eq!(shipped, "--json prints JSON");
 }
 

@@ -111,17 +111,11 @@ async fn a_shipped_agent_run_mounts_nothing_of_the_host_and_its_work_comes_back(
     // What the agent made came back and was committed: a file, a directory, a link as a link.
     let branch = span.meta["branchName"].as_str().expect("branch").to_owned();
     assert_eq!(
-        git(
-            &w.p.repo.checkout,
-            &["show", &format!("{branch}:hello.txt")]
-        ),
+        crate::support::gitrepo::show(&w.p.repo.checkout, &branch, "hello.txt"),
         "hello from the sandbox"
     );
     assert_eq!(
-        git(
-            &w.p.repo.checkout,
-            &["show", &format!("{branch}:docs/a.md")]
-        ),
+        crate::support::gitrepo::show(&w.p.repo.checkout, &branch, "docs/a.md"),
         "doc"
     );
     let link = git(&w.p.repo.checkout, &["ls-tree", &branch, "link.txt"]);
@@ -249,7 +243,7 @@ async fn links_to_host_paths_beside_hard_links_come_back_as_the_container_made_t
     let view = w.p.trace(trace);
     let span = last_span(&view, "workflow");
     let branch = span.meta["branchName"].as_str().expect("branch").to_owned();
-    let show = |path: &str| git(&w.p.repo.checkout, &["show", &format!("{branch}:{path}")]);
+    let show = |path: &str| crate::support::gitrepo::show(&w.p.repo.checkout, &branch, path);
     for path in ["leak", "d/hostname", "d/again"] {
         assert_eq!(show(path), "inside", "{path} is the container's file");
     }

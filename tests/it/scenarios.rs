@@ -816,7 +816,7 @@ async fn changes_requested_on_a_rover_pr_are_made_on_the_same_branch_and_pr() {
         "a fast-forward on top of the earlier work"
     );
     assert_eq!(s.github.pulls().len(), 1, "the same PR, no second one");
-    assert!(git(&s.origin, &["show", &format!("{branch}:csv.txt")]).contains("quoting"));
+    assert!(crate::support::gitrepo::show(&s.origin, &branch, "csv.txt").contains("quoting"));
 }
 
 #[tokio::test]
@@ -1338,9 +1338,6 @@ async fn custom_instructions_come_from_the_default_branch_and_never_from_a_task_
     }
     // The task branch does hold the agent's files: they were read and refused as instructions.
     let branch = pushed_branch(&s.the_trace());
-    let shipped = git(
-        &s.origin,
-        &["show", &format!("{branch}:.rover/AUTOPILOT.md")],
-    );
+    let shipped = crate::support::gitrepo::show(&s.origin, &branch, ".rover/AUTOPILOT.md");
     assert!(shipped.contains("MARKER-TASK-7F3"), "{shipped}");
 }

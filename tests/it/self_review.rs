@@ -93,7 +93,7 @@ async fn a_change_missing_a_criterion_gets_changes_the_iterate_fixes_it_and_the_
     let pulls = s.github.pulls();
     assert_eq!(pulls.len(), 1);
     let branch = &pulls[0].1;
-    let shipped = |file: &str| git(&s.origin, &["show", &format!("{branch}:{file}")]);
+    let shipped = |file: &str| crate::support::gitrepo::show(&s.origin, branch, file);
     assert_eq!(shipped("csv.txt"), "Add the csv flag");
     assert_eq!(shipped("csv_test.txt"), "test --csv");
     let files = git(&s.origin, &["ls-tree", "-r", "--name-only", branch]);
@@ -189,7 +189,7 @@ async fn a_mounted_worktree_is_read_only_to_the_reviewer_and_a_review_without_ve
     assert_eq!(pulls.len(), 1);
     let branch = &pulls[0].1;
     assert_eq!(
-        git(&s.origin, &["show", &format!("{branch}:csv.txt")]),
+        crate::support::gitrepo::show(&s.origin, branch, "csv.txt"),
         "Add the csv flag"
     );
     assert!(!pulls[0].3.contains("## Self-review"), "{}", pulls[0].3);

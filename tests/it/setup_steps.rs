@@ -115,7 +115,7 @@ async fn rover_builds_its_own_sandbox_image_on_first_use_and_the_real_claude_shi
     );
     let push = first_span(&trace, "push");
     let branch = push.meta["branch"].as_str().unwrap();
-    let shipped = git(&s.origin, &["show", &format!("{branch}:json.txt")]);
+    let shipped = crate::support::gitrepo::show(&s.origin, branch, "json.txt");
     assert_eq!(shipped, "--json prints JSON");
     // It carries the Dockerfile's label and the CLIs the host runs.
     assert_eq!(

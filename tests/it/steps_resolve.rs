@@ -514,7 +514,7 @@ async fn run_until(orch: &StepOrchestrator, mut done: impl FnMut() -> bool) {
 }
 
 fn origin_file(origin: &Path, branch: &str, file: &str) -> String {
-    git(origin, &["show", &format!("{branch}:{file}")])
+    crate::support::gitrepo::show(origin, branch, file)
 }
 
 fn span_meta(p: &Pipeline, trace: Uuid, step: &str) -> serde_json::Map<String, Value> {

@@ -296,10 +296,7 @@ async fn a_task_runs_in_a_container_and_is_committed_then_cleaned_up() {
         .contains("\"type\":\"result\""));
     // The host committed the agent's file on the task branch, with the agent's message.
     assert_eq!(
-        git(
-            &w.p.repo.checkout,
-            &["show", &format!("{branch}:hello.txt")]
-        ),
+        crate::support::gitrepo::show(&w.p.repo.checkout, &branch, "hello.txt"),
         "hello from the sandbox"
     );
     assert_eq!(
@@ -852,17 +849,11 @@ async fn an_iteration_reuses_the_task_branch_and_worktree() {
     );
     assert_eq!(log.lines().count(), 2, "{log}");
     assert_eq!(
-        git(
-            &w.p.repo.checkout,
-            &["show", &format!("{branch}:first.txt")]
-        ),
+        crate::support::gitrepo::show(&w.p.repo.checkout, branch, "first.txt"),
         "one"
     );
     assert_eq!(
-        git(
-            &w.p.repo.checkout,
-            &["show", &format!("{branch}:second.txt")]
-        ),
+        crate::support::gitrepo::show(&w.p.repo.checkout, branch, "second.txt"),
         "two"
     );
 }

@@ -129,6 +129,12 @@ async fn an_issue_to_pr_trace_is_exported_span_for_span_with_genai_attributes_an
             Some("rover")
         );
         assert_eq!(r.resource.get("rover.project_id"), Some(&s.env.project_id));
+        assert_eq!(
+            r.attr("rover.project_id"),
+            Some(s.env.project_id.as_str()),
+            "{} names its project",
+            sp.step
+        );
         // The repository on every span too, as the resource names it.
         assert!(r.attr("rover.repo").is_some(), "{} has rover.repo", sp.step);
         assert_eq!(

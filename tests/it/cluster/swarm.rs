@@ -357,7 +357,7 @@ async fn a_real_claude_run_on_the_worker_with_its_workspace_shipped_reaches_the_
         .find(|sp| sp.step.as_str() == "push")
         .unwrap();
     let branch = push.meta["branch"].as_str().unwrap();
-    let file = crate::support::gitrepo::git(&s.origin, &["show", &format!("{branch}:worker.txt")]);
+    let file = crate::support::gitrepo::show(&s.origin, branch, "worker.txt");
     assert!(file.starts_with("written-on-a-swarm-worker"), "{file}");
     // It asked the model through rover's proxy (the relay on the manager, the server beside
     // rover): the proxy recorded its requests, and the API saw the real key on each, never

@@ -49,6 +49,8 @@ struct Backend {
     url: String,
     id: u64,
     archived: bool,
+    /// Its `clone_url` (default: its github.com URL).
+    clone_url: Option<String>,
 }
 
 /// One installation token minted.
@@ -139,6 +141,7 @@ impl FakeAppFront {
                 url: url.into(),
                 id: next_id,
                 archived: false,
+                clone_url: None,
             });
         let inst = st
             .installations
@@ -171,6 +174,28 @@ impl FakeAppFront {
     /// The next `n` listings of the installations fail with a 500.
     pub fn fail_listings(&self, n: usize) {
         self.st().failing_listings = n;
+    }
+
+    /// `repo` is cloned from `url` (as listed: its `clone_url`).
+    pub fn clone_from(&self, repo: &str, url: &str) {
+        if let Some(b) = self.st().backends.get_mut(&repo.to_ascii_lowercase()) {
+            b.clone_url = Some(url.into());
+        }
+    }
+
+    /// Whether a token is accepted for `repo` now, as GitHub's git server asks: an unexpired
+    /// installation token minted for it (scoped to it, or to its whole installation).
+    pub fn token_checker(&self, repo: &str) -> super::git_http::Accepts {
+        let state = self.state.clone();
+        let repo = repo.to_owned();
+        std::sync::Arc::new(move |token: &str| {
+            let st = state.lock().expect("fake state lock");
+            live_token(&st, token).is_some_and(|m| {
+                visible(&st, &m)
+                    .iter()
+                    .any(|r| r.eq_ignore_ascii_case(&repo))
+            })
+        })
     }
 
     /// Every installation token minted, in order.
@@ -292,7 +317,7 @@ fn repo_json(name: &str, b: &Backend) -> Value {
     let (owner, short) = name.split_once('/').expect("owner/name");
     json!({"id": b.id, "node_id": format!("R_{}", b.id), "name": short, "full_name": name,
         "owner": {"login": owner, "id": 9001, "type": "Organization"}, "private": true,
-        "html_url": format!("https://github.com/{name}"), "clone_url": format!("https://github.com/{name}.git"),
+        "html_url": format!("https://github.com/{name}"), "clone_url": b.clone_url.clone().unwrap_or_else(|| format!("https://github.com/{name}.git")),
         "default_branch": "main", "archived": b.archived, "disabled": false, "fork": false})
 }
 

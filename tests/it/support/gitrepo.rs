@@ -20,6 +20,11 @@ pub struct TestRepo {
     pub data: PathBuf,
 }
 
+/// The file at `path` on `branch` of the repository at `dir` (`git show branch:path`).
+pub fn show(dir: &Path, branch: &str, path: &str) -> String {
+    git(dir, &["show", &format!("{branch}:{path}")])
+}
+
 /// Runs git with the hermetic env in `dir`; panics with stderr on failure; returns stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
