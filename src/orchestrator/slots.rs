@@ -482,13 +482,19 @@ impl SlotSeat {
             };
             if let Some(why) = why {
                 let seat = state.seats.get(&self.repo).expect("its seat");
+                let waiting = seat
+                    .bids
+                    .iter()
+                    .map(|b| (b.action_id, why.clone()))
+                    .collect();
+                // Those this offer woke (it was the last one awaited) look again all the same.
+                drop(state);
+                for wake in wake {
+                    wake();
+                }
                 return Decision {
                     granted: Vec::new(),
-                    waiting: seat
-                        .bids
-                        .iter()
-                        .map(|b| (b.action_id, why.clone()))
-                        .collect(),
+                    waiting,
                 };
             }
             let settings = &self.board.settings;
