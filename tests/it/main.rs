@@ -33,6 +33,7 @@ mod intake;
 mod intervene;
 mod layers;
 mod lifecycle;
+mod memory;
 pub mod network;
 mod orchestrator;
 mod proof;
