@@ -10,7 +10,9 @@ use crate::memory::{retrieve, LessonBook, Retrieved};
 use crate::store::replay_record::{is_serving, note_world_read, recalled};
 use crate::store::{blocking, AutopilotStore};
 
+use super::meta::LessonsSpanMeta;
 use super::Services;
+use crate::orchestrator::{Outcome, StepError};
 
 /// The world read's name in a replay record.
 pub const LESSONS_READ: &str = "memory.lessons";
@@ -56,4 +58,34 @@ pub async fn lessons_for(services: &Services, store: &AutopilotStore, query: Str
     };
     note_world_read(LESSONS_READ, "", &retrieved);
     retrieved
+}
+
+/// A prompt's `{{lessons}}`: the section of the lessons for `query` (empty when none), and the
+/// record of their ids for the span.
+pub async fn prompt_lessons(
+    services: &Services,
+    store: &AutopilotStore,
+    query: String,
+) -> (String, LessonsSpanMeta) {
+    let retrieved = lessons_for(services, store, query).await;
+    let section = crate::memory::render(&retrieved).unwrap_or_default();
+    (
+        section,
+        LessonsSpanMeta {
+            lessons: retrieved.ids(),
+        },
+    )
+}
+
+/// `outcome` with the lessons its prompt was given recorded on its span (a finished run's).
+pub fn recorded(
+    outcome: Result<Outcome, StepError>,
+    used: &LessonsSpanMeta,
+) -> Result<Outcome, StepError> {
+    match outcome {
+        Ok(Outcome::Finished(finished)) if !used.lessons.is_empty() => {
+            Ok(Outcome::Finished(finished.with_meta_record(used)))
+        }
+        other => other,
+    }
 }

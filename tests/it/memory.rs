@@ -180,6 +180,21 @@ async fn a_gate_fixed_by_the_resolver_is_learned_and_the_next_similar_issue_pass
         "{}",
         stdout(&out)
     );
+    // The planner was given it too, and a replay of the trace gives the replayed plan and
+    // coordinate the same lessons (recorded as a world read): nothing diverges.
+    let plan = second
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "plan")
+        .unwrap();
+    assert_eq!(plan.meta["lessons"], json!([id]));
+    let replay = s
+        .env
+        .command(&["autopilot", "replay", &second.trace_id().to_string()])
+        .current_dir(&s.checkout)
+        .output()
+        .unwrap();
+    assert_eq!(replay.status.code(), Some(0), "{}", stdout(&replay));
     // Nothing ran the attacker's line on the host.
     assert!(!marker.exists());
 
