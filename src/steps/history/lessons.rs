@@ -361,6 +361,27 @@ mod tests {
     }
 
     #[test]
+    fn a_review_that_asked_for_changes_and_then_approved_is_a_fix() {
+        use crate::steps::history::testing::task_review;
+        let mut b = Builder::new();
+        let asked = b.review(
+            SpanStatus::Completed,
+            vec![task_review("rover/a", "h1", ReviewVerdict::Changes)],
+        );
+        assert!(review_fixes(&b.view).is_empty(), "not approved yet");
+        let approved = b.review(
+            SpanStatus::Completed,
+            vec![task_review("rover/a", "h2", ReviewVerdict::Approve)],
+        );
+        let fixes = review_fixes(&b.view);
+        assert_eq!(fixes.len(), 1);
+        assert_eq!(fixes[0].asked, b.span_of(asked));
+        assert_eq!(fixes[0].approved, b.span_of(approved));
+        assert_eq!(fixes[0].findings, vec!["src/main.rs: no test for --json"]);
+        assert_eq!(fixes[0].files, vec!["src/main.rs"]);
+    }
+
+    #[test]
     fn a_run_given_lessons_that_failed_anyway_is_found() {
         let mut b = Builder::new();
         let mut out = gates("test", GateOutcome::Failed { exit_code: 2 });
