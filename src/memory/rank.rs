@@ -3,7 +3,7 @@
 //! best first, as many as fit the byte budget; and the text a prompt shows them as, inside an
 //! untrusted block.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -71,29 +71,38 @@ fn float(n: usize) -> f64 {
 
 /// Each candidate's BM25 score against `query`.
 fn bm25(candidates: &[&Lesson], query: &str) -> Vec<f64> {
-    let docs: Vec<Vec<String>> = candidates.iter().map(|l| tokens(&l.searchable())).collect();
+    // Each document's term counts and length, and each term's document frequency.
+    let docs: Vec<(HashMap<String, usize>, usize)> = candidates
+        .iter()
+        .map(|l| {
+            let words = tokens(&l.searchable());
+            let len = words.len();
+            let mut counts: HashMap<String, usize> = HashMap::new();
+            for w in words {
+                *counts.entry(w).or_default() += 1;
+            }
+            (counts, len)
+        })
+        .collect();
     let n = float(docs.len());
-    let avg = (float(docs.iter().map(Vec::len).sum::<usize>()) / n.max(1.0)).max(1.0);
-    let mut df: BTreeMap<&str, f64> = BTreeMap::new();
-    for doc in &docs {
-        let unique: BTreeSet<&str> = doc.iter().map(String::as_str).collect();
-        for t in unique {
-            *df.entry(t).or_default() += 1.0;
-        }
-    }
+    let avg = (float(docs.iter().map(|(_, len)| *len).sum::<usize>()) / n.max(1.0)).max(1.0);
     let terms: BTreeSet<String> = tokens(query).into_iter().collect();
+    let idf: Vec<(&str, f64)> = terms
+        .iter()
+        .map(|t| {
+            let df = float(docs.iter().filter(|(c, _)| c.contains_key(t)).count());
+            (t.as_str(), ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
+        })
+        .collect();
     docs.iter()
-        .map(|doc| {
-            let len = float(doc.len());
-            terms
-                .iter()
-                .map(|t| {
-                    let tf = float(doc.iter().filter(|d| *d == t).count());
+        .map(|(counts, len)| {
+            let len = float(*len);
+            idf.iter()
+                .map(|(t, idf)| {
+                    let tf = float(counts.get(*t).copied().unwrap_or(0));
                     if tf == 0.0 {
                         return 0.0;
                     }
-                    let df = df.get(t.as_str()).copied().unwrap_or(0.0);
-                    let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
                     idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg))
                 })
                 .sum()
