@@ -16,6 +16,7 @@ pub mod github;
 pub mod host_env;
 pub mod intake;
 pub mod logging;
+pub mod memory;
 pub mod orchestrator;
 pub mod project;
 pub mod proxy;

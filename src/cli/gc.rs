@@ -33,6 +33,8 @@ struct StoreGc {
     /// The cleanup actions queued (none on a dry run).
     queued: Vec<uuid::Uuid>,
     images: crate::environment::gc::Sweep,
+    /// The lessons of the store's memory unused for `memory.ttlDays` (removed unless a dry run).
+    lessons_expired: Vec<String>,
 }
 
 /// `gc [--dry-run] [--json] [--retain-days N]`: what ended traces hold and when it is freed;
@@ -69,13 +71,16 @@ pub fn gc(
     let retain_days = args
         .retain_days
         .unwrap_or_else(|| retention_of(ctx.project().ok().map(|p| p.root).as_deref()));
-    let one = store_gc(&store, &ctx.project_id()?, retain_days, dry_run)?;
+    let checkout = ctx.project().ok().map(|p| p.root);
+    let ttl = memory_of(checkout.as_deref()).ttl_days;
+    let one = store_gc(&store, &ctx.project_id()?, (retain_days, ttl), dry_run)?;
     let leftovers = sweep(dry_run, &ctx.host)?;
     if args.json {
         out.json(&json!({
             "retainDays": one.retain_days, "dryRun": dry_run, "plan": one.plan,
             "environmentImages": one.images,
             "queued": one.queued.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "lessonsExpired": one.lessons_expired,
             "leftovers": leftovers,
         }))?;
         return Ok(ExitCode::SUCCESS);
@@ -106,7 +111,8 @@ fn fleet_gc(
             .retain_days
             .unwrap_or_else(|| retention_of(Some(&served.entry.checkout_in(&fleet.data_dir))));
         let id = served.project_id.as_deref().unwrap_or_default();
-        let one = store_gc(store, id, retain_days, args.dry_run)?;
+        let ttl = memory_of(Some(&served.entry.checkout_in(&fleet.data_dir))).ttl_days;
+        let one = store_gc(store, id, (retain_days, ttl), args.dry_run)?;
         stores.push(store.clone());
         Ok(vec![one])
     });
@@ -120,6 +126,7 @@ fn fleet_gc(
                     "repo": repo, "retainDays": one.retain_days, "plan": one.plan,
                     "environmentImages": one.images,
                     "queued": one.queued.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "lessonsExpired": one.lessons_expired,
                 })
             })
             .collect();
@@ -155,12 +162,36 @@ fn retention_of(checkout: Option<&Path>) -> u64 {
         .map_or(7, |c| c.autopilot.pipeline.retain_days)
 }
 
+/// `autopilot.memory` of the `rover.json` in `checkout`, else the defaults.
+fn memory_of(checkout: Option<&Path>) -> crate::memory::MemorySettings {
+    checkout
+        .and_then(|root| crate::config::RoverConfig::load(root).ok())
+        .map(|c| c.autopilot.memory)
+        .unwrap_or_default()
+}
+
+/// The lessons of `store`'s memory unused for `ttl_days`: removed, or on a dry run only named.
+fn expire_lessons(
+    store: &AutopilotStore,
+    ttl_days: u32,
+    dry_run: bool,
+) -> Result<Vec<String>, CliError> {
+    let now = Utc::now();
+    if dry_run {
+        let mut book = crate::memory::LessonBook::load(store)?;
+        return Ok(book.expire(ttl_days, now));
+    }
+    Ok(crate::memory::LessonBook::update(store, |b| {
+        b.expire(ttl_days, now)
+    })?)
+}
+
 /// One store's part: its plan (queued on a real run: the `gc` spans and cleanup actions, under
 /// the store lock, for its daemon to run) and its project's environment images.
 fn store_gc(
     store: &AutopilotStore,
     project_id: &str,
-    retain_days: u64,
+    (retain_days, ttl_days): (u64, u32),
     dry_run: bool,
 ) -> Result<StoreGc, CliError> {
     let (plan, queued) = if dry_run {
@@ -186,11 +217,13 @@ fn store_gc(
         crate::steps::history::image_of,
         dry_run,
     );
+    let lessons_expired = expire_lessons(store, ttl_days, dry_run)?;
     Ok(StoreGc {
         retain_days,
         plan,
         queued,
         images,
+        lessons_expired,
     })
 }
 
@@ -255,6 +288,18 @@ fn plan_text(rows: &[(Option<&str>, &StoreGc)], dry_run: bool) -> String {
                 "{}kept while its pull request is open: {}",
                 lead(*repo),
                 line(r)
+            );
+        }
+    }
+    for (repo, one) in rows {
+        if !one.lessons_expired.is_empty() {
+            let what = if dry_run { "would expire" } else { "expired" };
+            let _ = writeln!(
+                text,
+                "{}memory: {what} {} unused lesson(s): {}",
+                lead(*repo),
+                one.lessons_expired.len(),
+                one.lessons_expired.join(", ")
             );
         }
     }

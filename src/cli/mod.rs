@@ -8,6 +8,7 @@ mod fleet_stores;
 mod gc;
 mod inspect;
 mod intervene;
+mod memory;
 mod output;
 mod placements;
 mod proxy;
@@ -233,6 +234,17 @@ pub enum AutopilotCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// The lessons rover learned from ended traces: list them, show one with its evidence, forget or pin one
+    Memory {
+        #[command(subcommand)]
+        command: Option<memory::MemoryCommand>,
+        /// Print as JSON (format in docs/cli.md)
+        #[arg(long, global = true)]
+        json: bool,
+        /// Every repository of the daemon file FILE (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE", global = true)]
+        config: Option<PathBuf>,
+    },
     /// rover's sandbox proxy and relays (run by rover in its own containers, not by hand)
     #[command(subcommand, hide = true)]
     Proxy(ProxyCommand),
@@ -380,7 +392,8 @@ impl Args {
             | AutopilotCommand::Traces { json, .. }
             | AutopilotCommand::Gc { json, .. }
             | AutopilotCommand::DeadLetters { json, .. }
-            | AutopilotCommand::Status { json, .. } => *json,
+            | AutopilotCommand::Status { json, .. }
+            | AutopilotCommand::Memory { json, .. } => *json,
             AutopilotCommand::Start { .. }
             | AutopilotCommand::Submit { .. }
             | AutopilotCommand::Resume
@@ -492,6 +505,11 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 config,
             } => gc::gc(&ctx, out, &gc::GcArgs { dry_run, json, retain_days }, config),
             AutopilotCommand::Proxy(command) => proxy::run(command),
+            AutopilotCommand::Memory {
+                command,
+                json,
+                config,
+            } => memory::memory(&ctx, out, command, json, config),
             AutopilotCommand::DeadLetters {
                 command,
                 json,

@@ -67,6 +67,8 @@ pub struct AutopilotConfig {
     /// The daemon's agent slots and the scheduler's score (read only by a daemon serving this
     /// checkout alone; a daemon file has its own).
     pub daemon: DaemonConfig,
+    /// What rover learns from ended traces and shows the agents (docs/memory.md).
+    pub memory: crate::memory::MemorySettings,
 }
 
 /// `autopilot.lifecycle.mode`: how far rover carries its own pull request.
@@ -377,6 +379,17 @@ mod tests {
         let c = RoverConfig::parse("{}").unwrap();
         assert!(!c.attribution);
         assert_eq!(c.autopilot.pipeline.max_attempts, 3);
+        let m = &c.autopilot.memory;
+        assert!(m.enabled);
+        assert_eq!((m.max_entries, m.ttl_days, m.prompt_bytes), (200, 90, 2048));
+        let off = RoverConfig::parse(
+            r#"{"autopilot": {"memory": {"enabled": false, "promptBytes": 512}}}"#,
+        )
+        .unwrap()
+        .autopilot
+        .memory;
+        assert!(!off.enabled);
+        assert_eq!((off.max_entries, off.prompt_bytes), (200, 512));
     }
 
     #[test]
@@ -388,6 +401,7 @@ mod tests {
                 r#"{"autopilot": {"pipeline": {"maxAttempt": 2}}}"#,
                 "maxAttempt",
             ),
+            (r#"{"autopilot": {"memory": {"maxEntry": 2}}}"#, "maxEntry"),
         ] {
             let err = RoverConfig::parse(text).unwrap_err();
             assert!(err.contains(key), "{err}");

@@ -22,7 +22,9 @@ pub(super) fn orchestrator(
         build_steps(services),
         config.autopilot.pipeline.orchestrator(),
     )
-    .with_pipeline(crate::steps::pipeline::pipeline())
+    .with_pipeline(crate::steps::pipeline::pipeline_with(
+        config.autopilot.memory.clone(),
+    ))
     .with_budget(crate::budget::Budget::new(config.autopilot.budget.clone()))
 }
 

@@ -55,6 +55,11 @@ impl Inner {
             self.notice(format!("cannot record a finished {}: {e}", span.step));
             return;
         }
+        if self.pipeline.ends_trace(&span.step) {
+            let (pipeline, store) = (self.pipeline.clone(), self.ctx.store.clone());
+            let _ =
+                tokio::task::spawn_blocking(move || pipeline.trace_ended(&store, trace_id)).await;
+        }
         let _ = self.progress.send(Progress::Finished {
             trace_id,
             step: span.step.clone(),

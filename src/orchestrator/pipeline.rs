@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::step::{NextAction, StepError};
-use crate::store::{Action, Meta, StepKind};
+use crate::store::{Action, AutopilotStore, Meta, StepKind};
 
 /// The pipeline's policy; see the module documentation.
 pub trait Pipeline: Send + Sync + 'static {
@@ -41,6 +41,10 @@ pub trait Pipeline: Send + Sync + 'static {
     /// Whether a span of `step` that ends its trace is the trace's verdict for the circuit
     /// breaker (an answer or a decision not to act; housekeeping is not).
     fn gives_verdict(&self, step: &StepKind) -> bool;
+
+    /// A span that ends trace `trace_id` was recorded (the trace may still run when other work
+    /// of it is queued): the pipeline's chance to learn from it. Blocking; errors are its own.
+    fn trace_ended(&self, _store: &AutopilotStore, _trace_id: Uuid) {}
 }
 
 /// No pipeline: nothing fails forward, stopped traces get no answer and no step ends a trace

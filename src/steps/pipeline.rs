@@ -9,8 +9,11 @@ use crate::orchestrator::{NextAction, Pipeline, StepError};
 use crate::store::{Action, Meta, StepKind};
 
 /// See the module documentation.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RoverPipeline;
+#[derive(Debug, Clone, Default)]
+pub struct RoverPipeline {
+    /// `autopilot.memory`: whether an ended trace is learned from, and the book's bounds.
+    pub memory: crate::memory::MemorySettings,
+}
 
 impl Pipeline for RoverPipeline {
     /// A workflow still goes to commit → resolve, a commit to resolve, a deciding step to a
@@ -107,6 +110,21 @@ impl Pipeline for RoverPipeline {
     fn gives_verdict(&self, step: &StepKind) -> bool {
         super::kinds::gives_verdict(step)
     }
+
+    /// Learn from the trace (`steps::learn`); a failure is logged, the trace is not touched.
+    fn trace_ended(&self, store: &crate::store::AutopilotStore, trace_id: Uuid) {
+        match super::learn::learn_from_trace(store, &self.memory, trace_id) {
+            Ok(done) if !done.learned.is_empty() || !done.contradicted.is_empty() => {
+                tracing::info!(trace = %trace_id, learned = ?done.learned, contradicted = ?done.contradicted, "memory: learned from an ended trace");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                trace = %trace_id,
+                error = %crate::error::error_chain(&e),
+                "memory: cannot learn from an ended trace"
+            ),
+        }
+    }
 }
 
 /// A notify action's meta, typed (none when it does not read as one).
@@ -114,7 +132,17 @@ fn notify_meta(meta: &Meta) -> Option<NotifyMeta> {
     crate::store::from_meta(meta).ok()
 }
 
-/// The policy as the orchestrator takes it.
+/// The policy as the orchestrator takes it (learning nothing: a replay's).
 pub fn pipeline() -> std::sync::Arc<dyn Pipeline> {
-    std::sync::Arc::new(RoverPipeline)
+    std::sync::Arc::new(RoverPipeline {
+        memory: crate::memory::MemorySettings {
+            enabled: false,
+            ..crate::memory::MemorySettings::default()
+        },
+    })
+}
+
+/// The daemon's policy: an ended trace is learned from as `memory` says.
+pub fn pipeline_with(memory: crate::memory::MemorySettings) -> std::sync::Arc<dyn Pipeline> {
+    std::sync::Arc::new(RoverPipeline { memory })
 }

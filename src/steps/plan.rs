@@ -123,6 +123,9 @@ impl Step for PlanStep {
         );
         vars.insert("trace".into(), render_trace(&view));
         vars.insert("existing_task".into(), existing);
+        let (lessons, used) =
+            super::recall::prompt_lessons(&self.services, &ctx.store, plan.directive.clone()).await;
+        vars.insert("lessons".into(), lessons);
         let answer = ask::<PlanResult>(&self.services, ctx, run.span.id, AgentStep::Plan, vars)
             .await
             .map_err(|e| agent_error(AgentStep::Plan, &e))?;
@@ -130,6 +133,7 @@ impl Step for PlanStep {
         let mut span_meta = PlanSpanMeta {
             analysis: result.analysis.clone(),
             agent: Some(usage_meta(&answer)),
+            lessons: used,
             ..PlanSpanMeta::default()
         };
 

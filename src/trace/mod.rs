@@ -3,6 +3,7 @@
 
 mod environment;
 mod json;
+mod lessons;
 mod network;
 mod review;
 pub use review::review_lines;

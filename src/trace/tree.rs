@@ -201,6 +201,8 @@ impl<'a> Renderer<'a> {
             .push_str(&super::network::network_lines(&span.meta, &detail_lead));
         self.out
             .push_str(&super::review::review_lines(span, &detail_lead));
+        self.out
+            .push_str(&super::lessons::lessons_line(&span.meta, &detail_lead));
         let n = children.len();
         for (i, child) in children.into_iter().enumerate() {
             let last = i + 1 == n;

@@ -15,6 +15,7 @@ mod agents;
 mod cold;
 mod e2e;
 mod fleet;
+mod memory;
 mod merge;
 mod orchestrator;
 mod prompts;
@@ -63,6 +64,9 @@ fn main() {
     }
     if wants("e2e") {
         e2e::run();
+    }
+    if wants("memory") {
+        memory::run();
     }
     if wants("merge") {
         merge::run();

@@ -40,7 +40,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     // What brings work in (poll, webhook, reconcile, submit) and the one path into the store:
     // above the store and GitHub it reads, below the scheduler and the steps it feeds.
     ("intake", &["intake"]),
-    ("orchestrator", &["budget", "trace", "orchestrator"]),
+    (
+        "orchestrator",
+        &["budget", "trace", "orchestrator", "memory"],
+    ),
     ("pipeline", &["config", "steps", "telemetry", "replay"]),
     ("top", &["daemon", "cli"]),
 ];

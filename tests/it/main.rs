@@ -34,6 +34,7 @@ mod intake;
 mod intervene;
 mod layers;
 mod lifecycle;
+mod memory;
 pub mod network;
 mod orchestrator;
 mod proof;

@@ -5,7 +5,7 @@
 //! `{"strict": bool, "rules": [...]}`), the first rule matching the prompt substring (or every
 //! substring of a list) and/or the
 //! invocation number says what to answer, which failure to act out, which files to write or
-//! delete in the cwd, which shell commands to run there. Log: `ROVER_FAKE_AGENT_LOG` names a dir
+//! delete in the cwd (a file written as `{{prompt}}` gets the prompt), which shell commands to run there. Log: `ROVER_FAKE_AGENT_LOG` names a dir
 //! that receives `call-<n>.json` (argv, cwd, selected env, prompt) per invocation; its count is
 //! the invocation number.
 //!
@@ -414,7 +414,15 @@ fn pick_rule(call: &Call, invocation: u32) -> Rule {
             .and_then(Value::as_u64)
             .is_none_or(|n| n == u64::from(invocation));
         if by_prompt && by_number {
-            return Rule::from_value(rule);
+            let mut rule = Rule::from_value(rule);
+            // A file written as `{{prompt}}` holds the prompt (a sandboxed run's prompt, which
+            // the log outside the container cannot receive, comes back with the worktree).
+            for (_, content) in &mut rule.write {
+                if content == "{{prompt}}" {
+                    content.clone_from(&call.prompt);
+                }
+            }
+            return rule;
         }
     }
     if strict {

@@ -277,8 +277,12 @@ impl CoordinateStep {
         gathered: Gathered,
         wait: Option<WaitMeta>,
         mappings: &[MappedTask],
-        vars: PromptVars,
+        mut vars: PromptVars,
     ) -> Result<Outcome, StepError> {
+        let query = format!("{}\n{}", vars["event"], vars["context"]);
+        let (lessons, used) =
+            crate::steps::recall::prompt_lessons(&self.services, &ctx.store, query).await;
+        vars.insert("lessons".into(), lessons);
         let answer = ask::<CoordinateResult>(
             &self.services,
             ctx,
@@ -314,6 +318,7 @@ impl CoordinateStep {
                 agent: Some(super::agent_call::usage_meta(&answer)),
                 ..CoordinateSpanMeta::decided(decision, DecidedBy::Agent)
             })
+            .with_meta_record(&used)
             .then(action),
         ))
     }

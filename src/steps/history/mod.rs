@@ -18,6 +18,7 @@
 mod decisions;
 mod deps;
 mod failures;
+mod lessons;
 mod reviews;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -33,6 +34,10 @@ pub use failures::{
     conflict_unchanged, environment_failed, environment_failure, failed_runs, failed_workflow,
     last_errored_run, last_failure, last_unsuccessful, latest_conflict, refused_for_secrets,
     tampered_span,
+};
+pub use lessons::{
+    failed_despite_lessons, gate_fixes, review_fixes, trusted_author, FailedDespite, GateFix,
+    ReviewFix,
 };
 pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};
 pub use threads::{

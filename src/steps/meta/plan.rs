@@ -36,6 +36,9 @@ pub struct PlanSpanMeta {
     pub tasks: Option<Vec<PlannedTask>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<crate::store::AgentMeta>,
+    /// The lessons of rover's memory the prompt was given.
+    #[serde(flatten)]
+    pub lessons: super::LessonsSpanMeta,
 }
 
 impl PlanSpanMeta {

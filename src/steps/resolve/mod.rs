@@ -23,6 +23,7 @@ use super::meta::{CorrectiveRuns, ResolveMeta, ResolveSpanMeta};
 use super::Services;
 use crate::agents::{untrusted_block, AgentStep, PromptVars, ResolveDecision, ResolveResult};
 use crate::orchestrator::{Outcome, Readiness, Step, StepContext, StepError};
+use crate::steps::recall::recorded;
 use crate::store::blocking;
 use crate::store::{AgentMeta, PendingAction, StepKind, StepRun, TaskMapping, TraceView};
 
@@ -194,6 +195,13 @@ impl Step for ResolveStep {
         vars.insert("errors".into(), render_errors(view));
         vars.insert("changes".into(), self.changes(task.as_ref()).await);
         vars.insert("retries".into(), retries.prompt());
+        let query = format!(
+            "{}\n{}\n{}",
+            view.index.event, vars["trace"], vars["errors"]
+        );
+        let (lessons, used) =
+            crate::steps::recall::prompt_lessons(&self.services, &ctx.store, query).await;
+        vars.insert("lessons".into(), lessons);
         let dir = agent_call::host_workdir_path(&ctx.store);
         let answer = agent_call::ask::<ResolveResult>(
             &self.services,
@@ -214,7 +222,10 @@ impl Step for ResolveStep {
                 agent: Some(usage),
                 ..span_meta
             };
-            return Ok(Outcome::Finished(finished.with_meta_record(&span_meta)));
+            return recorded(
+                Ok(Outcome::Finished(finished.with_meta_record(&span_meta))),
+                &used,
+            );
         }
         if retries.out()
             && matches!(
@@ -227,7 +238,7 @@ impl Step for ResolveStep {
             span_meta.agent = Some(usage);
             span_meta.agent_decision = Some(result.decision);
             finished = finished.with_meta_record(&span_meta);
-            return Ok(Outcome::Finished(finished));
+            return recorded(Ok(Outcome::Finished(finished)), &used);
         }
         let answered = Answered {
             result,
@@ -235,8 +246,11 @@ impl Step for ResolveStep {
             retries,
             dir,
         };
-        self.decided(ctx, run, &state, task.as_ref(), answered)
-            .await
+        recorded(
+            self.decided(ctx, run, &state, task.as_ref(), answered)
+                .await,
+            &used,
+        )
     }
 }
 

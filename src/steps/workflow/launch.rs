@@ -75,7 +75,7 @@ impl WorkflowStep {
                 return Self::not_started(ctx, &forked.task, &forked.prepared.path, error).await
             }
         };
-        let request = self.workflow_request(&meta, &deps, &forked).await?;
+        let (request, lessons) = self.workflow_request(ctx, &meta, &deps, &forked).await?;
         let spec = self
             .agent_spec(ctx, run, &ws, &forked, &environment.image)
             .await?;
@@ -83,7 +83,7 @@ impl WorkflowStep {
             .start_run(ctx, sandbox, &mut forked.task, request, spec)
             .await?;
         Ok(Outcome::Detached {
-            meta: detached_meta(&forked, merged_in, launched, environment),
+            meta: detached_meta(&forked, merged_in, launched, environment, lessons),
         })
     }
 
@@ -183,19 +183,39 @@ impl WorkflowStep {
     /// The workflow agent's request: its prompt from the task, its dependencies' reports and
     /// the pull request under review; custom instructions come from the default branch, never
     /// from the worktree (an earlier run could have planted some there).
+    /// The lessons of rover's memory relevant to the task go last, in an untrusted block
+    /// (their ids are returned for the span).
     async fn workflow_request(
         &self,
+        ctx: &StepContext,
         meta: &WorkflowMeta,
         deps: &Deps,
         forked: &ForkedTask,
-    ) -> Result<agents::AgentRequest, StepError> {
+    ) -> Result<(agents::AgentRequest, Vec<String>), StepError> {
         let mut vars = Self::prompt_vars(meta, &deps.done);
+        let query = format!(
+            "{}\n{}\n{}\n{}",
+            meta.title,
+            meta.description,
+            meta.acceptance_criteria.join("\n"),
+            meta.instructions.as_deref().unwrap_or_default()
+        );
+        let lessons = crate::steps::recall::lessons_for(&self.services, &ctx.store, query).await;
         if let Some(review) = forked.fresh.as_ref().and_then(|f| f.review.as_ref()) {
             let text = vars.entry("instructions".to_owned()).or_default();
             if text == "(none)" {
                 text.clear();
             }
             text.push_str(&review.prompt());
+        }
+        if let Some(section) = crate::memory::render(&lessons) {
+            let text = vars.entry("instructions".to_owned()).or_default();
+            if text == "(none)" {
+                text.clear();
+            } else {
+                text.push_str("\n\n");
+            }
+            text.push_str(&section);
         }
         let custom = crate::steps::agent_call::custom_instructions(&self.services).await;
         let mut request = agents::step_request(
@@ -209,7 +229,7 @@ impl WorkflowStep {
         .map_err(|e| StepError::from_error(&e, false))?;
         crate::steps::agent_call::hide_held_secrets(&self.services.redactor, &mut request);
         request.schema = Some(agents::schema_for::<WorkflowResult>());
-        Ok(request)
+        Ok((request, lessons.ids()))
     }
 
     /// A task whose worktree is ready but whose branches could not be merged: its mapping is
@@ -258,9 +278,10 @@ fn detached_meta(
     merged_in: Option<(String, Vec<String>)>,
     launched: Launched,
     environment: EnvironmentMeta,
+    lessons: Vec<String>,
 ) -> crate::store::Meta {
     let fresh = forked.fresh.as_ref();
-    WorkflowSpanMeta {
+    let mut meta = WorkflowSpanMeta {
         task_id: Some(forked.task.mapping.task_id.clone()),
         branch_name: Some(forked.task.mapping.branch_name.clone()),
         worktree_path: Some(forked.prepared.path.clone()),
@@ -286,5 +307,9 @@ fn detached_meta(
         environment: Some(environment),
         ..WorkflowSpanMeta::default()
     }
-    .to_meta()
+    .to_meta();
+    meta.extend(crate::store::to_meta(
+        &crate::steps::meta::LessonsSpanMeta { lessons },
+    ));
+    meta
 }

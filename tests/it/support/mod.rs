@@ -22,6 +22,7 @@ pub mod fake_server;
 pub mod flood;
 pub mod git_http;
 pub mod gitrepo;
+pub mod lessons;
 pub mod local;
 pub mod orch;
 pub mod otlp;

@@ -1,0 +1,214 @@
+//! rover's memory end to end (docs/memory.md): the real binary, the fake GitHub, the fake agent
+//! and a real Docker engine, on a repository whose tests need a generation step first (its
+//! `make` is a shell script: the sandbox image carries no make). The first issue's workflow
+//! fails its gate, the resolver iterates with the generation step and the gate passes: a lesson
+//! is filed with that evidence. The second, similar issue's workflow prompt carries it inside
+//! an untrusted block and its gate passes on the first try; with memory off it fails again.
+
+use serde_json::{json, Value};
+
+use crate::support::env::stdout;
+use crate::support::lessons::{fix, generated_tests, widget_issue, workflow_statuses};
+use crate::support::scenario::Scenario;
+
+/// The prompt the first workflow run of `trace` was given (its agent wrote it into the
+/// worktree, committed on the task's branch).
+fn workflow_prompt(trace: &rover::store::TraceView) -> String {
+    let workflow = trace
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow" && sp.action_id.is_some())
+        .unwrap();
+    let worktree = workflow.meta["worktreePath"].as_str().unwrap();
+    std::fs::read_to_string(std::path::Path::new(worktree).join("prompt.txt"))
+        .unwrap_or_else(|e| panic!("the prompt in {worktree}: {e}"))
+}
+
+fn memory_json(s: &Scenario, args: &[&str]) -> Value {
+    let mut all = vec!["autopilot", "memory"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let out = s.env.command(&all).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
+#[tokio::test]
+async fn a_gate_fixed_by_the_resolver_is_learned_and_the_next_similar_issue_passes_first_try() {
+    let marker = tempfile::tempdir().unwrap().path().join("pwned");
+    let mut s = generated_tests(json!({}), &fix(&marker)).await;
+    let first = widget_issue(&mut s, 41, "a").await;
+    assert_eq!(
+        workflow_statuses(&first),
+        ["failed", "completed"],
+        "{:?}",
+        crate::support::scenario::chain(&first)
+    );
+
+    // One lesson, with the trace's evidence: the failed run, the iterate, the passing run.
+    let lessons = memory_json(&s, &["list"]);
+    let lessons = lessons.as_array().unwrap();
+    assert_eq!(lessons.len(), 1, "{lessons:#?}");
+    let lesson = &lessons[0];
+    assert_eq!(lesson["kind"], "gate");
+    assert_eq!(lesson["concerns"], json!(["/bin/sh make test"]));
+    let evidence = &lesson["evidence"][0];
+    assert_eq!(evidence["traceId"], first.trace_id().to_string());
+    assert_eq!(evidence["command"], json!(["/bin/sh", "make", "test"]));
+    assert_eq!(evidence["exitCodes"], json!([2, 0]));
+    let spans: Vec<String> = first
+        .spans
+        .iter()
+        .filter(|sp| matches!(sp.step.as_str(), "workflow" | "resolve") && sp.action_id.is_some())
+        .map(|sp| sp.id.to_string())
+        .collect();
+    for id in evidence["spanIds"].as_array().unwrap() {
+        assert!(
+            spans.contains(&id.as_str().unwrap().to_owned()),
+            "{id} in {spans:?}"
+        );
+    }
+    let id = lesson["id"].as_str().unwrap().to_owned();
+
+    // The second issue: its workflow prompt holds the lesson inside an untrusted block, and its
+    // gate passes on the first try.
+    let second = widget_issue(&mut s, 42, "b").await;
+    assert_eq!(
+        workflow_statuses(&second),
+        ["completed"],
+        "{:?}",
+        crate::support::scenario::chain(&second)
+    );
+    let prompt = workflow_prompt(&second);
+    assert!(prompt.contains("## Task: Add widget b"), "{prompt}");
+    let open = prompt
+        .find("<untrusted-data id=\"")
+        .and_then(|_| prompt.find("rover's memory of earlier traces"))
+        .expect("a memory block");
+    let lesson_at = prompt.find("sh make gen").unwrap();
+    let curl_at = prompt.find(&marker.display().to_string()).unwrap();
+    let close = prompt[open..].find("</untrusted-data id=").unwrap() + open;
+    assert!(open < lesson_at && lesson_at < close, "{prompt}");
+    assert!(open < curl_at && curl_at < close, "{prompt}");
+    // The span records the lesson it was given, and `trace` shows it.
+    let workflow = second
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "workflow" && sp.action_id.is_some())
+        .unwrap();
+    assert_eq!(workflow.meta["lessons"], json!([id]));
+    let out = s
+        .env
+        .command(&["autopilot", "trace", &second.trace_id().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains(&format!("lessons given: {id}")),
+        "{}",
+        stdout(&out)
+    );
+    // The planner was given it too, and a replay of the trace gives the replayed plan and
+    // coordinate the same lessons (recorded as a world read): nothing diverges.
+    let plan = second
+        .spans
+        .iter()
+        .find(|sp| sp.step.as_str() == "plan")
+        .unwrap();
+    assert_eq!(plan.meta["lessons"], json!([id]));
+    let replay = s
+        .env
+        .command(&["autopilot", "replay", &second.trace_id().to_string()])
+        .current_dir(&s.checkout)
+        .output()
+        .unwrap();
+    assert_eq!(replay.status.code(), Some(0), "{}", stdout(&replay));
+    // Nothing ran the attacker's line on the host.
+    assert!(!marker.exists());
+
+    // A person forgets it: gone from the book.
+    let forgotten = memory_json(&s, &["forget", &id[..6]]);
+    assert_eq!(forgotten["forgotten"]["id"], id);
+    assert_eq!(memory_json(&s, &["list"]), json!([]));
+}
+
+#[tokio::test]
+async fn with_memory_off_the_second_similar_issue_fails_its_first_gate_again() {
+    let marker = tempfile::tempdir().unwrap().path().join("pwned");
+    let mut s = generated_tests(json!({"enabled": false}), &fix(&marker)).await;
+    let first = widget_issue(&mut s, 41, "a").await;
+    assert_eq!(workflow_statuses(&first), ["failed", "completed"]);
+    let second = widget_issue(&mut s, 42, "b").await;
+    assert_eq!(workflow_statuses(&second), ["failed", "completed"]);
+    assert_eq!(memory_json(&s, &["list"]), json!([]));
+    assert!(!workflow_prompt(&second).contains("rover's memory of earlier traces"));
+}
+
+/// A book of two lessons written as rover writes it, in `env`'s store.
+fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
+    use rover::memory::{Evidence, LessonBook, LessonKind, NewLesson};
+    let store = env.store();
+    let lesson = |command: &str| NewLesson {
+        kind: LessonKind::Gate,
+        statement: format!("The required gate `{command}` failed; it passed after this fix: x"),
+        concerns: vec![command.to_owned()],
+        topic: "Add widget".into(),
+        evidence: Evidence {
+            trace_id: uuid::Uuid::new_v4(),
+            span_ids: vec![uuid::Uuid::new_v4()],
+            command: command.split(' ').map(str::to_owned).collect(),
+            exit_codes: vec![2, 0],
+            at: chrono::Utc::now(),
+        },
+    };
+    LessonBook::update(&store, |b| {
+        b.learn(lesson("make test"), 200);
+        b.learn(lesson("make lint"), 200);
+    })
+    .unwrap();
+    let book = LessonBook::load(&store).unwrap();
+    (book.lessons[0].id.clone(), book.lessons[1].id.clone())
+}
+
+#[test]
+fn memory_lists_shows_pins_and_forgets_and_names_a_torn_file() {
+    let env = crate::support::env::TestEnv::new();
+    let (test, lint) = seeded_book(&env);
+    let run = |args: &[&str]| {
+        let mut all = vec!["autopilot", "memory"];
+        all.extend_from_slice(args);
+        env.command(&all).output().unwrap()
+    };
+    let list = stdout(&run(&[]));
+    assert!(list.contains(&test) && list.contains(&lint), "{list}");
+    assert!(list.contains("make test"), "{list}");
+    let shown = stdout(&run(&["show", &test]));
+    assert!(
+        shown.contains("command make test (exit codes 2 then 0)"),
+        "{shown}"
+    );
+    let pinned: Value = serde_json::from_str(&stdout(&run(&["pin", &lint, "--json"]))).unwrap();
+    assert_eq!(pinned, json!({"id": lint, "pinned": true}));
+    let forgotten = run(&["forget", &test]);
+    assert!(forgotten.status.success());
+    let left: Value = serde_json::from_str(&stdout(&run(&["list", "--json"]))).unwrap();
+    assert_eq!(left.as_array().unwrap().len(), 1);
+    assert_eq!(left[0]["id"], lint);
+    assert_eq!(left[0]["pinned"], true);
+    // An id that matches nothing: not found.
+    assert_eq!(run(&["show", "l-zzzz"]).status.code(), Some(66));
+    // A torn file: named, kept aside, exit 65, nothing overwritten.
+    let path = rover::memory::LessonBook::path(&env.store());
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, &text[..text.len() / 2]).unwrap();
+    let out = run(&["forget", &lint]);
+    assert_eq!(out.status.code(), Some(65));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains("lessons.json") && err.contains("moved aside"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text[..text.len() / 2]
+    );
+}
