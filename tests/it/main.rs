@@ -17,6 +17,7 @@ mod cluster {
 mod collect;
 mod contributor_prs;
 mod daemon;
+mod dashboard;
 mod demo;
 mod engine_gc;
 mod environments;
