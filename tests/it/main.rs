@@ -18,6 +18,7 @@ mod collect;
 mod contributor_prs;
 mod daemon;
 mod dashboard;
+mod dashboard_browser;
 mod demo;
 mod engine_gc;
 mod environments;

@@ -110,7 +110,7 @@ fn header(dash: &Dash, repo: &str, view: &TraceView, now: DateTime<Utc>, out: &m
     let _ = write!(
         out,
         "<dt>duration</dt><dd>{}{}</dd><dt>spans</dt><dd>{} spans, {} actions, {} pending</dd>\
-         <dt>spend</dt><dd id=\"spend\">{} in {} agent call(s) ({} in, {} out)</dd>",
+         <dt>spend</dt><dd id=\"spend\">{} in {} agent call(s) ({} tokens in, {} out)</dd>",
         human_duration(view.index.created_at, end_of(view, now)),
         if outcome == TraceOutcome::Running {
             " so far"
@@ -201,7 +201,12 @@ fn waterfall(view: &TraceView, order: &[(&Span, usize)], now: DateTime<Utc>, out
         let _ = write!(
             out,
             "<line class=\"tick\" x1=\"{tx:.1}\" x2=\"{tx:.1}\" y1=\"{AXIS_H}\" y2=\"{height}\"/>\
-             <text class=\"axis\" x=\"{tx:.1}\" y=\"14\">{}</text>",
+             <text class=\"axis\" x=\"{tx:.1}\" y=\"14\" text-anchor=\"{}\">{}</text>",
+            match i {
+                0 => "start",
+                4 => "end",
+                _ => "middle",
+            },
             human_duration(t0, t0 + chrono::Duration::milliseconds(ms))
         );
     }
