@@ -462,3 +462,54 @@ fn cancel_from_the_page_needs_actions_allowed_and_the_csrf_token() {
         view.pending
     );
 }
+
+#[test]
+fn start_dashboard_serves_the_same_pages_beside_the_daemon_and_refuses_before_it_starts() {
+    let env = TestEnv::new();
+    env.repo();
+    let store = env.store();
+    let hostile = hostile_trace(&store);
+    // Refused before the daemon takes the project: no token for an address other than loopback.
+    let out = env
+        .command(&["autopilot", "start", "--local", "--dashboard", "0.0.0.0:0"])
+        .env_remove("ROVER_DASHBOARD_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ROVER_DASHBOARD_TOKEN"));
+    assert!(store.daemon_pid().is_none());
+
+    let mut child = env
+        .command(&["autopilot", "start", "--local", "--dashboard", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let banner = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("dashboard on "))
+        .expect("the dashboard's address");
+    let addr: SocketAddr = banner
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap();
+    let dash = Dashboard { child, addr };
+    let start = Instant::now();
+    let now = loop {
+        let now = dash.get("/", &[]);
+        if now.body.contains("daemon running (pid") {
+            break now;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{}", now.body);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(now.status, 200);
+    let list = dash.get("/traces", &[]);
+    assert!(list.body.contains(&format!("data-trace=\"{hostile}\"")));
+    let page = dash.get(&format!("/trace/{hostile}"), &[]);
+    assert!(page.body.contains("<td class=\"cost\">$0.0421</td>"));
+}
