@@ -475,12 +475,23 @@ fn start_dashboard_serves_the_same_pages_beside_the_daemon_and_refuses_before_it
         .env_remove("ROVER_DASHBOARD_TOKEN")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(78), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(78),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("ROVER_DASHBOARD_TOKEN"));
     assert!(store.daemon_pid().is_none());
 
     let mut child = env
-        .command(&["autopilot", "start", "--local", "--dashboard", "127.0.0.1:0"])
+        .command(&[
+            "autopilot",
+            "start",
+            "--local",
+            "--dashboard",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -512,4 +523,115 @@ fn start_dashboard_serves_the_same_pages_beside_the_daemon_and_refuses_before_it
     assert!(list.body.contains(&format!("data-trace=\"{hostile}\"")));
     let page = dash.get(&format!("/trace/{hostile}"), &[]);
     assert!(page.body.contains("<td class=\"cost\">$0.0421</td>"));
+}
+
+/// A trace that opened a pull request 90 s after its event and merged it.
+fn merged_trace(store: &AutopilotStore) {
+    let mut gen = Gen::new(31);
+    let mut t = TraceWriter::start(
+        store,
+        &mut gen,
+        86_400_000,
+        "IssuesEvent opened #50 by bob: CSV",
+    );
+    let a = t.act(t.trace_id, StepKind::Workflow, "do it", json!({}));
+    let w = t.run(
+        &a,
+        89_000,
+        SpanStatus::Completed,
+        "done",
+        json!({"agent": {"costUsd": 0.5, "inputTokens": 1000, "outputTokens": 100}}),
+    );
+    let p = t.act(w.id, StepKind::Push, "push", json!({}));
+    let pushed = t.run(
+        &p,
+        994,
+        SpanStatus::Completed,
+        "opened #51",
+        json!({"prCreated": true, "prNumber": 51, "prUrl": "https://github.com/o/w/pull/51"}),
+    );
+    let m = t.act(pushed.id, StepKind::Merge, "merge", json!({}));
+    let merged = t.run(
+        &m,
+        500,
+        SpanStatus::Completed,
+        "merged",
+        json!({"mergeOutcome": "merged", "prNumber": 51}),
+    );
+    let n = t.act(merged.id, StepKind::Notify, "say so", json!({}));
+    t.run(&n, 100, SpanStatus::Completed, "answered", json!({}));
+}
+
+#[test]
+fn outcomes_count_what_the_store_holds() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let example = example_store(&store);
+    let hostile = hostile_trace(&store);
+    merged_trace(&store);
+    let dash = Dashboard::start(&env, &[], &[]);
+    let page = dash.get("/outcomes", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let row = |table: &str, key: &str| -> Vec<String> {
+        let at = page.body.find(&format!("id=\"{table}\"")).expect(table);
+        let rest = &page.body[at..];
+        let at = rest
+            .find(&format!("<tr data-key=\"{key}\">"))
+            .unwrap_or_else(|| panic!("{table} {key}"));
+        let rest = &rest[at..rest[at..].find("</tr>").unwrap() + at];
+        rest.split("<td>")
+            .skip(1)
+            .map(|c| c.trim_end_matches("</td>").to_owned())
+            .collect()
+    };
+    // The store's own figures: the two traces of 2026-11-20 and the one of the next day.
+    let cost = |id| rover::budget::trace_usage(&store.load_trace(id).unwrap());
+    let day1 = cost(example).cost_usd + cost(hostile).cost_usd;
+    assert_eq!(
+        row("days", "2026-11-20"),
+        [
+            "2026-11-20",
+            "2",
+            "1",
+            "0",
+            "0",
+            "1",
+            "0",
+            "0",
+            "—",
+            "—",
+            "0.50",
+            &rover::budget::usd(day1),
+            "1500"
+        ]
+    );
+    assert_eq!(
+        row("days", "2026-11-21"),
+        [
+            "2026-11-21",
+            "1",
+            "1",
+            "0",
+            "0",
+            "0",
+            "1",
+            "1",
+            "1m 30s",
+            "1m 30s",
+            "0.00",
+            "$0.5000",
+            "1100"
+        ]
+    );
+    let week = row("weeks", "2026-W47");
+    assert_eq!(&week[1..4], ["3", "2", "0"]);
+    assert_eq!(
+        row("steps", "coordinate"),
+        ["coordinate", "1", "$0.0421", "1200", "300"]
+    );
+    assert_eq!(
+        row("steps", "workflow"),
+        ["workflow", "1", "$0.5000", "1000", "100"]
+    );
+    assert!(page.body.contains("id=\"outcome-chart\"") && page.body.contains("id=\"step-chart\""));
 }

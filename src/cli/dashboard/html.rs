@@ -43,7 +43,11 @@ pub fn iso(t: DateTime<Utc>) -> String {
 }
 
 /// The pages in the navigation bar: path and title.
-const NAV: &[(&str, &str)] = &[("/", "Now"), ("/traces", "Traces")];
+const NAV: &[(&str, &str)] = &[
+    ("/", "Now"),
+    ("/traces", "Traces"),
+    ("/outcomes", "Outcomes"),
+];
 
 /// A whole page: `title`, the navigation with `current` marked, and `body` (already HTML).
 /// Styles and script come from `/assets/` only: the content security policy allows nothing

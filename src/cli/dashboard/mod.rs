@@ -4,7 +4,7 @@
 //! (`sources.rs`: the project's store, or every repository of the daemon file as
 //! `cli::fleet_stores` reads them). Pages: Now (`now.rs`, live through server-sent events fed by
 //! a watch of the store directories: `live.rs`), Traces (`list.rs`), a trace as a waterfall
-//! (`waterfall.rs`), with `--allow-actions` cancel and retry (`actions.rs`). Who may look and
+//! (`waterfall.rs`), Outcomes and spend (`outcomes.rs`), with `--allow-actions` cancel and retry (`actions.rs`). Who may look and
 //! act: `auth.rs`. See docs/dashboard.md.
 
 mod actions;
@@ -13,6 +13,7 @@ mod html;
 mod list;
 mod live;
 mod now;
+mod outcomes;
 mod sources;
 mod waterfall;
 
@@ -174,6 +175,7 @@ fn router(shared: Shared) -> Router {
         .route("/", get(now::page))
         .route("/live", get(live::stream))
         .route("/traces", get(list::page))
+        .route("/outcomes", get(outcomes::page))
         .route("/trace/{id}", get(waterfall::page))
         .route("/trace/{id}/cancel", post(actions::cancel))
         .route("/trace/{id}/retry", post(actions::retry))
