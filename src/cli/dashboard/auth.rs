@@ -92,8 +92,12 @@ impl Auth {
     pub fn refuses_post(&self, headers: &HeaderMap, csrf: &str) -> Option<&'static str> {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
         if let Some(origin) = headers.get(header::ORIGIN) {
-            let own = host.map(|h| format!("http://{h}"));
-            if own.as_deref() != origin.to_str().ok() {
+            // `https://` too: behind a proxy that terminates TLS and passes the Host on.
+            let own = |scheme: &str| host.map(|h| format!("{scheme}://{h}"));
+            let origin = origin.to_str().ok();
+            if origin.is_none()
+                || (own("http").as_deref() != origin && own("https").as_deref() != origin)
+            {
                 return Some("the form was sent from another origin");
             }
         }
