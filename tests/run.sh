@@ -9,6 +9,8 @@ started=$SECONDS
 if [ -f tests/setup-docker.sh ]; then
   bash tests/setup-docker.sh
 fi
+# Headless chromium and its WebDriver, for the dashboard's browser test.
+bash tests/setup-browser.sh
 # The real claude and codex CLIs (pinned, from npm, cached) for the tests that drive them, and the real
 # sandbox image (docs/sandbox/Dockerfile on a debootstrapped Debian, cached by content hash).
 ROVER_TEST_CLAUDE_BIN="$(bash tests/setup-clis.sh)"

@@ -94,3 +94,6 @@ echo "== the branch rover pushed: $branch"
 git -C "$work/origin.git" log --oneline -n 2 "$branch"
 git -C "$work/origin.git" show "$branch:src/export.sh" | head -6
 echo "== done: everything is under $work (the store is $work/data)"
+echo "== the trace as a timeline, in a browser:"
+echo "   cd $work/widgets && ROVER_DATA_DIR=$ROVER_DATA_DIR $rover autopilot dashboard"
+echo "   then open http://127.0.0.1:8790/trace/$trace"

@@ -3,6 +3,7 @@
 //! 2 usage, 65 corrupt, 66 not found, 70 internal, 75 unavailable, 77 refused, 78 config).
 
 mod budget;
+mod dashboard;
 mod fleet_status;
 mod fleet_stores;
 mod gc;
@@ -102,6 +103,12 @@ pub enum AutopilotCommand {
         /// Serve every repository the daemon file FILE lists (default outside a checkout: ~/.config/rover/daemon.json)
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Also serve the dashboard on ADDR (as `rover autopilot dashboard --addr ADDR`)
+        #[arg(long, value_name = "ADDR")]
+        dashboard: Option<std::net::SocketAddr>,
+        /// With --dashboard: offer cancel and retry on its pages
+        #[arg(long, requires = "dashboard")]
+        dashboard_actions: bool,
     },
     /// List recent events and what became of each: a trace started, a duplicate, or skipped and why
     Events {
@@ -222,6 +229,18 @@ pub enum AutopilotCommand {
         #[arg(long)]
         json: bool,
         /// Every repository of the daemon file FILE, a REPO column first (default outside a checkout: ~/.config/rover/daemon.json)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Serve the dashboard: what runs now, the traces as timelines (docs/dashboard.md)
+    Dashboard {
+        /// Where to listen; an address other than loopback needs ROVER_DASHBOARD_TOKEN
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8790")]
+        addr: std::net::SocketAddr,
+        /// Offer cancel and retry on a trace's page (recorded with `by: dashboard`)
+        #[arg(long)]
+        allow_actions: bool,
+        /// Every repository of the daemon file FILE (default outside a checkout: ~/.config/rover/daemon.json)
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
@@ -400,6 +419,7 @@ impl Args {
             | AutopilotCommand::Cancel { .. }
             | AutopilotCommand::Fail { .. }
             | AutopilotCommand::Retry { .. }
+            | AutopilotCommand::Dashboard { .. }
             | AutopilotCommand::Proxy(_) => false,
         }
     }
@@ -443,16 +463,35 @@ pub fn run(args: Args, out: &mut Output) -> Result<ExitCode, CliError> {
                 webhook,
                 backlog,
                 config,
-            } => start::start(
-                &ctx,
-                ctx.daemon_file(config),
-                crate::daemon::StartOptions {
-                    once,
-                    local,
-                    webhook,
-                    backlog,
-                },
-            ),
+                dashboard,
+                dashboard_actions,
+            } => {
+                let daemon_file = ctx.daemon_file(config);
+                if let Some(addr) = dashboard {
+                    // Bound (or refused) before the daemon starts; served beside it.
+                    let sources = daemon_file
+                        .clone()
+                        .map_or(dashboard::Sources::Project, dashboard::Sources::Fleet);
+                    let prepared = dashboard::prepare(&ctx, addr, dashboard_actions, sources)?;
+                    out.print(&prepared.banner())?;
+                    prepared.spawn();
+                }
+                start::start(
+                    &ctx,
+                    daemon_file,
+                    crate::daemon::StartOptions {
+                        once,
+                        local,
+                        webhook,
+                        backlog,
+                    },
+                )
+            }
+            AutopilotCommand::Dashboard {
+                addr,
+                allow_actions,
+                config,
+            } => dashboard::dashboard(&ctx, out, addr, allow_actions, config),
             AutopilotCommand::Events {
                 limit,
                 json,

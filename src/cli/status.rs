@@ -16,20 +16,20 @@ use crate::trace::{self, short};
 /// How many of the actions that run later `status` shows (the soonest first).
 const LATER_SHOWN: usize = 10;
 
-/// Where the queue stands.
-struct Queue<'a> {
+/// Where the queue stands (also what the dashboard's Now page shows).
+pub(super) struct Queue<'a> {
     state: &'a State,
-    per_step: BTreeMap<String, usize>,
-    dead_letters: Vec<&'a PendingAction>,
-    running: Vec<Span>,
+    pub per_step: BTreeMap<String, usize>,
+    pub dead_letters: Vec<&'a PendingAction>,
+    pub running: Vec<Span>,
     /// A detached run's span stays running while its work is collected: the collections going
     /// on now, each under its run's span.
-    collecting: Vec<Span>,
+    pub collecting: Vec<Span>,
     /// Actions that run later: backed off after an error, or a scheduled re-evaluation (a wait).
-    later: Vec<&'a PendingAction>,
+    pub later: Vec<&'a PendingAction>,
     /// Traces whose pull request waits (its checks, a trusted approval, the merge cap,
     /// GitHub's protection), with what it waits on in the trace's own words.
-    waiting: Vec<(uuid::Uuid, String)>,
+    pub waiting: Vec<(uuid::Uuid, String)>,
     /// Queued actions the daemon could not start yet, with why it said (`waiting.json`: an
     /// agent slot, a step's slots, a budget, unmet dependencies).
     held_back: Vec<(&'a PendingAction, String)>,
@@ -103,7 +103,7 @@ pub fn status(ctx: &Context, out: &mut Output, json: bool) -> Result<ExitCode, C
 }
 
 /// The queue of `state` as it stands `now`, with the spans of its running actions.
-fn queue<'a>(store: &AutopilotStore, state: &'a State, now: DateTime<Utc>) -> Queue<'a> {
+pub(super) fn queue<'a>(store: &AutopilotStore, state: &'a State, now: DateTime<Utc>) -> Queue<'a> {
     let mut queue = Queue {
         state,
         per_step: BTreeMap::new(),

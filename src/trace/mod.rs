@@ -15,7 +15,9 @@ pub use json::{trace_json, traces_json};
 /// Which steps end a trace: the trace layer renders a pipeline it does not define, so whoever
 /// shows a trace says (`steps::kinds::ends_trace`).
 pub type EndsTrace = fn(&crate::store::StepKind) -> bool;
-pub use tree::{render_list, render_tree, Style};
+pub use tree::{
+    error_detail, one_line, render_list, render_tree, span_detail_lines, ErrorDetail, Style,
+};
 
 use chrono::{DateTime, Utc};
 

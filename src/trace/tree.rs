@@ -193,16 +193,7 @@ impl<'a> Renderer<'a> {
         for warning in &run_meta.budget_warnings {
             let _ = writeln!(self.out, "{detail_lead}budget warning: {warning}");
         }
-        self.out.push_str(&super::environment::environment_lines(
-            &span.meta,
-            &detail_lead,
-        ));
-        self.out
-            .push_str(&super::network::network_lines(&span.meta, &detail_lead));
-        self.out
-            .push_str(&super::review::review_lines(span, &detail_lead));
-        self.out
-            .push_str(&super::lessons::lessons_line(&span.meta, &detail_lead));
+        self.out.push_str(&span_detail_lines(span, &detail_lead));
         let n = children.len();
         for (i, child) in children.into_iter().enumerate() {
             let last = i + 1 == n;
@@ -270,51 +261,77 @@ impl<'a> Renderer<'a> {
 
     /// The error of a failed span: message, command, exit code, and the tail of stderr.
     fn error_details(&mut self, span: &Span, lead: &str) {
-        // Older spans may hold the bare message.
-        let Some(error) = ErrorMeta::of_any(span) else {
+        let Some(detail) = error_detail(span) else {
             return;
         };
         let _ = writeln!(
             self.out,
             "{lead}{} {}",
             self.style.paint("31", "error:"),
-            one_line(&error.message)
+            detail.message
         );
-        if let Some(command) = error.detail("command") {
-            let command = match command {
-                Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                other => other.as_str().unwrap_or_default().to_owned(),
-            };
-            let _ = writeln!(self.out, "{lead}command: {command}");
-        }
-        if let Some(code) = error.detail("exitCode").filter(|c| !c.is_null()) {
-            let _ = writeln!(self.out, "{lead}exit code: {code}");
-        }
-        if let Some(stderr) = error
-            .detail("stderr")
-            .and_then(Value::as_str)
-            .filter(|s| !s.trim().is_empty())
-        {
-            let lines: Vec<&str> = stderr.trim_end().lines().collect();
-            let skip = lines.len().saturating_sub(10);
-            let _ = writeln!(
-                self.out,
-                "{lead}stderr{}:",
-                if skip > 0 {
-                    format!(" (last 10 of {} lines)", lines.len())
-                } else {
-                    String::new()
-                }
-            );
-            for line in &lines[skip..] {
-                let _ = writeln!(self.out, "{lead}  {line}");
-            }
+        for line in &detail.lines {
+            let _ = writeln!(self.out, "{lead}{line}");
         }
     }
+}
+
+/// What `trace` prints of a failed span's error: its message on one line, then the command,
+/// the exit code and the last 10 lines of stderr (the dashboard shows the same).
+pub struct ErrorDetail {
+    pub message: String,
+    pub lines: Vec<String>,
+}
+
+/// The error detail of `span`, when it recorded an error (older spans hold the bare message).
+pub fn error_detail(span: &Span) -> Option<ErrorDetail> {
+    let error = ErrorMeta::of_any(span)?;
+    let mut lines = Vec::new();
+    if let Some(command) = error.detail("command") {
+        let command = match command {
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+            other => other.as_str().unwrap_or_default().to_owned(),
+        };
+        lines.push(format!("command: {command}"));
+    }
+    if let Some(code) = error.detail("exitCode").filter(|c| !c.is_null()) {
+        lines.push(format!("exit code: {code}"));
+    }
+    if let Some(stderr) = error
+        .detail("stderr")
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+    {
+        let all: Vec<&str> = stderr.trim_end().lines().collect();
+        let skip = all.len().saturating_sub(10);
+        lines.push(format!(
+            "stderr{}:",
+            if skip > 0 {
+                format!(" (last 10 of {} lines)", all.len())
+            } else {
+                String::new()
+            }
+        ));
+        lines.extend(all[skip..].iter().map(|line| format!("  {line}")));
+    }
+    Some(ErrorDetail {
+        message: one_line(&error.message),
+        lines,
+    })
+}
+
+/// What `trace` prints under a span besides its error: the environment build, the network
+/// ledger and the review's verdicts, each line starting with `lead`.
+pub fn span_detail_lines(span: &Span, lead: &str) -> String {
+    let mut out = super::environment::environment_lines(&span.meta, lead);
+    out.push_str(&super::network::network_lines(&span.meta, lead));
+    out.push_str(&super::review::review_lines(span, lead));
+    out.push_str(&super::lessons::lessons_line(&span.meta, lead));
+    out
 }
 
 fn children<'v>(view: &'v TraceView, span: &Span) -> Vec<Child<'v>> {
@@ -341,7 +358,7 @@ enum Child<'a> {
 /// The first line of `text`, at most 160 characters, without control characters: a summary
 /// can quote a model's or a container's words, and no escape sequence of theirs reaches the
 /// terminal.
-pub(super) fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or_default();
     let printable: Vec<char> = line.chars().filter(|c| !c.is_control()).collect();
     let mut out: String = printable.iter().take(160).collect();

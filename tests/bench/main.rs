@@ -13,6 +13,7 @@
 
 mod agents;
 mod cold;
+mod dashboard;
 mod e2e;
 mod fleet;
 mod memory;
@@ -51,6 +52,9 @@ fn main() {
     let mut floor = None;
     if wants("store") {
         floor = Some(store::run());
+    }
+    if wants("dashboard") {
+        dashboard::run();
     }
     if wants("cold") {
         cold::run();

@@ -186,11 +186,14 @@ fn queue_depth(dir: &Path) {
     );
 }
 
+/// The project id of the big store.
+pub const BIG_STORE: &str = "bench-traces";
+const TRACES: usize = 20_000;
+
 /// A store of 100,000 spans across 20,000 traces (5 spans and 4 actions each), written with
-/// plain writes (the fixture, not the subject), then `trace <id>` by full id and by prefix.
-fn trace_lookup(dir: &Path) {
-    const TRACES: usize = 20_000;
-    let store = AutopilotStore::open(dir, "bench-traces").unwrap();
+/// plain writes (the fixture, not the subject); each trace's root and last span ids.
+pub fn big_store(dir: &Path) -> (AutopilotStore, Vec<(Uuid, Uuid)>) {
+    let store = AutopilotStore::open(dir, BIG_STORE).unwrap();
     let t0 = Utc::now() - Duration::days(30);
     let start = Instant::now();
     let mut ids = Vec::new();
@@ -238,6 +241,12 @@ fn trace_lookup(dir: &Path) {
         TRACES * 4,
         start.elapsed().as_secs_f64()
     );
+    (store, ids)
+}
+
+/// `trace <id>` by full id and by prefix on the big store.
+fn trace_lookup(dir: &Path) {
+    let (store, ids) = big_store(dir);
 
     // The library call, warm.
     let mut samples = Vec::new();
@@ -274,7 +283,7 @@ fn trace_lookup(dir: &Path) {
         for _ in 0..15 {
             let t = Instant::now();
             let out = Command::new(bin)
-                .args(["autopilot", "trace", &arg, "--project-id", "bench-traces"])
+                .args(["autopilot", "trace", &arg, "--project-id", BIG_STORE])
                 .env("ROVER_DATA_DIR", dir)
                 .output()
                 .unwrap();
@@ -294,7 +303,7 @@ fn trace_lookup(dir: &Path) {
     }
 }
 
-fn write<T: serde::Serialize>(path: &Path, value: &T) {
+pub fn write<T: serde::Serialize>(path: &Path, value: &T) {
     if let Some(id) = path
         .file_stem()
         .and_then(|s| s.to_str())

@@ -17,6 +17,8 @@ mod cluster {
 mod collect;
 mod contributor_prs;
 mod daemon;
+mod dashboard;
+mod dashboard_browser;
 mod demo;
 mod engine_gc;
 mod environments;
