@@ -233,11 +233,12 @@ async fn a_person_sees_live_runs_timelines_filters_and_hostile_text_as_text_and_
         &format!("return document.querySelector('{row}') !== null"),
     )
     .await;
+    // Read in one script: a live update may replace the row between a find and a read.
     let step = c
-        .find(Locator::Css(&format!("{row} td.step")))
-        .await
-        .unwrap()
-        .text()
+        .execute(
+            &format!("return document.querySelector('{row} td.step').textContent.trim()"),
+            vec![],
+        )
         .await
         .unwrap();
     assert_eq!(step, "workflow");
