@@ -88,7 +88,13 @@ fn exchange(addr: SocketAddr, method: &str, path: &str, headers: &[&str], body: 
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|h| h.to_ascii_lowercase().starts_with("host:"))
+    {
+        let _ = write!(req, "Host: {addr}\r\n");
+    }
     for h in headers {
         req.push_str(h);
         req.push_str("\r\n");
@@ -150,6 +156,18 @@ fn every_page_shows_the_store_and_escapes_what_events_and_agents_wrote() {
 
     let now = dash.get("/", &[]);
     assert_eq!(now.status, 200, "{}", now.body);
+    // Another site's name rebound to 127.0.0.1 (DNS rebinding) reads nothing, by any name
+    // that is not loopback's; `localhost` is answered.
+    for path in ["/", "/traces", &format!("/trace/{hostile}")] {
+        let rebound = dash.get(path, &["Host: rebind.attacker.example:8790"]);
+        assert_eq!(rebound.status, 403, "{path}: {}", rebound.body);
+        assert!(!rebound.body.contains("csrf"), "{}", rebound.body);
+    }
+    let port = dash.addr.port();
+    assert_eq!(
+        dash.get("/", &[&format!("Host: localhost:{port}")]).status,
+        200
+    );
     let csp = now.header("content-security-policy").expect("a CSP");
     assert!(
         csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),

@@ -125,8 +125,41 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v)
 }
 
+/// Whether `host` (a `Host` header) names this machine's loopback: `localhost` (or a name under
+/// it), an address of 127.0.0.0/8 or `[::1]`, with any port.
+pub fn names_loopback(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Every page but the login form and the assets: 401 with the login form without the token.
+/// Without a token (loopback only), a request must name loopback as its host: a page of
+/// another site that rebinds its name to 127.0.0.1 (DNS rebinding) is refused, so it can
+/// neither read the traces nor take the form's CSRF token.
 pub async fn guard(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    if shared.auth.token.is_none() {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        if !names_loopback(host) {
+            return (
+                StatusCode::FORBIDDEN,
+                "this dashboard answers only to a loopback host name (localhost, 127.0.0.1, [::1]); set ROVER_DASHBOARD_TOKEN to reach it by another name\n",
+            )
+                .into_response();
+        }
+    }
     let path = request.uri().path();
     if path == "/login" || path.starts_with("/assets/") || shared.auth.admits(request.headers()) {
         return next.run(request).await;
@@ -186,6 +219,34 @@ pub async fn login(State(shared): State<Shared>, axum::Form(form): axum::Form<Lo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_loopback_host_name_is_loopback() {
+        for host in [
+            "127.0.0.1:8790",
+            "127.0.0.1",
+            "127.1.2.3:80",
+            "localhost:8790",
+            "LOCALHOST",
+            "app.localhost:1",
+            "[::1]:8790",
+            "[::1]",
+            "localhost.:8790",
+        ] {
+            assert!(names_loopback(host), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example:8790",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example:8790",
+            "10.0.0.1:8790",
+            "[::2]:8790",
+            "0.0.0.0:8790",
+        ] {
+            assert!(!names_loopback(host), "{host}");
+        }
+    }
 
     #[test]
     fn the_token_admits_as_bearer_or_as_the_session_cookie_and_nothing_else_does() {
