@@ -400,8 +400,12 @@ const START_GRACE: Duration = Duration::from_secs(15);
 impl Fleet {
     /// The agent slots wait (at most [`START_GRACE`]) for `repos` to offer their work once, so
     /// the repositories that come up first do not take every slot; the board is woken when the
-    /// grace has passed.
+    /// grace has passed. Not with `--once`: a pass ends when its drain is idle, and a run held
+    /// back for the others would wait for the next pass.
     pub(super) fn expect_at_start(&self, repos: Vec<String>) {
+        if self.options.once {
+            return;
+        }
         self.slots.expect(repos, START_GRACE);
         let (slots, stop) = (self.slots.clone(), self.shutdown.clone());
         tokio::spawn(async move {
