@@ -36,6 +36,25 @@ fn store_of(env: &TestEnv, home: &Path, name: &str) -> Option<AutopilotStore> {
     AutopilotStore::open(&env.path().join("data"), &id).ok()
 }
 
+/// Removes what each served repository's sandbox proxy left (its server, relays and run
+/// networks) when dropped: the test's daemon is killed, and a killed daemon's proxy outlives it
+/// by design until a `gc` finds its store gone.
+struct Proxies<'a> {
+    env: &'a TestEnv,
+    home: &'a Path,
+}
+
+impl Drop for Proxies<'_> {
+    fn drop(&mut self) {
+        let now = standing(self.env, self.home);
+        for repo in now.as_object().into_iter().flat_map(|m| m.values()) {
+            if let Some(project) = repo["projectId"].as_str() {
+                crate::support::docker::remove_proxy(project);
+            }
+        }
+    }
+}
+
 fn traces(store: &AutopilotStore) -> Vec<TraceView> {
     store
         .recent_traces(100)
@@ -103,6 +122,11 @@ async fn a_daemon_wide_stop_crossed_by_one_repositorys_agent_refuses_its_next_re
         "ROVER_CLAUDE_BIN",
         crate::proof::escape::real_claude().display().to_string(),
     );
+    // Declared before the daemon: dropped after it is killed.
+    let _proxies = Proxies {
+        env: &env,
+        home: &home,
+    };
     let _daemon = Daemon(
         cmd.stdout(log.try_clone().unwrap())
             .stderr(log)
