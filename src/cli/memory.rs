@@ -114,7 +114,11 @@ fn act(
             if json {
                 out.json(&serde_json::json!({ "forgotten": lesson }))?;
             } else {
-                out.print(&format!("forgot {}: {}\n", lesson.id, lesson.statement))?;
+                out.print(&format!(
+                    "forgot {}: {}\n",
+                    lesson.id,
+                    printable(&lesson.statement)
+                ))?;
             }
         }
         MemoryCommand::Pin { id, unpin } => {
@@ -164,7 +168,7 @@ fn print_list(
             || "never".to_owned(),
             |t| t.format("%Y-%m-%d %H:%M").to_string(),
         );
-        let statement: String = l.statement.chars().take(100).collect();
+        let statement: String = printable(&l.statement).chars().take(100).collect();
         let _ = writeln!(
             text,
             "{:<13} {:<14} {:>6}  {:>6}  {:<6}  {:<16}  {}",
@@ -174,7 +178,7 @@ fn print_list(
             l.evidence.len(),
             if l.pinned { "yes" } else { "" },
             used,
-            statement.replace('\n', " ")
+            statement
         );
     }
     match repos {
@@ -183,14 +187,22 @@ fn print_list(
     }
 }
 
+/// `text` with every control character a space: a lesson's words come from a resolver's answer
+/// or a trace's commands, and no escape sequence of theirs reaches the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// `show`'s text: the lesson and each piece of evidence.
 fn details(l: &Lesson) -> String {
     let mut text = String::new();
     let _ = writeln!(text, "lesson     {}", l.id);
     let _ = writeln!(text, "kind       {}", l.kind.as_str());
-    let _ = writeln!(text, "statement  {}", l.statement);
-    let _ = writeln!(text, "concerns   {}", l.concerns.join(", "));
-    let _ = writeln!(text, "learned on {}", l.topics.join("; "));
+    let _ = writeln!(text, "statement  {}", printable(&l.statement));
+    let _ = writeln!(text, "concerns   {}", printable(&l.concerns.join(", ")));
+    let _ = writeln!(text, "learned on {}", printable(&l.topics.join("; ")));
     let _ = writeln!(
         text,
         "weight     {} ({} trace(s), {} contradiction(s)){}",
@@ -213,7 +225,7 @@ fn details(l: &Lesson) -> String {
             let _ = writeln!(
                 text,
                 "           command {} (exit codes {})",
-                e.command.join(" "),
+                printable(&e.command.join(" ")),
                 codes.join(" then ")
             );
         }
@@ -237,5 +249,15 @@ impl From<MemoryError> for CliError {
             MemoryError::UnknownLesson { .. } => CliError::NotFound(e.to_string()),
             MemoryError::AmbiguousLesson { .. } => CliError::Usage(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn what_is_printed_of_a_lesson_holds_no_control_character() {
+        let shown = super::printable("add \u{1b}[31mred\u{1b}[0m\u{7}\nnext");
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert_eq!(shown, "add  [31mred [0m  next");
     }
 }

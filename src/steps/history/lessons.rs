@@ -128,9 +128,14 @@ fn passed_gate(run: &Run<'_>, command: &[String]) -> bool {
         .any(|g| g.command == command && g.passed())
 }
 
-/// `text` on one line, at most [`MAX_FIX_CHARS`] characters.
+/// `text` on one line, at most [`MAX_FIX_CHARS`] characters, without control characters (a
+/// resolver's words: no escape sequence of theirs is kept).
 fn one_line(text: &str) -> String {
-    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     if line.chars().count() <= MAX_FIX_CHARS {
         return line;
     }
@@ -424,5 +429,15 @@ mod tests {
             trust(true),
         );
         assert!(trusted_author(&t.view));
+    }
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    #[test]
+    fn a_fix_keeps_no_control_character_and_stays_on_one_line() {
+        let fix = super::one_line("run \u{1b}[2J\u{1b}]0;owned\u{7}make gen\nthen\ttest\r\n");
+        assert!(!fix.chars().any(char::is_control), "{fix:?}");
+        assert_eq!(fix, "run [2J ]0;owned make gen then test");
     }
 }
