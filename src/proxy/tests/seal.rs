@@ -50,7 +50,7 @@ fn request(method: &str, path: &str, token: &str) -> Request<Full<Bytes>> {
 }
 
 /// The worst case the proxy reserves for [`honest_anthropic_request`].
-async fn honest_worst_case() -> Worst {
+pub(super) async fn honest_worst_case() -> Worst {
     let body = honest_anthropic_request("x")
         .into_body()
         .collect()

@@ -32,18 +32,7 @@ async fn requests_at_once_from_two_repositories_never_pass_the_daemons_limit_bey
         api.grant("run-api", |g| g.max_requests = Some(16)),
         web.grant("run-web", |g| g.max_requests = Some(16)),
     ];
-    let body = honest_anthropic_request("x")
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let worst = worst_case(
-        &ProxyPrices::default(),
-        Provider::Anthropic,
-        Some("claude-test"),
-        &body,
-    );
+    let worst = super::seal::honest_worst_case().await;
     let whole = (stop / worst.usd).floor() as usize;
     let admitted = whole + usize::from(stop - whole as f64 * worst.usd > 1e-9);
     assert!(admitted < 10, "{worst:?}");
