@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::watch::{newest_change, RunWatch};
+use super::watch::{newest_change, OnEnd, RunWatch};
 use super::{AgentRunError, AgentRuns, PreparedRun, RecordedSpend, Started};
 use crate::sandbox::{self, ContainerStatus, LogStats, SandboxError};
 
@@ -22,7 +22,7 @@ const FOLLOWER_GRACE: Duration = Duration::from_secs(30);
 const WORKTREE_WALK: usize = 50_000;
 
 /// A detached run as a look sees it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct DetachedRun<'a> {
     /// The key of its watch (the action it runs for).
     pub id: Uuid,
@@ -39,6 +39,8 @@ pub struct DetachedRun<'a> {
     pub stuck_after: Option<Duration>,
     /// The worktree whose changes count as the run's activity.
     pub worktree: Option<&'a Path>,
+    /// Called when the run's container ends (its log follower sees it end).
+    pub on_end: Option<&'a OnEnd>,
 }
 
 /// What a look found.
@@ -93,7 +95,13 @@ impl AgentRuns {
         };
         let mut stuck = false;
         if matches!(status, ContainerStatus::Running | ContainerStatus::Created) {
-            self.follow(watch, run.id, container, run.log, run.log_bytes);
+            self.follow(
+                watch,
+                run.id,
+                container,
+                (run.log, run.log_bytes),
+                run.on_end.cloned(),
+            );
             if let Some(idle) = self.idle_past(watch, run).await {
                 tracing::warn!(
                     container,
@@ -147,17 +155,17 @@ impl AgentRuns {
 
     /// Starts `prepared` (or takes over its container, see [`AgentRuns::start`]) and leaves
     /// it running as detached run `id`, its log followed into `log` from the start (a run that
-    /// floods it is stopped at once).
+    /// floods it is stopped at once); `on_end` is called when its container ends.
     pub async fn start_detached(
         &self,
         watch: &RunWatch,
         prepared: &PreparedRun,
-        id: Uuid,
-        log: &Path,
-        log_bytes: u64,
+        (id, log, log_bytes): (Uuid, &Path, u64),
+        on_end: Option<OnEnd>,
     ) -> Result<Started, AgentRunError> {
         let started = self.start(prepared).await?;
-        self.follow(watch, id, &prepared.spec.container_name(), log, log_bytes);
+        let container = prepared.spec.container_name();
+        self.follow(watch, id, &container, (log, log_bytes), on_end);
         Ok(started)
     }
 
@@ -165,24 +173,35 @@ impl AgentRuns {
     /// the log into its file as it comes, capped, and the capture stops a container whose
     /// output passes the limit at once; [`AgentRuns::take_log`] takes its file when it saw the
     /// container to its end.
-    fn follow(&self, watch: &RunWatch, id: Uuid, container: &str, log: &Path, log_bytes: u64) {
+    fn follow(
+        &self,
+        watch: &RunWatch,
+        id: Uuid,
+        container: &str,
+        (log, log_bytes): (&Path, u64),
+        on_end: Option<OnEnd>,
+    ) {
         let sandbox = self.sandbox.clone();
         let container = container.to_owned();
         let path = log.to_path_buf();
         let limit = log_bytes;
-        watch.follow(id, async move {
-            if let Some(dir) = path.parent() {
-                tokio::fs::create_dir_all(dir).await.ok()?;
-            }
-            let stats = sandbox.logs_to_file(&container, &path, limit).await.ok()?;
-            // A stream that broke off while the container still runs is not its whole log.
-            let ended = tokio::time::timeout(Duration::from_secs(10), sandbox.wait(&container));
-            matches!(
-                ended.await,
-                Ok(Ok(ContainerStatus::Exited { .. } | ContainerStatus::Gone))
-            )
-            .then_some(stats)
-        });
+        watch.follow(
+            id,
+            async move {
+                if let Some(dir) = path.parent() {
+                    tokio::fs::create_dir_all(dir).await.ok()?;
+                }
+                let stats = sandbox.logs_to_file(&container, &path, limit).await.ok()?;
+                // A stream that broke off while the container still runs is not its whole log.
+                let ended = tokio::time::timeout(Duration::from_secs(10), sandbox.wait(&container));
+                matches!(
+                    ended.await,
+                    Ok(Ok(ContainerStatus::Exited { .. } | ContainerStatus::Gone))
+                )
+                .then_some(stats)
+            },
+            on_end,
+        );
     }
 
     /// How long `run` has shown no activity (log output, a changed file in its worktree), when

@@ -30,7 +30,7 @@ pub use record::RunNetworkMeta;
 pub use returned::take_back;
 pub use start::Started;
 pub use to_end::RanToEnd;
-pub use watch::RunWatch;
+pub use watch::{OnEnd, RunWatch};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -61,6 +61,9 @@ pub struct RunWatch {
     followers: Mutex<HashMap<Uuid, Follower>>,
 }
 
+/// Called when a run's log follower ends (see [`RunWatch::follow`]).
+pub type OnEnd = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// A log follower's task. It ends with the figures of the whole log when it saw the container
 /// to its end, with `None` when its stream broke off earlier.
 #[derive(Debug)]
@@ -72,7 +75,9 @@ struct Follower {
 impl RunWatch {
     /// Run `follow` (a log follower that ends when the container does, see [`Follower`]) for
     /// run `id`, unless one already runs or one saw the whole log (its file stands).
-    pub fn follow<F>(&self, id: Uuid, follow: F)
+    /// `on_end` is called when the follower saw the container to its end: whoever looks at
+    /// the run next should look now.
+    pub fn follow<F>(&self, id: Uuid, follow: F, on_end: Option<OnEnd>)
     where
         F: std::future::Future<Output = Option<LogStats>> + Send + 'static,
     {
@@ -92,6 +97,11 @@ impl RunWatch {
         let task = tokio::spawn(async move {
             let stats = follow.await;
             flag.store(stats.is_some(), Ordering::Release);
+            // Only a follower that saw the container end wakes anyone: one whose stream broke
+            // off (an engine that does not answer) would otherwise wake the looks in a loop.
+            if let (Some(on_end), true) = (on_end, stats.is_some()) {
+                on_end();
+            }
             stats
         });
         followers.insert(id, Follower { task, whole });
@@ -183,18 +193,33 @@ mod tests {
             stdout_bytes: 7,
             ..LogStats::default()
         };
-        // Broke off early: replaced by the next one.
-        w.follow(id, async { None });
+        let woken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let on_end: OnEnd = {
+            let woken = woken.clone();
+            std::sync::Arc::new(move || {
+                woken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        // Broke off early: replaced by the next one, and wakes no one (an engine that does not
+        // answer would otherwise wake the looks in a loop).
+        w.follow(id, async { None }, Some(on_end.clone()));
         tokio::time::sleep(Duration::from_millis(20)).await;
-        w.follow(id, async move { Some(stats) });
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 0);
+        w.follow(id, async move { Some(stats) }, Some(on_end.clone()));
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // Saw the container to its end: whoever looks at the run is woken, once.
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
         // Saw it all: no other follower starts over its file.
-        w.follow(id, async { panic!("a second follower over a whole log") });
+        w.follow(
+            id,
+            async { panic!("a second follower over a whole log") },
+            Some(on_end),
+        );
         let grace = Duration::from_secs(1);
         assert_eq!(w.finish_following(id, grace).await, Some(stats));
         assert_eq!(w.finish_following(id, grace).await, None);
         // Still following past the grace: stopped, no figures.
-        w.follow(id, std::future::pending());
+        w.follow(id, std::future::pending(), None);
         assert_eq!(
             w.finish_following(id, Duration::from_millis(10)).await,
             None

@@ -106,7 +106,7 @@ struct Inner {
     steps: BTreeMap<StepKind, Arc<dyn Step>>,
     permits: BTreeMap<StepKind, Arc<Semaphore>>,
     settings: OrchestratorSettings,
-    wake: Notify,
+    wake: Arc<Notify>,
     tracker: TaskTracker,
     progress: broadcast::Sender<Progress>,
     reported_dead: Mutex<HashSet<Uuid>>,
@@ -166,6 +166,7 @@ impl StepOrchestrator {
         }
         let (progress, _) = broadcast::channel(1024);
         let pipeline: Arc<dyn Pipeline> = Arc::new(NoPipeline);
+        let wake = Arc::new(Notify::new());
         StepOrchestrator {
             inner: Arc::new(Inner {
                 ctx: StepContext {
@@ -173,11 +174,12 @@ impl StepOrchestrator {
                     cancel: CancellationToken::new(),
                     in_flight: Arc::default(),
                     progress: Some(progress.clone()),
+                    wake: wake.clone(),
                 },
                 steps: by_kind,
                 permits,
                 settings,
-                wake: Notify::new(),
+                wake,
                 tracker: TaskTracker::new(),
                 progress: progress.clone(),
                 reported_dead: Mutex::new(HashSet::new()),

@@ -26,6 +26,8 @@ pub struct StepContext {
     pub(super) in_flight: Arc<Mutex<InFlight>>,
     /// The console's feed (see [`StepContext::notice`]).
     pub(super) progress: Option<tokio::sync::broadcast::Sender<super::Progress>>,
+    /// The orchestrator's wake: a drain soon (see [`StepContext::waker`]).
+    pub(super) wake: Arc<tokio::sync::Notify>,
 }
 
 impl StepContext {
@@ -37,7 +39,16 @@ impl StepContext {
             cancel: CancellationToken::new(),
             in_flight: Arc::default(),
             progress: None,
+            wake: Arc::default(),
         }
+    }
+
+    /// Something that asks the orchestrator for a drain soon, from anywhere and at any later
+    /// time: a step that leaves work running (a detached agent run) calls it when that work
+    /// ends, so it is collected at once rather than at the next fallback tick.
+    pub fn waker(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let wake = self.wake.clone();
+        Arc::new(move || wake.notify_one())
     }
 
     /// Tells a person watching the console something about a step still running (a long

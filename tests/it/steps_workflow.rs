@@ -1214,3 +1214,47 @@ async fn a_worktree_whose_git_file_changed_is_refused_as_tampered_and_nothing_is
     );
     assert!(w.p.agents.calls().is_empty());
 }
+
+/// A detached run is collected when its container ends, not at the daemon's next fallback tick:
+/// the agent's follower wakes the orchestrator. The loop here sleeps an hour between drains
+/// unless something wakes it, so a run left to the timer would never be collected in time.
+#[tokio::test]
+async fn an_ended_run_is_collected_at_once_not_at_the_fallback_tick() {
+    let (w, _docker, services) = on_docker(300).await;
+    // The agent works for 3 s: every drain the launch causes looks at it while it runs.
+    let mut rule = writes("Woken", &[("woken.txt", "collected at once\n")]);
+    rule["delay_ms"] = json!(3000);
+    let sandbox_script = json!([rule]);
+    let orch = crate::support::orch::orchestrator(
+        &w.p.store,
+        World::steps(&services, &sandbox_script),
+        (
+            Duration::from_secs(3600),
+            Duration::from_millis(50),
+            Duration::from_secs(5),
+        ),
+    );
+    let (trace, _) = w.trace_with(StepKind::Workflow, &task("Woken", &[]));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let daemon = tokio::spawn({
+        let orch = orch.clone();
+        let shutdown = shutdown.clone();
+        async move { orch.run(shutdown).await }
+    });
+    crate::support::orch::wait_until(
+        120,
+        100,
+        "the ended run collected and committed without the fallback timer",
+        || chain_of(&w.p, trace) == COMMITTED,
+    )
+    .await;
+    shutdown.cancel();
+    daemon.await.expect("the loop").expect("the store");
+    let collected = collection_of(&w.p, trace, &last_span(&w.p.trace(trace), "workflow"));
+    assert_eq!(
+        collected.status,
+        SpanStatus::Completed,
+        "{:?}",
+        collected.summary
+    );
+}

@@ -160,9 +160,8 @@ impl WorkflowStep {
             .start_detached(
                 &self.watch,
                 &agent_run,
-                task.action_id,
-                &log,
-                self.log_limit(),
+                (task.action_id, &log, self.log_limit()),
+                Some(ctx.waker()),
             )
             .await
             .map_err(|e| crate::steps::run_authority::run_error(e, &image))?;

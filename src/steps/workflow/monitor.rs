@@ -31,6 +31,8 @@ impl WorkflowStep {
             .await
             .map_err(|e| store_error("cannot read the state", &e))?;
         let mut done = Vec::new();
+        // A run's end is collected at once, not at the next fallback tick.
+        let on_end = ctx.waker();
         for task in tasks::all_tasks(&state) {
             let Some(pending) = state.pending_for(task.action_id) else {
                 continue;
@@ -63,6 +65,7 @@ impl WorkflowStep {
                 limit: run_limit(&self.services),
                 stuck_after: (after > 0).then(|| Duration::from_secs(after)),
                 worktree: task.mapping.worktree_path.as_deref(),
+                on_end: Some(&on_end),
             };
             let (status, timed_out, stuck) = match runs.look(&self.watch, &run).await {
                 Look::Running => continue,
