@@ -40,7 +40,8 @@ mod workspace;
 mod tests;
 
 pub use bookkeeping::{
-    end_run, forget_run, run_trace, runs_with_files, PeriodSpend, RecordedSpend,
+    end_run, forget_run, run_trace, runs_in_flight, runs_with_files, shared_runs_in_flight,
+    PeriodSpend, RecordedSpend,
 };
 pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
 pub use daemon_wide::{
@@ -49,8 +50,8 @@ pub use daemon_wide::{
 };
 pub use error::ProxyError;
 pub use grant::{
-    is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, PeriodBudget, Provider,
-    DEFAULT_MAX_REQUESTS, RUNS_DIR,
+    is_valid_key, is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, PeriodBudget,
+    Provider, DEFAULT_MAX_REQUESTS, RUNS_DIR,
 };
 pub use ledger::{
     ConnectionRow, Ledger, Refusal, Stopped, TokenUsage, MAX_CONNECTION_ROWS, MAX_REFUSALS,
@@ -61,7 +62,9 @@ pub use limits::{
     RUN_BODY_BYTES,
 };
 pub use model::{MAX_REQUEST_BYTES, OAUTH_BETA};
-pub use preamble::{preamble, read_preamble, BadPreamble, MAX_PREAMBLE_BYTES, PREAMBLE_PREFIX};
+pub use preamble::{
+    preamble, read_preamble, BadPreamble, RunRef, MAX_PREAMBLE_BYTES, PREAMBLE_PREFIX,
+};
 pub use relay::relay;
 pub use reserve::{worst_case, Worst, DEFAULT_MAX_OUTPUT_TOKENS};
 pub use routes::{route, Route, MODEL_ROUTES};
