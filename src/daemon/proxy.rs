@@ -213,3 +213,46 @@ pub(super) async fn release_shared_proxy(data_dir: &Path, host: &HostEnv) {
         Err(e) => tracing::debug!(error = %e, "no engine to stop the daemon's sandbox proxy on"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stores_proxy_dir_becomes_a_link_to_the_shared_servers_store_dir_and_back() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let link = tmp.path().join("projects").join("p-1a2b3c4d").join("proxy");
+        std::fs::create_dir_all(link.join("runs").join("rover-old")).expect("an old dir");
+        let server = SharedServer {
+            dir: tmp.path().join("daemon").join("proxy"),
+            key: "p-1a2b3c4d".to_owned(),
+        };
+        relink(&link, Some(&server)).expect("linked");
+        assert_eq!(SharedServer::of_link(&link), Some(server.clone()));
+        assert!(server.store_dir().is_dir());
+        // What was in the old dir went; a file written through the link lands in the shared dir.
+        assert!(crate::proxy::runs_with_files(&link).is_empty());
+        std::fs::create_dir_all(link.join("runs").join("rover-new")).expect("through the link");
+        assert!(server.store_dir().join("runs").join("rover-new").is_dir());
+        assert!(!link.with_file_name("proxy.replaced").exists());
+        // Linked again (the same target): nothing changes.
+        relink(&link, Some(&server)).expect("linked again");
+        assert_eq!(SharedServer::of_link(&link), Some(server.clone()));
+        // Back to a dir of its own; the shared dir keeps its files.
+        relink(&link, None).expect("a dir again");
+        assert!(link.is_dir() && !is_link(&link));
+        assert!(SharedServer::of_link(&link).is_none());
+        assert!(server.store_dir().join("runs").join("rover-new").is_dir());
+    }
+
+    #[test]
+    fn a_link_that_is_not_rovers_names_no_shared_server() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let link = tmp.path().join("proxy");
+        for target in ["relative/key", "/d/daemon/proxy/..", "/d/daemon/proxy/sock"] {
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(target, &link).expect("a link");
+            assert!(SharedServer::of_link(&link).is_none(), "{target}");
+        }
+    }
+}

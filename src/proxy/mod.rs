@@ -13,6 +13,14 @@
 //!   `workspace-out.tar` (written by the proxy): a workspace shipped over the run's network
 //!   ([`workspace`]);
 //! - `proxy.sock`: the socket the server listens on.
+//!
+//! A daemon of one checkout runs one server for its store, whose dir is `<store>/proxy`. A
+//! daemon serving a daemon file runs one for all its repositories, whose dir holds a store dir
+//! per repository, `<key>/runs/<run>/...` (the key is the project id; the store's `proxy` links
+//! there): the relay names the key in the preamble (`ROVER-RUN <key>/<run>`, [`preamble`]), and
+//! everything the server does for a connection (the grant, the ledger, the store's live spend
+//! for its day and month limits, the reservations of its requests in flight, the rebaselining)
+//! is that store's alone. What spans the repositories is [`daemon_wide`]'s shared file.
 
 mod bookkeeping;
 mod config;
