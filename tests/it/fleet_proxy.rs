@@ -68,6 +68,16 @@ fn listed(list: &[&str], labels: &[(&str, &str)], format: &str) -> Vec<(String, 
         .collect()
 }
 
+/// When the engine made the container `id`.
+fn created(id: &str) -> chrono::DateTime<chrono::FixedOffset> {
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.Created}}", id])
+        .output()
+        .expect("docker inspect");
+    chrono::DateTime::parse_from_rfc3339(String::from_utf8_lossy(&out.stdout).trim())
+        .expect("a creation time")
+}
+
 /// Whether the container `name` runs.
 fn running(name: &str) -> bool {
     let out = std::process::Command::new("docker")
@@ -220,6 +230,7 @@ async fn one_proxy_server_serves_every_repositorys_runs_and_each_ledger_stays_in
     assert_eq!(servers.len(), 1, "{servers:?}\n{}", said());
     assert!(servers[0].1.starts_with("rover-proxy-"), "{servers:?}");
     let all_servers = containers(&[(LABEL_PROXY_ROLE, "server")]);
+    let server_created = created(&servers[0].0);
     let mut runs = Vec::new();
     for p in [&a, &b] {
         assert!(
@@ -231,6 +242,9 @@ async fn one_proxy_server_serves_every_repositorys_runs_and_each_ledger_stays_in
         let relays = relays(p);
         assert_eq!(relays.len(), 1, "{relays:?}");
         assert_eq!(relays[0].2, owner, "{relays:?}");
+        // Made before either run's relay: the second repository's run did not restart it with
+        // its own settings (its `codexPrices` differ).
+        assert!(server_created < created(&relays[0].0), "{relays:?}");
         runs.push(relays[0].1.trim_end_matches("-relay").to_owned());
         // The store's proxy dir leads to its dir under the daemon's server.
         let link = data.join("projects").join(p).join("proxy");
@@ -265,6 +279,11 @@ async fn one_proxy_server_serves_every_repositorys_runs_and_each_ledger_stays_in
     // Neither repository's settings restarted the one server.
     let now = containers(&[(LABEL_PROXY_ROLE, "server"), (LABEL_STORE, &owner)]);
     assert_eq!(now, servers);
+    let log = std::fs::read_to_string(daemon_dir.join("log.jsonl")).unwrap_or_default();
+    assert!(
+        !log.contains("restarting rover's sandbox proxy"),
+        "the server was restarted"
+    );
 
     // Every run collected: stopped, the daemon takes its proxy with it.
     wait_long("every run's relay removed", 120, || {
