@@ -38,6 +38,7 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::agents::{AgentKind, AgentRequest};
+pub use crate::sandbox::runnet::SharedServer;
 use crate::sandbox::{Egress, Sandbox, SandboxSettings, SandboxSpec};
 
 /// What the budget lets a run spend at the wire, and what it recorded, handed back when a
@@ -72,6 +73,18 @@ pub struct AgentRuns {
     model_concurrency: u32,
     /// The proxy server's environment (upstreams, model keys, prices).
     server_env: Vec<(String, String)>,
+    /// The server the repositories of a daemon file share, when this store's runs go through
+    /// it (see [`AgentRuns::on_shared_server`]).
+    shared: Option<Shared>,
+}
+
+/// A store's runs on the proxy server the repositories of a daemon file share.
+#[derive(Clone)]
+struct Shared {
+    server: SharedServer,
+    /// The repository's `autopilot.agent.codexPrices`, in each grant: the server's own are
+    /// the same for every repository (another table would restart it for each in turn).
+    codex_prices: crate::agents::CodexPrices,
 }
 
 /// One run to start: which CLI, the request it answers, the container it runs in (image,
@@ -112,7 +125,24 @@ impl AgentRuns {
             egress: settings.egress(),
             model_concurrency: settings.model_concurrency,
             server_env,
+            shared: None,
         }
+    }
+
+    /// The runs go through the proxy server `server` that the repositories of a daemon file
+    /// share (their files stay in the store's proxy dir, which leads there), their spend
+    /// counted at `codex_prices`, the repository's own.
+    #[must_use]
+    pub fn on_shared_server(
+        mut self,
+        server: SharedServer,
+        codex_prices: crate::agents::CodexPrices,
+    ) -> AgentRuns {
+        self.shared = Some(Shared {
+            server,
+            codex_prices,
+        });
+        self
     }
 
     /// The sandbox the runs go to.

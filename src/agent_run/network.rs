@@ -83,6 +83,7 @@ impl AgentRuns {
                 egress: self.egress.policy(),
                 budget,
                 max_requests: Some(self.model_concurrency),
+                codex_prices: self.shared.as_ref().map(|s| s.codex_prices.clone()),
                 ended: false,
                 created_at: Utc::now(),
             };
@@ -103,6 +104,7 @@ impl AgentRuns {
                 project: self.project.clone(),
                 internal,
                 proxy_dir: self.proxy_dir.clone(),
+                shared_server: self.shared.as_ref().map(|s| s.server.clone()),
                 server_env: self.server_env.clone(),
             })
             .await

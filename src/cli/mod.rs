@@ -279,6 +279,9 @@ pub enum ProxyCommand {
     },
     /// Hand every connection on ADDR to the proxy's socket, as run RUN
     Relay {
+        /// The run's store key under a proxy server shared by many repositories
+        #[arg(long)]
+        key: Option<String>,
         #[arg(long)]
         run: String,
         #[arg(long, value_name = "PATH")]

@@ -36,6 +36,7 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
         match command {
             ProxyCommand::Serve { dir } => serve(&dir, shutdown).await,
             ProxyCommand::Relay {
+                key,
                 run,
                 socket,
                 listen,
@@ -43,7 +44,7 @@ pub fn run(command: ProxyCommand) -> Result<ExitCode, CliError> {
                 let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
                     CliError::Unavailable(format!("the relay cannot listen on {listen}: {e}"))
                 })?;
-                proxy::relay(listener, socket, run, shutdown)
+                proxy::relay(listener, socket, key, run, shutdown)
                     .await
                     .map_err(|e| CliError::Internal(crate::error::error_chain(&e)))?;
                 Ok(ExitCode::SUCCESS)

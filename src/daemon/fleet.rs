@@ -345,6 +345,10 @@ pub fn start_fleet(
     let code = ended.into_iter().try_fold(ExitCode::SUCCESS, |code, end| {
         end.map(|c| if c == ExitCode::SUCCESS { code } else { c })
     });
+    // Every repository stopped: the proxy server they share, unless a run still needs it.
+    process
+        .runtime
+        .block_on(super::proxy::release_shared_proxy(&data_dir, host));
     let served = webhook.map_or(Ok(()), |w| process.runtime.block_on(w.end()));
     let code = code.and_then(|code| served.map(|()| code));
     let code = process.stop(code);
@@ -651,6 +655,7 @@ impl Served {
                 slots: self.slots.clone(),
                 routes: self.routes.clone(),
                 one_of_many: true,
+                proxy_server: Some(super::proxy::shared_proxy_dir(&self.data_dir)),
             },
         )
         .await;

@@ -129,6 +129,9 @@ struct Shared {
     routes: Option<crate::intake::webhook_routes::Routes>,
     /// Served with other repositories from a daemon file.
     one_of_many: bool,
+    /// The dir of the proxy server the repositories of a daemon file share (none: the store's
+    /// own server).
+    proxy_server: Option<std::path::PathBuf>,
 }
 
 /// The exit code of a `--once` run that could not reach GitHub: sysexits' `EX_TEMPFAIL`, the
@@ -174,6 +177,7 @@ pub fn start(
             slots: SlotBoard::new(slots),
             routes: None,
             one_of_many: false,
+            proxy_server: None,
         },
     ));
     let code = process.stop(code);
@@ -209,8 +213,11 @@ async fn run(
         slots,
         routes,
         one_of_many,
+        proxy_server,
     } = shared;
     let ready = preflight::check(&project, &mut config, &store, options, host).await?;
+    // Before any run is started or taken over: which proxy server its runs go through.
+    proxy::settle_proxy_dir(&ready.services, &store, proxy_server.as_deref()).await;
     let telemetry = export::start(&config, &store, &ready.services, one_of_many).await?;
     let bidder = project
         .repo

@@ -88,6 +88,37 @@ pub fn runs_with_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The runs under the proxy dir `dir` that may still need the proxy: those whose grant has not
+/// ended, or cannot be read (counted rather than cut off).
+pub fn runs_in_flight(dir: &Path) -> Vec<String> {
+    runs_with_files(dir)
+        .into_iter()
+        .filter(|run| super::grant::is_valid_run(run))
+        .filter(|run| !matches!(Grant::load(dir, run), Ok(Some(g)) if g.ended))
+        .collect()
+}
+
+/// The runs of every store under the dir `root` of a proxy server the repositories of a daemon
+/// file share (`<key>/<run>`) that may still need it (see [`runs_in_flight`]).
+pub fn shared_runs_in_flight(root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut runs: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|key| super::grant::is_valid_key(key))
+        .flat_map(|key| {
+            runs_in_flight(&root.join(&key))
+                .into_iter()
+                .map(move |run| format!("{key}/{run}"))
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
 /// The grants whose run has not ended.
 fn live_grants(dir: &Path) -> Vec<Grant> {
     runs_with_files(dir)

@@ -1,5 +1,6 @@
 //! The daemon-wide budget at the wire: a daemon serving many repositories (a daemon file) has
-//! one proxy server per repository's store, and its day's and month's stop limits
+//! one proxy server for all of them (and, until its next start, a repository's own for a store
+//! whose runs were in flight on it), and its day's and month's stop limits
 //! (`"daemon": {"budget": ...}` in the daemon file) count what every one of them forwards. They
 //! share one file, `<data dir>/daemon/wire/spend.json`, read and written whole under
 //! `spend.lock` (an exclusive file lock: the proxies are processes of their own):

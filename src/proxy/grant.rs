@@ -115,6 +115,11 @@ pub struct Grant {
     /// when not given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requests: Option<u32>,
+    /// `autopilot.agent.codexPrices` of the run's repository, when the proxy server serves
+    /// many repositories (a daemon file's): its spend is counted at these prices rather than the
+    /// server's own, which are the same for every repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_prices: Option<crate::agents::CodexPrices>,
     /// Set when the run is over: its token stops working at once.
     #[serde(default)]
     pub ended: bool,
@@ -179,6 +184,13 @@ pub fn is_valid_run(run: &str) -> bool {
         && run != ".."
 }
 
+/// Whether `key` is a usable store key of a proxy server serving many repositories (a project
+/// id): one plain path component, by the same rule as a run name ([`is_valid_run`]), and not a
+/// name the server's own dir uses (`sock`, `runs`).
+pub fn is_valid_key(key: &str) -> bool {
+    is_valid_run(key) && key != "sock" && key != RUNS_DIR
+}
+
 pub(crate) fn check_run(run: &str) -> Result<(), ProxyError> {
     if is_valid_run(run) {
         Ok(())
@@ -228,6 +240,11 @@ mod tests {
         assert!(is_valid_run("rover-abc_1.2"));
         for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(129)] {
             assert!(!is_valid_run(bad), "{bad:?}");
+            assert!(!is_valid_key(bad), "{bad:?}");
+        }
+        assert!(is_valid_key("acme-web-1a2b3c4d"));
+        for reserved in ["sock", "runs"] {
+            assert!(!is_valid_key(reserved), "{reserved:?}");
         }
     }
 

@@ -13,6 +13,14 @@
 //!   `workspace-out.tar` (written by the proxy): a workspace shipped over the run's network
 //!   ([`workspace`]);
 //! - `proxy.sock`: the socket the server listens on.
+//!
+//! A daemon of one checkout runs one server for its store, whose dir is `<store>/proxy`. A
+//! daemon serving a daemon file runs one for all its repositories, whose dir holds a store dir
+//! per repository, `<key>/runs/<run>/...` (the key is the project id; the store's `proxy` links
+//! there): the relay names the key in the preamble (`ROVER-RUN <key>/<run>`, [`preamble`]), and
+//! everything the server does for a connection (the grant, the ledger, the store's live spend
+//! for its day and month limits, the reservations of its requests in flight, the rebaselining)
+//! is that store's alone. What spans the repositories is [`daemon_wide`]'s shared file.
 
 mod bookkeeping;
 mod config;
@@ -40,7 +48,8 @@ mod workspace;
 mod tests;
 
 pub use bookkeeping::{
-    end_run, forget_run, run_trace, runs_with_files, PeriodSpend, RecordedSpend,
+    end_run, forget_run, run_trace, runs_in_flight, runs_with_files, shared_runs_in_flight,
+    PeriodSpend, RecordedSpend,
 };
 pub use config::{Credential, ProxyConfig, ProxyPrices, Upstream};
 pub use daemon_wide::{
@@ -49,8 +58,8 @@ pub use daemon_wide::{
 };
 pub use error::ProxyError;
 pub use grant::{
-    is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, PeriodBudget, Provider,
-    DEFAULT_MAX_REQUESTS, RUNS_DIR,
+    is_valid_key, is_valid_run, new_token, token_sha256, Egress, Grant, GrantBudget, PeriodBudget,
+    Provider, DEFAULT_MAX_REQUESTS, RUNS_DIR,
 };
 pub use ledger::{
     ConnectionRow, Ledger, Refusal, Stopped, TokenUsage, MAX_CONNECTION_ROWS, MAX_REFUSALS,
@@ -61,7 +70,9 @@ pub use limits::{
     RUN_BODY_BYTES,
 };
 pub use model::{MAX_REQUEST_BYTES, OAUTH_BETA};
-pub use preamble::{preamble, read_preamble, BadPreamble, MAX_PREAMBLE_BYTES, PREAMBLE_PREFIX};
+pub use preamble::{
+    preamble, read_preamble, BadPreamble, RunRef, MAX_PREAMBLE_BYTES, PREAMBLE_PREFIX,
+};
 pub use relay::relay;
 pub use reserve::{worst_case, Worst, DEFAULT_MAX_OUTPUT_TOKENS};
 pub use routes::{route, Route, MODEL_ROUTES};

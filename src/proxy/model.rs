@@ -65,7 +65,7 @@ async fn forward_granted(
 ) -> Result<Response<ProxyBody>, Refusal> {
     let grant = load_grant(&shared, run, provider).await?;
     let (rest, route, upstream) = allowed_route(&shared, &grant, provider, &req).await?;
-    let slots = shared.limits.run(run, grant.max_requests);
+    let slots = shared.run_slots(run, grant.max_requests);
     let Some(slot) = slots.request() else {
         let reason = format!(
             "rover: run {run} has {} model requests in flight already (autopilot.sandbox.modelConcurrency); retry when one ends",

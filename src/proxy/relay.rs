@@ -1,6 +1,7 @@
 //! The relay: the one other member of a run's internal network. It accepts the agent's TCP
 //! connections and passes each to the proxy's unix socket, first writing the preamble that
-//! names the run, then copying bytes both ways untouched.
+//! names the run (and, under a server shared by many repositories, its store's key), then
+//! copying bytes both ways untouched.
 
 use std::path::{Path, PathBuf};
 
@@ -10,19 +11,26 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::error::ProxyError;
-use super::grant::check_run;
+use super::grant::{check_run, is_valid_key};
 use super::preamble::preamble;
 
-/// Relay every connection accepted on `listen` to the proxy socket `socket` as `run`'s, until
-/// `shutdown` is cancelled (which also closes the relayed connections).
+/// Relay every connection accepted on `listen` to the proxy socket `socket` as `run`'s (of the
+/// store `key` under a shared server), until `shutdown` is cancelled (which also closes the
+/// relayed connections).
 pub async fn relay(
     listen: TcpListener,
     socket: PathBuf,
+    key: Option<String>,
     run: String,
     shutdown: CancellationToken,
 ) -> Result<(), ProxyError> {
     check_run(&run)?;
-    let line = preamble(&run);
+    if let Some(key) = key.as_deref().filter(|k| !is_valid_key(k)) {
+        return Err(ProxyError::BadRun {
+            run: format!("{}/{run}", key.chars().take(140).collect::<String>()),
+        });
+    }
+    let line = preamble(key.as_deref(), &run);
     let tracker = TaskTracker::new();
     loop {
         tokio::select! {

@@ -17,9 +17,13 @@
 //! cache-write price for Anthropic, the dearest way input is billed.
 //!
 //! Reservations live in the proxy's memory: the one proxy server of a store sees every request
-//! of its runs, and a reservation dies with the request it stands for.
+//! of its runs, and a reservation dies with the request it stands for. A server shared by the
+//! repositories of a daemon file keeps each reservation with its run's store: a store's day
+//! and month limits count its own requests in flight and its own runs' ledgers, never another
+//! repository's (the daemon's limits across them are [`super::daemon_wide`]'s).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
@@ -99,8 +103,10 @@ struct Table {
     held: HashMap<u64, Held>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
+    /// The proxy dir of the request's run's store.
+    store: PathBuf,
     trace: Uuid,
     usd: f64,
     tokens: u64,
@@ -108,7 +114,7 @@ struct Held {
     partial: bool,
 }
 
-/// What requests in flight reserved, for one trace and in all.
+/// What requests in flight reserved, for one trace and in all of one store.
 #[derive(Debug, Clone, Copy, Default)]
 struct InFlight {
     trace_usd: f64,
@@ -121,13 +127,13 @@ struct InFlight {
 }
 
 impl Reservations {
-    fn in_flight(&self, trace: Uuid) -> InFlight {
+    fn in_flight(&self, store: &Path, trace: Uuid) -> InFlight {
         let table = self
             .table
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut sum = InFlight::default();
-        for held in table.held.values() {
+        for held in table.held.values().filter(|held| held.store == store) {
             sum.all_usd += held.usd;
             sum.all_partial += usize::from(held.partial);
             if held.trace == trace {
@@ -147,12 +153,13 @@ impl Reservations {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         table.next += 1;
         let id = table.next;
+        let (usd, tokens) = (held.usd, held.tokens);
         table.held.insert(id, held);
         Reservation {
             table: self.clone(),
             id,
-            usd: held.usd,
-            tokens: held.tokens,
+            usd,
+            tokens,
         }
     }
 }
@@ -205,7 +212,7 @@ pub(crate) async fn admit(
     // The reservations before the ledgers: a request releases its reservation only after its
     // ledger holds its answer, so one that settles between the two reads is counted twice
     // rather than nowhere.
-    let in_flight = reservations.in_flight(grant.trace_id);
+    let in_flight = reservations.in_flight(shared.dir(), grant.trace_id);
     let live = {
         let dir = shared.dir().to_owned();
         let grant = grant.clone();
@@ -237,6 +244,7 @@ pub(crate) async fn admit(
         }));
     }
     Ok(Some(reservations.hold(Held {
+        store: shared.dir().to_owned(),
         trace: grant.trace_id,
         usd: worst.usd.min(room.usd).max(0.0),
         tokens: worst.tokens.min(room.tokens),
@@ -497,5 +505,29 @@ mod tests {
             "{}",
             over.reason
         );
+    }
+
+    #[test]
+    fn requests_in_flight_count_for_their_own_store_only() {
+        let table = Arc::new(Reservations::default());
+        let trace = Uuid::new_v4();
+        let (a, b) = (Path::new("/d/proxy/repo-a"), Path::new("/d/proxy/repo-b"));
+        let held = table.hold(Held {
+            store: a.to_owned(),
+            trace,
+            usd: 5.0,
+            tokens: 10,
+            partial: true,
+        });
+        let of_a = table.in_flight(a, trace);
+        assert!((of_a.all_usd - 5.0).abs() < 1e-9 && of_a.all_partial == 1);
+        assert_eq!(of_a.trace_requests, 1);
+        let of_b = table.in_flight(b, Uuid::new_v4());
+        assert!(
+            of_b.all_usd.abs() < 1e-9 && of_b.all_partial == 0,
+            "{of_b:?}"
+        );
+        drop(held);
+        assert!(table.in_flight(a, trace).all_usd.abs() < 1e-9);
     }
 }

@@ -24,11 +24,12 @@ use tracing::Instrument;
 use super::config::ProxyConfig;
 use super::error::ProxyError;
 use super::grant::{Grant, Provider};
-use super::limits::{Limits, OutBody, HEADER_TIMEOUT, MAX_CONNECTIONS_PER_RUN};
-use super::preamble::read_preamble;
+use super::limits::{Limits, OutBody, RunSlots, HEADER_TIMEOUT, MAX_CONNECTIONS_PER_RUN};
+use super::preamble::{read_preamble, RunRef};
 use super::reserve::Reservations;
 use super::respond::{text, ProxyBody};
 use super::{egress, model};
+use crate::agents::CodexPrices;
 
 /// How long a new connection may take to send its preamble.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,16 +39,20 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// The upstream HTTP client: pooled keep-alive connections, http and https.
 pub(crate) type UpstreamClient = Client<HttpsConnector<HttpConnector>, OutBody>;
 
-/// What every connection shares.
+/// What every connection shares, as one connection sees it: the server's configuration with
+/// the proxy dir of the connection's run's store (the server's own dir, or its store's under a
+/// server shared by many repositories), and the bounds and reservations of the whole server.
 pub(crate) struct Shared {
     pub config: ProxyConfig,
     pub client: UpstreamClient,
     /// Cancelled when the server shuts down: open tunnels close.
     pub shutdown: CancellationToken,
     /// The memory and concurrency bounds, shared and per run.
-    pub limits: Limits,
+    pub limits: Arc<Limits>,
     /// What model requests in flight reserved of their budgets.
     pub reservations: Arc<Reservations>,
+    /// The store key of the connection's run (none: the server's own dir).
+    key: Option<String>,
 }
 
 impl Shared {
@@ -75,13 +80,42 @@ impl Shared {
             config,
             client,
             shutdown,
-            limits: Limits::default(),
+            limits: Arc::new(Limits::default()),
             reservations: Arc::new(Reservations::default()),
+            key: None,
         })
     }
 
+    /// What a connection of the run `named` works with: its store's proxy dir, and the codex
+    /// prices of its grant when it has its own (a repository of a daemon file).
+    fn for_run(&self, named: &RunRef, codex_prices: Option<CodexPrices>) -> Shared {
+        let mut config = self.config.clone();
+        config.dir = named.store_dir(&self.config.dir);
+        if let Some(prices) = codex_prices {
+            config.prices.openai = prices;
+        }
+        Shared {
+            config,
+            client: self.client.clone(),
+            shutdown: self.shutdown.clone(),
+            limits: self.limits.clone(),
+            reservations: self.reservations.clone(),
+            key: named.key.clone(),
+        }
+    }
+
+    /// The proxy dir of the connection's run's store: its grants and ledgers, the runs its
+    /// spend is counted from.
     pub fn dir(&self) -> &Path {
         &self.config.dir
+    }
+
+    /// The slots of `run` of this connection's store (runs of two stores never share them).
+    pub fn run_slots(&self, run: &str, max_requests: Option<u32>) -> Arc<RunSlots> {
+        match &self.key {
+            Some(key) => self.limits.run(&format!("{key}/{run}"), max_requests),
+            None => self.limits.run(run, max_requests),
+        }
     }
 }
 
@@ -124,15 +158,17 @@ pub async fn serve(
 }
 
 /// One relayed connection: its preamble, then HTTP until either side closes.
-async fn connection(shared: Arc<Shared>, mut stream: UnixStream) {
-    let run = match tokio::time::timeout(PREAMBLE_TIMEOUT, read_preamble(&mut stream)).await {
-        Ok(Ok(run)) => run,
+async fn connection(server: Arc<Shared>, mut stream: UnixStream) {
+    let named = match tokio::time::timeout(PREAMBLE_TIMEOUT, read_preamble(&mut stream)).await {
+        Ok(Ok(named)) => named,
         Ok(Err(e)) => return refuse_connection(stream, &e.to_string()).await,
         Err(_) => {
             return refuse_connection(stream, "no preamble line within 10 seconds").await;
         }
     };
-    let dir = shared.dir().to_owned();
+    let run = named.run.clone();
+    // The run's own store: its grant, and every file its requests read or write.
+    let dir = named.store_dir(server.dir());
     let known = {
         let run = run.clone();
         off_runtime(move || Grant::load(&dir, &run)).await
@@ -148,7 +184,8 @@ async fn connection(shared: Arc<Shared>, mut stream: UnixStream) {
                 .await;
         }
     };
-    let Some(_open) = shared.limits.run(&run, grant.max_requests).connection() else {
+    let shared = Arc::new(server.for_run(&named, grant.codex_prices.clone()));
+    let Some(_open) = shared.run_slots(&run, grant.max_requests).connection() else {
         return refuse_connection(
             stream,
             &format!("run {run:?} has {MAX_CONNECTIONS_PER_RUN} connections open already"),

@@ -586,9 +586,10 @@ impl Sandbox for DockerSandbox {
 
     async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {
         let image = self.own_proxy_image().await?;
+        let (server_dir, key) = run.server();
         self.ensure_proxy(&ProxyServer {
-            project: run.project.clone(),
-            dir: run.proxy_dir.clone(),
+            project: run.server_project(),
+            dir: server_dir.clone(),
             image: image.clone(),
             env: run.server_env.clone(),
         })
@@ -597,7 +598,8 @@ impl Sandbox for DockerSandbox {
             run: run.run.clone(),
             project: run.project.clone(),
             internal: run.internal,
-            proxy_dir: run.proxy_dir.clone(),
+            proxy_dir: server_dir,
+            key,
             image,
             overlay: false,
         })

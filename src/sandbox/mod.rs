@@ -170,8 +170,30 @@ pub struct RunConnect {
     pub internal: bool,
     /// `<store>/proxy`.
     pub proxy_dir: std::path::PathBuf,
+    /// The proxy server the repositories of a daemon file share, and this store's key in it;
+    /// none: the store's own server, at `proxy_dir`.
+    pub shared_server: Option<runnet::SharedServer>,
     /// The proxy server's environment: upstreams and model keys.
     pub server_env: Vec<(String, String)>,
+}
+
+impl RunConnect {
+    /// The proxy server the run goes through (its dir) and the key its relay names.
+    pub fn server(&self) -> (std::path::PathBuf, Option<String>) {
+        match &self.shared_server {
+            Some(shared) => (shared.dir.clone(), Some(shared.key.clone())),
+            None => (self.proxy_dir.clone(), None),
+        }
+    }
+
+    /// The project label of the run's proxy server: the store's, or
+    /// [`runnet::SHARED_SERVER_PROJECT`] for a server the repositories of a daemon file share.
+    pub fn server_project(&self) -> String {
+        match &self.shared_server {
+            Some(_) => runnet::SHARED_SERVER_PROJECT.to_owned(),
+            None => self.project.clone(),
+        }
+    }
 }
 
 /// How a bounded wait ended.

@@ -50,12 +50,49 @@ pub const PROXY_IMAGE_REPO: &str = "rover-proxy";
 
 const BINARY_IN_IMAGE: &str = "/usr/local/bin/rover";
 
+/// The project label of the proxy server the repositories of a daemon file share.
+pub const SHARED_SERVER_PROJECT: &str = "rover-daemon";
+
+/// The proxy server the repositories of a daemon file share: its dir (`<data dir>/daemon/proxy`,
+/// its socket in `sock/`) and the key of one repository's store in it (its project id: that
+/// store's runs are in `<dir>/<key>/runs/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedServer {
+    pub dir: PathBuf,
+    pub key: String,
+}
+
+impl SharedServer {
+    /// The shared server a store's proxy dir leads to: a daemon file's repository has its
+    /// `<store>/proxy` a symbolic link to `<shared dir>/<key>` (made by the daemon at the
+    /// repository's start, so every reader of the store finds the run's files where they were);
+    /// none for a real dir (a store's own server).
+    pub fn of_link(proxy_dir: &Path) -> Option<SharedServer> {
+        let target = std::fs::read_link(proxy_dir).ok()?;
+        let key = target.file_name()?.to_str()?;
+        if !target.is_absolute() || !crate::proxy::is_valid_key(key) {
+            return None;
+        }
+        Some(SharedServer {
+            dir: target.parent()?.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+
+    /// Where the store `key`'s files are under the shared dir.
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.join(&self.key)
+    }
+}
+
 /// What the proxy server container is started with.
 #[derive(Debug, Clone)]
 pub struct ProxyServer {
-    /// The project the store belongs to (a label).
+    /// The project the store belongs to (a label; [`SHARED_SERVER_PROJECT`] for a server
+    /// shared by the repositories of a daemon file).
     pub project: String,
-    /// `<store>/proxy`: grants, ledgers and `sock/`.
+    /// `<store>/proxy`: grants, ledgers and `sock/`; for a shared server,
+    /// `<data dir>/daemon/proxy`, each store's grants and ledgers under `<key>/`.
     pub dir: PathBuf,
     /// The image with rover's binary ([`DockerSandbox::proxy_image`]).
     pub image: String,
@@ -110,8 +147,11 @@ pub struct RunNetwork {
     pub project: String,
     /// `false` for egress `open`: a plain bridge with a route out (and to the host).
     pub internal: bool,
-    /// The proxy dir (its `sock/` is mounted into the relay).
+    /// The proxy server's dir (its `sock/` is mounted into the relay): the store's proxy dir,
+    /// or a shared server's.
     pub proxy_dir: PathBuf,
+    /// The run's store key under a shared server (the relay writes it in every preamble).
+    pub key: Option<String>,
     /// The image with rover's binary.
     pub image: String,
     /// A swarm-scoped `overlay` network (attachable, so the relay, a plain container, joins
@@ -466,20 +506,23 @@ impl DockerSandbox {
             }
         }
         let relay = relay_name(&net.run);
+        let mut cmd: Vec<String> = [BINARY_IN_IMAGE, "autopilot", "proxy", "relay"]
+            .map(String::from)
+            .to_vec();
+        if let Some(key) = &net.key {
+            cmd.extend(["--key".to_owned(), key.clone()]);
+        }
+        cmd.extend([
+            "--run".to_owned(),
+            net.run.clone(),
+            "--socket".to_owned(),
+            format!("{PROXY_MOUNT}/{SOCKET_NAME}"),
+            "--listen".to_owned(),
+            format!("0.0.0.0:{PROXY_PORT}"),
+        ]);
         let body = ContainerCreateBody {
             image: Some(net.image.clone()),
-            cmd: Some(vec![
-                BINARY_IN_IMAGE.to_owned(),
-                "autopilot".to_owned(),
-                "proxy".to_owned(),
-                "relay".to_owned(),
-                "--run".to_owned(),
-                net.run.clone(),
-                "--socket".to_owned(),
-                format!("{PROXY_MOUNT}/{SOCKET_NAME}"),
-                "--listen".to_owned(),
-                format!("0.0.0.0:{PROXY_PORT}"),
-            ]),
+            cmd: Some(cmd),
             user: Some(own_user()),
             labels: Some(with_owner(
                 &net.proxy_dir,

@@ -22,16 +22,26 @@ pub fn agent_runs(
     store: &AutopilotStore,
     sandbox: Arc<dyn Sandbox>,
 ) -> AgentRuns {
-    AgentRuns::new(
+    let proxy_dir = store.proxy_dir();
+    // A repository of a daemon file: its runs go through the server every repository shares
+    // (its `<store>/proxy` leads there), whose environment must be the same for all of them.
+    let shared = crate::agent_run::SharedServer::of_link(&proxy_dir);
+    let prices = &services.agent_settings().codex_prices;
+    let server_prices = match shared {
+        Some(_) => agents::CodexPrices::default(),
+        None => prices.clone(),
+    };
+    let runs = AgentRuns::new(
         sandbox,
         &services.config.autopilot.sandbox,
-        store.proxy_dir(),
+        proxy_dir,
         services.project_id.clone(),
-        crate::agent_run::proxy_server_env(
-            |n| services.host.var(n),
-            &services.agent_settings().codex_prices,
-        ),
-    )
+        crate::agent_run::proxy_server_env(|n| services.host.var(n), &server_prices),
+    );
+    match shared {
+        Some(server) => runs.on_shared_server(server, prices.clone()),
+        None => runs,
+    }
 }
 
 /// The budget limits the proxy enforces for a run of `trace_id`: the trace's `usd` and

@@ -268,6 +268,7 @@ async fn proxy_latency() {
             ..GrantBudget::default()
         }),
         max_requests: None,
+        codex_prices: None,
         ended: false,
         created_at: Utc::now(),
     }
@@ -283,6 +284,7 @@ async fn proxy_latency() {
         egress: rover::proxy::Egress::ModelOnly,
         budget: None,
         max_requests: None,
+        codex_prices: None,
         ended: false,
         created_at: Utc::now(),
     }
@@ -293,6 +295,7 @@ async fn proxy_latency() {
     tokio::spawn(rover::proxy::relay(
         relay_listener,
         socket.clone(),
+        None,
         RUN.to_owned(),
         shutdown.clone(),
     ));
@@ -301,6 +304,7 @@ async fn proxy_latency() {
     tokio::spawn(rover::proxy::relay(
         plain_listener,
         socket,
+        None,
         UNBUDGETED_RUN.to_owned(),
         shutdown.clone(),
     ));
@@ -554,6 +558,7 @@ impl Bench {
             project: self.project.clone(),
             internal: true,
             proxy_dir: self.proxy_dir(),
+            key: None,
             image: self.proxy_image.clone(),
             overlay: false,
         }

@@ -245,6 +245,7 @@ impl Bench {
                         project: self.project.clone(),
                         internal: true,
                         proxy_dir: self.dir.path().join("proxy"),
+                        key: None,
                         image: self.proxy_image.clone(),
                         overlay: true,
                     })
@@ -447,6 +448,7 @@ impl Bench {
                                 egress: rover::proxy::Egress::default(),
                                 budget: None,
                                 max_requests: None,
+                                codex_prices: None,
                                 ended: false,
                                 created_at: chrono::Utc::now(),
                             }
@@ -458,6 +460,7 @@ impl Bench {
                                     project: self.project.clone(),
                                     internal: true,
                                     proxy_dir: proxy_dir.clone(),
+                                    shared_server: None,
                                     server_env: rover::proxy::env::server_env(
                                         |_| None,
                                         &serde_json::json!({}),

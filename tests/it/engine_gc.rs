@@ -211,6 +211,7 @@ async fn gc_never_touches_the_proxy_of_a_live_daemon_of_another_store() {
             project: world.env.project_id.clone(),
             internal: true,
             proxy_dir: store.proxy_dir(),
+            shared_server: None,
             server_env: rover::proxy::env::server_env(|_| None, &json!({})),
         },
     )

@@ -22,7 +22,7 @@ use rover::store::{AutopilotStore, TraceView};
 const ROLE: &str = "Role: rover workflow agent";
 
 /// Waits up to `secs` for `done`.
-fn wait_long(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_long(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !done() {
         assert!(Instant::now() < deadline, "waited for {what}");
@@ -31,17 +31,17 @@ fn wait_long(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
 }
 
 /// The store of `name` as the daemon recorded it.
-fn store_of(env: &TestEnv, home: &Path, name: &str) -> Option<AutopilotStore> {
+pub(crate) fn store_of(env: &TestEnv, home: &Path, name: &str) -> Option<AutopilotStore> {
     let id = standing(env, home)[name]["projectId"].as_str()?.to_owned();
     AutopilotStore::open(&env.path().join("data"), &id).ok()
 }
 
-/// Removes what each served repository's sandbox proxy left (its server, relays and run
-/// networks) when dropped: the test's daemon is killed, and a killed daemon's proxy outlives it
-/// by design until a `gc` finds its store gone.
-struct Proxies<'a> {
-    env: &'a TestEnv,
-    home: &'a Path,
+/// Removes what the daemon's sandbox proxy left (the server its repositories share, each
+/// repository's relays and run networks) when dropped: the test's daemon is killed, and a
+/// killed daemon's proxy outlives it by design until a `gc` finds it dead.
+pub(crate) struct Proxies<'a> {
+    pub env: &'a TestEnv,
+    pub home: &'a Path,
 }
 
 impl Drop for Proxies<'_> {
@@ -52,10 +52,11 @@ impl Drop for Proxies<'_> {
                 crate::support::docker::remove_proxy(project);
             }
         }
+        crate::support::docker::remove_shared_proxy(&self.env.path().join("data"));
     }
 }
 
-fn traces(store: &AutopilotStore) -> Vec<TraceView> {
+pub(crate) fn traces(store: &AutopilotStore) -> Vec<TraceView> {
     store
         .recent_traces(100)
         .unwrap_or_default()
@@ -65,7 +66,7 @@ fn traces(store: &AutopilotStore) -> Vec<TraceView> {
 }
 
 /// `config` as the repository's `rover.json`, committed and pushed.
-fn configure(repo: &Repo, config: &Value) {
+pub(crate) fn configure(repo: &Repo, config: &Value) {
     std::fs::write(
         repo.checkout.join("rover.json"),
         serde_json::to_string_pretty(config).unwrap(),

@@ -26,6 +26,7 @@ mod fleet;
 mod fleet_budget;
 mod fleet_inspect;
 mod fleet_installed;
+mod fleet_proxy;
 mod follow_through;
 mod git;
 mod github;

@@ -6,6 +6,7 @@ mod egress;
 mod model;
 mod seal;
 mod seal_daemon;
+mod shared;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -263,6 +264,12 @@ impl Harness {
 
     /// Write a grant for `run` of the harness's trace and give its token.
     fn grant(&self, run: &str, change: impl FnOnce(&mut Grant)) -> String {
+        self.grant_in(self.path(), run, change)
+    }
+
+    /// Write a grant for `run` of the harness's trace in the proxy dir `dir` (a store's under
+    /// a shared server) and give its token.
+    fn grant_in(&self, dir: &Path, run: &str, change: impl FnOnce(&mut Grant)) -> String {
         let token = new_token();
         let mut grant = Grant {
             run: run.into(),
@@ -272,21 +279,28 @@ impl Harness {
             egress: Egress::ModelOnly,
             budget: None,
             max_requests: None,
+            codex_prices: None,
             ended: false,
             created_at: Utc::now(),
         };
         change(&mut grant);
-        grant.save(self.path()).expect("save the grant");
+        grant.save(dir).expect("save the grant");
         token
     }
 
     /// Start `run`'s relay and give its address.
     async fn relay(&self, run: &str) -> SocketAddr {
+        self.relay_keyed(None, run).await
+    }
+
+    /// Start the relay of `run` of the store `key` (none: the server's own dir).
+    async fn relay_keyed(&self, key: Option<&str>, run: &str) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(relay(
             listener,
             self.socket(),
+            key.map(str::to_owned),
             run.to_owned(),
             self.shutdown.clone(),
         ));

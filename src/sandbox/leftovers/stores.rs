@@ -25,9 +25,25 @@ pub(crate) enum StoreState {
     Unreadable(String),
 }
 
-/// The daemon lock of the store at `root` (as [`crate::store::AutopilotStore::daemon_lock_path`]).
+/// The daemon lock of the store at `root` (as [`crate::store::AutopilotStore::daemon_lock_path`]),
+/// or of the daemon dir at `root` of a daemon serving a daemon file (`<data dir>/daemon`, the
+/// owner of the proxy server its repositories share, and of that server's relays and networks).
 fn lock_path(root: &Path) -> std::path::PathBuf {
+    if is_daemon_dir(root) {
+        return root.join(DAEMON_LOCK);
+    }
     root.join("autopilot").join("daemon.lock")
+}
+
+/// The lock of a daemon serving a daemon file, in its dir.
+const DAEMON_LOCK: &str = "daemon.lock";
+
+/// Whether `root` is the dir of a daemon serving a daemon file: `<data dir>/daemon`, with its
+/// lock in it (a store keeps its lock in `autopilot/`).
+fn is_daemon_dir(root: &Path) -> bool {
+    root.file_name().is_some_and(|n| n == "daemon")
+        && std::fs::symlink_metadata(root.join(DAEMON_LOCK)).is_ok()
+        && std::fs::symlink_metadata(root.join("autopilot")).is_err()
 }
 
 /// The state of the store at `root`; for a dead one, its lock, held shared until dropped.
@@ -95,6 +111,9 @@ pub(crate) fn inspect(root: &Path) -> (StoreState, Option<File>) {
 /// The container names of the runs the queue of the store at `root` holds (read under its
 /// daemon lock, held shared: no daemon writes it meanwhile).
 fn queued(root: &Path) -> Result<BTreeSet<String>, String> {
+    if is_daemon_dir(root) {
+        return queued_of_daemon(root);
+    }
     let (Some(project), Some(data_dir)) = (root.file_name(), root.parent().and_then(Path::parent))
     else {
         return Err(format!("{} is no store's directory", root.display()));
@@ -113,6 +132,32 @@ fn queued(root: &Path) -> Result<BTreeSet<String>, String> {
         .iter()
         .map(|p| format!("rover-{}", p.action_id))
         .collect())
+}
+
+/// The runs the queues of the repositories a daemon file's daemon (dir `root`) served through
+/// its shared proxy server hold: those with a store dir under its `proxy/`.
+fn queued_of_daemon(root: &Path) -> Result<BTreeSet<String>, String> {
+    let Some(data_dir) = root.parent() else {
+        return Err(format!("{} is no daemon's directory", root.display()));
+    };
+    let shared = root.join("proxy");
+    let keys = match std::fs::read_dir(&shared) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|key| crate::proxy::is_valid_key(key))
+            .collect::<Vec<_>>(),
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("{}: {e}", shared.display())),
+    };
+    let mut all = BTreeSet::new();
+    for key in keys {
+        let store = data_dir.join("projects").join(&key);
+        if std::fs::symlink_metadata(&store).is_ok() {
+            all.extend(queued(&store)?);
+        }
+    }
+    Ok(all)
 }
 
 /// The stores met in one sweep: each inspected once, the dead ones' locks held while `hold`.

@@ -447,3 +447,92 @@ fn a_proxy_image_goes_when_unused_not_this_rovers_and_an_hour_old() {
     );
     assert!(proxy_image_goes("rover-proxy:bbbb", false, None, 3600));
 }
+
+/// The proxy server the repositories of a daemon file share is the daemon dir's: it mounts
+/// `<data dir>/daemon/proxy`, each relay its `sock/`. It stays while the daemon runs or a run
+/// of any of its repositories is live (through its relay), and goes with the daemon dead and no
+/// run live; the agents stay their own stores'.
+#[test]
+fn a_daemon_files_shared_proxy_is_its_daemons_and_stays_while_any_repositorys_run_is_live() {
+    let daemon = "/d/daemon";
+    let all = [
+        server(daemon, true),
+        relay(daemon, "rover-a1", true),
+        network(daemon, "rover-a1", true),
+        agent("/d/projects/a", "rover-a1", true, true),
+        relay(daemon, "rover-b1", true),
+        network(daemon, "rover-b1", true),
+        agent("/d/projects/b", "rover-b1", false, true),
+    ];
+    let judged = judge_all(
+        &all,
+        HOST,
+        true,
+        &BTreeSet::from(["rover-a1".to_owned()]),
+        |_| StoreState::DaemonRuns,
+    );
+    for (f, l) in &judged {
+        match f.role {
+            Role::ProxyServer | Role::Relay | Role::RunNetwork => {
+                assert_eq!(l.store.as_deref(), Some(Path::new(daemon)), "{l}");
+            }
+            _ => assert!(l.store.as_deref() != Some(Path::new(daemon)), "{l}"),
+        }
+        assert_eq!(l.reason, Reason::DaemonRuns, "{l}");
+    }
+    let dead = || StoreState::DaemonDead {
+        queued: BTreeSet::new(),
+    };
+    let states = [
+        (daemon, dead()),
+        ("/d/projects/a", dead()),
+        ("/d/projects/b", dead()),
+    ];
+    let v = verdicts(&all, &states, true);
+    assert_eq!(v[&all[0].name], Reason::LiveRun, "{v:?}");
+    for name in ["rover-a1-relay", "rover-a1-net", "rover-a1"] {
+        assert_eq!(v[name], Reason::LiveRun, "{name}: {v:?}");
+    }
+    for name in ["rover-b1-relay", "rover-b1-net"] {
+        assert_eq!(v[name], Reason::DaemonDead, "{name}: {v:?}");
+    }
+    // No run live in any repository: the server goes.
+    let v = verdicts(&all[4..], &states, true);
+    assert!(v.values().all(|r| *r != Reason::LiveRun), "{v:?}");
+    let v = verdicts(&[server(daemon, true)], &states, true);
+    assert_eq!(v.values().next(), Some(&Reason::DaemonDead));
+    // A label naming a repository's store on the shared server does not hold up: it mounts the
+    // daemon's dir.
+    let mut lying = server(daemon, true);
+    lying
+        .labels
+        .insert(LABEL_STORE.to_owned(), "/d/projects/a".to_owned());
+    assert!(matches!(
+        claim(&lying, HOST, true, &BTreeMap::new()),
+        Claim::Invalid(_)
+    ));
+}
+
+#[test]
+fn a_daemon_dirs_lock_says_whether_the_daemon_of_a_daemon_file_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("daemon");
+    std::fs::create_dir_all(dir.join("proxy")).unwrap();
+    assert_eq!(inspect(&dir).0, StoreState::NeverStarted);
+    let lock = crate::store::DaemonLock::try_acquire(&dir.join("daemon.lock")).unwrap();
+    assert_eq!(inspect(&dir).0, StoreState::DaemonRuns);
+    drop(lock);
+    // Dead: the runs queued by the repositories it served through its proxy count.
+    let store = crate::store::AutopilotStore::open(tmp.path(), "acme-web-1a2b3c4d").unwrap();
+    std::fs::create_dir_all(dir.join("proxy").join("acme-web-1a2b3c4d")).unwrap();
+    std::fs::create_dir_all(dir.join("proxy").join("sock")).unwrap();
+    assert!(store.read_state().unwrap().pending.is_empty());
+    let (state, held) = inspect(&dir);
+    assert_eq!(
+        state,
+        StoreState::DaemonDead {
+            queued: BTreeSet::new()
+        }
+    );
+    drop(held);
+}

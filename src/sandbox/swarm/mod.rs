@@ -543,11 +543,13 @@ impl Sandbox for SwarmSandbox {
     async fn connect_run(&self, run: &RunConnect) -> Result<String, SandboxError> {
         // The proxy server beside rover, with the keys; the run's relay on the manager, on
         // the run's overlay (the manager's engine shares this machine's file system).
+        // A repository of a daemon file: the one server its repositories share.
         let server_image = self.local.own_proxy_image().await?;
+        let (server_dir, key) = run.server();
         self.local
             .ensure_proxy(&ProxyServer {
-                project: run.project.clone(),
-                dir: run.proxy_dir.clone(),
+                project: run.server_project(),
+                dir: server_dir.clone(),
                 image: server_image,
                 env: run.server_env.clone(),
             })
@@ -558,7 +560,8 @@ impl Sandbox for SwarmSandbox {
                 run: run.run.clone(),
                 project: run.project.clone(),
                 internal: run.internal,
-                proxy_dir: run.proxy_dir.clone(),
+                proxy_dir: server_dir,
+                key,
                 image: relay_image,
                 overlay: true,
             })

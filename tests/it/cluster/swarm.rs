@@ -426,6 +426,7 @@ async fn run_network(
         egress: rover::proxy::Egress::default(),
         budget: None,
         max_requests: None,
+        codex_prices: None,
         ended: false,
         created_at: chrono::Utc::now(),
     }
@@ -438,6 +439,7 @@ async fn run_network(
             project: "rover-tests".to_owned(),
             internal: true,
             proxy_dir: proxy_dir.to_owned(),
+            shared_server: None,
             server_env: rover::proxy::env::server_env(|_| None, &serde_json::json!({})),
         })
         .await

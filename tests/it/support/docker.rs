@@ -98,6 +98,15 @@ pub fn remove_proxy(project: &str) {
     );
 }
 
+/// Removes the proxy server the repositories of a daemon file share, of the data dir `data`
+/// (its relays and networks carry their repository's project: [`remove_proxy`] removes those).
+pub fn remove_shared_proxy(data: &Path) {
+    let dir = data.join("daemon").join("proxy");
+    let _ = Command::new("docker")
+        .args(["rm", "-f", &rover::sandbox::runnet::server_name(&dir)])
+        .output();
+}
+
 /// The test image: busybox plus `git` (a dynamically linked binary with its libraries).
 pub async fn test_image(sandbox: &DockerSandbox) -> String {
     // Tests run in parallel; one import at a time leaves no dangling duplicate image behind.

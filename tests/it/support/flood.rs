@@ -76,6 +76,7 @@ fn grant(dir: &Path, run: &str, token: &str) {
         egress: rover::proxy::Egress::ModelOnly,
         budget: None,
         max_requests: None,
+        codex_prices: None,
         ended: false,
         created_at: chrono::Utc::now(),
     }
@@ -86,7 +87,7 @@ fn grant(dir: &Path, run: &str, token: &str) {
 async fn connect(socket: &Path, run: &str) -> UnixStream {
     let mut stream = UnixStream::connect(socket).await.expect("connect");
     stream
-        .write_all(rover::proxy::preamble(run).as_bytes())
+        .write_all(rover::proxy::preamble(None, run).as_bytes())
         .await
         .expect("preamble");
     stream
