@@ -1,16 +1,19 @@
 //! The Now page's newer parts over HTTP, against the real binary: each running agent's last
-//! output line, read from its log's tail and escaped.
+//! output line, read from its log's tail and escaped; the proxy's recent refusals, live and
+//! recorded.
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use rover::store::SpanStatus;
+use chrono::{TimeZone, Utc};
+use rover::proxy::{Ledger, Refusal};
+use rover::store::{SpanStatus, StepKind};
 use serde_json::json;
 
 use crate::dashboard::{read_until, Dashboard};
 use crate::support::env::TestEnv;
-use crate::support::storegen::example_store;
+use crate::support::storegen::{example_store, Gen, TraceWriter};
 
 /// An agent's text written to break out of the page and steer a terminal.
 const HOSTILE_SAID: &str =
@@ -90,4 +93,88 @@ fn now_shows_each_running_agents_last_output_line_escaped() {
     store.write_span(&running).unwrap();
     let next = read_until(&mut stream, "Edit: src/lib.rs");
     assert!(next.contains("agent-said"), "{next}");
+}
+
+/// A ledger of `run` in trace `trace` with refusals at the given minutes past 09:00 UTC.
+fn ledger(run: &str, trace: uuid::Uuid, refusals: &[(u32, &str)]) -> Ledger {
+    let mut ledger = Ledger::new(run, trace);
+    ledger.refused = refusals.len() as u64;
+    ledger.refusals = refusals
+        .iter()
+        .map(|(min, reason)| Refusal {
+            at: Utc.with_ymd_and_hms(2026, 11, 20, 9, *min, 0).unwrap(),
+            reason: (*reason).to_owned(),
+        })
+        .collect();
+    ledger
+}
+
+#[test]
+fn now_lists_the_proxys_recent_refusals_live_and_recorded_and_names_a_corrupt_ledger() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let example = example_store(&store);
+    // A live run's ledger, as the proxy writes it.
+    let runs = store.proxy_dir().join("runs");
+    std::fs::create_dir_all(runs.join("run-live")).unwrap();
+    let live = ledger(
+        "run-live",
+        example,
+        &[(30, "egress denied: evil.example:443 <script>x</script>")],
+    );
+    std::fs::write(
+        runs.join("run-live/ledger.json"),
+        serde_json::to_vec(&live).unwrap(),
+    )
+    .unwrap();
+    // A finished run's ledger, recorded in its span.
+    let mut gen = Gen::new(21);
+    let mut t = TraceWriter::start(&store, &mut gen, 90_000, "LocalRequest done");
+    let recorded_trace = t.trace_id;
+    let a = t.act(t.trace_id, StepKind::Coordinate, "look", json!({}));
+    let done = ledger(
+        "run-done",
+        recorded_trace,
+        &[(10, "model request refused: the run's budget is spent")],
+    );
+    t.run(
+        &a,
+        100,
+        SpanStatus::Completed,
+        "looked",
+        json!({"egress": "model-only", "network": done}),
+    );
+    let dash = Dashboard::start(&env, &[], &[]);
+
+    let now = dash.get("/", &[]);
+    assert_eq!(now.status, 200, "{}", now.body);
+    assert!(now.body.contains("id=\"refusal-count\">2<"), "{}", now.body);
+    let first = now
+        .body
+        .find("egress denied: evil.example:443 &lt;script&gt;x&lt;/script&gt;")
+        .expect("the live refusal, escaped");
+    let second = now
+        .body
+        .find("model request refused: the run&#39;s budget is spent")
+        .expect("the recorded refusal");
+    assert!(first < second, "newest first");
+    assert!(!now.body.contains("<script>x"));
+    assert!(now
+        .body
+        .contains(&format!("<a href=\"/trace/{recorded_trace}\">")));
+    assert!(now
+        .body
+        .contains("<time datetime=\"2026-11-20T09:30:00Z\">"));
+
+    // A corrupt ledger is named on the page; the rest still shows.
+    std::fs::create_dir_all(runs.join("run-bad")).unwrap();
+    std::fs::write(runs.join("run-bad/ledger.json"), "{not json").unwrap();
+    let now = dash.get("/", &[]);
+    assert_eq!(now.status, 200, "{}", now.body);
+    assert!(
+        now.body.contains("run-bad/ledger.json"),
+        "the corrupt file named: {}",
+        now.body
+    );
+    assert!(now.body.contains("id=\"refusal-count\">2<"));
 }

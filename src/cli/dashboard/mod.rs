@@ -3,7 +3,7 @@
 //! the network), read from the stores through the same code as `status`, `traces` and `trace`
 //! (`sources.rs`: the project's store, or every repository of the daemon file as
 //! `cli::fleet_stores` reads them). Pages: Now (`now.rs`, each running agent's last output line
-//! read from its log by `activity.rs`, live through server-sent events fed by
+//! read from its log by `activity.rs`, the proxy's recent refusals by `refusals.rs`, live through server-sent events fed by
 //! a watch of the store directories: `live.rs`), Traces (`list.rs`), a trace as a waterfall
 //! (`waterfall.rs`), Outcomes and spend (`outcomes.rs`), with `--allow-actions` cancel and retry (`actions.rs`). Who may look and
 //! act: `auth.rs`. See docs/dashboard.md.
@@ -16,6 +16,7 @@ mod list;
 mod live;
 mod now;
 mod outcomes;
+mod refusals;
 mod sources;
 mod waterfall;
 

@@ -74,6 +74,7 @@ pub fn live_part(dash: &Dash) -> String {
     }
     out.push_str("</section>");
     queue_section(&repos, &mut out);
+    super::refusals::section(&opened.stores, &mut out);
     for r in &repos {
         let _ = write!(
             out,
