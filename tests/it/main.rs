@@ -19,7 +19,7 @@ mod contributor_prs;
 mod daemon;
 mod dashboard;
 mod dashboard_browser;
-mod dashboard_now;
+mod dashboard_pages;
 mod demo;
 mod engine_gc;
 mod environments;

@@ -1,13 +1,13 @@
-//! The Now page's newer parts over HTTP, against the real binary: each running agent's last
-//! output line, read from its log's tail and escaped; the proxy's recent refusals, live and
-//! recorded.
+//! The dashboard's newer parts over HTTP, against the real binary: each running agent's last
+//! output line on Now, read from its log's tail and escaped; the proxy's recent refusals, live
+//! and recorded; the spend by model on Outcomes.
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use rover::proxy::{Ledger, Refusal};
+use rover::proxy::{Ledger, Refusal, TokenUsage};
 use rover::store::{SpanStatus, StepKind};
 use serde_json::json;
 
@@ -177,4 +177,100 @@ fn now_lists_the_proxys_recent_refusals_live_and_recorded_and_names_a_corrupt_le
         now.body
     );
     assert!(now.body.contains("id=\"refusal-count\">2<"));
+}
+
+#[test]
+fn outcomes_show_the_spend_by_model_the_proxys_ledgers_recorded() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let mut gen = Gen::new(31);
+    let tokens = |input, output| TokenUsage {
+        input,
+        cached: 100,
+        cache_write: 0,
+        output,
+    };
+    for (start, calls) in [
+        vec![
+            ("claude-sonnet-4-5", 1000, 200, 0.25),
+            ("claude-haiku-4-5", 50, 10, 0.01),
+        ],
+        vec![
+            ("claude-sonnet-4-5", 3000, 400, 0.75),
+            ("<b>gpt</b>\u{1b}[1m", 7, 3, 0.5),
+        ],
+    ]
+    .into_iter()
+    .zip([0, 10_000])
+    .map(|(calls, start)| (start, calls))
+    {
+        let mut t = TraceWriter::start(&store, &mut gen, start, "LocalRequest m");
+        let a = t.act(t.trace_id, StepKind::Coordinate, "look", json!({}));
+        // The proxy's own bookkeeping, as a run's ledger recorded in its span.
+        let mut ledger = Ledger::new("run", t.trace_id);
+        for (model, input, output, usd) in calls {
+            ledger.record_response(1, 1, &tokens(input, output), usd, Some(model));
+        }
+        t.run(
+            &a,
+            100,
+            SpanStatus::Completed,
+            "looked",
+            json!({"egress": "model-only", "network": ledger}),
+        );
+    }
+    // A span written before the models were kept: read, and counted in no model.
+    let mut t = TraceWriter::start(&store, &mut gen, 30_000, "LocalRequest old");
+    let a = t.act(t.trace_id, StepKind::Coordinate, "look", json!({}));
+    let mut old = serde_json::to_value(Ledger::new("old", t.trace_id)).unwrap();
+    old["requests"] = json!(4);
+    t.run(
+        &a,
+        100,
+        SpanStatus::Completed,
+        "old",
+        json!({"network": old}),
+    );
+
+    let dash = Dashboard::start(&env, &[], &[]);
+    let page = dash.get("/outcomes", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("id=\"model-chart\""));
+    let table = &page.body[page.body.find("id=\"models\"").expect("the table")..];
+    let table = &table[..table.find("</table>").unwrap()];
+    // The store's own figures: every span's recorded ledger, by model.
+    let mut expected: std::collections::BTreeMap<String, rover::proxy::ModelUsage> =
+        std::collections::BTreeMap::default();
+    for entry in store.recent_traces(100).unwrap() {
+        for span in store.load_trace(entry.trace_id).unwrap().spans {
+            if let Some(ledger) = rover::agent_run::RunNetworkMeta::of(&span.meta).network {
+                for (model, u) in ledger.by_model {
+                    expected.entry(model).or_default().add(&u);
+                }
+            }
+        }
+    }
+    assert_eq!(
+        expected.keys().collect::<Vec<_>>(),
+        ["bgpt/b1m", "claude-haiku-4-5", "claude-sonnet-4-5"],
+        "the names as the proxy cleaned them"
+    );
+    assert_eq!(table.matches("<tr data-key=").count(), expected.len());
+    for (model, u) in &expected {
+        let row = format!(
+            "<tr data-key=\"{model}\"><td>{model}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            u.requests,
+            rover::budget::usd(u.usd),
+            u.usage.input + u.usage.cached + u.usage.cache_write,
+            u.usage.output
+        );
+        assert!(table.contains(&row), "{row} in {table}");
+    }
+    let sonnet = &expected["claude-sonnet-4-5"];
+    assert_eq!(
+        (sonnet.requests, sonnet.usage.input, sonnet.usage.output),
+        (2, 4000, 600)
+    );
+    assert!(table.contains("<td>$1.00</td>"), "{table}");
+    assert!(!page.body.contains("<b>gpt"));
 }
