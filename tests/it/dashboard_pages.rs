@@ -1,6 +1,6 @@
 //! The dashboard's newer parts over HTTP, against the real binary: each running agent's last
 //! output line on Now, read from its log's tail and escaped; the proxy's recent refusals, live
-//! and recorded; the spend by model on Outcomes.
+//! and recorded; the spend by model on Outcomes; the lessons, their forget and pin.
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
@@ -11,7 +11,8 @@ use rover::proxy::{Ledger, Refusal, TokenUsage};
 use rover::store::{SpanStatus, StepKind};
 use serde_json::json;
 
-use crate::dashboard::{read_until, Dashboard};
+use crate::dashboard::{csrf_of, read_until, Dashboard};
+use crate::memory::seeded_book;
 use crate::support::env::TestEnv;
 use crate::support::storegen::{example_store, Gen, TraceWriter};
 
@@ -273,4 +274,82 @@ fn outcomes_show_the_spend_by_model_the_proxys_ledgers_recorded() {
     );
     assert!(table.contains("<td>$1.00</td>"), "{table}");
     assert!(!page.body.contains("<b>gpt"));
+}
+
+#[test]
+fn the_lessons_page_shows_each_lesson_as_untrusted_text_and_forgets_and_pins_as_the_cli_does() {
+    let env = TestEnv::new();
+    let store = env.store();
+    let example = example_store(&store);
+    let (test, lint) = seeded_book(&env, "<script>document.title='pwned'</script>", example);
+    let read_only = Dashboard::start(&env, &[], &[]);
+    let page = read_only.get("/memory", &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    for id in [&test, &lint] {
+        assert!(page
+            .body
+            .contains(&format!("<tr class=\"lesson\" data-lesson=\"{id}\">")));
+    }
+    assert!(page.body.contains(
+        "<span class=\"untrusted\">learned from untrusted work:</span> <q>The required gate \
+         `make test` failed; it passed after this fix: &lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;</q>"
+    ), "{}", page.body);
+    assert!(!page.body.contains("<script>document"));
+    assert!(page
+        .body
+        .contains(&format!("<a href=\"/trace/{example}\">")));
+    assert!(page.body.contains("<code>make test</code> (exit 2 then 0)"));
+    assert!(page.body.contains("<td class=\"weight\">1</td>"));
+    assert!(
+        !page.body.contains("action=\"/memory/"),
+        "read-only: no button"
+    );
+    let pin = format!("/memory/{test}/pin");
+    assert_eq!(read_only.post(&pin, &[], "pinned=true").status, 403);
+
+    let dash = Dashboard::start(&env, &["--allow-actions"], &[]);
+    let page = dash.get("/memory", &[]);
+    assert!(page
+        .body
+        .contains(&format!("action=\"/memory/{test}/forget\"")));
+    let csrf = csrf_of(&page.body);
+    assert_eq!(
+        dash.post(&pin, &[], "pinned=true").status,
+        403,
+        "no CSRF token"
+    );
+    let other = dash.post(
+        &pin,
+        &["Origin: http://attacker.example"],
+        &format!("csrf={csrf}&pinned=true"),
+    );
+    assert_eq!(other.status, 403, "another origin");
+    let book = || rover::memory::LessonBook::load(&store).unwrap();
+    assert!(book().lessons.iter().all(|l| !l.pinned));
+
+    let pinned = dash.post(&pin, &[], &format!("csrf={csrf}&pinned=true"));
+    assert_eq!(pinned.status, 303, "{}", pinned.body);
+    assert_eq!(pinned.header("location").as_deref(), Some("/memory"));
+    assert!(book().find(&test).unwrap().pinned);
+    assert!(dash
+        .get("/memory", &[])
+        .body
+        .contains("<td class=\"pinned\">pinned</td>"));
+    assert_eq!(
+        dash.post(&pin, &[], &format!("csrf={csrf}&pinned=false"))
+            .status,
+        303
+    );
+    assert!(!book().find(&test).unwrap().pinned);
+
+    let forget = format!("/memory/{}/forget", &lint[..8]);
+    assert_eq!(dash.post(&forget, &[], "").status, 403);
+    assert_eq!(dash.post(&forget, &[], &format!("csrf={csrf}")).status, 303);
+    let left: Vec<String> = book().lessons.into_iter().map(|l| l.id).collect();
+    assert_eq!(left, std::slice::from_ref(&test));
+    assert_eq!(
+        dash.post(&forget, &[], &format!("csrf={csrf}")).status,
+        404,
+        "forgotten"
+    );
 }

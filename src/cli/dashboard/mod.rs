@@ -5,7 +5,8 @@
 //! `cli::fleet_stores` reads them). Pages: Now (`now.rs`, each running agent's last output line
 //! read from its log by `activity.rs`, the proxy's recent refusals by `refusals.rs`, live through server-sent events fed by
 //! a watch of the store directories: `live.rs`), Traces (`list.rs`), a trace as a waterfall
-//! (`waterfall.rs`), Outcomes and spend (`outcomes.rs`), with `--allow-actions` cancel and retry (`actions.rs`). Who may look and
+//! (`waterfall.rs`), Outcomes and spend (`outcomes.rs`), the lessons (`memory.rs`), with `--allow-actions` cancel and
+//! retry (`actions.rs`), forget and pin a lesson. Who may look and
 //! act: `auth.rs`. See docs/dashboard.md.
 
 mod actions;
@@ -14,6 +15,7 @@ mod auth;
 mod html;
 mod list;
 mod live;
+mod memory;
 mod now;
 mod outcomes;
 mod refusals;
@@ -182,6 +184,9 @@ fn router(shared: Shared) -> Router {
         .route("/trace/{id}", get(waterfall::page))
         .route("/trace/{id}/cancel", post(actions::cancel))
         .route("/trace/{id}/retry", post(actions::retry))
+        .route("/memory", get(memory::page))
+        .route("/memory/{id}/forget", post(memory::forget))
+        .route("/memory/{id}/pin", post(memory::pin))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))
