@@ -1,6 +1,7 @@
 //! The dashboard's newer parts over HTTP, against the real binary: each running agent's last
 //! output line on Now, read from its log's tail and escaped; the proxy's recent refusals, live
-//! and recorded; the spend by model on Outcomes; the lessons, their forget and pin.
+//! and recorded; the spend by model on Outcomes; the lessons, their forget and pin; a store
+//! created after the dashboard started, watched.
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use rover::proxy::{Ledger, Refusal, TokenUsage};
-use rover::store::{SpanStatus, StepKind};
+use rover::store::{AutopilotStore, SpanStatus, StepKind};
 use serde_json::json;
 
 use crate::dashboard::{csrf_of, read_until, Dashboard};
@@ -71,16 +72,7 @@ fn now_shows_each_running_agents_last_output_line_escaped() {
     assert!(!now.body.contains('\u{1b}') && !now.body.contains("[31m"));
 
     // The live stream carries it too, and the line after the agent's next output.
-    let mut conn = TcpStream::connect(dash.addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        conn,
-        "GET /live HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
-        dash.addr
-    )
-    .unwrap();
-    let mut stream = BufReader::new(conn);
+    let mut stream = live(&dash);
     let first = read_until(&mut stream, "event: now");
     assert!(first.contains(shown), "{first}");
     let tool = json!({"type": "assistant", "message": {"content": [
@@ -352,4 +344,49 @@ fn the_lessons_page_shows_each_lesson_as_untrusted_text_and_forgets_and_pins_as_
         404,
         "forgotten"
     );
+}
+
+/// `GET /live` on `dash`, read as a browser's `EventSource` reads it.
+fn live(dash: &Dashboard) -> BufReader<TcpStream> {
+    let mut conn = TcpStream::connect(dash.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "GET /live HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+        dash.addr
+    )
+    .unwrap();
+    BufReader::new(conn)
+}
+
+#[test]
+fn a_store_created_after_the_dashboard_started_is_watched() {
+    let env = TestEnv::new();
+    let checkout = env.repo();
+    let project = rover::project::Project::discover(&checkout).unwrap().id;
+    // The daemon file serves one repository that has no store yet (its data dir exists: the
+    // daemon ran before).
+    std::fs::create_dir_all(&env.data_dir).unwrap();
+    let file = env.path().join("daemon.json");
+    std::fs::write(
+        &file,
+        json!({"repositories": [{"repo": "acme/late", "checkout": checkout}]}).to_string(),
+    )
+    .unwrap();
+    let dash = Dashboard::start(&env, &["--config", file.to_str().unwrap()], &[]);
+    let mut stream = live(&dash);
+    let first = read_until(&mut stream, "event: now");
+    assert!(first.contains("acme/late: no store yet"), "{first}");
+
+    let store = AutopilotStore::open(&env.data_dir, &project).unwrap();
+    let appeared = read_until(&mut stream, "<h2>acme/late</h2>");
+    assert!(appeared.contains("running-count\">0<"), "{appeared}");
+    // A span written in the new store now reaches the stream, without a reload.
+    let mut gen = Gen::new(41);
+    let mut t = TraceWriter::start(&store, &mut gen, 0, "LocalRequest late");
+    let a = t.act(t.trace_id, StepKind::Coordinate, "look", json!({}));
+    let span = t.run(&a, 10, SpanStatus::Running, "", json!({}));
+    let opened = read_until(&mut stream, &format!("data-span=\"{}\"", span.id));
+    assert!(opened.contains("running-count\">1<"), "{opened}");
 }

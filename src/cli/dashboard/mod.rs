@@ -136,13 +136,7 @@ impl Prepared {
                 CliError::Internal(format!("cannot start the dashboard's runtime: {e}"))
             })?;
         runtime.block_on(async move {
-            let opened = self.sources.open(&self.ctx);
-            let dirs: Vec<PathBuf> = opened
-                .stores
-                .iter()
-                .map(|s| s.store.root().to_path_buf())
-                .collect();
-            let changes = live::watch(&dirs);
+            let changes = live::watch(&self.sources.data_dirs(&self.ctx));
             let shared = Arc::new(Dash {
                 ctx: self.ctx,
                 sources: self.sources,
