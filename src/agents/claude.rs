@@ -89,6 +89,34 @@ impl AgentStream for ClaudeStream {
     fn finish(self: Box<Self>) -> Result<AgentResponse, ParseError> {
         ClaudeStream::finish(*self)
     }
+
+    fn last_activity(&self) -> Option<String> {
+        self.last_activity.clone()
+    }
+}
+
+/// A `tool_use` block as one line: the tool and what it was given first among the usual
+/// fields (the command, the file, the pattern).
+fn tool_use(block: &Value) -> String {
+    let name = block.get("name").and_then(Value::as_str).unwrap_or("tool");
+    let input = [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "url",
+        "description",
+    ]
+    .iter()
+    .find_map(|k| {
+        block
+            .pointer(&format!("/input/{k}"))
+            .and_then(Value::as_str)
+    });
+    match input {
+        Some(input) => format!("{name}: {input}"),
+        None => name.to_owned(),
+    }
 }
 
 /// The tools allowed for each policy (`--tools=...` and `--allowedTools=...`).
@@ -191,6 +219,8 @@ pub struct ClaudeStream {
     results: usize,
     lines: usize,
     tool_calls: u32,
+    /// The last text or tool call of an assistant message.
+    last_activity: Option<String>,
 }
 
 impl ClaudeStream {
@@ -229,9 +259,13 @@ impl ClaudeStream {
                         Some("text") => {
                             if let Some(text) = block.get("text").and_then(Value::as_str) {
                                 self.last_text = Some(text.to_owned());
+                                self.last_activity = Some(text.to_owned());
                             }
                         }
-                        Some("tool_use") => self.tool_calls += 1,
+                        Some("tool_use") => {
+                            self.tool_calls += 1;
+                            self.last_activity = Some(tool_use(block));
+                        }
                         _ => {}
                     }
                 }

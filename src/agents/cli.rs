@@ -58,6 +58,23 @@ pub trait AgentStream: Send {
     fn push_line(&mut self, line: &str) -> bool;
     /// The answer, or why the output holds none.
     fn finish(self: Box<Self>) -> Result<AgentResponse, ParseError>;
+    /// What the agent did last among the lines fed so far, in its own words: its last text,
+    /// or the tool it called (untrusted: a page or a terminal must escape it).
+    fn last_activity(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What an agent did last, read from `lines` (the tail of its stdout, any CLI of [`CLIS`]):
+/// the one parser of each CLI is fed the lines and the one that recognised something answers.
+pub fn last_activity(lines: &str) -> Option<String> {
+    CLIS.iter().find_map(|kind| {
+        let mut stream = kind.cli().stream(false);
+        for line in lines.lines() {
+            stream.push_line(line);
+        }
+        stream.last_activity()
+    })
 }
 
 /// One agent CLI: how it is found, called, pointed at a model API and read.

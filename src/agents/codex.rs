@@ -110,6 +110,10 @@ impl AgentStream for CodexStream {
     fn finish(self: Box<Self>) -> Result<AgentResponse, ParseError> {
         CodexStream::finish(*self)
     }
+
+    fn last_activity(&self) -> Option<String> {
+        self.last_activity.clone()
+    }
 }
 
 /// The `-s/--sandbox` value for a tool policy on the host.
@@ -216,6 +220,8 @@ pub struct CodexStream {
     tool_calls: u32,
     turns: u32,
     lines: usize,
+    /// The last message or command of the turn.
+    last_activity: Option<String>,
 }
 
 impl CodexStream {
@@ -272,15 +278,31 @@ impl CodexStream {
                     self.warnings.push(message);
                 }
             }
+            Some("item.started") => {
+                if let Some(command) = text(&value, "/item/command") {
+                    self.last_activity = Some(command);
+                }
+            }
             Some("item.completed") => match value.pointer("/item/type").and_then(Value::as_str) {
-                Some("agent_message") => self.last_message = text(&value, "/item/text"),
+                Some("agent_message") => {
+                    self.last_message = text(&value, "/item/text");
+                    self.last_activity.clone_from(&self.last_message);
+                }
                 Some("error") => {
                     if let Some(message) = text(&value, "/item/message") {
                         self.warnings.push(message);
                     }
                 }
-                Some("command_execution" | "file_change" | "mcp_tool_call" | "web_search") => {
+                Some(
+                    kind @ ("command_execution" | "file_change" | "mcp_tool_call" | "web_search"),
+                ) => {
                     self.tool_calls += 1;
+                    self.last_activity = Some(
+                        text(&value, "/item/command")
+                            .or_else(|| text(&value, "/item/tool"))
+                            .or_else(|| text(&value, "/item/query"))
+                            .unwrap_or_else(|| kind.replace('_', " ")),
+                    );
                 }
                 _ => {}
             },

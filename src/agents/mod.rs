@@ -23,7 +23,7 @@ mod untrusted;
 mod parse_tests;
 
 pub use agent::{agent_from_settings, Agent, ClaudeAgent, CliAgent, CodexAgent};
-pub use cli::{AgentCli, AgentKind, AgentStream, HostCall, Provider, CLIS};
+pub use cli::{last_activity, AgentCli, AgentKind, AgentStream, HostCall, Provider, CLIS};
 pub use env::{
     agent_env, codex_credentials, codex_home, env_value, map_codex_key, redact_secrets,
     ALWAYS_DENIED_ENV, BASE_ALLOWED_ENV, CODEX_API_KEY, OPENAI_API_KEY, OPENAI_BASE_URL,

@@ -486,3 +486,31 @@ fn reading_a_line_at_a_time_gives_the_same_answers() {
         claude::parse_output(&stream).map(|r| r.structured)
     );
 }
+
+#[test]
+fn the_last_activity_is_the_last_text_or_tool_call_of_either_cli() {
+    let text = |path: &str| String::from_utf8(fixture(path)).unwrap();
+    let claude = text("claude/tool_ok.jsonl");
+    assert_eq!(
+        super::last_activity(&claude).as_deref(),
+        Some("Hello from fake model.")
+    );
+    // Cut after the tool call: the tool and its command.
+    let upto_tool = claude.lines().take(2).collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        super::last_activity(&upto_tool).as_deref(),
+        Some("Bash: echo hello-from-tool")
+    );
+    assert_eq!(
+        super::last_activity(&text("codex/text.jsonl")).as_deref(),
+        Some("Hello from fake codex model.")
+    );
+    assert_eq!(
+        super::last_activity(&text("codex/command.jsonl")).as_deref(),
+        Some("/bin/bash -lc 'echo oops >&2; exit 3'")
+    );
+    assert_eq!(
+        super::last_activity("not json\n{\"type\":\"system\"}"),
+        None
+    );
+}

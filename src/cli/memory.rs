@@ -110,7 +110,7 @@ fn act(
             }
         }
         MemoryCommand::Forget { id } => {
-            let lesson = LessonBook::update(store, |b| b.forget(id))??;
+            let lesson = forget(store, id)?;
             if json {
                 out.json(&serde_json::json!({ "forgotten": lesson }))?;
             } else {
@@ -122,7 +122,7 @@ fn act(
             }
         }
         MemoryCommand::Pin { id, unpin } => {
-            let id = LessonBook::update(store, |b| b.pin(id, !unpin))??;
+            let id = pin(store, id, !unpin)?;
             if json {
                 out.json(&serde_json::json!({ "id": id, "pinned": !unpin }))?;
             } else {
@@ -134,8 +134,19 @@ fn act(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `forget ID`: removes the lesson `id` (or a prefix) names from `store`'s book, under its
+/// lock; also the dashboard's **forget**.
+pub(crate) fn forget(store: &AutopilotStore, id: &str) -> Result<Lesson, CliError> {
+    Ok(LessonBook::update(store, |b| b.forget(id))??)
+}
+
+/// `pin ID` (`pinned`) or `pin --unpin ID`: the lesson's id; also the dashboard's **pin**.
+pub(crate) fn pin(store: &AutopilotStore, id: &str, pinned: bool) -> Result<String, CliError> {
+    Ok(LessonBook::update(store, |b| b.pin(id, pinned))??)
+}
+
 /// The book's lessons, strongest first (pinned ones first among equals).
-fn sorted(book: LessonBook) -> Vec<Lesson> {
+pub(crate) fn sorted(book: LessonBook) -> Vec<Lesson> {
     let mut lessons = book.lessons;
     lessons.sort_by(|a, b| {
         (b.pinned, b.weight(), b.last_touched()).cmp(&(a.pinned, a.weight(), a.last_touched()))

@@ -5,6 +5,7 @@
 //! over) and read-modify-write under it, so the proxy's concurrent connections and a restarted
 //! proxy never lose an update; readers need no lock since the file is replaced atomically.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
@@ -24,6 +25,15 @@ pub const MAX_CONNECTION_ROWS: usize = 200;
 pub const MAX_REFUSALS: usize = 20;
 /// The host of the row that counts connections past [`MAX_CONNECTION_ROWS`].
 pub const OTHER_HOST: &str = "other";
+/// Models a run's ledger names; the responses of any further model are counted under
+/// [`OTHER_MODEL`].
+pub const MAX_MODELS: usize = 8;
+/// The longest model name kept (a model name is what a response said: untrusted).
+pub const MAX_MODEL_CHARS: usize = 64;
+/// The key of the models past [`MAX_MODELS`].
+pub const OTHER_MODEL: &str = "other";
+/// The key of responses whose model neither the request nor the response named.
+pub const UNKNOWN_MODEL: &str = "unknown";
 
 /// Tokens of the run's model calls, summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +62,43 @@ impl TokenUsage {
         self.cached += other.cached;
         self.cache_write += other.cache_write;
         self.output += other.output;
+    }
+}
+
+/// What one model's responses cost a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelUsage {
+    #[serde(default)]
+    pub requests: u64,
+    #[serde(default)]
+    pub usage: TokenUsage,
+    #[serde(default)]
+    pub usd: f64,
+}
+
+impl ModelUsage {
+    /// Add `other` to these figures.
+    pub fn add(&mut self, other: &ModelUsage) {
+        self.requests += other.requests;
+        self.usage.add(&other.usage);
+        self.usd += other.usd;
+    }
+}
+
+/// `model` as a ledger's key: only `[A-Za-z0-9._:/-]`, at most [`MAX_MODEL_CHARS`] characters,
+/// [`UNKNOWN_MODEL`] when nothing is left.
+pub fn model_key(model: Option<&str>) -> String {
+    let key: String = model
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-'))
+        .take(MAX_MODEL_CHARS)
+        .collect();
+    if key.is_empty() {
+        UNKNOWN_MODEL.to_owned()
+    } else {
+        key
     }
 }
 
@@ -149,6 +196,10 @@ pub struct Ledger {
     pub refusals: Vec<Refusal>,
     #[serde(default)]
     pub stopped: Option<Stopped>,
+    /// The responses by model ([`model_key`]): at most [`MAX_MODELS`] models and an
+    /// [`OTHER_MODEL`] row. Absent from a ledger written before it was kept.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_model: BTreeMap<String, ModelUsage>,
     pub updated_at: DateTime<Utc>,
 }
 
@@ -167,6 +218,7 @@ impl Ledger {
             connections: Vec::new(),
             refusals: Vec::new(),
             stopped: None,
+            by_model: BTreeMap::new(),
             updated_at: Utc::now(),
         }
     }
@@ -196,19 +248,31 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// Count one finished (or cut off) model response.
+    /// Count one finished (or cut off) model response of `model` (the request's, else the
+    /// one the response named).
     pub fn record_response(
         &mut self,
         bytes_up: u64,
         bytes_down: u64,
         usage: &TokenUsage,
         usd: f64,
+        model: Option<&str>,
     ) {
         self.requests += 1;
         self.bytes_up += bytes_up;
         self.bytes_down += bytes_down;
         self.usage.add(usage);
         self.usd += usd;
+        let mut key = model_key(model);
+        let named = self.by_model.keys().filter(|k| *k != OTHER_MODEL).count();
+        if !self.by_model.contains_key(&key) && named >= MAX_MODELS {
+            OTHER_MODEL.clone_into(&mut key);
+        }
+        self.by_model.entry(key).or_default().add(&ModelUsage {
+            requests: 1,
+            usage: *usage,
+            usd,
+        });
     }
 
     /// Count one refused request.
@@ -306,6 +370,38 @@ mod tests {
         assert_eq!(ledger.connections[0].count, 2);
         let other = ledger.connections.last().expect("other row");
         assert_eq!((other.host.as_str(), other.count), (OTHER_HOST, 5));
+    }
+
+    #[test]
+    fn responses_are_counted_by_model_with_names_cleaned_and_capped() {
+        let mut ledger = Ledger::new("r", Uuid::nil());
+        let usage = TokenUsage {
+            input: 10,
+            cached: 1,
+            cache_write: 0,
+            output: 5,
+        };
+        ledger.record_response(1, 1, &usage, 0.5, Some("claude-<b>sonnet\u{1b}[31m"));
+        ledger.record_response(1, 1, &usage, 0.25, Some("claude-bsonnet31m"));
+        ledger.record_response(1, 1, &usage, 0.25, None);
+        let long = "m".repeat(100);
+        ledger.record_response(1, 1, &usage, 0.0, Some(&long));
+        let one = &ledger.by_model["claude-bsonnet31m"];
+        assert_eq!((one.requests, one.usage.input, one.usd), (2, 20, 0.75));
+        assert_eq!(ledger.by_model[UNKNOWN_MODEL].requests, 1);
+        assert!(ledger.by_model.contains_key(&"m".repeat(MAX_MODEL_CHARS)));
+        for i in 0..10 {
+            ledger.record_response(1, 1, &usage, 1.0, Some(&format!("model-{i}")));
+        }
+        assert_eq!(ledger.by_model.len(), MAX_MODELS + 1);
+        assert_eq!(ledger.by_model[OTHER_MODEL].requests, 5);
+        let requests: u64 = ledger.by_model.values().map(|m| m.requests).sum();
+        assert_eq!(requests, ledger.requests);
+        // A ledger written before the models were kept still reads.
+        let mut old = serde_json::to_value(Ledger::new("r", Uuid::nil())).unwrap();
+        old.as_object_mut().unwrap().remove("byModel");
+        let read: Ledger = serde_json::from_value(old).unwrap();
+        assert!(read.by_model.is_empty());
     }
 
     #[test]

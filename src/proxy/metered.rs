@@ -72,6 +72,7 @@ impl MeteredBody {
                 .config
                 .prices
                 .usd(exchange.provider, exchange.model.as_deref(), &seen);
+        let model = exchange.model.clone().or_else(|| seen.model.clone());
         let bytes_down = self.bytes_down;
         let handle = tokio::runtime::Handle::try_current().ok()?;
         let dir = exchange.shared.dir().to_owned();
@@ -84,7 +85,13 @@ impl MeteredBody {
             let written = off_runtime(move || {
                 let tokens = seen.usage.total();
                 let written = Ledger::update(&dir, &grant, |ledger| {
-                    ledger.record_response(bytes_up, bytes_down, &seen.usage, usd);
+                    ledger.record_response(
+                        bytes_up,
+                        bytes_down,
+                        &seen.usage,
+                        usd,
+                        model.as_deref(),
+                    );
                 });
                 if let Some(daemon) = daemon {
                     if let Err(e) = daemon.settle(usd, tokens) {

@@ -62,8 +62,9 @@ pub use grant::{
     Provider, DEFAULT_MAX_REQUESTS, RUNS_DIR,
 };
 pub use ledger::{
-    ConnectionRow, Ledger, Refusal, Stopped, TokenUsage, MAX_CONNECTION_ROWS, MAX_REFUSALS,
-    OTHER_HOST,
+    model_key, ConnectionRow, Ledger, ModelUsage, Refusal, Stopped, TokenUsage,
+    MAX_CONNECTION_ROWS, MAX_MODELS, MAX_MODEL_CHARS, MAX_REFUSALS, OTHER_HOST, OTHER_MODEL,
+    UNKNOWN_MODEL,
 };
 pub use limits::{
     BODY_BUDGET_BYTES, BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS_PER_RUN, ROOM_TIMEOUT,

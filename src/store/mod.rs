@@ -68,6 +68,9 @@ fn produced_by(span: &mut Span, produced: &[Action]) {
     .put_into(&mut span.meta);
 }
 
+/// The agent's stdout inside a span's artifacts dir (stderr next to it, `.stderr`).
+pub const AGENT_LOG: &str = "agent.log";
+
 /// One project's store.
 #[derive(Debug, Clone)]
 pub struct AutopilotStore {
@@ -159,6 +162,11 @@ impl AutopilotStore {
     /// Where a span's bulky artifacts (agent transcripts, container logs) live.
     pub fn artifacts_dir(&self, span_id: Uuid) -> PathBuf {
         self.root.join("artifacts").join(span_id.to_string())
+    }
+    /// The log of the agent a span runs detached (its stdout, followed as it comes; stderr
+    /// next to it, `.stderr`): [`AGENT_LOG`] in its artifacts.
+    pub fn agent_log(&self, span_id: Uuid) -> PathBuf {
+        self.artifacts_dir(span_id).join(AGENT_LOG)
     }
     pub fn span_path(&self, id: Uuid) -> PathBuf {
         self.spans_dir().join(format!("{id}.json"))

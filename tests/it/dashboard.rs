@@ -288,7 +288,7 @@ fn the_list_filters_sorts_and_pages() {
 }
 
 /// Reads server-sent events from `/live` until one's data contains `needle`.
-fn read_until(stream: &mut BufReader<TcpStream>, needle: &str) -> String {
+pub fn read_until(stream: &mut BufReader<TcpStream>, needle: &str) -> String {
     let start = Instant::now();
     let mut event = String::new();
     loop {

@@ -3,9 +3,13 @@
 //! What a person sees: a running workflow on Now, then its completion without a reload; a
 //! trace's every span in time order with its cost; a filter narrowing the list; a hostile
 //! title rendered as text with no element injected and no script run; a cancel from the page.
-//! It writes the screenshot the README shows (docs/dashboard.png).
+//! It writes the screenshot the README shows (docs/dashboard.png). chromedriver and chromium
+//! get a temporary directory of the test's own (`TMPDIR`, and the profile in it), removed when
+//! the test ends: nothing of theirs is left in the system's temporary directory.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,20 +21,44 @@ use crate::dashboard::{hostile_trace, Dashboard, HOSTILE_TITLE};
 use crate::support::env::TestEnv;
 use crate::support::storegen::example_store;
 
-/// chromedriver on a free port of loopback, stopped on drop.
+/// chromedriver on a free port of loopback, its and chromium's temporary files in `tmp`;
+/// stopped, and `tmp` removed, on drop.
 struct Driver {
     child: Child,
     url: String,
+    tmp: tempfile::TempDir,
+}
+
+/// What chromium leaves in a temporary directory when it has none of its own.
+fn chromium_leftovers(dir: &Path) -> BTreeSet<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .contains("org.chromium.Chromium.")
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Driver {
     fn start() -> Driver {
+        let tmp = tempfile::Builder::new()
+            .prefix("rover-browser-test-")
+            .tempdir()
+            .expect("a temporary directory for chromium");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
         let child = Command::new("chromedriver")
             .arg(format!("--port={port}"))
+            .env("TMPDIR", tmp.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -44,7 +72,12 @@ impl Driver {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Driver { child, url }
+        Driver { child, url, tmp }
+    }
+
+    /// The profile chromium runs with, inside the test's temporary directory.
+    fn profile(&self) -> PathBuf {
+        self.tmp.path().join("profile")
     }
 }
 
@@ -62,7 +95,8 @@ async fn browser(driver: &Driver) -> Client {
         json!({
             "binary": "/usr/bin/chromium",
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,900", "--no-first-run", "--disable-extensions"]
+                     "--window-size=1280,900", "--no-first-run", "--disable-extensions",
+                     format!("--user-data-dir={}", driver.profile().display())]
         }),
     );
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
@@ -215,6 +249,8 @@ async fn a_person_sees_live_runs_timelines_filters_and_hostile_text_as_text_and_
     let dash = Dashboard::start(&env, &["--allow-actions"], &[]);
     let base = format!("http://{}", dash.addr);
     let driver = Driver::start();
+    let system_tmp = driver.tmp.path().parent().expect("a parent").to_owned();
+    let before = chromium_leftovers(&system_tmp);
     let c = browser(&driver).await;
 
     // Now: the running workflow, then its completion, without a reload.
@@ -392,4 +428,16 @@ async fn a_person_sees_live_runs_timelines_filters_and_hostile_text_as_text_and_
         .expect("the page cancelled the trace");
     assert_eq!(cancel.meta["by"], "dashboard");
     c.close().await.unwrap();
+    let own = driver.tmp.path().to_owned();
+    drop(driver);
+    assert!(!own.exists(), "the test's temporary directory is removed");
+    let left: Vec<_> = chromium_leftovers(&system_tmp)
+        .difference(&before)
+        .cloned()
+        .collect();
+    assert!(
+        left.is_empty(),
+        "chromium left {left:?} in {}",
+        system_tmp.display()
+    );
 }

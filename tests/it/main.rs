@@ -19,6 +19,7 @@ mod contributor_prs;
 mod daemon;
 mod dashboard;
 mod dashboard_browser;
+mod dashboard_pages;
 mod demo;
 mod engine_gc;
 mod environments;

@@ -143,17 +143,22 @@ async fn with_memory_off_the_second_similar_issue_fails_its_first_gate_again() {
     assert!(!workflow_prompt(&second).contains("rover's memory of earlier traces"));
 }
 
-/// A book of two lessons written as rover writes it, in `env`'s store.
-fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
+/// A book of two lessons written as rover writes it, in `env`'s store, each learned on a fix
+/// the resolver described as `fix`, with its evidence in trace `trace`.
+pub fn seeded_book(
+    env: &crate::support::env::TestEnv,
+    fix: &str,
+    trace: uuid::Uuid,
+) -> (String, String) {
     use rover::memory::{Evidence, LessonBook, LessonKind, NewLesson};
     let store = env.store();
     let lesson = |command: &str| NewLesson {
         kind: LessonKind::Gate,
-        statement: format!("The required gate `{command}` failed; it passed after this fix: x"),
+        statement: format!("The required gate `{command}` failed; it passed after this fix: {fix}"),
         concerns: vec![command.to_owned()],
         topic: "Add widget".into(),
         evidence: Evidence {
-            trace_id: uuid::Uuid::new_v4(),
+            trace_id: trace,
             span_ids: vec![uuid::Uuid::new_v4()],
             command: command.split(' ').map(str::to_owned).collect(),
             exit_codes: vec![2, 0],
@@ -172,7 +177,7 @@ fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
 #[test]
 fn memory_lists_shows_pins_and_forgets_and_names_a_torn_file() {
     let env = crate::support::env::TestEnv::new();
-    let (test, lint) = seeded_book(&env);
+    let (test, lint) = seeded_book(&env, "x", uuid::Uuid::new_v4());
     let run = |args: &[&str]| {
         let mut all = vec!["autopilot", "memory"];
         all.extend_from_slice(args);

@@ -455,6 +455,14 @@ async fn probe_the_closed_network(codex: bool) {
     assert!(rows.iter().all(|r| r["allowed"] == false), "{wire}");
     // The agent asked the model through the proxy: for its tool, then after it.
     assert!(wire["requests"].as_u64().unwrap() >= 2, "{wire}");
+    // Each of them counted under the model it named (the dashboard's spend by model).
+    let by_model = wire["byModel"].as_object().expect("the responses by model");
+    let counted: u64 = by_model
+        .values()
+        .map(|m| m["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, wire["requests"].as_u64().unwrap(), "{wire}");
+    assert!(!by_model.contains_key("unknown"), "{wire}");
     let requests = api.model_requests();
     // The token's other calls were refused and recorded, and never reached the API; every call
     // the real CLI made is one of the proxy's routes (and none of its own was refused).

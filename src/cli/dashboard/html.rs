@@ -47,6 +47,7 @@ const NAV: &[(&str, &str)] = &[
     ("/", "Now"),
     ("/traces", "Traces"),
     ("/outcomes", "Outcomes"),
+    ("/memory", "Lessons"),
 ];
 
 /// A whole page: `title`, the navigation with `current` marked, and `body` (already HTML).

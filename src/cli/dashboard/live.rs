@@ -1,17 +1,20 @@
 //! Live updates without polling: a thread blocks on inotify over each store's `spans/` and
 //! `autopilot/` directories and counts the changes that matter (a span written, the queue
 //! written); each server-sent-events stream renders the Now page's live part again when the
-//! count moves, and sends it. An idle store costs nothing: no timer, no read.
+//! count moves, and sends it. The data dir's `projects/` is watched too, so a store created
+//! after the dashboard started is watched from then on. An idle store costs nothing: no timer,
+//! no read.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
 use tokio::sync::watch;
 
 use super::Shared;
@@ -32,9 +35,101 @@ fn matters(event: &InotifyEvent) -> bool {
     json && !name.starts_with('.') || name == "state.journal" || name == "traces.jsonl"
 }
 
-/// Watches `stores` (their roots) and counts the changes; a store that cannot be watched is
-/// said on stderr and its page is then only as fresh as a reload.
-pub fn watch(stores: &[PathBuf]) -> watch::Receiver<u64> {
+/// What a watched directory is, and so what its events mean.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    /// The data dir: `projects/` may appear in it.
+    Data,
+    /// `<data>/projects`: a store's directory may appear in it.
+    Projects,
+    /// A store's root: its `spans/` and `autopilot/` may appear in it.
+    Store,
+    /// A store's `spans/` or `autopilot/`: what is written there matters ([`matters`]).
+    Files,
+}
+
+/// The inotify watches and what each watches.
+struct Watches {
+    inotify: Inotify,
+    levels: HashMap<WatchDescriptor, (Level, PathBuf)>,
+}
+
+impl Watches {
+    /// Watches `dir` as `level`, and what already is beneath it; whether anything was added.
+    fn add(&mut self, dir: &Path, level: Level) -> bool {
+        let flags = match level {
+            Level::Files => {
+                AddWatchFlags::IN_CLOSE_WRITE
+                    | AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_MODIFY
+                    | AddWatchFlags::IN_DELETE
+            }
+            _ => AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR,
+        };
+        match self.inotify.add_watch(dir, flags) {
+            Ok(wd) => {
+                self.levels.insert(wd, (level, dir.to_owned()));
+            }
+            Err(e) => {
+                if level == Level::Files {
+                    eprintln!("dashboard: cannot watch {} ({e})", dir.display());
+                }
+                return false;
+            }
+        }
+        // What was created before the watch was added is watched now.
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if let Some(below) = below(level, &entry.file_name().to_string_lossy()) {
+                    self.add(&entry.path(), below);
+                }
+            }
+        }
+        true
+    }
+
+    /// Handles `events`; whether the Now page may have changed.
+    fn handle(&mut self, events: &[InotifyEvent]) -> bool {
+        let mut changed = false;
+        for event in events {
+            let Some((level, dir)) = self.levels.get(&event.wd).cloned() else {
+                continue;
+            };
+            if level == Level::Files {
+                changed |= matters(event);
+                continue;
+            }
+            let Some(name) = event
+                .name
+                .as_ref()
+                .map(|n| n.to_string_lossy().into_owned())
+            else {
+                continue;
+            };
+            if let Some(below) = below(level, &name) {
+                // A store that appeared is shown at once, as it is.
+                changed |= self.add(&dir.join(&name), below) && below == Level::Files;
+                changed |= below == Level::Store;
+            }
+        }
+        changed
+    }
+}
+
+/// What the directory `name` inside one of `level` is, when it is watched.
+fn below(level: Level, name: &str) -> Option<Level> {
+    match level {
+        Level::Data => (name == "projects").then_some(Level::Projects),
+        Level::Projects => (!name.starts_with('.')).then_some(Level::Store),
+        Level::Store => matches!(name, "spans" | "autopilot").then_some(Level::Files),
+        Level::Files => None,
+    }
+}
+
+/// Watches the stores under each of `data_dirs` (`<data>/projects/<id>/`), those there now and
+/// those that appear later, and counts the changes; when they cannot be watched it is said on
+/// stderr and the page is then only as fresh as a reload.
+pub fn watch(data_dirs: &[PathBuf]) -> watch::Receiver<u64> {
     let (tx, rx) = watch::channel(0u64);
     let inotify = match Inotify::init(InitFlags::IN_CLOEXEC) {
         Ok(i) => i,
@@ -45,23 +140,24 @@ pub fn watch(stores: &[PathBuf]) -> watch::Receiver<u64> {
             return rx;
         }
     };
-    let flags = AddWatchFlags::IN_CLOSE_WRITE
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_MODIFY
-        | AddWatchFlags::IN_DELETE;
-    for root in stores {
-        for dir in [root.join("spans"), root.join("autopilot")] {
-            if let Err(e) = inotify.add_watch(&dir, flags) {
-                eprintln!("dashboard: cannot watch {} ({e})", dir.display());
-            }
+    let mut watches = Watches {
+        inotify,
+        levels: HashMap::new(),
+    };
+    for data in data_dirs {
+        if !watches.add(data, Level::Data) {
+            eprintln!(
+                "dashboard: cannot watch {}: the Now page updates on reload only",
+                data.display()
+            );
         }
     }
     std::thread::Builder::new()
         .name("rover-dashboard-watch".into())
         .spawn(move || loop {
-            match inotify.read_events() {
+            match watches.inotify.read_events() {
                 Ok(events) => {
-                    if events.iter().any(matters) {
+                    if watches.handle(&events) {
                         tx.send_modify(|n| *n += 1);
                     }
                     if tx.is_closed() {

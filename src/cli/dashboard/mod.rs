@@ -2,18 +2,23 @@
 //! served by rover itself. Server-rendered HTML (assets embedded in the binary, nothing from
 //! the network), read from the stores through the same code as `status`, `traces` and `trace`
 //! (`sources.rs`: the project's store, or every repository of the daemon file as
-//! `cli::fleet_stores` reads them). Pages: Now (`now.rs`, live through server-sent events fed by
+//! `cli::fleet_stores` reads them). Pages: Now (`now.rs`, each running agent's last output line
+//! read from its log by `activity.rs`, the proxy's recent refusals by `refusals.rs`, live through server-sent events fed by
 //! a watch of the store directories: `live.rs`), Traces (`list.rs`), a trace as a waterfall
-//! (`waterfall.rs`), Outcomes and spend (`outcomes.rs`), with `--allow-actions` cancel and retry (`actions.rs`). Who may look and
+//! (`waterfall.rs`), Outcomes and spend (`outcomes.rs`), the lessons (`memory.rs`), with `--allow-actions` cancel and
+//! retry (`actions.rs`), forget and pin a lesson. Who may look and
 //! act: `auth.rs`. See docs/dashboard.md.
 
 mod actions;
+mod activity;
 mod auth;
 mod html;
 mod list;
 mod live;
+mod memory;
 mod now;
 mod outcomes;
+mod refusals;
 mod sources;
 mod waterfall;
 
@@ -131,13 +136,7 @@ impl Prepared {
                 CliError::Internal(format!("cannot start the dashboard's runtime: {e}"))
             })?;
         runtime.block_on(async move {
-            let opened = self.sources.open(&self.ctx);
-            let dirs: Vec<PathBuf> = opened
-                .stores
-                .iter()
-                .map(|s| s.store.root().to_path_buf())
-                .collect();
-            let changes = live::watch(&dirs);
+            let changes = live::watch(&self.sources.data_dirs(&self.ctx));
             let shared = Arc::new(Dash {
                 ctx: self.ctx,
                 sources: self.sources,
@@ -179,6 +178,9 @@ fn router(shared: Shared) -> Router {
         .route("/trace/{id}", get(waterfall::page))
         .route("/trace/{id}/cancel", post(actions::cancel))
         .route("/trace/{id}/retry", post(actions::retry))
+        .route("/memory", get(memory::page))
+        .route("/memory/{id}/forget", post(memory::forget))
+        .route("/memory/{id}/pin", post(memory::pin))
         .route("/login", get(auth::login_form).post(auth::login))
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))

@@ -62,7 +62,8 @@ pub fn live_part(dash: &Dash) -> String {
     } else {
         out.push_str(
             "<table class=\"runs\" id=\"running\"><thead><tr><th>repository</th><th>step</th>\
-             <th>span</th><th>trace</th><th>elapsed</th><th>trace spend so far</th></tr></thead><tbody>",
+             <th>span</th><th>trace</th><th>elapsed</th><th>trace spend so far</th>\
+             <th>agent's last output</th></tr></thead><tbody>",
         );
         for r in &repos {
             for row in &r.rows {
@@ -73,6 +74,7 @@ pub fn live_part(dash: &Dash) -> String {
     }
     out.push_str("</section>");
     queue_section(&repos, &mut out);
+    super::refusals::section(&opened.stores, &mut out);
     for r in &repos {
         let _ = write!(
             out,
@@ -186,9 +188,17 @@ fn repo_now(dash: &Dash, source: &Source) -> RepoNow {
         let trace_cell = trace.map_or_else(String::new, |t| {
             format!("<a href=\"/trace/{t}\">{}</a>", short(t))
         });
+        // Text an agent wrote: escaped, and marked as such.
+        let said = super::activity::last_line(store, span.id).map_or_else(String::new, |line| {
+            format!(
+                "<q class=\"agent-said\" title=\"written by the agent\">{}</q>",
+                esc(&line)
+            )
+        });
         out.rows.push(format!(
             "<tr class=\"run\" data-span=\"{}\"><td>{}</td><td class=\"step\">{}</td><td>{}</td>\
-             <td>{trace_cell}</td><td class=\"elapsed\" data-since=\"{}\">{}</td><td>{}</td></tr>",
+             <td>{trace_cell}</td><td class=\"elapsed\" data-since=\"{}\">{}</td><td>{}</td>\
+             <td class=\"activity\">{said}</td></tr>",
             span.id,
             esc(&source.repo),
             esc(span.step.as_str()),

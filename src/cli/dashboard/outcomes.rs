@@ -3,8 +3,8 @@
 //! trace and the spend (USD and tokens); the spend by step. Each chart (SVG drawn here) has its
 //! table under it. Read from the 2,000 most recent traces of each repository at most, through
 //! the typed records the `trace` command reads (`SpanUsage`, `PushPullRequest`,
-//! `MergeSpanMeta`) and the history's `retries_so_far`. The agent calls record no model, so the
-//! spend is by step only.
+//! `MergeSpanMeta`) and the history's `retries_so_far`; the spend by model from the proxy's
+//! ledgers recorded in the spans (`RunNetworkMeta`, each run's `byModel`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -15,7 +15,9 @@ use chrono::{DateTime, Datelike, Utc};
 
 use super::html::{document, esc};
 use super::{Dash, Shared};
+use crate::agent_run::RunNetworkMeta;
 use crate::budget::{usd, SpanUsage};
+use crate::proxy::ModelUsage;
 use crate::steps::meta::{MergeOutcome, MergeSpanMeta, PushPullRequest};
 use crate::store::{SpanStatus, TraceOutcome, TraceView};
 
@@ -93,6 +95,8 @@ pub struct Figures {
     pub repos: BTreeMap<String, Tally>,
     pub all: Tally,
     pub by_step: BTreeMap<String, SpanUsage>,
+    /// The model calls that went through rover's proxy, by model.
+    pub by_model: BTreeMap<String, ModelUsage>,
     pub problems: Vec<String>,
 }
 
@@ -129,6 +133,11 @@ pub fn figures(dash: &Dash) -> Figures {
             for span in &view.spans {
                 if let Some(u) = SpanUsage::of(span) {
                     *f.by_step.entry(span.step.as_str().to_owned()).or_default() += u;
+                }
+                if let Some(ledger) = RunNetworkMeta::of(&span.meta).network {
+                    for (model, u) in &ledger.by_model {
+                        f.by_model.entry(model.clone()).or_default().add(u);
+                    }
                 }
             }
         }
@@ -177,6 +186,8 @@ fn render(f: &Figures) -> String {
     tally_table("repos", "repository", &f.repos, &mut out);
     out.push_str("<h2>Spend by step</h2>");
     step_chart(&f.by_step, &mut out);
+    out.push_str("<h2>Spend by model</h2>");
+    model_chart(&f.by_model, &mut out);
     out
 }
 
@@ -262,36 +273,42 @@ fn tally_table(id: &str, first: &str, rows: &BTreeMap<String, Tally>, out: &mut 
     out.push_str("</tbody></table>");
 }
 
-/// Horizontal bars of USD by step, the table under it.
-fn step_chart(steps: &BTreeMap<String, SpanUsage>, out: &mut String) {
-    let max = steps.values().map(|u| u.cost_usd).fold(0.0, f64::max);
+/// Horizontal bars of USD, one per `(label, usd)`, as chart `id`.
+fn usd_bars(id: &str, what: &str, bars: &[(&str, f64)], out: &mut String) {
+    let max = bars.iter().map(|(_, u)| *u).fold(0.0, f64::max);
     #[allow(clippy::cast_precision_loss)]
-    let h = 22.0 * steps.len() as f64 + 4.0;
+    let h = 22.0 * bars.len() as f64 + 4.0;
     let _ = write!(
         out,
-        "<svg class=\"chart\" id=\"step-chart\" viewBox=\"0 0 760 {h}\" width=\"100%\" role=\"img\" aria-label=\"USD by step\">"
+        "<svg class=\"chart\" id=\"{id}\" viewBox=\"0 0 760 {h}\" width=\"100%\" role=\"img\" aria-label=\"USD by {what}\">"
     );
-    for (i, (step, u)) in steps.iter().enumerate() {
+    for (i, (label, cost)) in bars.iter().enumerate() {
         #[allow(clippy::cast_precision_loss)]
         let y = 4.0 + 22.0 * i as f64;
-        let w = if max > 0.0 {
-            560.0 * u.cost_usd / max
-        } else {
-            0.0
-        };
+        let w = if max > 0.0 { 480.0 * cost / max } else { 0.0 };
         let _ = write!(
             out,
-            "<text class=\"label\" x=\"4\" y=\"{:.1}\">{}</text><rect class=\"st-completed\" x=\"120\" y=\"{y:.1}\" \
+            "<text class=\"label\" x=\"4\" y=\"{:.1}\">{}</text><rect class=\"st-completed\" x=\"200\" y=\"{y:.1}\" \
              width=\"{:.1}\" height=\"14\"/><text class=\"axis\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
             y + 12.0,
-            esc(step),
+            esc(label),
             w.max(1.0),
-            126.0 + w,
+            206.0 + w,
             y + 12.0,
-            usd(u.cost_usd)
+            usd(*cost)
         );
     }
-    out.push_str("</svg><table class=\"tally\" id=\"steps\"><thead><tr><th>step</th><th>agent calls</th><th>USD</th><th>tokens in</th><th>tokens out</th></tr></thead><tbody>");
+    out.push_str("</svg>");
+}
+
+/// Horizontal bars of USD by step, the table under it.
+fn step_chart(steps: &BTreeMap<String, SpanUsage>, out: &mut String) {
+    let bars: Vec<(&str, f64)> = steps
+        .iter()
+        .map(|(s, u)| (s.as_str(), u.cost_usd))
+        .collect();
+    usd_bars("step-chart", "step", &bars, out);
+    out.push_str("<table class=\"tally\" id=\"steps\"><thead><tr><th>step</th><th>agent calls</th><th>USD</th><th>tokens in</th><th>tokens out</th></tr></thead><tbody>");
     for (step, u) in steps {
         let _ = write!(
             out,
@@ -301,6 +318,32 @@ fn step_chart(steps: &BTreeMap<String, SpanUsage>, out: &mut String) {
             u.input_tokens,
             u.output_tokens,
             s = esc(step)
+        );
+    }
+    out.push_str("</tbody></table>");
+}
+
+/// Horizontal bars of USD by model, the table under it (the model calls that went through
+/// rover's proxy, as its ledgers recorded them).
+fn model_chart(models: &BTreeMap<String, ModelUsage>, out: &mut String) {
+    if models.is_empty() {
+        out.push_str(
+            "<p class=\"empty\" id=\"models-empty\">no model call recorded by rover's proxy</p>",
+        );
+        return;
+    }
+    let bars: Vec<(&str, f64)> = models.iter().map(|(m, u)| (m.as_str(), u.usd)).collect();
+    usd_bars("model-chart", "model", &bars, out);
+    out.push_str("<table class=\"tally\" id=\"models\"><thead><tr><th>model</th><th>requests</th><th>USD</th><th>tokens in</th><th>tokens out</th></tr></thead><tbody>");
+    for (model, u) in models {
+        let _ = write!(
+            out,
+            "<tr data-key=\"{m}\"><td>{m}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            u.requests,
+            usd(u.usd),
+            u.usage.total() - u.usage.output,
+            u.usage.output,
+            m = esc(model)
         );
     }
     out.push_str("</tbody></table>");

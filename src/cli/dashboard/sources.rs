@@ -76,6 +76,21 @@ impl Sources {
     }
 }
 
+impl Sources {
+    /// The data dirs whose `projects/` hold the stores, those there now and those to come.
+    pub fn data_dirs(&self, ctx: &Context) -> Vec<PathBuf> {
+        match self {
+            Sources::Project => crate::project::data_dir(&ctx.host)
+                .ok()
+                .into_iter()
+                .collect(),
+            Sources::Fleet(path) => Fleet::load(ctx, path)
+                .map(|fleet| vec![fleet.data_dir])
+                .unwrap_or_default(),
+        }
+    }
+}
+
 impl Opened {
     /// The store holding trace `id` (a trace, span or action id or a prefix, as `trace` takes
     /// it), and the trace's id.

@@ -41,8 +41,7 @@ use crate::sandbox::{Sandbox, SandboxLabels};
 use crate::store::blocking;
 use crate::store::{PendingAction, Span, StepKind, StepRun};
 
-/// The agent's stdout inside the span's artifacts dir (stderr next to it, `.stderr`).
-pub const AGENT_LOG: &str = "agent.log";
+pub use crate::store::AGENT_LOG;
 
 /// How long an agent may run in its container: the shorter of the sandbox and agent limits.
 fn run_limit(services: &Services) -> Duration {
