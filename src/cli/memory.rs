@@ -229,6 +229,14 @@ fn details(l: &Lesson) -> String {
                 codes.join(" then ")
             );
         }
+        if let Some(check) = &e.check {
+            let _ = writeln!(
+                text,
+                "           check {} ({})",
+                printable(check),
+                printable(&e.conclusions.join(" then "))
+            );
+        }
     }
     for c in &l.contradictions {
         let _ = writeln!(

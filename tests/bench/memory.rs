@@ -77,11 +77,9 @@ fn book() -> LessonBook {
                 concerns: vec![command.clone()],
                 topic: format!("Add the {a} {b} {i}"),
                 evidence: Evidence {
-                    trace_id: Uuid::new_v4(),
-                    span_ids: vec![Uuid::new_v4()],
                     command: vec!["make".into(), format!("test-{i}")],
                     exit_codes: vec![2, 0],
-                    at: chrono::Utc::now(),
+                    ..Evidence::new(Uuid::new_v4(), vec![Uuid::new_v4()], chrono::Utc::now())
                 },
             },
             usize::MAX,

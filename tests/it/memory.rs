@@ -143,6 +143,69 @@ async fn with_memory_off_the_second_similar_issue_fails_its_first_gate_again() {
     assert!(!workflow_prompt(&second).contains("rover's memory of earlier traces"));
 }
 
+#[tokio::test]
+async fn a_ci_check_fixed_by_the_resolvers_iterate_is_learned_with_its_evidence() {
+    // CI fails on rover's first commit and passes on the fix the resolver's iterate made (the
+    // follow-through scenario of a red pull request).
+    use crate::follow_through::{csv_settled, following_ci, iterate_on_red_ci};
+    let mut s = following_ci(&["failure", "success"], None).await;
+    iterate_on_red_ci(&mut s, "1 of at most 3 iterate/retry decisions used");
+    let trace = csv_settled(&mut s, 30, "The pull request is up.", 16).await;
+    let lessons = memory_json(&s, &["list"]);
+    let ci: Vec<&Value> = lessons
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "ci")
+        .collect();
+    assert_eq!(ci.len(), 1, "{lessons:#?}");
+    let lesson = ci[0];
+    assert_eq!(lesson["concerns"], json!(["ci / test"]));
+    assert_eq!(
+        lesson["statement"],
+        "The CI check `ci / test` failed on the pull request; it passed after this fix: ci / test fails: quote the csv fields."
+    );
+    let evidence = &lesson["evidence"][0];
+    assert_eq!(evidence["traceId"], trace.trace_id().to_string());
+    assert_eq!(evidence["check"], "ci / test");
+    assert_eq!(evidence["conclusions"], json!(["failure", "success"]));
+    // The spans: the red look, the iterate, the green look at the new head, in that order.
+    let span = |id: &Value| {
+        trace
+            .spans
+            .iter()
+            .find(|sp| sp.id.to_string() == id.as_str().unwrap())
+            .unwrap()
+    };
+    let spans: Vec<_> = evidence["spanIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(span)
+        .collect();
+    assert_eq!(spans.len(), 3);
+    assert_eq!(spans[0].meta["ciStatus"]["state"], "failure");
+    assert_eq!(spans[1].meta["decision"], "iterate");
+    assert_eq!(spans[2].meta["ciStatus"]["state"], "success");
+    assert_ne!(spans[0].meta["ci"]["sha"], spans[2].meta["ci"]["sha"]);
+    // `memory show` prints the check and its conclusions.
+    let out = s
+        .env
+        .command(&[
+            "autopilot",
+            "memory",
+            "show",
+            lesson["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("check ci / test (failure then success)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// A book of two lessons written as rover writes it, in `env`'s store.
 fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
     use rover::memory::{Evidence, LessonBook, LessonKind, NewLesson};
@@ -153,11 +216,13 @@ fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
         concerns: vec![command.to_owned()],
         topic: "Add widget".into(),
         evidence: Evidence {
-            trace_id: uuid::Uuid::new_v4(),
-            span_ids: vec![uuid::Uuid::new_v4()],
             command: command.split(' ').map(str::to_owned).collect(),
             exit_codes: vec![2, 0],
-            at: chrono::Utc::now(),
+            ..Evidence::new(
+                uuid::Uuid::new_v4(),
+                vec![uuid::Uuid::new_v4()],
+                chrono::Utc::now(),
+            )
         },
     };
     LessonBook::update(&store, |b| {

@@ -19,6 +19,7 @@ mod decisions;
 mod deps;
 mod failures;
 mod lessons;
+mod lessons_ci;
 mod reviews;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -39,6 +40,7 @@ pub use lessons::{
     failed_despite_lessons, gate_fixes, review_fixes, trusted_author, FailedDespite, GateFix,
     ReviewFix,
 };
+pub use lessons_ci::{ci_fixes, CiFix};
 pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};
 pub use threads::{
     ended_at, intervention_marked, merge_approvals, merges_since, open_pull_request,

@@ -140,3 +140,69 @@ impl Builder {
         self.span(StepKind::Review, status, Meta::new(), meta.to_meta())
     }
 }
+
+impl Builder {
+    /// A coordinator's look at the CI of pull request #7 at `sha` that found `state`, with
+    /// `failing` checks (2 in all): a red look fails its span.
+    pub(crate) fn ci_look(
+        &mut self,
+        sha: &str,
+        state: crate::github::CiState,
+        failing: &[&str],
+    ) -> Uuid {
+        use crate::steps::meta::{CiWatchMeta, CoordinateSpanMeta, DecidedBy};
+        let meta = CoordinateSpanMeta {
+            ci: Some(CiWatchMeta {
+                pr_number: 7,
+                pr_url: "https://github.test/o/r/pull/7".into(),
+                branch: "rover/csv".into(),
+                sha: sha.into(),
+                round: 1,
+                ..CiWatchMeta::default()
+            }),
+            ci_status: Some(crate::github::CiStatus {
+                sha: sha.into(),
+                state,
+                failing: failing.iter().map(|f| (*f).to_owned()).collect(),
+                pending: Vec::new(),
+                total: 2,
+            }),
+            ..CoordinateSpanMeta::decided(Decision::Resolve, DecidedBy::Ci)
+        };
+        let status = if state == crate::github::CiState::Failure {
+            SpanStatus::Failed
+        } else {
+            SpanStatus::Completed
+        };
+        let meta = crate::store::to_meta(&meta);
+        self.span(StepKind::Coordinate, status, meta.clone(), meta)
+    }
+
+    /// A resolve that decided an `iterate` on workflow action `on` with `instructions`.
+    pub(crate) fn iterate(&mut self, on: Option<Uuid>, instructions: &str) -> Uuid {
+        let mut out = crate::store::to_meta(&meta::ResolveSpanMeta {
+            instructions: Some(Some(instructions.into())),
+            iterate_on: on,
+            ..meta::ResolveSpanMeta::default()
+        });
+        out.insert("decision".into(), "iterate".into());
+        self.span(StepKind::Resolve, SpanStatus::Completed, Meta::new(), out)
+    }
+
+    /// A coordinate span whose trust check said `trusted` about the event's author.
+    pub(crate) fn trust(&mut self, trusted: bool) -> Uuid {
+        let meta = crate::store::to_meta(&meta::CoordinateSpanMeta {
+            trust: Some(Some(crate::github::TrustDecision {
+                trusted,
+                reason: "test".into(),
+            })),
+            ..meta::CoordinateSpanMeta::default()
+        });
+        self.span(
+            StepKind::Coordinate,
+            SpanStatus::Completed,
+            Meta::new(),
+            meta,
+        )
+    }
+}
