@@ -1,6 +1,6 @@
 //! Learning from an ended trace (called by the pipeline when a span ends its trace): the facts
 //! the history finds in its spans ([`history::gate_fixes`], [`history::review_fixes`],
-//! [`history::ci_fixes`]) filed as lessons of the repository's memory, and the lessons a run
+//! [`history::ci_fixes`], [`history::hook_fixes`], [`history::environment_fixes`]) filed as lessons of the repository's memory, and the lessons a run
 //! was given and failed anyway weakened. Only a trace whose event a trusted author made teaches; a fix that never passed is
 //! no lesson. No model is asked: the statement is made of what the spans recorded.
 
@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use crate::memory::{Contradiction, Evidence, Learned, LessonBook, LessonKind, MemoryError};
 use crate::memory::{MemorySettings, NewLesson};
-use crate::steps::history::{self, CiFix, FailedDespite, GateFix, ReviewFix};
+use crate::steps::history::ReviewFix;
+use crate::steps::history::{self, CiFix, EnvironmentFix, FailedDespite, GateFix, HookFix};
 use crate::store::{AutopilotStore, TraceOutcome, TraceView};
 
 /// What learning from one trace did.
@@ -78,6 +79,63 @@ fn ci_lesson(trace: Uuid, fix: CiFix, at: chrono::DateTime<Utc>) -> NewLesson {
     }
 }
 
+/// A commit hook's fix as a lesson of trace `trace`.
+fn hook_lesson(trace: Uuid, fix: HookFix, at: chrono::DateTime<Utc>) -> NewLesson {
+    let hooks = if fix.hooks.is_empty() {
+        "hooks".to_owned()
+    } else {
+        format!("hooks ({})", fix.hooks.join(", "))
+    };
+    let code = fix
+        .exit_code
+        .map_or_else(|| "a signal".to_owned(), |c| format!("exit {c}"));
+    let stderr = if fix.stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", fix.stderr)
+    };
+    NewLesson {
+        kind: LessonKind::Hook,
+        statement: format!(
+            "The commit's {hooks} failed ({code}{stderr}); the commit passed after this fix: {}",
+            fix.fix
+        ),
+        concerns: if fix.hooks.is_empty() {
+            vec![fix.command.join(" ")]
+        } else {
+            fix.hooks
+        },
+        topic: fix.branch,
+        evidence: Evidence {
+            command: fix.command,
+            exit_codes: vec![fix.exit_code.unwrap_or(-1), 0],
+            ..Evidence::new(trace, vec![fix.failed, fix.decided, fix.passed], at)
+        },
+    }
+}
+
+/// An environment's fix as a lesson of trace `trace`.
+fn environment_lesson(trace: Uuid, fix: EnvironmentFix, at: chrono::DateTime<Utc>) -> NewLesson {
+    let error = if fix.error.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", fix.error)
+    };
+    NewLesson {
+        kind: LessonKind::Environment,
+        statement: format!(
+            "The environment image did not build{error}; it built after this fix: {}",
+            fix.fix
+        ),
+        concerns: fix.inputs,
+        topic: String::new(),
+        evidence: Evidence {
+            conclusions: vec!["failed".into(), "built".into()],
+            ..Evidence::new(trace, vec![fix.failed, fix.decided, fix.passed], at)
+        },
+    }
+}
+
 /// What `view`, an ended trace, teaches (nothing when its author is not trusted), and its runs
 /// that were given lessons and failed a gate anyway (they contradict the lessons about it).
 pub fn lessons_of(view: &TraceView) -> (Vec<NewLesson>, Vec<FailedDespite>) {
@@ -99,6 +157,16 @@ pub fn lessons_of(view: &TraceView) -> (Vec<NewLesson>, Vec<FailedDespite>) {
         history::ci_fixes(view)
             .into_iter()
             .map(|f| ci_lesson(trace, f, at)),
+    );
+    lessons.extend(
+        history::hook_fixes(view)
+            .into_iter()
+            .map(|f| hook_lesson(trace, f, at)),
+    );
+    lessons.extend(
+        history::environment_fixes(view)
+            .into_iter()
+            .map(|f| environment_lesson(trace, f, at)),
     );
     (lessons, history::failed_despite_lessons(view))
 }
@@ -321,5 +389,88 @@ mod tests {
         assert!(lessons_of(&still_red.view).0.is_empty());
         let pending = ci_trace(true, "Quote the csv fields.", CiState::Pending);
         assert!(lessons_of(&pending.view).0.is_empty());
+    }
+
+    /// A trace by an author the trust check said `trusted` about: the commit's hook fails,
+    /// then (when `resolved`) the resolver retries and the commit passes.
+    fn hook_trace(trusted: bool, resolved: bool) -> Builder {
+        let mut b = Builder::new();
+        b.trust(trusted);
+        let wf = b.bare(StepKind::Workflow, SpanStatus::Completed);
+        b.hook_failed_commit(wf, "src/a.rs: trailing whitespace");
+        if resolved {
+            b.resolve(crate::steps::meta::Decision::Retry);
+        }
+        b.passed_commit(wf, "rover/a");
+        b
+    }
+
+    #[test]
+    fn a_trusted_authors_hook_fixed_by_a_retry_is_a_hook_lesson_with_its_evidence() {
+        let b = hook_trace(true, true);
+        let (lessons, _) = lessons_of(&b.view);
+        assert_eq!(lessons.len(), 1, "{lessons:?}");
+        let lesson = &lessons[0];
+        assert_eq!(lesson.kind, LessonKind::Hook);
+        assert_eq!(
+            lesson.statement,
+            "The commit's hooks (pre-commit) failed (exit 1: src/a.rs: trailing whitespace); the commit passed after this fix: a retry (of the commit)"
+        );
+        assert_eq!(lesson.concerns, vec!["pre-commit"]);
+        assert_eq!(lesson.evidence.command, vec!["git", "commit", "-F", "-"]);
+        assert_eq!(lesson.evidence.exit_codes, vec![1, 0]);
+        assert_eq!(lesson.evidence.span_ids.len(), 3);
+        assert_eq!(lesson.evidence.trace_id, b.view.trace_id());
+    }
+
+    #[test]
+    fn a_hook_fix_of_an_untrusted_author_or_without_a_retry_teaches_nothing() {
+        assert!(lessons_of(&hook_trace(false, true).view).0.is_empty());
+        assert!(lessons_of(&hook_trace(true, false).view).0.is_empty());
+    }
+
+    #[test]
+    fn an_environment_that_built_after_a_retry_is_an_environment_lesson_of_a_trusted_trace() {
+        use crate::environment::{EnvSource, EnvironmentMeta};
+        let env = |error: Option<&str>| {
+            crate::store::to_meta(&crate::steps::meta::WorkflowSpanMeta {
+                environment: Some(EnvironmentMeta {
+                    source: EnvSource::SetupScript,
+                    hash: Some("aaaa".into()),
+                    inputs: vec![".rover/setup.sh".into()],
+                    error: error.map(str::to_owned),
+                    ..EnvironmentMeta::image("rover-env")
+                }),
+                ..crate::steps::meta::WorkflowSpanMeta::default()
+            })
+        };
+        let trace = |trusted: bool| {
+            let mut b = Builder::new();
+            b.trust(trusted);
+            b.span(
+                StepKind::Workflow,
+                SpanStatus::Error,
+                Meta::new(),
+                env(Some("pip: no matching distribution")),
+            );
+            b.resolve(crate::steps::meta::Decision::Retry);
+            b.span(
+                StepKind::Workflow,
+                SpanStatus::Completed,
+                Meta::new(),
+                env(None),
+            );
+            b
+        };
+        let (lessons, _) = lessons_of(&trace(true).view);
+        assert_eq!(lessons.len(), 1, "{lessons:?}");
+        assert_eq!(lessons[0].kind, LessonKind::Environment);
+        assert_eq!(
+            lessons[0].statement,
+            "The environment image did not build (pip: no matching distribution); it built after this fix: a retry (of the run)"
+        );
+        assert_eq!(lessons[0].concerns, vec![".rover/setup.sh"]);
+        assert_eq!(lessons[0].evidence.conclusions, vec!["failed", "built"]);
+        assert!(lessons_of(&trace(false).view).0.is_empty());
     }
 }

@@ -20,6 +20,7 @@ mod deps;
 mod failures;
 mod lessons;
 mod lessons_ci;
+mod lessons_commit;
 mod reviews;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -41,6 +42,7 @@ pub use lessons::{
     ReviewFix,
 };
 pub use lessons_ci::{ci_fixes, CiFix};
+pub use lessons_commit::{environment_fixes, hook_fixes, EnvironmentFix, HookFix};
 pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};
 pub use threads::{
     ended_at, intervention_marked, merge_approvals, merges_since, open_pull_request,

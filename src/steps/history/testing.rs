@@ -206,3 +206,46 @@ impl Builder {
         )
     }
 }
+
+impl Builder {
+    fn hook_plan() -> crate::git::HookPlan {
+        crate::git::HookPlan::Sandbox {
+            location: crate::git::HookLocation::Worktree {
+                relative: ".githooks".into(),
+            },
+            reason: "test".into(),
+            hooks: vec!["pre-commit".into()],
+        }
+    }
+
+    /// A commit of `workflow` on `rover/a` whose `pre-commit` hook failed: `git commit` exited
+    /// 1 with `stderr` (after an empty line, before another).
+    pub(crate) fn hook_failed_commit(&mut self, workflow: Uuid, stderr: &str) -> Uuid {
+        let mut out = crate::store::to_meta(&meta::CommitSpanMeta {
+            workflow_action_id: Some(Some(workflow)),
+            branch_name: Some("rover/a".into()),
+            hooks: Some(Builder::hook_plan()),
+            ..meta::CommitSpanMeta::default()
+        });
+        out.insert(
+            "error".into(),
+            serde_json::json!({"message": "the commit failed: git commit exited 1",
+                "command": ["git", "commit", "-F", "-"], "exitCode": 1,
+                "stdout": "", "stderr": format!("\n{stderr}\nmore\n"), "truncated": false}),
+        );
+        self.span(StepKind::Commit, SpanStatus::Error, Meta::new(), out)
+    }
+
+    /// A commit of `workflow` on `branch` that passed its hooks and committed.
+    pub(crate) fn passed_commit(&mut self, workflow: Uuid, branch: &str) -> Uuid {
+        let out = crate::store::to_meta(&meta::CommitSpanMeta {
+            committed: true,
+            workflow_action_id: Some(Some(workflow)),
+            branch_name: Some(branch.into()),
+            hooks: Some(Builder::hook_plan()),
+            sha: Some("abc".into()),
+            ..meta::CommitSpanMeta::default()
+        });
+        self.span(StepKind::Commit, SpanStatus::Completed, Meta::new(), out)
+    }
+}
