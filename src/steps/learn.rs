@@ -1,6 +1,7 @@
 //! Learning from an ended trace (called by the pipeline when a span ends its trace): the facts
 //! the history finds in its spans ([`history::gate_fixes`], [`history::review_fixes`],
-//! [`history::ci_fixes`], [`history::hook_fixes`], [`history::environment_fixes`]) filed as lessons of the repository's memory, and the lessons a run
+//! [`history::ci_fixes`], [`history::hook_fixes`], [`history::environment_fixes`],
+//! [`history::person_review_fix`]) filed as lessons of the repository's memory, and the lessons a run
 //! was given and failed anyway weakened. Only a trace whose event a trusted author made teaches; a fix that never passed is
 //! no lesson. No model is asked: the statement is made of what the spans recorded.
 
@@ -9,8 +10,8 @@ use uuid::Uuid;
 
 use crate::memory::{Contradiction, Evidence, Learned, LessonBook, LessonKind, MemoryError};
 use crate::memory::{MemorySettings, NewLesson};
-use crate::steps::history::ReviewFix;
 use crate::steps::history::{self, CiFix, EnvironmentFix, FailedDespite, GateFix, HookFix};
+use crate::steps::history::{PersonReviewFix, ReviewFix};
 use crate::store::{AutopilotStore, TraceOutcome, TraceView};
 
 /// What learning from one trace did.
@@ -136,6 +137,62 @@ fn environment_lesson(trace: Uuid, fix: EnvironmentFix, at: chrono::DateTime<Utc
     }
 }
 
+/// How many of the most recent traces an approval or a merge of a pull request looks through
+/// for the person's review that asked for changes on it.
+const REVIEW_LOOKBACK: usize = 50;
+
+/// A person's review, and what confirmed the changes made for it, as a lesson.
+fn person_review_lesson(fix: PersonReviewFix, at: chrono::DateTime<Utc>) -> NewLesson {
+    let outcome = match fix.conclusion {
+        "merged" => "it was merged once they were made",
+        _ => "approved once they were made",
+    };
+    NewLesson {
+        kind: LessonKind::Review,
+        statement: format!(
+            "A reviewer (@{}) asked for changes on the pull request and {outcome}: {}",
+            fix.reviewer, fix.findings
+        ),
+        concerns: Vec::new(),
+        topic: fix.task,
+        evidence: Evidence {
+            conclusions: vec!["changes_requested".into(), fix.conclusion.into()],
+            ..Evidence::new(
+                fix.asked_trace,
+                vec![fix.asked, fix.iterated, fix.confirmed],
+                at,
+            )
+        },
+    }
+}
+
+/// When `view`, an ended trace by a trusted author, approved or merged a pull request: the
+/// person's reviews that asked for changes on it in the recent traces (each by a trusted
+/// reviewer, handled by an iteration), as lessons of their traces.
+fn confirmed_reviews(
+    store: &AutopilotStore,
+    view: &TraceView,
+) -> Result<Vec<NewLesson>, MemoryError> {
+    if history::confirms_pull_request(view).is_none() || !history::trusted_author(view) {
+        return Ok(Vec::new());
+    }
+    let at = history::ended_at(view);
+    let mut lessons = Vec::new();
+    for entry in store.recent_traces(REVIEW_LOOKBACK)? {
+        if entry.trace_id == view.trace_id() {
+            continue;
+        }
+        let asked = store.load_trace(entry.trace_id)?;
+        if !history::trusted_author(&asked) {
+            continue;
+        }
+        if let Some(fix) = history::person_review_fix(&asked, view) {
+            lessons.push(person_review_lesson(fix, at));
+        }
+    }
+    Ok(lessons)
+}
+
 /// What `view`, an ended trace, teaches (nothing when its author is not trusted), and its runs
 /// that were given lessons and failed a gate anyway (they contradict the lessons about it).
 pub fn lessons_of(view: &TraceView) -> (Vec<NewLesson>, Vec<FailedDespite>) {
@@ -157,6 +214,11 @@ pub fn lessons_of(view: &TraceView) -> (Vec<NewLesson>, Vec<FailedDespite>) {
         history::ci_fixes(view)
             .into_iter()
             .map(|f| ci_lesson(trace, f, at)),
+    );
+    lessons.extend(
+        history::person_review_fix(view, view)
+            .into_iter()
+            .map(|f| person_review_lesson(f, at)),
     );
     lessons.extend(
         history::hook_fixes(view)
@@ -184,7 +246,8 @@ pub fn learn_from_trace(
     if super::kinds::trace_outcome(&view) == TraceOutcome::Running {
         return Ok(Lessons::default());
     }
-    let (lessons, against) = lessons_of(&view);
+    let (mut lessons, against) = lessons_of(&view);
+    lessons.extend(confirmed_reviews(store, &view)?);
     if lessons.is_empty() && against.is_empty() {
         return Ok(Lessons::default());
     }
@@ -472,5 +535,109 @@ mod tests {
         assert_eq!(lessons[0].concerns, vec![".rover/setup.sh"]);
         assert_eq!(lessons[0].evidence.conclusions, vec!["failed", "built"]);
         assert!(lessons_of(&trace(false).view).0.is_empty());
+    }
+
+    /// A trace of `reviewer`'s review asking for changes on pull request #7, the trust check
+    /// saying `trusted`, iterated on, and (when `merged`) merged.
+    fn person_review_trace(trusted: bool, merged: bool) -> Builder {
+        use crate::steps::meta::{MergeOutcome, MergeSpanMeta};
+        let mut b = Builder::new();
+        b.review_event(
+            7,
+            "alice",
+            "changes_requested",
+            "Add a CHANGELOG entry.\nThanks",
+        );
+        b.trust(trusted);
+        b.workflow(
+            &WorkflowMeta {
+                title: "Parse csv".into(),
+                iterate_on: Some(Uuid::new_v4()),
+                ..WorkflowMeta::default()
+            },
+            SpanStatus::Completed,
+        );
+        if merged {
+            let merge = crate::store::to_meta(&MergeSpanMeta {
+                merge_outcome: Some(MergeOutcome::Merged),
+                pr_number: Some(7),
+                ..MergeSpanMeta::default()
+            });
+            b.span(StepKind::Merge, SpanStatus::Completed, Meta::new(), merge);
+        }
+        b
+    }
+
+    #[test]
+    fn a_trusted_persons_review_iterated_on_and_merged_is_a_review_lesson_with_its_text() {
+        let b = person_review_trace(true, true);
+        let (lessons, _) = lessons_of(&b.view);
+        assert_eq!(lessons.len(), 1, "{lessons:?}");
+        let lesson = &lessons[0];
+        assert_eq!(lesson.kind, LessonKind::Review);
+        assert_eq!(
+            lesson.statement,
+            "A reviewer (@alice) asked for changes on the pull request and it was merged once they were made: Add a CHANGELOG entry. Thanks"
+        );
+        assert_eq!(lesson.topic, "Parse csv");
+        assert_eq!(lesson.evidence.trace_id, b.view.trace_id());
+        assert_eq!(lesson.evidence.span_ids.len(), 3);
+        assert_eq!(lesson.evidence.span_ids[0], b.view.trace_id());
+        assert_eq!(
+            lesson.evidence.conclusions,
+            vec!["changes_requested", "merged"]
+        );
+        // Shown to a model, the reviewer's words are inside the untrusted block.
+        let mut book = crate::memory::LessonBook::default();
+        book.learn(lesson.clone(), 200);
+        let shown = crate::memory::render(&crate::memory::retrieve(&book, "CHANGELOG csv", 2048))
+            .expect("retrieved");
+        let open = shown.find("<untrusted-data id=").unwrap();
+        assert!(
+            open < shown.find("Add a CHANGELOG entry").unwrap(),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn an_untrusted_reviewer_or_an_unconfirmed_review_teaches_nothing() {
+        assert!(lessons_of(&person_review_trace(false, true).view)
+            .0
+            .is_empty());
+        assert!(lessons_of(&person_review_trace(true, false).view)
+            .0
+            .is_empty());
+    }
+
+    #[test]
+    fn a_later_trusted_approval_in_the_store_confirms_an_earlier_review() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        let asked = person_review_trace(true, false);
+        for span in &asked.view.spans {
+            store.write_span(span).unwrap();
+        }
+        for action in &asked.view.actions {
+            store.write_action(action).unwrap();
+        }
+        store.rebuild_indexes().unwrap();
+        let approval = |trusted: bool| {
+            let mut b = Builder::new();
+            b.clock = asked.clock + chrono::TimeDelta::minutes(5);
+            b.review_event(7, "bob", "approved", "LGTM");
+            b.trust(trusted);
+            b
+        };
+        let lessons = confirmed_reviews(&store, &approval(true).view).unwrap();
+        assert_eq!(lessons.len(), 1, "{lessons:?}");
+        assert_eq!(lessons[0].evidence.trace_id, asked.view.trace_id());
+        assert_eq!(
+            lessons[0].evidence.conclusions,
+            vec!["changes_requested", "approved"]
+        );
+        assert!(lessons[0].statement.contains("@alice"));
+        assert!(confirmed_reviews(&store, &approval(false).view)
+            .unwrap()
+            .is_empty());
     }
 }

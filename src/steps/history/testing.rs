@@ -249,3 +249,37 @@ impl Builder {
         self.span(StepKind::Commit, SpanStatus::Completed, Meta::new(), out)
     }
 }
+
+impl Builder {
+    /// The trace's root event: `login`'s review of pull request `number` in `state`
+    /// (`changes_requested`, `approved`, `commented`) saying `body`, at the builder's clock.
+    pub(crate) fn review_event(&mut self, number: u64, login: &str, state: &str, body: &str) {
+        use crate::github::{Channel, EventAction, EventKind, NormalizedEvent, Visibility};
+        let mut event = NormalizedEvent::local("1", login, body, self.clock);
+        event.kind = EventKind::PullRequestReview;
+        event.action = Some(EventAction::Submitted);
+        event.number = Some(number);
+        event.is_pull_request = true;
+        event.review_state = Some(state.to_owned());
+        event.channel = Channel::PrReview { number };
+        event.visibility = Visibility::Public;
+        let meta = meta::EventMeta {
+            source: meta::EventSource::Github,
+            label: format!("PullRequestReviewEvent submitted #{number} by {login}"),
+            kind: EventKind::PullRequestReview.as_str().to_owned(),
+            action: Some("submitted".into()),
+            channel: event.channel.clone(),
+            visibility: Visibility::Public,
+            event: Some(event),
+            request: None,
+            follows: None,
+            reverts: None,
+        };
+        let clock = self.clock;
+        let root = self.view.spans.first_mut().expect("root");
+        root.meta = meta.to_meta();
+        root.timestamp = clock;
+        root.completed = Some(clock);
+        self.clock += TimeDelta::minutes(1);
+    }
+}
