@@ -206,6 +206,56 @@ async fn a_ci_check_fixed_by_the_resolvers_iterate_is_learned_with_its_evidence(
     );
 }
 
+#[tokio::test]
+async fn a_persons_review_that_asked_for_changes_is_learned_once_a_later_review_approves() {
+    use crate::support::gitrepo::git;
+    use crate::support::scenario::{
+        changes_requested, coordinate, pr_payload, rover_pr, COORDINATE,
+    };
+    let mut s = crate::support::scenario::Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    let before = git(&s.origin, &["rev-parse", &branch]);
+    // bob asks for changes; rover iterates on the pull request's task and pushes.
+    changes_requested(&mut s, number, &branch, &before, 901);
+    s.answer_notify("I handled quoting in CSV fields.");
+    s.run_until_settled(12).await;
+    let feedback = s.traces().pop().unwrap();
+    let reviews = |s: &Scenario| -> Vec<Value> {
+        memory_json(s, &["list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["kind"] == "review")
+            .cloned()
+            .collect()
+    };
+    assert!(reviews(&s).is_empty(), "not approved yet");
+    // bob approves the new head: that trace, ending, confirms the review's lesson.
+    let after = git(&s.origin, &["rev-parse", &branch]);
+    s.github.add_review_on(number, "bob", "APPROVED", &after);
+    s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "submitted",
+        "pull_request": pr_payload(number, &branch, &after),
+        "review": {"id": 902, "body": "Thanks, LGTM.", "state": "approved", "commit_id": after, "html_url": "h"}}));
+    s.rules.clear();
+    s.answer(COORDINATE, coordinate("noop", json!({})));
+    s.run_until_settled(6).await;
+    let lessons = reviews(&s);
+    assert_eq!(lessons.len(), 1, "{lessons:#?}");
+    let lesson = &lessons[0];
+    assert_eq!(
+        lesson["statement"],
+        "A reviewer (@bob) asked for changes on the pull request and approved once they were made: Please also handle quoting in CSV fields."
+    );
+    let evidence = &lesson["evidence"][0];
+    assert_eq!(evidence["traceId"], feedback.trace_id().to_string());
+    assert_eq!(
+        evidence["conclusions"],
+        json!(["changes_requested", "approved"])
+    );
+    assert_eq!(evidence["spanIds"][0], feedback.trace_id().to_string());
+}
+
 /// A book of two lessons written as rover writes it, in `env`'s store.
 fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
     use rover::memory::{Evidence, LessonBook, LessonKind, NewLesson};
