@@ -11,6 +11,7 @@
 //! read as a command or a setting.
 
 mod book;
+mod cache;
 mod rank;
 
 use chrono::{DateTime, Utc};
@@ -18,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use book::{Learned, LessonBook, BOOK_VERSION};
-pub use rank::{render, retrieve, Retrieved, RetrievedLesson, BLOCK_SOURCE};
+pub use cache::{flush_used, note_used, take_used, Shelved, USED_FLUSH};
+pub use rank::{render, retrieve, retrieve_in, Index, Retrieved, RetrievedLesson, BLOCK_SOURCE};
 
 /// `autopilot.memory`: whether rover learns and recalls, and its bounds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

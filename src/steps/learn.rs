@@ -251,7 +251,10 @@ pub fn learn_from_trace(
     if lessons.is_empty() && against.is_empty() {
         return Ok(Lessons::default());
     }
+    // The uses the prompts noted since the last write go into the same write.
+    let used = crate::memory::take_used(store);
     LessonBook::update(store, |book| {
+        book.mark_all_used(&used);
         let mut done = Lessons::default();
         for failed in against {
             let about = failed.command.join(" ");
