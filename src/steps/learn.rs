@@ -1,7 +1,7 @@
 //! Learning from an ended trace (called by the pipeline when a span ends its trace): the facts
 //! the history finds in its spans ([`history::gate_fixes`], [`history::review_fixes`],
 //! [`history::ci_fixes`], [`history::hook_fixes`], [`history::environment_fixes`],
-//! [`history::person_review_fix`]) filed as lessons of the repository's memory, and the lessons a run
+//! [`history::person_review_fix`], [`history::clarified`]) filed as lessons of the repository's memory, and the lessons a run
 //! was given and failed anyway weakened. Only a trace whose event a trusted author made teaches; a fix that never passed is
 //! no lesson. No model is asked: the statement is made of what the spans recorded.
 
@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::memory::{Contradiction, Evidence, Learned, LessonBook, LessonKind, MemoryError};
 use crate::memory::{MemorySettings, NewLesson};
 use crate::steps::history::{self, CiFix, EnvironmentFix, FailedDespite, GateFix, HookFix};
-use crate::steps::history::{PersonReviewFix, ReviewFix};
+use crate::steps::history::{Clarified, PersonReviewFix, ReviewFix};
 use crate::store::{AutopilotStore, TraceOutcome, TraceView};
 
 /// What learning from one trace did.
@@ -138,8 +138,8 @@ fn environment_lesson(trace: Uuid, fix: EnvironmentFix, at: chrono::DateTime<Utc
 }
 
 /// How many of the most recent traces an approval or a merge of a pull request looks through
-/// for the person's review that asked for changes on it.
-const REVIEW_LOOKBACK: usize = 50;
+/// for the person's review that asked for changes on it, and an answer for the question.
+const LOOKBACK: usize = 50;
 
 /// A person's review, and what confirmed the changes made for it, as a lesson.
 fn person_review_lesson(fix: PersonReviewFix, at: chrono::DateTime<Utc>) -> NewLesson {
@@ -166,28 +166,48 @@ fn person_review_lesson(fix: PersonReviewFix, at: chrono::DateTime<Utc>) -> NewL
     }
 }
 
-/// When `view`, an ended trace by a trusted author, approved or merged a pull request: the
-/// person's reviews that asked for changes on it in the recent traces (each by a trusted
-/// reviewer, handled by an iteration), as lessons of their traces.
-fn confirmed_reviews(
-    store: &AutopilotStore,
-    view: &TraceView,
-) -> Result<Vec<NewLesson>, MemoryError> {
-    if history::confirms_pull_request(view).is_none() || !history::trusted_author(view) {
+/// A planner's question and the answer that unblocked it, as a lesson of the answering trace.
+fn clarification_lesson(trace: Uuid, found: Clarified, at: chrono::DateTime<Utc>) -> NewLesson {
+    NewLesson {
+        kind: LessonKind::Clarification,
+        statement: format!(
+            "The planner had to ask \"{}\"; the answer that let it plan: {}",
+            found.question, found.answer
+        ),
+        concerns: Vec::new(),
+        topic: found.directive,
+        evidence: Evidence {
+            conclusions: vec!["clarify".into(), "tasks".into()],
+            ..Evidence::new(trace, vec![found.asked, found.answered, found.planned], at)
+        },
+    }
+}
+
+/// What `view`, an ended trace by a trusted author, confirms of the recent traces (each by a
+/// trusted author too): when it approved or merged a pull request, the person's reviews that
+/// asked for changes on it and were iterated on; when it is a comment a plan turned into tasks,
+/// the planner's question on the same issue it answered.
+fn across_traces(store: &AutopilotStore, view: &TraceView) -> Result<Vec<NewLesson>, MemoryError> {
+    let approves = history::confirms_pull_request(view).is_some();
+    let answers = history::planned_after_comment(view).is_some();
+    if !(approves || answers) || !history::trusted_author(view) {
         return Ok(Vec::new());
     }
     let at = history::ended_at(view);
     let mut lessons = Vec::new();
-    for entry in store.recent_traces(REVIEW_LOOKBACK)? {
+    for entry in store.recent_traces(LOOKBACK)? {
         if entry.trace_id == view.trace_id() {
             continue;
         }
-        let asked = store.load_trace(entry.trace_id)?;
-        if !history::trusted_author(&asked) {
+        let earlier = store.load_trace(entry.trace_id)?;
+        if !history::trusted_author(&earlier) {
             continue;
         }
-        if let Some(fix) = history::person_review_fix(&asked, view) {
+        if let Some(fix) = history::person_review_fix(&earlier, view) {
             lessons.push(person_review_lesson(fix, at));
+        }
+        if let Some(found) = history::clarified(&earlier, view) {
+            lessons.push(clarification_lesson(view.trace_id(), found, at));
         }
     }
     Ok(lessons)
@@ -247,7 +267,7 @@ pub fn learn_from_trace(
         return Ok(Lessons::default());
     }
     let (mut lessons, against) = lessons_of(&view);
-    lessons.extend(confirmed_reviews(store, &view)?);
+    lessons.extend(across_traces(store, &view)?);
     if lessons.is_empty() && against.is_empty() {
         return Ok(Lessons::default());
     }
@@ -631,7 +651,7 @@ mod tests {
             b.trust(trusted);
             b
         };
-        let lessons = confirmed_reviews(&store, &approval(true).view).unwrap();
+        let lessons = across_traces(&store, &approval(true).view).unwrap();
         assert_eq!(lessons.len(), 1, "{lessons:?}");
         assert_eq!(lessons[0].evidence.trace_id, asked.view.trace_id());
         assert_eq!(
@@ -639,7 +659,64 @@ mod tests {
             vec!["changes_requested", "approved"]
         );
         assert!(lessons[0].statement.contains("@alice"));
-        assert!(confirmed_reviews(&store, &approval(false).view)
+        assert!(across_traces(&store, &approval(false).view)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn an_answer_that_let_the_planner_plan_teaches_the_question_and_the_answer_when_trusted() {
+        use crate::github::EventKind;
+        use crate::steps::meta::{PlanMeta, PlanSpanMeta};
+        let dir = tempfile::tempdir().unwrap();
+        let store = AutopilotStore::open(dir.path(), "p").unwrap();
+        let plan = |b: &mut Builder, decision: &str, question: Option<&str>| {
+            let mut out = crate::store::to_meta(&PlanSpanMeta {
+                clarification: question.map(str::to_owned),
+                ..PlanSpanMeta::default()
+            });
+            out.insert("decision".into(), decision.into());
+            let action = crate::store::to_meta(&PlanMeta {
+                directive: "Speed up the export".into(),
+                ..PlanMeta::default()
+            });
+            b.span(StepKind::Plan, SpanStatus::Completed, action, out);
+        };
+        let mut asking = Builder::new();
+        asking.comment_event(EventKind::Issues, 15, "alice", "Make it faster");
+        asking.trust(true);
+        plan(
+            &mut asking,
+            "clarify",
+            Some("Which is slow: export or import?"),
+        );
+        for span in &asking.view.spans {
+            store.write_span(span).unwrap();
+        }
+        for action in &asking.view.actions {
+            store.write_action(action).unwrap();
+        }
+        store.rebuild_indexes().unwrap();
+        let answering = |trusted: bool| {
+            let mut b = Builder::new();
+            b.clock = asking.clock + chrono::TimeDelta::minutes(5);
+            b.comment_event(EventKind::IssueComment, 15, "alice", "The export.");
+            b.trust(trusted);
+            plan(&mut b, "tasks", None);
+            b
+        };
+        let trusted = answering(true);
+        let lessons = across_traces(&store, &trusted.view).unwrap();
+        assert_eq!(lessons.len(), 1, "{lessons:?}");
+        assert_eq!(lessons[0].kind, LessonKind::Clarification);
+        assert_eq!(
+            lessons[0].statement,
+            "The planner had to ask \"Which is slow: export or import?\"; the answer that let it plan: The export."
+        );
+        assert_eq!(lessons[0].topic, "Speed up the export");
+        assert_eq!(lessons[0].evidence.trace_id, trusted.view.trace_id());
+        assert_eq!(lessons[0].evidence.conclusions, vec!["clarify", "tasks"]);
+        assert!(across_traces(&store, &answering(false).view)
             .unwrap()
             .is_empty());
     }

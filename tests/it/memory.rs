@@ -256,6 +256,51 @@ async fn a_persons_review_that_asked_for_changes_is_learned_once_a_later_review_
     assert_eq!(evidence["spanIds"][0], feedback.trace_id().to_string());
 }
 
+#[tokio::test]
+async fn the_answer_that_let_the_planner_plan_is_learned_with_its_question() {
+    use crate::support::scenario::{coordinate, task, COORDINATE, PLAN};
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.open_issue(15, "Make it faster", "The thing is slow.");
+    s.rules.push(json!({"prompt_contains": "the export is the slow one", "structured": coordinate("plan", json!({"directive": "Speed up the export"}))}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Make the slow thing faster"})),
+    );
+    s.rules.push(json!({"prompt_contains": "Speed up the export", "structured": {"analysis": "Now clear.", "clarification": null, "tasks": [task("export", "Stream the export", &[], "swe")]}}));
+    s.answer(PLAN, json!({"analysis": "Unclear.", "tasks": [], "clarification": "Which operation is slow: the export or the import?"}));
+    s.task_does(
+        "Stream the export",
+        json!({"export.txt": "streamed\n"}),
+        "completed",
+    );
+    s.commit_then_push("Stream the export");
+    s.answer_notify("Which operation is slow: the export or the import?");
+    s.run_until_settled(6).await;
+    assert_eq!(memory_json(&s, &["list"]), json!([]), "asked, not answered");
+    // alice answers on the issue: a new trace, whose plan plans.
+    s.github
+        .add_comment(15, "alice", "Sorry: the export is the slow one.");
+    s.seed_comment(15, 151, "Sorry: the export is the slow one.", "h");
+    s.run_until_settled(12).await;
+    let answering = s.traces().pop().unwrap();
+    let lessons = memory_json(&s, &["list"]);
+    let found: Vec<&Value> = lessons
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "clarification")
+        .collect();
+    assert_eq!(found.len(), 1, "{lessons:#?}");
+    assert_eq!(
+        found[0]["statement"],
+        "The planner had to ask \"Which operation is slow: the export or the import?\"; the answer that let it plan: Sorry: the export is the slow one."
+    );
+    let evidence = &found[0]["evidence"][0];
+    assert_eq!(evidence["traceId"], answering.trace_id().to_string());
+    assert_eq!(evidence["conclusions"], json!(["clarify", "tasks"]));
+}
+
 /// A book of two lessons written as rover writes it, in `env`'s store.
 fn seeded_book(env: &crate::support::env::TestEnv) -> (String, String) {
     use rover::memory::{Evidence, LessonBook, LessonKind, NewLesson};

@@ -20,6 +20,7 @@ mod deps;
 mod failures;
 mod lessons;
 mod lessons_ci;
+mod lessons_clarify;
 mod lessons_commit;
 mod lessons_review;
 mod reviews;
@@ -43,6 +44,7 @@ pub use lessons::{
     ReviewFix,
 };
 pub use lessons_ci::{ci_fixes, CiFix};
+pub use lessons_clarify::{clarified, planned_after_comment, Clarified};
 pub use lessons_commit::{environment_fixes, hook_fixes, EnvironmentFix, HookFix};
 pub use lessons_review::{confirms_pull_request, person_review_fix, PersonReviewFix};
 pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};

@@ -254,20 +254,59 @@ impl Builder {
     /// The trace's root event: `login`'s review of pull request `number` in `state`
     /// (`changes_requested`, `approved`, `commented`) saying `body`, at the builder's clock.
     pub(crate) fn review_event(&mut self, number: u64, login: &str, state: &str, body: &str) {
+        use crate::github::EventKind;
+        self.root_event(
+            EventKind::PullRequestReview,
+            number,
+            login,
+            body,
+            Some(state),
+        );
+    }
+
+    /// The trace's root event: `login`'s `kind` event (an issue, a comment) on issue `number`
+    /// saying `body`, at the builder's clock.
+    pub(crate) fn comment_event(
+        &mut self,
+        kind: crate::github::EventKind,
+        number: u64,
+        login: &str,
+        body: &str,
+    ) {
+        self.root_event(kind, number, login, body, None);
+    }
+
+    fn root_event(
+        &mut self,
+        kind: crate::github::EventKind,
+        number: u64,
+        login: &str,
+        body: &str,
+        state: Option<&str>,
+    ) {
         use crate::github::{Channel, EventAction, EventKind, NormalizedEvent, Visibility};
         let mut event = NormalizedEvent::local("1", login, body, self.clock);
-        event.kind = EventKind::PullRequestReview;
-        event.action = Some(EventAction::Submitted);
+        let review = kind == EventKind::PullRequestReview;
+        event.kind = kind;
+        event.action = Some(if review {
+            EventAction::Submitted
+        } else {
+            EventAction::Created
+        });
         event.number = Some(number);
-        event.is_pull_request = true;
-        event.review_state = Some(state.to_owned());
-        event.channel = Channel::PrReview { number };
+        event.is_pull_request = review;
+        event.review_state = state.map(str::to_owned);
+        event.channel = if review {
+            Channel::PrReview { number }
+        } else {
+            Channel::IssueComment { number }
+        };
         event.visibility = Visibility::Public;
         let meta = meta::EventMeta {
             source: meta::EventSource::Github,
-            label: format!("PullRequestReviewEvent submitted #{number} by {login}"),
-            kind: EventKind::PullRequestReview.as_str().to_owned(),
-            action: Some("submitted".into()),
+            label: format!("{} #{number} by {login}", kind.as_str()),
+            kind: kind.as_str().to_owned(),
+            action: event.action.map(|a| a.as_str().to_owned()),
             channel: event.channel.clone(),
             visibility: Visibility::Public,
             event: Some(event),
