@@ -308,4 +308,35 @@ mod tests {
             "a retry (of the run); the definition changed (image aaaa → bbbb)"
         );
     }
+
+    #[test]
+    fn an_environment_that_built_after_a_persons_retry_is_a_fix_and_without_any_retry_is_not() {
+        let mut b = Builder::new();
+        b.span(
+            StepKind::Workflow,
+            SpanStatus::Error,
+            Meta::new(),
+            env(Some("pip: no matching distribution"), "aaaa"),
+        );
+        let mut without = Builder::new();
+        without.view = b.view.clone();
+        without.clock = b.clock;
+        let retry = b.bare(StepKind::Other("retry".into()), SpanStatus::Completed);
+        for built in [&mut b, &mut without] {
+            built.span(
+                StepKind::Workflow,
+                SpanStatus::Completed,
+                Meta::new(),
+                env(None, "bbbb"),
+            );
+        }
+        let fixes = environment_fixes(&b.view);
+        assert_eq!(fixes.len(), 1, "{fixes:?}");
+        assert_eq!(fixes[0].decided, b.span_of(retry));
+        assert_eq!(
+            fixes[0].fix,
+            "a person's retry; the definition changed (image aaaa → bbbb)"
+        );
+        assert!(environment_fixes(&without.view).is_empty());
+    }
 }
