@@ -236,6 +236,12 @@ fn details(l: &Lesson) -> String {
                 printable(check),
                 printable(&e.conclusions.join(" then "))
             );
+        } else if !e.conclusions.is_empty() {
+            let _ = writeln!(
+                text,
+                "           outcome {}",
+                printable(&e.conclusions.join(" then "))
+            );
         }
     }
     for c in &l.contradictions {

@@ -53,9 +53,10 @@ impl Default for MemorySettings {
 pub enum LessonKind {
     /// A required verification gate failed, and passed after the fix the trace made.
     Gate,
-    /// The self-review asked for changes, and approved after them.
+    /// A review (the self-review, or a trusted person's) asked for changes, and approved (or
+    /// the pull request merged) after them.
     Review,
-    /// The planner had to ask for a clarification.
+    /// The planner had to ask for a clarification, and the answer let it plan.
     Clarification,
     /// A CI check of a pull request failed, and passed after the fix the trace pushed.
     Ci,

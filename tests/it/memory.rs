@@ -254,6 +254,21 @@ async fn a_persons_review_that_asked_for_changes_is_learned_once_a_later_review_
         json!(["changes_requested", "approved"])
     );
     assert_eq!(evidence["spanIds"][0], feedback.trace_id().to_string());
+    let out = s
+        .env
+        .command(&[
+            "autopilot",
+            "memory",
+            "show",
+            lesson["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("outcome changes_requested then approved"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[tokio::test]
