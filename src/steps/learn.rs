@@ -195,11 +195,19 @@ fn across_traces(store: &AutopilotStore, view: &TraceView) -> Result<Vec<NewLess
     }
     let at = history::ended_at(view);
     let mut lessons = Vec::new();
+    let started = view.root().map_or(at, |r| r.timestamp);
     for entry in store.recent_traces(LOOKBACK)? {
-        if entry.trace_id == view.trace_id() {
+        if entry.trace_id == view.trace_id() || entry.created_at > started {
             continue;
         }
-        let earlier = store.load_trace(entry.trace_id)?;
+        // Another trace that cannot be read teaches nothing here; its own readers say why.
+        let earlier = match store.load_trace(entry.trace_id) {
+            Ok(earlier) => earlier,
+            Err(e) => {
+                tracing::warn!(trace = %entry.trace_id, error = %crate::error::error_chain(&e), "memory: an earlier trace cannot be read; it is not looked at");
+                continue;
+            }
+        };
         if !history::trusted_author(&earlier) {
             continue;
         }
