@@ -240,6 +240,20 @@ fn details(l: &Lesson) -> String {
                 codes.join(" then ")
             );
         }
+        if let Some(check) = &e.check {
+            let _ = writeln!(
+                text,
+                "           check {} ({})",
+                printable(check),
+                printable(&e.conclusions.join(" then "))
+            );
+        } else if !e.conclusions.is_empty() {
+            let _ = writeln!(
+                text,
+                "           outcome {}",
+                printable(&e.conclusions.join(" then "))
+            );
+        }
     }
     for c in &l.contradictions {
         let _ = writeln!(

@@ -165,6 +165,10 @@ pub struct NormalizedEvent {
     pub labels: Vec<String>,
     /// The text of the comment or review, when the payload carries one.
     pub body: Option<String>,
+    /// A review's state, lowercase (`changes_requested`, `approved`, `commented`), when the
+    /// payload says it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_state: Option<String>,
     /// Where a human sees the thing the event is about.
     pub html_url: Option<String>,
     pub created_at: Option<DateTime<Utc>>,
@@ -201,6 +205,7 @@ impl NormalizedEvent {
             label: None,
             labels: Vec::new(),
             body: Some(request.to_owned()),
+            review_state: None,
             html_url: None,
             created_at: Some(created_at),
             channel: Channel::Local,
@@ -458,6 +463,7 @@ fn blank_event(
         label: None,
         labels: Vec::new(),
         body: None,
+        review_state: None,
         html_url: None,
         created_at,
         channel: Channel::Local,
@@ -548,6 +554,7 @@ fn review_fields(ev: &mut NormalizedEvent, payload: &Value, web: &str) -> Result
     ev.is_pull_request = true;
     ev.review_id = u64_at(payload, &["review", "id"]);
     ev.body = owned(str_at(payload, &["review", "body"]));
+    ev.review_state = str_at(payload, &["review", "state"]).map(str::to_ascii_lowercase);
     ev.commit_sha = owned(str_at(payload, &["review", "commit_id"]));
     ev.head_branch = owned(str_at(payload, &["pull_request", "head", "ref"]));
     ev.html_url = owned(str_at(payload, &["review", "html_url"]))

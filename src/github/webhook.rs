@@ -424,13 +424,14 @@ mod tests {
             Some("PushEvent:refs/heads/main:b")
         );
         let body = webhook_body(json!({"action": "submitted",
-            "pull_request": {"number": 8}, "review": {"id": 900, "body": "ok"}}));
+            "pull_request": {"number": 8}, "review": {"id": 900, "body": "ok", "state": "CHANGES_REQUESTED"}}));
         let Ok(Delivery::Event(review)) =
             parse_delivery("pull_request_review", "d-3", &body, None, &opts, Utc::now())
         else {
             panic!("a review event")
         };
         assert_eq!(review.action, Some(EventAction::Submitted));
+        assert_eq!(review.review_state.as_deref(), Some("changes_requested"));
         assert_eq!(
             review.dedupe_key.as_deref(),
             Some("PullRequestReviewEvent:review:900")

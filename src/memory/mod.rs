@@ -11,6 +11,7 @@
 //! read as a command or a setting.
 
 mod book;
+mod cache;
 mod rank;
 
 use chrono::{DateTime, Utc};
@@ -18,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use book::{Learned, LessonBook, BOOK_VERSION};
-pub use rank::{render, retrieve, Retrieved, RetrievedLesson, BLOCK_SOURCE};
+pub use cache::{flush_used, note_used, take_used, Shelved, USED_FLUSH};
+pub use rank::{render, retrieve, retrieve_in, Index, Retrieved, RetrievedLesson, BLOCK_SOURCE};
 
 /// `autopilot.memory`: whether rover learns and recalls, and its bounds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,10 +53,17 @@ impl Default for MemorySettings {
 pub enum LessonKind {
     /// A required verification gate failed, and passed after the fix the trace made.
     Gate,
-    /// The self-review asked for changes, and approved after them.
+    /// A review (the self-review, or a trusted person's) asked for changes, and approved (or
+    /// the pull request merged) after them.
     Review,
-    /// The planner had to ask for a clarification.
+    /// The planner had to ask for a clarification, and the answer let it plan.
     Clarification,
+    /// A CI check of a pull request failed, and passed after the fix the trace pushed.
+    Ci,
+    /// A commit's hooks failed, and the commit passed after a retry or an iterate.
+    Hook,
+    /// The repository's environment image did not build, and built in a later run.
+    Environment,
 }
 
 impl LessonKind {
@@ -63,6 +72,9 @@ impl LessonKind {
             LessonKind::Gate => "gate",
             LessonKind::Review => "review",
             LessonKind::Clarification => "clarification",
+            LessonKind::Ci => "ci",
+            LessonKind::Hook => "hook",
+            LessonKind::Environment => "environment",
         }
     }
 }
@@ -81,7 +93,30 @@ pub struct Evidence {
     /// The exit codes, failure first, then the pass (0).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exit_codes: Vec<i64>,
+    /// The CI check, when the lesson is about one (its name as the repository's CI gave it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    /// What the check or the review concluded, failure first, then the pass (`failure`,
+    /// `success`; `changes_requested`, `approved`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conclusions: Vec<String>,
     pub at: DateTime<Utc>,
+}
+
+impl Evidence {
+    /// Evidence of trace `trace` from `span_ids`, at `at`, with no command, check or
+    /// conclusions yet.
+    pub fn new(trace_id: Uuid, span_ids: Vec<Uuid>, at: DateTime<Utc>) -> Evidence {
+        Evidence {
+            trace_id,
+            span_ids,
+            command: Vec::new(),
+            exit_codes: Vec::new(),
+            check: None,
+            conclusions: Vec::new(),
+            at,
+        }
+    }
 }
 
 /// A later trace that used a lesson and failed the same way anyway.
@@ -232,11 +267,13 @@ pub(crate) mod testing {
             concerns: vec![command.to_owned()],
             topic: topic.to_owned(),
             evidence: Evidence {
-                trace_id: trace,
-                span_ids: vec![Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()],
                 command: command.split(' ').map(str::to_owned).collect(),
                 exit_codes: vec![2, 0],
-                at: Utc::now(),
+                ..Evidence::new(
+                    trace,
+                    vec![Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()],
+                    Utc::now(),
+                )
             },
         }
     }

@@ -69,45 +69,77 @@ fn float(n: usize) -> f64 {
     u32::try_from(n).map_or(f64::from(u32::MAX), f64::from)
 }
 
-/// Each candidate's BM25 score against `query`.
-fn bm25(candidates: &[&Lesson], query: &str) -> Vec<f64> {
-    // Each document's term counts and length, and each term's document frequency.
-    let docs: Vec<(HashMap<String, usize>, usize)> = candidates
-        .iter()
-        .map(|l| {
-            let words = tokens(&l.searchable());
-            let len = words.len();
-            let mut counts: HashMap<String, usize> = HashMap::new();
-            for w in words {
-                *counts.entry(w).or_default() += 1;
+/// The lessons of a book above the cut, tokenized once: what retrieval ranks a query against.
+/// Built from one version of the book ([`Index::new`]) and valid for that version only
+/// (`LessonBook::cached` keeps the two together).
+#[derive(Debug, Clone, Default)]
+pub struct Index {
+    /// Per candidate: its position in the book, its term counts, its length in terms.
+    docs: Vec<(usize, HashMap<String, usize>, usize)>,
+    /// Per term: how many candidates have it.
+    df: HashMap<String, usize>,
+    /// The candidates' mean length (at least 1).
+    avg: f64,
+}
+
+impl Index {
+    /// The index of `book`'s lessons above the cut.
+    pub fn new(book: &LessonBook) -> Index {
+        let docs: Vec<(usize, HashMap<String, usize>, usize)> = book
+            .lessons
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.above_cut())
+            .map(|(i, l)| {
+                let words = tokens(&l.searchable());
+                let len = words.len();
+                let mut counts: HashMap<String, usize> = HashMap::new();
+                for w in words {
+                    *counts.entry(w).or_default() += 1;
+                }
+                (i, counts, len)
+            })
+            .collect();
+        let mut df: HashMap<String, usize> = HashMap::new();
+        for (_, counts, _) in &docs {
+            for term in counts.keys() {
+                *df.entry(term.clone()).or_default() += 1;
             }
-            (counts, len)
-        })
-        .collect();
-    let n = float(docs.len());
-    let avg = (float(docs.iter().map(|(_, len)| *len).sum::<usize>()) / n.max(1.0)).max(1.0);
-    let terms: BTreeSet<String> = tokens(query).into_iter().collect();
-    let idf: Vec<(&str, f64)> = terms
-        .iter()
-        .map(|t| {
-            let df = float(docs.iter().filter(|(c, _)| c.contains_key(t)).count());
-            (t.as_str(), ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
-        })
-        .collect();
-    docs.iter()
-        .map(|(counts, len)| {
-            let len = float(*len);
-            idf.iter()
-                .map(|(t, idf)| {
-                    let tf = float(counts.get(*t).copied().unwrap_or(0));
-                    if tf == 0.0 {
-                        return 0.0;
-                    }
-                    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg))
-                })
-                .sum()
-        })
-        .collect()
+        }
+        let n = float(docs.len());
+        let avg = (float(docs.iter().map(|(_, _, len)| *len).sum::<usize>()) / n.max(1.0)).max(1.0);
+        Index { docs, df, avg }
+    }
+
+    /// Each candidate's position in the book and its BM25 score against `query`.
+    fn bm25(&self, query: &str) -> Vec<(usize, f64)> {
+        let n = float(self.docs.len());
+        let terms: BTreeSet<String> = tokens(query).into_iter().collect();
+        let idf: Vec<(&str, f64)> = terms
+            .iter()
+            .map(|t| {
+                let df = float(self.df.get(t).copied().unwrap_or(0));
+                (t.as_str(), ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
+            })
+            .collect();
+        self.docs
+            .iter()
+            .map(|(i, counts, len)| {
+                let len = float(*len);
+                let score = idf
+                    .iter()
+                    .map(|(t, idf)| {
+                        let tf = float(counts.get(*t).copied().unwrap_or(0));
+                        if tf == 0.0 {
+                            return 0.0;
+                        }
+                        idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / self.avg))
+                    })
+                    .sum();
+                (*i, score)
+            })
+            .collect()
+    }
 }
 
 /// The line a prompt shows for `lesson`.
@@ -122,17 +154,22 @@ fn line(lesson: &RetrievedLesson) -> String {
     )
 }
 
-/// The lessons of `book` relevant to `query`, best first, within `budget` bytes of lines.
+/// The lessons of `book` relevant to `query`, best first, within `budget` bytes of lines
+/// (the book tokenized for this one query; a prompt uses [`retrieve_in`] with the index kept).
 pub fn retrieve(book: &LessonBook, query: &str, budget: usize) -> Retrieved {
-    let candidates: Vec<&Lesson> = book.lessons.iter().filter(|l| l.above_cut()).collect();
-    if candidates.is_empty() || budget == 0 {
+    retrieve_in(book, &Index::new(book), query, budget)
+}
+
+/// [`retrieve`] with `index`, the index of this `book`.
+pub fn retrieve_in(book: &LessonBook, index: &Index, query: &str, budget: usize) -> Retrieved {
+    if index.docs.is_empty() || budget == 0 {
         return Retrieved::default();
     }
-    let scores = bm25(&candidates, query);
-    let mut ranked: Vec<(f64, &Lesson)> = scores
+    let mut ranked: Vec<(f64, &Lesson)> = index
+        .bm25(query)
         .into_iter()
-        .zip(candidates)
-        .filter(|(score, _)| *score > 0.0)
+        .filter(|(_, score)| *score > 0.0)
+        .filter_map(|(i, score)| book.lessons.get(i).map(|l| (score, l)))
         .collect();
     ranked.sort_by(|a, b| {
         b.0.total_cmp(&a.0)

@@ -1,12 +1,13 @@
 //! The lessons of rover's memory a prompt is given (`docs/memory.md`): retrieved by relevance to
-//! the prompt's query within `autopilot.memory.promptBytes`, marked used, and noted as a world
-//! read of the run, so `rover autopilot replay` gives a replayed run the same lessons. The
-//! caller renders them (`memory::render`, an untrusted block in the prompt's user part, below
+//! the prompt's query within `autopilot.memory.promptBytes` (from the book as parsed and
+//! tokenized once per version of its file), marked used (written together at most once a
+//! minute, or with the next lesson learned), and noted as a world read of the run, so
+//! `rover autopilot replay` gives a replayed run the same lessons. The caller renders them (`memory::render`, an untrusted block in the prompt's user part, below
 //! the project's instructions) and records their ids (`meta::LessonsSpanMeta`).
 
 use chrono::Utc;
 
-use crate::memory::{retrieve, LessonBook, Retrieved};
+use crate::memory::{flush_used, note_used, retrieve_in, LessonBook, Retrieved};
 use crate::store::replay_record::{is_serving, note_world_read, recalled};
 use crate::store::{blocking, AutopilotStore};
 
@@ -28,20 +29,23 @@ pub async fn lessons_for(services: &Services, store: &AutopilotStore, query: Str
         return Retrieved::default();
     }
     let got = blocking(store.clone(), move |s| {
-        let book = LessonBook::load(s).map_err(|e| match e {
+        // The book as parsed and tokenized for its current version (read again only when the
+        // file changed).
+        let shelved = LessonBook::cached(s).map_err(|e| match e {
             crate::memory::MemoryError::Store(e) => e,
             other => crate::store::StoreError::Unreadable {
                 path: LessonBook::path(s),
                 reason: other.to_string(),
             },
         })?;
-        let retrieved = retrieve(&book, &query, settings.prompt_bytes);
+        let retrieved = retrieve_in(&shelved.book, &shelved.index, &query, settings.prompt_bytes);
         if !retrieved.is_empty() {
-            let ids = retrieved.ids();
-            // Marking them used is bookkeeping: a failure costs the lessons' age, not the run.
-            if let Err(e) = LessonBook::update(s, |b| b.mark_used(&ids, Utc::now())) {
-                tracing::warn!(error = %crate::error::error_chain(&e), "memory: cannot mark lessons used");
-            }
+            note_used(s, &retrieved.ids(), Utc::now());
+        }
+        // Marking them used is bookkeeping, written together at most once a minute: a failure
+        // costs the lessons' age, not the run.
+        if let Err(e) = flush_used(s, false) {
+            tracing::warn!(error = %crate::error::error_chain(&e), "memory: cannot mark lessons used");
         }
         Ok(retrieved)
     })

@@ -381,7 +381,7 @@ fn last_notify(trace: &TraceView) -> &Span {
 /// A sandboxed scenario whose rover follows its pull requests' CI (`follow_ci`), with
 /// `pipeline.maxRetries` = `max_retries` when given, CI answering `ci` on the new commits in
 /// turn.
-async fn following_ci(ci: &[&str], max_retries: Option<u32>) -> Scenario {
+pub(crate) async fn following_ci(ci: &[&str], max_retries: Option<u32>) -> Scenario {
     let mut s = Scenario::new().await;
     s.with_sandbox().await;
     follow_ci(&mut s);
@@ -398,7 +398,7 @@ async fn following_ci(ci: &[&str], max_retries: Option<u32>) -> Scenario {
 /// The resolver iterates on rover's pull request when its CI fails (the workflow then quotes
 /// the csv fields), and pushes once its prompt says `push_at` (the iterate/retry decisions
 /// used). Ahead of the issue's rules: push them first.
-fn iterate_on_red_ci(s: &mut Scenario, push_at: &str) {
+pub(crate) fn iterate_on_red_ci(s: &mut Scenario, push_at: &str) {
     s.rules.push(json!({"prompt_contains": push_at, "structured": crate::support::scenario::resolve("push", json!({}))}));
     s.rules.push(json!({"prompt_contains": "CI failed on rover's pull request", "structured": crate::support::scenario::resolve("iterate", json!({"instructions": "ci / test fails: quote the csv fields."}))}));
     s.rules.push(json!({"prompt_contains": "quote the csv fields", "write": {"csv.txt": "csv with quoting\n"}, "structured": {"status": "completed", "summary": "quoted the fields", "files_changed": ["csv.txt"]}}));
@@ -406,7 +406,12 @@ fn iterate_on_red_ci(s: &mut Scenario, push_at: &str) {
 
 /// Issue `number` (`csv_issue`), its answers saying `message`, run until settled (`max` runs at
 /// most): the trace.
-async fn csv_settled(s: &mut Scenario, number: u64, message: &str, max: usize) -> TraceView {
+pub(crate) async fn csv_settled(
+    s: &mut Scenario,
+    number: u64,
+    message: &str,
+    max: usize,
+) -> TraceView {
     crate::support::scenario::csv_issue(s, number);
     s.answer(NOTIFY, json!({"message": message}));
     s.run_until_settled(max).await;

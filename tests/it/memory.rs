@@ -143,6 +143,179 @@ async fn with_memory_off_the_second_similar_issue_fails_its_first_gate_again() {
     assert!(!workflow_prompt(&second).contains("rover's memory of earlier traces"));
 }
 
+#[tokio::test]
+async fn a_ci_check_fixed_by_the_resolvers_iterate_is_learned_with_its_evidence() {
+    // CI fails on rover's first commit and passes on the fix the resolver's iterate made (the
+    // follow-through scenario of a red pull request).
+    use crate::follow_through::{csv_settled, following_ci, iterate_on_red_ci};
+    let mut s = following_ci(&["failure", "success"], None).await;
+    iterate_on_red_ci(&mut s, "1 of at most 3 iterate/retry decisions used");
+    let trace = csv_settled(&mut s, 30, "The pull request is up.", 16).await;
+    let lessons = memory_json(&s, &["list"]);
+    let ci: Vec<&Value> = lessons
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "ci")
+        .collect();
+    assert_eq!(ci.len(), 1, "{lessons:#?}");
+    let lesson = ci[0];
+    assert_eq!(lesson["concerns"], json!(["ci / test"]));
+    assert_eq!(
+        lesson["statement"],
+        "The CI check `ci / test` failed on the pull request; it passed after this fix: ci / test fails: quote the csv fields."
+    );
+    let evidence = &lesson["evidence"][0];
+    assert_eq!(evidence["traceId"], trace.trace_id().to_string());
+    assert_eq!(evidence["check"], "ci / test");
+    assert_eq!(evidence["conclusions"], json!(["failure", "success"]));
+    // The spans: the red look, the iterate, the green look at the new head, in that order.
+    let span = |id: &Value| {
+        trace
+            .spans
+            .iter()
+            .find(|sp| sp.id.to_string() == id.as_str().unwrap())
+            .unwrap()
+    };
+    let spans: Vec<_> = evidence["spanIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(span)
+        .collect();
+    assert_eq!(spans.len(), 3);
+    assert_eq!(spans[0].meta["ciStatus"]["state"], "failure");
+    assert_eq!(spans[1].meta["decision"], "iterate");
+    assert_eq!(spans[2].meta["ciStatus"]["state"], "success");
+    assert_ne!(spans[0].meta["ci"]["sha"], spans[2].meta["ci"]["sha"]);
+    // `memory show` prints the check and its conclusions.
+    let out = s
+        .env
+        .command(&[
+            "autopilot",
+            "memory",
+            "show",
+            lesson["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("check ci / test (failure then success)"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_persons_review_that_asked_for_changes_is_learned_once_a_later_review_approves() {
+    use crate::support::gitrepo::git;
+    use crate::support::scenario::{
+        changes_requested, coordinate, pr_payload, rover_pr, COORDINATE,
+    };
+    let mut s = crate::support::scenario::Scenario::new().await;
+    s.with_sandbox().await;
+    let (number, branch) = rover_pr(&mut s).await;
+    let before = git(&s.origin, &["rev-parse", &branch]);
+    // bob asks for changes; rover iterates on the pull request's task and pushes.
+    changes_requested(&mut s, number, &branch, &before, 901);
+    s.answer_notify("I handled quoting in CSV fields.");
+    s.run_until_settled(12).await;
+    let feedback = s.traces().pop().unwrap();
+    let reviews = |s: &Scenario| -> Vec<Value> {
+        memory_json(s, &["list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["kind"] == "review")
+            .cloned()
+            .collect()
+    };
+    assert!(reviews(&s).is_empty(), "not approved yet");
+    // bob approves the new head: that trace, ending, confirms the review's lesson.
+    let after = git(&s.origin, &["rev-parse", &branch]);
+    s.github.add_review_on(number, "bob", "APPROVED", &after);
+    s.github.seed_event("PullRequestReviewEvent", "bob", json!({"action": "submitted",
+        "pull_request": pr_payload(number, &branch, &after),
+        "review": {"id": 902, "body": "Thanks, LGTM.", "state": "approved", "commit_id": after, "html_url": "h"}}));
+    s.rules.clear();
+    s.answer(COORDINATE, coordinate("noop", json!({})));
+    s.run_until_settled(6).await;
+    let lessons = reviews(&s);
+    assert_eq!(lessons.len(), 1, "{lessons:#?}");
+    let lesson = &lessons[0];
+    assert_eq!(
+        lesson["statement"],
+        "A reviewer (@bob) asked for changes on the pull request and approved once they were made: Please also handle quoting in CSV fields."
+    );
+    let evidence = &lesson["evidence"][0];
+    assert_eq!(evidence["traceId"], feedback.trace_id().to_string());
+    assert_eq!(
+        evidence["conclusions"],
+        json!(["changes_requested", "approved"])
+    );
+    assert_eq!(evidence["spanIds"][0], feedback.trace_id().to_string());
+    let out = s
+        .env
+        .command(&[
+            "autopilot",
+            "memory",
+            "show",
+            lesson["id"].as_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("outcome changes_requested then approved"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test]
+async fn the_answer_that_let_the_planner_plan_is_learned_with_its_question() {
+    use crate::support::scenario::{coordinate, task, COORDINATE, PLAN};
+    let mut s = Scenario::new().await;
+    s.with_sandbox().await;
+    s.open_issue(15, "Make it faster", "The thing is slow.");
+    s.rules.push(json!({"prompt_contains": "the export is the slow one", "structured": coordinate("plan", json!({"directive": "Speed up the export"}))}));
+    s.answer(
+        COORDINATE,
+        coordinate("plan", json!({"directive": "Make the slow thing faster"})),
+    );
+    s.rules.push(json!({"prompt_contains": "Speed up the export", "structured": {"analysis": "Now clear.", "clarification": null, "tasks": [task("export", "Stream the export", &[], "swe")]}}));
+    s.answer(PLAN, json!({"analysis": "Unclear.", "tasks": [], "clarification": "Which operation is slow: the export or the import?"}));
+    s.task_does(
+        "Stream the export",
+        json!({"export.txt": "streamed\n"}),
+        "completed",
+    );
+    s.commit_then_push("Stream the export");
+    s.answer_notify("Which operation is slow: the export or the import?");
+    s.run_until_settled(6).await;
+    assert_eq!(memory_json(&s, &["list"]), json!([]), "asked, not answered");
+    // alice answers on the issue: a new trace, whose plan plans.
+    s.github
+        .add_comment(15, "alice", "Sorry: the export is the slow one.");
+    s.seed_comment(15, 151, "Sorry: the export is the slow one.", "h");
+    s.run_until_settled(12).await;
+    let answering = s.traces().pop().unwrap();
+    let lessons = memory_json(&s, &["list"]);
+    let found: Vec<&Value> = lessons
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "clarification")
+        .collect();
+    assert_eq!(found.len(), 1, "{lessons:#?}");
+    assert_eq!(
+        found[0]["statement"],
+        "The planner had to ask \"Which operation is slow: the export or the import?\"; the answer that let it plan: Sorry: the export is the slow one."
+    );
+    let evidence = &found[0]["evidence"][0];
+    assert_eq!(evidence["traceId"], answering.trace_id().to_string());
+    assert_eq!(evidence["conclusions"], json!(["clarify", "tasks"]));
+}
+
 /// A book of two lessons written as rover writes it, in `env`'s store, each learned on a fix
 /// the resolver described as `fix`, with its evidence in trace `trace`.
 pub fn seeded_book(
@@ -158,11 +331,9 @@ pub fn seeded_book(
         concerns: vec![command.to_owned()],
         topic: "Add widget".into(),
         evidence: Evidence {
-            trace_id: trace,
-            span_ids: vec![uuid::Uuid::new_v4()],
             command: command.split(' ').map(str::to_owned).collect(),
             exit_codes: vec![2, 0],
-            at: chrono::Utc::now(),
+            ..Evidence::new(trace, vec![uuid::Uuid::new_v4()], chrono::Utc::now())
         },
     };
     LessonBook::update(&store, |b| {

@@ -151,6 +151,9 @@ impl<'a> PromptEvent<'a> {
             // In the context already (the labels, fetched for the prompt).
             labels: _,
             body: _,
+            // Left out of the prompt as it was: read by rover's memory only (a person's review
+            // that asked for changes, and the approval that confirms it).
+            review_state: _,
             html_url,
             created_at,
             channel,

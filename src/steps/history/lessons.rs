@@ -130,7 +130,7 @@ fn passed_gate(run: &Run<'_>, command: &[String]) -> bool {
 
 /// `text` on one line, at most [`MAX_FIX_CHARS`] characters, without control characters (a
 /// resolver's words: no escape sequence of theirs is kept).
-fn one_line(text: &str) -> String {
+pub(super) fn one_line(text: &str) -> String {
     let line = text
         .split(|c: char| c.is_whitespace() || c.is_control())
         .filter(|w| !w.is_empty())
@@ -145,7 +145,7 @@ fn one_line(text: &str) -> String {
 }
 
 /// What the resolve between two runs decided to change, as it recorded it.
-fn fix_of(resolve: &Span) -> Option<String> {
+pub(super) fn fix_of(resolve: &Span) -> Option<String> {
     let meta = ResolveSpanMeta::read(&resolve.meta).ok()?;
     let mut parts = Vec::new();
     if let Some(Some(text)) = meta
@@ -166,6 +166,27 @@ fn fix_of(resolve: &Span) -> Option<String> {
     (!parts.is_empty()).then(|| one_line(&parts.join("; ")))
 }
 
+/// The latest resolve that decided an `iterate` or a `retry` after span `failed` ended and
+/// before span `passed` started: the decision that made the fix.
+pub(super) fn fix_between<'v>(
+    view: &'v TraceView,
+    failed: &Span,
+    passed: &Span,
+) -> Option<&'v Span> {
+    let failed_at = failed.completed.unwrap_or(failed.timestamp);
+    view.spans
+        .iter()
+        .filter(|s| s.step == StepKind::Resolve)
+        .filter(|s| s.timestamp >= failed_at && s.timestamp <= passed.timestamp)
+        .rev()
+        .find(|s| {
+            matches!(
+                super::decision_of(s),
+                Some(Decision::Iterate | Decision::Retry)
+            )
+        })
+}
+
 /// Every required gate that failed in a run and passed in a later run of the same task, with
 /// the fix between them. A gate that never passed teaches nothing.
 pub fn gate_fixes(view: &TraceView) -> Vec<GateFix> {
@@ -183,19 +204,7 @@ pub fn gate_fixes(view: &TraceView) -> Vec<GateFix> {
             else {
                 continue;
             };
-            let failed_at = failed.span.completed.unwrap_or(failed.span.timestamp);
-            let resolve = view
-                .spans
-                .iter()
-                .filter(|s| s.step == StepKind::Resolve)
-                .filter(|s| s.timestamp >= failed_at && s.timestamp <= passed.span.timestamp)
-                .rev()
-                .find(|s| {
-                    matches!(
-                        super::decision_of(s),
-                        Some(Decision::Iterate | Decision::Retry)
-                    )
-                });
+            let resolve = fix_between(view, failed.span, passed.span);
             let fix = resolve
                 .and_then(fix_of)
                 .or_else(|| passed.task.instructions.as_deref().map(one_line))

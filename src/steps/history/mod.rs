@@ -19,6 +19,10 @@ mod decisions;
 mod deps;
 mod failures;
 mod lessons;
+mod lessons_ci;
+mod lessons_clarify;
+mod lessons_commit;
+mod lessons_review;
 mod reviews;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -39,6 +43,10 @@ pub use lessons::{
     failed_despite_lessons, gate_fixes, review_fixes, trusted_author, FailedDespite, GateFix,
     ReviewFix,
 };
+pub use lessons_ci::{ci_fixes, CiFix};
+pub use lessons_clarify::{clarified, planned_after_comment, Clarified};
+pub use lessons_commit::{environment_fixes, hook_fixes, EnvironmentFix, HookFix};
+pub use lessons_review::{confirms_pull_request, person_review_fix, PersonReviewFix};
 pub use reviews::{approved_before, review_failed_since_last_commit, self_review_section};
 pub use threads::{
     ended_at, intervention_marked, merge_approvals, merges_since, open_pull_request,
