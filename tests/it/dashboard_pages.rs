@@ -274,6 +274,28 @@ fn the_lessons_page_shows_each_lesson_as_untrusted_text_and_forgets_and_pins_as_
     let store = env.store();
     let example = example_store(&store);
     let (test, lint) = seeded_book(&env, "<script>document.title='pwned'</script>", example);
+    // A CI lesson: its check (a name a workflow file chose) and its conclusions, as text.
+    rover::memory::LessonBook::update(&store, |b| {
+        b.learn(
+            rover::memory::NewLesson {
+                kind: rover::memory::LessonKind::Ci,
+                statement: "The CI check failed; it passed after this fix: y".into(),
+                concerns: vec!["<b>ci</b>".into()],
+                topic: "Add widget".into(),
+                evidence: rover::memory::Evidence {
+                    check: Some("<b>ci</b>".into()),
+                    conclusions: vec!["failure".into(), "success".into()],
+                    ..rover::memory::Evidence::new(
+                        example,
+                        vec![uuid::Uuid::new_v4()],
+                        chrono::Utc::now(),
+                    )
+                },
+            },
+            200,
+        );
+    })
+    .unwrap();
     let read_only = Dashboard::start(&env, &[], &[]);
     let page = read_only.get("/memory", &[]);
     assert_eq!(page.status, 200, "{}", page.body);
@@ -291,6 +313,12 @@ fn the_lessons_page_shows_each_lesson_as_untrusted_text_and_forgets_and_pins_as_
         .body
         .contains(&format!("<a href=\"/trace/{example}\">")));
     assert!(page.body.contains("<code>make test</code> (exit 2 then 0)"));
+    assert!(
+        page.body
+            .contains("check <code>&lt;b&gt;ci&lt;/b&gt;</code> (failure then success)"),
+        "{}",
+        page.body
+    );
     assert!(page.body.contains("<td class=\"weight\">1</td>"));
     assert!(
         !page.body.contains("action=\"/memory/"),
@@ -338,7 +366,8 @@ fn the_lessons_page_shows_each_lesson_as_untrusted_text_and_forgets_and_pins_as_
     assert_eq!(dash.post(&forget, &[], "").status, 403);
     assert_eq!(dash.post(&forget, &[], &format!("csrf={csrf}")).status, 303);
     let left: Vec<String> = book().lessons.into_iter().map(|l| l.id).collect();
-    assert_eq!(left, std::slice::from_ref(&test));
+    assert!(left.contains(&test) && !left.contains(&lint), "{left:?}");
+    assert_eq!(left.len(), 2, "the CI lesson stays: {left:?}");
     assert_eq!(
         dash.post(&forget, &[], &format!("csrf={csrf}")).status,
         404,

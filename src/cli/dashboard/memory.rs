@@ -109,7 +109,8 @@ fn lessons_table(lessons: &[Lesson], csrf: Option<&str>, out: &mut String) {
     out.push_str("</tbody></table>");
 }
 
-/// Each piece of evidence: its trace (a link), when, and the command with its exit codes.
+/// Each piece of evidence: its trace (a link), when, the command with its exit codes, and a
+/// CI check's or a review's outcomes.
 fn evidence(l: &Lesson) -> String {
     let mut out = String::new();
     for e in &l.evidence {
@@ -128,6 +129,17 @@ fn evidence(l: &Lesson) -> String {
                 esc(&e.command.join(" ")),
                 codes.join(" then ")
             );
+        }
+        // A CI check's or a review's outcomes, as `memory show` prints them.
+        let conclusions = esc(&e.conclusions.join(" then "));
+        match &e.check {
+            Some(check) => {
+                let _ = write!(out, " check <code>{}</code> ({conclusions})", esc(check));
+            }
+            None if !e.conclusions.is_empty() => {
+                let _ = write!(out, " outcome {conclusions}");
+            }
+            None => {}
         }
         out.push_str("</div>");
     }
