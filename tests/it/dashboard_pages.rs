@@ -82,9 +82,16 @@ fn now_shows_each_running_agents_last_output_line_escaped() {
         .open(dir.join("agent.log"))
         .unwrap();
     writeln!(file, "{tool}").unwrap();
-    // A span written wakes the stream; the agent's line is read again with it.
-    store.write_span(&running).unwrap();
+    // While a run goes on, the stream sends the live part again by itself (the agent's log is
+    // not watched): its next output line arrives with no span or queue written.
     let next = read_until(&mut stream, "Edit: src/lib.rs");
+    assert!(next.contains("agent-said"), "{next}");
+    // A span written wakes the stream too; the agent's line is read again with it.
+    let bash = json!({"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "name": "Bash", "input": {"command": "cargo test"}}]}});
+    writeln!(file, "{bash}").unwrap();
+    store.write_span(&running).unwrap();
+    let next = read_until(&mut stream, "Bash: cargo test");
     assert!(next.contains("agent-said"), "{next}");
 }
 

@@ -2,8 +2,9 @@
 //! `autopilot/` directories and counts the changes that matter (a span written, the queue
 //! written); each server-sent-events stream renders the Now page's live part again when the
 //! count moves, and sends it. The data dir's `projects/` is watched too, so a store created
-//! after the dashboard started is watched from then on. An idle store costs nothing: no timer,
-//! no read.
+//! after the dashboard started is watched from then on. While runs go on, the live part is
+//! also sent again every 2 s (the agent's output and the proxy's refusals are in files not
+//! watched). An idle store costs nothing: no timer, no read.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,6 +22,11 @@ use super::Shared;
 
 /// How long a burst of writes (a span and the queue in one step) is gathered into one update.
 const SETTLE: Duration = Duration::from_millis(60);
+
+/// While runs go on, how often the live part is sent again though no span or queue was written:
+/// an agent's last output line and the proxy's refusals change in files that are not watched
+/// (an agent's log is written on every line it prints). With nothing running, nothing ticks.
+const WHILE_RUNNING: Duration = Duration::from_secs(2);
 
 /// Whether a file written in a store changes what the Now page shows: a span (`spans/`), the
 /// queue (`state.json`, `state.journal`), the list of traces. The log, the locks and temp files
@@ -187,20 +193,34 @@ fn updates(
     shared: Shared,
     changes: watch::Receiver<u64>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
+    // The state: whether this is the first event, and whether runs went on at the last one.
     stream::unfold(
-        (shared, changes, true),
-        |(shared, mut changes, first)| async move {
+        (shared, changes, true, false),
+        |(shared, mut changes, first, running)| async move {
             if !first {
-                changes.changed().await.ok()?;
-                tokio::time::sleep(SETTLE).await;
+                let tick = async {
+                    if running {
+                        tokio::time::sleep(WHILE_RUNNING).await;
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    changed = changes.changed() => {
+                        changed.ok()?;
+                        tokio::time::sleep(SETTLE).await;
+                    }
+                    () = tick => {}
+                }
                 changes.borrow_and_update();
             }
             let render = shared.clone();
-            let html = tokio::task::spawn_blocking(move || super::now::live_part(&render))
-                .await
-                .ok()?;
+            let (html, runs) =
+                tokio::task::spawn_blocking(move || super::now::live_part_and_runs(&render))
+                    .await
+                    .ok()?;
             let event = Event::default().event("now").data(html);
-            Some((Ok(event), (shared, changes, false)))
+            Some((Ok(event), (shared, changes, false, runs > 0)))
         },
     )
 }

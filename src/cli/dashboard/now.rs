@@ -45,6 +45,12 @@ struct RepoNow {
 
 /// The part of the page that changes: rendered for the page and for each live update.
 pub fn live_part(dash: &Dash) -> String {
+    live_part_and_runs(dash).0
+}
+
+/// The live part, and how many runs go on in it (while any does, what it shows changes without
+/// a span or the queue being written: the agent's output, the proxy's refusals, the time).
+pub fn live_part_and_runs(dash: &Dash) -> (String, usize) {
     let opened = dash.sources.open(&dash.ctx);
     let repos: Vec<RepoNow> = opened
         .stores
@@ -108,7 +114,7 @@ pub fn live_part(dash: &Dash) -> String {
         "<p class=\"asof\">as of <time datetime=\"{0}\">{0}</time></p>",
         iso(Utc::now())
     );
-    out
+    (out, running)
 }
 
 /// The queue by step across the repositories, and the dead letters.
