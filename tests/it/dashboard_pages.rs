@@ -426,3 +426,43 @@ fn a_store_created_after_the_dashboard_started_is_watched() {
     let opened = read_until(&mut stream, &format!("data-span=\"{}\"", span.id));
     assert!(opened.contains("running-count\">1<"), "{opened}");
 }
+
+/// The link to a trace's GitHub thread goes to the repository's GitHub: github.com by default, a
+/// GitHub Enterprise host's web address when rover's API is that host's (`/api/v3`).
+#[test]
+fn a_traces_thread_link_goes_to_the_github_rover_serves() {
+    use rover::github::{Channel, EventAction, EventKind, NormalizedEvent, Visibility};
+    let env = TestEnv::new();
+    let store = env.store();
+    let mut event = NormalizedEvent::local("0", "alice", "", Utc::now());
+    event.id = "ghe-1".into();
+    event.kind = EventKind::Issues;
+    event.action = Some(EventAction::Opened);
+    event.repo = "tools/lint".into();
+    event.number = Some(12);
+    event.channel = Channel::IssueComment { number: 12 };
+    event.visibility = Visibility::Public;
+    let (root, first) = rover::intake::github_trace(
+        &rover::intake::Entry::new("p", rover::steps::kinds::FIRST_STEP),
+        &event,
+    );
+    store
+        .create_trace(&root, Some(&first), std::slice::from_ref(&event.id))
+        .unwrap();
+    let page = |vars: &[(&str, &str)]| {
+        let dash = Dashboard::start(&env, &[], vars);
+        let page = dash.get(&format!("/trace/{}", root.id), &[]);
+        assert_eq!(page.status, 200, "{}", page.body);
+        page.body
+    };
+    let enterprise = page(&[("ROVER_GITHUB_API_URL", "https://ghe.example.com/api/v3")]);
+    assert!(
+        enterprise.contains("<a href=\"https://ghe.example.com/tools/lint/issues/12\""),
+        "{enterprise}"
+    );
+    let public = page(&[("ROVER_GITHUB_API_URL", "https://api.github.com")]);
+    assert!(
+        public.contains("<a href=\"https://github.com/tools/lint/issues/12\""),
+        "{public}"
+    );
+}

@@ -24,6 +24,9 @@ pub struct Source {
     /// `owner/name` (or the project id without a GitHub remote).
     pub repo: String,
     pub store: AutopilotStore,
+    /// The web address of its GitHub (`https://github.com`, or a GitHub Enterprise host's),
+    /// for links to its threads.
+    pub web: String,
 }
 
 /// What the stores gave: those that read, and what kept others from it (said on the page).
@@ -47,18 +50,25 @@ impl Sources {
                     .and_then(|p| p.repo.map(|r| format!("{}/{}", r.owner, r.name)))
                     .or_else(|| ctx.project_id().ok())
                     .unwrap_or_else(|| "this project".to_owned());
+                let web = crate::github::octo::web_url_for(&crate::github::octo::api_url_from_env(
+                    &ctx.host,
+                ));
                 match ctx.existing_store() {
-                    Ok(store) => opened.stores.push(Source { repo, store }),
+                    Ok(store) => opened.stores.push(Source { repo, store, web }),
                     Err(e) => opened.problems.push(crate::error::error_chain(&e)),
                 }
             }
             Sources::Fleet(path) => match Fleet::load(ctx, path) {
                 Ok(fleet) => {
+                    let default_api = crate::github::octo::api_url_from_env(&ctx.host);
                     for (served, store) in fleet.stores() {
                         match store {
                             Ok(Some(store)) => opened.stores.push(Source {
                                 repo: served.name.clone(),
                                 store,
+                                web: crate::github::octo::web_url_for(
+                                    served.entry.api_url.as_deref().unwrap_or(&default_api),
+                                ),
                             }),
                             Ok(None) => opened
                                 .problems

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::html::{document, esc, iso, status_class};
+use super::sources::Source;
 use super::{Dash, Shared};
 use crate::steps::meta::{DecisionSpanMeta, PushPullRequest};
 use crate::store::{Span, SpanStatus, TraceOutcome, TraceView};
@@ -40,7 +41,7 @@ fn render(dash: &Dash, id: &str) -> Result<String, super::super::CliError> {
     let now = Utc::now();
     let order = tree_order(&view);
     let mut body = String::new();
-    header(dash, &source.repo, &view, now, &mut body);
+    header(dash, source, &view, now, &mut body);
     waterfall(&view, &order, now, &mut body);
     span_table(&view, &order, now, &mut body);
     for missing in &view.missing {
@@ -87,7 +88,8 @@ fn end_of(view: &TraceView, now: DateTime<Utc>) -> DateTime<Utc> {
     crate::steps::history::ended_at(view)
 }
 
-fn header(dash: &Dash, repo: &str, view: &TraceView, now: DateTime<Utc>, out: &mut String) {
+fn header(dash: &Dash, source: &Source, view: &TraceView, now: DateTime<Utc>, out: &mut String) {
+    let repo = source.repo.as_str();
     let outcome = view.outcome_by(crate::steps::kinds::ends_trace);
     let class = match &outcome {
         TraceOutcome::Running => "running",
@@ -125,7 +127,7 @@ fn header(dash: &Dash, repo: &str, view: &TraceView, now: DateTime<Utc>, out: &m
         usage.input_tokens,
         usage.output_tokens,
     );
-    links(view, out);
+    links(view, &source.web, out);
     out.push_str("</dl>");
     if dash.allow_actions {
         let csrf = dash.auth.csrf();
@@ -141,8 +143,9 @@ fn header(dash: &Dash, repo: &str, view: &TraceView, now: DateTime<Utc>, out: &m
     }
 }
 
-/// Links to the event's thread on GitHub and to the pull requests the trace pushed.
-fn links(view: &TraceView, out: &mut String) {
+/// Links to the event's thread on GitHub (at `web`, the repository's GitHub web address) and
+/// to the pull requests the trace pushed.
+fn links(view: &TraceView, web: &str, out: &mut String) {
     let event = view
         .root()
         .and_then(|r| crate::intake::EventMeta::of(r).ok())
@@ -151,7 +154,7 @@ fn links(view: &TraceView, out: &mut String) {
         let _ = write!(out, "<dt>author</dt><dd>{}</dd>", esc(&e.actor));
         if let Some(n) = e.number {
             let kind = if e.is_pull_request { "pull" } else { "issues" };
-            let url = format!("https://github.com/{}/{kind}/{n}", e.repo);
+            let url = format!("{}/{}/{kind}/{n}", web.trim_end_matches('/'), e.repo);
             let _ = write!(
                 out,
                 "<dt>thread</dt><dd><a href=\"{}\" rel=\"noreferrer\">{} #{n}</a></dd>",
