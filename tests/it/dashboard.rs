@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rover::store::{AutopilotStore, SpanStatus, StepKind};
@@ -28,13 +28,18 @@ impl Dashboard {
     /// `rover autopilot dashboard --addr 127.0.0.1:0 <args>`, once it says its address.
     pub fn start(env: &TestEnv, args: &[&str], vars: &[(&str, &str)]) -> Dashboard {
         let mut cmd = env.command(&["autopilot", "dashboard", "--addr", "127.0.0.1:0"]);
-        cmd.args(args)
-            .env_remove("ROVER_DASHBOARD_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args(args);
         for (k, v) in vars {
             cmd.env(k, v);
         }
+        Dashboard::spawn(cmd)
+    }
+
+    /// Runs `cmd` (a `rover autopilot dashboard` on a free port) and waits for its address.
+    pub fn spawn(mut cmd: Command) -> Dashboard {
+        cmd.env_remove("ROVER_DASHBOARD_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("run rover autopilot dashboard");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())

@@ -50,4 +50,50 @@ fn the_demo_script_runs_the_whole_pipeline_and_shows_the_trace() {
         text.contains(r#"echo '["sprocket","gear","flange"]'"#),
         "the pushed branch has the change:\n{text}"
     );
+    dashboard_shows_the_demos_trace(&text);
+}
+
+/// The dashboard command the demo prints, run as printed (on a free port): the trace's page
+/// shows the demo's trace as a timeline, every step of it.
+fn dashboard_shows_the_demos_trace(text: &str) {
+    let trace = text
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted trace "))
+        .expect("the demo's trace id")
+        .trim();
+    let printed = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cd "))
+        .filter(|l| l.ends_with(" autopilot dashboard"))
+        .unwrap_or_else(|| panic!("the demo prints the dashboard's command:\n{text}"));
+    let (dir, rest) = printed
+        .split_once(" && ROVER_DATA_DIR=")
+        .expect("cd DIR && ROVER_DATA_DIR=");
+    let (data, rover) = rest.split_once(' ').expect("the data dir, then rover");
+    let rover = rover
+        .strip_suffix(" autopilot dashboard")
+        .expect("rover's path");
+    let mut cmd = Command::new(rover);
+    cmd.args(["autopilot", "dashboard", "--addr", "127.0.0.1:0"])
+        .current_dir(dir)
+        .env("ROVER_DATA_DIR", data);
+    let dash = crate::dashboard::Dashboard::spawn(cmd);
+    let page = dash.get(&format!("/trace/{trace}"), &[]);
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("<svg"), "a timeline: {}", page.body);
+    for step in [
+        "coordinate",
+        "plan",
+        "workflow",
+        "commit",
+        "resolve",
+        "push",
+        "notify",
+    ] {
+        assert!(
+            page.body.contains(&format!("<title>{step} ")),
+            "the timeline shows {step}: {}",
+            page.body
+        );
+    }
 }
