@@ -388,3 +388,108 @@ fn memory_lists_shows_pins_and_forgets_and_names_a_torn_file() {
         text[..text.len() / 2]
     );
 }
+
+/// `rover autopilot gc` expires the lessons unused for `memory.ttlDays` (a dry run only names
+/// them) and keeps a pinned one and a recent one. The engine it would sweep is out of reach
+/// here (a Docker host that does not answer): the store's part does not depend on it.
+#[test]
+fn gc_expires_lessons_unused_past_their_ttl_and_keeps_pinned_and_recent_ones() {
+    let env = crate::support::env::TestEnv::new();
+    let (test, lint) = seeded_book(&env, "x", uuid::Uuid::new_v4());
+    let recent = seeded_recent_lesson(&env);
+    // `test` and `lint` learned and last used 200 days ago (the default ttl is 90); `lint`
+    // pinned.
+    let path = rover::memory::LessonBook::path(&env.store());
+    let mut book: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let long_ago = (chrono::Utc::now() - chrono::Duration::days(200)).to_rfc3339();
+    for lesson in book["lessons"].as_array_mut().unwrap() {
+        if lesson["id"] == json!(recent) {
+            continue;
+        }
+        lesson["created"] = json!(long_ago);
+        lesson["lastUsed"] = json!(long_ago);
+        for evidence in lesson["evidence"].as_array_mut().unwrap() {
+            evidence["at"] = json!(long_ago);
+        }
+        if lesson["id"] == json!(lint) {
+            lesson["pinned"] = json!(true);
+        }
+    }
+    std::fs::write(&path, serde_json::to_string(&book).unwrap()).unwrap();
+    let gc = |args: &[&str]| {
+        let mut all = vec!["autopilot", "gc", "--json"];
+        all.extend_from_slice(args);
+        let out = env
+            .command(&all)
+            .env("DOCKER_HOST", "unix:///nonexistent/rover-test-docker.sock")
+            .output()
+            .unwrap();
+        let text = stdout(&out);
+        (out.status.code(), text)
+    };
+    let (_, dry) = gc(&["--dry-run"]);
+    let dry: Value = serde_json::from_str(&dry).unwrap_or_else(|e| panic!("{e}: {dry}"));
+    assert_eq!(dry["lessonsExpired"], json!([test]), "{dry}");
+    let ids = |path: &std::path::Path| -> Vec<String> {
+        let book: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        book["lessons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&path).len(), 3, "a dry run removes nothing");
+    let (_, real) = gc(&[]);
+    let real: Value = serde_json::from_str(&real).unwrap_or_else(|e| panic!("{e}: {real}"));
+    assert_eq!(real["lessonsExpired"], json!([test]), "{real}");
+    let left = ids(&path);
+    assert!(
+        left.len() == 2 && left.contains(&lint) && left.contains(&recent),
+        "the pinned and the recent one stay: {left:?}"
+    );
+    let listed = stdout(
+        &env.command(&["autopilot", "memory", "list"])
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        !listed.contains(&test) && listed.contains(&lint),
+        "{listed}"
+    );
+}
+
+/// A third lesson, learned now, in `env`'s store; its id.
+fn seeded_recent_lesson(env: &crate::support::env::TestEnv) -> String {
+    use rover::memory::{Evidence, LessonBook, LessonKind, NewLesson};
+    let store = env.store();
+    LessonBook::update(&store, |b| {
+        b.learn(
+            NewLesson {
+                kind: LessonKind::Gate,
+                statement: "The required gate `make fmt` failed; it passed after this fix: z"
+                    .into(),
+                concerns: vec!["make fmt".into()],
+                topic: "Format".into(),
+                evidence: Evidence {
+                    command: vec!["make".into(), "fmt".into()],
+                    exit_codes: vec![2, 0],
+                    ..Evidence::new(
+                        uuid::Uuid::new_v4(),
+                        vec![uuid::Uuid::new_v4()],
+                        chrono::Utc::now(),
+                    )
+                },
+            },
+            200,
+        );
+    })
+    .unwrap();
+    let book = LessonBook::load(&store).unwrap();
+    book.lessons
+        .iter()
+        .find(|l| l.statement.contains("make fmt"))
+        .unwrap()
+        .id
+        .clone()
+}
