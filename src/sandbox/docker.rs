@@ -47,8 +47,6 @@ pub struct DockerSandbox {
     env_allow: Vec<String>,
     /// The engine refused `--storage-opt size` once: not asked again.
     no_storage_opt: Arc<AtomicBool>,
-    /// One proxy server start at a time (parallel launches would race to make it).
-    proxy_lock: Arc<tokio::sync::Mutex<()>>,
     /// The image of this process's binary, once known (hashing it costs a read of the binary).
     proxy_image: Arc<tokio::sync::OnceCell<String>>,
     /// The rover binary the proxy and relay containers run, when not this process's own.
@@ -80,7 +78,6 @@ impl DockerSandbox {
             host: host.to_string(),
             env_allow,
             no_storage_opt: Arc::new(AtomicBool::new(false)),
-            proxy_lock: Arc::new(tokio::sync::Mutex::new(())),
             proxy_image: Arc::new(tokio::sync::OnceCell::new()),
             proxy_exe: Arc::new(std::sync::OnceLock::new()),
             own_image: Arc::new(std::sync::OnceLock::new()),
@@ -90,10 +87,6 @@ impl DockerSandbox {
     /// The bollard client, for image building and tests.
     pub fn client(&self) -> &Docker {
         &self.docker
-    }
-
-    pub(crate) fn proxy_lock(&self) -> &tokio::sync::Mutex<()> {
-        &self.proxy_lock
     }
 
     /// The names that may be passed into a sandbox.

@@ -134,6 +134,22 @@ pub fn server_name(dir: &Path) -> String {
     )
 }
 
+/// The lock of the server named `name` in this process: one [`DockerSandbox::ensure_proxy`] at
+/// a time for it, whichever engine client asks. The repositories of a daemon file, each with a
+/// client of its own, share one server; two of them making it at once would each see it missing
+/// and take the other's name, container or socket (seen as a start answered 404 for the
+/// container the other's create had reserved).
+fn server_lock(name: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: std::sync::OnceLock<
+        std::sync::Mutex<HashMap<String, std::sync::Arc<tokio::sync::Mutex<()>>>>,
+    > = std::sync::OnceLock::new();
+    let mut locks = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    locks.entry(name.to_owned()).or_default().clone()
+}
+
 /// The directory holding the server's socket (all a relay mounts).
 pub fn socket_dir(proxy_dir: &Path) -> PathBuf {
     proxy_dir.join("sock")
@@ -299,8 +315,9 @@ impl DockerSandbox {
     /// Starts the proxy server unless one started with the same image and settings runs
     /// (another one is replaced), and waits until its socket answers.
     pub async fn ensure_proxy(&self, server: &ProxyServer) -> Result<(), SandboxError> {
-        let _one_at_a_time = self.proxy_lock().lock().await;
         let name = server.container_name();
+        let lock = server_lock(&name);
+        let _one_at_a_time = lock.lock().await;
         let config = server.config_hash();
         match self
             .client()
