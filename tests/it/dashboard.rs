@@ -54,6 +54,20 @@ impl Dashboard {
         Dashboard { child, addr }
     }
 
+    /// `GET /live`, read as a browser's `EventSource` reads it.
+    pub fn live(&self) -> BufReader<TcpStream> {
+        let mut conn = TcpStream::connect(self.addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(
+            conn,
+            "GET /live HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        BufReader::new(conn)
+    }
+
     /// `GET path` with `headers` (each `Name: value`).
     pub fn get(&self, path: &str, headers: &[&str]) -> Answer {
         exchange(self.addr, "GET", path, headers, "")
@@ -319,16 +333,7 @@ fn the_live_stream_sends_a_span_opening_and_closing() {
     let store = env.store();
     example_store(&store);
     let dash = Dashboard::start(&env, &[], &[]);
-    let mut conn = TcpStream::connect(dash.addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        conn,
-        "GET /live HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
-        dash.addr
-    )
-    .unwrap();
-    let mut stream = BufReader::new(conn);
+    let mut stream = dash.live();
     let first = read_until(&mut stream, "event: now");
     assert!(first.contains("running-count\">1<"), "{first}");
     // A new trace's coordinate opens, then closes.

@@ -3,9 +3,7 @@
 //! and recorded; the spend by model on Outcomes; the lessons, their forget and pin; a store
 //! created after the dashboard started, watched.
 
-use std::io::{BufReader, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io::Write;
 
 use chrono::{TimeZone, Utc};
 use rover::proxy::{Ledger, Refusal, TokenUsage};
@@ -72,7 +70,7 @@ fn now_shows_each_running_agents_last_output_line_escaped() {
     assert!(!now.body.contains('\u{1b}') && !now.body.contains("[31m"));
 
     // The live stream carries it too, and the line after the agent's next output.
-    let mut stream = live(&dash);
+    let mut stream = dash.live();
     let first = read_until(&mut stream, "event: now");
     assert!(first.contains(shown), "{first}");
     let tool = json!({"type": "assistant", "message": {"content": [
@@ -382,20 +380,6 @@ fn the_lessons_page_shows_each_lesson_as_untrusted_text_and_forgets_and_pins_as_
     );
 }
 
-/// `GET /live` on `dash`, read as a browser's `EventSource` reads it.
-fn live(dash: &Dashboard) -> BufReader<TcpStream> {
-    let mut conn = TcpStream::connect(dash.addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        conn,
-        "GET /live HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
-        dash.addr
-    )
-    .unwrap();
-    BufReader::new(conn)
-}
-
 #[test]
 fn a_store_created_after_the_dashboard_started_is_watched() {
     let env = TestEnv::new();
@@ -411,7 +395,7 @@ fn a_store_created_after_the_dashboard_started_is_watched() {
     )
     .unwrap();
     let dash = Dashboard::start(&env, &["--config", file.to_str().unwrap()], &[]);
-    let mut stream = live(&dash);
+    let mut stream = dash.live();
     let first = read_until(&mut stream, "event: now");
     assert!(first.contains("acme/late: no store yet"), "{first}");
 

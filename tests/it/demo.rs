@@ -3,6 +3,17 @@
 use std::path::Path;
 use std::process::Command;
 
+/// The steps the demo's trace goes through, as `trace` and the dashboard show them.
+const DEMO_STEPS: [&str; 7] = [
+    "coordinate",
+    "plan",
+    "workflow",
+    "commit",
+    "resolve",
+    "push",
+    "notify",
+];
+
 #[test]
 fn the_demo_script_runs_the_whole_pipeline_and_shows_the_trace() {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_rover")).parent().unwrap();
@@ -28,15 +39,7 @@ fn the_demo_script_runs_the_whole_pipeline_and_shows_the_trace() {
     }
     assert!(out.status.success(), "the demo failed:\n{text}");
     assert!(text.contains("outcome  notify (completed)"), "{text}");
-    for step in [
-        "coordinate",
-        "plan",
-        "workflow",
-        "commit",
-        "resolve",
-        "push",
-        "notify",
-    ] {
+    for step in DEMO_STEPS {
         assert!(
             text.contains(&format!("─ {step} ")),
             "the trace shows {step}:\n{text}"
@@ -81,15 +84,7 @@ fn dashboard_shows_the_demos_trace(text: &str) {
     let page = dash.get(&format!("/trace/{trace}"), &[]);
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("<svg"), "a timeline: {}", page.body);
-    for step in [
-        "coordinate",
-        "plan",
-        "workflow",
-        "commit",
-        "resolve",
-        "push",
-        "notify",
-    ] {
+    for step in DEMO_STEPS {
         assert!(
             page.body.contains(&format!("<title>{step} ")),
             "the timeline shows {step}: {}",
