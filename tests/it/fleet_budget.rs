@@ -21,6 +21,30 @@ use rover::store::{AutopilotStore, TraceView};
 
 const ROLE: &str = "Role: rover workflow agent";
 
+/// `rover autopilot start` for the daemon file under `home`, its agents the real claude against
+/// `api`, what it prints in `daemon.out` of `env` (read by [`daemon_said`]).
+pub(crate) fn real_claude_daemon(
+    env: &TestEnv,
+    home: &Path,
+    api: &FakeAnthropic,
+) -> std::process::Command {
+    let log = std::fs::File::create(env.path().join("daemon.out")).unwrap();
+    let mut cmd = rover(env, home, &["start"], &json!({}));
+    cmd.envs(cli_env(api, home))
+        .env(
+            "ROVER_CLAUDE_BIN",
+            crate::proof::escape::real_claude().display().to_string(),
+        )
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    cmd
+}
+
+/// What the daemon of [`real_claude_daemon`] printed so far.
+pub(crate) fn daemon_said(env: &TestEnv) -> String {
+    std::fs::read_to_string(env.path().join("daemon.out")).unwrap_or_default()
+}
+
 /// Waits up to `secs` for `done`.
 pub(crate) fn wait_long(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -117,24 +141,14 @@ async fn a_daemon_wide_stop_crossed_by_one_repositorys_agent_refuses_its_next_re
     .unwrap();
     open_issue(&alpha, 81, "Add a --json flag");
 
-    let log = std::fs::File::create(env.path().join("daemon.out")).unwrap();
-    let mut cmd = rover(&env, &home, &["start"], &json!({}));
-    cmd.envs(cli_env(&api, &home)).env(
-        "ROVER_CLAUDE_BIN",
-        crate::proof::escape::real_claude().display().to_string(),
-    );
+    let mut cmd = real_claude_daemon(&env, &home, &api);
     // Declared before the daemon: dropped after it is killed.
     let _proxies = Proxies {
         env: &env,
         home: &home,
     };
-    let _daemon = Daemon(
-        cmd.stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the daemon"),
-    );
-    let said = || std::fs::read_to_string(env.path().join("daemon.out")).unwrap_or_default();
+    let _daemon = Daemon(cmd.spawn().expect("start the daemon"));
+    let said = || daemon_said(&env);
 
     // Alpha's workflow crosses the daemon's limit: its next request is refused at the wire.
     let mut alpha_trace = None;

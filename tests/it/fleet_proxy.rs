@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::fleet::{alpha_beta_broken, good_config, open_issue, rover, standing, Daemon, Repo};
+use crate::fleet::{alpha_beta_broken, good_config, open_issue, standing, Daemon, Repo};
 use crate::fleet_budget::{configure, store_of, traces, wait_long, Proxies};
-use crate::real_cli::{cli_env, json_flag_answers, real_sandbox_image};
+use crate::real_cli::{json_flag_answers, real_sandbox_image};
 use crate::support::env::TestEnv;
 use crate::support::fake_anthropic::{FakeAnthropic, Reply};
 use crate::support::scenario::merge;
@@ -181,12 +181,7 @@ async fn one_proxy_server_serves_every_repositorys_runs_and_each_ledger_stays_in
     open_issue(&alpha, 81, "Add a --json flag");
     open_issue(&beta, 82, "Add a --json flag");
 
-    let log = std::fs::File::create(env.path().join("daemon.out")).unwrap();
-    let mut cmd = rover(&env, &home, &["start"], &json!({}));
-    cmd.envs(cli_env(&api, &home)).env(
-        "ROVER_CLAUDE_BIN",
-        crate::proof::escape::real_claude().display().to_string(),
-    );
+    let mut cmd = crate::fleet_budget::real_claude_daemon(&env, &home, &api);
     // Dropped in reverse: the daemon killed, its agents removed, then its proxy.
     let _proxies = Proxies {
         env: &env,
@@ -196,13 +191,8 @@ async fn one_proxy_server_serves_every_repositorys_runs_and_each_ledger_stays_in
         env: &env,
         home: &home,
     };
-    let mut daemon = Daemon(
-        cmd.stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the daemon"),
-    );
-    let said = || std::fs::read_to_string(env.path().join("daemon.out")).unwrap_or_default();
+    let mut daemon = Daemon(cmd.spawn().expect("start the daemon"));
+    let said = || crate::fleet_budget::daemon_said(&env);
     let data = env.path().join("data");
     let daemon_dir = data.join("daemon");
     let owner = daemon_dir.display().to_string();
